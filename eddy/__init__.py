@@ -1,0 +1,1 @@
+"""Shared foundations of Eddy that every layer may import (errors)."""
