@@ -1,0 +1,35 @@
+"""Typed errors of the state layer."""
+
+from eddy.errors import EddyError
+
+
+class StateError(EddyError):
+    """Base of state-layer errors."""
+
+
+class StoreClosedError(StateError):
+    """An operation on a store that is not open."""
+
+
+class LockError(StateError):
+    """A task directory is locked by another thread or process."""
+
+
+class CheckpointError(StateError):
+    """A `.checkpoint` file is malformed; the message names the file and line."""
+
+
+class TaskCorruptedError(StateError):
+    """A task's state cannot be trusted and must be wiped and restored from the changelog.
+
+    Carries the changelog partitions that are corrupted so the caller can close the
+    owning tasks dirty and revive them.
+    """
+
+    def __init__(self, message: str, changelog_partitions=()) -> None:
+        super().__init__(message)
+        self.changelog_partitions = tuple(changelog_partitions)
+
+
+class InvalidStateStoreError(StateError):
+    """A store is not available (not local, migrated, or the app is not running)."""
