@@ -1,0 +1,97 @@
+"""Typed errors of the embedded replicated log (`replication/`).
+
+Names follow Kafka's exceptions (``OffsetOutOfRangeException`` -> ``OffsetOutOfRangeError``).
+Every error subclasses :class:`ReplicationError`, itself an ``eddy.errors.EddyError``.
+"""
+
+from __future__ import annotations
+
+from eddy.errors import EddyError
+
+
+class ReplicationError(EddyError):
+    """Base of every error raised by `replication/`."""
+
+
+class OffsetOutOfRangeError(ReplicationError):
+    """A fetch/read/start-offset request falls outside ``[log_start_offset, log_end_offset]``
+    (or, for log start increments, above the high watermark)."""
+
+
+class UnexpectedAppendOffsetError(ReplicationError):
+    """A follower append's first offset is below the log end offset (rule 2)."""
+
+    def __init__(self, message: str, first_offset: int = -1, last_offset: int = -1) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+
+
+class OffsetsOutOfOrderError(ReplicationError):
+    """Offsets inside a follower append do not increase strictly (rule 2)."""
+
+
+class RecordBatchTooLargeError(ReplicationError):
+    """One append is larger than ``segment.bytes`` and can never fit a segment."""
+
+
+class RecordTooLargeError(ReplicationError):
+    """A batch exceeds ``max.message.bytes`` (leader append)."""
+
+
+class InvalidRecordError(ReplicationError):
+    """An appended batch is malformed for this log (e.g. empty or wrong magic)."""
+
+
+class CorruptRecordError(ReplicationError):
+    """A record batch failed validation (torn, bad CRC, bad length).
+
+    ``source`` names the file or buffer, ``position`` the byte position of the bad batch in it,
+    ``base_offset`` the batch's base offset when it could be read (else -1).
+    """
+
+    def __init__(self, message: str = "", source: str = "", position: int = -1,
+                 base_offset: int = -1) -> None:
+        super().__init__(message)
+        self.source = source
+        self.position = position
+        self.base_offset = base_offset
+
+
+class LogSegmentOffsetOverflowError(ReplicationError):
+    """A batch's offsets cannot be expressed relative to its segment's base (Int32 overflow)."""
+
+
+class CorruptIndexError(ReplicationError):
+    """An offset or time index file failed its sanity check (it is rebuilt on open)."""
+
+
+class KafkaStorageError(ReplicationError):
+    """An I/O error on the log directory: the replica is offline."""
+
+
+class InvalidTopicError(ReplicationError):
+    """A topic name breaks Kafka's naming rules."""
+
+
+class InvalidPartitionError(ReplicationError):
+    """A partition number is negative or not an int."""
+
+
+class InvalidConfigurationError(ReplicationError):
+    """A log/topic configuration value is missing, of the wrong type or out of range.
+
+    ``key`` is the Kafka configuration key at fault (e.g. ``"segment.bytes"``).
+    """
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class IllegalStateError(ReplicationError):
+    """An operation was called in a state that forbids it (closed log, shut-down manager...)."""
+
+
+class LogClosedError(IllegalStateError):
+    """An operation was attempted on a closed (or crashed) log."""
