@@ -95,3 +95,19 @@ class IllegalStateError(ReplicationError):
 
 class LogClosedError(IllegalStateError):
     """An operation was attempted on a closed (or crashed) log."""
+
+
+class InvalidEpochEntryError(ReplicationError):
+    """A leader epoch cache entry with a negative epoch or start offset (rule 11)."""
+
+
+class CorruptCheckpointError(ReplicationError):
+    """A checkpoint file (e.g. ``leader-epoch-checkpoint``) is malformed.
+
+    ``path`` names the file and ``line`` the 1-based line at fault (0 when not line-specific).
+    """
+
+    def __init__(self, message: str, path: str = "", line: int = 0) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
