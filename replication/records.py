@@ -1,0 +1,745 @@
+"""Kafka's v2 record batch format (magic 2), encoded and decoded a whole batch at a time.
+
+Layout of a batch (big-endian), 61 bytes of header then the records::
+
+    base_offset i64 | batch_length i32 | partition_leader_epoch i32 | magic i8 | crc u32 |
+    attributes i16 | last_offset_delta i32 | first_timestamp i64 | max_timestamp i64 |
+    producer_id i64 | producer_epoch i16 | base_sequence i32 | records_count i32 | records...
+
+`batch_length` counts the bytes after itself. The CRC-32C covers everything from
+`attributes` to the end, so `base_offset` and `partition_leader_epoch` can be restamped on
+leader append without recomputing it. Each record is::
+
+    length varint | attributes i8 | timestamp_delta varlong | offset_delta varint |
+    key_length varint | key | value_length varint | value | header_count varint |
+    (header_key_length varint | header_key | header_value_length varint | header_value)*
+
+Varints are zig-zag encoded as in protobuf. A length of -1 means null.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Iterable, Iterator, Sequence
+
+from crc32c import crc32c
+
+from replication.errors import CorruptRecordError
+
+
+def _corrupt(message: str, *, source: str = "", position: int = -1, base_offset: int = -1):
+    """Build a CorruptRecordError whose message names the source, byte position and offset."""
+    where = []
+    if source:
+        where.append(source)
+    if position >= 0:
+        where.append(f"position {position}")
+    if base_offset >= 0:
+        where.append(f"base offset {base_offset}")
+    text = f"{message} ({', '.join(where)})" if where else message
+    return CorruptRecordError(text, source=source, position=position, base_offset=base_offset)
+
+__all__ = [
+    "CorruptRecordError",
+    "BATCH_HEADER_SIZE",
+    "BatchHeader",
+    "ControlType",
+    "MemoryRecords",
+    "NO_PARTITION_LEADER_EPOCH",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "Record",
+    "RecordBatch",
+    "decode_batches",
+    "encode_batch",
+    "encode_control_batch",
+    "iter_batch_headers",
+    "restamp_batches",
+    "set_base_offset_and_epoch",
+]
+
+MAGIC = 2
+BATCH_HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # base_offset + batch_length: the prefix not counted by batch_length
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
+
+_TRANSACTIONAL_FLAG = 0x10
+_CONTROL_FLAG = 0x20
+_TIMESTAMP_TYPE_FLAG = 0x08
+_COMPRESSION_MASK = 0x07
+
+# base_offset, batch_length, partition_leader_epoch, magic, crc, attributes, last_offset_delta,
+# first_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, records_count
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_PREFIX = struct.Struct(">qi")
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_EPOCH = struct.Struct(">i")
+_CRC_START = 21  # offset of `attributes` within the batch
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+
+
+class ControlType(enum.IntEnum):
+    """Control record types written by the transaction coordinator."""
+
+    ABORT = 0
+    COMMIT = 1
+
+
+# --- varints -------------------------------------------------------------------------------
+
+_SMALL_VARINTS = [bytes(((n << 1) ^ (n >> 63),)) for n in range(64)]
+
+
+def _varint(n: int) -> bytes:
+    """Zig-zag varint of a signed 64-bit integer."""
+    if 0 <= n < 64:
+        return _SMALL_VARINTS[n]
+    u = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    """Decode a zig-zag varint at `pos`; returns (value, next position)."""
+    b = buf[pos]
+    pos += 1
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos
+    u = b & 0x7F
+    shift = 7
+    while True:
+        b = buf[pos]
+        pos += 1
+        u |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint is longer than 10 bytes")
+    return (u >> 1) ^ -(u & 1), pos
+
+
+# --- records -------------------------------------------------------------------------------
+
+
+class Record:
+    """One decoded record with its absolute offset and timestamp."""
+
+    __slots__ = ("offset", "timestamp", "key", "value", "headers")
+
+    def __init__(
+        self,
+        offset: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[tuple[str, bytes | None], ...] = (),
+    ) -> None:
+        self.offset = offset
+        self.timestamp = timestamp
+        self.key = key
+        self.value = value
+        self.headers = headers
+
+    def __repr__(self) -> str:
+        return (
+            f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
+            f"value={self.value!r}, headers={self.headers!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Record):
+            return NotImplemented
+        return (self.offset, self.timestamp, self.key, self.value, self.headers) == (
+            other.offset,
+            other.timestamp,
+            other.key,
+            other.value,
+            other.headers,
+        )
+
+
+def _encode_record(
+    out: bytearray, offset_delta: int, timestamp_delta: int, key, value, headers
+) -> None:
+    body = bytearray(b"\x00")
+    body += _varint(timestamp_delta)
+    body += _varint(offset_delta)
+    if key is None:
+        body += b"\x01"  # zig-zag of -1
+    else:
+        body += _varint(len(key))
+        body += key
+    if value is None:
+        body += b"\x01"
+    else:
+        body += _varint(len(value))
+        body += value
+    if headers:
+        body += _varint(len(headers))
+        for hkey, hvalue in headers:
+            hk = hkey.encode("utf-8") if isinstance(hkey, str) else bytes(hkey)
+            body += _varint(len(hk))
+            body += hk
+            if hvalue is None:
+                body += b"\x01"
+            else:
+                hv = hvalue.encode("utf-8") if isinstance(hvalue, str) else hvalue
+                body += _varint(len(hv))
+                body += hv
+    else:
+        body += b"\x00"
+    out += _varint(len(body))
+    out += body
+
+
+def encode_batch(
+    records: Sequence[tuple],
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: int = 0,
+) -> bytes:
+    """Encode `records` as one batch; each record is `(key, value, timestamp[, headers])`.
+
+    Offset deltas run 0..n-1. An empty sequence is rejected: Kafka never writes empty batches
+    (outside compaction, which keeps the header of a fully cleaned batch; see `encode_empty_batch`).
+    """
+    n = len(records)
+    if n == 0:
+        raise ValueError("a record batch needs at least one record")
+    first_ts = records[0][2]
+    max_ts = first_ts
+    for r in records:
+        if r[2] > max_ts:
+            max_ts = r[2]
+    out = bytearray(BATCH_HEADER_SIZE)
+    offset_delta = 0
+    for r in records:
+        key = r[0]
+        value = r[1]
+        headers = r[3] if len(r) > 3 else None
+        # Fast path: small key/value, no headers; lengths < 64 encode in one byte.
+        if not headers and key is not None and value is not None:
+            tsd = r[2] - first_ts
+            klen = len(key)
+            vlen = len(value)
+            body = b"".join(
+                (
+                    b"\x00",
+                    _SMALL_VARINTS[tsd] if 0 <= tsd < 64 else _varint(tsd),
+                    _SMALL_VARINTS[offset_delta] if offset_delta < 64 else _varint(offset_delta),
+                    _SMALL_VARINTS[klen] if klen < 64 else _varint(klen),
+                    key,
+                    _SMALL_VARINTS[vlen] if vlen < 64 else _varint(vlen),
+                    value,
+                    b"\x00",
+                )
+            )
+            out += _varint(len(body))
+            out += body
+        else:
+            _encode_record(out, offset_delta, r[2] - first_ts, key, value, headers)
+        offset_delta += 1
+    attributes = timestamp_type << 3 & _TIMESTAMP_TYPE_FLAG
+    if is_transactional:
+        attributes |= _TRANSACTIONAL_FLAG
+    if is_control:
+        attributes |= _CONTROL_FLAG
+    _fill_header(
+        out,
+        base_offset,
+        partition_leader_epoch,
+        attributes,
+        n - 1,
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        n,
+    )
+    return bytes(out)
+
+
+def _fill_header(
+    out: bytearray,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    first_ts: int,
+    max_ts: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    count: int,
+) -> None:
+    _HEADER.pack_into(
+        out,
+        0,
+        base_offset,
+        len(out) - LOG_OVERHEAD,
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        last_offset_delta,
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[_CRC_START:]))
+
+
+def encode_control_batch(
+    control: ControlType,
+    *,
+    base_offset: int = 0,
+    timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    coordinator_epoch: int = 0,
+) -> bytes:
+    """A transaction marker: one control record whose key holds the marker type."""
+    key = _CONTROL_KEY.pack(0, int(control))
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return encode_batch(
+        [(key, value, timestamp)],
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+    )
+
+
+def encode_empty_batch(header: "BatchHeader") -> bytes:
+    """A batch with `header`'s metadata and no records.
+
+    Compaction keeps such a batch when it removes every record of a batch whose producer
+    state must survive (Kafka does the same to retain the last sequence of a producer).
+    """
+    out = bytearray(BATCH_HEADER_SIZE)
+    _fill_header(
+        out,
+        header.base_offset,
+        header.partition_leader_epoch,
+        header.attributes,
+        header.last_offset_delta,
+        header.first_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        0,
+    )
+    return bytes(out)
+
+
+def encode_batch_with_offsets(
+    header: "BatchHeader", records: Sequence[Record]
+) -> bytes:
+    """Re-encode `records` (a subset of a batch, absolute offsets) keeping `header`'s metadata.
+
+    Used by compaction: offsets are preserved, so offset deltas are taken relative to the
+    original base offset, and `last_offset_delta` stays the original one as Kafka keeps it.
+    """
+    if not records:
+        return encode_empty_batch(header)
+    base = header.base_offset
+    first_ts = header.first_timestamp
+    out = bytearray(BATCH_HEADER_SIZE)
+    max_ts = NO_TIMESTAMP
+    for r in records:
+        _encode_record(out, r.offset - base, r.timestamp - first_ts, r.key, r.value, r.headers)
+        if r.timestamp > max_ts:
+            max_ts = r.timestamp
+    _fill_header(
+        out,
+        base,
+        header.partition_leader_epoch,
+        header.attributes,
+        header.last_offset_delta,
+        first_ts,
+        max_ts,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        len(records),
+    )
+    return bytes(out)
+
+
+# --- headers and batches -------------------------------------------------------------------
+
+
+class BatchHeader:
+    """A batch's header fields, decoded without touching its records."""
+
+    __slots__ = (
+        "position",
+        "base_offset",
+        "size",
+        "partition_leader_epoch",
+        "crc",
+        "attributes",
+        "last_offset_delta",
+        "first_timestamp",
+        "max_timestamp",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "records_count",
+    )
+
+    def __init__(self, position: int, fields: tuple) -> None:
+        self.position = position
+        (
+            self.base_offset,
+            batch_length,
+            self.partition_leader_epoch,
+            _magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.first_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.records_count,
+        ) = fields
+        self.size = batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL_FLAG)
+
+    @property
+    def timestamp_type(self) -> int:
+        return (self.attributes & _TIMESTAMP_TYPE_FLAG) >> 3
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+            f"epoch={self.partition_leader_epoch}, size={self.size}, position={self.position}, "
+            f"producer_id={self.producer_id}, transactional={self.is_transactional}, "
+            f"control={self.is_control})"
+        )
+
+
+class RecordBatch(BatchHeader):
+    """A batch header plus the batch's bytes; records are decoded on demand."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, position: int, fields: tuple, buffer: bytes) -> None:
+        super().__init__(position, fields)
+        self.buffer = buffer
+
+    def records(self) -> list[Record]:
+        return decode_records(self.buffer, self)
+
+    def control_type(self) -> ControlType | None:
+        """The marker type of a control batch, else None."""
+        if not self.is_control:
+            return None
+        recs = self.records()
+        if not recs or recs[0].key is None or len(recs[0].key) < 4:
+            raise _corrupt(
+                "control batch without a valid control record",
+                position=self.position,
+                base_offset=self.base_offset,
+            )
+        _version, ctype = _CONTROL_KEY.unpack_from(recs[0].key)
+        return ControlType(ctype)
+
+
+def _check_header(buf, pos: int, end: int, source: str, base_position: int, validate_crc: bool):
+    """Validate the batch starting at `pos`; returns its header fields."""
+    if end - pos < LOG_OVERHEAD:
+        raise _corrupt(
+            f"torn batch: {end - pos} trailing bytes are less than a batch prefix",
+            source=source,
+            position=base_position + pos,
+        )
+    base_offset, batch_length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
+    size = batch_length + LOG_OVERHEAD
+    if batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+        raise _corrupt(
+            f"batch length {batch_length} is smaller than a batch header",
+            source=source,
+            position=base_position + pos,
+            base_offset=base_offset,
+        )
+    if pos + size > end:
+        raise _corrupt(
+            f"torn batch: {size} bytes declared, {end - pos} present",
+            source=source,
+            position=base_position + pos,
+            base_offset=base_offset,
+        )
+    fields = _HEADER.unpack_from(buf, pos)
+    if fields[3] != MAGIC:
+        raise _corrupt(
+            f"unsupported magic {fields[3]} (only v2 batches are written by Eddy)",
+            source=source,
+            position=base_position + pos,
+            base_offset=base_offset,
+        )
+    if validate_crc:
+        actual = crc32c(memoryview(buf)[pos + _CRC_START : pos + size])
+        if actual != fields[4]:
+            raise _corrupt(
+                f"CRC mismatch: stored {fields[4]:#010x}, computed {actual:#010x}",
+                source=source,
+                position=base_position + pos,
+                base_offset=base_offset,
+            )
+    if fields[5] & _COMPRESSION_MASK:
+        raise _corrupt(
+            f"compressed batches are not supported (codec {fields[5] & _COMPRESSION_MASK})",
+            source=source,
+            position=base_position + pos,
+            base_offset=base_offset,
+        )
+    return fields, size
+
+
+def iter_batch_headers(
+    buf, *, base_position: int = 0, source: str = "", validate_crc: bool = True
+) -> Iterator[BatchHeader]:
+    """Walk concatenated batches, yielding headers; raise CorruptRecordError at the first bad one."""
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        fields, size = _check_header(buf, pos, end, source, base_position, validate_crc)
+        yield BatchHeader(base_position + pos, fields)
+        pos += size
+
+
+def decode_batches(
+    buf, *, base_position: int = 0, source: str = "", validate_crc: bool = True
+) -> list[RecordBatch]:
+    """Split concatenated batches into `RecordBatch` objects (records stay encoded)."""
+    out = []
+    pos = 0
+    end = len(buf)
+    data = bytes(buf) if not isinstance(buf, bytes) else buf
+    while pos < end:
+        fields, size = _check_header(data, pos, end, source, base_position, validate_crc)
+        out.append(RecordBatch(base_position + pos, fields, data[pos : pos + size]))
+        pos += size
+    return out
+
+
+def decode_records(buf: bytes, header: BatchHeader, source: str = "") -> list[Record]:
+    """Decode the records of one batch held in `buf` (which starts at the batch)."""
+    base_offset = header.base_offset
+    first_ts = header.first_timestamp
+    count = header.records_count
+    out: list[Record] = []
+    append = out.append
+    pos = BATCH_HEADER_SIZE
+    end = header.size
+    try:
+        for _ in range(count):
+            # length (varint, fast path for one byte)
+            b = buf[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = _read_varint(buf, pos)
+            rec_end = pos + length
+            pos += 1  # record attributes, unused
+            b = buf[pos]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                ts_delta, pos = _read_varint(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                off_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                off_delta, pos = _read_varint(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                klen, pos = _read_varint(buf, pos)
+            if klen < 0:
+                key = None
+            else:
+                key = buf[pos : pos + klen]
+                pos += klen
+            b = buf[pos]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                vlen, pos = _read_varint(buf, pos)
+            if vlen < 0:
+                value = None
+            else:
+                value = buf[pos : pos + vlen]
+                pos += vlen
+            if buf[pos] == 0:
+                headers = ()
+                pos += 1
+            else:
+                hcount, pos = _read_varint(buf, pos)
+                hs = []
+                for _h in range(hcount):
+                    hklen, pos = _read_varint(buf, pos)
+                    hkey = buf[pos : pos + hklen].decode("utf-8")
+                    pos += hklen
+                    hvlen, pos = _read_varint(buf, pos)
+                    if hvlen < 0:
+                        hvalue = None
+                    else:
+                        hvalue = buf[pos : pos + hvlen]
+                        pos += hvlen
+                    hs.append((hkey, hvalue))
+                headers = tuple(hs)
+            if pos != rec_end:
+                raise ValueError(f"record length {length} does not match its fields")
+            append(Record(base_offset + off_delta, first_ts + ts_delta, key, value, headers))
+    except (IndexError, ValueError, UnicodeDecodeError) as e:
+        raise _corrupt(
+            f"malformed record #{len(out)} in batch: {e}",
+            source=source,
+            position=header.position,
+            base_offset=base_offset,
+        ) from None
+    if pos != end:
+        raise _corrupt(
+            f"batch has {end - pos} bytes after its {count} records",
+            source=source,
+            position=header.position,
+            base_offset=base_offset,
+        )
+    return out
+
+
+def set_base_offset_and_epoch(batch: bytes | bytearray, base_offset: int, leader_epoch: int) -> bytes:
+    """Stamp one batch's base offset and leader epoch (fields the CRC does not cover)."""
+    out = bytearray(batch)
+    struct.pack_into(">q", out, 0, base_offset)
+    _EPOCH.pack_into(out, 12, leader_epoch)
+    return bytes(out)
+
+
+def restamp_batches(
+    buf: bytes | bytearray, first_offset: int, leader_epoch: int, *, source: str = ""
+) -> tuple[bytes, list[BatchHeader]]:
+    """Assign consecutive offsets from `first_offset` to every batch in `buf` and stamp the epoch.
+
+    This is the leader-append path: one copy of the buffer, header fields rewritten in place.
+    Returns the stamped bytes and the batches' (already stamped) headers.
+    """
+    out = bytearray(buf)
+    headers = []
+    pos = 0
+    end = len(out)
+    next_offset = first_offset
+    while pos < end:
+        fields, size = _check_header(out, pos, end, source, 0, True)
+        _PREFIX.pack_into(out, pos, next_offset, size - LOG_OVERHEAD)
+        _EPOCH.pack_into(out, pos + 12, leader_epoch)
+        h = BatchHeader(pos, fields)
+        h.base_offset = next_offset
+        h.partition_leader_epoch = leader_epoch
+        headers.append(h)
+        next_offset += h.last_offset_delta + 1
+        pos += size
+    return bytes(out), headers
+
+
+class MemoryRecords:
+    """Whole batches in one buffer: what a Produce request carries and a Fetch returns."""
+
+    __slots__ = ("buffer", "_headers", "source")
+
+    def __init__(self, buffer: bytes, headers: list[BatchHeader] | None = None, source: str = "") -> None:
+        self.buffer = buffer
+        self._headers = headers
+        self.source = source
+
+    @classmethod
+    def of(cls, batches: Iterable[bytes]) -> "MemoryRecords":
+        return cls(b"".join(batches))
+
+    @property
+    def size(self) -> int:
+        return len(self.buffer)
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def batches(self) -> list[BatchHeader]:
+        if self._headers is None:
+            self._headers = list(iter_batch_headers(self.buffer, source=self.source))
+        return self._headers
+
+    def record_batches(self) -> list[RecordBatch]:
+        return decode_batches(self.buffer, source=self.source)
+
+    def records(self) -> list[Record]:
+        out: list[Record] = []
+        for batch in self.record_batches():
+            out.extend(batch.records())
+        return out
+
+    def __repr__(self) -> str:
+        return f"MemoryRecords({len(self.buffer)} bytes)"
+
+
+EMPTY = MemoryRecords(b"")
