@@ -33,3 +33,11 @@ class TaskCorruptedError(StateError):
 
 class InvalidStateStoreError(StateError):
     """A store is not available (not local, migrated, or the app is not running)."""
+
+
+class StateDirectoryError(StateError):
+    """The state directory or a task directory cannot be used (bad name, not a directory...)."""
+
+
+class IllegalStateTransitionError(StateError):
+    """A state machine was asked for a transition its current state does not allow."""
