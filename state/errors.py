@@ -41,3 +41,14 @@ class StateDirectoryError(StateError):
 
 class IllegalStateTransitionError(StateError):
     """A state machine was asked for a transition its current state does not allow."""
+
+
+class StoreLayoutError(StateError):
+    """A store directory was created with a different on-disk layout (or not by Eddy)."""
+
+
+class InvalidStoreArgumentError(StateError, ValueError):
+    """A bad argument to a store operation (None key, wrong type, negative timestamp...).
+
+    The message names the store and the argument.
+    """
