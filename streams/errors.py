@@ -1,0 +1,61 @@
+"""Typed errors of the streams layer. Every class subclasses `eddy.errors.EddyError`."""
+
+from __future__ import annotations
+
+from eddy.errors import EddyError
+
+
+class StreamsError(EddyError):
+    """Base of all streams-layer errors."""
+
+
+class TopologyError(StreamsError):
+    """An invalid topology; the message names the offending node, store or topic."""
+
+
+class StreamsException(StreamsError):
+    """A failure while processing (a processor raised, a store was misused, ...).
+
+    When raised by the processing core it names the task, the processor node and the
+    input record's topic, partition and offset.
+    """
+
+
+class SerializationError(StreamsError):
+    """A serde could not serialize or deserialize a value."""
+
+
+class RecordDeserializationError(SerializationError):
+    """An input record could not be deserialized.
+
+    Carries where the record came from so deserialization handlers and callers can report it.
+    """
+
+    def __init__(self, message: str, *, topic: str | None, partition: int | None,
+                 offset: int | None, key: bytes | None = None, value: bytes | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+
+
+class InvalidTimestampError(StreamsException):
+    """A timestamp extractor met a record with an invalid (negative) timestamp."""
+
+
+class InvalidRecordError(StreamsError, ValueError):
+    """A `Record` was built with invalid fields (e.g. a negative timestamp)."""
+
+
+class UnknownProcessorError(StreamsException):
+    """`forward(record, child_name)` named a node that is not a child of the current processor."""
+
+
+class StoreAccessError(StreamsException):
+    """A processor asked for a state store that does not exist or is not connected to it."""
+
+
+class ConfigError(StreamsError, ValueError):
+    """A configuration value is missing or invalid; the message names the key."""

@@ -1,0 +1,320 @@
+"""Serdes: pairs of `serialize(obj) -> bytes | None` and `deserialize(bytes | None) -> obj`.
+
+The byte forms match Kafka's built-in serdes (big-endian fixed-width numbers, UTF-8 strings), so
+data written by Eddy is readable by Kafka Streams apps and the reverse. `None` always maps to `None`
+(a tombstone / null key), as in Kafka; it is never handed to a user function.
+
+Deserialization errors raise `SerializationError`; the runtime wraps input-record failures in
+`RecordDeserializationError` (with topic, partition and offset) and asks the configured handler
+(`default.deserialization.exception.handler`) whether to fail or skip the record.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import struct
+from typing import Any, Callable, Mapping
+
+import orjson
+
+from streams.errors import ConfigError, RecordDeserializationError, SerializationError
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Serde", "BYTES", "STRING", "INT32", "INT64", "FLOAT", "DOUBLE", "JSON",
+    "INTEGER", "LONG", "serde_by_name", "serde_from_config",
+    "DeserializationHandlerResponse", "log_and_fail", "log_and_continue",
+    "deserialization_handler_from_config", "DESERIALIZATION_HANDLER_CONFIG",
+    "DEFAULT_KEY_SERDE_CONFIG", "DEFAULT_VALUE_SERDE_CONFIG",
+]
+
+DEFAULT_KEY_SERDE_CONFIG = "default.key.serde"
+DEFAULT_VALUE_SERDE_CONFIG = "default.value.serde"
+DESERIALIZATION_HANDLER_CONFIG = "default.deserialization.exception.handler"
+
+
+class Serde:
+    """A serializer/deserializer pair. Subclass and override both methods, or use `from_functions`."""
+
+    name: str = "custom"
+
+    def serialize(self, obj: Any) -> bytes | None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def deserialize(self, data: bytes | None) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @staticmethod
+    def from_functions(serialize: Callable[[Any], bytes], deserialize: Callable[[bytes], Any],
+                       name: str = "custom") -> "Serde":
+        """A serde from two plain functions. `None` bypasses both; their errors become
+        `SerializationError` naming the serde."""
+        if not callable(serialize) or not callable(deserialize):
+            raise SerializationError(
+                f"Serde.from_functions({name!r}) needs two callables, got "
+                f"{type(serialize).__name__} and {type(deserialize).__name__}")
+        return _FunctionSerde(serialize, deserialize, name)
+
+    def __repr__(self) -> str:
+        return f"Serde({self.name})"
+
+
+class _FunctionSerde(Serde):
+    def __init__(self, ser: Callable, de: Callable, name: str) -> None:
+        self.name = name
+
+        def serialize(obj: Any) -> bytes | None:
+            if obj is None:
+                return None
+            try:
+                out = ser(obj)
+            except SerializationError:
+                raise
+            except Exception as exc:
+                raise SerializationError(f"serde {name!r} failed to serialize {obj!r}: {exc!r}") from exc
+            if out is not None and not isinstance(out, (bytes, bytearray, memoryview)):
+                raise SerializationError(
+                    f"serde {name!r} serializer returned {type(out).__name__}, expected bytes")
+            return bytes(out) if out is not None and type(out) is not bytes else out
+
+        def deserialize(data: bytes | None) -> Any:
+            if data is None:
+                return None
+            try:
+                return de(data)
+            except SerializationError:
+                raise
+            except Exception as exc:
+                raise SerializationError(
+                    f"serde {name!r} failed to deserialize {_preview(data)}: {exc!r}") from exc
+
+        # instance attributes shadow the class methods: one call, no bound-method hop
+        self.serialize = serialize  # type: ignore[method-assign]
+        self.deserialize = deserialize  # type: ignore[method-assign]
+
+
+def _preview(data: Any, limit: int = 32) -> str:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+        shown = raw[:limit]
+        return f"{len(raw)} bytes {shown!r}{'...' if len(raw) > limit else ''}"
+    return f"{type(data).__name__} {data!r}"
+
+
+def _builtin(name: str, serialize: Callable, deserialize: Callable) -> Serde:
+    serde = Serde()
+    serde.name = name
+    serde.serialize = serialize  # type: ignore[method-assign]
+    serde.deserialize = deserialize  # type: ignore[method-assign]
+    return serde
+
+
+# ---- BYTES ----------------------------------------------------------------------------------
+
+def _ser_bytes(obj: Any) -> bytes | None:
+    if obj is None or type(obj) is bytes:
+        return obj
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return bytes(obj)
+    raise SerializationError(f"BYTES serde cannot serialize {type(obj).__name__} {obj!r}: expected bytes")
+
+
+def _de_bytes(data: bytes | None) -> bytes | None:
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise SerializationError(f"BYTES serde cannot deserialize {type(data).__name__}: expected bytes")
+
+
+# ---- STRING ---------------------------------------------------------------------------------
+
+def _ser_string(obj: Any) -> bytes | None:
+    if obj is None:
+        return None
+    if type(obj) is not str and not isinstance(obj, str):
+        raise SerializationError(f"STRING serde cannot serialize {type(obj).__name__} {obj!r}: expected str")
+    try:
+        return obj.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates
+        raise SerializationError(f"STRING serde cannot encode {obj!r} as UTF-8: {exc}") from None
+
+
+def _de_string(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return str(data, "utf-8")
+    except UnicodeDecodeError as exc:
+        raise SerializationError(f"STRING serde: {_preview(data)} is not valid UTF-8: {exc}") from None
+    except TypeError:
+        raise SerializationError(f"STRING serde cannot deserialize {type(data).__name__}: expected bytes") from None
+
+
+# ---- fixed-width numbers (Kafka: big-endian, signed two's complement / IEEE 754) ---------------
+
+def _fixed(name: str, fmt: str, kind: type) -> Serde:
+    st = struct.Struct(fmt)
+    size = st.size
+    pack = st.pack
+    unpack = st.unpack
+
+    def serialize(obj: Any) -> bytes | None:
+        if obj is None:
+            return None
+        if kind is int and not isinstance(obj, int):
+            raise SerializationError(f"{name} serde cannot serialize {type(obj).__name__} {obj!r}: expected int")
+        try:
+            return pack(obj)
+        except (struct.error, OverflowError, TypeError) as exc:
+            raise SerializationError(f"{name} serde cannot serialize {type(obj).__name__} {obj!r}: {exc}") from None
+
+    def deserialize(data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            if len(data) != size:
+                raise SerializationError(
+                    f"{name} serde: size of data received is {len(data)}, expected {size} ({_preview(data)})")
+            return unpack(data)[0]
+        except (struct.error, TypeError) as exc:
+            raise SerializationError(f"{name} serde cannot deserialize {_preview(data)}: {exc}") from None
+
+    return _builtin(name, serialize, deserialize)
+
+
+# ---- JSON (orjson) --------------------------------------------------------------------------
+
+_dumps = orjson.dumps
+_loads = orjson.loads
+
+
+def _ser_json(obj: Any) -> bytes | None:
+    if obj is None:
+        return None
+    try:
+        return _dumps(obj)
+    except TypeError as exc:  # orjson.JSONEncodeError subclasses TypeError
+        raise SerializationError(f"JSON serde cannot serialize {type(obj).__name__} {obj!r}: {exc}") from None
+
+
+def _de_json(data: bytes | None) -> Any:
+    if data is None:
+        return None
+    try:
+        return _loads(data)
+    except (ValueError, TypeError) as exc:  # orjson.JSONDecodeError subclasses ValueError
+        raise SerializationError(f"JSON serde cannot deserialize {_preview(data)}: {exc}") from None
+
+
+BYTES: Serde = _builtin("BYTES", _ser_bytes, _de_bytes)
+STRING: Serde = _builtin("STRING", _ser_string, _de_string)
+INT32: Serde = _fixed("INT32", ">i", int)
+INT64: Serde = _fixed("INT64", ">q", int)
+FLOAT: Serde = _fixed("FLOAT", ">f", float)
+DOUBLE: Serde = _fixed("DOUBLE", ">d", float)
+JSON: Serde = _builtin("JSON", _ser_json, _de_json)
+# Kafka's names for the same serdes
+INTEGER = INT32
+LONG = INT64
+
+_BY_NAME: dict[str, Serde] = {
+    "bytes": BYTES, "bytearray": BYTES, "string": STRING, "str": STRING,
+    "int32": INT32, "integer": INT32, "int": INT32, "int64": INT64, "long": INT64,
+    "float": FLOAT, "double": DOUBLE, "json": JSON,
+    # Kafka class names, so configs copied from Java apps work
+    "org.apache.kafka.common.serialization.serdes$bytearrayserde": BYTES,
+    "org.apache.kafka.common.serialization.serdes$stringserde": STRING,
+    "org.apache.kafka.common.serialization.serdes$integerserde": INT32,
+    "org.apache.kafka.common.serialization.serdes$longserde": INT64,
+    "org.apache.kafka.common.serialization.serdes$floatserde": FLOAT,
+    "org.apache.kafka.common.serialization.serdes$doubleserde": DOUBLE,
+}
+
+
+def serde_by_name(name: str) -> Serde:
+    """The built-in serde named `name` (case-insensitive: "string", "INT64", Kafka class names)."""
+    serde = _BY_NAME.get(str(name).strip().lower())
+    if serde is None:
+        raise SerializationError(
+            f"unknown serde name {name!r}; built-ins are BYTES, STRING, INT32, INT64, FLOAT, DOUBLE, JSON")
+    return serde
+
+
+def _is_serde(obj: Any) -> bool:
+    return callable(getattr(obj, "serialize", None)) and callable(getattr(obj, "deserialize", None))
+
+
+def serde_from_config(config: Mapping[str, Any] | None, key: str) -> Serde | None:
+    """The serde configured under `key` (a Serde object or a built-in name), or None if unset."""
+    value = (config or {}).get(key)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return serde_by_name(value)
+        except SerializationError as exc:
+            raise ConfigError(f"config {key!r}: {exc}") from None
+    if _is_serde(value):
+        return value
+    raise ConfigError(f"config {key!r} must be a serde (serialize/deserialize) or a serde name, got {value!r}")
+
+
+def resolve_serde(serde: Any, where: str) -> Serde | None:
+    """Validate a serde argument (None allowed = use the configured default)."""
+    if serde is None or _is_serde(serde):
+        return serde
+    if isinstance(serde, str):
+        return serde_by_name(serde)
+    raise SerializationError(f"{where}: {serde!r} is not a serde (needs serialize() and deserialize())")
+
+
+# ---- deserialization exception handlers -----------------------------------------------------
+
+class DeserializationHandlerResponse(enum.Enum):
+    CONTINUE = "continue"
+    FAIL = "fail"
+
+
+def log_and_fail(error: RecordDeserializationError) -> DeserializationHandlerResponse:
+    """Default handler: log the bad record and stop processing (the error propagates)."""
+    log.error("deserialization failed, stopping: %s", error)
+    return DeserializationHandlerResponse.FAIL
+
+
+def log_and_continue(error: RecordDeserializationError) -> DeserializationHandlerResponse:
+    """Log the bad record and skip it."""
+    log.warning("deserialization failed, skipping the record: %s", error)
+    return DeserializationHandlerResponse.CONTINUE
+
+
+_HANDLERS: dict[str, Callable[[RecordDeserializationError], DeserializationHandlerResponse]] = {
+    "log_and_fail": log_and_fail,
+    "log_and_continue": log_and_continue,
+    "org.apache.kafka.streams.errors.logandfailexceptionhandler": log_and_fail,
+    "org.apache.kafka.streams.errors.logandcontinueexceptionhandler": log_and_continue,
+}
+
+
+def deserialization_handler_from_config(
+        config: Mapping[str, Any] | None) -> Callable[[RecordDeserializationError], DeserializationHandlerResponse]:
+    """The handler named by `default.deserialization.exception.handler` (default `log_and_fail`).
+
+    The value may be "log_and_fail", "log_and_continue" (or Kafka's class names), or a callable
+    `handler(error: RecordDeserializationError) -> DeserializationHandlerResponse`.
+    """
+    value = (config or {}).get(DESERIALIZATION_HANDLER_CONFIG)
+    if value is None:
+        return log_and_fail
+    if isinstance(value, str):
+        handler = _HANDLERS.get(value.strip().lower())
+        if handler is None:
+            raise ConfigError(
+                f"config {DESERIALIZATION_HANDLER_CONFIG!r}: unknown handler {value!r}; "
+                "use 'log_and_fail', 'log_and_continue' or a callable")
+        return handler
+    if callable(value):
+        return value
+    raise ConfigError(f"config {DESERIALIZATION_HANDLER_CONFIG!r} must be a handler name or a callable, got {value!r}")

@@ -1,0 +1,416 @@
+"""`Topology`: a graph of source, processor and sink nodes plus the state stores they use.
+
+Nodes may name parents that are added later; the graph is validated as a whole by `build()`
+(also run by `describe()` and by the runtimes), which raises `TopologyError` naming the node.
+Sub-topologies are the connected components of the graph, where a store shared by two
+processors also connects them; each becomes one task per input partition at runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from streams import serdes as _serdes
+from streams.errors import TopologyError
+from streams.processor import Processor, TimestampExtractor
+
+__all__ = ["Topology", "TopologyDescription", "Subtopology", "SourceSpec", "ProcessorSpec", "SinkSpec",
+           "changelog_topic_name", "REPARTITION"]
+
+REPARTITION = "repartition"
+_OFFSET_RESETS = (None, "earliest", "latest")
+
+
+def changelog_topic_name(application_id: str, store_name: str) -> str:
+    return f"{application_id}-{store_name}-changelog"
+
+
+@dataclass
+class SourceSpec:
+    name: str
+    topics: tuple[str, ...]
+    key_serde: Any = None
+    value_serde: Any = None
+    timestamp_extractor: Optional[TimestampExtractor] = None
+    offset_reset: Optional[str] = None
+    parents: tuple[str, ...] = ()
+    kind: str = "source"
+
+
+@dataclass
+class ProcessorSpec:
+    name: str
+    supplier: Callable[[], Processor]
+    parents: tuple[str, ...]
+    stores: list[str] = field(default_factory=list)
+    kind: str = "processor"
+
+
+@dataclass
+class SinkSpec:
+    name: str
+    topic: str
+    parents: tuple[str, ...]
+    key_serde: Any = None
+    value_serde: Any = None
+    partitioner: Optional[Callable[[str, Any, Any, int], Optional[int]]] = None
+    kind: str = "sink"
+
+
+@dataclass(frozen=True)
+class Subtopology:
+    """One connected component of a validated topology."""
+
+    id: int
+    node_names: tuple[str, ...]                  # in the order the nodes were added
+    source_topics: tuple[str, ...]               # undecorated names (internal topics lack the app id)
+    sink_topics: tuple[str, ...]
+    store_names: tuple[str, ...]
+    internal_source_topics: tuple[str, ...]      # repartition topics this sub-topology reads
+
+
+def _check_name(what: str, name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise TopologyError(f"{what} name must be a non-empty string, got {name!r}")
+    return name
+
+
+class Topology:
+    """A processing graph; see the module doc. Build with the `add_*` methods or a StreamsBuilder."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, SourceSpec | ProcessorSpec | SinkSpec] = {}
+        self._stores: dict[str, Any] = {}               # store name -> StoreBuilder
+        self._source_of_topic: dict[str, str] = {}      # topic -> source node name
+        self._internal_topics: dict[str, str] = {}      # undecorated topic name -> kind
+        self._built: Optional[list[Subtopology]] = None
+
+    # ---- construction ---------------------------------------------------------------------
+
+    def _add_node(self, spec: SourceSpec | ProcessorSpec | SinkSpec) -> None:
+        if spec.name in self._nodes:
+            raise TopologyError(f"{spec.kind} {spec.name!r}: a node named {spec.name!r} was already added")
+        self._nodes[spec.name] = spec
+        self._built = None
+
+    def _check_parents(self, kind: str, name: str, parent_names: Sequence[str]) -> tuple[str, ...]:
+        if not parent_names:
+            raise TopologyError(f"{kind} {name!r} must have at least one parent")
+        parents = tuple(_check_name(f"parent of {kind} {name!r}", p) for p in parent_names)
+        if name in parents:
+            raise TopologyError(f"{kind} {name!r} cannot be its own parent")
+        if len(set(parents)) != len(parents):
+            raise TopologyError(f"{kind} {name!r} lists a parent more than once: {list(parents)}")
+        return parents
+
+    def add_source(self, name: str, *topics: str, key_serde: Any = None, value_serde: Any = None,
+                   timestamp_extractor: Optional[TimestampExtractor] = None,
+                   offset_reset: Optional[str] = None) -> "Topology":
+        """A source node reading `topics` (one or more), deserializing with the given serdes."""
+        _check_name("source", name)
+        if not topics:
+            raise TopologyError(f"source {name!r} must read at least one topic")
+        for topic in topics:
+            _check_name(f"topic of source {name!r}", topic)
+        if len(set(topics)) != len(topics):
+            raise TopologyError(f"source {name!r} lists a topic more than once: {list(topics)}")
+        for topic in topics:
+            other = self._source_of_topic.get(topic)
+            if other is not None:
+                raise TopologyError(
+                    f"source {name!r}: topic {topic!r} is already read by source {other!r}")
+        if offset_reset not in _OFFSET_RESETS:
+            raise TopologyError(f"source {name!r}: offset_reset must be 'earliest', 'latest' or None, "
+                                f"got {offset_reset!r}")
+        if timestamp_extractor is not None and not callable(getattr(timestamp_extractor, "extract", None)):
+            raise TopologyError(f"source {name!r}: timestamp_extractor {timestamp_extractor!r} has no extract()")
+        key_serde = self._serde(key_serde, f"key_serde of source {name!r}")
+        value_serde = self._serde(value_serde, f"value_serde of source {name!r}")
+        self._add_node(SourceSpec(name, tuple(topics), key_serde, value_serde, timestamp_extractor, offset_reset))
+        for topic in topics:
+            self._source_of_topic[topic] = name
+        return self
+
+    def add_processor(self, name: str, supplier: Callable[[], Processor], *parent_names: str) -> "Topology":
+        """A processor node; `supplier()` must return a new `Processor` each call (one per task)."""
+        _check_name("processor", name)
+        if isinstance(supplier, Processor) or not callable(supplier):
+            raise TopologyError(
+                f"processor {name!r}: supplier must be a callable returning a new Processor "
+                f"(e.g. the class), got {supplier!r}")
+        parents = self._check_parents("processor", name, parent_names)
+        self._add_node(ProcessorSpec(name, supplier, parents))
+        return self
+
+    def add_sink(self, name: str, topic: str, *parent_names: str, key_serde: Any = None,
+                 value_serde: Any = None,
+                 partitioner: Optional[Callable[[str, Any, Any, int], Optional[int]]] = None) -> "Topology":
+        """A sink node writing to `topic`. `partitioner(topic, key, value, num_partitions)` may pick
+        the partition (None = the producer's default, key hash)."""
+        _check_name("sink", name)
+        _check_name(f"topic of sink {name!r}", topic)
+        if partitioner is not None and not callable(partitioner):
+            raise TopologyError(f"sink {name!r}: partitioner must be callable, got {partitioner!r}")
+        parents = self._check_parents("sink", name, parent_names)
+        key_serde = self._serde(key_serde, f"key_serde of sink {name!r}")
+        value_serde = self._serde(value_serde, f"value_serde of sink {name!r}")
+        self._add_node(SinkSpec(name, topic, parents, key_serde, value_serde, partitioner))
+        return self
+
+    def add_state_store(self, store_builder: Any, *processor_names: str) -> "Topology":
+        """Add a store (a `StoreBuilder` from `state.Stores`) and connect it to processors."""
+        name = getattr(store_builder, "name", None)
+        if not callable(getattr(store_builder, "build", None)):
+            raise TopologyError(f"add_state_store needs a StoreBuilder (with .name and .build()), got {store_builder!r}")
+        _check_name("state store", name)
+        if name in self._stores:
+            raise TopologyError(f"state store {name!r} was already added")
+        self._stores[name] = store_builder
+        self._built = None
+        if processor_names:
+            for p in processor_names:
+                self.connect_processor_and_state_stores(p, name)
+        return self
+
+    def connect_processor_and_state_stores(self, processor_name: str, *store_names: str) -> "Topology":
+        """Give processor `processor_name` access to stores (which may be added later)."""
+        _check_name("processor", processor_name)
+        if not store_names:
+            raise TopologyError(f"processor {processor_name!r}: no state store names given to connect")
+        spec = self._nodes.get(processor_name)
+        if spec is None:
+            raise TopologyError(f"cannot connect state stores to unknown processor {processor_name!r}")
+        if not isinstance(spec, ProcessorSpec):
+            raise TopologyError(f"cannot connect state stores to {spec.kind} {processor_name!r}; only processors have stores")
+        for store in store_names:
+            _check_name(f"store connected to processor {processor_name!r}", store)
+            if store not in spec.stores:
+                spec.stores.append(store)
+        self._built = None
+        return self
+
+    def add_internal_topic(self, name: str, kind: str = REPARTITION) -> "Topology":
+        """Mark `name` as an internal topic; runtimes prefix it with `<application.id>-`."""
+        _check_name("internal topic", name)
+        self._internal_topics[name] = kind
+        self._built = None
+        return self
+
+    @staticmethod
+    def _serde(serde: Any, where: str) -> Any:
+        try:
+            return _serdes.resolve_serde(serde, where)
+        except Exception as exc:
+            raise TopologyError(str(exc)) from None
+
+    # ---- queries --------------------------------------------------------------------------
+
+    @property
+    def internal_topics(self) -> dict[str, str]:
+        return dict(self._internal_topics)
+
+    def decorate_topic(self, topic: str, application_id: str) -> str:
+        """The real topic name: internal topics get the `<application.id>-` prefix."""
+        return f"{application_id}-{topic}" if topic in self._internal_topics else topic
+
+    def node(self, name: str) -> SourceSpec | ProcessorSpec | SinkSpec:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise TopologyError(f"unknown node {name!r}") from None
+
+    def store_builder(self, name: str) -> Any:
+        try:
+            return self._stores[name]
+        except KeyError:
+            raise TopologyError(f"unknown state store {name!r}") from None
+
+    @property
+    def store_names(self) -> list[str]:
+        return list(self._stores)
+
+    def children(self, name: str) -> list[str]:
+        """Child node names of `name`, in the order they were added."""
+        return [n for n, spec in self._nodes.items() if name in spec.parents]
+
+    # ---- validation and grouping ----------------------------------------------------------
+
+    def build(self) -> list[Subtopology]:
+        """Validate the whole graph and return its sub-topologies (cached until the next change)."""
+        if self._built is None:
+            self._validate()
+            self._built = self._group()
+        return self._built
+
+    def _validate(self) -> None:
+        if not self._nodes:
+            raise TopologyError("topology has no nodes; add at least one source")
+        if not any(isinstance(s, SourceSpec) for s in self._nodes.values()):
+            raise TopologyError("topology has no source node")
+        for name, spec in self._nodes.items():
+            for parent in spec.parents:
+                pspec = self._nodes.get(parent)
+                if pspec is None:
+                    raise TopologyError(f"{spec.kind} {name!r} has unknown parent {parent!r}")
+                if isinstance(pspec, SinkSpec):
+                    raise TopologyError(f"sink {parent!r} cannot have children, but {spec.kind} {name!r} names it as parent")
+            if isinstance(spec, ProcessorSpec):
+                for store in spec.stores:
+                    if store not in self._stores:
+                        raise TopologyError(f"processor {name!r} is connected to unknown state store {store!r}")
+        self._check_cycles()
+        connected = {s for spec in self._nodes.values() if isinstance(spec, ProcessorSpec) for s in spec.stores}
+        for store in self._stores:
+            if store not in connected:
+                raise TopologyError(f"state store {store!r} is not connected to any processor")
+
+    def _check_cycles(self) -> None:
+        WHITE, GREY, BLACK = 0, 1, 2
+        color = dict.fromkeys(self._nodes, WHITE)
+        for start in self._nodes:
+            if color[start] != WHITE:
+                continue
+            # iterative DFS along parent edges; a GREY parent closes a cycle
+            stack: list[tuple[str, Iterable[str]]] = [(start, iter(self._nodes[start].parents))]
+            color[start] = GREY
+            while stack:
+                node, it = stack[-1]
+                advanced = False
+                for parent in it:
+                    if color[parent] == GREY:
+                        path = [n for n, _ in stack]
+                        cycle = path[path.index(parent):] + [parent]
+                        raise TopologyError(
+                            f"processor {node!r} is part of a cycle: {' <- '.join(cycle)}")
+                    if color[parent] == WHITE:
+                        color[parent] = GREY
+                        stack.append((parent, iter(self._nodes[parent].parents)))
+                        advanced = True
+                        break
+                if not advanced:
+                    color[node] = BLACK
+                    stack.pop()
+
+    def _group(self) -> list[Subtopology]:
+        parent_of: dict[str, str] = {n: n for n in self._nodes}
+
+        def find(x: str) -> str:
+            while parent_of[x] != x:
+                parent_of[x] = parent_of[parent_of[x]]
+                x = parent_of[x]
+            return x
+
+        def union(a: str, b: str) -> None:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent_of[rb] = ra
+
+        store_users: dict[str, str] = {}
+        for name, spec in self._nodes.items():
+            for p in spec.parents:
+                union(name, p)
+            if isinstance(spec, ProcessorSpec):
+                for store in spec.stores:
+                    if store in store_users:
+                        union(name, store_users[store])
+                    else:
+                        store_users[store] = name
+        # like Kafka: number groups walking source nodes sorted by name, then any other node
+        order = sorted(n for n, s in self._nodes.items() if isinstance(s, SourceSpec))
+        order += [n for n in self._nodes if n not in set(order)]
+        group_ids: dict[str, int] = {}
+        for n in order:
+            root = find(n)
+            if root not in group_ids:
+                group_ids[root] = len(group_ids)
+        members: dict[int, list[str]] = {i: [] for i in range(len(group_ids))}
+        for n in self._nodes:
+            members[group_ids[find(n)]].append(n)
+        result = []
+        for gid in range(len(group_ids)):
+            names = members[gid]
+            sources = [t for n in names if isinstance(self._nodes[n], SourceSpec) for t in self._nodes[n].topics]
+            sinks = list(dict.fromkeys(self._nodes[n].topic for n in names if isinstance(self._nodes[n], SinkSpec)))
+            stores = list(dict.fromkeys(s for n in names if isinstance(self._nodes[n], ProcessorSpec)
+                                        for s in self._nodes[n].stores))
+            result.append(Subtopology(
+                id=gid, node_names=tuple(names), source_topics=tuple(sources), sink_topics=tuple(sinks),
+                store_names=tuple(stores),
+                internal_source_topics=tuple(t for t in sources if t in self._internal_topics)))
+        return result
+
+    # ---- description ----------------------------------------------------------------------
+
+    def describe(self) -> "TopologyDescription":
+        subtopologies = self.build()
+        children: dict[str, list[str]] = {n: [] for n in self._nodes}
+        for name, spec in self._nodes.items():
+            for p in spec.parents:
+                children[p].append(name)
+        sizes: dict[str, int] = {}
+
+        def size(n: str) -> int:  # Kafka's sub-tree size (paths counted, as its updateSize does)
+            if n not in sizes:
+                sizes[n] = 1 + sum(size(c) for c in children[n])
+            return sizes[n]
+
+        def key(n: str) -> tuple[int, str]:
+            return (-size(n), n)
+
+        subs = []
+        for sub in subtopologies:
+            nodes = []
+            for n in sorted(sub.node_names, key=key):
+                spec = self._nodes[n]
+                nodes.append(NodeDescription(
+                    name=n, kind=spec.kind,
+                    topics=tuple(spec.topics) if isinstance(spec, SourceSpec) else (),
+                    topic=spec.topic if isinstance(spec, SinkSpec) else None,
+                    stores=tuple(sorted(spec.stores)) if isinstance(spec, ProcessorSpec) else (),
+                    successors=tuple(sorted(children[n], key=key)),
+                    predecessors=tuple(sorted(spec.parents, key=key))))
+            subs.append(SubtopologyDescription(sub.id, tuple(nodes)))
+        return TopologyDescription(tuple(subs))
+
+    def __repr__(self) -> str:
+        return f"Topology(nodes={list(self._nodes)}, stores={list(self._stores)})"
+
+
+@dataclass(frozen=True)
+class NodeDescription:
+    name: str
+    kind: str                      # "source" | "processor" | "sink"
+    topics: tuple[str, ...]
+    topic: Optional[str]
+    stores: tuple[str, ...]
+    successors: tuple[str, ...]
+    predecessors: tuple[str, ...]
+
+    def __str__(self) -> str:
+        def names(ns: tuple[str, ...]) -> str:
+            return ", ".join(ns) if ns else "none"
+        if self.kind == "source":
+            return f"Source: {self.name} (topics: [{', '.join(self.topics)}])\n      --> {names(self.successors)}"
+        if self.kind == "sink":
+            return f"Sink: {self.name} (topic: {self.topic})\n      <-- {names(self.predecessors)}"
+        return (f"Processor: {self.name} (stores: [{', '.join(self.stores)}])\n"
+                f"      --> {names(self.successors)}\n      <-- {names(self.predecessors)}")
+
+
+@dataclass(frozen=True)
+class SubtopologyDescription:
+    id: int
+    nodes: tuple[NodeDescription, ...]
+
+    def __str__(self) -> str:
+        return f"Sub-topology: {self.id}\n" + "".join(f"    {node}\n" for node in self.nodes) + "\n"
+
+
+@dataclass(frozen=True)
+class TopologyDescription:
+    subtopologies: tuple[SubtopologyDescription, ...]
+
+    def __str__(self) -> str:
+        # Kafka's exact layout: "Topologies:\n " then "  " before each sub-topology
+        return "Topologies:\n " + "".join(f"  {sub}" for sub in self.subtopologies)
