@@ -59,3 +59,11 @@ class StoreAccessError(StreamsException):
 
 class ConfigError(StreamsError, ValueError):
     """A configuration value is missing or invalid; the message names the key."""
+
+
+class UnknownTopicError(StreamsError):
+    """A test driver input names a topic that no source node reads."""
+
+
+class EmptyTopicError(StreamsError):
+    """A test driver output topic has no more records to read."""

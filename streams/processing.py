@@ -1,0 +1,517 @@
+"""The processing core shared by the real StreamTask and TopologyTestDriver.
+
+`TaskEngine` instantiates one sub-topology for one task: source, processor and sink nodes, the
+processor context, the task's state stores and its two punctuation queues. Callers feed it raw
+(bytes) input records one at a time in the order they chose (the real task picks by timestamp
+across its partitions; the driver takes them as piped), then ask it to punctuate and to flush.
+Everything that decides *what* a record does - deserialization and its handler, timestamp
+extraction, stream time, forwarding, punctuation, error wrapping - lives here so both runtimes
+behave identically.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
+
+from streams import serdes as _serdes
+from streams.errors import (ConfigError, InvalidTimestampError, RecordDeserializationError,
+                            SerializationError, StoreAccessError, StreamsError, StreamsException,
+                            UnknownProcessorError)
+from streams.processor import (Cancellable, ConsumerRecord, FailOnInvalidTimestamp, Processor,
+                               ProcessorContext, PunctuationType, Record, RecordMetadata)
+from streams.topology import ProcessorSpec, SinkSpec, SourceSpec, Subtopology, Topology
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RecordCollector", "ProcessorNode", "SourceNode", "SinkNode", "ProcessorContextImpl",
+           "PunctuationSchedule", "PunctuationQueue", "TaskEngine", "UNKNOWN_TIME"]
+
+UNKNOWN_TIME = -1  # Kafka's RecordQueue.UNKNOWN: no record seen yet
+
+
+class RecordCollector(Protocol):
+    """Where sinks (and the change-logging layer, via the state manager) send records."""
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, *, partition: int | None,
+             timestamp: int, headers: Any = None) -> None: ...
+
+    def partitions_for(self, topic: str) -> int:
+        """Number of partitions of `topic` (used only by sinks with a custom partitioner)."""
+        ...
+
+
+# ---- nodes --------------------------------------------------------------------------------
+
+class ProcessorNode:
+    """A processor instance in a task, with its children in the order they were added."""
+
+    __slots__ = ("name", "processor", "children", "children_by_name", "store_names", "process")
+
+    def __init__(self, name: str, processor: Optional[Processor], store_names: Iterable[str] = ()) -> None:
+        self.name = name
+        self.processor = processor
+        self.children: list[ProcessorNode] = []
+        self.children_by_name: dict[str, ProcessorNode] = {}
+        self.store_names = frozenset(store_names)
+        if processor is not None:
+            self.process = processor.process  # bound once: forward calls it directly
+
+    def add_child(self, child: "ProcessorNode") -> None:
+        self.children.append(child)
+        self.children_by_name[child.name] = child
+
+    def init(self, context: "ProcessorContextImpl") -> None:
+        if self.processor is not None:
+            self.processor.init(context)
+
+    def close(self) -> None:
+        if self.processor is not None:
+            self.processor.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class SourceNode(ProcessorNode):
+    __slots__ = ("topics", "key_deserialize", "value_deserialize", "timestamp_extractor", "context")
+
+    def __init__(self, name: str, topics: tuple[str, ...], key_serde: Any, value_serde: Any,
+                 timestamp_extractor: Any) -> None:
+        super().__init__(name, None)
+        self.topics = topics
+        self.key_deserialize = key_serde.deserialize
+        self.value_deserialize = value_serde.deserialize
+        self.timestamp_extractor = timestamp_extractor
+        self.context: Optional[ProcessorContextImpl] = None
+        self.process = self._process
+
+    def init(self, context: "ProcessorContextImpl") -> None:
+        self.context = context
+
+    def _process(self, record: Record) -> None:
+        self.context.forward(record)
+
+
+class SinkNode(ProcessorNode):
+    __slots__ = ("topic", "key_serialize", "value_serialize", "partitioner", "collector")
+
+    def __init__(self, name: str, topic: str, key_serde: Any, value_serde: Any,
+                 partitioner: Any, collector: RecordCollector) -> None:
+        super().__init__(name, None)
+        self.topic = topic
+        self.key_serialize = key_serde.serialize
+        self.value_serialize = value_serde.serialize
+        self.partitioner = partitioner
+        self.collector = collector
+        self.process = self._process
+
+    def add_child(self, child: ProcessorNode) -> None:  # pragma: no cover - Topology forbids it
+        raise StreamsException(f"sink {self.name!r} cannot have children")
+
+    def _process(self, record: Record) -> None:
+        try:
+            key = self.key_serialize(record.key)
+            value = self.value_serialize(record.value)
+        except SerializationError as exc:
+            raise SerializationError(
+                f"sink {self.name!r} could not serialize a record for topic {self.topic!r}: {exc}") from exc
+        partition = None
+        if self.partitioner is not None:
+            partition = self.partitioner(self.topic, record.key, record.value,
+                                         self.collector.partitions_for(self.topic))
+        self.collector.send(self.topic, key, value, partition=partition, timestamp=record.timestamp,
+                            headers=list(record.headers) if record.headers else None)
+
+
+# ---- punctuation ----------------------------------------------------------------------------
+
+class PunctuationSchedule(Cancellable):
+    __slots__ = ("node", "interval_ms", "callback", "timestamp", "cancelled")
+
+    def __init__(self, node: ProcessorNode, timestamp: int, interval_ms: int, callback: Callable[[int], None]) -> None:
+        self.node = node
+        self.timestamp = timestamp
+        self.interval_ms = interval_ms
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def advance(self, now: int) -> None:
+        """Move to the next due time after `now`, skipping missed intervals (Kafka's next())."""
+        nxt = self.timestamp + self.interval_ms
+        if now >= nxt:
+            missed = (now - self.timestamp) // self.interval_ms
+            nxt = self.timestamp + (missed + 1) * self.interval_ms
+        self.timestamp = nxt
+
+
+class PunctuationQueue:
+    """Schedules ordered by due time (ties in scheduling order)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, PunctuationSchedule]] = []
+        self._seq = itertools.count()
+
+    def schedule(self, sched: PunctuationSchedule) -> None:
+        heapq.heappush(self._heap, (sched.timestamp, next(self._seq), sched))
+
+    def next_due(self) -> int | None:
+        while self._heap and self._heap[0][2].cancelled:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def may_punctuate(self, now: int, punctuate: Callable[[PunctuationSchedule, int], None]) -> bool:
+        """Fire every schedule due at `now` once (each re-armed after its callback)."""
+        heap = self._heap
+        fired = False
+        while heap and heap[0][0] <= now:
+            _, _, sched = heapq.heappop(heap)
+            if sched.cancelled:
+                continue
+            punctuate(sched, now)
+            if not sched.cancelled:  # the callback may cancel its own schedule
+                sched.advance(now)
+                heapq.heappush(heap, (sched.timestamp, next(self._seq), sched))
+            fired = True
+        return fired
+
+    def __len__(self) -> int:
+        return sum(1 for _, _, s in self._heap if not s.cancelled)
+
+
+# ---- context --------------------------------------------------------------------------------
+
+class ProcessorContextImpl(ProcessorContext):
+    """The context every processor of one task shares; tracks the current node and record."""
+
+    def __init__(self, engine: "TaskEngine") -> None:
+        self._engine = engine
+        self.current_node: Optional[ProcessorNode] = None
+        self.metadata: Optional[RecordMetadata] = None
+        self.commit_requested = False
+
+    @property
+    def application_id(self) -> str:
+        return self._engine.application_id
+
+    @property
+    def task_id(self) -> Any:
+        return self._engine.task_id
+
+    @property
+    def app_config(self) -> dict:
+        return self._engine.config
+
+    @property
+    def current_stream_time_ms(self) -> int:
+        return self._engine.stream_time
+
+    @property
+    def current_system_time_ms(self) -> int:
+        return self._engine.clock_ms()
+
+    def forward(self, record: Record, child_name: str | None = None) -> None:
+        node = self.current_node
+        if node is None:
+            raise StreamsException("forward() called outside of process(), a punctuation or a store flush")
+        if child_name is None:
+            for child in node.children:
+                self.current_node = child
+                child.process(record)
+        else:
+            child = node.children_by_name.get(child_name)
+            if child is None:
+                raise UnknownProcessorError(
+                    f"processor {node.name!r} has no child named {child_name!r}; "
+                    f"children are {[c.name for c in node.children]}")
+            self.current_node = child
+            child.process(record)
+        # not restored in a finally: after an exception current_node names the failing node
+        self.current_node = node
+
+    def schedule(self, interval_ms: int, punctuation_type: PunctuationType,
+                 callback: Callable[[int], None]) -> Cancellable:
+        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int) or interval_ms < 1:
+            raise StreamsException(f"punctuation interval must be a positive int of ms, got {interval_ms!r}")
+        if not callable(callback):
+            raise StreamsException(f"punctuation callback must be callable, got {callback!r}")
+        node = self.current_node
+        if node is None:
+            raise StreamsException("schedule() must be called from a processor (init, process or punctuate)")
+        return self._engine.schedule(node, interval_ms, punctuation_type, callback)
+
+    def get_state_store(self, name: str) -> Any:
+        node = self.current_node
+        if node is None:
+            raise StoreAccessError(f"get_state_store({name!r}) called outside of a processor")
+        if name not in node.store_names:
+            if name in self._engine.stores:
+                raise StoreAccessError(
+                    f"processor {node.name!r} has no access to state store {name!r}: the store is not "
+                    f"connected to it (add_state_store(builder, {node.name!r}) or "
+                    "connect_processor_and_state_stores)")
+            raise StoreAccessError(f"processor {node.name!r}: unknown state store {name!r}")
+        return self._engine.stores[name]
+
+    def commit(self) -> None:
+        self.commit_requested = True
+
+    def record_metadata(self) -> RecordMetadata | None:
+        return self.metadata
+
+    def run_as(self, node: ProcessorNode, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run `fn` as if inside `node` with no input record (punctuations, cache flush listeners)."""
+        prev_node, prev_meta = self.current_node, self.metadata
+        self.current_node, self.metadata = node, None
+        try:
+            return fn(*args)
+        finally:
+            self.current_node, self.metadata = prev_node, prev_meta
+
+    def scoped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap `fn` to run as the current node later (used by cache flush listeners)."""
+        node = self.current_node
+        if node is None:
+            raise StreamsException("scoped() must be called from a processor")
+
+        def call(*args: Any) -> Any:
+            return self.run_as(node, fn, *args)
+        return call
+
+
+# ---- the task engine ------------------------------------------------------------------------
+
+def _serde_or_default(serde: Any, config: Mapping[str, Any], key: str, where: str) -> Any:
+    if serde is not None:
+        return serde
+    default = _serdes.serde_from_config(config, key)
+    if default is None:
+        raise ConfigError(f"{where} has no serde and config {key!r} is not set; pass one or set the default")
+    return default
+
+
+class TaskEngine:
+    """One sub-topology instantiated for one task (see the module doc)."""
+
+    def __init__(self, topology: Topology, subtopology: Subtopology, *, task_id: Any,
+                 application_id: str, config: Mapping[str, Any], collector: RecordCollector,
+                 clock_ms: Callable[[], int], state_context: Any = None) -> None:
+        self.topology = topology
+        self.subtopology = subtopology
+        self.task_id = task_id
+        self.application_id = application_id
+        self.config = dict(config)
+        self.collector = collector
+        self.clock_ms = clock_ms
+        self.state_context = state_context
+        self.stream_time = UNKNOWN_TIME
+        self.partition_times: dict[tuple[str, int], int] = {}
+        self.deserialization_handler = _serdes.deserialization_handler_from_config(config)
+        self.context = ProcessorContextImpl(self)
+        self.stream_time_queue = PunctuationQueue()
+        self.wall_clock_queue = PunctuationQueue()
+        self.stores: dict[str, Any] = {}
+        self.nodes: dict[str, ProcessorNode] = {}
+        self.sources_by_topic: dict[str, SourceNode] = {}
+        self.sinks: list[SinkNode] = []
+        self._initialized = False
+        self._closed = False
+        self._default_extractor = FailOnInvalidTimestamp()
+        self._build_nodes()
+
+    def _build_nodes(self) -> None:
+        topo, cfg, app = self.topology, self.config, self.application_id
+        for name in self.subtopology.node_names:
+            spec = topo.node(name)
+            if isinstance(spec, SourceSpec):
+                topics = tuple(topo.decorate_topic(t, app) for t in spec.topics)
+                node: ProcessorNode = SourceNode(
+                    name, topics,
+                    _serde_or_default(spec.key_serde, cfg, _serdes.DEFAULT_KEY_SERDE_CONFIG, f"source {name!r}"),
+                    _serde_or_default(spec.value_serde, cfg, _serdes.DEFAULT_VALUE_SERDE_CONFIG, f"source {name!r}"),
+                    spec.timestamp_extractor)
+                for t in topics:
+                    self.sources_by_topic[t] = node
+            elif isinstance(spec, SinkSpec):
+                node = SinkNode(
+                    name, topo.decorate_topic(spec.topic, app),
+                    _serde_or_default(spec.key_serde, cfg, _serdes.DEFAULT_KEY_SERDE_CONFIG, f"sink {name!r}"),
+                    _serde_or_default(spec.value_serde, cfg, _serdes.DEFAULT_VALUE_SERDE_CONFIG, f"sink {name!r}"),
+                    spec.partitioner, self.collector)
+                self.sinks.append(node)
+            else:
+                assert isinstance(spec, ProcessorSpec)
+                processor = spec.supplier()
+                if not callable(getattr(processor, "process", None)):
+                    raise StreamsException(
+                        f"processor {name!r}: supplier returned {processor!r}, which has no process(record)")
+                node = ProcessorNode(name, processor, spec.stores)
+            self.nodes[name] = node
+        for name in self.subtopology.node_names:
+            for parent in topo.node(name).parents:
+                self.nodes[parent].add_child(self.nodes[name])
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def init_stores(self) -> None:
+        """Build and open the task's stores (they register with the state context for restore)."""
+        for store_name in self.subtopology.store_names:
+            builder = self.topology.store_builder(store_name)
+            store = builder.build()
+            store.init(self.state_context)
+            self.stores[store_name] = store
+
+    def init_processors(self) -> None:
+        """Call every node's init(context), in the order nodes were added (sources first)."""
+        ctx = self.context
+        for node in self.nodes.values():
+            ctx.current_node = node
+            try:
+                node.init(ctx)
+            except StreamsError:
+                raise
+            except Exception as exc:
+                raise StreamsException(
+                    f"task {self.task_id}: processor {node.name!r} failed in init(): {exc!r}") from exc
+        ctx.current_node = None
+        self._initialized = True
+
+    def initialize(self) -> None:
+        self.init_stores()
+        self.init_processors()
+
+    # ---- processing -----------------------------------------------------------------------
+
+    def process(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                timestamp: int, headers: Any = None) -> bool:
+        """Process one raw input record. Returns False if it was skipped (handler or timestamp)."""
+        source = self.sources_by_topic.get(topic)
+        if source is None:
+            raise StreamsException(f"task {self.task_id} has no source node for topic {topic!r}")
+        try:
+            k = source.key_deserialize(key)
+            v = source.value_deserialize(value)
+        except SerializationError as exc:
+            err = RecordDeserializationError(
+                f"deserialization failed for a record from topic {topic!r} partition {partition} "
+                f"offset {offset} (source {source.name!r}, task {self.task_id}): {exc}",
+                topic=topic, partition=partition, offset=offset, key=key, value=value)
+            response = self.deserialization_handler(err)
+            if response is _serdes.DeserializationHandlerResponse.CONTINUE:
+                return False
+            if response is not _serdes.DeserializationHandlerResponse.FAIL:
+                raise StreamsException(
+                    f"deserialization handler returned {response!r}; expected a DeserializationHandlerResponse") from err
+            raise err from exc
+        if headers is None:
+            hdrs: tuple = ()
+        elif type(headers) is tuple:
+            hdrs = headers
+        else:
+            hdrs = tuple(headers)
+        tp = (topic, partition)
+        partition_time = self.partition_times.get(tp, UNKNOWN_TIME)
+        extractor = source.timestamp_extractor
+        if extractor is None:
+            if timestamp < 0:
+                self._default_extractor.extract(
+                    ConsumerRecord(topic, partition, offset, k, v, timestamp, hdrs), partition_time)
+            ts = timestamp
+        else:
+            ts = extractor.extract(ConsumerRecord(topic, partition, offset, k, v, timestamp, hdrs), partition_time)
+            if ts < 0:
+                log.warning("skipping record from %s-%d offset %d: extracted timestamp %d is negative",
+                            topic, partition, offset, ts)
+                return False
+        if ts > partition_time:
+            self.partition_times[tp] = ts
+        if ts > self.stream_time:
+            self.stream_time = ts
+        ctx = self.context
+        ctx.metadata = RecordMetadata(topic, partition, offset)
+        ctx.current_node = source
+        try:
+            source.process(Record._make(k, v, ts, hdrs))
+        except (RecordDeserializationError, InvalidTimestampError):
+            raise
+        except Exception as exc:
+            failed = ctx.current_node.name if ctx.current_node is not None else source.name
+            raise StreamsException(
+                f"exception caught in process: task_id={self.task_id}, processor={failed}, topic={topic}, "
+                f"partition={partition}, offset={offset}: {exc!r}") from exc
+        finally:
+            ctx.current_node = None
+            ctx.metadata = None
+        return True
+
+    def schedule(self, node: ProcessorNode, interval_ms: int, punctuation_type: PunctuationType,
+                 callback: Callable[[int], None]) -> Cancellable:
+        if punctuation_type is PunctuationType.STREAM_TIME:
+            # aligned to 0: fires as soon as there is stream time (Kafka's behaviour)
+            sched = PunctuationSchedule(node, 0, interval_ms, callback)
+            self.stream_time_queue.schedule(sched)
+        elif punctuation_type is PunctuationType.WALL_CLOCK_TIME:
+            sched = PunctuationSchedule(node, self.clock_ms() + interval_ms, interval_ms, callback)
+            self.wall_clock_queue.schedule(sched)
+        else:
+            raise StreamsException(f"unknown punctuation type {punctuation_type!r}")
+        return sched
+
+    def _punctuate(self, sched: PunctuationSchedule, now: int) -> None:
+        ctx = self.context
+        prev_node, prev_meta = ctx.current_node, ctx.metadata
+        ctx.current_node, ctx.metadata = sched.node, None
+        try:
+            sched.callback(now)
+        except StreamsError:
+            raise
+        except Exception as exc:
+            failed = ctx.current_node.name if ctx.current_node is not None else sched.node.name
+            raise StreamsException(
+                f"exception caught while punctuating: task_id={self.task_id}, processor={failed}, "
+                f"timestamp={now}: {exc!r}") from exc
+        finally:
+            ctx.current_node, ctx.metadata = prev_node, prev_meta
+
+    def maybe_punctuate_stream_time(self) -> bool:
+        if self.stream_time == UNKNOWN_TIME:
+            return False
+        return self.stream_time_queue.may_punctuate(self.stream_time, self._punctuate)
+
+    def maybe_punctuate_system_time(self) -> bool:
+        return self.wall_clock_queue.may_punctuate(self.clock_ms(), self._punctuate)
+
+    def flush(self) -> None:
+        """Flush stores, outermost layer first (caches write down and forward downstream)."""
+        for store in self.stores.values():
+            store.flush()
+
+    def close(self) -> None:
+        """Close processors then stores; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        ctx = self.context
+        first_error: Optional[BaseException] = None
+        if self._initialized:
+            for node in self.nodes.values():
+                ctx.current_node = node
+                try:
+                    node.close()
+                except Exception as exc:  # keep closing the rest, report the first
+                    log.exception("task %s: processor %r failed in close()", self.task_id, node.name)
+                    first_error = first_error or exc
+            ctx.current_node = None
+        for store in self.stores.values():
+            try:
+                store.close()
+            except Exception as exc:
+                log.exception("task %s: store %r failed in close()", self.task_id, getattr(store, "name", store))
+                first_error = first_error or exc
+        if first_error is not None:
+            raise StreamsException(f"task {self.task_id}: errors while closing: {first_error!r}") from first_error

@@ -1,0 +1,427 @@
+"""TopologyTestDriver: run a topology synchronously, in process, with no broker.
+
+Each sub-topology runs as one task (partition 0) on the same `TaskEngine` the real runtime uses.
+Every piped record is processed, then stream-time punctuation runs and all tasks commit (caches
+flush, as Kafka's driver commits after every record). Records produced to internal topics
+(repartition) or to any topic a source reads are fed back in, in order, before `pipe_input`
+returns. Everything produced (outputs, repartition and changelog records) is kept in
+`producer_history()`.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import pathlib
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional
+
+from confluent_kafka import TopicPartition
+
+from state.directory import StateDirectory
+from state.task_id import TaskId
+from streams.errors import EmptyTopicError, StoreAccessError, StreamsException, UnknownTopicError
+from streams.processing import TaskEngine
+from streams.topology import Topology, changelog_topic_name
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TopologyTestDriver", "TestInputTopic", "TestOutputTopic", "TestRecord", "ProducerRecord"]
+
+DEFAULT_APPLICATION_ID = "topology-test-driver"
+
+
+@dataclass(frozen=True)
+class ProducerRecord:
+    """One record the topology produced (to an output, repartition or changelog topic), as bytes."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    timestamp: int
+    headers: tuple = ()
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    """A deserialized output record."""
+
+    __test__ = False  # not a pytest test class
+    key: Any
+    value: Any
+    timestamp: int
+    headers: tuple = field(default=())
+
+
+class _Collector:
+    """In-memory record collector: assigns offsets per partition and keeps everything sent."""
+
+    def __init__(self, driver: "TopologyTestDriver") -> None:
+        self._driver = driver
+        self.history: list[ProducerRecord] = []
+        self._next_offset: dict[tuple[str, int], int] = collections.defaultdict(int)
+        self._last_offset: dict[tuple[str, int], int] = {}
+
+    def partitions_for(self, topic: str) -> int:
+        return 1
+
+    def next_offset(self, topic: str, partition: int = 0) -> int:
+        tp = (topic, partition)
+        offset = self._next_offset[tp]
+        self._next_offset[tp] = offset + 1
+        return offset
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, *, partition: int | None,
+             timestamp: int, headers: Any = None) -> None:
+        partition = partition or 0
+        if partition != 0:
+            raise StreamsException(
+                f"record for topic {topic!r} sent to partition {partition}; the test driver has one partition per topic")
+        offset = self.next_offset(topic, partition)
+        self._last_offset[(topic, partition)] = offset
+        record = ProducerRecord(topic, partition, offset, key, value, timestamp, tuple(headers or ()))
+        self.history.append(record)
+        self._driver._on_produced(record)
+
+    def offsets(self) -> dict[TopicPartition, int]:
+        return {TopicPartition(t, p): o for (t, p), o in self._last_offset.items()}
+
+
+class _DriverStoreContext:
+    """StoreContext for a driver task (used until state.manager.ProcessorStateManager is available)."""
+
+    def __init__(self, application_id: str, task_id: TaskId, task_dir: pathlib.Path, config: dict,
+                 collector: _Collector, changelog_topics: dict[str, str]) -> None:
+        self.application_id = application_id
+        self.task_id = task_id
+        self.task_dir = task_dir
+        self.config = config
+        self._collector = collector
+        self._changelog_topics = changelog_topics
+        self.registered: dict[str, Any] = {}
+
+    def store_dir(self, store_name: str) -> pathlib.Path:
+        return self.task_dir / "rocksdb" / store_name
+
+    def register(self, store: Any, restore_callback: Any, *, logged: bool) -> None:
+        if store.name in self.registered:
+            raise StreamsException(f"task {self.task_id}: store {store.name!r} registered twice")
+        self.registered[store.name] = (store, restore_callback, logged)
+
+    def log_change(self, store_name: str, key: bytes, value: bytes | None, timestamp: int,
+                   headers: Any = None) -> None:
+        topic = self._changelog_topics.get(store_name) or changelog_topic_name(self.application_id, store_name)
+        self._collector.send(topic, key, value, partition=self.task_id.partition, timestamp=timestamp,
+                             headers=headers)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TopologyTestDriver:
+    """See the module doc. Use as a context manager or call `close()`."""
+
+    def __init__(self, topology: Topology, config: Optional[Mapping[str, Any]] = None, *,
+                 initial_wall_clock_time_ms: int = 0) -> None:
+        if not isinstance(topology, Topology):
+            raise StreamsException(f"TopologyTestDriver needs a Topology, got {type(topology).__name__}")
+        self.config: dict[str, Any] = dict(config or {})
+        self.application_id: str = self.config.setdefault("application.id", DEFAULT_APPLICATION_ID)
+        self.topology = topology
+        self._wall_clock_ms = int(initial_wall_clock_time_ms)
+        self._closed = False
+        self._collector = _Collector(self)
+        self._outputs: dict[str, collections.deque[ProducerRecord]] = collections.defaultdict(collections.deque)
+        self._pending: collections.deque[ProducerRecord] = collections.deque()
+        self._engines: list[TaskEngine] = []
+        self._engine_for_topic: dict[str, TaskEngine] = {}
+        self._store_owner: dict[str, TaskEngine] = {}
+        self._contexts: list[Any] = []
+        self._tmp_dir: Optional[str] = None
+        subtopologies = topology.build()
+        state_dir = self.config.get("state.dir")
+        if state_dir is None:
+            self._tmp_dir = tempfile.mkdtemp(prefix="eddy-ttd-")
+            state_dir = self._tmp_dir
+            self.config["state.dir"] = state_dir
+        self._state_directory = StateDirectory(state_dir, self.application_id)
+        try:
+            for sub in subtopologies:
+                self._add_task(sub)
+            for engine in self._engines:
+                engine.initialize()
+        except BaseException:
+            self.close()
+            raise
+
+    def _add_task(self, sub: Any) -> None:
+        task_id = TaskId(sub.id, 0)
+        changelog_topics = {
+            name: changelog_topic_name(self.application_id, name)
+            for name in sub.store_names
+            if getattr(self.topology.store_builder(name), "logging_enabled", False)
+        }
+        task_dir = self._state_directory.directory_for_task(task_id)
+        self._state_directory.lock(task_id)
+        ctx = _DriverStoreContext(self.application_id, task_id, task_dir, self.config, self._collector,
+                                  changelog_topics)
+        self._contexts.append(ctx)
+        engine = TaskEngine(self.topology, sub, task_id=task_id, application_id=self.application_id,
+                            config=self.config, collector=self._collector, clock_ms=self._clock,
+                            state_context=ctx)
+        self._engines.append(engine)
+        for topic in engine.sources_by_topic:
+            self._engine_for_topic[topic] = engine
+        for store in sub.store_names:
+            self._store_owner[store] = engine
+
+    def _clock(self) -> int:
+        return self._wall_clock_ms
+
+    # ---- processing -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StreamsException("the TopologyTestDriver is closed")
+
+    def _on_produced(self, record: ProducerRecord) -> None:
+        self._outputs[record.topic].append(record)
+        if record.topic in self._engine_for_topic:
+            self._pending.append(record)
+
+    def _process_one(self, topic: str, offset: int, key: bytes | None, value: bytes | None,
+                     timestamp: int, headers: Any) -> None:
+        engine = self._engine_for_topic[topic]
+        engine.process(topic, 0, offset, key, value, timestamp, headers)
+        engine.maybe_punctuate_stream_time()
+        self._commit_all()
+
+    def _commit_all(self) -> None:
+        for engine in self._engines:
+            engine.flush()
+            engine.context.commit_requested = False
+
+    def _drain(self) -> None:
+        pending = self._pending
+        while pending:
+            rec = pending.popleft()
+            self._process_one(rec.topic, rec.offset, rec.key, rec.value, rec.timestamp, rec.headers)
+
+    def pipe_raw(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
+                 headers: Any = None) -> None:
+        """Feed one serialized record to `topic` (partition 0) and process everything it causes."""
+        self._check_open()
+        if topic not in self._engine_for_topic:
+            raise UnknownTopicError(
+                f"unknown input topic {topic!r}: no source reads it (sources read {sorted(self._engine_for_topic)})")
+        offset = self._collector.next_offset(topic)
+        self._process_one(topic, offset, key, value, timestamp, tuple(headers or ()))
+        self._drain()
+
+    def advance_wall_clock_time(self, ms: int) -> None:
+        """Move the mock wall clock forward and fire due wall-clock punctuations."""
+        self._check_open()
+        if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+            raise StreamsException(f"advance_wall_clock_time needs a non-negative int of ms, got {ms!r}")
+        self._wall_clock_ms += ms
+        for engine in self._engines:
+            engine.maybe_punctuate_system_time()
+        self._commit_all()
+        self._drain()
+
+    @property
+    def wall_clock_time_ms(self) -> int:
+        return self._wall_clock_ms
+
+    # ---- topics ---------------------------------------------------------------------------
+
+    def create_input_topic(self, name: str, key_serde: Any, value_serde: Any, *,
+                           start_timestamp_ms: int = 0, auto_advance_ms: int = 0) -> "TestInputTopic":
+        self._check_open()
+        if name not in self._engine_for_topic:
+            raise UnknownTopicError(
+                f"unknown input topic {name!r}: no source reads it (sources read {sorted(self._engine_for_topic)})")
+        return TestInputTopic(self, name, key_serde, value_serde, start_timestamp_ms, auto_advance_ms)
+
+    def create_output_topic(self, name: str, key_serde: Any, value_serde: Any) -> "TestOutputTopic":
+        self._check_open()
+        return TestOutputTopic(self, name, key_serde, value_serde)
+
+    def producer_history(self, topic: Optional[str] = None) -> list[ProducerRecord]:
+        """Everything produced so far (outputs, repartition and changelog topics), in order."""
+        hist = self._collector.history
+        return list(hist) if topic is None else [r for r in hist if r.topic == topic]
+
+    def changelog_topic(self, store_name: str) -> str:
+        return changelog_topic_name(self.application_id, store_name)
+
+    # ---- stores ---------------------------------------------------------------------------
+
+    def get_all_state_stores(self) -> dict[str, Any]:
+        return {name: engine.stores[name] for name, engine in self._store_owner.items()}
+
+    def get_state_store(self, name: str) -> Any:
+        self._check_open()
+        engine = self._store_owner.get(name)
+        if engine is None:
+            raise StoreAccessError(f"unknown state store {name!r}; stores are {sorted(self._store_owner)}")
+        return engine.stores[name]
+
+    def _typed_store(self, name: str, kind: str, methods: tuple[str, ...]) -> Any:
+        store = self.get_state_store(name)
+        if not all(callable(getattr(store, m, None)) for m in methods):
+            raise StoreAccessError(f"state store {name!r} is a {type(store).__name__}, not a {kind} store")
+        return store
+
+    def get_key_value_store(self, name: str) -> Any:
+        return self._typed_store(name, "key-value", ("get", "put", "range", "all", "delete"))
+
+    def get_window_store(self, name: str) -> Any:
+        return self._typed_store(name, "window", ("fetch", "put", "fetch_all"))
+
+    def get_session_store(self, name: str) -> Any:
+        return self._typed_store(name, "session", ("find_sessions", "put", "remove"))
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        first_error: Optional[BaseException] = None
+        for engine in self._engines:
+            try:
+                engine.close()
+            except BaseException as exc:
+                first_error = first_error or exc
+        for ctx in self._contexts:
+            try:
+                ctx.close()
+            except BaseException as exc:
+                first_error = first_error or exc
+            try:
+                self._state_directory.unlock(ctx.task_id)
+            except BaseException as exc:
+                first_error = first_error or exc
+        try:
+            self._state_directory.close()
+        except BaseException as exc:
+            first_error = first_error or exc
+        if self._tmp_dir is not None:
+            shutil.rmtree(self._tmp_dir, ignore_errors=True)
+        if first_error is not None:
+            raise first_error
+
+    def __enter__(self) -> "TopologyTestDriver":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class TestInputTopic:
+    """Serializes and pipes records into one input topic of a driver."""
+
+    __test__ = False
+
+    def __init__(self, driver: TopologyTestDriver, name: str, key_serde: Any, value_serde: Any,
+                 start_timestamp_ms: int, auto_advance_ms: int) -> None:
+        self._driver = driver
+        self.name = name
+        self._ser_key = key_serde.serialize
+        self._ser_value = value_serde.serialize
+        self._current_time = int(start_timestamp_ms)
+        self._advance = int(auto_advance_ms)
+
+    def advance_time(self, ms: int) -> None:
+        if ms < 0:
+            raise StreamsException(f"advance_time needs a non-negative duration, got {ms}")
+        self._current_time += ms
+
+    def _next_time(self, timestamp: Optional[int]) -> int:
+        if timestamp is not None:
+            return timestamp
+        ts = self._current_time
+        self._current_time += self._advance
+        return ts
+
+    def pipe_input(self, key: Any, value: Any, timestamp: Optional[int] = None, headers: Any = None) -> None:
+        """Pipe one record; without `timestamp` the topic's current time is used (then auto-advanced)."""
+        ts = self._next_time(timestamp)
+        self._driver.pipe_raw(self.name, self._ser_key(key), self._ser_value(value), ts, headers)
+
+    def pipe_value_list(self, values: Iterable[Any], timestamp: Optional[int] = None) -> None:
+        for v in values:
+            self.pipe_input(None, v, timestamp)
+
+    def pipe_key_value_list(self, pairs: Iterable[tuple[Any, Any]], timestamp: Optional[int] = None) -> None:
+        for k, v in pairs:
+            self.pipe_input(k, v, timestamp)
+
+    def pipe_record_list(self, records: Iterable[TestRecord]) -> None:
+        for r in records:
+            self.pipe_input(r.key, r.value, r.timestamp, r.headers)
+
+
+class TestOutputTopic:
+    """Reads and deserializes what the topology wrote to one topic (each record read once)."""
+
+    __test__ = False
+
+    def __init__(self, driver: TopologyTestDriver, name: str, key_serde: Any, value_serde: Any) -> None:
+        self._driver = driver
+        self.name = name
+        self._de_key = key_serde.deserialize
+        self._de_value = value_serde.deserialize
+
+    def _queue(self) -> collections.deque:
+        return self._driver._outputs[self.name]
+
+    def read_record(self) -> TestRecord:
+        q = self._queue()
+        if not q:
+            raise EmptyTopicError(f"output topic {self.name!r} is empty")
+        r = q.popleft()
+        return TestRecord(self._de_key(r.key), self._de_value(r.value), r.timestamp, r.headers)
+
+    def read_value(self) -> Any:
+        return self.read_record().value
+
+    def read_key_value(self) -> tuple[Any, Any]:
+        r = self.read_record()
+        return (r.key, r.value)
+
+    def read_records_to_list(self) -> list[TestRecord]:
+        out = []
+        while self._queue():
+            out.append(self.read_record())
+        return out
+
+    def read_values_to_list(self) -> list[Any]:
+        return [r.value for r in self.read_records_to_list()]
+
+    def read_key_values_to_list(self) -> list[tuple[Any, Any]]:
+        return [(r.key, r.value) for r in self.read_records_to_list()]
+
+    def read_key_values_to_map(self) -> dict[Any, Any]:
+        """Latest value per key (as Kafka: a None value is kept as None; None keys are an error)."""
+        result: dict[Any, Any] = {}
+        for r in self.read_records_to_list():
+            if r.key is None:
+                raise StreamsException(
+                    f"output topic {self.name!r}: read_key_values_to_map does not allow None keys")
+            result[r.key] = r.value
+        return result
+
+    def is_empty(self) -> bool:
+        return not self._queue()
+
+    def get_queue_size(self) -> int:
+        return len(self._queue())
