@@ -111,3 +111,15 @@ class CorruptCheckpointError(ReplicationError):
         super().__init__(message)
         self.path = path
         self.line = line
+
+
+class TransportError(ReplicationError):
+    """A request between brokers failed: destination down, dropped, or timed out."""
+
+
+class ClusterError(ReplicationError):
+    """A cluster-level operation failed (unknown broker, topic exists, no leader...)."""
+
+
+class NotLeaderError(ReplicationError):
+    """This broker is not the leader of the partition."""
