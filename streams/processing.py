@@ -322,6 +322,7 @@ class TaskEngine:
         self._initialized = False
         self._closed = False
         self._default_extractor = FailOnInvalidTimestamp()
+        topology.bind_config(self.config)
         self._build_nodes()
 
     def _build_nodes(self) -> None:

@@ -318,3 +318,33 @@ def deserialization_handler_from_config(
     if callable(value):
         return value
     raise ConfigError(f"config {DESERIALIZATION_HANDLER_CONFIG!r} must be a handler name or a callable, got {value!r}")
+
+
+class ConfigDefaultSerde(Serde):
+    """Stands for `default.key.serde` / `default.value.serde` where the DSL must fix a serde
+    (e.g. inside a store builder) before the app config is known. The runtime binds it to the
+    app config (`bind`) before any task uses it."""
+
+    def __init__(self, config_key: str, where: str) -> None:
+        self.config_key = config_key
+        self.where = where
+        self.name = f"default({config_key})"
+        self._target: Serde | None = None
+
+    def bind(self, config: Mapping[str, Any] | None) -> None:
+        target = serde_from_config(config, self.config_key)
+        if target is None:
+            raise ConfigError(f"{self.where} has no serde and config {self.config_key!r} is not set; "
+                              "pass one or set the default")
+        self._target = target
+
+    def _get(self) -> Serde:
+        if self._target is None:
+            raise SerializationError(f"{self.name} for {self.where} used before the app config was bound")
+        return self._target
+
+    def serialize(self, obj: Any) -> bytes | None:
+        return self._get().serialize(obj)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        return self._get().deserialize(data)

@@ -84,6 +84,7 @@ class Topology:
         self._stores: dict[str, Any] = {}               # store name -> StoreBuilder
         self._source_of_topic: dict[str, str] = {}      # topic -> source node name
         self._internal_topics: dict[str, str] = {}      # undecorated topic name -> kind
+        self._deferred_serdes: list[Any] = []          # serdes.ConfigDefaultSerde to bind per app
         self._built: Optional[list[Subtopology]] = None
 
     # ---- construction ---------------------------------------------------------------------
@@ -196,6 +197,15 @@ class Topology:
         self._internal_topics[name] = kind
         self._built = None
         return self
+
+    def add_deferred_serde(self, serde: Any) -> None:
+        """Register a `serdes.ConfigDefaultSerde` the runtime must bind to the app config."""
+        self._deferred_serdes.append(serde)
+
+    def bind_config(self, config: Any) -> None:
+        """Resolve default serdes the topology fixed before the config was known."""
+        for serde in self._deferred_serdes:
+            serde.bind(config)
 
     @staticmethod
     def _serde(serde: Any, where: str) -> Any:

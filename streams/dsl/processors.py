@@ -1,0 +1,129 @@
+"""Processors behind the DSL operations (one class per operation, as in Kafka's KStream* classes)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, NamedTuple
+
+from streams.errors import StreamsException
+from streams.processor import Processor, ProcessorContext, Record
+
+log = logging.getLogger(__name__)
+
+
+class Change(NamedTuple):
+    """A table update flowing between KTable nodes: the new value and the previous one."""
+
+    new_value: Any
+    old_value: Any
+
+
+class _Forwarding(Processor):
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.forward = context.forward
+
+
+class MapValuesProcessor(_Forwarding):
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def process(self, record: Record) -> None:
+        self.forward(record.with_value(self.fn(record.value)))
+
+
+class FlatMapValuesProcessor(_Forwarding):
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def process(self, record: Record) -> None:
+        forward = self.forward
+        with_value = record.with_value
+        for value in self.fn(record.value):
+            forward(with_value(value))
+
+
+class FilterProcessor(_Forwarding):
+    def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool = False) -> None:
+        self.predicate = predicate
+        self.negate = negate
+
+    def process(self, record: Record) -> None:
+        if bool(self.predicate(record.key, record.value)) is not self.negate:
+            self.forward(record)
+
+
+class PeekProcessor(_Forwarding):
+    def __init__(self, action: Callable[[Any, Any], None], forward: bool = True) -> None:
+        self.action = action
+        self.forwards = forward
+
+    def process(self, record: Record) -> None:
+        self.action(record.key, record.value)
+        if self.forwards:
+            self.forward(record)
+
+
+class KeySelectProcessor(_Forwarding):
+    def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
+        self.fn = fn
+
+    def process(self, record: Record) -> None:
+        self.forward(record.with_key(self.fn(record.key, record.value)))
+
+
+class NullKeyFilterProcessor(_Forwarding):
+    """Drops null-key records before a repartition topic (they cannot be grouped)."""
+
+    def process(self, record: Record) -> None:
+        if record.key is not None:
+            self.forward(record)
+
+
+class CountProcessor(_Forwarding):
+    """KGroupedStream.count(): increments a per-key count in a KV store.
+
+    With caching, downstream sees the count when the cache flushes or evicts the key (one record
+    per key per commit); without caching, on every update. Records with a None key are dropped.
+    """
+
+    def __init__(self, store_name: str, caching: bool) -> None:
+        self.store_name = store_name
+        self.caching = caching
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        store = context.get_state_store(self.store_name)
+        self.store = store
+        self.get = store.get
+        self.put = store.put
+        self.forward_on_update = True
+        if self.caching:
+            set_listener = getattr(store, "set_flush_listener", None)
+            scoped = getattr(context, "scoped", None)
+            if set_listener is not None and scoped is not None:
+                attached = set_listener(scoped(self._on_flush))
+                # a store without a cache layer says so by returning False
+                self.forward_on_update = attached is False
+
+    def _on_flush(self, key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
+        self.forward(Record._make(key, Change(new_value, old_value), timestamp, ()))
+
+    def process(self, record: Record) -> None:
+        key = record.key
+        if key is None:
+            log.debug("count %s: dropping a record with a None key", self.store_name)
+            return
+        old = self.get(key)
+        new = 1 if old is None else old + 1
+        self.put(key, new)
+        if self.forward_on_update:
+            self.forward(Record._make(key, Change(new, old), record.timestamp, record.headers))
+
+
+class ToStreamProcessor(_Forwarding):
+    def process(self, record: Record) -> None:
+        value = record.value
+        if not isinstance(value, Change):
+            raise StreamsException(f"KTable.to_stream expected a table update (Change), got {value!r}")
+        self.forward(record.with_value(value.new_value))

@@ -1,0 +1,100 @@
+import pytest
+
+from streams import StreamsBuilder, serdes
+from streams.dsl import Materialized
+from streams.errors import TopologyError
+from streams.testing import TopologyTestDriver
+
+S = serdes.STRING
+
+
+def wordcount(builder, store="counts-store", caching=True, logging=True):
+    mat = Materialized.as_(store)
+    mat = mat if caching else mat.with_caching_disabled()
+    mat = mat if logging else mat.with_logging_disabled()
+    (builder.stream("streams-plaintext-input", key_serde=S, value_serde=S)
+        .flat_map_values(lambda line: line.lower().split())
+        .group_by(lambda key, word: word, key_serde=S, value_serde=S)
+        .count(store=mat)
+        .to_stream()
+        .to("streams-wordcount-output", key_serde=S, value_serde=serdes.INT64))
+    return builder.build()
+
+
+def test_wordcount_describe_matches_kafka():
+    topology = wordcount(StreamsBuilder())
+    # Kafka's WordCountDemo with Materialized.as("counts-store") describes exactly like this
+    assert str(topology.describe()) == (
+        "Topologies:\n"
+        "   Sub-topology: 0\n"
+        "    Source: KSTREAM-SOURCE-0000000000 (topics: [streams-plaintext-input])\n"
+        "      --> KSTREAM-FLATMAPVALUES-0000000001\n"
+        "    Processor: KSTREAM-FLATMAPVALUES-0000000001 (stores: [])\n"
+        "      --> KSTREAM-KEY-SELECT-0000000002\n"
+        "      <-- KSTREAM-SOURCE-0000000000\n"
+        "    Processor: KSTREAM-KEY-SELECT-0000000002 (stores: [])\n"
+        "      --> KSTREAM-FILTER-0000000005\n"
+        "      <-- KSTREAM-FLATMAPVALUES-0000000001\n"
+        "    Processor: KSTREAM-FILTER-0000000005 (stores: [])\n"
+        "      --> KSTREAM-SINK-0000000004\n"
+        "      <-- KSTREAM-KEY-SELECT-0000000002\n"
+        "    Sink: KSTREAM-SINK-0000000004 (topic: counts-store-repartition)\n"
+        "      <-- KSTREAM-FILTER-0000000005\n"
+        "\n"
+        "  Sub-topology: 1\n"
+        "    Source: KSTREAM-SOURCE-0000000006 (topics: [counts-store-repartition])\n"
+        "      --> KSTREAM-AGGREGATE-0000000003\n"
+        "    Processor: KSTREAM-AGGREGATE-0000000003 (stores: [counts-store])\n"
+        "      --> KTABLE-TOSTREAM-0000000007\n"
+        "      <-- KSTREAM-SOURCE-0000000006\n"
+        "    Processor: KTABLE-TOSTREAM-0000000007 (stores: [])\n"
+        "      --> KSTREAM-SINK-0000000008\n"
+        "      <-- KSTREAM-AGGREGATE-0000000003\n"
+        "    Sink: KSTREAM-SINK-0000000008 (topic: streams-wordcount-output)\n"
+        "      <-- KTABLE-TOSTREAM-0000000007\n"
+        "\n")
+    assert topology.internal_topics == {"counts-store-repartition": "repartition"}
+
+
+def test_unnamed_count_store_and_repartition_names():
+    b = StreamsBuilder()
+    b.stream("in", key_serde=S, value_serde=S).group_by(lambda k, v: v).count().to_stream().to("out")
+    t = b.build()
+    assert t.store_names == ["KSTREAM-AGGREGATE-STATE-STORE-0000000002"]
+    assert list(t.internal_topics) == ["KSTREAM-AGGREGATE-STATE-STORE-0000000002-repartition"]
+
+
+def test_stateless_operations_in_driver():
+    b = StreamsBuilder()
+    seen = []
+    (b.stream(["a", "b"], key_serde=S, value_serde=S)
+        .peek(lambda k, v: seen.append(("peek", k, v)))
+        .filter(lambda k, v: v != "drop")
+        .filter_not(lambda k, v: v == "skip")
+        .map_values(len)
+        .to("lengths", value_serde=serdes.INT32))
+    b.stream("c", key_serde=S, value_serde=S).foreach(lambda k, v: seen.append(("each", k, v)))
+    with TopologyTestDriver(b.build()) as driver:
+        a = driver.create_input_topic("a", S, S)
+        a.pipe_input("x", "hello", timestamp=1)
+        a.pipe_input("y", "drop", timestamp=2)
+        driver.create_input_topic("b", S, S).pipe_input("z", "skip")
+        driver.create_input_topic("b", S, S).pipe_input("w", "hey")
+        driver.create_input_topic("c", S, S).pipe_input("q", "v")
+        out = driver.create_output_topic("lengths", S, serdes.INT32)
+        assert out.read_key_values_to_list() == [("x", 5), ("w", 3)]
+        assert seen == [("peek", "x", "hello"), ("peek", "y", "drop"), ("peek", "z", "skip"),
+                        ("peek", "w", "hey"), ("each", "q", "v")]
+
+
+def test_dsl_bad_arguments():
+    b = StreamsBuilder()
+    s = b.stream("in", key_serde=S, value_serde=S)
+    with pytest.raises(TopologyError, match="map_values needs a callable"):
+        s.map_values("nope")
+    with pytest.raises(TopologyError, match="already read"):
+        b.stream("in")
+    with pytest.raises(TopologyError, match="count: store must be a name or a Materialized"):
+        s.group_by(lambda k, v: v).count(store=5)
+    with pytest.raises(TopologyError, match="to\\(\\) needs a topic"):
+        s.to("")
