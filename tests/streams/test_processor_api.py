@@ -267,3 +267,35 @@ def test_driver_input_errors():
             out.read_value()
     with pytest.raises(StreamsException, match="closed"):
         driver.pipe_raw("in", None, None, 0)
+
+
+class Rekey(Processor):
+    def process(self, record):
+        for word in record.value.split():
+            self.context.forward(record.with_key(word))
+
+
+def test_internal_topic_records_route_to_downstream_subtopology_in_order():
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=S)
+    t.add_processor("rekey", Rekey, "src")
+    t.add_sink("to-rep", "rekeyed", "rekey", key_serde=S, value_serde=S)
+    t.add_source("from-rep", "rekeyed", key_serde=S, value_serde=S)
+    t.add_processor("rec", Recorder, "from-rep")
+    t.add_sink("out", "out", "rec", key_serde=S, value_serde=S)
+    t.add_internal_topic("rekeyed")
+    assert len(t.build()) == 2
+    with TopologyTestDriver(t, {"application.id": "app"}) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        inp.pipe_input(None, "b a", timestamp=10)
+        inp.pipe_input(None, "c", timestamp=20)
+        # everything downstream happened before pipe_input returned
+        out = driver.create_output_topic("out", S, S)
+        assert out.read_key_values_to_list() == [("b", "b a"), ("a", "b a"), ("c", "c")]
+        metas = [(m.topic, m.offset) for _, m, _ in Recorder.seen]
+        assert metas == [("app-rekeyed", 0), ("app-rekeyed", 1), ("app-rekeyed", 2)]
+        # sub-topologies are numbered by sorted source name, as Kafka does: "from-rep" < "src"
+        assert str(Recorder.context_ref.task_id) == "0_0"
+        hist = [(r.topic, r.key) for r in driver.producer_history()]
+        assert hist == [("app-rekeyed", b"b"), ("app-rekeyed", b"a"), ("out", b"b"), ("out", b"a"),
+                        ("app-rekeyed", b"c"), ("out", b"c")]
