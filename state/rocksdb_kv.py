@@ -1,0 +1,376 @@
+"""RocksDB key-value store on rocksdict (raw bytes mode), tuned like Kafka's RocksDBStore.
+
+The write-ahead log is disabled for every write, as in Kafka Streams: the changelog topic is the
+source of truth, and `flush()` (called by the state manager before it writes the checkpoint)
+flushes the memtables to SST files so that everything up to the checkpointed offset is on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+from typing import Iterable, Iterator, Optional
+
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    DBCompactionStyle,
+    DBCompressionType,
+    Options,
+    ReadOptions,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
+
+from state.errors import StateError, StoreClosedError, StoreLayoutError
+from state.store import (
+    IteratorTracker,
+    KeyValueIterator,
+    KeyValueStore,
+    StoreContext,
+    check_key,
+    check_value,
+)
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+WRITE_BUFFER_SIZE = 16 * MiB
+MAX_WRITE_BUFFERS = 3
+BLOCK_CACHE_SIZE = 50 * MiB
+BLOCK_SIZE = 4096
+BLOOM_BITS_PER_KEY = 10
+
+LAYOUT_FILE = "EDDY_STORE_LAYOUT"
+ESTIMATE_NUM_KEYS = "rocksdb.estimate-num-keys"
+
+# One block cache for the whole process: Kafka gives each store its own 50 MiB cache, which in a
+# Python process hosting many tasks multiplies memory; sharing bounds it (LRU across stores).
+_shared_block_cache: Optional[Cache] = None
+
+
+def _block_cache() -> Cache:
+    global _shared_block_cache
+    if _shared_block_cache is None:
+        _shared_block_cache = Cache(BLOCK_CACHE_SIZE)
+    return _shared_block_cache
+
+
+def rocksdb_options() -> Options:
+    """Options like Kafka's RocksDBStore defaults (write buffers, block cache, bloom filter)."""
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_write_buffer_size(WRITE_BUFFER_SIZE)
+    opts.set_max_write_buffer_number(MAX_WRITE_BUFFERS)
+    opts.set_compaction_style(DBCompactionStyle.universal())
+    opts.set_compression_type(DBCompressionType.none())
+    opts.increase_parallelism(max(os.cpu_count() or 2, 2))
+    opts.set_keep_log_file_num(2)
+    table = BlockBasedOptions()
+    table.set_block_cache(_block_cache())
+    table.set_block_size(BLOCK_SIZE)
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
+    opts.set_block_based_table_factory(table)
+    return opts
+
+
+def _write_options() -> WriteOptions:
+    wo = WriteOptions()
+    wo.disable_wal = True
+    return wo
+
+
+def check_layout(path: pathlib.Path, layout: str, store_name: str) -> None:
+    """Ensure `path` holds (or will hold) a store of `layout`; create the marker if new.
+
+    The marker is written before RocksDB creates anything, so a directory with RocksDB files and
+    no marker was not created by this code and is refused rather than misread.
+    """
+    marker = path / LAYOUT_FILE
+    if marker.exists():
+        try:
+            found = json.loads(marker.read_text())["layout"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreLayoutError(
+                f"state store {store_name!r}: unreadable layout marker {marker}: {exc}"
+            ) from None
+        if found != layout:
+            raise StoreLayoutError(
+                f"state store {store_name!r}: directory {path} was created with layout {found!r}, "
+                f"cannot open it as {layout!r} (was the store's type changed? wipe the task "
+                "directory to rebuild it from the changelog)"
+            )
+        return
+    if path.exists() and any(path.iterdir()):
+        raise StoreLayoutError(
+            f"state store {store_name!r}: directory {path} is not empty and has no {LAYOUT_FILE} "
+            f"marker; refusing to open it as {layout!r}"
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / (LAYOUT_FILE + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump({"layout": layout, "format_version": 1}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, marker)
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def key_after(key: bytes) -> bytes:
+    """The smallest key strictly greater than `key` in byte order."""
+    return key + b"\x00"
+
+
+def prefix_upper_bound(prefix: bytes) -> Optional[bytes]:
+    """Smallest key greater than every key starting with `prefix` (None if there is none)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class RocksDBKeyValueStore(KeyValueStore):
+    """A persistent bytes key-value store in `<task_dir>/rocksdb/<name>/`.
+
+    Iterators returned by range/reverse_range/prefix_scan/all must be exhausted or closed (they
+    are context managers); closing the store invalidates open iterators.
+    """
+
+    persistent = True
+    layout = "kv-v1"
+
+    def __init__(self, name: str) -> None:
+        if not name or not isinstance(name, str):
+            raise StateError(f"store name must be a non-empty string, got {name!r}")
+        self.name = name
+        self._db: Optional[Rdict] = None
+        self._path: Optional[pathlib.Path] = None
+        self._write_opts = _write_options()
+        self._iterators = IteratorTracker()
+
+    # ---------------------------------------------------------------- lifecycle
+    def init(self, context: StoreContext) -> None:
+        self.open(context.store_dir(self.name))
+        context.register(self, self.restore_batch, logged=False)
+
+    def open(self, path: "os.PathLike[str] | str") -> None:
+        """Open (creating if needed) the RocksDB directory at `path`; used by `init` and tools."""
+        if self._db is not None:
+            raise StateError(f"state store {self.name!r} is already open at {self._path}")
+        path = pathlib.Path(path)
+        check_layout(path, self.layout, self.name)
+        try:
+            db = Rdict(str(path), rocksdb_options())
+        except Exception as exc:
+            raise StateError(f"state store {self.name!r}: cannot open RocksDB at {path}: {exc}") from exc
+        db.set_write_options(self._write_opts)
+        self._db = db
+        self._path = path
+        log.debug("opened RocksDB store %s at %s", self.name, path)
+
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
+
+    @property
+    def path(self) -> Optional[pathlib.Path]:
+        return self._path
+
+    def _open_db(self) -> Rdict:
+        db = self._db
+        if db is None:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        return db
+
+    def flush(self) -> None:
+        """Flush memtables to SST files (the WAL is off, so this is what makes writes durable)."""
+        self._open_db().flush(True)
+
+    def close(self) -> None:
+        db = self._db
+        if db is None:
+            return
+        self._iterators.invalidate_all()
+        self._db = None
+        try:
+            db.close()
+        finally:
+            log.debug("closed RocksDB store %s", self.name)
+
+    # ---------------------------------------------------------------- point ops
+    def get(self, key: bytes) -> Optional[bytes]:
+        db = self._open_db()
+        check_key(self.name, key)
+        return db.get(key)
+
+    def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
+        db = self._open_db()
+        check_key(self.name, key)
+        if value is None:
+            db.delete(key)
+        else:
+            check_value(self.name, value)
+            db.put(key, value)
+
+    def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):
+        db = self._open_db()
+        check_key(self.name, key)
+        existing = db.get(key)
+        if existing is None and value is not None:
+            check_value(self.name, value)
+            db.put(key, value)
+        return existing
+
+    def put_all(self, entries: Iterable[tuple], timestamp: Optional[int] = None) -> None:
+        db = self._open_db()
+        batch = WriteBatch(raw_mode=True)
+        name = self.name
+        for key, value in entries:
+            check_key(name, key)
+            if value is None:
+                batch.delete(key)
+            else:
+                check_value(name, value)
+                batch.put(key, value)
+        db.write(batch, self._write_opts)
+
+    def delete(self, key: bytes, timestamp: Optional[int] = None) -> Optional[bytes]:
+        db = self._open_db()
+        check_key(self.name, key)
+        old = db.get(key)
+        if old is not None:
+            db.delete(key)
+        return old
+
+    def delete_range(self, key_from: bytes, key_to_exclusive: bytes) -> None:
+        """Remove every key in [key_from, key_to_exclusive) with one range tombstone."""
+        self._open_db().delete_range(key_from, key_to_exclusive, self._write_opts)
+
+    # ---------------------------------------------------------------- restore (hot path)
+    def restore_batch(self, records: list) -> None:
+        """Apply restored changelog records as ONE WriteBatch with the WAL off.
+
+        No validation here: changelog keys were validated when they were first written.
+        """
+        db = self._open_db()
+        batch = WriteBatch(raw_mode=True)
+        put = batch.put
+        delete = batch.delete
+        for key, value in records:
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
+        db.write(batch, self._write_opts)
+
+    # ---------------------------------------------------------------- iteration
+    def _forward(self, db: Rdict, key_from: Optional[bytes], upper_exclusive: Optional[bytes]) -> Iterator:
+        read_opts = ReadOptions()
+        if upper_exclusive is not None:
+            read_opts.set_iterate_upper_bound(upper_exclusive)
+        items = db.items(from_key=key_from, read_opt=read_opts) if key_from is not None else db.items(
+            read_opt=read_opts
+        )
+        try:
+            yield from items
+        finally:
+            del items  # drops the RocksDB iterator now, not at some later GC
+
+    def _backward(self, db: Rdict, key_from: Optional[bytes], key_to: Optional[bytes]) -> Iterator:
+        # rocksdict's iterate_lower_bound is not honoured by seek_for_prev, so the lower bound is
+        # checked here; the upper bound is the seek position.
+        items = db.items(backwards=True, from_key=key_to) if key_to is not None else db.items(backwards=True)
+        try:
+            if key_from is None:
+                yield from items
+            else:
+                for item in items:
+                    if item[0] < key_from:
+                        return
+                    yield item
+        finally:
+            del items
+
+    def _checked_bounds(self, key_from, key_to) -> bool:
+        if key_from is not None:
+            check_key(self.name, key_from, "key_from")
+        if key_to is not None:
+            check_key(self.name, key_to, "key_to")
+        if key_from is not None and key_to is not None and key_from > key_to:
+            log.warning(
+                "state store %s: range with key_from > key_to returns no entries (like Kafka)", self.name
+            )
+            return False
+        return True
+
+    def range(self, key_from: Optional[bytes], key_to: Optional[bytes]) -> KeyValueIterator:
+        db = self._open_db()
+        if not self._checked_bounds(key_from, key_to):
+            return KeyValueIterator(iter(()), self.name)
+        upper = key_after(key_to) if key_to is not None else None
+        return self._iterators.track(self._forward(db, key_from, upper), self.name)
+
+    def reverse_range(self, key_from: Optional[bytes], key_to: Optional[bytes]) -> KeyValueIterator:
+        db = self._open_db()
+        if not self._checked_bounds(key_from, key_to):
+            return KeyValueIterator(iter(()), self.name)
+        return self._iterators.track(self._backward(db, key_from, key_to), self.name)
+
+    def prefix_scan(self, prefix: bytes) -> KeyValueIterator:
+        db = self._open_db()
+        check_key(self.name, prefix, "prefix")
+        return self._iterators.track(self._forward(db, prefix, prefix_upper_bound(prefix)), self.name)
+
+    def all(self) -> KeyValueIterator:
+        return self.range(None, None)
+
+    def reverse_all(self) -> KeyValueIterator:
+        return self.reverse_range(None, None)
+
+    def raw_range(self, lower: Optional[bytes], upper_exclusive: Optional[bytes], reverse: bool = False) -> Iterator:
+        """Untracked generator over [lower, upper_exclusive) for segmented stores built on this one."""
+        db = self._open_db()
+        if not reverse:
+            return self._forward(db, lower, upper_exclusive)
+        return self._backward_exclusive(db, lower, upper_exclusive)
+
+    def _backward_exclusive(self, db: Rdict, lower: Optional[bytes], upper_exclusive: Optional[bytes]) -> Iterator:
+        read_opts = ReadOptions()
+        if upper_exclusive is not None:
+            read_opts.set_iterate_upper_bound(upper_exclusive)
+        items = db.items(backwards=True, read_opt=read_opts)
+        try:
+            if lower is None:
+                yield from items
+            else:
+                for item in items:
+                    if item[0] < lower:
+                        return
+                    yield item
+        finally:
+            del items
+
+    def track(self, source: Iterator) -> KeyValueIterator:
+        return self._iterators.track(source, self.name)
+
+    def num_open_iterators(self) -> int:
+        return len(self._iterators)
+
+    def approximate_num_entries(self) -> int:
+        """RocksDB's estimate-num-keys property (can over-count overwrites and deletes)."""
+        return self._open_db().property_int_value(ESTIMATE_NUM_KEYS) or 0
+
+    def create_checkpoint(self, dest: "os.PathLike[str] | str") -> None:
+        """A consistent RocksDB checkpoint (hard-linked SSTs) at `dest`, for exporters."""
+        from rocksdict import Checkpoint
+
+        db = self._open_db()
+        db.flush(True)
+        Checkpoint(db).create_checkpoint(str(dest))
