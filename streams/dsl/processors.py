@@ -116,7 +116,7 @@ class CountProcessor(_Forwarding):
             return
         old = self.get(key)
         new = 1 if old is None else old + 1
-        self.put(key, new)
+        self.put(key, new, record.timestamp)
         if self.forward_on_update:
             self.forward(Record._make(key, Change(new, old), record.timestamp, record.headers))
 

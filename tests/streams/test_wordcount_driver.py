@@ -1,0 +1,127 @@
+import pytest
+
+from streams import Processor, PunctuationType, Record, StreamsBuilder, Topology, serdes
+from streams.dsl import Materialized
+from streams.errors import StoreAccessError, StreamsException
+from streams.testing import TopologyTestDriver
+
+Stores = pytest.importorskip("state.stores").Stores
+
+S = serdes.STRING
+I64 = serdes.INT64
+
+
+def wordcount(caching=True, logging=True, in_memory=False, store="counts"):
+    mat = Materialized.as_(store)
+    if not caching:
+        mat = mat.with_caching_disabled()
+    if not logging:
+        mat = mat.with_logging_disabled()
+    if in_memory:
+        mat = mat.with_in_memory_store()
+    b = StreamsBuilder()
+    (b.stream("lines", key_serde=S, value_serde=S)
+        .flat_map_values(lambda line: line.lower().split())
+        .group_by(lambda key, word: word, key_serde=S, value_serde=S)
+        .count(store=mat)
+        .to_stream()
+        .to("word-counts", key_serde=S, value_serde=I64))
+    return b.build()
+
+
+@pytest.mark.parametrize("caching", [True, False])
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_wordcount_counts_and_repartition(caching, in_memory):
+    with TopologyTestDriver(wordcount(caching=caching, in_memory=in_memory), {"application.id": "wc"}) as driver:
+        lines = driver.create_input_topic("lines", S, S)
+        out = driver.create_output_topic("word-counts", S, I64)
+        lines.pipe_input(None, "Hello world hello", timestamp=1000)
+        lines.pipe_value_list(["the world", "", "HELLO again"], timestamp=2000)
+        # the driver commits after every record, so every update reaches the output
+        assert out.read_key_values_to_list() == [
+            ("hello", 1), ("world", 1), ("hello", 2), ("the", 1), ("world", 2), ("hello", 3), ("again", 1)]
+        store = driver.get_key_value_store("counts")
+        assert store.get("hello") == 3
+        assert store.get("world") == 2
+        assert store.get("missing") is None
+        # records really went through the internal repartition topic
+        rep = driver.producer_history("wc-counts-repartition")
+        assert [r.key for r in rep] == [b"hello", b"world", b"hello", b"the", b"world", b"hello", b"again"]
+        assert [r.value for r in rep][:3] == [b"hello", b"world", b"hello"]
+        assert rep[0].timestamp == 1000
+
+
+def test_changelog_writes_are_captured():
+    with TopologyTestDriver(wordcount(), {"application.id": "wc"}) as driver:
+        driver.create_input_topic("lines", S, S).pipe_input(None, "a b a", timestamp=5)
+        changelog = driver.producer_history(driver.changelog_topic("counts"))
+        assert driver.changelog_topic("counts") == "wc-counts-changelog"
+        assert [(r.key, I64.deserialize(r.value), r.partition) for r in changelog] == [
+            (b"a", 1, 0), (b"b", 1, 0), (b"a", 2, 0)]
+    with TopologyTestDriver(wordcount(logging=False), {"application.id": "wc"}) as driver:
+        driver.create_input_topic("lines", S, S).pipe_input(None, "a b a", timestamp=5)
+        assert driver.producer_history("wc-counts-changelog") == []
+
+
+def test_state_dir_is_temporary_and_removed(tmp_path):
+    driver = TopologyTestDriver(wordcount(), {"application.id": "wc"})
+    state_dir = driver.config["state.dir"]
+    import os
+    assert os.path.isdir(state_dir)
+    driver.create_input_topic("lines", S, S).pipe_input(None, "x")
+    driver.close()
+    assert not os.path.exists(state_dir)
+
+
+class CachingCounter(Processor):
+    """Counts per key in a cached store; emits the store contents on wall-clock punctuation."""
+
+    def init(self, context):
+        self.context = context
+        self.store = context.get_state_store("kv")
+        context.schedule(1000, PunctuationType.WALL_CLOCK_TIME, self.emit)
+
+    def emit(self, timestamp):
+        with self.store.all() as it:
+            for k, v in it:
+                self.context.forward(Record(k, v, timestamp))
+
+    def process(self, record):
+        old = self.store.get(record.key)
+        self.store.put(record.key, (old or 0) + 1, record.timestamp)
+
+
+def kv_topology(connect=True):
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=S)
+    t.add_processor("counter", CachingCounter, "src")
+    t.add_sink("out", "out", "counter", key_serde=S, value_serde=I64)
+    builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("kv"), key_serde=S,
+                                             value_serde=I64)
+    if connect:
+        t.add_state_store(builder, "counter")
+    else:
+        t.add_processor("other", CachingCounter, "src")
+        t.add_state_store(builder, "other")
+    return t
+
+
+def test_processor_api_state_store_and_punctuation():
+    with TopologyTestDriver(kv_topology()) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        for k in ["x", "y", "x"]:
+            inp.pipe_input(k, "v", timestamp=1)
+        out = driver.create_output_topic("out", S, I64)
+        assert out.is_empty()
+        driver.advance_wall_clock_time(1000)
+        assert out.read_key_values_to_map() == {"x": 2, "y": 1}
+        kv = driver.get_key_value_store("kv")
+        assert kv.get("x") == 2
+        assert driver.get_state_store("kv") is kv
+        with pytest.raises(StoreAccessError, match="unknown state store 'nope'"):
+            driver.get_state_store("nope")
+
+
+def test_unconnected_store_access_is_an_error():
+    with pytest.raises(StreamsException, match="processor 'counter' has no access to state store 'kv'"):
+        TopologyTestDriver(kv_topology(connect=False))
