@@ -299,3 +299,51 @@ def test_internal_topic_records_route_to_downstream_subtopology_in_order():
         hist = [(r.topic, r.key) for r in driver.producer_history()]
         assert hist == [("app-rekeyed", b"b"), ("app-rekeyed", b"a"), ("out", b"b"), ("out", b"a"),
                         ("app-rekeyed", b"c"), ("out", b"c")]
+
+
+def test_punctuation_can_cancel_itself_and_errors_are_wrapped():
+    class SelfCancel(Processor):
+        def init(self, context):
+            self.context = context
+            self.fired = 0
+            self.handle = context.schedule(10, PunctuationType.STREAM_TIME, self.tick)
+            context.schedule(100, PunctuationType.WALL_CLOCK_TIME, self.explode)
+            SelfCancel.instance = self
+
+        def tick(self, ts):
+            self.fired += 1
+            self.context.commit()
+            if self.fired == 2:
+                self.handle.cancel()
+
+        def explode(self, ts):
+            raise RuntimeError("punctuator failed")
+
+        def process(self, record):
+            pass
+
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=S)
+    t.add_processor("sc", SelfCancel, "src")
+    with TopologyTestDriver(t) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        for ts in (0, 10, 20, 30):
+            inp.pipe_input("k", "v", timestamp=ts)
+        assert SelfCancel.instance.fired == 2
+        with pytest.raises(StreamsException, match="while punctuating: task_id=0_0, processor=sc, timestamp=100"):
+            driver.advance_wall_clock_time(100)
+
+
+def test_schedule_rejects_bad_interval():
+    class BadSchedule(Processor):
+        def init(self, context):
+            context.schedule(0, PunctuationType.STREAM_TIME, lambda ts: None)
+
+        def process(self, record):
+            pass
+
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=S)
+    t.add_processor("bad", BadSchedule, "src")
+    with pytest.raises(StreamsException, match="punctuation interval must be a positive int"):
+        TopologyTestDriver(t)
