@@ -359,13 +359,18 @@ class TaskEngine:
 
     # ---- lifecycle ------------------------------------------------------------------------
 
-    def init_stores(self) -> None:
-        """Build and open the task's stores (they register with the state context for restore)."""
+    def build_stores(self) -> dict[str, Any]:
+        """Build (not open) the task's stores from the topology's store builders."""
         for store_name in self.subtopology.store_names:
-            builder = self.topology.store_builder(store_name)
-            store = builder.build()
+            if store_name not in self.stores:
+                self.stores[store_name] = self.topology.store_builder(store_name).build()
+        return self.stores
+
+    def init_stores(self) -> None:
+        """Build and open the stores on `state_context` (they register there for restore).
+        Runtimes with a ProcessorStateManager use `build_stores()` and register them themselves."""
+        for store in self.build_stores().values():
             store.init(self.state_context)
-            self.stores[store_name] = store
 
     def init_processors(self) -> None:
         """Call every node's init(context), in the order nodes were added (sources first)."""
@@ -492,8 +497,8 @@ class TaskEngine:
         for store in self.stores.values():
             store.flush()
 
-    def close(self) -> None:
-        """Close processors then stores; idempotent."""
+    def close(self, *, close_stores: bool = True) -> None:
+        """Close processors, then (unless a state manager owns them) stores; idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -508,11 +513,13 @@ class TaskEngine:
                     log.exception("task %s: processor %r failed in close()", self.task_id, node.name)
                     first_error = first_error or exc
             ctx.current_node = None
-        for store in self.stores.values():
-            try:
-                store.close()
-            except Exception as exc:
-                log.exception("task %s: store %r failed in close()", self.task_id, getattr(store, "name", store))
-                first_error = first_error or exc
+        if close_stores:
+            for store in self.stores.values():
+                try:
+                    if getattr(store, "is_open", True):
+                        store.close()
+                except Exception as exc:
+                    log.exception("task %s: store %r failed in close()", self.task_id, getattr(store, "name", store))
+                    first_error = first_error or exc
         if first_error is not None:
             raise StreamsException(f"task {self.task_id}: errors while closing: {first_error!r}") from first_error

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Optional
 from confluent_kafka import TopicPartition
 
 from state.directory import StateDirectory
+from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
 from streams.errors import EmptyTopicError, StoreAccessError, StreamsException, UnknownTopicError
 from streams.processing import TaskEngine
@@ -91,40 +92,6 @@ class _Collector:
         return {TopicPartition(t, p): o for (t, p), o in self._last_offset.items()}
 
 
-class _DriverStoreContext:
-    """StoreContext for a driver task (used until state.manager.ProcessorStateManager is available)."""
-
-    def __init__(self, application_id: str, task_id: TaskId, task_dir: pathlib.Path, config: dict,
-                 collector: _Collector, changelog_topics: dict[str, str]) -> None:
-        self.application_id = application_id
-        self.task_id = task_id
-        self.task_dir = task_dir
-        self.config = config
-        self._collector = collector
-        self._changelog_topics = changelog_topics
-        self.registered: dict[str, Any] = {}
-
-    def store_dir(self, store_name: str) -> pathlib.Path:
-        return self.task_dir / "rocksdb" / store_name
-
-    def register(self, store: Any, restore_callback: Any, *, logged: bool) -> None:
-        if store.name in self.registered:
-            raise StreamsException(f"task {self.task_id}: store {store.name!r} registered twice")
-        self.registered[store.name] = (store, restore_callback, logged)
-
-    def log_change(self, store_name: str, key: bytes, value: bytes | None, timestamp: int,
-                   headers: Any = None) -> None:
-        topic = self._changelog_topics.get(store_name) or changelog_topic_name(self.application_id, store_name)
-        self._collector.send(topic, key, value, partition=self.task_id.partition, timestamp=timestamp,
-                             headers=headers)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 class TopologyTestDriver:
     """See the module doc. Use as a context manager or call `close()`."""
 
@@ -143,7 +110,8 @@ class TopologyTestDriver:
         self._engines: list[TaskEngine] = []
         self._engine_for_topic: dict[str, TaskEngine] = {}
         self._store_owner: dict[str, TaskEngine] = {}
-        self._contexts: list[Any] = []
+        self._managers: list[ProcessorStateManager] = []
+        self._registered: list[ProcessorStateManager] = []
         self._tmp_dir: Optional[str] = None
         subtopologies = topology.build()
         state_dir = self.config.get("state.dir")
@@ -152,30 +120,28 @@ class TopologyTestDriver:
             state_dir = self._tmp_dir
             self.config["state.dir"] = state_dir
         self._state_directory = StateDirectory(state_dir, self.application_id)
+        self._eos = self.config.get("processing.guarantee") in ("exactly_once_v2", "exactly_once")
         try:
             for sub in subtopologies:
                 self._add_task(sub)
-            for engine in self._engines:
-                engine.initialize()
+            for engine, manager in zip(self._engines, self._managers):
+                register_state_stores(manager, engine.build_stores().values())  # locks the task dir
+                self._registered.append(manager)
+                engine.init_processors()
         except BaseException:
             self.close()
             raise
 
     def _add_task(self, sub: Any) -> None:
         task_id = TaskId(sub.id, 0)
-        changelog_topics = {
-            name: changelog_topic_name(self.application_id, name)
-            for name in sub.store_names
-            if getattr(self.topology.store_builder(name), "logging_enabled", False)
-        }
-        task_dir = self._state_directory.directory_for_task(task_id)
-        self._state_directory.lock(task_id)
-        ctx = _DriverStoreContext(self.application_id, task_id, task_dir, self.config, self._collector,
-                                  changelog_topics)
-        self._contexts.append(ctx)
+        manager = ProcessorStateManager(
+            task_id, TaskType.ACTIVE, self._eos, self._state_directory,
+            changelog_topics={name: changelog_topic_name(self.application_id, name) for name in sub.store_names},
+            changelog_partition=0, collector=self._collector, config=self.config)
+        self._managers.append(manager)
         engine = TaskEngine(self.topology, sub, task_id=task_id, application_id=self.application_id,
                             config=self.config, collector=self._collector, clock_ms=self._clock,
-                            state_context=ctx)
+                            state_context=manager)
         self._engines.append(engine)
         for topic in engine.sources_by_topic:
             self._engine_for_topic[topic] = engine
@@ -204,9 +170,13 @@ class TopologyTestDriver:
         self._commit_all()
 
     def _commit_all(self) -> None:
-        for engine in self._engines:
+        # Kafka's driver commits after every record: flush caches and stores, then checkpoint
+        # (the manager writes .checkpoint only past its offset threshold, or on close)
+        for engine, manager in zip(self._engines, self._managers):
             engine.flush()
             engine.context.commit_requested = False
+            if not self._eos:
+                manager.checkpoint()
 
     def _drain(self) -> None:
         pending = self._pending
@@ -296,18 +266,19 @@ class TopologyTestDriver:
             return
         self._closed = True
         first_error: Optional[BaseException] = None
+        if len(self._registered) == len(self._engines):
+            try:  # like Kafka's driver: a last commit before closing (caches are normally empty)
+                self._commit_all()
+            except BaseException as exc:
+                first_error = exc
         for engine in self._engines:
             try:
-                engine.close()
+                engine.close(close_stores=False)
             except BaseException as exc:
                 first_error = first_error or exc
-        for ctx in self._contexts:
+        for manager in self._registered:
             try:
-                ctx.close()
-            except BaseException as exc:
-                first_error = first_error or exc
-            try:
-                self._state_directory.unlock(ctx.task_id)
+                close_state_manager(manager, dirty=False)  # flush, checkpoint, close stores, unlock
             except BaseException as exc:
                 first_error = first_error or exc
         try:
