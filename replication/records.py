@@ -20,12 +20,51 @@ Varints are zig-zag encoded as in protobuf. A length of -1 means null.
 from __future__ import annotations
 
 import enum
+import logging
+import os
 import struct
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from crc32c import crc32c
 
 from replication.errors import CorruptRecordError
+
+logger = logging.getLogger(__name__)
+
+# The C accelerator (replication/_records.c, built at install time) replaces the per-record loops
+# below; the pure-Python code stays as the fallback and as the reference the tests compare it to.
+# EDDY_RECORDS_PURE_PYTHON=1 forces the fallback.
+if os.environ.get("EDDY_RECORDS_PURE_PYTHON"):
+    _accel = None
+    logger.debug("replication.records: pure Python (EDDY_RECORDS_PURE_PYTHON is set)")
+else:
+    try:
+        from replication import _records as _accel
+    except ImportError as _e:  # no compiler at install time, or an unbuilt checkout
+        _accel = None
+        logger.debug("replication.records: pure Python (C accelerator unavailable: %s)", _e)
+    else:
+        logger.debug("replication.records: C accelerator active")
+
+ACCELERATED: bool = _accel is not None
+
+
+class _DecodeError(ValueError):
+    """Malformed bytes found by the pure-Python decoders: args are (message, position, base_offset).
+
+    Mirrors ``replication._records.DecodeError``; the public functions turn both into
+    CorruptRecordError with the caller's source and base position.
+    """
+
+
+_DECODE_ERRORS: tuple = (_DecodeError,) if _accel is None else (_DecodeError, _accel.DecodeError)
+
+
+def _from_decode_error(e: ValueError, source: str, base_position: int, position: int = -1):
+    message, pos, base_offset = e.args
+    if pos >= 0:
+        position = base_position + pos
+    return _corrupt(message, source=source, position=position, base_offset=base_offset)
 
 
 def _corrupt(message: str, *, source: str = "", position: int = -1, base_offset: int = -1):
@@ -52,7 +91,10 @@ __all__ = [
     "NO_SEQUENCE",
     "Record",
     "RecordBatch",
+    "ACCELERATED",
     "decode_batches",
+    "decode_messages",
+    "decode_records",
     "encode_batch",
     "encode_control_batch",
     "iter_batch_headers",
@@ -101,6 +143,8 @@ def _varint(n: int) -> bytes:
     """Zig-zag varint of a signed 64-bit integer."""
     if 0 <= n < 64:
         return _SMALL_VARINTS[n]
+    if not -(1 << 63) <= n < (1 << 63):
+        raise ValueError(f"{n} is out of the 64-bit varint range")
     u = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
     out = bytearray()
     while u >= 0x80:
@@ -127,13 +171,14 @@ def _read_varint(buf, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise ValueError("varint is longer than 10 bytes")
+    u &= 0xFFFFFFFFFFFFFFFF  # a 10th byte's extra bits are dropped, as Kafka does
     return (u >> 1) ^ -(u & 1), pos
 
 
 # --- records -------------------------------------------------------------------------------
 
 
-class Record:
+class _PyRecord:
     """One decoded record with its absolute offset and timestamp."""
 
     __slots__ = ("offset", "timestamp", "key", "value", "headers")
@@ -159,7 +204,7 @@ class Record:
         )
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Record):
+        if not isinstance(other, _PyRecord):
             return NotImplemented
         return (self.offset, self.timestamp, self.key, self.value, self.headers) == (
             other.offset,
@@ -168,6 +213,16 @@ class Record:
             other.value,
             other.headers,
         )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return (type(self), (self.offset, self.timestamp, self.key, self.value, self.headers))
+
+
+_PyRecord.__name__ = _PyRecord.__qualname__ = "Record"
+# The C type has the same constructor, attributes, __eq__ and __repr__.
+Record = _PyRecord if _accel is None else _accel.Record
 
 
 def _encode_record(
@@ -187,9 +242,11 @@ def _encode_record(
         body += _varint(len(value))
         body += value
     if headers:
+        if isinstance(headers, dict):
+            headers = list(headers.items())
         body += _varint(len(headers))
         for hkey, hvalue in headers:
-            hk = hkey.encode("utf-8") if isinstance(hkey, str) else bytes(hkey)
+            hk = hkey.encode("utf-8") if isinstance(hkey, str) else bytes(memoryview(hkey))
             body += _varint(len(hk))
             body += hk
             if hvalue is None:
@@ -225,38 +282,7 @@ def encode_batch(
     if n == 0:
         raise ValueError("a record batch needs at least one record")
     first_ts = records[0][2]
-    max_ts = first_ts
-    for r in records:
-        if r[2] > max_ts:
-            max_ts = r[2]
-    out = bytearray(BATCH_HEADER_SIZE)
-    offset_delta = 0
-    for r in records:
-        key = r[0]
-        value = r[1]
-        headers = r[3] if len(r) > 3 else None
-        # Fast path: small key/value, no headers; lengths < 64 encode in one byte.
-        if not headers and key is not None and value is not None:
-            tsd = r[2] - first_ts
-            klen = len(key)
-            vlen = len(value)
-            body = b"".join(
-                (
-                    b"\x00",
-                    _SMALL_VARINTS[tsd] if 0 <= tsd < 64 else _varint(tsd),
-                    _SMALL_VARINTS[offset_delta] if offset_delta < 64 else _varint(offset_delta),
-                    _SMALL_VARINTS[klen] if klen < 64 else _varint(klen),
-                    key,
-                    _SMALL_VARINTS[vlen] if vlen < 64 else _varint(vlen),
-                    value,
-                    b"\x00",
-                )
-            )
-            out += _varint(len(body))
-            out += body
-        else:
-            _encode_record(out, offset_delta, r[2] - first_ts, key, value, headers)
-        offset_delta += 1
+    out, max_ts = _encode_records(records, first_ts, BATCH_HEADER_SIZE)
     attributes = timestamp_type << 3 & _TIMESTAMP_TYPE_FLAG
     if is_transactional:
         attributes |= _TRANSACTIONAL_FLAG
@@ -276,6 +302,51 @@ def encode_batch(
         n,
     )
     return bytes(out)
+
+
+def _py_encode_records(records: Sequence[tuple], first_ts: int, reserve: int = 0) -> tuple[bytearray, int]:
+    """Pure-Python `_records.encode_records`: `reserve` zero bytes, then the records section.
+
+    Returns the buffer and the largest timestamp (`first_ts` when there are no records).
+    """
+    out = bytearray(reserve)
+    max_ts = None
+    offset_delta = 0
+    for r in records:
+        if len(r) not in (3, 4):
+            raise TypeError(f"record #{offset_delta} must be (key, value, timestamp[, headers])")
+        ts = r[2]
+        if max_ts is None or ts > max_ts:
+            max_ts = ts
+        key = r[0]
+        value = r[1]
+        headers = r[3] if len(r) > 3 else None
+        # Fast path: small key/value, no headers; lengths < 64 encode in one byte.
+        if not headers and key is not None and value is not None:
+            tsd = ts - first_ts
+            klen = len(key)
+            vlen = len(value)
+            body = b"".join(
+                (
+                    b"\x00",
+                    _SMALL_VARINTS[tsd] if 0 <= tsd < 64 else _varint(tsd),
+                    _SMALL_VARINTS[offset_delta] if offset_delta < 64 else _varint(offset_delta),
+                    _SMALL_VARINTS[klen] if klen < 64 else _varint(klen),
+                    key,
+                    _SMALL_VARINTS[vlen] if vlen < 64 else _varint(vlen),
+                    value,
+                    b"\x00",
+                )
+            )
+            out += _varint(len(body))
+            out += body
+        else:
+            _encode_record(out, offset_delta, ts - first_ts, key, value, headers)
+        offset_delta += 1
+    return out, first_ts if max_ts is None else max_ts
+
+
+_encode_records = _py_encode_records if _accel is None else _accel.encode_records
 
 
 def _fill_header(
@@ -499,55 +570,51 @@ class RecordBatch(BatchHeader):
         return ControlType(ctype)
 
 
-def _check_header(buf, pos: int, end: int, source: str, base_position: int, validate_crc: bool):
-    """Validate the batch starting at `pos`; returns its header fields."""
+def _header_fields(buf, pos: int, end: int, validate_crc: bool):
+    """Validate the batch starting at `pos`; returns (header fields, size).
+
+    Raises _DecodeError(message, pos, base_offset) on a torn, corrupt or unsupported batch.
+    """
     if end - pos < LOG_OVERHEAD:
-        raise _corrupt(
-            f"torn batch: {end - pos} trailing bytes are less than a batch prefix",
-            source=source,
-            position=base_position + pos,
+        raise _DecodeError(
+            f"torn batch: {end - pos} trailing bytes are less than a batch prefix", pos, -1
         )
     base_offset, batch_length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
     size = batch_length + LOG_OVERHEAD
     if batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
-        raise _corrupt(
-            f"batch length {batch_length} is smaller than a batch header",
-            source=source,
-            position=base_position + pos,
-            base_offset=base_offset,
+        raise _DecodeError(
+            f"batch length {batch_length} is smaller than a batch header", pos, base_offset
         )
     if pos + size > end:
-        raise _corrupt(
-            f"torn batch: {size} bytes declared, {end - pos} present",
-            source=source,
-            position=base_position + pos,
-            base_offset=base_offset,
+        raise _DecodeError(
+            f"torn batch: {size} bytes declared, {end - pos} present", pos, base_offset
         )
     fields = _HEADER.unpack_from(buf, pos)
     if fields[3] != MAGIC:
-        raise _corrupt(
-            f"unsupported magic {fields[3]} (only v2 batches are written by Eddy)",
-            source=source,
-            position=base_position + pos,
-            base_offset=base_offset,
+        raise _DecodeError(
+            f"unsupported magic {fields[3]} (only v2 batches are written by Eddy)", pos, base_offset
         )
     if validate_crc:
         actual = crc32c(memoryview(buf)[pos + _CRC_START : pos + size])
         if actual != fields[4]:
-            raise _corrupt(
-                f"CRC mismatch: stored {fields[4]:#010x}, computed {actual:#010x}",
-                source=source,
-                position=base_position + pos,
-                base_offset=base_offset,
+            raise _DecodeError(
+                f"CRC mismatch: stored {fields[4]:#010x}, computed {actual:#010x}", pos, base_offset
             )
     if fields[5] & _COMPRESSION_MASK:
-        raise _corrupt(
+        raise _DecodeError(
             f"compressed batches are not supported (codec {fields[5] & _COMPRESSION_MASK})",
-            source=source,
-            position=base_position + pos,
-            base_offset=base_offset,
+            pos,
+            base_offset,
         )
     return fields, size
+
+
+def _check_header(buf, pos: int, end: int, source: str, base_position: int, validate_crc: bool):
+    """`_header_fields` raising CorruptRecordError that names `source` and the byte position."""
+    try:
+        return _header_fields(buf, pos, end, validate_crc)
+    except _DecodeError as e:
+        raise _from_decode_error(e, source, base_position) from None
 
 
 def iter_batch_headers(
@@ -579,13 +646,31 @@ def decode_batches(
 
 def decode_records(buf: bytes, header: BatchHeader, source: str = "") -> list[Record]:
     """Decode the records of one batch held in `buf` (which starts at the batch)."""
-    base_offset = header.base_offset
-    first_ts = header.first_timestamp
-    count = header.records_count
+    try:
+        return _decode_records(
+            buf, header.base_offset, header.first_timestamp, header.records_count,
+            BATCH_HEADER_SIZE, header.size,
+        )
+    except _DECODE_ERRORS as e:
+        raise _from_decode_error(e, source, 0, header.position) from None
+
+
+def _py_decode_records(
+    buf, base_offset: int, first_ts: int, count: int, start: int, end: int
+) -> list[Record]:
+    """Pure-Python `_records.decode_records`: the `count` records in `buf[start:end]`.
+
+    Raises _DecodeError(message, -1, base_offset) on malformed bytes.
+    """
+    if not 0 <= start <= end <= len(buf):
+        raise _DecodeError(
+            f"batch records [{start}, {end}) lie outside a buffer of {len(buf)} bytes", -1, base_offset
+        )
+    if type(buf) is not bytes or len(buf) != end:
+        buf = bytes(memoryview(buf)[:end])  # slices must be bytes, reads must stop at `end`
     out: list[Record] = []
     append = out.append
-    pos = BATCH_HEADER_SIZE
-    end = header.size
+    pos = start
     try:
         for _ in range(count):
             # length (varint, fast path for one byte)
@@ -636,9 +721,13 @@ def decode_records(buf: bytes, header: BatchHeader, source: str = "") -> list[Re
                 pos += 1
             else:
                 hcount, pos = _read_varint(buf, pos)
+                if hcount < 0:
+                    raise ValueError("negative header count")
                 hs = []
                 for _h in range(hcount):
                     hklen, pos = _read_varint(buf, pos)
+                    if hklen < 0:
+                        raise ValueError("null header key")
                     hkey = buf[pos : pos + hklen].decode("utf-8")
                     pos += hklen
                     hvlen, pos = _read_varint(buf, pos)
@@ -653,20 +742,105 @@ def decode_records(buf: bytes, header: BatchHeader, source: str = "") -> list[Re
                 raise ValueError(f"record length {length} does not match its fields")
             append(Record(base_offset + off_delta, first_ts + ts_delta, key, value, headers))
     except (IndexError, ValueError, UnicodeDecodeError) as e:
-        raise _corrupt(
-            f"malformed record #{len(out)} in batch: {e}",
-            source=source,
-            position=header.position,
-            base_offset=base_offset,
-        ) from None
+        raise _DecodeError(f"malformed record #{len(out)} in batch: {e}", -1, base_offset) from None
     if pos != end:
-        raise _corrupt(
-            f"batch has {end - pos} bytes after its {count} records",
-            source=source,
-            position=header.position,
-            base_offset=base_offset,
-        )
+        raise _DecodeError(f"batch has {end - pos} bytes after its {count} records", -1, base_offset)
     return out
+
+
+_decode_records = _py_decode_records if _accel is None else _accel.decode_records
+
+
+def decode_messages(
+    buf,
+    topic: str,
+    partition: int,
+    *,
+    min_offset: int = 0,
+    aborted: Sequence[tuple[int, int, int]] | None = None,
+    validate_crc: bool = True,
+    partial_tail: bool = False,
+    source: str = "",
+    base_position: int = 0,
+    message_type: Any = None,
+) -> tuple[list, int]:
+    """Decode a whole fetch buffer (concatenated batches) into `confluent_kafka.Message` objects.
+
+    The consumer's hot path. Control batches are skipped, records below `min_offset` too, and,
+    for read_committed, transactional data batches of an `aborted` range
+    `(producer_id, first_offset, last_offset)`. Timestamps are `(1, CreateTime)` or, for a
+    LogAppendTime batch, `(2, the batch's max_timestamp)` as Kafka reports them; headers are
+    None or a list of `(str, bytes | None)`; `leader_epoch()` is the batch's leader epoch.
+    `partial_tail=True` ignores a torn last batch, as a fetch cut at its byte limit ends.
+
+    Returns the messages and the next fetch offset: max(min_offset, next offset of the last
+    batch walked, control batches included). Malformed bytes raise CorruptRecordError.
+    """
+    if message_type is None:
+        from confluent_kafka import Message as message_type
+    try:
+        return _decode_messages(
+            buf, topic, partition, min_offset, message_type, validate_crc, aborted, partial_tail
+        )
+    except _DECODE_ERRORS as e:
+        raise _from_decode_error(e, source, base_position) from None
+
+
+def _py_decode_messages(
+    buf,
+    topic: str,
+    partition: int,
+    min_offset: int,
+    message_type: Any,
+    validate_crc: bool = True,
+    aborted: Sequence[tuple[int, int, int]] | None = None,
+    partial_tail: bool = False,
+) -> tuple[list, int]:
+    """Pure-Python `_records.decode_messages` (same arguments, results and errors)."""
+    data = buf if type(buf) is bytes else bytes(buf)
+    ranges = [tuple(r) for r in aborted] if aborted is not None else ()
+    out: list = []
+    pos = 0
+    end = len(data)
+    next_offset = None
+    while pos < end:
+        if partial_tail:
+            if end - pos < LOG_OVERHEAD:
+                break
+            batch_length = _OFFSET_AND_LENGTH.unpack_from(data, pos)[1]
+            if (batch_length >= BATCH_HEADER_SIZE - LOG_OVERHEAD
+                    and pos + batch_length + LOG_OVERHEAD > end):
+                break
+        fields, size = _header_fields(data, pos, end, validate_crc)
+        (base_offset, _len, leader_epoch, _magic, _crc, attributes, last_offset_delta, first_ts,
+         max_ts, producer_id, _pepoch, _seq, count) = fields
+        next_offset = base_offset + last_offset_delta + 1
+        skip = bool(attributes & _CONTROL_FLAG) or next_offset <= min_offset
+        if not skip and attributes & _TRANSACTIONAL_FLAG:
+            skip = any(
+                pid == producer_id and first <= base_offset <= last for pid, first, last in ranges
+            )
+        if not skip:
+            try:
+                records = _py_decode_records(data[pos : pos + size], base_offset, first_ts, count,
+                                             BATCH_HEADER_SIZE, size)
+            except _DecodeError as e:
+                raise _DecodeError(e.args[0], pos, base_offset) from None
+            log_append = attributes & _TIMESTAMP_TYPE_FLAG
+            for r in records:
+                if r.offset < min_offset:
+                    continue
+                headers = list(r.headers) if r.headers else None
+                ts = (2, max_ts) if log_append else (1, r.timestamp)
+                out.append(message_type(topic, partition, r.offset, r.key, r.value, headers, None,
+                                        ts, -1.0, leader_epoch))
+        pos += size
+    if next_offset is None or next_offset < min_offset:
+        next_offset = min_offset
+    return out, next_offset
+
+
+_decode_messages = _py_decode_messages if _accel is None else _accel.decode_messages
 
 
 def set_base_offset_and_epoch(batch: bytes | bytearray, base_offset: int, leader_epoch: int) -> bytes:
