@@ -347,3 +347,52 @@ def test_schedule_rejects_bad_interval():
     t.add_processor("bad", BadSchedule, "src")
     with pytest.raises(StreamsException, match="punctuation interval must be a positive int"):
         TopologyTestDriver(t)
+
+
+class RawStoreBuilder:
+    """The minimal StoreBuilder surface (name, build, logging_enabled) over a real bytes store."""
+
+    def __init__(self, name, store_cls):
+        self.name = name
+        self.store_cls = store_cls
+        self.logging_enabled = False
+
+    def build(self):
+        return self.store_cls(self.name)
+
+
+class Remember(Processor):
+    def init(self, context):
+        self.context = context
+        self.store = context.get_state_store("raw")
+
+    def process(self, record):
+        old = self.store.get(record.key)
+        self.store.put(record.key, (old or b"") + record.value, record.timestamp)
+        self.context.forward(record.with_value(self.store.get(record.key)))
+
+
+@pytest.mark.parametrize("store_cls_name", ["InMemoryKeyValueStore", "RocksDBKeyValueStore"])
+def test_get_state_store_with_real_stores(store_cls_name):
+    import state.memory_kv
+    import state.rocksdb_kv
+    cls = getattr(state.memory_kv, store_cls_name, None) or getattr(state.rocksdb_kv, store_cls_name)
+    B = serdes.BYTES
+    t = Topology()
+    t.add_source("src", "in", key_serde=B, value_serde=B)
+    t.add_processor("remember", Remember, "src")
+    t.add_sink("out", "out", "remember", key_serde=B, value_serde=B)
+    t.add_state_store(RawStoreBuilder("raw", cls), "remember")
+    with TopologyTestDriver(t, {"application.id": "raw-app"}) as driver:
+        inp = driver.create_input_topic("in", B, B)
+        inp.pipe_input(b"k", b"a")
+        inp.pipe_input(b"k", b"b")
+        inp.pipe_input(b"j", b"c")
+        assert driver.create_output_topic("out", B, B).read_values_to_list() == [b"a", b"ab", b"c"]
+        store = driver.get_key_value_store("raw")
+        assert store.get(b"k") == b"ab"
+        assert driver.get_state_store("raw") is store
+        task_dir = driver.config["state.dir"] + "/raw-app/0_0"
+        import os
+        assert os.path.isdir(task_dir)
+    assert not store.is_open
