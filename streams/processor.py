@@ -45,6 +45,9 @@ def _normalize_headers(headers: Any) -> Headers:
     return out
 
 
+_new = object.__new__
+
+
 class Record:
     """One record flowing through a topology. Treat as immutable; the `with_*` methods copy."""
 
@@ -72,10 +75,21 @@ class Record:
         return rec
 
     def with_key(self, key: Any) -> "Record":
-        return Record._make(key, self.value, self.timestamp, self.headers)
+        rec = _new(Record)
+        rec.key = key
+        rec.value = self.value
+        rec.timestamp = self.timestamp
+        rec.headers = self.headers
+        return rec
 
     def with_value(self, value: Any) -> "Record":
-        return Record._make(self.key, value, self.timestamp, self.headers)
+        # hot path (every map/flat_map): build the copy inline, no validation needed
+        rec = _new(Record)
+        rec.key = self.key
+        rec.value = value
+        rec.timestamp = self.timestamp
+        rec.headers = self.headers
+        return rec
 
     def with_timestamp(self, timestamp: int) -> "Record":
         return Record(self.key, self.value, timestamp, self.headers)
