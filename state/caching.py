@@ -1,0 +1,443 @@
+"""Record caches: `ThreadCache` (one per stream thread) and the caching store wrappers.
+
+Semantics follow Kafka's ThreadCache / NamedCache / CachingKeyValueStore:
+
+- One byte budget (`statestore.cache.max.bytes`) is shared by all the named caches of a thread
+  (one named cache per store of a task, named "<task id>-<store name>"). An entry costs its key
+  and value bytes plus `ENTRY_OVERHEAD`.
+- Writes go to the cache as dirty entries; repeated writes of a key between commits replace the
+  cached entry, so only the latest value is written down and forwarded (deduplication).
+- When the budget is exceeded after a put, the least recently used entries of the cache being
+  written are evicted (as in Kafka: the eviction and what it forwards happen in the context of the
+  store being written, never of another processor's store). Evicting a dirty entry flushes every
+  dirty entry of that named cache, evicted one first, then the others in write order, so that
+  downstream sees updates of one store in order.
+- `flush()` (on commit) writes all dirty entries down in the order of their latest write, then
+  flushes the wrapped store.
+- The flush listener `fn(key, new_value, old_value, timestamp)` is called for each entry written
+  down; `old_value` is read from the wrapped store just before the write. An entry whose new and
+  old values are both None (a delete of a key that never reached the store) is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional
+
+from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError
+from state.rocksdb_kv import key_after, prefix_upper_bound
+from state.store import (
+    KeyValueIterator,
+    KeyValueStore,
+    StoreContext,
+    WrappedStateStore,
+    check_key,
+    check_value,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
+CACHE_MAX_BYTES_CONFIG = "statestore.cache.max.bytes"
+# Approximate bookkeeping cost of one entry (entry object, LRU links, dict slots).
+ENTRY_OVERHEAD = 64
+
+
+class CacheEntry:
+    __slots__ = ("value", "dirty", "timestamp", "size")
+
+    def __init__(self, value: Optional[bytes], dirty: bool, timestamp: int, size: int) -> None:
+        self.value = value
+        self.dirty = dirty
+        self.timestamp = timestamp
+        self.size = size
+
+
+class DirtyEntry(NamedTuple):
+    key: bytes
+    value: Optional[bytes]
+    timestamp: int
+
+
+DirtyEntryFlushListener = Callable[[list], None]
+
+
+class NamedCache:
+    """The LRU map of one store's cache; used only through `ThreadCache` (which holds the lock)."""
+
+    __slots__ = ("name", "owner", "entries", "dirty", "size_bytes", "listener", "hits", "misses", "evictions")
+
+    def __init__(self, name: str, owner: "ThreadCache") -> None:
+        self.name = name
+        self.owner = owner
+        self.entries: "OrderedDict[bytes, CacheEntry]" = OrderedDict()  # LRU first, MRU last
+        self.dirty: "dict[bytes, None]" = {}  # insertion order = order of latest write
+        self.size_bytes = 0
+        self.listener: Optional[DirtyEntryFlushListener] = None
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    def _resize(self, delta: int) -> None:
+        self.size_bytes += delta
+        self.owner._total_bytes += delta
+
+    def _take_dirty(self, first: Optional[DirtyEntry]) -> list:
+        flushed = [first] if first is not None else []
+        entries = self.entries
+        tombstones = []
+        for key in self.dirty:
+            entry = entries[key]
+            flushed.append(DirtyEntry(key, entry.value, entry.timestamp))
+            entry.dirty = False
+            if entry.value is None:
+                tombstones.append(key)
+        self.dirty = {}
+        # A flushed delete has done its job; keeping it would only shadow the store.
+        for key in tombstones:
+            self._resize(-entries.pop(key).size)
+        return flushed
+
+    def flush(self, first: Optional[DirtyEntry] = None) -> int:
+        if first is None and not self.dirty:
+            return 0
+        if self.listener is None:
+            raise StateError(f"cache {self.name!r} has dirty entries but no flush listener")
+        flushed = self._take_dirty(first)
+        self.listener(flushed)
+        return len(flushed)
+
+    def evict_eldest(self) -> int:
+        key, entry = self.entries.popitem(last=False)
+        self._resize(-entry.size)
+        self.evictions += 1
+        if entry.dirty:
+            del self.dirty[key]
+            self.flush(DirtyEntry(key, entry.value, entry.timestamp))
+        return entry.size
+
+
+class ThreadCache:
+    """A byte-bounded record cache shared by the caching stores of one stream thread."""
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> None:
+        self._check_max(max_bytes)
+        self.max_bytes = max_bytes
+        self._caches: dict[str, NamedCache] = {}
+        self._total_bytes = 0
+        self.lock = threading.RLock()
+
+    @staticmethod
+    def _check_max(max_bytes) -> None:
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+            raise InvalidStoreArgumentError(
+                f"{CACHE_MAX_BYTES_CONFIG} must be a non-negative int, got {max_bytes!r}"
+            )
+
+    @property
+    def size_bytes(self) -> int:
+        return self._total_bytes
+
+    def __len__(self) -> int:
+        return sum(len(c.entries) for c in self._caches.values())
+
+    def named_cache(self, namespace: str) -> NamedCache:
+        cache = self._caches.get(namespace)
+        if cache is None:
+            cache = self._caches[namespace] = NamedCache(namespace, self)
+        return cache
+
+    def add_dirty_entry_flush_listener(self, namespace: str, listener: DirtyEntryFlushListener) -> None:
+        with self.lock:
+            self.named_cache(namespace).listener = listener
+
+    def get(self, namespace: str, key: bytes) -> Optional[CacheEntry]:
+        with self.lock:
+            cache = self._caches.get(namespace)
+            if cache is None:
+                return None
+            entry = cache.entries.get(key)
+            if entry is None:
+                cache.misses += 1
+                return None
+            cache.hits += 1
+            cache.entries.move_to_end(key)
+            return entry
+
+    def put(self, namespace: str, key: bytes, value: Optional[bytes], *, dirty: bool, timestamp: int) -> None:
+        size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+        with self.lock:
+            cache = self.named_cache(namespace)
+            entries = cache.entries
+            old = entries.get(key)
+            if old is not None:
+                if not dirty:
+                    # A clean read-through never replaces what the cache already holds
+                    # (it may be a pending dirty write of the same key).
+                    entries.move_to_end(key)
+                    return
+                cache._resize(-old.size)
+            entries[key] = CacheEntry(value, dirty, timestamp, size)
+            entries.move_to_end(key)
+            cache._resize(size)
+            if dirty:
+                cache.dirty.pop(key, None)
+                cache.dirty[key] = None
+            self._maybe_evict(cache)
+
+    def _maybe_evict(self, cache: NamedCache) -> None:
+        max_bytes = self.max_bytes
+        while self._total_bytes > max_bytes and cache.entries:
+            cache.evict_eldest()
+
+    def range_snapshot(
+        self, namespace: str, lower: Optional[bytes], upper_exclusive: Optional[bytes]
+    ) -> list[tuple[bytes, Optional[bytes]]]:
+        """Sorted (key, value-or-None) pairs of the cached keys in [lower, upper_exclusive)."""
+        with self.lock:
+            cache = self._caches.get(namespace)
+            if cache is None:
+                return []
+            items = [
+                (k, e.value)
+                for k, e in cache.entries.items()
+                if (lower is None or k >= lower) and (upper_exclusive is None or k < upper_exclusive)
+            ]
+        items.sort()
+        return items
+
+    def flush(self, namespace: str) -> int:
+        """Write down every dirty entry of `namespace`; returns how many were flushed."""
+        with self.lock:
+            cache = self._caches.get(namespace)
+            return cache.flush() if cache is not None else 0
+
+    def close(self, namespace: str) -> None:
+        """Drop a named cache without flushing it (the caller flushed first if it wanted to)."""
+        with self.lock:
+            cache = self._caches.pop(namespace, None)
+            if cache is not None:
+                self._total_bytes -= cache.size_bytes
+
+    def resize(self, max_bytes: int) -> None:
+        self._check_max(max_bytes)
+        with self.lock:
+            self.max_bytes = max_bytes
+            for cache in list(self._caches.values()):
+                while cache.entries and self.size_bytes > max_bytes:
+                    cache.evict_eldest()
+
+    def stats(self, namespace: str) -> dict:
+        with self.lock:
+            c = self._caches.get(namespace)
+            if c is None:
+                return {}
+            return {"entries": len(c.entries), "dirty": len(c.dirty), "bytes": c.size_bytes,
+                    "hits": c.hits, "misses": c.misses, "evictions": c.evictions}
+
+
+FlushListener = Callable[[bytes, Optional[bytes], Optional[bytes], int], None]
+
+
+def _merge(cached: list, store_iter: KeyValueIterator, reverse: bool) -> Iterator:
+    """Merge a sorted cache snapshot with a store iterator; the cache wins, cached deletes hide."""
+    try:
+        ci = iter(cached)
+        c = next(ci, None)
+        for item in store_iter:
+            store_key = item[0]
+            while c is not None and ((c[0] > store_key) if reverse else (c[0] < store_key)):
+                if c[1] is not None:
+                    yield c
+                c = next(ci, None)
+            if c is not None and c[0] == store_key:
+                if c[1] is not None:
+                    yield c
+                c = next(ci, None)
+            else:
+                yield item
+        while c is not None:
+            if c[1] is not None:
+                yield c
+            c = next(ci, None)
+    finally:
+        store_iter.close()
+
+
+class CachingKeyValueStore(WrappedStateStore, KeyValueStore):
+    """Caches reads and deduplicates writes of the wrapped bytes store until flush or eviction.
+
+    The `ThreadCache` is the one passed in (or set with `set_cache`) before `init`; otherwise the
+    context's `thread_cache` attribute if it has one; otherwise a private cache sized by the
+    context's `statestore.cache.max.bytes`.
+    """
+
+    def __init__(self, wrapped: KeyValueStore, cache: Optional[ThreadCache] = None) -> None:
+        super().__init__(wrapped)
+        self._cache = cache
+        self._namespace: Optional[str] = None
+        self._flush_listener: Optional[FlushListener] = None
+
+    def set_cache(self, cache: ThreadCache) -> None:
+        if self._namespace is not None:
+            raise StateError(f"state store {self.name!r}: cannot change the cache after init")
+        self._cache = cache
+
+    @property
+    def cache(self) -> Optional[ThreadCache]:
+        return self._cache
+
+    @property
+    def namespace(self) -> Optional[str]:
+        return self._namespace
+
+    def init(self, context: StoreContext) -> None:
+        super().init(context)
+        if self._cache is None:
+            cache = getattr(context, "thread_cache", None)
+            if cache is None:
+                config = getattr(context, "config", None) or {}
+                cache = ThreadCache(int(config.get(CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_BYTES)))
+            self._cache = cache
+        self._namespace = f"{getattr(context, 'task_id', 'none')}-{self.name}"
+        self._cache.add_dirty_entry_flush_listener(self._namespace, self._write_down)
+
+    def set_flush_listener(self, listener: Optional[FlushListener]) -> bool:
+        """`listener(key, new_value, old_value, timestamp)` for each entry written down."""
+        self._flush_listener = listener
+        return True
+
+    def _write_down(self, entries: list) -> None:
+        wrapped = self.wrapped
+        listener = self._flush_listener
+        for key, value, timestamp in entries:
+            if listener is None:
+                wrapped.put(key, value, timestamp)
+                continue
+            old = wrapped.get(key)
+            if value is None and old is None:
+                continue
+            wrapped.put(key, value, timestamp)
+            listener(key, value, old, timestamp)
+
+    def _check(self) -> ThreadCache:
+        if self._namespace is None or not self.wrapped.is_open:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        return self._cache
+
+    # ---------------------------------------------------------------- reads
+    def get(self, key: bytes) -> Optional[bytes]:
+        cache = self._check()
+        check_key(self.name, key)
+        with cache.lock:
+            entry = cache.get(self._namespace, key)
+            if entry is not None:
+                return entry.value
+            value = self.wrapped.get(key)
+            if value is not None:
+                cache.put(self._namespace, key, value, dirty=False, timestamp=-1)
+            return value
+
+    def _merged(self, lower, upper_exclusive, store_iter: KeyValueIterator, reverse: bool) -> KeyValueIterator:
+        cached = self._cache.range_snapshot(self._namespace, lower, upper_exclusive)
+        if reverse:
+            cached.reverse()
+        return KeyValueIterator(_merge(cached, store_iter, reverse), self.name)
+
+    def range(self, key_from, key_to) -> KeyValueIterator:
+        self._check()
+        store_iter = self.wrapped.range(key_from, key_to)
+        if key_from is not None and key_to is not None and key_from > key_to:
+            return store_iter
+        upper = key_after(key_to) if key_to is not None else None
+        return self._merged(key_from, upper, store_iter, False)
+
+    def reverse_range(self, key_from, key_to) -> KeyValueIterator:
+        self._check()
+        store_iter = self.wrapped.reverse_range(key_from, key_to)
+        if key_from is not None and key_to is not None and key_from > key_to:
+            return store_iter
+        upper = key_after(key_to) if key_to is not None else None
+        return self._merged(key_from, upper, store_iter, True)
+
+    def prefix_scan(self, prefix: bytes) -> KeyValueIterator:
+        self._check()
+        store_iter = self.wrapped.prefix_scan(prefix)
+        return self._merged(prefix, prefix_upper_bound(prefix), store_iter, False)
+
+    def all(self) -> KeyValueIterator:
+        return self.range(None, None)
+
+    def reverse_all(self) -> KeyValueIterator:
+        return self.reverse_range(None, None)
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries()
+
+    # ---------------------------------------------------------------- writes
+    def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
+        cache = self._check()
+        check_key(self.name, key)
+        check_value(self.name, value)
+        if timestamp is None:
+            timestamp = self._timestamp_supplier()
+        cache.put(self._namespace, key, value, dirty=True, timestamp=timestamp)
+
+    def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):
+        cache = self._check()
+        with cache.lock:
+            existing = self.get(key)
+            if existing is None and value is not None:
+                self.put(key, value, timestamp)
+            return existing
+
+    def put_all(self, entries: Iterable[tuple], timestamp: Optional[int] = None) -> None:
+        cache = self._check()
+        entries = list(entries)
+        for key, value in entries:
+            check_key(self.name, key)
+            check_value(self.name, value)
+        with cache.lock:
+            for key, value in entries:
+                self.put(key, value, timestamp)
+
+    def delete(self, key: bytes, timestamp: Optional[int] = None) -> Optional[bytes]:
+        cache = self._check()
+        with cache.lock:
+            old = self.get(key)
+            self.put(key, None, timestamp)
+            return old
+
+    # ---------------------------------------------------------------- lifecycle
+    def flush_cache(self) -> None:
+        """Write dirty entries down (and forward them) without flushing the wrapped store."""
+        self._check().flush(self._namespace)
+
+    def flush(self) -> None:
+        self.flush_cache()
+        self.wrapped.flush()
+
+    def close(self) -> None:
+        if self._namespace is None:
+            self.wrapped.close()
+            return
+        errors = []
+        try:
+            if self.wrapped.is_open:
+                self._cache.flush(self._namespace)
+        except Exception as exc:  # close the rest anyway; re-raise below
+            errors.append(exc)
+        self._cache.close(self._namespace)
+        self._namespace = None
+        try:
+            self.wrapped.close()
+        except Exception as exc:
+            errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    @property
+    def is_open(self) -> bool:
+        return self._namespace is not None and self.wrapped.is_open

@@ -1,0 +1,76 @@
+"""Change-logging wrappers: every update is also sent to the store's changelog.
+
+`context.log_change(store_name, key, value_or_None, timestamp)` is called after the inner store
+accepted the write; the state manager turns it into a record of
+`<application.id>-<store>-changelog` on the task's partition. Window and session stores log their
+changelog key encodings (see state/window.py and state/session.py), which their restore callbacks
+decode. Restore bypasses this layer (the inner store registers its own restore callback).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from state.errors import StoreClosedError
+from state.store import KeyValueIterator, KeyValueStore, StoreContext, WrappedStateStore, child_context
+
+
+class _ChangeLoggingMixin:
+    _context: Optional[StoreContext]
+
+    def init(self, context: StoreContext) -> None:
+        self._context = context
+        self.wrapped.init(child_context(context, self, logged=True))
+
+    def _log(self, key: bytes, value: Optional[bytes], timestamp: Optional[int]) -> None:
+        context = self._context
+        if context is None:
+            raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
+        if timestamp is None:
+            timestamp = self._timestamp_supplier()
+        context.log_change(self.name, key, value, timestamp)
+
+
+class ChangeLoggingKeyValueStore(_ChangeLoggingMixin, WrappedStateStore, KeyValueStore):
+    def get(self, key):
+        return self.wrapped.get(key)
+
+    def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
+        self.wrapped.put(key, value, timestamp)
+        self._log(key, value, timestamp)
+
+    def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):
+        previous = self.wrapped.put_if_absent(key, value, timestamp)
+        if previous is None and value is not None:
+            self._log(key, value, timestamp)
+        return previous
+
+    def put_all(self, entries: Iterable[tuple], timestamp: Optional[int] = None) -> None:
+        entries = list(entries)
+        self.wrapped.put_all(entries, timestamp)
+        for key, value in entries:
+            self._log(key, value, timestamp)
+
+    def delete(self, key: bytes, timestamp: Optional[int] = None):
+        old = self.wrapped.delete(key, timestamp)
+        # Kafka logs the tombstone even when nothing was there: cheap, and keeps replicas exact.
+        self._log(key, None, timestamp)
+        return old
+
+    def range(self, key_from, key_to) -> KeyValueIterator:
+        return self.wrapped.range(key_from, key_to)
+
+    def reverse_range(self, key_from, key_to) -> KeyValueIterator:
+        return self.wrapped.reverse_range(key_from, key_to)
+
+    def prefix_scan(self, prefix) -> KeyValueIterator:
+        return self.wrapped.prefix_scan(prefix)
+
+    def all(self) -> KeyValueIterator:
+        return self.wrapped.all()
+
+    def reverse_all(self) -> KeyValueIterator:
+        return self.wrapped.reverse_all()
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries()

@@ -1,0 +1,276 @@
+"""`Stores`: factories for store suppliers and builders (Kafka's `Stores` in snake_case).
+
+A supplier makes the innermost bytes store; a builder stacks the layers
+`typed -> caching -> change logging -> inner` and returns the typed, outermost store.
+Builders default to logging enabled and caching disabled, as in Kafka (the DSL enables caching).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from state.caching import CachingKeyValueStore, ThreadCache
+from state.errors import InvalidStoreArgumentError
+from state.logging_store import ChangeLoggingKeyValueStore
+from state.memory_kv import InMemoryKeyValueStore
+from state.rocksdb_kv import RocksDBKeyValueStore
+from state.store import StateStore
+from state.typed import TypedKeyValueStore
+
+# Kafka's windowstore.changelog.additional.retention.ms default: 1 day.
+WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000
+MIN_SEGMENT_INTERVAL_MS = 60_000
+
+
+def _check_name(name) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidStoreArgumentError(f"store name must be a non-empty string, got {name!r}")
+    bad = set(name) - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+    if bad or name in (".", ".."):
+        raise InvalidStoreArgumentError(
+            f"store name {name!r} must use only [a-zA-Z0-9._-] (it names a directory and a changelog topic)"
+        )
+    return name
+
+
+def _check_ms(what: str, value, store_name: str, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidStoreArgumentError(
+            f"store {store_name!r}: {what} must be an int >= {minimum}, got {value!r}"
+        )
+    return value
+
+
+class StoreSupplier:
+    """Makes new inner (bytes) stores of one kind; `kind` is "key_value", "window" or "session"."""
+
+    kind = "key_value"
+
+    def __init__(self, name: str, factory: Callable[[], StateStore], persistent: bool) -> None:
+        self.name = _check_name(name)
+        self._factory = factory
+        self.persistent = persistent
+
+    def get(self) -> StateStore:
+        return self._factory()
+
+    def metrics_scope(self) -> str:
+        return ("rocksdb" if self.persistent else "in-memory") + "-" + self.kind.replace("_", "-")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.metrics_scope()})"
+
+
+class KeyValueBytesStoreSupplier(StoreSupplier):
+    kind = "key_value"
+
+
+class WindowBytesStoreSupplier(StoreSupplier):
+    kind = "window"
+
+    def __init__(self, name, factory, persistent, *, retention_ms: int, window_size_ms: int,
+                 segment_interval_ms: int, retain_duplicates: bool) -> None:
+        super().__init__(name, factory, persistent)
+        self.retention_ms = retention_ms
+        self.window_size_ms = window_size_ms
+        self.segment_interval_ms = segment_interval_ms
+        self.retain_duplicates = retain_duplicates
+
+
+class SessionBytesStoreSupplier(StoreSupplier):
+    kind = "session"
+
+    def __init__(self, name, factory, persistent, *, retention_ms: int, segment_interval_ms: int) -> None:
+        super().__init__(name, factory, persistent)
+        self.retention_ms = retention_ms
+        self.segment_interval_ms = segment_interval_ms
+
+
+def segment_interval_for(retention_ms: int) -> int:
+    """Kafka's default segment interval: max(retention / 2, 60 s)."""
+    return max(retention_ms // 2, MIN_SEGMENT_INTERVAL_MS)
+
+
+class StoreBuilder:
+    """Builds the layered, typed store for one supplier."""
+
+    def __init__(self, supplier: StoreSupplier, key_serde=None, value_serde=None) -> None:
+        if not isinstance(supplier, StoreSupplier):
+            raise InvalidStoreArgumentError(f"a store builder needs a store supplier, got {type(supplier).__name__}")
+        self.supplier = supplier
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._caching = False
+        self._logging = True
+        self._log_config: dict = {}
+        self._cache: Optional[ThreadCache] = None
+
+    @property
+    def name(self) -> str:
+        return self.supplier.name
+
+    @property
+    def kind(self) -> str:
+        return self.supplier.kind
+
+    def with_caching_enabled(self) -> "StoreBuilder":
+        self._caching = True
+        return self
+
+    def with_caching_disabled(self) -> "StoreBuilder":
+        self._caching = False
+        return self
+
+    def with_cache(self, cache: ThreadCache) -> "StoreBuilder":
+        """Use this ThreadCache instead of the context's (tests and custom runtimes)."""
+        self._cache = cache
+        return self
+
+    def with_logging_enabled(self, config: Optional[dict] = None) -> "StoreBuilder":
+        if config is not None and not isinstance(config, dict):
+            raise InvalidStoreArgumentError(f"store {self.name!r}: log config must be a dict, got {type(config).__name__}")
+        self._logging = True
+        self._log_config = dict(config or {})
+        return self
+
+    def with_logging_disabled(self) -> "StoreBuilder":
+        self._logging = False
+        self._log_config = {}
+        return self
+
+    @property
+    def caching_enabled(self) -> bool:
+        return self._caching
+
+    @property
+    def logging_enabled(self) -> bool:
+        return self._logging
+
+    @property
+    def log_config(self) -> dict:
+        return dict(self._log_config)
+
+    def changelog_topic_config(self) -> dict:
+        """Topic config for the changelog: compacted; windowed stores also delete by retention."""
+        config = {"cleanup.policy": "compact"}
+        retention = getattr(self.supplier, "retention_ms", None)
+        if retention is not None:
+            config["cleanup.policy"] = "compact,delete"
+            config["retention.ms"] = str(retention + WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS)
+        config.update(self._log_config)
+        return config
+
+    def build(self) -> StateStore:
+        inner = self.supplier.get()
+        kind = self.supplier.kind
+        if kind == "key_value":
+            store = inner
+            if self._logging:
+                store = ChangeLoggingKeyValueStore(store)
+            if self._caching:
+                store = CachingKeyValueStore(store, self._cache)
+            return TypedKeyValueStore(store, self.key_serde, self.value_serde)
+        if kind == "window":
+            from state.window import CachingWindowStore, ChangeLoggingWindowStore, TypedWindowStore
+
+            store = inner
+            if self._logging:
+                store = ChangeLoggingWindowStore(store)
+            if self._caching:
+                store = CachingWindowStore(store, self._cache)
+            return TypedWindowStore(store, self.key_serde, self.value_serde)
+        if kind == "session":
+            from state.session import CachingSessionStore, ChangeLoggingSessionStore, TypedSessionStore
+
+            store = inner
+            if self._logging:
+                store = ChangeLoggingSessionStore(store)
+            if self._caching:
+                store = CachingSessionStore(store, self._cache)
+            return TypedSessionStore(store, self.key_serde, self.value_serde)
+        raise InvalidStoreArgumentError(f"store {self.name!r}: unknown store kind {kind!r}")  # pragma: no cover
+
+
+class Stores:
+    """Factories for store suppliers and builders."""
+
+    @staticmethod
+    def persistent_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
+        _check_name(name)
+        return KeyValueBytesStoreSupplier(name, lambda: RocksDBKeyValueStore(name), True)
+
+    @staticmethod
+    def in_memory_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
+        _check_name(name)
+        return KeyValueBytesStoreSupplier(name, lambda: InMemoryKeyValueStore(name), False)
+
+    @staticmethod
+    def _window_supplier(name, retention_ms, window_size_ms, retain_duplicates, persistent):
+        from state.window import InMemoryWindowStore, RocksDBWindowStore
+
+        _check_name(name)
+        _check_ms("retention_ms", retention_ms, name)
+        _check_ms("window_size_ms", window_size_ms, name, minimum=1)
+        if window_size_ms > retention_ms:
+            raise InvalidStoreArgumentError(
+                f"store {name!r}: retention_ms ({retention_ms}) must be >= window_size_ms ({window_size_ms})"
+            )
+        interval = segment_interval_for(retention_ms)
+        cls = RocksDBWindowStore if persistent else InMemoryWindowStore
+
+        def factory():
+            return cls(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
+                       segment_interval_ms=interval, retain_duplicates=bool(retain_duplicates))
+
+        return WindowBytesStoreSupplier(name, factory, persistent, retention_ms=retention_ms,
+                                        window_size_ms=window_size_ms, segment_interval_ms=interval,
+                                        retain_duplicates=bool(retain_duplicates))
+
+    @staticmethod
+    def persistent_window_store(name: str, retention_ms: int, window_size_ms: int,
+                                retain_duplicates: bool = False) -> WindowBytesStoreSupplier:
+        return Stores._window_supplier(name, retention_ms, window_size_ms, retain_duplicates, True)
+
+    @staticmethod
+    def in_memory_window_store(name: str, retention_ms: int, window_size_ms: int,
+                               retain_duplicates: bool = False) -> WindowBytesStoreSupplier:
+        return Stores._window_supplier(name, retention_ms, window_size_ms, retain_duplicates, False)
+
+    @staticmethod
+    def _session_supplier(name, retention_ms, persistent):
+        from state.session import InMemorySessionStore, RocksDBSessionStore
+
+        _check_name(name)
+        _check_ms("retention_ms", retention_ms, name)
+        interval = segment_interval_for(retention_ms)
+        cls = RocksDBSessionStore if persistent else InMemorySessionStore
+        return SessionBytesStoreSupplier(
+            name, lambda: cls(name, retention_ms=retention_ms, segment_interval_ms=interval), persistent,
+            retention_ms=retention_ms, segment_interval_ms=interval,
+        )
+
+    @staticmethod
+    def persistent_session_store(name: str, retention_ms: int) -> SessionBytesStoreSupplier:
+        return Stores._session_supplier(name, retention_ms, True)
+
+    @staticmethod
+    def in_memory_session_store(name: str, retention_ms: int) -> SessionBytesStoreSupplier:
+        return Stores._session_supplier(name, retention_ms, False)
+
+    @staticmethod
+    def key_value_store_builder(supplier: KeyValueBytesStoreSupplier, key_serde=None, value_serde=None) -> StoreBuilder:
+        if not isinstance(supplier, KeyValueBytesStoreSupplier):
+            raise InvalidStoreArgumentError(f"key_value_store_builder needs a key-value supplier, got {supplier!r}")
+        return StoreBuilder(supplier, key_serde, value_serde)
+
+    @staticmethod
+    def window_store_builder(supplier: WindowBytesStoreSupplier, key_serde=None, value_serde=None) -> StoreBuilder:
+        if not isinstance(supplier, WindowBytesStoreSupplier):
+            raise InvalidStoreArgumentError(f"window_store_builder needs a window supplier, got {supplier!r}")
+        return StoreBuilder(supplier, key_serde, value_serde)
+
+    @staticmethod
+    def session_store_builder(supplier: SessionBytesStoreSupplier, key_serde=None, value_serde=None) -> StoreBuilder:
+        if not isinstance(supplier, SessionBytesStoreSupplier):
+            raise InvalidStoreArgumentError(f"session_store_builder needs a session supplier, got {supplier!r}")
+        return StoreBuilder(supplier, key_serde, value_serde)

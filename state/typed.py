@@ -1,0 +1,179 @@
+"""Typed (outermost) store wrappers: apply key/value serdes around the bytes stores.
+
+A serde is any object with `serialize(obj) -> bytes | None` and `deserialize(bytes | None) -> obj`
+(duck-typed; state/ never imports streams/). A serde of None means bytes pass through unchanged.
+Range bounds are serialized with the key serde, so ranges follow the serialized bytes' order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+from state.errors import InvalidStoreArgumentError
+from state.store import KeyValueIterator, KeyValueStore, WrappedStateStore
+
+
+class _Serdes:
+    """Serialize/deserialize helpers bound to one store (errors name the store)."""
+
+    def __init__(self, store_name: str, key_serde, value_serde) -> None:
+        for what, serde in (("key_serde", key_serde), ("value_serde", value_serde)):
+            if serde is not None and not (hasattr(serde, "serialize") and hasattr(serde, "deserialize")):
+                raise InvalidStoreArgumentError(
+                    f"state store {store_name!r}: {what} must have serialize() and deserialize(), "
+                    f"got {type(serde).__name__}"
+                )
+        self.store_name = store_name
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+    def key_to_bytes(self, key, what: str = "key") -> bytes:
+        if key is None:
+            raise InvalidStoreArgumentError(f"state store {self.store_name!r}: {what} must not be None")
+        serde = self.key_serde
+        if serde is None:
+            return key
+        try:
+            data = serde.serialize(key)
+        except Exception as exc:
+            raise InvalidStoreArgumentError(
+                f"state store {self.store_name!r}: cannot serialize {what} {key!r}: {exc}"
+            ) from exc
+        if data is None:
+            raise InvalidStoreArgumentError(
+                f"state store {self.store_name!r}: {what} {key!r} serialized to None"
+            )
+        return data
+
+    def bound_to_bytes(self, key, what: str) -> Optional[bytes]:
+        return None if key is None else self.key_to_bytes(key, what)
+
+    def value_to_bytes(self, value) -> Optional[bytes]:
+        if value is None:
+            return None
+        serde = self.value_serde
+        if serde is None:
+            return value
+        try:
+            return serde.serialize(value)
+        except Exception as exc:
+            raise InvalidStoreArgumentError(
+                f"state store {self.store_name!r}: cannot serialize value {value!r}: {exc}"
+            ) from exc
+
+    def key_from_bytes(self, data: Optional[bytes]):
+        serde = self.key_serde
+        return data if serde is None or data is None else serde.deserialize(data)
+
+    def value_from_bytes(self, data: Optional[bytes]):
+        serde = self.value_serde
+        return data if serde is None or data is None else serde.deserialize(data)
+
+    def typed_pairs(self, inner: KeyValueIterator) -> Iterator:
+        kd = self.key_from_bytes if self.key_serde is not None else None
+        vd = self.value_from_bytes if self.value_serde is not None else None
+        try:
+            if kd is None and vd is None:
+                yield from inner
+            else:
+                for k, v in inner:
+                    yield (kd(k) if kd else k, vd(v) if vd else v)
+        finally:
+            inner.close()
+
+
+def find_caching_layer(store):
+    """The first wrapped store that has `set_flush_listener` (the caching layer), or None."""
+    current = getattr(store, "wrapped", None)
+    while current is not None:
+        if hasattr(current, "set_flush_listener") and not isinstance(current, _TypedBase):
+            return current
+        current = getattr(current, "wrapped", None)
+    return None
+
+
+class _TypedBase(WrappedStateStore):
+    def __init__(self, wrapped, key_serde=None, value_serde=None) -> None:
+        super().__init__(wrapped)
+        self.serdes = _Serdes(wrapped.name, key_serde, value_serde)
+
+    @property
+    def key_serde(self):
+        return self.serdes.key_serde
+
+    @property
+    def value_serde(self):
+        return self.serdes.value_serde
+
+
+class TypedKeyValueStore(_TypedBase, KeyValueStore):
+    """The key-value store users and processors see: typed keys and values."""
+
+    def get(self, key):
+        s = self.serdes
+        return s.value_from_bytes(self.wrapped.get(s.key_to_bytes(key)))
+
+    def put(self, key, value, timestamp: Optional[int] = None) -> None:
+        s = self.serdes
+        self.wrapped.put(s.key_to_bytes(key), s.value_to_bytes(value), timestamp)
+
+    def put_if_absent(self, key, value, timestamp: Optional[int] = None):
+        s = self.serdes
+        return s.value_from_bytes(self.wrapped.put_if_absent(s.key_to_bytes(key), s.value_to_bytes(value), timestamp))
+
+    def put_all(self, entries: Iterable[tuple], timestamp: Optional[int] = None) -> None:
+        s = self.serdes
+        self.wrapped.put_all([(s.key_to_bytes(k), s.value_to_bytes(v)) for k, v in entries], timestamp)
+
+    def delete(self, key, timestamp: Optional[int] = None):
+        s = self.serdes
+        return s.value_from_bytes(self.wrapped.delete(s.key_to_bytes(key), timestamp))
+
+    def _typed(self, inner: KeyValueIterator) -> KeyValueIterator:
+        return KeyValueIterator(self.serdes.typed_pairs(inner), self.name)
+
+    def range(self, key_from, key_to) -> KeyValueIterator:
+        s = self.serdes
+        return self._typed(self.wrapped.range(s.bound_to_bytes(key_from, "key_from"), s.bound_to_bytes(key_to, "key_to")))
+
+    def reverse_range(self, key_from, key_to) -> KeyValueIterator:
+        s = self.serdes
+        return self._typed(
+            self.wrapped.reverse_range(s.bound_to_bytes(key_from, "key_from"), s.bound_to_bytes(key_to, "key_to"))
+        )
+
+    def prefix_scan(self, prefix, prefix_serde=None) -> KeyValueIterator:
+        """Keys whose serialized form starts with `prefix` serialized by `prefix_serde` (default: key serde)."""
+        if prefix is None:
+            raise InvalidStoreArgumentError(f"state store {self.name!r}: prefix must not be None")
+        if prefix_serde is not None:
+            data = prefix_serde.serialize(prefix)
+        else:
+            data = self.serdes.key_to_bytes(prefix, "prefix")
+        return self._typed(self.wrapped.prefix_scan(data))
+
+    def all(self) -> KeyValueIterator:
+        return self._typed(self.wrapped.all())
+
+    def reverse_all(self) -> KeyValueIterator:
+        return self._typed(self.wrapped.reverse_all())
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries()
+
+    def set_flush_listener(self, listener: Optional[Callable[[Any, Any, Any, int], None]]) -> bool:
+        """Install `listener(key, new_value, old_value, timestamp)` (typed) on the caching layer.
+
+        Returns False (like Kafka's setFlushListener) when the store has no caching layer.
+        """
+        caching = find_caching_layer(self)
+        if caching is None:
+            return False
+        if listener is None:
+            return caching.set_flush_listener(None)
+        s = self.serdes
+
+        def typed_listener(key: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
+            listener(s.key_from_bytes(key), s.value_from_bytes(new), s.value_from_bytes(old), timestamp)
+
+        return caching.set_flush_listener(typed_listener)

@@ -1,0 +1,146 @@
+"""Change logging: the exact (store, key, value, timestamp) sequence sent to the changelog."""
+
+import pathlib
+
+import pytest
+
+from state.errors import InvalidStoreArgumentError
+from state.logging_store import ChangeLoggingKeyValueStore
+from state.memory_kv import InMemoryKeyValueStore
+from state.rocksdb_kv import RocksDBKeyValueStore
+from state.stores import Stores
+from state.task_id import TaskId
+
+
+class RecordingContext:
+    def __init__(self, task_dir: pathlib.Path):
+        self.application_id = "app"
+        self.task_id = TaskId(1, 0)
+        self.task_dir = task_dir
+        self.config = {}
+        self.registered = []
+        self.logged_changes = []
+
+    def store_dir(self, store_name):
+        return self.task_dir / "rocksdb" / store_name
+
+    def register(self, store, restore_callback, *, logged):
+        self.registered.append((store, restore_callback, logged))
+
+    def log_change(self, store_name, key, value, timestamp, headers=None):
+        self.logged_changes.append((store_name, key, value, timestamp))
+
+
+class Utf8:
+    def serialize(self, obj):
+        return None if obj is None else obj.encode()
+
+    def deserialize(self, data):
+        return None if data is None else data.decode()
+
+
+class Int64:
+    def serialize(self, obj):
+        return None if obj is None else obj.to_bytes(8, "big", signed=True)
+
+    def deserialize(self, data):
+        return None if data is None else int.from_bytes(data, "big", signed=True)
+
+
+@pytest.fixture(params=["rocksdb", "memory"])
+def persistent(request):
+    return request.param == "rocksdb"
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    return RecordingContext(tmp_path / "1_0")
+
+
+def test_kv_logs_every_update_in_order(persistent, ctx):
+    inner = RocksDBKeyValueStore("s") if persistent else InMemoryKeyValueStore("s")
+    store = ChangeLoggingKeyValueStore(inner)
+    store.init(ctx)
+    [(registered, callback, logged)] = ctx.registered
+    assert registered is store and logged is True and callback == inner.restore_batch
+    store.put(b"a", b"1", timestamp=100)
+    assert store.put_if_absent(b"a", b"x", timestamp=101) == b"1"   # no write, nothing logged
+    assert store.put_if_absent(b"b", b"2", timestamp=102) is None
+    store.put_all([(b"c", b"3"), (b"a", None)], timestamp=103)
+    assert store.delete(b"b", timestamp=104) == b"2"
+    store.put(b"d", None, timestamp=105)
+    assert ctx.logged_changes == [
+        ("s", b"a", b"1", 100),
+        ("s", b"b", b"2", 102),
+        ("s", b"c", b"3", 103),
+        ("s", b"a", None, 103),
+        ("s", b"b", None, 104),
+        ("s", b"d", None, 105),
+    ]
+    assert list(store.all()) == [(b"c", b"3")]
+    store.close()
+
+
+def test_failed_write_is_not_logged(ctx):
+    store = ChangeLoggingKeyValueStore(InMemoryKeyValueStore("s"))
+    store.init(ctx)
+    with pytest.raises(InvalidStoreArgumentError):
+        store.put(None, b"v", timestamp=1)
+    assert ctx.logged_changes == []
+    store.close()
+
+
+def test_timestamp_supplier_used_when_none_given(ctx):
+    store = ChangeLoggingKeyValueStore(InMemoryKeyValueStore("s"))
+    store.init(ctx)
+    store.set_timestamp_supplier(lambda: 4242)
+    store.put(b"k", b"v")
+    assert ctx.logged_changes == [("s", b"k", b"v", 4242)]
+    store.close()
+
+
+def test_builder_stack_typed_cached_logged(persistent, ctx):
+    supplier = Stores.persistent_key_value_store("counts") if persistent else Stores.in_memory_key_value_store("counts")
+    builder = Stores.key_value_store_builder(supplier, key_serde=Utf8(), value_serde=Int64())
+    assert builder.logging_enabled and not builder.caching_enabled
+    store = builder.with_caching_enabled().with_logging_enabled({"min.insync.replicas": "2"}).build()
+    assert builder.changelog_topic_config() == {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+    store.init(ctx)
+    [(registered, _, logged)] = ctx.registered
+    assert registered is store and logged is True
+    assert store.persistent is persistent
+    forwarded = []
+    assert store.set_flush_listener(lambda k, new, old, ts: forwarded.append((k, new, old, ts)))
+    store.put("hello", 1, timestamp=7)
+    store.put("hello", 2, timestamp=8)
+    assert store.get("hello") == 2
+    assert ctx.logged_changes == []
+    store.flush()
+    assert forwarded == [("hello", 2, None, 8)]
+    assert ctx.logged_changes == [("counts", b"hello", (2).to_bytes(8, "big"), 8)]
+    assert list(store.all()) == [("hello", 2)]
+    store.close()
+
+
+def test_builder_without_logging_or_caching(ctx):
+    store = (Stores.key_value_store_builder(Stores.in_memory_key_value_store("plain"), Utf8(), Utf8())
+             .with_logging_disabled().build())
+    store.init(ctx)
+    assert ctx.registered[0][2] is False
+    assert store.set_flush_listener(lambda *a: None) is False
+    store.put("a", "b")
+    assert ctx.logged_changes == []
+    with pytest.raises(InvalidStoreArgumentError, match="'plain'.*None"):
+        store.put(None, "x")
+    store.close()
+
+
+@pytest.mark.parametrize("name", ["", "a/b", None, ".."])
+def test_bad_store_names(name):
+    with pytest.raises(InvalidStoreArgumentError):
+        Stores.persistent_key_value_store(name)
+
+
+def test_builder_needs_matching_supplier():
+    with pytest.raises(InvalidStoreArgumentError):
+        Stores.key_value_store_builder("not a supplier")
