@@ -236,6 +236,7 @@ class _MaterializedStoreBuilder:
 
     def __init__(self, mat: Materialized, store_name: str, key_serde: Any, value_serde: Any) -> None:
         self.name = store_name
+        self.kind = "key_value"
         self.materialized = mat
         self.key_serde = key_serde
         self.value_serde = value_serde

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from confluent_kafka import TopicPartition
 
+from state.caching import CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_BYTES, ThreadCache
 from state.directory import StateDirectory
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
@@ -121,6 +122,8 @@ class TopologyTestDriver:
             self.config["state.dir"] = state_dir
         self._state_directory = StateDirectory(state_dir, self.application_id)
         self._eos = self.config.get("processing.guarantee") in ("exactly_once_v2", "exactly_once")
+        # one stream thread -> one record cache shared by all caching stores (Kafka's ThreadCache)
+        self._thread_cache = ThreadCache(int(self.config.get(CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_BYTES)))
         try:
             for sub in subtopologies:
                 self._add_task(sub)
@@ -138,6 +141,7 @@ class TopologyTestDriver:
             task_id, TaskType.ACTIVE, self._eos, self._state_directory,
             changelog_topics={name: changelog_topic_name(self.application_id, name) for name in sub.store_names},
             changelog_partition=0, collector=self._collector, config=self.config)
+        manager.thread_cache = self._thread_cache  # type: ignore[attr-defined]  # read by caching stores
         self._managers.append(manager)
         engine = TaskEngine(self.topology, sub, task_id=task_id, application_id=self.application_id,
                             config=self.config, collector=self._collector, clock_ms=self._clock,
@@ -246,12 +250,19 @@ class TopologyTestDriver:
 
     def _typed_store(self, name: str, kind: str, methods: tuple[str, ...]) -> Any:
         store = self.get_state_store(name)
-        if not all(callable(getattr(store, m, None)) for m in methods):
-            raise StoreAccessError(f"state store {name!r} is a {type(store).__name__}, not a {kind} store")
+        builder_kind = getattr(self.topology.store_builder(name), "kind", None)
+        if builder_kind is not None:
+            ok = builder_kind == kind
+        else:
+            ok = all(callable(getattr(store, m, None)) for m in methods)
+        if not ok:
+            raise StoreAccessError(
+                f"state store {name!r} is a {builder_kind or type(store).__name__} store, not a {kind} store")
         return store
 
     def get_key_value_store(self, name: str) -> Any:
-        return self._typed_store(name, "key-value", ("get", "put", "range", "all", "delete"))
+        """The typed key-value store `name` (keys and values through the store's serdes)."""
+        return self._typed_store(name, "key_value", ("get", "put", "range", "all", "delete"))
 
     def get_window_store(self, name: str) -> Any:
         return self._typed_store(name, "window", ("fetch", "put", "fetch_all"))

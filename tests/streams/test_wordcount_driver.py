@@ -125,3 +125,56 @@ def test_processor_api_state_store_and_punctuation():
 def test_unconnected_store_access_is_an_error():
     with pytest.raises(StreamsException, match="processor 'counter' has no access to state store 'kv'"):
         TopologyTestDriver(kv_topology(connect=False))
+
+
+@pytest.mark.parametrize("caching,expected", [
+    (True, [("x", 3), ("y", 1)]),                       # cache flushed once per input record
+    (False, [("x", 1), ("x", 2), ("x", 3), ("y", 1)]),  # every update forwarded
+])
+def test_count_caching_dedups_updates_within_a_commit(caching, expected):
+    mat = Materialized.as_("per-key") if caching else Materialized.as_("per-key").with_caching_disabled()
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S)
+        .flat_map_values(str.split)
+        .group_by_key()
+        .count(store=mat)
+        .to_stream()
+        .to("out", value_serde=I64))
+    topology = b.build()
+    assert topology.internal_topics == {}  # group_by_key without a key change: no repartition
+    with TopologyTestDriver(topology, {"application.id": "dedup"}) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        inp.pipe_input("x", "a b c", timestamp=10)
+        inp.pipe_input("y", "d", timestamp=20)
+        out = driver.create_output_topic("out", S, I64)
+        records = out.read_records_to_list()
+        assert [(r.key, r.value) for r in records] == expected
+        assert records[-1].timestamp == 20
+        # the changelog sees what reaches the store: with caching only the flushed value
+        changelog = [I64.deserialize(r.value) for r in driver.producer_history("dedup-per-key-changelog")]
+        assert changelog == [v for _, v in expected]
+
+
+def test_store_kind_is_checked():
+    with TopologyTestDriver(wordcount(), {"application.id": "wc"}) as driver:
+        with pytest.raises(StoreAccessError, match="'counts' is a key_value store, not a window store"):
+            driver.get_window_store("counts")
+
+
+def test_default_serdes_for_grouping_come_from_config():
+    b = StreamsBuilder()
+    (b.stream("lines", key_serde=S, value_serde=S)
+        .flat_map_values(str.split)
+        .group_by(lambda k, w: w)            # no serdes: default.key.serde / default.value.serde
+        .count(store="c")
+        .to_stream()
+        .to("out", key_serde=S, value_serde=I64))
+    topology = b.build()
+    cfg = {"application.id": "defaults", "default.key.serde": "STRING", "default.value.serde": "STRING"}
+    with TopologyTestDriver(topology, cfg) as driver:
+        driver.create_input_topic("lines", S, S).pipe_input(None, "p q p")
+        assert driver.create_output_topic("out", S, I64).read_key_values_to_map() == {"p": 2, "q": 1}
+        assert driver.get_key_value_store("c").get("p") == 2
+    from streams.errors import ConfigError
+    with pytest.raises(ConfigError, match="default.key.serde"):
+        TopologyTestDriver(topology, {"application.id": "nodefaults"})
