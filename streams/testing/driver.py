@@ -184,9 +184,13 @@ class TopologyTestDriver:
 
     def _drain(self) -> None:
         pending = self._pending
-        while pending:
-            rec = pending.popleft()
-            self._process_one(rec.topic, rec.offset, rec.key, rec.value, rec.timestamp, rec.headers)
+        try:
+            while pending:
+                rec = pending.popleft()
+                self._process_one(rec.topic, rec.offset, rec.key, rec.value, rec.timestamp, rec.headers)
+        except BaseException:
+            pending.clear()  # a failed pipe must not leak half-routed records into the next one
+            raise
 
     def pipe_raw(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
                  headers: Any = None) -> None:
@@ -196,7 +200,11 @@ class TopologyTestDriver:
             raise UnknownTopicError(
                 f"unknown input topic {topic!r}: no source reads it (sources read {sorted(self._engine_for_topic)})")
         offset = self._collector.next_offset(topic)
-        self._process_one(topic, offset, key, value, timestamp, tuple(headers or ()))
+        try:
+            self._process_one(topic, offset, key, value, timestamp, tuple(headers or ()))
+        except BaseException:
+            self._pending.clear()
+            raise
         self._drain()
 
     def advance_wall_clock_time(self, ms: int) -> None:

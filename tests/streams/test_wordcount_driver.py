@@ -5,7 +5,7 @@ from streams.dsl import Materialized
 from streams.errors import StoreAccessError, StreamsException
 from streams.testing import TopologyTestDriver
 
-Stores = pytest.importorskip("state.stores").Stores
+from state.stores import Stores
 
 S = serdes.STRING
 I64 = serdes.INT64
