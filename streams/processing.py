@@ -7,6 +7,26 @@ across its partitions; the driver takes them as piped), then ask it to punctuate
 Everything that decides *what* a record does - deserialization and its handler, timestamp
 extraction, stream time, forwarding, punctuation, error wrapping - lives here so both runtimes
 behave identically.
+
+How a runtime drives it (TopologyTestDriver does exactly this, per task)::
+
+    engine = TaskEngine(topology, subtopology, task_id=TaskId(sub.id, p), application_id=app_id,
+                        config=config, collector=collector, clock_ms=clock, state_context=manager)
+    register_state_stores(manager, engine.build_stores().values())   # state.manager: lock + init
+    engine.init_processors()
+    # loop:
+    engine.process(topic, partition, offset, key_bytes, value_bytes, timestamp, headers)
+    engine.maybe_punctuate_stream_time()
+    engine.maybe_punctuate_system_time()          # on the thread's wall-clock schedule
+    # commit (commit.interval.ms, or engine.context.commit_requested):
+    engine.flush(); producer flush; commit offsets; manager.checkpoint()
+    # shutdown:
+    engine.close(close_stores=False); close_state_manager(manager, dirty=False)
+
+`engine.sources_by_topic` maps the (decorated) input topics to source nodes; internal topics are
+named `<application.id>-<name>` (`Topology.decorate_topic`). The collector needs
+`send(topic, key, value, *, partition, timestamp, headers)`, `partitions_for(topic)` (only for
+sinks with a partitioner) and, for the state manager, `offsets()`.
 """
 
 from __future__ import annotations
