@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from state.errors import StoreClosedError
+from state.session import session_changelog_key
+from state.window import window_changelog_key
 from state.store import KeyValueIterator, KeyValueStore, StoreContext, WrappedStateStore, child_context
 
 
@@ -74,3 +76,42 @@ class ChangeLoggingKeyValueStore(_ChangeLoggingMixin, WrappedStateStore, KeyValu
 
     def approximate_num_entries(self) -> int:
         return self.wrapped.approximate_num_entries()
+
+
+class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
+    """Logs `window_changelog_key(key, window_start, seqnum)` -> value for every accepted put."""
+
+    def __init__(self, wrapped) -> None:
+        super().__init__(wrapped)
+        self.window_size_ms = wrapped.window_size_ms
+        self.retain_duplicates = wrapped.retain_duplicates
+
+    def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
+            timestamp: Optional[int] = None) -> Optional[int]:
+        seqnum = self.wrapped.put(key, value, window_start_timestamp, timestamp)
+        if seqnum is not None:
+            self._log(window_changelog_key(key, window_start_timestamp, seqnum), value, timestamp)
+        return seqnum
+
+    def __getattr__(self, name):
+        # Reads (fetch, fetch_range, fetch_all, all and backward variants) go straight through.
+        if name.startswith("_") or name == "wrapped":
+            raise AttributeError(name)
+        return getattr(self.wrapped, name)
+
+
+class ChangeLoggingSessionStore(_ChangeLoggingMixin, WrappedStateStore):
+    """Logs `session_changelog_key(key, start, end)` -> value (None on remove)."""
+
+    def put(self, key: bytes, session_start: int, session_end: int, value: Optional[bytes],
+            timestamp: Optional[int] = None) -> None:
+        self.wrapped.put(key, session_start, session_end, value, timestamp)
+        self._log(session_changelog_key(key, session_start, session_end), value, timestamp)
+
+    def remove(self, key: bytes, session_start: int, session_end: int, timestamp: Optional[int] = None) -> None:
+        self.put(key, session_start, session_end, None, timestamp)
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name == "wrapped":
+            raise AttributeError(name)
+        return getattr(self.wrapped, name)

@@ -177,3 +177,130 @@ class TypedKeyValueStore(_TypedBase, KeyValueStore):
             listener(s.key_from_bytes(key), s.value_from_bytes(new), s.value_from_bytes(old), timestamp)
 
         return caching.set_flush_listener(typed_listener)
+
+
+def _typed_windowed(serdes: _Serdes, inner: KeyValueIterator) -> Iterator:
+    """(Windowed(bytes key, window), bytes value) -> typed key and value."""
+    from state.window import Windowed
+
+    kd = serdes.key_from_bytes
+    vd = serdes.value_from_bytes
+    try:
+        for windowed, value in inner:
+            yield Windowed(kd(windowed.key), windowed.window), vd(value)
+    finally:
+        inner.close()
+
+
+def _typed_timed(serdes: _Serdes, inner: KeyValueIterator) -> Iterator:
+    vd = serdes.value_from_bytes
+    try:
+        for ts, value in inner:
+            yield ts, vd(value)
+    finally:
+        inner.close()
+
+
+class TypedWindowStore(_TypedBase):
+    """The window store users and processors see (see state.window.WindowStore for semantics)."""
+
+    def __init__(self, wrapped, key_serde=None, value_serde=None) -> None:
+        super().__init__(wrapped, key_serde, value_serde)
+        self.window_size_ms = wrapped.window_size_ms
+        self.retain_duplicates = wrapped.retain_duplicates
+
+    def put(self, key, value, window_start_timestamp: int, timestamp: Optional[int] = None) -> None:
+        s = self.serdes
+        self.wrapped.put(s.key_to_bytes(key), s.value_to_bytes(value), window_start_timestamp, timestamp)
+
+    def fetch(self, key, time_from: int, time_to: Optional[int] = None):
+        s = self.serdes
+        result = self.wrapped.fetch(s.key_to_bytes(key), time_from, time_to)
+        if time_to is None:
+            return s.value_from_bytes(result)
+        return KeyValueIterator(_typed_timed(s, result), self.name)
+
+    def backward_fetch(self, key, time_from: int, time_to: int) -> KeyValueIterator:
+        s = self.serdes
+        return KeyValueIterator(_typed_timed(s, self.wrapped.backward_fetch(s.key_to_bytes(key), time_from, time_to)), self.name)
+
+    def _windowed(self, inner: KeyValueIterator) -> KeyValueIterator:
+        return KeyValueIterator(_typed_windowed(self.serdes, inner), self.name)
+
+    def fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
+        s = self.serdes
+        return self._windowed(self.wrapped.fetch_range(
+            s.bound_to_bytes(key_from, "key_from"), s.bound_to_bytes(key_to, "key_to"), time_from, time_to))
+
+    def backward_fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
+        s = self.serdes
+        return self._windowed(self.wrapped.backward_fetch_range(
+            s.bound_to_bytes(key_from, "key_from"), s.bound_to_bytes(key_to, "key_to"), time_from, time_to))
+
+    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator:
+        return self._windowed(self.wrapped.fetch_all(time_from, time_to))
+
+    def backward_fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator:
+        return self._windowed(self.wrapped.backward_fetch_all(time_from, time_to))
+
+    def all(self) -> KeyValueIterator:
+        return self._windowed(self.wrapped.all())
+
+    def backward_all(self) -> KeyValueIterator:
+        return self._windowed(self.wrapped.backward_all())
+
+    def set_flush_listener(self, listener) -> bool:
+        """No caching layer for window stores yet: always False (the caller forwards itself)."""
+        return False
+
+
+class TypedSessionStore(_TypedBase):
+    """The session store users and processors see (see state.session.SessionStore for semantics)."""
+
+    def put(self, key, session_start: int, session_end: int, value, timestamp: Optional[int] = None) -> None:
+        s = self.serdes
+        self.wrapped.put(s.key_to_bytes(key), session_start, session_end, s.value_to_bytes(value), timestamp)
+
+    def remove(self, key, session_start: int, session_end: int, timestamp: Optional[int] = None) -> None:
+        self.wrapped.remove(self.serdes.key_to_bytes(key), session_start, session_end, timestamp)
+
+    def fetch_session(self, key, session_start: int, session_end: int):
+        s = self.serdes
+        return s.value_from_bytes(self.wrapped.fetch_session(s.key_to_bytes(key), session_start, session_end))
+
+    def _windowed(self, inner: KeyValueIterator) -> KeyValueIterator:
+        return KeyValueIterator(_typed_windowed(self.serdes, inner), self.name)
+
+    def find_sessions(self, key, earliest_session_end_time: int, latest_session_start_time: int) -> KeyValueIterator:
+        return self._windowed(self.wrapped.find_sessions(
+            self.serdes.key_to_bytes(key), earliest_session_end_time, latest_session_start_time))
+
+    def backward_find_sessions(self, key, earliest_session_end_time: int,
+                               latest_session_start_time: int) -> KeyValueIterator:
+        return self._windowed(self.wrapped.backward_find_sessions(
+            self.serdes.key_to_bytes(key), earliest_session_end_time, latest_session_start_time))
+
+    def find_sessions_range(self, key_from, key_to, earliest_session_end_time: int,
+                            latest_session_start_time: int) -> KeyValueIterator:
+        s = self.serdes
+        return self._windowed(self.wrapped.find_sessions_range(
+            s.bound_to_bytes(key_from, "key_from"), s.bound_to_bytes(key_to, "key_to"),
+            earliest_session_end_time, latest_session_start_time))
+
+    def fetch(self, key) -> KeyValueIterator:
+        return self._windowed(self.wrapped.fetch(self.serdes.key_to_bytes(key)))
+
+    def backward_fetch(self, key) -> KeyValueIterator:
+        return self._windowed(self.wrapped.backward_fetch(self.serdes.key_to_bytes(key)))
+
+    def fetch_range(self, key_from, key_to) -> KeyValueIterator:
+        s = self.serdes
+        return self._windowed(self.wrapped.fetch_range(
+            s.bound_to_bytes(key_from, "key_from"), s.bound_to_bytes(key_to, "key_to")))
+
+    def all(self) -> KeyValueIterator:
+        return self._windowed(self.wrapped.all())
+
+    def set_flush_listener(self, listener) -> bool:
+        """No caching layer for session stores yet: always False (the caller forwards itself)."""
+        return False

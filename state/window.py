@@ -1,0 +1,466 @@
+"""Window stores, segmented by time with retention (Kafka's RocksDBWindowStore / InMemoryWindowStore).
+
+Layout. One RocksDB instance per store, with each record keyed
+`segment id (8 bytes BE) + key + window start (8 bytes BE) + sequence number (4 bytes BE)`,
+where segment id = window start // segment interval and the interval is
+max(retention / 2, 60 s) like Kafka. Dropping expired segments is one `delete_range` over their
+prefixes. Kafka instead opens one RocksDB per segment; a single instance was chosen because
+(1) memory is bounded per store rather than per segment (each RocksDB has its own memtables:
+3 x 16 MiB), (2) a restored changelog batch spanning several segments is still ONE WriteBatch,
+and (3) there are no segment directories to open, list or delete. The cost is that disk space of
+dropped segments comes back on compaction rather than immediately.
+The in-memory store uses the same keys on the in-memory sorted store, so both behave identically.
+
+Changelog key = the stored key without the segment prefix: Kafka's WindowKeySchema
+(`key + 8-byte BE window start + 4-byte BE sequence number`); restore decodes it.
+With `retain_duplicates`, each put gets the next sequence number (so equal keys and windows are
+all kept) and a None value is ignored, as in Kafka; otherwise the sequence number is 0 and a put
+overwrites.
+
+Retention. `observed_stream_time` is the largest window start seen (puts and restores). Segments
+older than segment_id(observed - retention) are dropped; a put into an expired segment is skipped
+(logged at debug); fetches never return windows starting at or before observed - retention.
+The observed stream time is persisted (in a metadata key) on flush and recovered on open.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import struct
+from abc import abstractmethod
+from typing import Any, Iterator, NamedTuple, Optional
+
+from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError
+from state.memory_kv import InMemoryKeyValueStore
+from state.rocksdb_kv import RocksDBKeyValueStore, key_after
+from state.store import KeyValueIterator, StateStore, StoreContext, check_key, check_value
+
+log = logging.getLogger(__name__)
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+TIMESTAMP_SIZE = 8
+SEQNUM_SIZE = 4
+SEGMENT_PREFIX_SIZE = 8
+MAX_TIMESTAMP = (1 << 63) - 1
+# Metadata lives after every segment (segment ids are non-negative, so their first byte is < 0x80).
+META_PREFIX = b"\xff" * SEGMENT_PREFIX_SIZE
+META_OBSERVED_STREAM_TIME = META_PREFIX + b"observed_stream_time"
+
+
+class Window(NamedTuple):
+    start: int
+    end: int
+
+
+class Windowed(NamedTuple):
+    """A key with the window (or session) it belongs to."""
+
+    key: Any
+    window: Window
+
+
+# ------------------------------------------------------------------------------ key schemas
+def window_changelog_key(key: bytes, window_start: int, seqnum: int) -> bytes:
+    """Kafka's WindowKeySchema.toStoreKeyBinary: key + 8-byte BE start + 4-byte BE seqnum."""
+    return key + _I64.pack(window_start) + _I32.pack(seqnum)
+
+
+def decode_window_changelog_key(data: bytes) -> tuple[bytes, int, int]:
+    """(key, window_start, seqnum) of a window changelog key."""
+    if len(data) < TIMESTAMP_SIZE + SEQNUM_SIZE:
+        raise StateError(f"window changelog key too short ({len(data)} bytes): {data!r}")
+    n = len(data) - TIMESTAMP_SIZE - SEQNUM_SIZE
+    return data[:n], _I64.unpack_from(data, n)[0], _I32.unpack_from(data, n + TIMESTAMP_SIZE)[0]
+
+
+def check_timestamp(store_name: str, what: str, value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidStoreArgumentError(
+            f"state store {store_name!r}: {what} must be a non-negative int, got {value!r}"
+        )
+    return value
+
+
+# ------------------------------------------------------------------------------ segments
+class SegmentedBytesStore(StateStore):
+    """Segment bookkeeping and retention shared by window and session stores.
+
+    Subclasses define `_segment_time_of_changelog_key` for restore. The engine is a RocksDB or
+    in-memory bytes key-value store used privately (it is not registered with the context).
+    """
+
+    layout = "segmented-v1"
+
+    def __init__(self, name: str, *, retention_ms: int, segment_interval_ms: int, persistent: bool) -> None:
+        if not name or not isinstance(name, str):
+            raise StateError(f"store name must be a non-empty string, got {name!r}")
+        check_timestamp(name, "retention_ms", retention_ms)
+        if not isinstance(segment_interval_ms, int) or segment_interval_ms <= 0:
+            raise InvalidStoreArgumentError(
+                f"state store {name!r}: segment_interval_ms must be a positive int, got {segment_interval_ms!r}"
+            )
+        self.name = name
+        self.persistent = persistent
+        self.retention_ms = retention_ms
+        self.segment_interval_ms = segment_interval_ms
+        self._engine = RocksDBKeyValueStore(name) if persistent else InMemoryKeyValueStore(name)
+        self._engine.layout = self.layout
+        self.observed_stream_time = -1
+        self._min_live_segment = 0
+        self._max_segment = -1
+        self.expired_records = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def init(self, context: StoreContext) -> None:
+        self.open(context.store_dir(self.name) if self.persistent else None)
+        context.register(self, self.restore_batch, logged=False)
+
+    def open(self, path=None) -> None:
+        if self.persistent:
+            if path is None:
+                raise StateError(f"state store {self.name!r}: a persistent store needs a directory")
+            self._engine.open(pathlib.Path(path))
+        else:
+            self._engine.open()
+        meta = self._engine.get(META_OBSERVED_STREAM_TIME)
+        self.observed_stream_time = _I64.unpack(meta)[0] if meta is not None else -1
+        self._min_live_segment = 0
+        last = next(self._engine.raw_range(None, META_PREFIX, reverse=True), None)
+        self._max_segment = _I64.unpack_from(last[0])[0] if last is not None else -1
+        self._drop_expired_segments()
+
+    @property
+    def is_open(self) -> bool:
+        return self._engine.is_open
+
+    def _check(self) -> None:
+        if not self._engine.is_open:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+
+    def flush(self) -> None:
+        self._check()
+        if self.observed_stream_time >= 0:
+            self._engine.put(META_OBSERVED_STREAM_TIME, _I64.pack(self.observed_stream_time))
+        self._engine.flush()
+
+    def close(self) -> None:
+        if self._engine.is_open and self.persistent and self.observed_stream_time >= 0:
+            self._engine.put(META_OBSERVED_STREAM_TIME, _I64.pack(self.observed_stream_time))
+        self._engine.close()
+
+    # ------------------------------------------------------------------ segments
+    def segment_id(self, timestamp: int) -> int:
+        return timestamp // self.segment_interval_ms
+
+    def _segment_prefix(self, segment_id: int) -> bytes:
+        return _I64.pack(segment_id)
+
+    def _observe(self, timestamp: int) -> None:
+        if timestamp > self.observed_stream_time:
+            self.observed_stream_time = timestamp
+            self._drop_expired_segments()
+
+    def _drop_expired_segments(self) -> None:
+        if self.observed_stream_time < 0:
+            return
+        min_live = self.segment_id(max(self.observed_stream_time - self.retention_ms, 0))
+        if min_live > self._min_live_segment:
+            self._engine.delete_range(self._segment_prefix(self._min_live_segment), self._segment_prefix(min_live))
+            log.debug("state store %s: dropped segments [%d, %d)", self.name, self._min_live_segment, min_live)
+            self._min_live_segment = min_live
+
+    @property
+    def min_live_segment(self) -> int:
+        return self._min_live_segment
+
+    def live_segment_ids(self) -> list[int]:
+        """Segment ids that currently hold data (for tests and tools)."""
+        self._check()
+        ids = []
+        seg = self._min_live_segment
+        while seg <= self._max_segment:
+            prefix = self._segment_prefix(seg)
+            first = next(self._engine.raw_range(prefix, self._segment_prefix(seg + 1)), None)
+            if first is not None:
+                ids.append(seg)
+            seg += 1
+        return ids
+
+    def _actual_from(self, time_from: int) -> int:
+        """Earliest time a fetch may return: nothing at or before observed - retention."""
+        return max(time_from, self.observed_stream_time - self.retention_ms + 1)
+
+    def _segments(self, time_from: int, time_to: int, reverse: bool) -> range:
+        low = max(self.segment_id(time_from), self._min_live_segment)
+        high = min(self.segment_id(time_to), self._max_segment)
+        return range(high, low - 1, -1) if reverse else range(low, high + 1)
+
+    def _write(self, segment_time: int, changelog_key: bytes, value: Optional[bytes]) -> bool:
+        """Observe the time and store the record if its segment is live; False if expired."""
+        self._observe(segment_time)
+        seg = self.segment_id(segment_time)
+        if seg < self._min_live_segment:
+            self.expired_records += 1
+            log.debug("state store %s: skipping record for expired segment %d", self.name, seg)
+            return False
+        if seg > self._max_segment:
+            self._max_segment = seg
+        self._engine.put(self._segment_prefix(seg) + changelog_key, value)
+        return True
+
+    def _get(self, segment_time: int, changelog_key: bytes) -> Optional[bytes]:
+        seg = self.segment_id(segment_time)
+        if seg < self._min_live_segment:
+            return None
+        return self._engine.get(self._segment_prefix(seg) + changelog_key)
+
+    # ------------------------------------------------------------------ restore
+    @staticmethod
+    @abstractmethod
+    def _segment_time_of_changelog_key(key: bytes) -> int:
+        ...
+
+    def restore_batch(self, records: list) -> None:
+        """Re-key restored changelog records into their segments; one engine batch."""
+        self._check()
+        segment_time = self._segment_time_of_changelog_key
+        interval = self.segment_interval_ms
+        prefixes: dict[int, bytes] = {}
+        batch = []
+        append = batch.append
+        max_time = -1
+        for key, value in records:
+            t = segment_time(key)
+            if t > max_time:
+                max_time = t
+            seg = t // interval
+            prefix = prefixes.get(seg)
+            if prefix is None:
+                prefix = prefixes[seg] = _I64.pack(seg)
+            append((prefix + key, value))
+        if not batch:
+            return
+        if prefixes:
+            self._max_segment = max(self._max_segment, max(prefixes))
+        # Records of already-expired segments are written and then dropped with their segment.
+        self._engine.restore_batch(batch)
+        if max_time > self.observed_stream_time:
+            self.observed_stream_time = max_time
+        min_live = self._min_live_segment
+        expired = [s for s in prefixes if s < min_live]
+        self._drop_expired_segments()
+        for seg in expired:  # below the previous low mark: delete_range above did not cover them
+            self._engine.delete_range(_I64.pack(seg), _I64.pack(seg + 1))
+
+    def approximate_num_entries(self) -> int:
+        return self._engine.approximate_num_entries()
+
+    def num_open_iterators(self) -> int:
+        return self._engine.num_open_iterators()
+
+
+# ------------------------------------------------------------------------------ window stores
+class WindowStore(StateStore):
+    """Window store interface (bytes at inner layers, typed at the typed layer).
+
+    `fetch(key, time_from, time_to)` iterates (window_start, value) for one key;
+    `fetch(key, window_start)` returns one value; `fetch_range`, `fetch_all` and `all` iterate
+    (Windowed(key, Window(start, end)), value). Time bounds are inclusive window starts.
+    Iterators must be exhausted or closed.
+    """
+
+    window_size_ms: int
+    retain_duplicates: bool
+
+    @abstractmethod
+    def put(self, key, value, window_start_timestamp: int, timestamp: Optional[int] = None):
+        ...
+
+    @abstractmethod
+    def fetch(self, key, time_from: int, time_to: Optional[int] = None):
+        ...
+
+    @abstractmethod
+    def backward_fetch(self, key, time_from: int, time_to: int) -> KeyValueIterator:
+        ...
+
+    @abstractmethod
+    def fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
+        ...
+
+    @abstractmethod
+    def backward_fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
+        ...
+
+    @abstractmethod
+    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator:
+        ...
+
+    @abstractmethod
+    def backward_fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator:
+        ...
+
+    @abstractmethod
+    def all(self) -> KeyValueIterator:
+        ...
+
+    @abstractmethod
+    def backward_all(self) -> KeyValueIterator:
+        ...
+
+
+_SEQ_MIN = _I32.pack(0)
+_SEQ_MAX = _I32.pack(0x7FFFFFFF)
+_WINDOW_SUFFIX = TIMESTAMP_SIZE + SEQNUM_SIZE
+
+
+class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
+    layout = "window-v1"
+
+    def __init__(self, name: str, *, retention_ms: int, window_size_ms: int, segment_interval_ms: int,
+                 retain_duplicates: bool = False, persistent: bool) -> None:
+        super().__init__(name, retention_ms=retention_ms, segment_interval_ms=segment_interval_ms,
+                         persistent=persistent)
+        if not isinstance(window_size_ms, int) or window_size_ms <= 0:
+            raise InvalidStoreArgumentError(
+                f"state store {name!r}: window_size_ms must be a positive int, got {window_size_ms!r}"
+            )
+        self.window_size_ms = window_size_ms
+        self.retain_duplicates = retain_duplicates
+        self._seqnum = 0
+
+    @staticmethod
+    def _segment_time_of_changelog_key(key: bytes) -> int:
+        return _I64.unpack_from(key, len(key) - _WINDOW_SUFFIX)[0]
+
+    def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
+            timestamp: Optional[int] = None) -> Optional[int]:
+        """Store the value; returns the sequence number used, or None if the put was ignored
+        (None value with retain_duplicates)."""
+        self._check()
+        check_key(self.name, key)
+        check_value(self.name, value)
+        check_timestamp(self.name, "window_start_timestamp", window_start_timestamp)
+        if self.retain_duplicates:
+            if value is None:
+                return None
+            self._seqnum = (self._seqnum + 1) & 0x7FFFFFFF
+            seqnum = self._seqnum
+        else:
+            seqnum = 0
+        self._write(window_start_timestamp, window_changelog_key(key, window_start_timestamp, seqnum), value)
+        return seqnum
+
+    def _check_range(self, time_from, time_to) -> None:
+        check_timestamp(self.name, "time_from", time_from)
+        check_timestamp(self.name, "time_to", time_to)
+
+    def fetch(self, key: bytes, time_from: int, time_to: Optional[int] = None):
+        self._check()
+        check_key(self.name, key)
+        if time_to is None:
+            window_start = check_timestamp(self.name, "window_start", time_from)
+            if window_start < self._actual_from(0):
+                return None
+            if not self.retain_duplicates:
+                return self._get(window_start, window_changelog_key(key, window_start, 0))
+            with self._fetch_key(key, window_start, window_start, False) as it:
+                first = next(it, None)
+            return first[1] if first is not None else None
+        self._check_range(time_from, time_to)
+        return self._fetch_key(key, time_from, time_to, False)
+
+    def backward_fetch(self, key: bytes, time_from: int, time_to: int) -> KeyValueIterator:
+        self._check()
+        check_key(self.name, key)
+        self._check_range(time_from, time_to)
+        return self._fetch_key(key, time_from, time_to, True)
+
+    def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
+        return self._engine.track(self._fetch_key_gen(key, self._actual_from(time_from), time_to, reverse))
+
+    def _fetch_key_gen(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> Iterator:
+        if time_from > time_to:
+            return
+        klen = len(key)
+        total = SEGMENT_PREFIX_SIZE + klen + _WINDOW_SUFFIX
+        ts_at = SEGMENT_PREFIX_SIZE + klen
+        unpack = _I64.unpack_from
+        low = key + _I64.pack(time_from) + _SEQ_MIN
+        high = key + _I64.pack(time_to) + _SEQ_MAX
+        raw_range = self._engine.raw_range
+        for seg in self._segments(time_from, time_to, reverse):
+            prefix = self._segment_prefix(seg)
+            for k, v in raw_range(prefix + low, key_after(prefix + high), reverse):
+                if len(k) == total:  # same length and within the bounds => same key
+                    yield unpack(k, ts_at)[0], v
+
+    def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
+                     time_to: int, reverse: bool) -> Iterator:
+        if time_from > time_to:
+            return
+        size = self.window_size_ms
+        unpack = _I64.unpack_from
+        raw_range = self._engine.raw_range
+        for seg in self._segments(time_from, time_to, reverse):
+            prefix = self._segment_prefix(seg)
+            lower = prefix + key_from if key_from is not None else prefix
+            upper = (key_after(prefix + key_to + b"\xff" * _WINDOW_SUFFIX) if key_to is not None
+                     else self._segment_prefix(seg + 1))
+            for k, v in raw_range(lower, upper, reverse):
+                n = len(k) - _WINDOW_SUFFIX
+                start = unpack(k, n)[0]
+                if start < time_from or start > time_to:
+                    continue
+                user_key = k[SEGMENT_PREFIX_SIZE:n]
+                if (key_from is not None and user_key < key_from) or (key_to is not None and user_key > key_to):
+                    continue
+                yield Windowed(user_key, Window(start, start + size)), v
+
+    def _windows(self, key_from, key_to, time_from, time_to, reverse) -> KeyValueIterator:
+        self._check()
+        if key_from is not None:
+            check_key(self.name, key_from, "key_from")
+        if key_to is not None:
+            check_key(self.name, key_to, "key_to")
+        self._check_range(time_from, time_to)
+        if key_from is not None and key_to is not None and key_from > key_to:
+            log.warning("state store %s: fetch_range with key_from > key_to returns no entries", self.name)
+            return KeyValueIterator(iter(()), self.name)
+        return self._engine.track(self._windows_gen(key_from, key_to, self._actual_from(time_from), time_to, reverse))
+
+    def fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
+        return self._windows(key_from, key_to, time_from, time_to, False)
+
+    def backward_fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
+        return self._windows(key_from, key_to, time_from, time_to, True)
+
+    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator:
+        return self._windows(None, None, time_from, time_to, False)
+
+    def backward_fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator:
+        return self._windows(None, None, time_from, time_to, True)
+
+    def all(self) -> KeyValueIterator:
+        return self._windows(None, None, 0, MAX_TIMESTAMP, False)
+
+    def backward_all(self) -> KeyValueIterator:
+        return self._windows(None, None, 0, MAX_TIMESTAMP, True)
+
+
+class RocksDBWindowStore(SegmentedWindowStore):
+    def __init__(self, name: str, *, retention_ms: int, window_size_ms: int, segment_interval_ms: int,
+                 retain_duplicates: bool = False) -> None:
+        super().__init__(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
+                         segment_interval_ms=segment_interval_ms, retain_duplicates=retain_duplicates,
+                         persistent=True)
+
+
+class InMemoryWindowStore(SegmentedWindowStore):
+    def __init__(self, name: str, *, retention_ms: int, window_size_ms: int, segment_interval_ms: int,
+                 retain_duplicates: bool = False) -> None:
+        super().__init__(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
+                         segment_interval_ms=segment_interval_ms, retain_duplicates=retain_duplicates,
+                         persistent=False)
