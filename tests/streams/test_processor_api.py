@@ -396,3 +396,36 @@ def test_get_state_store_with_real_stores(store_cls_name):
         import os
         assert os.path.isdir(task_dir)
     assert not store.is_open
+
+
+def test_sink_partitioner_and_serialization_error():
+    calls = []
+
+    def partitioner(topic, key, value, num_partitions):
+        calls.append((topic, key, value, num_partitions))
+        return 0
+
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=S)
+    t.add_sink("out", "out", "src", key_serde=S, value_serde=serdes.INT32, partitioner=partitioner)
+    with TopologyTestDriver(t) as driver:
+        with pytest.raises(StreamsException):
+            driver.pipe_raw("in", b"k", b"v", 0)
+        assert calls == []  # serialization failed before partitioning
+    t2 = Topology()
+    t2.add_source("src", "in", key_serde=S, value_serde=S)
+    t2.add_sink("out", "out", "src", key_serde=S, value_serde=S, partitioner=partitioner)
+    with TopologyTestDriver(t2) as driver:
+        driver.create_input_topic("in", S, S).pipe_input("k", "v", timestamp=3)
+        assert calls == [("out", "k", "v", 1)]
+        assert driver.producer_history("out")[0].partition == 0
+
+
+def test_sink_serialization_error_names_sink_and_topic():
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=S)
+    t.add_sink("out", "numbers", "src", key_serde=S, value_serde=serdes.INT32)
+    with TopologyTestDriver(t) as driver:
+        with pytest.raises(StreamsException, match="processor=out") as err:
+            driver.pipe_raw("in", b"k", b"v", 0)
+        assert "sink 'out' could not serialize a record for topic 'numbers'" in str(err.value)
