@@ -488,6 +488,20 @@ static int encode_headers(PyObject *seq, Py_ssize_t index, Py_ssize_t *size, cha
         }
         if (field_get(hk, &fk, 1, "header key", index) < 0)
             return -1;
+        if (!out && !PyUnicode_Check(hk)) {
+            /* keys are decoded as UTF-8: refuse to write a batch no reader could decode */
+            PyObject *text = PyUnicode_DecodeUTF8(fk.ptr, fk.len, "strict");
+            if (text == NULL) {
+                field_release(&fk);
+                if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                    PyErr_Clear();
+                    PyErr_Format(PyExc_ValueError, "record #%zd: header #%zd key is not valid UTF-8",
+                                 index, h);
+                }
+                return -1;
+            }
+            Py_DECREF(text);
+        }
         if (field_get(hv, &fv, 1, "header value", index) < 0) {
             field_release(&fk);
             return -1;
@@ -1146,6 +1160,9 @@ static PyObject *decode_messages(PyObject *self, PyObject *args, PyObject *kwds)
         Py_ssize_t rpos = pos + BATCH_HEADER_SIZE;
         Py_ssize_t end = pos + size;
         int batch_ok = 1;
+        /* records of a batch often share a millisecond: share their (type, timestamp) tuple */
+        PyObject *prev_ts = NULL;
+        int64_t prev_ts_delta = 0;
         for (int32_t i = 0; i < count; i++) {
             RawRecord r;
             const char *why;
@@ -1186,10 +1203,18 @@ static PyObject *decode_messages(PyObject *self, PyObject *args, PyObject *kwds)
                 if (shared_ts != NULL) {
                     tstuple = shared_ts;
                     Py_INCREF(tstuple);
+                } else if (prev_ts != NULL && prev_ts_delta == r.ts_delta) {
+                    tstuple = prev_ts;
+                    Py_INCREF(tstuple);
                 } else {
                     PyObject *t = add_to_long(first_ts, r.ts_delta);
                     tstuple = t ? PyTuple_Pack(2, ts_type, t) : NULL;
                     Py_XDECREF(t);
+                    if (tstuple != NULL) {
+                        Py_XSETREF(prev_ts, tstuple);
+                        Py_INCREF(prev_ts);
+                        prev_ts_delta = r.ts_delta;
+                    }
                 }
             }
             PyObject *margs = tstuple ? PyTuple_New(10) : NULL;
@@ -1232,6 +1257,7 @@ static PyObject *decode_messages(PyObject *self, PyObject *args, PyObject *kwds)
         }
         Py_DECREF(epoch_obj);
         Py_XDECREF(shared_ts);
+        Py_XDECREF(prev_ts);
         if (!batch_ok)
             goto fail;
         if (rpos != end) {

@@ -220,9 +220,12 @@ class _PyRecord:
         return (type(self), (self.offset, self.timestamp, self.key, self.value, self.headers))
 
 
-_PyRecord.__name__ = _PyRecord.__qualname__ = "Record"
-# The C type has the same constructor, attributes, __eq__ and __repr__.
-Record = _PyRecord if _accel is None else _accel.Record
+# The C type has the same constructor, attributes, __eq__, __repr__ and pickling.
+if _accel is None:
+    _PyRecord.__name__ = _PyRecord.__qualname__ = "Record"  # pickles as records.Record
+    Record = _PyRecord
+else:
+    Record = _accel.Record
 
 
 def _encode_record(
@@ -246,7 +249,14 @@ def _encode_record(
             headers = list(headers.items())
         body += _varint(len(headers))
         for hkey, hvalue in headers:
-            hk = hkey.encode("utf-8") if isinstance(hkey, str) else bytes(memoryview(hkey))
+            if isinstance(hkey, str):
+                hk = hkey.encode("utf-8")
+            else:
+                hk = bytes(memoryview(hkey))
+                try:
+                    hk.decode("utf-8")  # keys are read back as str: refuse what cannot be
+                except UnicodeDecodeError:
+                    raise ValueError(f"header key {hk!r} is not valid UTF-8") from None
             body += _varint(len(hk))
             body += hk
             if hvalue is None:
