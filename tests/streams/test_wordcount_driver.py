@@ -178,3 +178,29 @@ def test_default_serdes_for_grouping_come_from_config():
     from streams.errors import ConfigError
     with pytest.raises(ConfigError, match="default.key.serde"):
         TopologyTestDriver(topology, {"application.id": "nodefaults"})
+
+
+def test_persistent_state_and_checkpoint_survive_driver_restart(tmp_path):
+    from confluent_kafka import TopicPartition
+
+    from state.checkpoint import OffsetCheckpoint
+
+    cfg = {"application.id": "wc", "state.dir": str(tmp_path)}
+    with TopologyTestDriver(wordcount(), cfg) as driver:
+        driver.create_input_topic("lines", S, S).pipe_input(None, "a b a", timestamp=1)
+        counts_task = [e for e in driver._engines if "counts" in e.stores][0]
+        task_dir = tmp_path / "wc" / str(counts_task.task_id)
+    # a clean close writes Kafka's .checkpoint with the last changelog offset of the store
+    assert OffsetCheckpoint(task_dir / ".checkpoint").read() == {TopicPartition("wc-counts-changelog", 0): 2}
+    assert (task_dir / "rocksdb" / "counts").is_dir()
+    with TopologyTestDriver(wordcount(), cfg) as driver:
+        assert driver.get_key_value_store("counts").get("a") == 2
+        driver.create_input_topic("lines", S, S).pipe_input(None, "a", timestamp=2)
+        assert driver.create_output_topic("word-counts", S, I64).read_key_value() == ("a", 3)
+    assert tmp_path.is_dir()  # a caller-provided state.dir is not removed
+
+
+def test_exactly_once_config_runs():
+    with TopologyTestDriver(wordcount(), {"application.id": "wc", "processing.guarantee": "exactly_once_v2"}) as driver:
+        driver.create_input_topic("lines", S, S).pipe_input(None, "x y x")
+        assert driver.get_key_value_store("counts").get("x") == 2
