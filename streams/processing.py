@@ -212,7 +212,9 @@ class ProcessorContextImpl(ProcessorContext):
     def __init__(self, engine: "TaskEngine") -> None:
         self._engine = engine
         self.current_node: Optional[ProcessorNode] = None
-        self.metadata: Optional[RecordMetadata] = None
+        # (topic, partition, offset) of the input record as a plain tuple (cheap per record);
+        # None in punctuations and cache flushes
+        self.metadata: Optional[tuple[str, int, int]] = None
         self.commit_requested = False
 
     @property
@@ -282,7 +284,8 @@ class ProcessorContextImpl(ProcessorContext):
         self.commit_requested = True
 
     def record_metadata(self) -> RecordMetadata | None:
-        return self.metadata
+        meta = self.metadata
+        return None if meta is None else RecordMetadata._make(meta)
 
     def run_as(self, node: ProcessorNode, fn: Callable[..., Any], *args: Any) -> Any:
         """Run `fn` as if inside `node` with no input record (punctuations, cache flush listeners)."""
@@ -459,7 +462,7 @@ class TaskEngine:
         if ts > self.stream_time:
             self.stream_time = ts
         ctx = self.context
-        ctx.metadata = RecordMetadata(topic, partition, offset)
+        ctx.metadata = (topic, partition, offset)
         ctx.current_node = source
         try:
             source.process(Record._make(k, v, ts, hdrs))
