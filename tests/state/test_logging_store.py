@@ -144,3 +144,41 @@ def test_bad_store_names(name):
 def test_builder_needs_matching_supplier():
     with pytest.raises(InvalidStoreArgumentError):
         Stores.key_value_store_builder("not a supplier")
+
+
+def test_window_logging_sequence(persistent, ctx):
+    from state.logging_store import ChangeLoggingWindowStore
+    from state.window import InMemoryWindowStore, RocksDBWindowStore, window_changelog_key
+
+    cls = RocksDBWindowStore if persistent else InMemoryWindowStore
+    inner = cls("w", retention_ms=120_000, window_size_ms=1000, segment_interval_ms=60_000)
+    store = ChangeLoggingWindowStore(inner)
+    store.init(ctx)
+    assert ctx.registered == [(store, inner.restore_batch, True)]
+    store.put(b"k", b"1", 0, timestamp=10)
+    store.put(b"k", None, 0, timestamp=11)
+    store.put(b"j", b"2", 1000, timestamp=12)
+    assert ctx.logged_changes == [
+        ("w", window_changelog_key(b"k", 0, 0), b"1", 10),
+        ("w", window_changelog_key(b"k", 0, 0), None, 11),
+        ("w", window_changelog_key(b"j", 1000, 0), b"2", 12),
+    ]
+    # the logged records rebuild the same store through the restore path
+    replica = cls("w", retention_ms=120_000, window_size_ms=1000, segment_interval_ms=60_000)
+    replica.init(RecordingContext(ctx.task_dir.parent / "replica"))
+    replica.restore_batch([(k, v) for _, k, v, _ in ctx.logged_changes])
+    assert list(replica.all()) == list(store.all())
+    replica.close()
+    store.close()
+
+
+def test_window_logging_ignored_duplicate_delete_not_logged(ctx):
+    from state.logging_store import ChangeLoggingWindowStore
+    from state.window import InMemoryWindowStore
+
+    store = ChangeLoggingWindowStore(InMemoryWindowStore("w", retention_ms=120_000, window_size_ms=1000,
+                                                         segment_interval_ms=60_000, retain_duplicates=True))
+    store.init(ctx)
+    store.put(b"k", None, 0, timestamp=1)
+    assert ctx.logged_changes == []
+    store.close()

@@ -1,0 +1,156 @@
+"""Session stores: RocksDB and in-memory, merge-finding, retention, changelog key schema."""
+
+import pathlib
+
+import pytest
+
+from state.errors import InvalidStoreArgumentError, StoreClosedError
+from state.session import (
+    InMemorySessionStore,
+    RocksDBSessionStore,
+    decode_session_changelog_key,
+    session_changelog_key,
+)
+from state.stores import Stores
+from state.task_id import TaskId
+from state.window import Window, Windowed
+
+MIN = 60_000
+
+
+class RecordingContext:
+    def __init__(self, task_dir: pathlib.Path):
+        self.application_id = "app"
+        self.task_id = TaskId(2, 1)
+        self.task_dir = task_dir
+        self.config = {}
+        self.registered = []
+        self.logged_changes = []
+
+    def store_dir(self, store_name):
+        return self.task_dir / "rocksdb" / store_name
+
+    def register(self, store, restore_callback, *, logged):
+        self.registered.append((store, restore_callback, logged))
+
+    def log_change(self, store_name, key, value, timestamp, headers=None):
+        self.logged_changes.append((store_name, key, value, timestamp))
+
+
+@pytest.fixture(params=["rocksdb", "memory"])
+def cls(request):
+    return RocksDBSessionStore if request.param == "rocksdb" else InMemorySessionStore
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    return RecordingContext(tmp_path / "2_1")
+
+
+def make(cls, ctx, retention=10 * MIN):
+    store = cls("s", retention_ms=retention, segment_interval_ms=max(retention // 2, MIN))
+    store.init(ctx)
+    return store
+
+
+def sess(key, start, end, value):
+    return Windowed(key, Window(start, end)), value
+
+
+def test_changelog_key_schema_is_kafkas():
+    key = session_changelog_key(b"k", 5, 9)  # key + end + start
+    assert key == b"k" + (9).to_bytes(8, "big") + (5).to_bytes(8, "big")
+    assert decode_session_changelog_key(key) == (b"k", 5, 9)
+
+
+def test_put_fetch_remove(cls, ctx):
+    store = make(cls, ctx)
+    assert ctx.registered == [(store, store.restore_batch, False)]
+    store.put(b"a", 0, 100, b"agg1")
+    store.put(b"a", 200, 300, b"agg2")
+    store.put(b"ab", 0, 100, b"other")
+    assert store.fetch_session(b"a", 0, 100) == b"agg1"
+    assert store.fetch_session(b"a", 0, 101) is None
+    assert list(store.fetch(b"a")) == [sess(b"a", 0, 100, b"agg1"), sess(b"a", 200, 300, b"agg2")]
+    assert list(store.backward_fetch(b"a")) == [sess(b"a", 200, 300, b"agg2"), sess(b"a", 0, 100, b"agg1")]
+    store.remove(b"a", 0, 100)
+    assert store.fetch_session(b"a", 0, 100) is None
+    store.put(b"a", 200, 300, None)  # None value removes too
+    assert list(store.fetch(b"a")) == []
+    assert list(store.fetch(b"ab")) == [sess(b"ab", 0, 100, b"other")]
+    store.close()
+
+
+def test_find_sessions_for_merging(cls, ctx):
+    store = make(cls, ctx)
+    store.put(b"k", 0, 10, b"s1")
+    store.put(b"k", 20, 30, b"s2")
+    store.put(b"k", 100, 150, b"s3")
+    store.put(b"k", 2 * MIN, 2 * MIN + 5, b"s4")  # another segment
+    store.put(b"other", 20, 30, b"x")
+    # a record at t=25 with gap 10 merges with sessions ending >= 15 and starting <= 35
+    assert list(store.find_sessions(b"k", 15, 35)) == [sess(b"k", 20, 30, b"s2")]
+    # a wide window overlapping several sessions, across segments
+    assert list(store.find_sessions(b"k", 5, 2 * MIN)) == [
+        sess(b"k", 0, 10, b"s1"), sess(b"k", 20, 30, b"s2"), sess(b"k", 100, 150, b"s3"),
+        sess(b"k", 2 * MIN, 2 * MIN + 5, b"s4")]
+    assert list(store.backward_find_sessions(b"k", 5, 25))[0] == sess(b"k", 20, 30, b"s2")
+    assert list(store.find_sessions(b"k", 160, 2 * MIN - 1)) == []
+    assert list(store.find_sessions_range(b"k", b"other", 20, 30)) == [sess(b"k", 20, 30, b"s2"), sess(b"other", 20, 30, b"x")]
+    assert len(list(store.all())) == 5
+    store.close()
+
+
+def test_retention_by_session_end(cls, ctx):
+    store = make(cls, ctx, retention=2 * MIN)
+    store.put(b"k", 0, 1000, b"old")
+    store.put(b"k", 5 * MIN, 5 * MIN, b"new")  # stream time 5 min: segments below 3 min dropped
+    assert list(store.fetch(b"k")) == [sess(b"k", 5 * MIN, 5 * MIN, b"new")]
+    assert store.fetch_session(b"k", 0, 1000) is None
+    store.put(b"k", 0, 2000, b"late")
+    assert store.expired_records == 1
+    assert store.live_segment_ids() == [5]
+    store.close()
+
+
+def test_restore_batch(cls, ctx):
+    store = make(cls, ctx)
+    store.restore_batch([
+        (session_changelog_key(b"k", 0, 10), b"a"),
+        (session_changelog_key(b"k", 20, 30), b"b"),
+        (session_changelog_key(b"k", 0, 10), None),
+    ])
+    assert list(store.fetch(b"k")) == [sess(b"k", 20, 30, b"b")]
+    assert store.observed_stream_time == 30
+    store.close()
+
+
+def test_logged_session_store_changelog(cls, ctx):
+    supplier = (Stores.persistent_session_store if cls is RocksDBSessionStore else Stores.in_memory_session_store)("sess", 10 * MIN)
+    store = Stores.session_store_builder(supplier).build()
+    store.init(ctx)
+    store.put(b"k", 5, 9, b"v", timestamp=9)
+    store.remove(b"k", 5, 9, timestamp=12)
+    assert ctx.logged_changes == [
+        ("sess", session_changelog_key(b"k", 5, 9), b"v", 9),
+        ("sess", session_changelog_key(b"k", 5, 9), None, 12),
+    ]
+    assert list(store.fetch(b"k")) == []
+    store.close()
+
+
+def test_bad_inputs_and_closed(cls, ctx):
+    store = make(cls, ctx)
+    with pytest.raises(InvalidStoreArgumentError, match="'s'.*key"):
+        store.put(None, 0, 1, b"v")
+    with pytest.raises(InvalidStoreArgumentError, match="session_end"):
+        store.put(b"k", 10, 5, b"v")
+    with pytest.raises(InvalidStoreArgumentError, match="earliest_session_end_time"):
+        store.find_sessions(b"k", -1, 5)
+    it = store.fetch(b"k")
+    store.put(b"k", 0, 1, b"v")
+    store.close()
+    with pytest.raises(StoreClosedError, match="'s'"):
+        store.fetch(b"k")
+    with pytest.raises(StoreClosedError):
+        next(it)
