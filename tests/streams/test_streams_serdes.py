@@ -136,3 +136,34 @@ def test_deserialization_handler_selection():
     err = RecordDeserializationError("x", topic="t", partition=0, offset=3)
     assert log_and_fail(err) is DeserializationHandlerResponse.FAIL
     assert log_and_continue(err) is DeserializationHandlerResponse.CONTINUE
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_int64_round_trip_and_order_of_bytes(n):
+    data = serdes.INT64.serialize(n)
+    assert len(data) == 8
+    assert serdes.INT64.deserialize(data) == n
+    assert int.from_bytes(data, "big", signed=True) == n
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=-(2**31), max_value=2**31 - 1))
+def test_int32_round_trip(n):
+    assert serdes.INT32.deserialize(serdes.INT32.serialize(n)) == n
+    assert serdes.INT32.serialize(n) == n.to_bytes(4, "big", signed=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_string_round_trip(s):
+    assert serdes.STRING.deserialize(serdes.STRING.serialize(s)) == s
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(allow_nan=False))
+def test_double_round_trip(x):
+    assert serdes.DOUBLE.deserialize(serdes.DOUBLE.serialize(x)) == x
