@@ -6,7 +6,7 @@ import enum
 import logging
 import time
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from streams.errors import InvalidRecordError, InvalidTimestampError
 
@@ -269,6 +269,3 @@ class WallclockTimestampExtractor(TimestampExtractor):
     def extract(self, record: ConsumerRecord, partition_time: int) -> int:
         return int(time.time() * 1000)
 
-
-def _as_tuple(items: Iterable[str] | str) -> tuple[str, ...]:
-    return (items,) if isinstance(items, str) else tuple(items)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import pathlib
 import shutil
 import tempfile
 from dataclasses import dataclass, field
