@@ -123,3 +123,12 @@ class ClusterError(ReplicationError):
 
 class NotLeaderError(ReplicationError):
     """This broker is not the leader of the partition."""
+
+
+class NotEnoughReplicasError(ReplicationError):
+    """acks=all refused before the append: the ISR is below min.insync.replicas (rule 20)."""
+
+
+class InvalidOffsetError(ReplicationError):
+    """An offset argument is negative or otherwise impossible (e.g. a high watermark above the
+    log end offset)."""

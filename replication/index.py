@@ -309,6 +309,11 @@ class OffsetIndex(_Index):
             return self.base_offset, 0
         return self.base_offset + self._rel[i], self._pos[i]
 
+    def floor_position(self, position: int) -> int:
+        """The greatest indexed batch position <= ``position`` (0 if none): a batch boundary."""
+        i = bisect_right(self._pos, position) - 1
+        return self._pos[i] if i >= 0 else 0
+
     def truncate_to(self, offset: int) -> None:
         """Rule 10: no entry <= offset -> drop all; exact entry -> drop from it; else keep <=."""
         # Keeping exactly the entries below the target is the three cases at once.

@@ -340,6 +340,12 @@ class LogSegment:
         fetch_size = min(limit - start, adjusted)
         if fetch_size <= 0 or incomplete:
             return SegmentRead(start, b"", incomplete)
+        if fetch_size < limit - start:
+            # Cut by max_size: end on an indexed batch boundary if there is one past the first
+            # batch, so the bytes read are exactly whole batches and need no trimming copy.
+            boundary = self.offset_index.floor_position(start + fetch_size)
+            if boundary > start:
+                fetch_size = boundary - start
         data = self._file.read(start, fetch_size)
         # Keep whole batches only: walk the length prefixes (no per-record work).
         n = len(data)
