@@ -52,3 +52,11 @@ class InvalidStoreArgumentError(StateError, ValueError):
 
     The message names the store and the argument.
     """
+
+
+class RestoreListenerError(StateError):
+    """A user restore listener callback raised; the original exception is the cause."""
+
+
+class RestoreTimeoutError(StateError):
+    """Changelog offsets could not be fetched within task.timeout.ms."""

@@ -113,6 +113,14 @@ class ProcessorStateManager:
     def is_active(self) -> bool:
         return self.task_type is TaskType.ACTIVE
 
+    def transition_task_type(self, task_type: TaskType) -> None:
+        """Recycle the open stores for the other task type (standby promoted to active, or the
+        reverse) without closing them: their offsets are kept, so a promoted standby restores
+        only the tail. Unregister the changelogs from the reader first, register them again after."""
+        if not isinstance(task_type, TaskType):
+            raise StateError(f"task_type must be a TaskType, got {task_type!r}")
+        self.task_type = task_type
+
     # ----------------------------------------------------------- StoreContext
 
     def store_dir(self, store_name: str) -> Path:

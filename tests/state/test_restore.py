@@ -1,0 +1,520 @@
+"""StoreChangelogReader against a Kafka-protocol broker through the confluent-kafka API.
+
+The `backend` fixture gives producer/consumer/admin factories; here it is Kafka via
+confluent-kafka on the session broker (`kafka_bootstrap_servers`). The same tests are meant to run
+on the embedded cluster by parametrizing `backend`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from state.checkpoint import OffsetCheckpoint
+from state.directory import StateDirectory
+from state.errors import (
+    CheckpointError,
+    IllegalStateTransitionError,
+    RestoreListenerError,
+    StateError,
+    TaskCorruptedError,
+)
+from state.listener import StandbyUpdateListener, StateRestoreListener, SuspendReason
+from state.logging_store import ChangeLoggingKeyValueStore
+from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
+from state.restore import (
+    ChangelogState,
+    ReaderState,
+    StoreChangelogReader,
+    restore_consumer_config,
+)
+from state.rocksdb_kv import RocksDBKeyValueStore
+from state.task_id import TaskId
+
+pytestmark = pytest.mark.integration
+
+TASK = TaskId(0, 1)
+STORE = "counts"
+
+
+class KafkaBackend:
+    def __init__(self, bootstrap_servers: str) -> None:
+        self.bootstrap_servers = bootstrap_servers
+
+    def producer(self, conf: dict) -> Producer:
+        return Producer({"bootstrap.servers": self.bootstrap_servers, **conf})
+
+    def consumer(self, conf: dict) -> Consumer:
+        return Consumer({"bootstrap.servers": self.bootstrap_servers, **conf})
+
+    def admin(self, conf: dict) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap_servers, **conf})
+
+
+@pytest.fixture(scope="module")
+def backend(kafka_bootstrap_servers):
+    return KafkaBackend(kafka_bootstrap_servers)
+
+
+class Recorder(StateRestoreListener, StandbyUpdateListener):
+    def __init__(self):
+        self.calls = []
+        self.on_start_hook = None
+
+    def on_restore_start(self, tp, store_name, start_offset, end_offset):
+        self.calls.append(("start", tp.topic, tp.partition, store_name, start_offset, end_offset))
+        if self.on_start_hook:
+            self.on_start_hook()
+
+    def on_batch_restored(self, tp, store_name, batch_end_offset, num_restored):
+        self.calls.append(("batch", batch_end_offset, num_restored))
+
+    def on_restore_end(self, tp, store_name, total_restored):
+        self.calls.append(("end", total_restored))
+
+    def on_restore_suspended(self, tp, store_name, total_restored):
+        self.calls.append(("suspended", total_restored))
+
+    def on_update_start(self, tp, store_name, start_offset):
+        self.calls.append(("update_start", start_offset))
+
+    def on_batch_loaded(self, tp, store_name, batch_end_offset, num_loaded):
+        self.calls.append(("loaded", batch_end_offset, num_loaded))
+
+    def on_update_suspended(self, tp, store_name, store_offset, reason):
+        self.calls.append(("update_suspended", store_offset, reason))
+
+    def kinds(self):
+        return [c[0] for c in self.calls]
+
+    def restored(self):
+        return sum(c[2] for c in self.calls if c[0] == "batch")
+
+
+class Env:
+    """One application's changelog topic plus helpers to open its task state."""
+
+    def __init__(self, backend, tmp_path):
+        self.backend = backend
+        self.app = f"rt-{uuid.uuid4().hex[:10]}"
+        self.topic = f"{self.app}-{STORE}-changelog"
+        self.tp = TopicPartition(self.topic, TASK.partition)
+        self.state_directory = StateDirectory(tmp_path / "state", self.app)
+        admin = backend.admin({})
+        futures = admin.create_topics([NewTopic(self.topic, 2, 1, config={"cleanup.policy": "compact"})])
+        for f in futures.values():
+            f.result(timeout=30)
+        self.producer = backend.producer({"linger.ms": 5})
+        self.consumers = []
+        self.expected: dict[bytes, bytes] = {}
+        self.count = 0  # records in the changelog partition
+
+    def produce(self, records):
+        """Append (key, value) records to the task's changelog partition.
+
+        The last record goes alone in its own batch: Tansu's ListOffsets reports a wrong end
+        offset otherwise (harmless on Kafka)."""
+        records = list(records)
+        for i, (k, v) in enumerate(records):
+            if i == len(records) - 1:
+                self.producer.flush(30)
+            self.producer.produce(self.topic, key=k, value=v, partition=TASK.partition)
+            if k is not None:
+                if v is None:
+                    self.expected.pop(k, None)
+                else:
+                    self.expected[k] = v
+        assert self.producer.flush(30) == 0
+        self.count += len(records)
+
+    def open(self, eos=False, task_type=TaskType.ACTIVE):
+        mgr = ProcessorStateManager(TASK, task_type, eos, self.state_directory)
+        register_state_stores(mgr, [ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))])
+        return mgr
+
+    def reader(self, eos=False, listener=None, **kw):
+        consumer = self.backend.consumer({**restore_consumer_config(eos), "client.id": f"{self.app}-restore"})
+        self.consumers.append(consumer)
+        rec = listener or Recorder()
+        return StoreChangelogReader(consumer, rec, eos_enabled=eos, standby_listener=rec, **kw), rec
+
+    def close(self):
+        for c in self.consumers:
+            c.close()
+        self.state_directory.close()
+
+
+@pytest.fixture
+def env(backend, tmp_path):
+    e = Env(backend, tmp_path)
+    yield e
+    e.close()
+
+
+def workload(n, start=0):
+    """n changelog records: 30% overwrites, some tombstones, one null-key record."""
+    out = []
+    for i in range(start, start + n):
+        if i % 10 == 3:
+            out.append((b"key-%05d" % (i // 3), b"overwrite-%d" % i))
+        elif i % 97 == 5:
+            out.append((b"key-%05d" % (i - 1), None))
+        elif i % 1000 == 500:
+            out.append((None, b"null key: dropped"))
+        else:
+            out.append((b"key-%05d" % i, b"value-%d" % i))
+    return out
+
+
+def restore_until(reader, predicate, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "restore did not reach the expected state in time"
+        reader.restore()
+
+
+def store_contents(mgr):
+    with mgr.get_store(STORE).all() as it:
+        return dict(it)
+
+
+def null_keys(n, start=0):
+    return sum(1 for k, _ in workload(n, start) if k is None)
+
+
+def test_restore_from_beginning_without_checkpoint(env):
+    env.produce(workload(2500))
+    mgr = env.open()
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    assert reader.changelog_state(env.tp) is ChangelogState.REGISTERED
+    restore_until(reader, lambda: env.tp in reader.completed_changelogs())
+    assert reader.changelog_state(env.tp) is ChangelogState.COMPLETED
+    assert store_contents(mgr) == env.expected
+    assert mgr.store_offset(CL := env.tp) == 2499
+    assert reader.restored_offsets() == {CL: 2499}
+    assert rec.calls[0] == ("start", env.topic, 1, STORE, 0, 2500)
+    assert rec.calls[-1] == ("end", 2500 - null_keys(2500))
+    assert rec.restored() == 2500 - null_keys(2500)
+    assert reader.restore() == 0  # nothing left to do
+    close_state_manager(mgr, dirty=False)
+    assert OffsetCheckpoint(mgr.checkpoint_file.path).read() == {env.tp: 2499}
+
+
+def test_restore_after_clean_close_restores_only_the_tail(env):
+    env.produce(workload(1200))
+    mgr = env.open()
+    reader, _ = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    reader.unregister([env.tp])
+    close_state_manager(mgr, dirty=False)
+
+    env.produce(workload(30, start=1200))
+    mgr = env.open()
+    assert mgr.store_offset(env.tp) == 1199
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls[0] == ("start", env.topic, 1, STORE, 1200, 1230)
+    assert rec.calls[-1] == ("end", 30 - null_keys(30, 1200))
+    assert store_contents(mgr) == env.expected
+    close_state_manager(mgr, dirty=False)
+
+
+def test_checkpoint_at_end_completes_without_records(env):
+    env.produce(workload(10))
+    mgr = env.open()
+    mgr.update_changelog_offsets({env.tp: 9})
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    reader.restore()
+    assert reader.completed_changelogs() == {env.tp}
+    assert rec.kinds() == ["start", "end"] and rec.calls[-1] == ("end", 0)
+    close_state_manager(mgr, dirty=True)
+
+
+def test_empty_changelog_completes_immediately(env):
+    mgr = env.open()
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    reader.restore()
+    assert reader.completed_changelogs() == {env.tp}
+    assert rec.calls == [("start", env.topic, 1, STORE, 0, 0), ("end", 0)]
+    close_state_manager(mgr, dirty=True)
+
+
+def test_records_after_the_end_offset_are_not_restored(env):
+    env.produce(workload(400))
+    mgr = env.open()
+    reader, rec = env.reader()
+    before = dict(env.expected)
+    # Written once the end offset is fixed, before the first fetch: must not be restored.
+    rec.on_start_hook = lambda: env.produce([(b"late-%d" % i, b"x") for i in range(50)])
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert env.count == 450
+    assert store_contents(mgr) == before
+    assert mgr.store_offset(env.tp) == 399
+    assert rec.calls[0][-1] == 400
+    close_state_manager(mgr, dirty=True)
+
+
+def test_listener_call_order_and_counts(env):
+    env.produce(workload(3500))
+    mgr = env.open()
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    kinds = rec.kinds()
+    assert kinds[0] == "start" and kinds[-1] == "end"
+    assert set(kinds[1:-1]) == {"batch"} and len(kinds) - 2 >= 4  # at most 1000 records a batch
+    batches = [c for c in rec.calls if c[0] == "batch"]
+    ends = [b[1] for b in batches]
+    assert ends == sorted(ends) and ends[-1] == 3499
+    assert all(0 < b[2] <= 1000 for b in batches)
+    assert rec.calls[-1][1] == sum(b[2] for b in batches) == 3500 - null_keys(3500)
+    assert reader.total_restored(env.tp) == rec.calls[-1][1]
+    close_state_manager(mgr, dirty=True)
+
+
+def test_unregister_during_restore_suspends(env):
+    env.produce(workload(5000))
+    mgr = env.open()
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: rec.restored() > 0)
+    assert reader.changelog_state(env.tp) is ChangelogState.RESTORING
+    restored = rec.restored()
+    reader.unregister([env.tp])
+    assert rec.calls[-1] == ("suspended", restored)
+    assert reader.is_empty() and reader.completed_changelogs() == set()
+    assert env.tp not in [(TopicPartition(t.topic, t.partition)) for t in reader.consumer.assignment()]
+    assert reader.restore() == 0
+    reader.unregister([env.tp])  # unknown now: ignored
+    assert rec.kinds().count("suspended") == 1
+    close_state_manager(mgr, dirty=True)
+
+
+def test_eos_crash_means_wipe_and_full_restore(env):
+    env.produce(workload(1500))
+    mgr = env.open(eos=True)
+    reader, _ = env.reader(eos=True)
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    reader.unregister([env.tp])
+    mgr.get_store(STORE).wrapped.put(b"uncommitted", b"never committed")  # a write, then a crash
+    close_state_manager(mgr, dirty=True)
+
+    mgr = ProcessorStateManager(TASK, TaskType.ACTIVE, True, env.state_directory)
+    with pytest.raises(TaskCorruptedError) as info:
+        register_state_stores(mgr, [ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))])
+    assert info.value.changelog_partitions == (env.tp,)
+    close_state_manager(mgr, dirty=True, wipe=True)
+
+    mgr = env.open(eos=True)
+    assert mgr.store_offset(env.tp) is None
+    reader, rec = env.reader(eos=True)
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls[0][4:] == (0, 1500)
+    assert store_contents(mgr) == env.expected
+    close_state_manager(mgr, dirty=False)
+
+
+def test_eos_clean_close_restores_from_checkpoint_and_deletes_it(env):
+    env.produce(workload(800))
+    mgr = env.open(eos=True)
+    reader, _ = env.reader(eos=True)
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    reader.unregister([env.tp])
+    close_state_manager(mgr, dirty=False)
+    env.produce(workload(5, start=800))
+    mgr = env.open(eos=True)
+    assert not mgr.checkpoint_file.path.exists()  # deleted once read under EOS
+    reader, rec = env.reader(eos=True)
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls[0][4:] == (800, 805)
+    assert store_contents(mgr) == env.expected
+    close_state_manager(mgr, dirty=True)
+
+
+def test_checkpoint_beyond_log_end_is_task_corrupted(env):
+    env.produce(workload(100))
+    mgr = env.open()
+    mgr.update_changelog_offsets({env.tp: 10_000})  # as if the changelog was deleted and recreated
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    with pytest.raises(TaskCorruptedError) as info:
+        reader.restore()
+    assert info.value.changelog_partitions == (env.tp,)
+    assert info.value.task_ids == [TASK]
+    assert "store offset 10000" in str(info.value)
+    assert rec.calls == []  # never started
+    reader.unregister([env.tp])
+    mgr.mark_changelog_as_corrupted([env.tp])
+    close_state_manager(mgr, dirty=True, wipe=True)
+    mgr = env.open()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert store_contents(mgr) == env.expected
+    close_state_manager(mgr, dirty=True)
+
+
+class OutOfRangeConsumer:
+    """Wraps a real consumer and reports an out-of-range position for one partition.
+
+    Tansu never answers a fetch with OFFSET_OUT_OF_RANGE, so this fault cannot be produced for
+    real on the test broker; the event is the one librdkafka emits with auto.offset.reset=error.
+    """
+
+    def __init__(self, consumer, tp):
+        self._consumer = consumer
+        self._tp = tp
+
+    def consume(self, num_messages, timeout):
+        self._consumer.consume(num_messages, timeout)
+        err = KafkaError(KafkaError._AUTO_OFFSET_RESET, "Fetch position offset 5 is out of range")
+        return [Message(topic=self._tp.topic, partition=self._tp.partition, offset=5, error=err)]
+
+    def __getattr__(self, name):
+        return getattr(self._consumer, name)
+
+
+def test_out_of_range_event_is_task_corrupted(env):
+    env.produce(workload(20))
+    mgr = env.open()
+    consumer = env.backend.consumer({**restore_consumer_config(False)})
+    env.consumers.append(consumer)
+    reader = StoreChangelogReader(OutOfRangeConsumer(consumer, env.tp), eos_enabled=False)
+    reader.register(env.tp, mgr)
+    with pytest.raises(TaskCorruptedError, match="out of range") as info:
+        reader.restore()
+    assert info.value.changelog_partitions == (env.tp,)
+    close_state_manager(mgr, dirty=True)
+
+
+def test_standby_updates_then_promotes_without_full_restore(env):
+    env.produce(workload(1500))
+    mgr = env.open(task_type=TaskType.STANDBY)
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    assert reader.restore() == 0  # ACTIVE_RESTORING: standbys are paused
+    assert reader.changelog_state(env.tp) is ChangelogState.RESTORING
+    assert mgr.store_offset(env.tp) is None
+    reader.transit_to_update_standby()
+    assert reader.state is ReaderState.STANDBY_UPDATING
+    with pytest.raises(IllegalStateTransitionError):
+        reader.transit_to_update_standby()
+    restore_until(reader, lambda: mgr.store_offset(env.tp) == 1499)
+    env.produce(workload(20, start=1500))
+    restore_until(reader, lambda: mgr.store_offset(env.tp) == 1519)
+    assert reader.changelog_state(env.tp) is ChangelogState.RESTORING  # standbys never complete
+    assert reader.completed_changelogs() == set()
+    assert store_contents(mgr) == env.expected
+    assert rec.calls[0] == ("update_start", 0)
+    assert {c[0] for c in rec.calls[1:]} == {"loaded"}
+
+    # Promotion: recycle the open stores as an active task; only the tail is restored.
+    reader.unregister([env.tp], reason=SuspendReason.PROMOTED)
+    assert rec.calls[-1] == ("update_suspended", 1519, SuspendReason.PROMOTED)
+    mgr.transition_task_type(TaskType.ACTIVE)
+    env.produce(workload(7, start=1520))
+    reader.register(env.tp, mgr)  # an active changelog: back to ACTIVE_RESTORING
+    assert reader.state is ReaderState.ACTIVE_RESTORING
+    rec.calls.clear()
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls[0] == ("start", env.topic, 1, STORE, 1520, 1527)
+    assert rec.calls[-1] == ("end", 7)
+    assert store_contents(mgr) == env.expected
+    close_state_manager(mgr, dirty=False)
+
+
+def test_corrupt_checkpoint_is_a_named_error(env):
+    path = env.state_directory.directory_for_task(TASK) / ".checkpoint"
+    path.write_text(f"0\n1\n{env.topic} 1 -17x\n")
+    mgr = ProcessorStateManager(TASK, TaskType.ACTIVE, False, env.state_directory)
+    with pytest.raises(CheckpointError, match=r"\.checkpoint: line 3: bad offset '-17x'"):
+        register_state_stores(mgr, [ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))])
+
+
+def test_register_errors(env):
+    mgr = env.open()
+    reader, _ = env.reader()
+    reader.register(env.tp, mgr)
+    with pytest.raises(StateError, match="already registered"):
+        reader.register(env.tp, mgr)
+    with pytest.raises(StateError, match="not a changelog of this task"):
+        reader.register(TopicPartition("other", 1), mgr)
+    with pytest.raises(StateError, match="not registered"):
+        reader.changelog_state(TopicPartition("other", 1))
+    close_state_manager(mgr, dirty=True)
+
+
+def test_listener_failure_is_typed(env):
+    env.produce(workload(5))
+    mgr = env.open()
+
+    class Failing(StateRestoreListener):
+        def on_restore_start(self, *args):
+            raise ValueError("boom")
+
+    reader, _ = env.reader(listener=Failing())
+    reader.register(env.tp, mgr)
+    with pytest.raises(RestoreListenerError, match="on_restore_start: boom"):
+        reader.restore()
+    close_state_manager(mgr, dirty=True)
+
+
+def test_changelog_state_transitions_are_checked(env):
+    from state.restore import _Changelog
+
+    mgr = env.open()
+    c = _Changelog(env.tp, mgr, STORE, True)
+    with pytest.raises(IllegalStateTransitionError, match="REGISTERED -> COMPLETED"):
+        c.transit(ChangelogState.COMPLETED)
+    c.transit(ChangelogState.RESTORING)
+    c.transit(ChangelogState.COMPLETED)
+    with pytest.raises(IllegalStateTransitionError, match="COMPLETED -> RESTORING"):
+        c.transit(ChangelogState.RESTORING)
+    close_state_manager(mgr, dirty=True)
+
+
+def test_transactional_changelog_completes_past_the_commit_marker(env):
+    producer = env.backend.producer({"transactional.id": f"{env.app}-tx"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(env.topic, key=b"t%d" % i, value=b"v%d" % i, partition=TASK.partition)
+    producer.commit_transaction(30)
+    expected = {b"t%d" % i: b"v%d" % i for i in range(10)}
+    mgr = env.open(eos=True)
+    reader, rec = env.reader(eos=True)
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert store_contents(mgr) == expected
+    assert rec.calls[-1] == ("end", 10)
+    close_state_manager(mgr, dirty=True)
+
+
+@pytest.mark.needs_faithful_broker(reason="aborted transactional data is visible to read_committed consumers")
+def test_eos_restore_skips_aborted_changelog_writes(env):
+    producer = env.backend.producer({"transactional.id": f"{env.app}-tx"})
+    producer.init_transactions(30)
+    for i, commit in zip(range(3), (True, False, True)):
+        producer.begin_transaction()
+        producer.produce(env.topic, key=b"k%d" % i, value=b"v", partition=TASK.partition)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    mgr = env.open(eos=True)
+    reader, _ = env.reader(eos=True)
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert store_contents(mgr) == {b"k0": b"v", b"k2": b"v"}
+    close_state_manager(mgr, dirty=True)
