@@ -419,20 +419,21 @@ class CachingKeyValueStore(WrappedStateStore, KeyValueStore):
         self.flush_cache()
         self.wrapped.flush()
 
-    def close(self) -> None:
+    def close(self, dirty: bool = False) -> None:
+        """Clean close flushes the cache first (like Kafka); dirty close drops dirty entries."""
         if self._namespace is None:
-            self.wrapped.close()
+            self.wrapped.close(dirty)
             return
         errors = []
         try:
-            if self.wrapped.is_open:
+            if self.wrapped.is_open and not dirty:
                 self._cache.flush(self._namespace)
         except Exception as exc:  # close the rest anyway; re-raise below
             errors.append(exc)
         self._cache.close(self._namespace)
         self._namespace = None
         try:
-            self.wrapped.close()
+            self.wrapped.close(dirty)
         except Exception as exc:
             errors.append(exc)
         if errors:

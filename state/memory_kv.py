@@ -63,7 +63,7 @@ class InMemoryKeyValueStore(KeyValueStore):
     def flush(self) -> None:
         self._check()
 
-    def close(self) -> None:
+    def close(self, dirty: bool = False) -> None:
         if not self._open:
             return
         self._iterators.invalidate_all()

@@ -193,7 +193,7 @@ class RocksDBKeyValueStore(KeyValueStore):
         """Flush memtables to SST files (the WAL is off, so this is what makes writes durable)."""
         self._open_db().flush(True)
 
-    def close(self) -> None:
+    def close(self, dirty: bool = False) -> None:
         db = self._db
         if db is None:
             return

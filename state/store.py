@@ -71,8 +71,9 @@ class StateStore(ABC):
         ...
 
     @abstractmethod
-    def close(self) -> None:
-        ...
+    def close(self, dirty: bool = False) -> None:
+        """Release the store. `dirty=True` (a task closed after an error) must not write buffered
+        updates down: a caching layer drops its dirty entries instead of flushing them."""
 
     @property
     @abstractmethod
@@ -309,8 +310,8 @@ class WrappedStateStore(StateStore):
     def flush(self) -> None:
         self.wrapped.flush()
 
-    def close(self) -> None:
-        self.wrapped.close()
+    def close(self, dirty: bool = False) -> None:
+        self.wrapped.close(dirty)
 
     @property
     def is_open(self) -> bool:

@@ -145,7 +145,7 @@ class SegmentedBytesStore(StateStore):
             self._engine.put(META_OBSERVED_STREAM_TIME, _I64.pack(self.observed_stream_time))
         self._engine.flush()
 
-    def close(self) -> None:
+    def close(self, dirty: bool = False) -> None:
         if self._engine.is_open and self.persistent and self.observed_stream_time >= 0:
             self._engine.put(META_OBSERVED_STREAM_TIME, _I64.pack(self.observed_stream_time))
         self._engine.close()

@@ -245,3 +245,20 @@ def test_bad_inputs(inner, ctx):
     with pytest.raises(InvalidStoreArgumentError):
         ThreadCache(-1)
     store.close()
+
+
+def test_dirty_close_drops_cached_writes(inner, ctx):
+    store, cache, flushed = make(inner, ctx)
+    store.put(b"kept", b"1", timestamp=1)
+    store.flush()
+    flushed.clear()
+    store.put(b"lost", b"2", timestamp=2)
+    store.close(dirty=True)
+    assert flushed == []
+    assert cache.size_bytes == 0
+    assert not inner.is_open
+    if isinstance(inner, RocksDBKeyValueStore):
+        again = RocksDBKeyValueStore("c")
+        again.init(ctx)
+        assert list(again.all()) == [(b"kept", b"1")]
+        again.close()
