@@ -1,6 +1,6 @@
 """Eddy's state layer: stores, change logging, caching, checkpoints and restore."""
 
-from state.caching import CachingKeyValueStore, ThreadCache
+from state.caching import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
 from state.checkpoint import OffsetCheckpoint
 from state.directory import StateDirectory
 from state.errors import (
@@ -25,7 +25,7 @@ from state.typed import TypedKeyValueStore, TypedSessionStore, TypedWindowStore
 from state.window import InMemoryWindowStore, RocksDBWindowStore, Window, Windowed, WindowStore
 
 __all__ = [
-    "BatchRestoreCallback", "CachingKeyValueStore", "ChangeLoggingKeyValueStore", "ChangeLoggingSessionStore",
+    "BatchRestoreCallback", "CachingKeyValueStore", "CachingSessionStore", "CachingWindowStore", "ChangeLoggingKeyValueStore", "ChangeLoggingSessionStore",
     "ChangeLoggingWindowStore", "CheckpointError", "InMemoryKeyValueStore", "InMemorySessionStore",
     "InMemoryWindowStore", "InvalidStateStoreError", "InvalidStoreArgumentError", "KeyValueIterator",
     "KeyValueStore", "LockError", "OffsetCheckpoint", "ProcessorStateManager", "RocksDBKeyValueStore",

@@ -27,6 +27,7 @@ from collections import OrderedDict
 from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError
+from state.session import decode_session_changelog_key, session_changelog_key
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import (
     KeyValueIterator,
@@ -35,6 +36,14 @@ from state.store import (
     WrappedStateStore,
     check_key,
     check_value,
+)
+from state.window import (
+    MAX_TIMESTAMP,
+    Window,
+    Windowed,
+    check_timestamp,
+    decode_window_changelog_key,
+    window_changelog_key,
 )
 
 log = logging.getLogger(__name__)
@@ -266,19 +275,19 @@ def _merge(cached: list, store_iter: KeyValueIterator, reverse: bool) -> Iterato
         store_iter.close()
 
 
-class CachingKeyValueStore(WrappedStateStore, KeyValueStore):
-    """Caches reads and deduplicates writes of the wrapped bytes store until flush or eviction.
+class _CachingStore(WrappedStateStore):
+    """Binds a wrapper to its named cache in a `ThreadCache`.
 
     The `ThreadCache` is the one passed in (or set with `set_cache`) before `init`; otherwise the
     context's `thread_cache` attribute if it has one; otherwise a private cache sized by the
     context's `statestore.cache.max.bytes`.
     """
 
-    def __init__(self, wrapped: KeyValueStore, cache: Optional[ThreadCache] = None) -> None:
+    def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
         super().__init__(wrapped)
         self._cache = cache
         self._namespace: Optional[str] = None
-        self._flush_listener: Optional[FlushListener] = None
+        self._flush_listener: Optional[Callable] = None
 
     def set_cache(self, cache: ThreadCache) -> None:
         if self._namespace is not None:
@@ -304,10 +313,54 @@ class CachingKeyValueStore(WrappedStateStore, KeyValueStore):
         self._namespace = f"{getattr(context, 'task_id', 'none')}-{self.name}"
         self._cache.add_dirty_entry_flush_listener(self._namespace, self._write_down)
 
-    def set_flush_listener(self, listener: Optional[FlushListener]) -> bool:
+    def set_flush_listener(self, listener: Optional[Callable]) -> bool:
         """`listener(key, new_value, old_value, timestamp)` for each entry written down."""
         self._flush_listener = listener
         return True
+
+    def _write_down(self, entries: list) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _check(self) -> ThreadCache:
+        if self._namespace is None or not self.wrapped.is_open:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        return self._cache
+
+    def flush_cache(self) -> None:
+        """Write dirty entries down (and forward them) without flushing the wrapped store."""
+        self._check().flush(self._namespace)
+
+    def flush(self) -> None:
+        self.flush_cache()
+        self.wrapped.flush()
+
+    def close(self, dirty: bool = False) -> None:
+        """Clean close flushes the cache first (like Kafka); dirty close drops dirty entries."""
+        if self._namespace is None:
+            self.wrapped.close(dirty)
+            return
+        errors = []
+        try:
+            if self.wrapped.is_open and not dirty:
+                self._cache.flush(self._namespace)
+        except Exception as exc:  # close the rest anyway; re-raise below
+            errors.append(exc)
+        self._cache.close(self._namespace)
+        self._namespace = None
+        try:
+            self.wrapped.close(dirty)
+        except Exception as exc:
+            errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    @property
+    def is_open(self) -> bool:
+        return self._namespace is not None and self.wrapped.is_open
+
+
+class CachingKeyValueStore(_CachingStore, KeyValueStore):
+    """Caches reads and deduplicates writes of the wrapped bytes store until flush or eviction."""
 
     def _write_down(self, entries: list) -> None:
         wrapped = self.wrapped
@@ -410,35 +463,279 @@ class CachingKeyValueStore(WrappedStateStore, KeyValueStore):
             self.put(key, None, timestamp)
             return old
 
-    # ---------------------------------------------------------------- lifecycle
-    def flush_cache(self) -> None:
-        """Write dirty entries down (and forward them) without flushing the wrapped store."""
-        self._check().flush(self._namespace)
 
-    def flush(self) -> None:
-        self.flush_cache()
-        self.wrapped.flush()
+# ------------------------------------------------------------------------------ windowed stores
+def _merge_by(cached: list, store_iter: KeyValueIterator, store_sort_key: Callable, reverse: bool) -> Iterator:
+    """Merge a sorted cache snapshot of (sort_key, item-or-None) with a store iterator sorted the
+    same way; the cache wins on equal sort keys and a None item (cached delete) hides the store's."""
+    try:
+        ci = iter(cached)
+        c = next(ci, None)
+        for item in store_iter:
+            sk = store_sort_key(item)
+            while c is not None and ((c[0] > sk) if reverse else (c[0] < sk)):
+                if c[1] is not None:
+                    yield c[1]
+                c = next(ci, None)
+            if c is not None and c[0] == sk:
+                if c[1] is not None:
+                    yield c[1]
+                c = next(ci, None)
+            else:
+                yield item
+        while c is not None:
+            if c[1] is not None:
+                yield c[1]
+            c = next(ci, None)
+    finally:
+        store_iter.close()
 
-    def close(self, dirty: bool = False) -> None:
-        """Clean close flushes the cache first (like Kafka); dirty close drops dirty entries."""
-        if self._namespace is None:
-            self.wrapped.close(dirty)
-            return
-        errors = []
-        try:
-            if self.wrapped.is_open and not dirty:
-                self._cache.flush(self._namespace)
-        except Exception as exc:  # close the rest anyway; re-raise below
-            errors.append(exc)
-        self._cache.close(self._namespace)
-        self._namespace = None
-        try:
-            self.wrapped.close(dirty)
-        except Exception as exc:
-            errors.append(exc)
-        if errors:
-            raise errors[0]
 
-    @property
-    def is_open(self) -> bool:
-        return self._namespace is not None and self.wrapped.is_open
+class CachingWindowStore(_CachingStore):
+    """Caching for window stores: dedups updates of a (key, window) between commits.
+
+    Cache keys are the window changelog keys (sequence number 0). With `retain_duplicates` every
+    put must be kept, so writes go straight through and `set_flush_listener` returns False.
+    The flush listener receives `(Windowed(key, Window(start, end)), new, old, timestamp)`.
+    """
+
+    def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
+        super().__init__(wrapped, cache)
+        self.window_size_ms = wrapped.window_size_ms
+        self.retain_duplicates = wrapped.retain_duplicates
+
+    def set_flush_listener(self, listener) -> bool:
+        if self.retain_duplicates:
+            return False
+        return super().set_flush_listener(listener)
+
+    def _segments_of(self):
+        return self.inner_most()
+
+    def _write_down(self, entries: list) -> None:
+        wrapped = self.wrapped
+        listener = self._flush_listener
+        size = self.window_size_ms
+        for changelog_key, value, timestamp in entries:
+            key, start, _ = decode_window_changelog_key(changelog_key)
+            if listener is None:
+                wrapped.put(key, value, start, timestamp)
+                continue
+            old = wrapped.fetch(key, start)
+            if value is None and old is None:
+                continue
+            wrapped.put(key, value, start, timestamp)
+            listener(Windowed(key, Window(start, start + size)), value, old, timestamp)
+
+    def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
+            timestamp: Optional[int] = None) -> Optional[int]:
+        cache = self._check()
+        if self.retain_duplicates:
+            return self.wrapped.put(key, value, window_start_timestamp, timestamp)
+        check_key(self.name, key)
+        check_value(self.name, value)
+        check_timestamp(self.name, "window_start_timestamp", window_start_timestamp)
+        if timestamp is None:
+            timestamp = self._timestamp_supplier()
+        cache.put(self._namespace, window_changelog_key(key, window_start_timestamp, 0), value,
+                  dirty=True, timestamp=timestamp)
+        return 0
+
+    def fetch(self, key: bytes, time_from: int, time_to: Optional[int] = None):
+        cache = self._check()
+        if self.retain_duplicates:
+            return self.wrapped.fetch(key, time_from, time_to)
+        check_key(self.name, key)
+        if time_to is None:
+            start = check_timestamp(self.name, "window_start", time_from)
+            if start < self._segments_of()._actual_from(0):
+                return None
+            entry = cache.get(self._namespace, window_changelog_key(key, start, 0))
+            if entry is not None:
+                return entry.value
+            return self.wrapped.fetch(key, start)
+        return self._fetch_key(key, time_from, time_to, False)
+
+    def backward_fetch(self, key: bytes, time_from: int, time_to: int) -> KeyValueIterator:
+        self._check()
+        if self.retain_duplicates:
+            return self.wrapped.backward_fetch(key, time_from, time_to)
+        check_key(self.name, key)
+        return self._fetch_key(key, time_from, time_to, True)
+
+    def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
+        store_iter = self.wrapped.backward_fetch(key, time_from, time_to) if reverse else \
+            self.wrapped.fetch(key, time_from, time_to)
+        actual_from = self._segments_of()._actual_from(time_from)
+        lower = window_changelog_key(key, max(actual_from, 0), 0)
+        upper = key_after(window_changelog_key(key, time_to, 0)) if time_to >= actual_from else lower
+        total = len(key) + 12
+        cached = []
+        for ck, v in self._cache.range_snapshot(self._namespace, lower, upper):
+            if len(ck) == total:  # same length within the bounds => same key
+                start = decode_window_changelog_key(ck)[1]
+                cached.append((start, (start, v) if v is not None else None))
+        if reverse:
+            cached.reverse()
+        return KeyValueIterator(_merge_by(cached, store_iter, lambda item: item[0], reverse), self.name)
+
+    def _windows(self, key_from, key_to, time_from, time_to, reverse, store_iter) -> KeyValueIterator:
+        if self.retain_duplicates:
+            return store_iter
+        segments = self._segments_of()
+        interval = segments.segment_interval_ms
+        actual_from = segments._actual_from(time_from)
+        size = self.window_size_ms
+        cached = []
+        for ck, v in self._cache.range_snapshot(self._namespace, None, None):
+            key, start, _ = decode_window_changelog_key(ck)
+            if start < actual_from or start > time_to:
+                continue
+            if (key_from is not None and key < key_from) or (key_to is not None and key > key_to):
+                continue
+            item = (Windowed(key, Window(start, start + size)), v) if v is not None else None
+            cached.append(((start // interval, ck), item))
+        cached.sort(key=lambda c: c[0], reverse=reverse)
+
+        def store_sort_key(item):
+            start = item[0].window.start
+            return start // interval, window_changelog_key(item[0].key, start, 0)
+
+        return KeyValueIterator(_merge_by(cached, store_iter, store_sort_key, reverse), self.name)
+
+    def fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
+        self._check()
+        it = self.wrapped.fetch_range(key_from, key_to, time_from, time_to)
+        if key_from is not None and key_to is not None and key_from > key_to:
+            return it
+        return self._windows(key_from, key_to, time_from, time_to, False, it)
+
+    def backward_fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
+        self._check()
+        it = self.wrapped.backward_fetch_range(key_from, key_to, time_from, time_to)
+        if key_from is not None and key_to is not None and key_from > key_to:
+            return it
+        return self._windows(key_from, key_to, time_from, time_to, True, it)
+
+    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator:
+        self._check()
+        return self._windows(None, None, time_from, time_to, False, self.wrapped.fetch_all(time_from, time_to))
+
+    def backward_fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator:
+        self._check()
+        return self._windows(None, None, time_from, time_to, True, self.wrapped.backward_fetch_all(time_from, time_to))
+
+    def all(self) -> KeyValueIterator:
+        return self.fetch_all(0, MAX_TIMESTAMP)
+
+    def backward_all(self) -> KeyValueIterator:
+        return self.backward_fetch_all(0, MAX_TIMESTAMP)
+
+
+class CachingSessionStore(_CachingStore):
+    """Caching for session stores: dedups updates of a session between commits.
+
+    Cache keys are the session changelog keys. The flush listener receives
+    `(Windowed(key, Window(start, end)), new, old, timestamp)`.
+    """
+
+    def _write_down(self, entries: list) -> None:
+        wrapped = self.wrapped
+        listener = self._flush_listener
+        for changelog_key, value, timestamp in entries:
+            key, start, end = decode_session_changelog_key(changelog_key)
+            if listener is None:
+                wrapped.put(key, start, end, value, timestamp)
+                continue
+            old = wrapped.fetch_session(key, start, end)
+            if value is None and old is None:
+                continue
+            wrapped.put(key, start, end, value, timestamp)
+            listener(Windowed(key, Window(start, end)), value, old, timestamp)
+
+    def put(self, key: bytes, session_start: int, session_end: int, value: Optional[bytes],
+            timestamp: Optional[int] = None) -> None:
+        cache = self._check()
+        check_key(self.name, key)
+        check_value(self.name, value)
+        check_timestamp(self.name, "session_start", session_start)
+        check_timestamp(self.name, "session_end", session_end)
+        if session_end < session_start:
+            raise InvalidStoreArgumentError(
+                f"state store {self.name!r}: session_end ({session_end}) < session_start ({session_start})"
+            )
+        if timestamp is None:
+            timestamp = self._timestamp_supplier()
+        cache.put(self._namespace, session_changelog_key(key, session_start, session_end), value,
+                  dirty=True, timestamp=timestamp)
+
+    def remove(self, key: bytes, session_start: int, session_end: int, timestamp: Optional[int] = None) -> None:
+        self.put(key, session_start, session_end, None, timestamp)
+
+    def fetch_session(self, key: bytes, session_start: int, session_end: int) -> Optional[bytes]:
+        cache = self._check()
+        check_key(self.name, key)
+        entry = cache.get(self._namespace, session_changelog_key(key, session_start, session_end))
+        if entry is not None:
+            if session_end < self.inner_most()._actual_from(0):
+                return None
+            return entry.value
+        return self.wrapped.fetch_session(key, session_start, session_end)
+
+    def _sessions(self, key_from, key_to, exact, earliest_end, latest_start, reverse, store_iter) -> KeyValueIterator:
+        segments = self.inner_most()
+        interval = segments.segment_interval_ms
+        actual_from = segments._actual_from(earliest_end)
+        if exact:
+            lower, upper = key_from, key_after(key_from + b"\xff" * 16)
+        else:
+            lower, upper = None, None
+        cached = []
+        for ck, v in self._cache.range_snapshot(self._namespace, lower, upper):
+            key, start, end = decode_session_changelog_key(ck)
+            if end < actual_from or start > latest_start:
+                continue
+            if exact and key != key_from:
+                continue
+            if not exact and ((key_from is not None and key < key_from) or (key_to is not None and key > key_to)):
+                continue
+            item = (Windowed(key, Window(start, end)), v) if v is not None else None
+            cached.append(((end // interval, ck), item))
+        cached.sort(key=lambda c: c[0], reverse=reverse)
+
+        def store_sort_key(item):
+            w = item[0]
+            return w.window.end // interval, session_changelog_key(w.key, w.window.start, w.window.end)
+
+        return KeyValueIterator(_merge_by(cached, store_iter, store_sort_key, reverse), self.name)
+
+    def find_sessions(self, key: bytes, earliest_session_end_time: int, latest_session_start_time: int) -> KeyValueIterator:
+        self._check()
+        it = self.wrapped.find_sessions(key, earliest_session_end_time, latest_session_start_time)
+        return self._sessions(key, key, True, earliest_session_end_time, latest_session_start_time, False, it)
+
+    def backward_find_sessions(self, key: bytes, earliest_session_end_time: int,
+                               latest_session_start_time: int) -> KeyValueIterator:
+        self._check()
+        it = self.wrapped.backward_find_sessions(key, earliest_session_end_time, latest_session_start_time)
+        return self._sessions(key, key, True, earliest_session_end_time, latest_session_start_time, True, it)
+
+    def find_sessions_range(self, key_from, key_to, earliest_session_end_time: int,
+                            latest_session_start_time: int) -> KeyValueIterator:
+        self._check()
+        it = self.wrapped.find_sessions_range(key_from, key_to, earliest_session_end_time, latest_session_start_time)
+        if key_from is not None and key_to is not None and key_from > key_to:
+            return it
+        return self._sessions(key_from, key_to, False, earliest_session_end_time, latest_session_start_time, False, it)
+
+    def fetch(self, key: bytes) -> KeyValueIterator:
+        return self.find_sessions(key, 0, MAX_TIMESTAMP)
+
+    def backward_fetch(self, key: bytes) -> KeyValueIterator:
+        return self.backward_find_sessions(key, 0, MAX_TIMESTAMP)
+
+    def fetch_range(self, key_from, key_to) -> KeyValueIterator:
+        return self.find_sessions_range(key_from, key_to, 0, MAX_TIMESTAMP)
+
+    def all(self) -> KeyValueIterator:
+        return self.find_sessions_range(None, None, 0, MAX_TIMESTAMP)

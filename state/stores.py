@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
-from state.caching import CachingKeyValueStore, ThreadCache
+from state.caching import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
 from state.errors import InvalidStoreArgumentError
 from state.logging_store import ChangeLoggingKeyValueStore, ChangeLoggingSessionStore, ChangeLoggingWindowStore
 from state.memory_kv import InMemoryKeyValueStore
@@ -175,16 +175,15 @@ class StoreBuilder:
             if self._caching:
                 store = CachingKeyValueStore(store, self._cache)
             return TypedKeyValueStore(store, self.key_serde, self.value_serde)
-        if self._caching:
-            # Not implemented for windowed stores yet: the store works uncached (every update
-            # reaches the inner store, and `set_flush_listener` returns False so the caller
-            # forwards each update itself, as Kafka does with caching disabled).
-            log.info("store %s: caching is not implemented for %s stores; building it uncached", self.name, kind)
         if kind == "window":
             store = ChangeLoggingWindowStore(inner) if self._logging else inner
+            if self._caching:
+                store = CachingWindowStore(store, self._cache)
             return TypedWindowStore(store, self.key_serde, self.value_serde)
         if kind == "session":
             store = ChangeLoggingSessionStore(inner) if self._logging else inner
+            if self._caching:
+                store = CachingSessionStore(store, self._cache)
             return TypedSessionStore(store, self.key_serde, self.value_serde)
         raise InvalidStoreArgumentError(f"store {self.name!r}: unknown store kind {kind!r}")  # pragma: no cover
 

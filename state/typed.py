@@ -250,8 +250,9 @@ class TypedWindowStore(_TypedBase):
         return self._windowed(self.wrapped.backward_all())
 
     def set_flush_listener(self, listener) -> bool:
-        """No caching layer for window stores yet: always False (the caller forwards itself)."""
-        return False
+        """`listener(Windowed(key, window), new, old, timestamp)` (typed) on the caching layer;
+        False when there is none (or it cannot dedup: retain_duplicates), so the caller forwards."""
+        return _set_windowed_flush_listener(self, listener)
 
 
 class TypedSessionStore(_TypedBase):
@@ -302,5 +303,23 @@ class TypedSessionStore(_TypedBase):
         return self._windowed(self.wrapped.all())
 
     def set_flush_listener(self, listener) -> bool:
-        """No caching layer for session stores yet: always False (the caller forwards itself)."""
+        """`listener(Windowed(key, window), new, old, timestamp)` (typed) on the caching layer;
+        False when there is none (or it cannot dedup: retain_duplicates), so the caller forwards."""
+        return _set_windowed_flush_listener(self, listener)
+
+
+def _set_windowed_flush_listener(store: _TypedBase, listener) -> bool:
+    from state.window import Windowed
+
+    caching = find_caching_layer(store)
+    if caching is None:
         return False
+    if listener is None:
+        return caching.set_flush_listener(None)
+    s = store.serdes
+
+    def typed_listener(windowed, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
+        listener(Windowed(s.key_from_bytes(windowed.key), windowed.window), s.value_from_bytes(new),
+                 s.value_from_bytes(old), timestamp)
+
+    return caching.set_flush_listener(typed_listener)

@@ -6,7 +6,7 @@ import pytest
 
 from state.caching import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
 from state.errors import InvalidStoreArgumentError, StoreClosedError
-from state.logging_store import ChangeLoggingKeyValueStore
+from state.logging_store import ChangeLoggingKeyValueStore, ChangeLoggingSessionStore, ChangeLoggingWindowStore
 from state.memory_kv import InMemoryKeyValueStore
 from state.rocksdb_kv import RocksDBKeyValueStore
 from state.task_id import TaskId
@@ -262,3 +262,140 @@ def test_dirty_close_drops_cached_writes(inner, ctx):
         again.init(ctx)
         assert list(again.all()) == [(b"kept", b"1")]
         again.close()
+
+
+# ------------------------------------------------------------------------------ windowed caching
+from state.caching import CachingSessionStore, CachingWindowStore  # noqa: E402
+from state.session import InMemorySessionStore, RocksDBSessionStore, session_changelog_key  # noqa: E402
+from state.window import InMemoryWindowStore, RocksDBWindowStore, Window, Windowed, window_changelog_key  # noqa: E402
+
+MIN = 60_000
+
+
+@pytest.fixture(params=["rocksdb", "memory"])
+def window_inner(request):
+    cls = RocksDBWindowStore if request.param == "rocksdb" else InMemoryWindowStore
+    return cls("w", retention_ms=2 * MIN, window_size_ms=1000, segment_interval_ms=MIN)
+
+
+@pytest.fixture(params=["rocksdb", "memory"])
+def session_inner(request):
+    cls = RocksDBSessionStore if request.param == "rocksdb" else InMemorySessionStore
+    return cls("s", retention_ms=2 * MIN, segment_interval_ms=MIN)
+
+
+def W(key, start, value):
+    return Windowed(key, Window(start, start + 1000)), value
+
+
+def test_window_cache_dedups_and_forwards_on_flush(window_inner, ctx):
+    logged = ChangeLoggingWindowStore(window_inner)
+    store = CachingWindowStore(logged, ThreadCache(1_000_000))
+    store.init(ctx)
+    assert ctx.registered == [(store, window_inner.restore_batch, True)]
+    out = []
+    assert store.set_flush_listener(lambda *a: out.append(a))
+    store.put(b"k", b"1", 0, timestamp=10)
+    store.put(b"k", b"2", 0, timestamp=11)
+    store.put(b"j", b"3", 1000, timestamp=12)
+    assert store.fetch(b"k", 0) == b"2"
+    assert window_inner.fetch(b"k", 0) is None and ctx.logged_changes == []
+    store.flush()
+    assert out == [(Windowed(b"k", Window(0, 1000)), b"2", None, 11),
+                   (Windowed(b"j", Window(1000, 2000)), b"3", None, 12)]
+    assert ctx.logged_changes == [("w", window_changelog_key(b"k", 0, 0), b"2", 11),
+                                  ("w", window_changelog_key(b"j", 1000, 0), b"3", 12)]
+    out.clear()
+    store.put(b"k", b"4", 0, timestamp=13)
+    store.flush()
+    assert out == [(Windowed(b"k", Window(0, 1000)), b"4", b"2", 13)]
+    store.close()
+
+
+def test_window_cache_merges_reads(window_inner, ctx):
+    store = CachingWindowStore(window_inner, ThreadCache(1_000_000))
+    store.init(ctx)
+    store.put(b"a", b"s0", 0)
+    store.put(b"a", b"s1", 1000)
+    store.put(b"b", b"s2", MIN + 5)
+    store.flush()
+    store.put(b"a", b"c1", 1000)      # overrides the store's value
+    store.put(b"a", None, 0)          # hides the store's value
+    store.put(b"a", b"c3", MIN + 10)  # only in the cache, later segment
+    store.put(b"ab", b"c4", 500)
+    assert list(store.fetch(b"a", 0, 10 * MIN)) == [(1000, b"c1"), (MIN + 10, b"c3")]
+    assert list(store.backward_fetch(b"a", 0, 10 * MIN)) == [(MIN + 10, b"c3"), (1000, b"c1")]
+    expected = [W(b"a", 1000, b"c1"), W(b"ab", 500, b"c4"), W(b"a", MIN + 10, b"c3"), W(b"b", MIN + 5, b"s2")]
+    assert list(store.all()) == expected
+    assert list(store.backward_all()) == expected[::-1]
+    assert list(store.fetch_range(b"a", b"a", 0, 10 * MIN)) == [W(b"a", 1000, b"c1"), W(b"a", MIN + 10, b"c3")]
+    assert list(store.fetch_all(0, 999)) == [W(b"ab", 500, b"c4")]
+    store.flush()
+    assert list(window_inner.all()) == expected  # the store now holds exactly what was read
+    store.close()
+
+
+def test_window_cache_with_duplicates_writes_through(ctx):
+    inner = InMemoryWindowStore("w", retention_ms=2 * MIN, window_size_ms=1000, segment_interval_ms=MIN,
+                                retain_duplicates=True)
+    store = CachingWindowStore(inner, ThreadCache(1_000_000))
+    store.init(ctx)
+    assert store.set_flush_listener(lambda *a: None) is False
+    store.put(b"k", b"1", 0)
+    store.put(b"k", b"2", 0)
+    assert list(inner.fetch(b"k", 0, 0)) == [(0, b"1"), (0, b"2")]
+    store.close()
+
+
+def test_session_cache_dedups_merges_and_forwards(session_inner, ctx):
+    logged = ChangeLoggingSessionStore(session_inner)
+    store = CachingSessionStore(logged, ThreadCache(1_000_000))
+    store.init(ctx)
+    out = []
+    store.set_flush_listener(lambda *a: out.append(a))
+    store.put(b"k", 0, 10, b"a", timestamp=10)
+    store.flush()
+    store.remove(b"k", 0, 10, timestamp=20)        # session merged away...
+    store.put(b"k", 0, 25, b"ab", timestamp=25)    # ...into a longer one
+    store.put(b"k", 0, 25, b"abc", timestamp=26)   # dedup
+    store.put(b"k", 2 * MIN, 2 * MIN, b"z", timestamp=2 * MIN)
+    assert list(store.find_sessions(b"k", 5, 30)) == [(Windowed(b"k", Window(0, 25)), b"abc")]
+    assert store.fetch_session(b"k", 0, 10) is None
+    assert [w.window for w, _ in store.fetch(b"k")] == [Window(0, 25), Window(2 * MIN, 2 * MIN)]
+    assert [w.window for w, _ in store.backward_fetch(b"k")] == [Window(2 * MIN, 2 * MIN), Window(0, 25)]
+    out.clear()
+    store.flush()
+    assert out == [
+        (Windowed(b"k", Window(0, 10)), None, b"a", 20),
+        (Windowed(b"k", Window(0, 25)), b"abc", None, 26),
+        (Windowed(b"k", Window(2 * MIN, 2 * MIN)), b"z", None, 2 * MIN),
+    ]
+    assert ctx.logged_changes[-3:] == [
+        ("s", session_changelog_key(b"k", 0, 10), None, 20),
+        ("s", session_changelog_key(b"k", 0, 25), b"abc", 26),
+        ("s", session_changelog_key(b"k", 2 * MIN, 2 * MIN), b"z", 2 * MIN),
+    ]
+    assert list(session_inner.fetch(b"k")) == list(store.fetch(b"k"))
+    store.close()
+
+
+def test_typed_windowed_flush_listener_through_builder(ctx):
+    from state.stores import Stores
+
+    class Utf8:
+        def serialize(self, o):
+            return None if o is None else o.encode()
+
+        def deserialize(self, d):
+            return None if d is None else d.decode()
+
+    store = (Stores.window_store_builder(Stores.in_memory_window_store("tw", 2 * MIN, 1000), Utf8(), Utf8())
+             .with_caching_enabled().with_cache(ThreadCache(1_000_000)).build())
+    store.init(ctx)
+    out = []
+    assert store.set_flush_listener(lambda *a: out.append(a)) is True
+    store.put("k", "v1", 0, timestamp=1)
+    store.put("k", "v2", 0, timestamp=2)
+    store.flush()
+    assert out == [(Windowed("k", Window(0, 1000)), "v2", None, 2)]
+    store.close()
