@@ -307,7 +307,7 @@ class StoreChangelogReader:
             err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
             if err is not None and err.code() in _OUT_OF_RANGE_CODES:
                 self._raise_corrupted(list(self._changelogs.values()), str(err))
-            raise
+            raise StateError(f"restore consumer failed: {e}") from e
         applied = 0
         if msgs:
             applied = self._apply(msgs)

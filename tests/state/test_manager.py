@@ -13,37 +13,26 @@ from state.manager import (
     close_state_manager,
     register_state_stores,
 )
+from state.logging_store import ChangeLoggingKeyValueStore
 from state.memory_kv import InMemoryKeyValueStore
 from state.rocksdb_kv import RocksDBKeyValueStore
-from state.store import WrappedStateStore, child_context
 from state.task_id import TaskId
 
 TASK = TaskId(0, 3)
 CL = TopicPartition("app-counts-changelog", 3)
 
 
-class LoggedKV(WrappedStateStore):
-    """Minimal change-logging wrapper for these tests (the real one lives with the stores)."""
+class LoggedKV(ChangeLoggingKeyValueStore):
+    """The real change-logging layer, recording when it is flushed."""
 
     def __init__(self, wrapped, events=None):
         super().__init__(wrapped)
         self.events = events
 
-    def init(self, context):
-        self._context = context
-        self.wrapped.init(child_context(context, self, logged=True))
-
-    def put(self, key, value):
-        self.wrapped.put(key, value)
-        self._context.log_change(self.name, key, value, 0)
-
-    def get(self, key):
-        return self.wrapped.get(key)
-
     def flush(self):
         if self.events is not None:
             self.events.append(("flush", self.name))
-        self.wrapped.flush()
+        super().flush()
 
 
 class Collector:

@@ -518,3 +518,82 @@ def test_eos_restore_skips_aborted_changelog_writes(env):
     restore_until(reader, lambda: reader.all_changelogs_completed())
     assert store_contents(mgr) == {b"k0": b"v", b"k2": b"v"}
     close_state_manager(mgr, dirty=True)
+
+
+def test_alos_crash_restores_from_the_last_checkpoint(env):
+    env.produce(workload(1000))
+    mgr = env.open()
+    reader, _ = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert mgr.checkpoint(force=True)
+    reader.unregister([env.tp])
+    env.produce(workload(300, start=1000))  # processed, then a crash before the next checkpoint
+    close_state_manager(mgr, dirty=True)
+
+    mgr = env.open()
+    assert mgr.store_offset(env.tp) == 999
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls[0][4:] == (1000, 1300)
+    assert store_contents(mgr) == env.expected
+    close_state_manager(mgr, dirty=True)
+
+
+def test_end_offsets_from_admin_list_offsets(env):
+    env.produce(workload(700))
+    mgr = env.open()
+    reader, rec = env.reader(admin=env.backend.admin({}))
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls[0][4:] == (0, 700)
+    assert store_contents(mgr) == env.expected
+    close_state_manager(mgr, dirty=True)
+
+
+def test_listed_end_offset_past_the_partition_end(env, caplog):
+    """A broker listing an end offset beyond the partition's real end: under at-least-once the
+    end-of-partition event completes the restore; under EOS (an open transaction looks the same)
+    the reader waits, as Kafka does."""
+    env.produce(workload(300))
+
+    def too_high(tps):
+        return {tp: (0, 400) for tp in tps}
+
+    mgr = env.open()
+    reader, rec = env.reader(end_offsets_fn=too_high)
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert "listed end offset 400 but the partition ends at 300" in caplog.text
+    assert store_contents(mgr) == env.expected
+    close_state_manager(mgr, dirty=True)
+
+    mgr = ProcessorStateManager(TaskId(0, 0), TaskType.ACTIVE, True, env.state_directory)
+    register_state_stores(mgr, [ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))])
+    reader, rec = env.reader(eos=True, end_offsets_fn=too_high)
+    tp0 = TopicPartition(env.topic, 0)
+    env.producer.produce(env.topic, key=b"a", value=b"b", partition=0)
+    env.producer.flush(30)
+    reader.register(tp0, mgr)
+    restore_until(reader, lambda: reader._get(tp0).eof_offset == 1)
+    for _ in range(3):
+        reader.restore()
+    assert reader.changelog_state(tp0) is ChangelogState.RESTORING
+    close_state_manager(mgr, dirty=True)
+
+
+def test_progress_is_logged_and_drawn(env, caplog, capsys, monkeypatch):
+    import state.restore as restore_mod
+
+    monkeypatch.setattr(restore_mod, "PROGRESS_LOG_INTERVAL_S", 0.0)
+    env.produce(workload(2000))
+    mgr = env.open()
+    reader, _ = env.reader(progress_bar=True)
+    reader.register(env.tp, mgr)
+    with caplog.at_level("INFO", logger="state.restore"):
+        restore_until(reader, lambda: reader.all_changelogs_completed())
+        reader.restore()
+    assert "records restored, about" in caplog.text and "records/s" in caplog.text
+    assert "restoring state [" in capsys.readouterr().err
+    close_state_manager(mgr, dirty=True)
