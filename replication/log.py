@@ -566,7 +566,8 @@ class Log:
                     s.delete()
                 del self._segments[i + 1:]
                 del self._bases[i + 1:]
-            seg.flush()
+            # Not flushed here (as in Kafka): the recovery point stays put, so a second crash
+            # before the next flush recovers these segments again.
             i += 1
         for seg in self._segments[:-1]:
             seg.on_become_inactive()
@@ -574,8 +575,7 @@ class Log:
 
         self._leo = self._segments[-1].next_offset
         self._log_start = max(state.get("log_start_offset", 0), self._segments[0].base_offset)
-        self._recovery_point = self._leo if stats["recovered_segments"] or clean else min(
-            recovery_point, self._leo)
+        self._recovery_point = self._leo if clean else min(recovery_point, self._leo)
         if self._log_start > self._leo:
             # The checkpointed start is beyond the data that survived: nothing below it is
             # readable anyway, so start an empty log there.

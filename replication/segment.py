@@ -23,7 +23,7 @@ import time
 from typing import Callable, Iterator, NamedTuple
 
 from replication.errors import (
-    CorruptRecordError, InvalidConfigurationError, LogSegmentOffsetOverflowError,
+    CorruptIndexError, CorruptRecordError, InvalidConfigurationError, LogSegmentOffsetOverflowError,
 )
 from replication.index import INT32_MAX, NO_TIMESTAMP, DurableFile, OffsetIndex, TimeIndex
 from replication.records import (
@@ -480,7 +480,20 @@ class LogSegment:
 
     def sanity_check(self) -> None:
         """Raise CorruptIndexError if an index file is inconsistent with the log (rebuild it)."""
-        self.offset_index.sanity_check(log_size=self._file.size)
+        idx = self.offset_index
+        idx.sanity_check(log_size=self._file.size)
+        # Spot-check the first and last entries against the batches they point at (an entry maps
+        # a batch's last offset to its position): cheap, and catches stale or foreign indexes.
+        for n in {0, idx.entries - 1} if idx.entries else ():
+            offset, position = idx.entry(n)
+            try:
+                found = next(self._scan(position, self._file.size), None)
+            except CorruptRecordError:
+                found = None
+            if found is None or found[3] != offset:
+                raise CorruptIndexError(
+                    f"corrupt index {idx.path}: entry {n} ({offset} -> {position}) does not point "
+                    "at the batch ending at that offset")
         self.time_index.sanity_check(next_offset=self.next_offset)
 
     # -- durability and lifecycle -----------------------------------------------------------
