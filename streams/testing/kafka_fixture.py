@@ -51,7 +51,8 @@ TANSU_GAPS = (
 
 _DOCKER_PING_TIMEOUT_S = 2.0
 _BROKER_READY_TIMEOUT_S = 20.0
-_BROKER_STOP_TIMEOUT_S = 5.0
+# Tansu waits for open client connections on SIGTERM; its memory storage has nothing to flush.
+_BROKER_STOP_TIMEOUT_S = 2.0
 
 
 @dataclass

@@ -1,0 +1,110 @@
+"""Consumer group conformance: rebalances under both assignors, eviction of a stalled member."""
+
+from __future__ import annotations
+
+import pytest
+from _clients_util import GROUP_CONF, create_topic, unique, wait_for
+from confluent_kafka import KafkaError
+
+PARTITIONS = 6
+
+
+class Member:
+    """A group member that tracks what its rebalance callbacks say it owns."""
+
+    def __init__(self, backend, topic: str, group: str, strategy: str, extra: dict | None = None) -> None:
+        self.owned: set[int] = set()
+        self.cooperative = strategy == "cooperative-sticky"
+        self.consumer = backend.consumer({"group.id": group, "partition.assignment.strategy": strategy,
+                                          **GROUP_CONF, **(extra or {})})
+        self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_revoke)
+        self.errors: list = []
+
+    def _on_assign(self, consumer, partitions) -> None:
+        got = {tp.partition for tp in partitions}
+        if self.cooperative:
+            assert not (got & self.owned), f"assigned partitions it already owns: {got & self.owned}"
+            self.owned |= got
+        else:
+            self.owned = got
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        self.owned -= {tp.partition for tp in partitions}
+
+    def poll(self) -> None:
+        msg = self.consumer.poll(0.02)
+        if msg is not None and msg.error() is not None:
+            self.errors.append(msg.error())
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _settle(members: list[Member], partitions: int = PARTITIONS, timeout: float = 40.0) -> None:
+    """Poll every member until the assignment covers all partitions, each once, every member
+    holding some; at every step no partition may be owned by two members."""
+
+    def settled() -> bool:
+        for member in members:
+            member.poll()
+        owned = [p for m in members for p in m.owned]
+        assert len(owned) == len(set(owned)), f"a partition is owned twice: {[sorted(m.owned) for m in members]}"
+        return set(owned) == set(range(partitions)) and all(m.owned for m in members)
+
+    try:
+        wait_for(settled, timeout, "the group to settle", step=0)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; owned: {[sorted(m.owned) for m in members]}, "
+                             f"errors: {[m.errors for m in members]}") from None
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_rebalance_two_then_three_members_then_one_leaves(backend, admin, strategy: str) -> None:
+    topic = create_topic(admin, partitions=PARTITIONS)
+    group = unique("g")
+    members = [Member(backend, topic, group, strategy) for _ in range(2)]
+    _settle(members)
+    assert sorted(len(m.owned) for m in members) == [3, 3]
+    if strategy == "range":  # range hands out contiguous runs
+        assert sorted(tuple(sorted(m.owned)) for m in members) == [(0, 1, 2), (3, 4, 5)]
+    before = [set(m.owned) for m in members]
+
+    members.append(Member(backend, topic, group, strategy))
+    _settle(members)
+    assert sorted(len(m.owned) for m in members) == [2, 2, 2]
+    if strategy == "cooperative-sticky":  # the old members only give partitions up
+        assert all(m.owned <= prior for m, prior in zip(members, before))
+    else:
+        assert sorted(tuple(sorted(m.owned)) for m in members) == [(0, 1), (2, 3), (4, 5)]
+
+    leaving = members.pop(0)
+    kept = [set(m.owned) for m in members]
+    leaving.close()
+    _settle(members)
+    assert sorted(len(m.owned) for m in members) == [3, 3]
+    if strategy == "cooperative-sticky":
+        assert all(m.owned >= prior for m, prior in zip(members, kept))
+    assert not any(m.errors for m in members), [m.errors for m in members]
+
+
+def test_member_that_stops_polling_is_evicted(backend, admin) -> None:
+    topic = create_topic(admin, partitions=2)
+    group = unique("g")
+    conf = {"max.poll.interval.ms": GROUP_CONF["session.timeout.ms"]}
+    active = Member(backend, topic, group, "range", conf)
+    stalled = Member(backend, topic, group, "range", conf)
+    _settle([active, stalled], partitions=2)
+    assert len(active.owned) == 1 and len(stalled.owned) == 1
+
+    # Only the active member polls now: the stalled one exceeds max.poll.interval.ms,
+    # leaves the group, and its partition moves to the active member.
+    def active_owns_all() -> bool:
+        active.poll()
+        return active.owned == {0, 1}
+
+    wait_for(active_owns_all, 40, "the stalled member's partition to move", step=0)
+    stalled.poll()
+    assert [e.code() for e in stalled.errors] == [KafkaError._MAX_POLL_EXCEEDED]
+    wait_for(lambda: (stalled.poll(), not stalled.owned)[1], 10, "the evicted member to lose its partition")
+    assert active.errors == []
