@@ -13,9 +13,11 @@ from state.errors import (
     StoreLayoutError,
     TaskCorruptedError,
 )
+from state.listener import StandbyUpdateListener, StateRestoreListener
 from state.logging_store import ChangeLoggingKeyValueStore, ChangeLoggingSessionStore, ChangeLoggingWindowStore
 from state.manager import ProcessorStateManager, TaskType
 from state.memory_kv import InMemoryKeyValueStore
+from state.restore import StoreChangelogReader
 from state.rocksdb_kv import RocksDBKeyValueStore
 from state.session import InMemorySessionStore, RocksDBSessionStore, SessionStore
 from state.store import BatchRestoreCallback, KeyValueIterator, KeyValueStore, StateStore, StoreContext
@@ -30,6 +32,7 @@ __all__ = [
     "InMemoryWindowStore", "InvalidStateStoreError", "InvalidStoreArgumentError", "KeyValueIterator",
     "KeyValueStore", "LockError", "OffsetCheckpoint", "ProcessorStateManager", "RocksDBKeyValueStore",
     "RocksDBSessionStore", "RocksDBWindowStore", "SessionStore", "StateDirectory", "StateError", "StateStore",
+    "StandbyUpdateListener", "StateRestoreListener", "StoreChangelogReader",
     "StoreBuilder", "StoreClosedError", "StoreContext", "StoreLayoutError", "Stores", "TaskCorruptedError",
     "TaskId", "TaskType", "ThreadCache", "TypedKeyValueStore", "TypedSessionStore", "TypedWindowStore",
     "Window", "WindowStore", "Windowed",
