@@ -445,28 +445,40 @@ static int outbuf_reserve(OutBuf *o, Py_ssize_t need)
     return 0;
 }
 
-/* headers -> a fast sequence (list/tuple) of pairs; dicts give their items. New ref or NULL. */
+/* headers -> a tuple of pairs that nothing else can mutate while we encode; dicts give their
+ * items. New ref or NULL. */
 static PyObject *headers_seq(PyObject *headers, Py_ssize_t index)
 {
-    if (PyDict_Check(headers))
-        return PyDict_Items(headers);
-    if (PyList_CheckExact(headers) || PyTuple_CheckExact(headers)) {
-        Py_INCREF(headers);
-        return headers;
+    PyObject *items = PyDict_Check(headers) ? PyDict_Items(headers) : NULL;
+    if (items != NULL) {
+        PyObject *t = PyList_AsTuple(items);
+        Py_DECREF(items);
+        return t;
     }
-    PyObject *seq = PySequence_Fast(headers, "record headers must be a sequence of (key, value)");
-    (void)index;
-    return seq;
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *t = PySequence_Tuple(headers);
+    if (t == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "record #%zd: headers must be a sequence of (key, value) pairs",
+                     index);
+    }
+    return t;
 }
 
-/* Size (or, when out != NULL, bytes written) of the header section for the pairs in seq. */
-static int encode_headers(PyObject *seq, Py_ssize_t index, Py_ssize_t *size, char **out)
+/* Size (or, when out != NULL, bytes written, never past out_end) of the header section for
+ * the pairs in the tuple seq. */
+static int encode_headers(PyObject *seq, Py_ssize_t index, Py_ssize_t *size, char **out,
+                          const char *out_end)
 {
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
     Py_ssize_t total = varint_size(zigzag(n));
-    if (out)
+    if (out) {
+        if (out_end - *out < total)
+            goto changed;
         *out = write_uvarint(*out, zigzag(n));
+    }
     for (Py_ssize_t h = 0; h < n; h++) {
         PyObject *pair = items[h];
         PyObject *hk, *hv;
@@ -481,36 +493,43 @@ static int encode_headers(PyObject *seq, Py_ssize_t index, Py_ssize_t *size, cha
                          index, h);
             return -1;
         }
-        Field fk, fv;
+        /* own them: a list pair could change under us if a buffer export ran Python code */
+        Py_INCREF(hk);
+        Py_INCREF(hv);
+        Field fk = {0}, fv = {0};
+        int rc = -1;
         if (hk == Py_None) {
             PyErr_Format(PyExc_TypeError, "record #%zd: header #%zd has a None key", index, h);
-            return -1;
+            goto pair_done;
         }
         if (field_get(hk, &fk, 1, "header key", index) < 0)
-            return -1;
+            goto pair_done;
         if (!out && !PyUnicode_Check(hk)) {
             /* keys are decoded as UTF-8: refuse to write a batch no reader could decode */
             PyObject *text = PyUnicode_DecodeUTF8(fk.ptr, fk.len, "strict");
             if (text == NULL) {
-                field_release(&fk);
                 if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
                     PyErr_Clear();
                     PyErr_Format(PyExc_ValueError, "record #%zd: header #%zd key is not valid UTF-8",
                                  index, h);
                 }
-                return -1;
+                goto pair_done;
             }
             Py_DECREF(text);
         }
-        if (field_get(hv, &fv, 1, "header value", index) < 0) {
-            field_release(&fk);
-            return -1;
-        }
-        total += varint_size(zigzag(fk.len)) + fk.len;
-        total += fv.len < 0 ? 1 : varint_size(zigzag(fv.len)) + fv.len;
+        if (field_get(hv, &fv, 1, "header value", index) < 0)
+            goto pair_done;
+        Py_ssize_t pair_size = varint_size(zigzag(fk.len)) + fk.len +
+                               (fv.len < 0 ? 1 : varint_size(zigzag(fv.len)) + fv.len);
+        total += pair_size;
         if (out) {
+            if (out_end - *out < pair_size) {
+                PyErr_SetString(PyExc_RuntimeError, "record headers changed while being encoded");
+                goto pair_done;
+            }
             *out = write_uvarint(*out, zigzag(fk.len));
-            memcpy(*out, fk.ptr, (size_t)fk.len);
+            if (fk.len)
+                memcpy(*out, fk.ptr, (size_t)fk.len);
             *out += fk.len;
             if (fv.len < 0) {
                 *(*out)++ = 1;
@@ -521,11 +540,20 @@ static int encode_headers(PyObject *seq, Py_ssize_t index, Py_ssize_t *size, cha
                 *out += fv.len;
             }
         }
+        rc = 0;
+    pair_done:
         field_release(&fk);
         field_release(&fv);
+        Py_DECREF(hk);
+        Py_DECREF(hv);
+        if (rc < 0)
+            return -1;
     }
     *size = total;
     return 0;
+changed:
+    PyErr_SetString(PyExc_RuntimeError, "record headers changed while being encoded");
+    return -1;
 }
 
 PyDoc_STRVAR(encode_records_doc,
@@ -545,11 +573,12 @@ static PyObject *encode_records(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "reserve must be >= 0");
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(records, "records must be a sequence");
+    /* a tuple of our own: __index__ of a timestamp may run Python code that mutates a list */
+    PyObject *seq = PySequence_Tuple(records);
     if (seq == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
     OutBuf o = {NULL, 0, 0};
     int64_t max_ts = first_ts;
     int have_max = 0;
@@ -565,22 +594,27 @@ static PyObject *encode_records(PyObject *self, PyObject *args)
         PyObject *rseq = NULL;
         Py_ssize_t rn;
         if (PyTuple_CheckExact(rec)) {
-            rn = PyTuple_GET_SIZE(rec);
             rseq = rec;
             Py_INCREF(rseq);
         } else {
-            rseq = PySequence_Fast(rec, "each record must be a (key, value, timestamp[, headers]) sequence");
-            if (rseq == NULL)
+            rseq = PySequence_Tuple(rec);
+            if (rseq == NULL) {
+                if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                    PyErr_Clear();
+                    PyErr_Format(PyExc_TypeError,
+                                 "record #%zd must be a (key, value, timestamp[, headers]) tuple", i);
+                }
                 goto done;
-            rn = PySequence_Fast_GET_SIZE(rseq);
+            }
         }
+        rn = PyTuple_GET_SIZE(rseq);
         if (rn != 3 && rn != 4) {
             Py_DECREF(rseq);
             PyErr_Format(PyExc_TypeError,
                          "record #%zd must be (key, value, timestamp[, headers]), got %zd fields", i, rn);
             goto done;
         }
-        PyObject **f = PySequence_Fast_ITEMS(rseq);
+        PyObject **f = &PyTuple_GET_ITEM(rseq, 0);
         key = f[0];
         value = f[1];
         tsobj = f[2];
@@ -620,7 +654,7 @@ static PyObject *encode_records(PyObject *self, PyObject *args)
             goto record_fail;
         if (has_headers) {
             hseq = headers_seq(headers, i);
-            if (hseq == NULL || encode_headers(hseq, i, &hsize, NULL) < 0)
+            if (hseq == NULL || encode_headers(hseq, i, &hsize, NULL, NULL) < 0)
                 goto record_fail;
         }
         Py_ssize_t body = 1 + varint_size(zigzag(tsd)) + varint_size(zigzag(i));
@@ -658,7 +692,7 @@ static PyObject *encode_records(PyObject *self, PyObject *args)
             } else {
                 Py_ssize_t written;
                 /* same objects, same sizes: the reservation above covers this */
-                if (encode_headers(hseq, i, &written, &w) < 0)
+                if (encode_headers(hseq, i, &written, &w, body_start + body) < 0)
                     goto record_fail;
                 if (written != hsize) {
                     PyErr_SetString(PyExc_RuntimeError, "record headers changed while encoding");

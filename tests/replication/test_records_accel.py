@@ -488,3 +488,23 @@ def test_pure_python_mode_is_selectable_and_works():
 def test_accelerator_is_active_when_built():
     assert records.ACCELERATED is True
     assert records._encode_records is _records.encode_records
+
+
+def test_encode_survives_python_callbacks_that_mutate_its_inputs():
+    class EvilTimestamp:
+        def __index__(self):
+            recs.clear()  # drops the list's references to every record while C encodes them
+            return 7
+
+    class EvilHeaders(list):
+        def __bool__(self):
+            self.clear()
+            return True
+
+    recs = [(b"k" * 100, b"a", 5), (bytes(50), b"b", EvilTimestamp(), EvilHeaders([("h", b"x")])),
+            (b"z", b"c", 6)]
+    out, max_ts = _records.encode_records(recs, 5, BATCH_HEADER_SIZE)
+    assert recs == [] and max_ts == 7
+    got = _records.decode_records(bytes(out), 0, 5, 3, BATCH_HEADER_SIZE, len(out))
+    assert [(r.key, r.value, r.timestamp, r.headers) for r in got] == [
+        (b"k" * 100, b"a", 5, ()), (bytes(50), b"b", 7, ()), (b"z", b"c", 6, ())]
