@@ -8,8 +8,31 @@ Layout of a log directory ``<data dir>/<topic>-<partition>/``::
     leader-epoch-checkpoint         the leader epoch cache (replication.epoch)
     log-state-checkpoint            recovery point, log start offset, high watermark
 
-API used by the log cleaner (replication.cleaner) and the cluster
-------------------------------------------------------------------
+Public API (all thread-safe; offsets are ints)
+-----------------------------------------------
+``Log(dir, config=None, *, clock=None, rng=None)``  open or create; recovers on open.
+  ``config`` is a :class:`LogConfig` or a dict of Kafka keys (``LogConfig.from_dict``).
+Properties: ``log_start_offset``, ``log_end_offset``, ``high_watermark``,
+  ``last_stable_offset``, ``recovery_point``, ``latest_epoch``, ``leader_epoch_cache``
+  (alias ``epoch_cache``), ``segments``, ``active_segment``, ``size``, ``closed``,
+  ``topic``, ``partition``, ``load_stats``, ``first_unstable_offset`` (settable).
+``append_as_leader(records, leader_epoch, *, now=None) -> LogAppendInfo``   (rule 1)
+``append_as_follower(records, *, now=None) -> LogAppendInfo``              (rule 2)
+``read(start_offset, max_bytes=1 MiB, upper_bound=None, *, min_one_message=True)
+  -> FetchDataInfo`` (a MemoryRecords; ``upper_bound`` an offset or FetchIsolation; rule 5)
+``fetch_offset_by_timestamp(ts) -> (timestamp, offset) | None``  (-2 earliest, -1 latest, -3 max)
+``end_offset_for_epoch(epoch) -> (epoch, end_offset) | None``
+``update_high_watermark(hw) -> int``, ``maybe_increment_high_watermark(hw) -> old | None``,
+  ``maybe_update_high_watermark(hw) -> new | None``                         (rule 6)
+``maybe_increment_log_start_offset(offset, reason="") -> bool``             (rule 7)
+``delete_records(offset) -> new log start``, ``delete_old_segments(now=None) -> int``
+``truncate_to(offset) -> bool`` (rule 8), ``truncate_fully_and_start_at(offset, log_start_offset=None)``
+``roll(expected_next_offset=None) -> LogSegment``
+``flush(offset=None)``, ``maybe_flush(now=None) -> bool``, ``write_checkpoint()``
+``update_config(config)``, ``close()``, ``crash()`` (power-cut simulation), ``delete()``
+
+API used by the log cleaner (replication.cleaner)
+-------------------------------------------------
 ``log.lock``                 an ``RLock``; hold it while reading ``log.segments`` and swapping.
 ``log.segments``             list of :class:`~replication.segment.LogSegment`, ordered by base offset
                              (a snapshot copy); ``log.active_segment`` is the last one.
@@ -46,7 +69,7 @@ import struct
 import threading
 import time
 from bisect import bisect_right
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from replication.epoch import CHECKPOINT_FILE_NAME, LeaderEpochFileCache, write_checkpoint_atomically
@@ -285,25 +308,45 @@ class FetchDataInfo(MemoryRecords):
                 f"segment={self.segment_base_offset}, position={self.position})")
 
 
-@dataclass
 class LogAppendInfo:
-    """What an append did. ``records`` are the bytes as written (offsets and epoch stamped)."""
+    """What an append did. ``records`` are the bytes as written (offsets and epoch stamped);
+    for a leader append they are joined from the written pieces on first access."""
 
-    first_offset: int
-    last_offset: int
-    max_timestamp: int = -1
-    offset_of_max_timestamp: int = -1
-    num_messages: int = 0
-    valid_bytes: int = 0
-    log_start_offset: int = 0
-    leader_epoch: int = -1
-    records: bytes = b""
-    batches: list = field(default_factory=list, repr=False)
-    rolled: bool = False
+    __slots__ = ("first_offset", "last_offset", "max_timestamp", "offset_of_max_timestamp",
+                 "num_messages", "valid_bytes", "log_start_offset", "leader_epoch", "batches",
+                 "rolled", "_records")
+
+    def __init__(self, first_offset: int, last_offset: int, max_timestamp: int = -1,
+                 offset_of_max_timestamp: int = -1, num_messages: int = 0, valid_bytes: int = 0,
+                 log_start_offset: int = 0, leader_epoch: int = -1, records=b"",
+                 batches: list | None = None, rolled: bool = False) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.max_timestamp = max_timestamp
+        self.offset_of_max_timestamp = offset_of_max_timestamp
+        self.num_messages = num_messages
+        self.valid_bytes = valid_bytes
+        self.log_start_offset = log_start_offset
+        self.leader_epoch = leader_epoch
+        self._records = records
+        self.batches = batches if batches is not None else []
+        self.rolled = rolled
+
+    @property
+    def records(self) -> bytes:
+        r = self._records
+        if isinstance(r, list):
+            r = self._records = b"".join(r)
+        return r
 
     @property
     def next_offset(self) -> int:
         return self.last_offset + 1
+
+    def __repr__(self) -> str:
+        return (f"LogAppendInfo(first_offset={self.first_offset}, last_offset={self.last_offset}, "
+                f"num_messages={self.num_messages}, valid_bytes={self.valid_bytes}, "
+                f"leader_epoch={self.leader_epoch}, rolled={self.rolled})")
 
 
 # --- the log -----------------------------------------------------------------------------------
@@ -637,13 +680,12 @@ class Log:
                     max_ts = h.max_timestamp
                     offset_of_max_ts = offset - 1
                 count += h.records_count
-            data = b"".join(parts)
             last = offset - 1
             if leader_epoch >= 0:
                 self.leader_epoch_cache.assign(leader_epoch, first)
-            rolled = self._append(data, headers, first, last, max_ts, now)
+            rolled = self._append(parts, n, headers, first, last, max_ts, now)
             return LogAppendInfo(first, last, max_ts, offset_of_max_ts, count, n, self._log_start,
-                                 leader_epoch, data, headers, rolled)
+                                 leader_epoch, parts, headers, rolled)
 
     def append_as_follower(self, records: bytes | MemoryRecords, *,
                            now: int | None = None) -> LogAppendInfo:
@@ -691,18 +733,18 @@ class Log:
                 if epoch >= 0 and (latest is None or epoch > latest):
                     cache.assign(epoch, h.base_offset)
                     latest = epoch
-            rolled = self._append(buf, headers, first, prev_last, max_ts, now)
+            rolled = self._append(buf, n, headers, first, prev_last, max_ts, now)
             return LogAppendInfo(first, prev_last, max_ts, offset_of_max_ts, count, n,
                                  self._log_start, epoch, buf, headers, rolled)
 
-    def _append(self, data, headers: list[BatchHeader], first: int, last: int, max_ts: int,
-                now: int | None) -> bool:
+    def _append(self, data, size: int, headers: list[BatchHeader], first: int, last: int,
+                max_ts: int, now: int | None) -> bool:
         cfg = self.config
         seg = self._segments[-1]
         if now is None:
             now = self._clock()
         rolled = False
-        if seg.should_roll(len(data), max_ts, last, now, cfg.segment_bytes, cfg.segment_ms):
+        if seg.should_roll(size, max_ts, last, now, cfg.segment_bytes, cfg.segment_ms):
             seg = self._roll(first)
             rolled = True
         seg.append(data, headers)
@@ -754,8 +796,8 @@ class Log:
         start = max(0, bisect_right(self._bases, self._recovery_point) - 1)
         for s in self._segments[start:-1]:
             s.flush()  # a no-op for what is already synced
-        if new_offset > self._recovery_point:
-            self._recovery_point = new_offset
+        if self._leo > self._recovery_point:
+            self._recovery_point = self._leo  # everything below the new segment is durable
         log.info("log %s rolled a new segment at offset %d", self.dir, new_offset)
         return seg
 

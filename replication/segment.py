@@ -171,10 +171,15 @@ class LogSegment:
     def append(self, data, headers: list[BatchHeader] | None = None) -> None:
         """Append whole batches with one write, then add index entries (rule 4).
 
-        ``headers`` are the batches' headers with positions relative to ``data`` (as
-        `iter_batch_headers` gives them); parsed here when omitted. Offsets must not precede the
-        segment's base nor exceed it by more than ``2**31 - 1``.
+        ``data`` is bytes-like, or a list of bytes-like pieces written with one ``pwritev``
+        (then ``headers`` are required). ``headers`` are the batches' headers with positions
+        relative to the start of ``data`` (as `iter_batch_headers` gives them); parsed here when
+        omitted. Offsets must not precede the segment's base nor exceed it by more than
+        ``2**31 - 1``.
         """
+        if isinstance(data, list):
+            if headers is None:
+                data = b"".join(data)
         if headers is None:
             headers = list(iter_batch_headers(data, source=self.log_path))
         if not headers:
@@ -185,7 +190,10 @@ class LogSegment:
             raise LogSegmentOffsetOverflowError(
                 f"offsets {first.base_offset}..{last.last_offset} cannot be stored in segment "
                 f"{self.log_path} with base offset {self.base_offset}")
-        position = self._file.append(data)
+        if isinstance(data, list):
+            position = self._file.append_parts(data, last.position + last.size)
+        else:
+            position = self._file.append(data)
         if position == 0:
             self._rolling_based_timestamp = first.max_timestamp
         interval = self.index_interval_bytes
