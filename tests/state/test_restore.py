@@ -7,7 +7,6 @@ on the embedded cluster by parametrizing `backend`.
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
 
