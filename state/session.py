@@ -94,14 +94,11 @@ class SessionStore(StateStore):
 
 class SegmentedSessionStore(SegmentedBytesStore, SessionStore):
     layout = "session-v1"
+    _time_suffix = _SESSION_SUFFIX
 
     def __init__(self, name: str, *, retention_ms: int, segment_interval_ms: int, persistent: bool) -> None:
         super().__init__(name, retention_ms=retention_ms, segment_interval_ms=segment_interval_ms,
                          persistent=persistent)
-
-    @staticmethod
-    def _segment_time_of_changelog_key(key: bytes) -> int:
-        return _I64.unpack_from(key, len(key) - _SESSION_SUFFIX)[0]
 
     def _check_session(self, session_start, session_end) -> None:
         check_timestamp(self.name, "session_start", session_start)

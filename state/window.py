@@ -87,7 +87,7 @@ def check_timestamp(store_name: str, what: str, value) -> int:
 class SegmentedBytesStore(StateStore):
     """Segment bookkeeping and retention shared by window and session stores.
 
-    Subclasses define `_segment_time_of_changelog_key` for restore. The engine is a RocksDB or
+    Subclasses set `_time_suffix` (bytes from the segment timestamp to the end of a changelog key). The engine is a RocksDB or
     in-memory bytes key-value store used privately (it is not registered with the context).
     """
 
@@ -217,29 +217,35 @@ class SegmentedBytesStore(StateStore):
         return self._engine.get(self._segment_prefix(seg) + changelog_key)
 
     # ------------------------------------------------------------------ restore
-    @staticmethod
-    @abstractmethod
-    def _segment_time_of_changelog_key(key: bytes) -> int:
-        ...
+    # Bytes after the segment timestamp's start in a changelog key (window: ts + seq; session: end + start).
+    _time_suffix = TIMESTAMP_SIZE + SEQNUM_SIZE
 
     def restore_batch(self, records: list) -> None:
         """Re-key restored changelog records into their segments; one engine batch."""
         self._check()
-        segment_time = self._segment_time_of_changelog_key
+        unpack = _I64.unpack_from
+        suffix = self._time_suffix
         interval = self.segment_interval_ms
         prefixes: dict[int, bytes] = {}
         batch = []
         append = batch.append
         max_time = -1
-        for key, value in records:
-            t = segment_time(key)
-            if t > max_time:
-                max_time = t
-            seg = t // interval
-            prefix = prefixes.get(seg)
-            if prefix is None:
-                prefix = prefixes[seg] = _I64.pack(seg)
-            append((prefix + key, value))
+        try:
+            for key, value in records:
+                t = unpack(key, len(key) - suffix)[0]
+                if t > max_time:
+                    max_time = t
+                seg = t // interval
+                prefix = prefixes.get(seg)
+                if prefix is None:
+                    prefix = prefixes[seg] = _I64.pack(seg)
+                append((prefix + key, value))
+        except (struct.error, TypeError) as exc:
+            bad = next((k for k, _ in records if not isinstance(k, bytes) or len(k) < suffix), None)
+            raise StateError(
+                f"state store {self.name!r}: malformed changelog key {bad!r} in restored batch "
+                f"(expected key + {suffix} bytes of timestamps): {exc}"
+            ) from exc
         if not batch:
             return
         if prefixes:
@@ -330,10 +336,6 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         self.window_size_ms = window_size_ms
         self.retain_duplicates = retain_duplicates
         self._seqnum = 0
-
-    @staticmethod
-    def _segment_time_of_changelog_key(key: bytes) -> int:
-        return _I64.unpack_from(key, len(key) - _WINDOW_SUFFIX)[0]
 
     def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
             timestamp: Optional[int] = None) -> Optional[int]:

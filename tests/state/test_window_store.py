@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from state.errors import InvalidStoreArgumentError, StoreClosedError, StoreLayoutError
+from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError, StoreLayoutError
 from state.rocksdb_kv import RocksDBKeyValueStore
 from state.stores import Stores
 from state.task_id import TaskId
@@ -235,3 +235,10 @@ def test_window_supplier_validation():
         Stores.in_memory_window_store("w", retention_ms=10, window_size_ms=0)
     assert Stores.persistent_window_store("w", 10 * MIN, 1000).segment_interval_ms == 5 * MIN
     assert Stores.persistent_window_store("w", MIN, 1000).segment_interval_ms == MIN
+
+
+def test_restore_batch_rejects_malformed_changelog_key(cls, ctx):
+    store = make(cls, ctx)
+    with pytest.raises(StateError, match="'w'.*malformed changelog key b'short'"):
+        store.restore_batch([(window_changelog_key(b"a", 0, 0), b"1"), (b"short", b"2")])
+    store.close()
