@@ -365,8 +365,14 @@ class LeaderEndPoint(abc.ABC):
     def fetch_latest_offset(self, tp: TopicPartition, current_leader_epoch: int) -> tuple[int, int]:
         """``(leader epoch, log end offset)`` of the leader; raises LeaderResponseError."""
 
+    def initiate_close(self) -> None:
+        """Unblock requests in flight (they fail); called when the fetcher starts shutting down."""
+
     def close(self) -> None:
         """Release resources; the default has none."""
+
+
+_PENDING = object()
 
 
 def _partition_map(response: object, what: str) -> Mapping:
@@ -397,6 +403,8 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         self.config = FetcherConfig.from_mapping(config)
         self._timeout_s = self.config.replica_socket_timeout_ms / 1000.0
         self._closed = False
+        self._lock = threading.Lock()
+        self._in_flight: set[threading.Event] = set()
 
     def __repr__(self) -> str:
         return f"RemoteLeaderEndPoint({self.source_broker_id} -> {self.leader_id})"
@@ -428,9 +436,34 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         )
 
     def _request(self, body: object) -> object:
-        if self._closed:
-            raise TransportError(f"{self!r} is closed")
-        return self.transport.request(self.source_broker_id, self.leader_id, body, self._timeout_s)
+        # As transport.request, but close() can fail the wait at once: a dropped request would
+        # otherwise hold up the fetcher's shutdown for replica.socket.timeout.ms.
+        done = threading.Event()
+        result: list = [_PENDING, None]
+
+        def callback(response: object, error: TransportError | None) -> None:
+            result[0] = response
+            result[1] = error
+            done.set()
+
+        with self._lock:
+            if self._closed:
+                raise TransportError(f"{self!r} is closed")
+            self._in_flight.add(done)
+        try:
+            self.transport.send_async(self.source_broker_id, self.leader_id, body, callback)
+            if not done.wait(self._timeout_s):
+                raise TransportError(
+                    f"{type(body).__name__} from broker {self.source_broker_id} to broker "
+                    f"{self.leader_id} timed out after {self._timeout_s:.3f}s")
+        finally:
+            with self._lock:
+                self._in_flight.discard(done)
+        if result[1] is not None:
+            raise result[1]
+        if result[0] is _PENDING:
+            raise TransportError(f"{self!r} closed with {type(body).__name__} in flight")
+        return result[0]
 
     def fetch(self, request):
         # The leader parks the request up to max_wait_ms, so the timeout covers both.
@@ -469,8 +502,15 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
     def fetch_latest_offset(self, tp, current_leader_epoch):
         return self._list_offset(tp, current_leader_epoch, LATEST_TIMESTAMP)
 
+    def initiate_close(self) -> None:
+        with self._lock:
+            self._closed = True
+            waiting = list(self._in_flight)
+        for done in waiting:
+            done.set()
+
     def close(self) -> None:
-        self._closed = True
+        self.initiate_close()
 
 
 # --- local replica operations ---------------------------------------------------------------
@@ -675,6 +715,11 @@ class ReplicaFetcherThread(threading.Thread):
             first = self._running
             self._running = False
             self._cond.notify_all()
+        if first:
+            try:
+                self.leader.initiate_close()  # fail a fetch parked or lost on its way
+            except Exception:
+                self._error("initiate_close of %r failed", self.leader, exc_info=True)
         return first
 
     def shutdown(self, timeout_s: float = 10.0) -> bool:
@@ -1008,6 +1053,9 @@ class ReplicaFetcherThread(threading.Thread):
         out_of_range: list[tuple[TopicPartition, PartitionFetchState, int]] = []
         switched: list[tuple[TopicPartition, int]] = []
         with self._cond:
+            if not self._running:
+                # Shutting down: the broker may be closing these logs; leave them alone.
+                return
             now = self.clock.monotonic()
             diverging: dict[TopicPartition, EpochEndOffset] = {}
             for tp, data in response.items():

@@ -52,7 +52,7 @@ from replication.protocol import (
     TopicPartition,
 )
 from replication.records import EMPTY, MemoryRecords, encode_batch
-from replication.transport import Transport
+from replication.transport import FaultPlan, LinkFaults, Transport
 
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -278,6 +278,8 @@ class LeaderDouble(LeaderEndPoint):
         with self.cond:
             self.closed = True
             self.cond.notify_all()
+
+    initiate_close = close
 
 
 class ManualClock:
@@ -1138,6 +1140,32 @@ def test_remote_leader_end_point_over_transport():
         with pytest.raises(TransportError):
             ep.fetch(req)
     finally:
+        transport.close()
+
+
+def test_shutdown_does_not_wait_for_a_lost_fetch(logs):
+    """A fetch dropped on the way never gets an answer; shutdown must not wait for the socket
+    timeout (30 s here): initiate_shutdown fails the request in flight."""
+    plan = FaultPlan(seed=1)
+    plan.set(FOLLOWER_ID, LEADER_ID, LinkFaults(drop_probability=1.0))
+    transport = Transport(plan)
+    handled = threading.Event()
+    transport.register(LEADER_ID, lambda source, body, respond: handled.set())
+    follower = logs.new("follower-0")
+    ep = RemoteLeaderEndPoint(FOLLOWER_ID, lambda: 1, LEADER_ID, transport, {})
+    thread = ReplicaFetcherThread("fetcher-lost", 0, ep, LogReplicaOps({TP: follower}.get), {})
+    thread.add_partitions({TP: InitialFetchState(LEADER_ID, 0, 0, last_fetched_epoch=0)})
+    try:
+        thread.start()
+        # Wait until the fetch is out (dropped, so it is never handled and never answered).
+        wait_until(lambda: ep._in_flight, what="a fetch in flight")
+        assert not handled.is_set()
+        assert thread.shutdown(timeout_s=5.0)
+        assert thread.failure is None
+        with pytest.raises(TransportError, match="closed"):
+            ep.fetch_latest_offset(TP, 0)
+    finally:
+        thread.shutdown(timeout_s=5.0)
         transport.close()
 
 
