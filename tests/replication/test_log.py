@@ -603,3 +603,30 @@ def test_reopen_keeps_offsets_hw_and_log_start(tmp_path):
     assert log.leader_epoch_cache.entries() == [(3, 4)]
     fill(log, 1, epoch=3)
     assert log.log_end_offset == 21
+
+
+def test_roll_when_offset_index_fills_before_time_index(tmp_path):
+    # Equal timestamps: the time index keeps one entry, so the offset index is what fills.
+    log = make_log(tmp_path, {"segment.index.bytes": 60, "index.interval.bytes": 0})
+    for _ in range(12):
+        log.append_as_leader(batch(1, ts=5000), 0)
+    first = log.segments[0]
+    assert first.offset_index.entries == 7 and first.time_index.entries == 1
+    assert [s.base_offset for s in log.segments] == [0, 8]
+
+
+def test_append_info_records_are_the_stamped_bytes_written(tmp_path):
+    log = make_log(tmp_path)
+    fill(log, 2)
+    info = log.append_as_leader(batch(2, base_offset=77) + batch(1, base_offset=1), 9)
+    assert info.records == log.read(2, 10_000).buffer
+    assert [(h.base_offset, h.partition_leader_epoch) for h in MemoryRecords(info.records).batches()] \
+        == [(2, 9), (4, 9)]
+
+
+def test_update_config_applies_to_later_rolls(tmp_path):
+    log = make_log(tmp_path)
+    fill(log, 3)
+    log.update_config({"segment.bytes": len(batch(1))})
+    fill(log, 2)
+    assert [s.base_offset for s in log.segments] == [0, 3, 4]
