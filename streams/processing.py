@@ -18,8 +18,9 @@ How a runtime drives it (TopologyTestDriver does exactly this, per task)::
     engine.process(topic, partition, offset, key_bytes, value_bytes, timestamp, headers)
     engine.maybe_punctuate_stream_time()
     engine.maybe_punctuate_system_time()          # on the thread's wall-clock schedule
-    # commit (commit.interval.ms, or engine.context.commit_requested):
-    engine.flush(); producer flush; commit offsets; manager.checkpoint()
+    # commit (commit.interval.ms, or engine.context.commit_requested), as Kafka's prepare/postCommit:
+    engine.flush_cache(); producer flush; commit offsets; manager.checkpoint()  # (flushes stores
+    # itself when it writes a checkpoint; never engine.flush() per commit: RocksDB flushes memtables)
     # shutdown:
     engine.close(close_stores=False); close_state_manager(manager, dirty=False)
 
@@ -318,6 +319,16 @@ def _serde_or_default(serde: Any, config: Mapping[str, Any], key: str, where: st
     return default
 
 
+def _cache_flusher(store: Any) -> Optional[Callable[[], None]]:
+    """The function that writes `store`'s cache down, or None if it has no cache layer."""
+    layer = store
+    while layer is not None:
+        if callable(getattr(layer, "flush_cache", None)):
+            return layer.flush_cache
+        layer = getattr(layer, "wrapped", None)
+    return None
+
+
 class TaskEngine:
     """One sub-topology instantiated for one task (see the module doc)."""
 
@@ -345,6 +356,7 @@ class TaskEngine:
         self._initialized = False
         self._closed = False
         self._default_extractor = FailOnInvalidTimestamp()
+        self._cache_flushers: Optional[list[Callable[[], None]]] = None
         topology.bind_config(self.config)
         self._build_nodes()
 
@@ -516,9 +528,21 @@ class TaskEngine:
         return self.wall_clock_queue.may_punctuate(self.clock_ms(), self._punctuate)
 
     def flush(self) -> None:
-        """Flush stores, outermost layer first (caches write down and forward downstream)."""
+        """Flush stores fully, outermost layer first (caches write down and forward downstream,
+        then the inner stores persist). Checkpointing does this; a plain commit needs only
+        `flush_cache()`."""
         for store in self.stores.values():
             store.flush()
+
+    def flush_cache(self) -> None:
+        """Write the caches of the task's stores down (forwarding evicted/flushed entries) without
+        flushing the inner stores - what Kafka's commit does (`stateMgr.flushCache()`); a full
+        store flush happens only when a checkpoint is written."""
+        flushers = self._cache_flushers
+        if flushers is None:
+            flushers = self._cache_flushers = [f for f in map(_cache_flusher, self.stores.values()) if f]
+        for fn in flushers:
+            fn()
 
     def close(self, *, close_stores: bool = True) -> None:
         """Close processors, then (unless a state manager owns them) stores; idempotent."""

@@ -173,10 +173,11 @@ class TopologyTestDriver:
         self._commit_all()
 
     def _commit_all(self) -> None:
-        # Kafka's driver commits after every record: flush caches and stores, then checkpoint
-        # (the manager writes .checkpoint only past its offset threshold, or on close)
+        # Kafka's driver commits after every record: flush caches (forwarding their entries), then
+        # maybe checkpoint (the manager flushes the stores and writes .checkpoint only past its
+        # offset threshold, and always on close)
         for engine, manager in zip(self._engines, self._managers):
-            engine.flush()
+            engine.flush_cache()
             engine.context.commit_requested = False
             if not self._eos:
                 manager.checkpoint()
