@@ -25,6 +25,7 @@ from state.manager import ProcessorStateManager, TaskType, close_state_manager, 
 from state.task_id import TaskId
 from streams.errors import EmptyTopicError, StoreAccessError, StreamsException, UnknownTopicError
 from streams.processing import TaskEngine
+from streams.processor import _normalize_headers
 from streams.topology import Topology, changelog_topic_name
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ class TopologyTestDriver:
                 f"unknown input topic {topic!r}: no source reads it (sources read {sorted(self._engine_for_topic)})")
         offset = self._collector.next_offset(topic)
         try:
-            self._process_one(topic, offset, key, value, timestamp, tuple(headers or ()))
+            self._process_one(topic, offset, key, value, timestamp, _normalize_headers(headers))
         except BaseException:
             self._pending.clear()
             raise

@@ -92,7 +92,7 @@ def test_headers_metadata_and_stream_time():
         inp = driver.create_input_topic("in", S, S)
         out = driver.create_output_topic("out", S, S)
         inp.pipe_input("k1", "v1", timestamp=100, headers=[("h", b"x")])
-        inp.pipe_input("k2", "v2", timestamp=50)  # out of order: stream time stays at 100
+        inp.pipe_input("k2", "v2", timestamp=50, headers={"d": b"y"})  # out of order: stream time stays 100
         (r1, m1, st1), (r2, m2, st2) = Recorder.seen
         assert r1 == Record("k1", "v1", 100, [("h", b"x")])
         assert (m1.topic, m1.partition, m1.offset) == ("in", 0, 0)
@@ -100,7 +100,7 @@ def test_headers_metadata_and_stream_time():
         assert (st1, st2) == (100, 100)
         first = out.read_record()
         assert first.headers == (("h", b"x"), ("seen", b"1"))
-        assert out.read_record().headers == (("seen", b"1"),)
+        assert out.read_record().headers == (("d", b"y"), ("seen", b"1"))
         ctx = Recorder.context_ref
         assert ctx.application_id == "meta-app"
         assert str(ctx.task_id) == "0_0"
