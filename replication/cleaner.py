@@ -40,10 +40,11 @@ import mmap
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from replication.errors import CorruptRecordError, KafkaStorageError
+from replication.errors import CleaningAbortedError, CorruptRecordError, KafkaStorageError
 from replication.records import (
     BATCH_HEADER_SIZE, BatchHeader, ControlType, NO_PRODUCER_ID, Record, decode_records,
     encode_batch_with_offsets, iter_batch_headers,
@@ -353,10 +354,6 @@ def write_cleaner_checkpoint(path: str, offsets: dict[tuple[str, int], int]) -> 
 # --- the cleaner ----------------------------------------------------------------------------
 
 
-class CleaningAbortedError(Exception):
-    """Internal: the log changed under the cleaner (truncation, retention) or it shut down."""
-
-
 def _conf(log_config, attr: str, key: str):
     value = getattr(log_config, attr, None)
     if value is None and hasattr(log_config, "get"):
@@ -403,7 +400,10 @@ class LogCleaner:
         self.fault_hook = fault_hook
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._logs: list = []
-        self._next_horizon: dict[int, int] = {}  # id(log) -> earliest pending delete horizon
+        # log -> earliest delete horizon still pending in it (None: none); learnt by a pass, or
+        # by one header scan the first time the background thread looks at a log.
+        self._next_horizon: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._in_progress: set[int] = set()
         self._checkpoint_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -495,7 +495,9 @@ class LogCleaner:
         closed = segments[:-1]
         if not closed:
             return False
-        horizon = self._next_horizon.get(id(log_))
+        if log_ not in self._next_horizon:
+            self._next_horizon[log_] = self._scan_delete_horizon(closed)
+        horizon = self._next_horizon.get(log_)
         if horizon is not None and now_ms >= horizon:
             return True
         first_dirty = self.first_dirty_offset(log_, log_start, segments[-1].base_offset)
@@ -504,6 +506,20 @@ class LogCleaner:
         ratio = _conf(log_.config, "min_cleanable_dirty_ratio", "min.cleanable.dirty.ratio")
         return total > 0 and dirty > 0 and dirty / total >= ratio
 
+    @staticmethod
+    def _scan_delete_horizon(segments: list) -> int | None:
+        """The earliest delete horizon stamped on a batch of ``segments`` (headers only)."""
+        earliest = None
+        try:
+            for seg in segments:
+                for h in seg.batches():
+                    if h.attributes & DELETE_HORIZON_FLAG:
+                        if earliest is None or h.first_timestamp < earliest:
+                            earliest = h.first_timestamp
+        except (KafkaStorageError, CorruptRecordError):
+            return None  # the log changed under us; the next pass learns it
+        return earliest
+
     # -- one pass ----------------------------------------------------------------------------
 
     def _hook(self, step: str) -> None:
@@ -511,7 +527,25 @@ class LogCleaner:
             self.fault_hook(step)
 
     def clean(self, log_, now_ms: int | None = None) -> CleanerStats:
-        """One compaction pass over ``log_``; returns what it did."""
+        """One compaction pass over ``log_``; returns what it did.
+
+        Raises CleaningAbortedError (nothing lost; groups already swapped in stay cleaned, the
+        others untouched) if the log was truncated,
+        had segments deleted or was closed during the pass, or is being cleaned by another
+        thread of this cleaner.
+        """
+        key = id(log_)
+        with self._logs_lock:
+            if key in self._in_progress:
+                raise CleaningAbortedError(f"log {log_.dir} is already being cleaned")
+            self._in_progress.add(key)
+        try:
+            return self._clean_pass(log_, now_ms)
+        finally:
+            with self._logs_lock:
+                self._in_progress.discard(key)
+
+    def _clean_pass(self, log_, now_ms: int | None) -> CleanerStats:
         now_ms = self.clock_ms() if now_ms is None else now_ms
         cfg = log_.config
         delete_retention_ms = int(_conf(cfg, "delete_retention_ms", "delete.retention.ms"))
@@ -620,9 +654,9 @@ class LogCleaner:
             write_cleaner_checkpoint(self._checkpoint_path(log_), offsets)
         self._hook("after_checkpoint")
         if stats.next_delete_horizon_ms is None:
-            self._next_horizon.pop(id(log_), None)
+            self._next_horizon[log_] = None
         else:
-            self._next_horizon[id(log_)] = stats.next_delete_horizon_ms
+            self._next_horizon[log_] = stats.next_delete_horizon_ms
         self.passes += 1
         log.info("cleaned %s: %d segments in %d groups, %d/%d records kept, %d tombstones and "
                  "%d markers removed, %d -> %d bytes, dirty [%d, %d)", log_.dir,

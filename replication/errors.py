@@ -132,3 +132,8 @@ class NotEnoughReplicasError(ReplicationError):
 class InvalidOffsetError(ReplicationError):
     """An offset argument is negative or otherwise impossible (e.g. a high watermark above the
     log end offset)."""
+
+
+class CleaningAbortedError(ReplicationError):
+    """A log cleaner pass stopped without changing the log: the log was truncated, lost segments
+    to retention or was closed meanwhile, another pass was running, or the cleaner shut down."""

@@ -13,7 +13,9 @@ from replication.cleaner import (
     CLEANER_CHECKPOINT_FILE, DELETE_HORIZON_FLAG, LogCleaner, delete_horizon_ms,
     group_segments_by_size, read_cleaner_checkpoint, write_cleaner_checkpoint,
 )
-from replication.errors import CorruptCheckpointError, InvalidConfigurationError
+from replication.errors import (
+    CleaningAbortedError, CorruptCheckpointError, InvalidConfigurationError, ReplicationError,
+)
 from replication.log import Log
 from replication.records import (
     ControlType, decode_batches, encode_batch, encode_control_batch,
@@ -256,6 +258,21 @@ def test_tombstone_retained_until_delete_horizon(tmp_path):
     assert stats.tombstones_removed == 1
     assert read_all(log) == [(1, b"j", b"v"), (3, b"active", b"a")]
     assert cleaner.needs_cleaning(log, T0 + 10 * RETENTION) is False
+
+
+def test_new_cleaner_learns_pending_horizons_from_the_log(tmp_path):
+    log = open_log(tmp_path / "topic-0", **{"min.cleanable.dirty.ratio": 0.99})
+    append(log, [(b"k", b"v")])
+    log.roll()
+    append(log, [(b"k", None)])
+    log.roll()
+    append(log, [(b"a", b"x")])
+    LogCleaner().clean(log, now_ms=T0)
+    log.close()
+    log = open_log(tmp_path / "topic-0", **{"min.cleanable.dirty.ratio": 0.99})
+    fresh = LogCleaner()  # e.g. after a broker restart: nothing in memory
+    assert fresh.needs_cleaning(log, T0 + RETENTION - 1) is False
+    assert fresh.needs_cleaning(log, T0 + RETENTION) is True
 
 
 def test_horizon_is_set_on_the_pass_that_first_keeps_the_tombstone(tmp_path):
@@ -501,6 +518,24 @@ def test_crash_inside_segment_swap_then_reopen(tmp_path, monkeypatch, rename_cal
     reopened.close()
 
 
+def test_concurrent_pass_on_the_same_log_is_refused(tmp_path):
+    log = random_log(tmp_path / "topic-0", seed=2)
+    cleaner = LogCleaner()
+    errors = []
+
+    def hook(s: str) -> None:
+        if s == "offset_map_built" and not errors:
+            with pytest.raises(CleaningAbortedError, match="already being cleaned") as ei:
+                cleaner.clean(log, now_ms=T0)
+            errors.append(ei.value)
+
+    cleaner.fault_hook = hook
+    before = read_all(log)
+    cleaner.clean(log, now_ms=T0)
+    assert errors and isinstance(errors[0], ReplicationError)
+    assert latest(read_all(log)) == latest(before)
+
+
 def test_truncation_during_cleaning_aborts_the_pass(tmp_path):
     path = tmp_path / "topic-0"
     log = random_log(path, seed=2)
@@ -510,7 +545,6 @@ def test_truncation_during_cleaning_aborts_the_pass(tmp_path):
         if s == "group_written":
             log.truncate_to(target)
 
-    from replication.cleaner import CleaningAbortedError
     with pytest.raises(CleaningAbortedError):
         LogCleaner(fault_hook=hook).clean(log, now_ms=T0)
     assert not [n for n in os.listdir(path) if n.endswith((".cleaned", ".swap"))]
