@@ -331,3 +331,14 @@ def test_crash_after_all_swaps_renamed_completes_the_swap(tmp_path):
     assert all_offsets(again) == kept + rest
     assert [s.base_offset for s in again.segments][0] == 0
     assert not [n for n in os.listdir(tmp_path / "t-0") if n.endswith(".swap")]
+
+
+def test_malformed_state_checkpoint_means_full_recovery(tmp_path):
+    log = Log(tmp_path / "t-0", CONFIG)
+    for i in range(30):
+        log.append_as_leader(batch(3), 0)
+    log.close()
+    (tmp_path / "t-0" / STATE_CHECKPOINT_FILE).write_text("0\nrecovery_point x\n")
+    again = Log(tmp_path / "t-0", CONFIG)
+    assert again.load_stats["recovered_segments"] == [s.base_offset for s in again.segments]
+    assert all_offsets(again) == list(range(90))
