@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from state.errors import StateError
 
-_TASK_ID_RE = re.compile(r"^(\d+)_(\d+)$")
+_TASK_ID_RE = re.compile(r"([0-9]+)_([0-9]+)\Z")
 
 
 class InvalidTaskIdError(StateError, ValueError):

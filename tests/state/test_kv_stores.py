@@ -260,3 +260,70 @@ def test_bad_store_name():
         RocksDBKeyValueStore("")
     with pytest.raises(StateError):
         InMemoryKeyValueStore(None)
+
+
+# ------------------------------------------------------------------------------ TaskId
+def test_task_id_str_parse_and_order():
+    from state.task_id import InvalidTaskIdError
+
+    assert str(TaskId(0, 3)) == "0_3"
+    assert TaskId.parse("12_7") == TaskId(12, 7)
+    assert sorted([TaskId(1, 0), TaskId(0, 10), TaskId(0, 2)]) == [TaskId(0, 2), TaskId(0, 10), TaskId(1, 0)]
+    assert {TaskId(0, 1): "x"}[TaskId.parse("0_1")] == "x"
+    for bad in ["", "0", "0_", "_1", "a_1", "0_1_2", "-1_2", " 0_1", "0_1\n"]:
+        with pytest.raises(InvalidTaskIdError, match="invalid task id"):
+            TaskId.parse(bad)
+    with pytest.raises(InvalidTaskIdError):
+        TaskId.parse(None)
+    with pytest.raises(InvalidTaskIdError, match="partition"):
+        TaskId(0, -1)
+
+
+# ------------------------------------------------------------------------------ model-based
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_keys = st.binary(min_size=0, max_size=3)
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), _keys, st.binary(max_size=3)),
+        st.tuples(st.just("delete"), _keys, st.none()),
+        st.tuples(st.just("restore"), _keys, st.one_of(st.none(), st.binary(max_size=3))),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_ops, lo=_keys, hi=_keys, prefix=st.binary(max_size=2))
+def test_rocksdb_and_memory_agree_with_a_dict_model(tmp_path_factory, ops, lo, hi, prefix):
+    rocks = RocksDBKeyValueStore("m")
+    rocks.open(tmp_path_factory.mktemp("model") / "m")
+    mem = InMemoryKeyValueStore("m")
+    mem.open()
+    model = {}
+    try:
+        for op, key, value in ops:
+            for store in (rocks, mem):
+                if op == "put":
+                    store.put(key, value)
+                elif op == "delete":
+                    assert store.delete(key) == model.get(key)
+                else:
+                    store.restore_batch([(key, value)])
+            if op == "put" or (op == "restore" and value is not None):
+                model[key] = value
+            else:
+                model.pop(key, None)
+        expected = sorted(model.items())
+        in_range = [(k, v) for k, v in expected if lo <= k <= hi]
+        with_prefix = [(k, v) for k, v in expected if k.startswith(prefix)]
+        for store in (rocks, mem):
+            assert list(store.all()) == expected
+            assert list(store.reverse_all()) == expected[::-1]
+            assert list(store.range(lo, hi)) == in_range
+            assert list(store.reverse_range(lo, hi)) == in_range[::-1]
+            assert list(store.prefix_scan(prefix)) == with_prefix
+    finally:
+        rocks.close()
+        mem.close()
