@@ -502,6 +502,11 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
     def fetch_latest_offset(self, tp, current_leader_epoch):
         return self._list_offset(tp, current_leader_epoch, LATEST_TIMESTAMP)
 
+    @property
+    def requests_in_flight(self) -> int:
+        with self._lock:
+            return len(self._in_flight)
+
     def initiate_close(self) -> None:
         with self._lock:
             self._closed = True
@@ -792,16 +797,17 @@ class ReplicaFetcherThread(threading.Thread):
                                          state=ReplicaState.TRUNCATING, last_fetched_epoch=None))
                 self._cond.notify_all()
 
-    def resume_fetching(self, tp: TopicPartition, fetch_offset: int) -> bool:
+    def resume_fetching(self, tp: TopicPartition, fetch_offset: int, session_id: int | None = None) -> bool:
         """Move a partition (normally ``PUSHING``) back to ``FETCHING`` from ``fetch_offset``.
-        Returns False if the partition is not in this thread."""
+        Its fetches keep carrying its push session id (or ``session_id`` if given), so the
+        leader can tell which session ended. Returns False if the partition is not here."""
         with self._cond:
             st = self._states.get(tp)
             if st is None:
                 return False
             self._put(tp, st.updated(fetch_offset=fetch_offset, state=ReplicaState.FETCHING, delay=None,
                                      last_fetched_epoch=self.replicas.latest_epoch(tp),
-                                     push_session_id=-1))
+                                     push_session_id=st.push_session_id if session_id is None else session_id))
             self._info("%s resumes fetching at %d", tp, fetch_offset)
             self._cond.notify_all()
             return True
@@ -1275,9 +1281,9 @@ class ReplicaFetcherManager:
             self.failed_partitions.remove_all(tps)
         return out
 
-    def resume_fetching(self, tp: TopicPartition, fetch_offset: int) -> bool:
+    def resume_fetching(self, tp: TopicPartition, fetch_offset: int, session_id: int | None = None) -> bool:
         thread = self.fetcher_for(tp)
-        return thread.resume_fetching(tp, fetch_offset) if thread is not None else False
+        return thread.resume_fetching(tp, fetch_offset, session_id) if thread is not None else False
 
     def shutdown_idle_fetcher_threads(self) -> None:
         with self._lock:

@@ -120,6 +120,7 @@ class LeaderReplica:
         self.leader_epoch = leader_epoch
         self.error: Errors | None = None  # forced error for fetches (NOT_LEADER_OR_FOLLOWER...)
         self.push_session: int | None = None  # answer the next fetch with switch_to_push
+        self.corrupt_next = False  # flip a byte of the next records sent (a corrupt transfer)
         self.replica_ids = {FOLLOWER_ID}
 
 
@@ -212,6 +213,11 @@ class LeaderDouble(LeaderEndPoint):
         if fp.fetch_offset < start or fp.fetch_offset > leo:
             return oor
         records = lg.read(fp.fetch_offset, fp.max_bytes, leo) if fp.fetch_offset < leo else EMPTY
+        if lr.corrupt_next and records.size:
+            lr.corrupt_next = False
+            broken = bytearray(records.buffer)
+            broken[-2] ^= 0xFF
+            records = MemoryRecords(bytes(broken))
         resp = FetchPartitionResponse(high_watermark=hw, log_start_offset=start, log_end_offset=leo,
                                       records=records)
         if lr.push_session is not None:
@@ -705,6 +711,20 @@ def test_retriable_fetch_errors_delay_the_partition(env, error):
     assert contents(follower) == contents(lr_log)
 
 
+def test_corrupt_records_delay_the_partition_and_are_refetched(env):
+    leader = env.leader_log()
+    env.leader.append(TP, range(3))
+    follower = env.follower_log()
+    env.add()
+    env.leader.partitions[TP].corrupt_next = True
+    env.run()
+    assert follower.log_end_offset == 0  # nothing of the corrupt batch was written
+    assert env.state().is_delayed(env.clock.now) and TP not in env.failed
+    env.clock.advance(BACKOFF_S)
+    env.run()
+    assert contents(follower) == contents(leader)
+
+
 def test_already_delayed_partition_is_not_redelayed(env):
     env.leader_log()
     env.follower_log()
@@ -936,9 +956,12 @@ def test_switch_to_push_pauses_fetching_until_resumed(env):
     assert len(env.leader.fetch_requests) == n  # pushed, not fetched
     env.leader.append(TP, ["p"])
     assert env.thread.resume_fetching(TP, follower.log_end_offset)
-    assert env.state().state is ReplicaState.FETCHING and env.state().push_session_id == -1
+    assert env.state().state is ReplicaState.FETCHING and env.state().push_session_id == 7
     env.run()
     assert follower.log_end_offset == 6
+    assert env.leader.fetch_requests[-1].partitions[TP].push_session_id == 7
+    assert env.thread.resume_fetching(TP, follower.log_end_offset, session_id=8)
+    assert env.state().push_session_id == 8
     assert not env.thread.resume_fetching(TP1, 0)
 
 
@@ -1158,7 +1181,7 @@ def test_shutdown_does_not_wait_for_a_lost_fetch(logs):
     try:
         thread.start()
         # Wait until the fetch is out (dropped, so it is never handled and never answered).
-        wait_until(lambda: ep._in_flight, what="a fetch in flight")
+        wait_until(lambda: ep.requests_in_flight == 1, what="a fetch in flight")
         assert not handled.is_set()
         assert thread.shutdown(timeout_s=5.0)
         assert thread.failure is None
