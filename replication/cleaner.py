@@ -38,11 +38,14 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import struct
 import threading
 import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
+
+from crc32c import crc32c
 
 from replication.errors import CleaningAbortedError, CorruptRecordError, KafkaStorageError
 from replication.records import (
@@ -197,11 +200,13 @@ class BatchFilter:
             records: list[Record] = []
             all_kept = h.records_count == 0
         else:
-            original = decode_records(bytes(buf[pos:pos + h.size]), h, source)
+            batch = bytes(buf[pos:pos + h.size])
+            original = decode_records(batch, h, source)
             records = []
+            kept = []
             omap = self.offset_map
             discard_tombstones = horizon is not None and self.now_ms >= horizon
-            for r in original:
+            for i, r in enumerate(original):
                 key = r.key
                 if key is None:
                     continue
@@ -212,6 +217,7 @@ class BatchFilter:
                     stats.tombstones_removed += 1
                     continue
                 records.append(r)
+                kept.append(i)
             all_kept = len(records) == len(original)
         stats.records_retained += len(records)
         if not records and not is_last_of_producer:
@@ -234,7 +240,10 @@ class BatchFilter:
             return encode_batch_with_offsets(
                 _HeaderView(h, attributes=h.attributes & ~DELETE_HORIZON_FLAG,
                             first_timestamp=first_ts), records)
-        return encode_batch_with_offsets(h, records)
+        if not records:
+            return encode_batch_with_offsets(h, records)
+        # Same base offset and first timestamp: each kept record's bytes are unchanged.
+        return rebuild_batch(batch, h, kept, max(r.timestamp for r in records))
 
     def _filter_marker(self, buf, pos: int, h: BatchHeader, horizon: int | None) -> bytes | None:
         txn = self.txns.marker_txn.get(h.base_offset)
@@ -253,6 +262,53 @@ class BatchFilter:
             return None
         self.stats.note_horizon(horizon)
         return original
+
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+def record_spans(batch: bytes, h: BatchHeader) -> list[tuple[int, int]]:
+    """``(start, end)`` byte span of each record of a batch (``batch`` starts at the batch)."""
+    spans = []
+    pos = BATCH_HEADER_SIZE
+    for _ in range(h.records_count):
+        # the record's length, a zig-zag varint
+        shift = 0
+        u = 0
+        p = pos
+        while True:
+            b = batch[p]
+            p += 1
+            u |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+        length = (u >> 1) ^ -(u & 1)
+        end = p + length
+        spans.append((pos, end))
+        pos = end
+    if pos != h.size:
+        raise CorruptRecordError(f"records of batch at offset {h.base_offset} end at byte {pos}, "
+                                 f"not at the batch end {h.size}", base_offset=h.base_offset)
+    return spans
+
+
+def rebuild_batch(batch: bytes, h: BatchHeader, kept: list[int], max_timestamp: int) -> bytes:
+    """The batch with only the records at indexes ``kept``, copied byte for byte: base offset,
+    first timestamp, last offset delta, producer fields and attributes are kept, so the records'
+    offset and timestamp deltas stay valid. Length, max timestamp, count and CRC are rewritten."""
+    spans = record_spans(batch, h)
+    out = bytearray(batch[:BATCH_HEADER_SIZE])
+    for i in kept:
+        start, end = spans[i]
+        out += batch[start:end]
+    _I32.pack_into(out, 8, len(out) - 12)          # batch_length
+    _I64.pack_into(out, 35, max_timestamp)         # max_timestamp
+    _I32.pack_into(out, 57, len(kept))             # records_count
+    _U32.pack_into(out, 17, crc32c(memoryview(out)[21:]))
+    return bytes(out)
 
 
 def iter_buffer_batches(buf, source: str) -> Iterable[tuple[int, BatchHeader]]:
