@@ -1,0 +1,216 @@
+"""A seeded fault workload for the embedded cluster, shared by the pull and push tests.
+
+Producers write with acks=all and min.insync.replicas=2 while brokers are stopped, crashed
+and restarted at random; a consumer reads committed data all along. `run_fault_workload`
+returns what happened; `check_fault_outcome` asserts the replication guarantees:
+
+- every acknowledged record is present exactly once, at its acknowledged offset, on every
+  replica in the ISR;
+- no consumer read past the high watermark, and nothing it read later disappeared;
+- a leader's high watermark never went backwards within its leader epoch.
+
+Crashes respect Kafka's durability premise: a broker is power-cut only while every partition
+it is in the ISR of has another ISR member alive (with no fsync per append, a committed
+record survives a crash as long as one ISR member holding it lives; rule 30).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+from replication.cluster import LocalCluster
+from replication.errors import ClusterError, TransportError
+from replication.protocol import Errors
+from replication.records import encode_batch
+
+TOPIC = "faults"
+
+
+@dataclass
+class FaultOutcome:
+    seed: int
+    acked: dict[int, dict[int, bytes]] = field(default_factory=dict)  # partition -> offset -> value
+    consumed: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    consumer_past_hw: list[str] = field(default_factory=list)
+    hw_regressions: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    final_logs: dict[int, dict[int, list[tuple[int, bytes]]]] = field(default_factory=dict)
+    final_hw: dict[int, int] = field(default_factory=dict)
+    final_isr: dict[int, list[int]] = field(default_factory=dict)
+
+
+def read_log(cluster: LocalCluster, broker: int, partition: int, upto: int) -> list[tuple[int, bytes]]:
+    lg = cluster.partition_on(broker, TOPIC, partition).log
+    out: list[tuple[int, bytes]] = []
+    offset = lg.log_start_offset
+    while offset < upto:
+        recs = lg.read(offset, 1 << 20, upto).records()
+        if not recs:
+            break
+        out.extend((r.offset, r.value) for r in recs)
+        offset = recs[-1].offset + 1
+    return out
+
+
+def run_fault_workload(cluster: LocalCluster, seed: int, *, partitions: int = 3, steps: int = 12,
+                       acks_per_step: int = 20, step_timeout_s: float = 10.0) -> FaultOutcome:
+    """Drive producers, a consumer and random broker faults; returns the outcome to check."""
+    rng = random.Random(seed)
+    out = FaultOutcome(seed=seed, acked={p: {} for p in range(partitions)},
+                       consumed={p: {} for p in range(partitions)})
+    cluster.create_topic(TOPIC, partitions=partitions, replication_factor=3,
+                         config={"min.insync.replicas": "2"})
+    stop = threading.Event()
+    lock = threading.Lock()
+    acked_count = [0]
+    hw_seen: dict[tuple[int, int], int] = {}
+
+    def producer(p: int) -> None:
+        attempt = 0
+        while not stop.is_set():
+            attempt += 1
+            value = b"p%d-a%d" % (p, attempt)  # unique per attempt: a retry is a new record
+            try:
+                resp = cluster.produce(TOPIC, p, encode_batch([(None, value, 1000 + attempt)]),
+                                       acks=-1, timeout_ms=2000)
+            except (TransportError, ClusterError):
+                continue
+            if resp.error is Errors.NONE:
+                with lock:
+                    out.acked[p][resp.base_offset] = value
+                    acked_count[0] += 1
+
+    def consumer() -> None:
+        positions = dict.fromkeys(range(partitions), 0)
+        while not stop.is_set():
+            for p in range(partitions):
+                try:
+                    leader = cluster.leader(TOPIC, p)
+                    if leader < 0:
+                        continue
+                    resp = cluster.fetch(TOPIC, p, positions[p], max_wait_ms=20)
+                except (TransportError, ClusterError):
+                    continue
+                if resp.error is not Errors.NONE:
+                    continue
+                for r in resp.records.records():
+                    if r.offset < positions[p]:
+                        continue
+                    if r.offset >= resp.high_watermark:
+                        out.consumer_past_hw.append(f"p{p} offset {r.offset} >= HW {resp.high_watermark}")
+                    out.consumed[p][r.offset] = r.value
+                    positions[p] = r.offset + 1
+
+    def hw_monitor() -> None:
+        while not stop.is_set():
+            for p in range(partitions):
+                try:
+                    leader = cluster.leader(TOPIC, p)
+                    epoch = cluster.leader_epoch(TOPIC, p)
+                    if leader < 0:
+                        continue
+                    part = cluster.partition_on(leader, TOPIC, p)
+                except ClusterError:
+                    continue
+                if part.leader_epoch != epoch or not part.is_leader:
+                    continue
+                hw = part.log.high_watermark
+                key = (p, epoch)
+                if hw < hw_seen.get(key, -1):
+                    out.hw_regressions.append(f"p{p} epoch {epoch}: HW {hw_seen[key]} -> {hw}")
+                hw_seen[key] = max(hw, hw_seen.get(key, -1))
+            stop.wait(0.005)
+
+    threads = [threading.Thread(target=producer, args=(p,), daemon=True) for p in range(partitions)]
+    threads += [threading.Thread(target=consumer, daemon=True), threading.Thread(target=hw_monitor, daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        for step in range(steps):
+            target = acked_count[0] + acks_per_step
+            _wait(lambda: acked_count[0] >= target or _all_offline(cluster, partitions), step_timeout_s)
+            action = _pick_action(cluster, rng, partitions)
+            out.actions.append(action)
+            kind, broker = action.split(":")
+            broker = int(broker)
+            if kind == "crash":
+                cluster.crash_broker(broker)
+            elif kind == "stop":
+                cluster.stop_broker(broker)
+            else:
+                cluster.start_broker(broker)
+        for b in range(cluster.num_brokers):
+            if b not in cluster.live_brokers():
+                cluster.start_broker(b)
+                out.actions.append(f"start:{b}")
+        target = acked_count[0] + acks_per_step
+        _wait(lambda: acked_count[0] >= target, step_timeout_s)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+    for p in range(partitions):
+        if not _wait(lambda: _fully_replicated(cluster, p), 30):
+            raise AssertionError(f"p{p} did not fully replicate after the faults (seed {seed}, "
+                                 f"actions {out.actions}, ISR {cluster.isr(TOPIC, p)})")
+        out.final_hw[p] = cluster.high_watermark(TOPIC, p)
+        out.final_isr[p] = cluster.isr(TOPIC, p)
+        out.final_logs[p] = {b: read_log(cluster, b, p, out.final_hw[p]) for b in out.final_isr[p]}
+    return out
+
+
+def check_fault_outcome(out: FaultOutcome) -> None:
+    where = f"(seed {out.seed}, actions {out.actions})"
+    assert not out.consumer_past_hw, f"consumer read past the HW: {out.consumer_past_hw[:5]} {where}"
+    assert not out.hw_regressions, f"HW went backwards: {out.hw_regressions[:5]} {where}"
+    for p, logs in out.final_logs.items():
+        replicas = list(logs.values())
+        assert all(r == replicas[0] for r in replicas), f"p{p}: ISR replicas differ below the HW {where}"
+        log = dict(replicas[0])
+        values = [v for _, v in replicas[0]]
+        for offset, value in out.acked[p].items():
+            assert log.get(offset) == value, f"p{p}: acknowledged {value!r}@{offset} missing {where}"
+            assert values.count(value) == 1, f"p{p}: {value!r} present {values.count(value)} times {where}"
+        for offset, value in out.consumed[p].items():
+            assert log.get(offset) == value, f"p{p}: consumed {value!r}@{offset} later vanished {where}"
+    assert sum(len(a) for a in out.acked.values()) > 0, f"nothing was acknowledged {where}"
+
+
+def _pick_action(cluster: LocalCluster, rng: random.Random, partitions: int) -> str:
+    live = cluster.live_brokers()
+    down = [b for b in range(cluster.num_brokers) if b not in live]
+    choices: list[str] = [f"start:{b}" for b in down]
+    if len(down) == 0:
+        for b in live:
+            choices.append(f"stop:{b}")
+            if all(len(cluster.isr(TOPIC, p)) >= 2 or b not in cluster.isr(TOPIC, p) for p in range(partitions)):
+                choices.append(f"crash:{b}")
+    return rng.choice(choices)
+
+
+def _all_offline(cluster: LocalCluster, partitions: int) -> bool:
+    return any(cluster.leader(TOPIC, p) < 0 or len(cluster.isr(TOPIC, p)) < 2 for p in range(partitions))
+
+
+def _fully_replicated(cluster: LocalCluster, p: int) -> bool:
+    leader = cluster.leader(TOPIC, p)
+    if leader < 0 or sorted(cluster.isr(TOPIC, p)) != sorted(cluster.replicas(TOPIC, p)):
+        return False
+    leo = cluster.log_end_offset(leader, TOPIC, p)
+    return (cluster.high_watermark(TOPIC, p) == leo
+            and all(cluster.log_end_offset(b, TOPIC, p) == leo for b in cluster.isr(TOPIC, p)))
+
+
+def _wait(predicate, timeout_s: float) -> bool:
+    """Wait for a condition; False when the deadline passes (callers decide if that matters)."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+    return True
