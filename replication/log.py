@@ -79,6 +79,7 @@ from replication.errors import (
     RecordTooLargeError, UnexpectedAppendOffsetError,
 )
 from replication.records import BatchHeader, MemoryRecords, iter_batch_headers
+from replication.producer_state import ProducerStateManager
 from replication.segment import (
     CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX,
     LogSegment, log_file_name, offset_from_file_name,
@@ -386,7 +387,11 @@ class Log:
         self.load_stats: dict[str, object] = {}
         os.makedirs(self.dir, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochFileCache(os.path.join(self.dir, CHECKPOINT_FILE_NAME))
+        #: Producer ids, sequences, open transactions and the aborted transactions index.
+        self.producer_state = ProducerStateManager(self.dir)
         self._load()
+        self.producer_state.load(self)
+        self.first_unstable_offset = self.producer_state.first_unstable_offset()
         self._last_flush_ms = self._clock()
 
     # -- properties ---------------------------------------------------------------------------
@@ -416,7 +421,17 @@ class Log:
         """min(first unstable offset, HW); the HW when no transaction is open."""
         fu = self.first_unstable_offset
         hw = self._hw
+        ps = self.producer_state
+        if ps.unreplicated:  # completed transactions are stable once their marker is below the HW
+            u = ps.first_unreplicated_offset(hw)
+            if u is not None and (fu is None or u < fu):
+                fu = u
         return fu if fu is not None and fu < hw else hw
+
+    def aborted_transactions(self, start_offset: int, upper_offset: int) -> list:
+        """Aborted transactions overlapping [start_offset, upper_offset) (read_committed)."""
+        with self.lock:
+            return self.producer_state.aborted_transactions(start_offset, upper_offset)
 
     @property
     def latest_epoch(self) -> int | None:
@@ -656,6 +671,13 @@ class Log:
                 raise RecordBatchTooLargeError(
                     f"append of {n} bytes to {self.dir} is larger than segment.bytes "
                     f"{self.config.segment_bytes}")
+            staged = None
+            if ProducerStateManager.has_producer_batches(headers):
+                # Idempotence and transactions: a duplicate is answered with its first offsets.
+                duplicate, staged = self.producer_state.prepare(headers, buf, first, validate=True)
+                if duplicate is not None:
+                    return LogAppendInfo(duplicate.first_offset, duplicate.last_offset,
+                                         log_start_offset=self._log_start, leader_epoch=leader_epoch)
             max_message = self.config.max_message_bytes
             mv = memoryview(buf)
             parts = []
@@ -684,8 +706,14 @@ class Log:
             if leader_epoch >= 0:
                 self.leader_epoch_cache.assign(leader_epoch, first)
             rolled = self._append(parts, n, headers, first, last, max_ts, now)
+            if staged is not None:
+                self._commit_producer_state(staged)
             return LogAppendInfo(first, last, max_ts, offset_of_max_ts, count, n, self._log_start,
                                  leader_epoch, parts, headers, rolled)
+
+    def _commit_producer_state(self, staged) -> None:
+        self.producer_state.commit(staged)
+        self.first_unstable_offset = self.producer_state.first_unstable_offset()
 
     def append_as_follower(self, records: bytes | MemoryRecords, *,
                            now: int | None = None) -> LogAppendInfo:
@@ -734,6 +762,9 @@ class Log:
                     cache.assign(epoch, h.base_offset)
                     latest = epoch
             rolled = self._append(buf, n, headers, first, prev_last, max_ts, now)
+            if ProducerStateManager.has_producer_batches(headers):
+                # Followers track producers too, so a new leader validates and knows the LSO.
+                self._commit_producer_state(self.producer_state.prepare(headers, buf, None, False)[1])
             return LogAppendInfo(first, prev_last, max_ts, offset_of_max_ts, count, n,
                                  self._log_start, epoch, buf, headers, rolled)
 
@@ -798,6 +829,8 @@ class Log:
             s.flush()  # a no-op for what is already synced
         if self._leo > self._recovery_point:
             self._recovery_point = self._leo  # everything below the new segment is durable
+        if self.producer_state.producers:
+            self.producer_state.write_snapshot(self._leo, self._log_start)
         log.info("log %s rolled a new segment at offset %d", self.dir, new_offset)
         return seg
 
@@ -1059,6 +1092,8 @@ class Log:
                 self.first_unstable_offset = None
             self._positions.clear()
             self._write_state()
+            self.producer_state.rebuild(self)
+            self.first_unstable_offset = self.producer_state.first_unstable_offset()
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int, log_start_offset: int | None = None) -> None:
@@ -1084,6 +1119,8 @@ class Log:
         self.first_unstable_offset = None
         self._positions.clear()
         self._write_state()
+        self.producer_state.reset()
+        self.producer_state.delete_snapshot()
 
     # -- durability -----------------------------------------------------------------------------
 
@@ -1127,6 +1164,7 @@ class Log:
             if self._closed:
                 return
             self._flush(self._leo, checkpoint=False)
+            self.producer_state.write_snapshot(self._leo, self._log_start)
             for seg in self._segments:
                 seg.close()
             self._write_state(clean_shutdown=True)

@@ -118,6 +118,13 @@ class Partition:
         self.deleted = False
         # Hooks for push replication: called with the lock held, after a leader append.
         self.append_listeners: list[Callable[["Partition", int, MemoryRecords], None]] = []
+        # Push replication hooks, called with the lock held: after the leader's HW advanced
+        # (partition, new_hw); with the followers an ISR shrink drops (partition, replica_ids);
+        # after a follower fetch was served (partition, replica_id, replica_epoch, request,
+        # response), which may mark the response to switch the follower to push.
+        self.hw_listeners: list[Callable[["Partition", int], None]] = []
+        self.out_of_sync_listeners: list[Callable[["Partition", list[int]], None]] = []
+        self.follower_fetch_listeners: list[Callable] = []
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -203,6 +210,8 @@ class Partition:
                     f"{self.tp}: ISR {sorted(self.isr)} is smaller than min.insync.replicas="
                     f"{self.min_insync_replicas}")
             info = self.log.append_as_leader(records, self.leader_epoch)
+            if not info.batches:
+                return info  # a duplicate of an idempotent producer's batch: nothing was written
             for listener in self.append_listeners:
                 listener(self, info.first_offset, info.records)
             self._maybe_increment_leader_high_watermark(self._clock_ms())
@@ -239,6 +248,8 @@ class Partition:
             return False
         self.log.maybe_increment_high_watermark(new_hw)
         self._hw_changed = True
+        for listener in self.hw_listeners:
+            listener(self, new_hw)
         return True
 
     def hw_changed(self) -> bool:
@@ -290,6 +301,8 @@ class Partition:
             ]
             if not out_of_sync:
                 return False
+            for listener in self.out_of_sync_listeners:
+                listener(self, out_of_sync)
             new_isr = sorted(self.isr - set(out_of_sync))
             log.info("%s: shrinking ISR %s -> %s (out of sync: %s)", self.tp, sorted(self.isr),
                      new_isr, out_of_sync)
@@ -362,9 +375,13 @@ class Partition:
             if replica_id >= 0:
                 self.update_follower_fetch_state(replica_id, fetch_offset, request.log_start_offset,
                                                  now, leo, replica_epoch)
-            return FetchPartitionResponse(
+            response = FetchPartitionResponse(
                 high_watermark=hw, last_stable_offset=lso, log_start_offset=log_start,
                 log_end_offset=leo, records=records, aborted_transactions=aborted)
+            if replica_id >= 0:
+                for listener in self.follower_fetch_listeners:
+                    listener(self, replica_id, replica_epoch, request, response)
+            return response
 
     def aborted_transactions(self, start_offset: int, upper_offset: int):
         """Aborted transactions overlapping [start, upper) for read_committed consumers."""

@@ -127,6 +127,8 @@ class FetchRequest:
 class AbortedTransaction:
     producer_id: int
     first_offset: int
+    # Offset of the ABORT marker: read_committed decoding filters (producer_id, first, last).
+    last_offset: int = -1
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -129,6 +130,8 @@ class ReplicaManager:
         self.on_become_follower: Callable[[Partition, bool], None] = lambda p, changed: None
         self.on_become_leader: Callable[[Partition, bool], None] = lambda p, changed: None
         self.on_partition_removed: Callable[[TopicPartition], None] = lambda tp: None
+        self.on_log_opened: Callable[[Log], None] = lambda lg: None
+        self.on_log_closing: Callable[[Log], None] = lambda lg: None
 
     # -- logs ----------------------------------------------------------------------------------
 
@@ -144,6 +147,7 @@ class ReplicaManager:
                 path = self.log_dir / partition_dir_name(tp.topic, tp.partition)
                 lg = Log(path, self._log_config(topic_config))
                 self.logs[tp] = lg
+                self.on_log_opened(lg)
             return lg
 
     def load_logs(self, topic_configs: dict[str, dict]) -> None:
@@ -204,6 +208,7 @@ class ReplicaManager:
             partition.delete()
         self.complete_delayed(tp)
         if lg is not None:
+            self.on_log_closing(lg)
             lg.close()
             if delete_log:
                 shutil.rmtree(lg.dir, ignore_errors=True)
@@ -284,7 +289,8 @@ class ReplicaManager:
         responses = self.read_partitions(request)
         readable = 0
         for resp in responses.values():
-            if resp.error is not Errors.NONE or resp.diverging_epoch is not None:
+            # A switch to push replication is answered at once: the leader pushes from now on.
+            if resp.error is not Errors.NONE or resp.diverging_epoch is not None or resp.switch_to_push:
                 respond(responses)
                 return
             readable += len(resp.records)
@@ -318,7 +324,66 @@ class ReplicaManager:
                 out[tp] = partition.last_offset_for_leader_epoch(req.current_leader_epoch, req.leader_epoch)
         return out
 
+    # -- transaction markers -------------------------------------------------------------------
+
+    def handle_write_txn_markers(self, request, respond) -> None:
+        """WriteTxnMarkers from the transaction coordinator (`txn_coordinator.WriteTxnMarkersRequest`):
+        append a COMMIT or ABORT marker to each listed partition this broker leads and answer
+        per partition (`ProducePartitionResponse`) once the high watermark covers it (acks=all)."""
+        from replication.records import ControlType, encode_control_batch
+
+        control = ControlType.COMMIT if request.commit else ControlType.ABORT
+        marker = encode_control_batch(control, timestamp=int(time.time() * 1000),
+                                      producer_id=request.producer_id,
+                                      producer_epoch=request.producer_epoch,
+                                      coordinator_epoch=request.coordinator_epoch)
+        results: dict[TopicPartition, ProducePartitionResponse] = {}
+        pending: dict[TopicPartition, int] = {}
+        for tp in request.partitions:
+            partition = self.partitions.get(tp)
+            if partition is None:
+                results[tp] = ProducePartitionResponse(error=Errors.UNKNOWN_TOPIC_OR_PART)
+                continue
+            try:
+                info = partition.append_records_to_leader(marker, -1)
+            except NotLeaderError:
+                results[tp] = ProducePartitionResponse(error=Errors.NOT_LEADER_OR_FOLLOWER)
+                continue
+            except NotEnoughReplicasError as e:
+                results[tp] = ProducePartitionResponse(error=Errors.NOT_ENOUGH_REPLICAS, error_message=str(e))
+                continue
+            except ReplicationError as e:
+                code = getattr(e, "error_code", None)
+                results[tp] = ProducePartitionResponse(error=code if code is not None else Errors.KAFKA_STORAGE_ERROR,
+                                                       error_message=str(e))
+                continue
+            results[tp] = ProducePartitionResponse(base_offset=info.first_offset,
+                                                   log_start_offset=partition.log.log_start_offset)
+            pending[tp] = info.last_offset + 1
+            self.complete_delayed(tp)
+        if not pending:
+            respond(results)
+            return
+        op = DelayedProduce(self, request.timeout_ms, pending, results, respond)
+        self.produce_purgatory.try_complete_else_watch(op, list(pending))
+
     # -- maintenance ---------------------------------------------------------------------------
+
+    def delete_old_segments(self) -> None:
+        """Retention by time and size for every log (Kafka's log.retention.check task)."""
+        for lg in list(self.logs.values()):
+            try:
+                lg.delete_old_segments()
+            except ReplicationError:
+                log.exception("broker %d: retention of %s failed", self.broker_id, lg.dir)
+
+    def flush_due_logs(self) -> None:
+        """Flush logs whose flush.ms has passed (by default never: the OS decides)."""
+        for lg in list(self.logs.values()):
+            try:
+                lg.maybe_flush()
+            except ReplicationError:
+                log.exception("broker %d: flushing %s failed", self.broker_id, lg.dir)
 
     def maybe_shrink_isr(self) -> None:
         for tp, partition in list(self.partitions.items()):
