@@ -37,6 +37,8 @@ class LinkFaults:
     delay_ms: float = 0.0
     drop_probability: float = 0.0
     reorder_probability: float = 0.0
+    # The request is handled but its response is lost (a "sent, not acknowledged" request).
+    drop_response_probability: float = 0.0
     # Only requests whose body type name is listed are affected (empty: all).
     request_types: frozenset[str] = frozenset()
 
@@ -189,6 +191,18 @@ class Transport:
             with self._lock:
                 self._in_flight.get(destination, set()).discard(flight)
             return  # never answered: the sender's timeout (or the broker leaving) ends it
+        if self.faults.roll(faults.drop_response_probability):
+            log.debug("dropping the response to %s from %d to %d", type(body).__name__, source, destination)
+            flight.done = True  # whatever the handler answers is lost; the sender times out
+            with self._lock:
+                self._in_flight.get(destination, set()).discard(flight)
+            handler = self._handlers.get(destination)
+            if handler is not None:
+                try:
+                    handler(source, body, lambda response: None)
+                except Exception:
+                    log.exception("handler of broker %d failed on %s", destination, type(body).__name__)
+            return
         deliver = lambda: self._deliver(flight, self._handlers.get(destination), body)  # noqa: E731
         if self.faults.roll(faults.reorder_probability):
             key = (source, destination)
