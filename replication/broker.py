@@ -11,8 +11,10 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from pathlib import Path
 
+from replication.cleaner import LogCleaner
 from replication.controller import Controller, PartitionState
 from replication.errors import IllegalStateError
 from replication.fetcher import (
@@ -56,6 +58,7 @@ class Broker:
         self.broker_epoch = -1
         self.replica_manager: ReplicaManager | None = None
         self.fetcher_manager: ReplicaFetcherManager | None = None
+        self.cleaner: LogCleaner | None = None
         self._stop_event = threading.Event()
         self._isr_thread: threading.Thread | None = None
         self._lifecycle_lock = threading.Lock()
@@ -75,6 +78,9 @@ class Broker:
             self._stop_event.clear()
             rm = ReplicaManager(self.broker_id, self.log_dir, self.config, self.controller.alter_partition,
                                 lambda b: b in self.controller.live_brokers)
+            self.cleaner = LogCleaner(self.config)
+            rm.on_log_opened = self._on_log_opened
+            rm.on_log_closing = self.cleaner.remove_log
             topic_configs = {name: dict(t.config) for name, t in self.controller.topics.items()}
             rm.load_logs(topic_configs)
             self.replica_manager = rm
@@ -87,7 +93,8 @@ class Broker:
             self.controller.register_listener(self.broker_id, self._on_partition_state)
             self.state = BrokerState.RUNNING
             self.broker_epoch = self.controller.broker_started(self.broker_id)
-            self._isr_thread = threading.Thread(target=self._isr_upkeep, name=f"isr-upkeep-{self.broker_id}",
+            self.cleaner.start()
+            self._isr_thread = threading.Thread(target=self._upkeep, name=f"upkeep-{self.broker_id}",
                                                 daemon=True)
             self._isr_thread.start()
             log.info("broker %d started (epoch %d)", self.broker_id, self.broker_epoch)
@@ -112,6 +119,8 @@ class Broker:
             self.controller.broker_stopped(self.broker_id)
             if self._isr_thread is not None:
                 self._isr_thread.join(timeout=5)
+            if self.cleaner is not None:
+                self.cleaner.shutdown()
             if self.replica_manager is not None:
                 self.replica_manager.shutdown(crash=crash)
             self.state = BrokerState.NOT_RUNNING
@@ -146,9 +155,13 @@ class Broker:
         lg = partition.log
         # Rule 23: start from the LEO when the log knows its epochs, else from the HW.
         init_offset = lg.log_end_offset if lg.leader_epoch_cache.latest_epoch is not None else lg.high_watermark
-        fm.add_fetcher_for_partitions({
-            partition.tp: InitialFetchState(partition.leader_id, partition.leader_epoch, init_offset)
-        })
+        try:
+            fm.add_fetcher_for_partitions({
+                partition.tp: InitialFetchState(partition.leader_id, partition.leader_epoch, init_offset)
+            })
+        except IllegalStateError:
+            # The cluster is closing and has stopped every fetcher already.
+            log.debug("broker %d: not fetching %s, fetchers are closed", self.broker_id, partition.tp)
 
     def _on_partition_removed(self, tp: TopicPartition) -> None:
         if self.fetcher_manager is not None:
@@ -189,16 +202,35 @@ class Broker:
 
     # -- periodic upkeep -----------------------------------------------------------------------
 
-    def _isr_upkeep(self) -> None:
-        interval = max(0.01, int(self.config.get("replica.lag.time.max.ms", 30000)) / 2000.0)
-        while not self._stop_event.wait(interval):
+    def _on_log_opened(self, lg) -> None:
+        if lg.config.compact and self.cleaner is not None:
+            self.cleaner.add_log(lg)
+
+    def _upkeep(self) -> None:
+        """Periodic tasks: ISR shrink every lag/2 (rule 18), retention, and flush.ms flushing."""
+        isr_interval = int(self.config.get("replica.lag.time.max.ms", 30000)) / 2000.0
+        retention_interval = int(self.config.get("log.retention.check.interval.ms", 300000)) / 1000.0
+        flush_interval = int(self.config.get("log.flush.scheduler.interval.ms", 1000)) / 1000.0
+        tick = max(0.01, min(isr_interval, retention_interval, flush_interval))
+        due = {"isr": 0.0, "retention": 0.0, "flush": 0.0}
+        intervals = {"isr": isr_interval, "retention": retention_interval, "flush": flush_interval}
+        now = time.monotonic()
+        for name in due:
+            due[name] = now + intervals[name]
+        while not self._stop_event.wait(tick):
             rm = self.replica_manager
             if rm is None:
                 return
-            try:
-                rm.maybe_shrink_isr()
-            except Exception:
-                log.exception("broker %d: ISR upkeep failed", self.broker_id)
+            now = time.monotonic()
+            for name, task in (("isr", rm.maybe_shrink_isr), ("retention", rm.delete_old_segments),
+                               ("flush", rm.flush_due_logs)):
+                if now < due[name]:
+                    continue
+                due[name] = now + intervals[name]
+                try:
+                    task()
+                except Exception:
+                    log.exception("broker %d: %s upkeep failed", self.broker_id, name)
 
 
 __all__ = ["Broker", "BrokerState", "AppendRecordsRequest"]

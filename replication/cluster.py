@@ -75,6 +75,7 @@ class LocalCluster:
         self.transport = Transport(faults)
         self.controller: Controller | None = None
         self.brokers: dict[int, Broker] = {}
+        self.group_coordinator = None  # replication.group_coordinator.GroupCoordinator, made in start()
         self._started = False
         self._lock = threading.RLock()
 
@@ -92,6 +93,10 @@ class LocalCluster:
                 self.brokers[b] = Broker(b, self.data_dir, self.config, self.controller, self.transport)
             for b in broker_ids:
                 self.brokers[b].start()
+            from replication.group_coordinator import GroupCoordinator
+
+            self.group_coordinator = GroupCoordinator(self, self.config)
+            self.group_coordinator.start()
             self._started = True
             return self
 
@@ -99,6 +104,10 @@ class LocalCluster:
         with self._lock:
             if not self._started:
                 return
+            # Fetchers first, so no broker sees its peers vanish while it is still replicating.
+            for broker in self.brokers.values():
+                if broker.fetcher_manager is not None and broker.is_running:
+                    broker.fetcher_manager.close_all_fetchers()
             for broker in self.brokers.values():
                 broker.stop()
             self.transport.close()
@@ -194,6 +203,22 @@ class LocalCluster:
 
     def log_end_offset(self, broker_id: int, topic: str, partition: int) -> int:
         return self.partition_on(broker_id, topic, partition).log.log_end_offset
+
+    # -- clients (confluent-kafka's API) -------------------------------------------------------
+
+    def consumer(self, conf: dict | None = None):
+        """A `replication.clients.Consumer` on this cluster (confluent_kafka.Consumer's API)."""
+        from replication.clients.consumer import Consumer
+
+        self._require_started()
+        return Consumer(conf or {}, cluster=self)
+
+    def admin(self, conf: dict | None = None):
+        """A `replication.clients.AdminClient` on this cluster (confluent_kafka.admin's API)."""
+        from replication.clients.admin import AdminClient
+
+        self._require_started()
+        return AdminClient(conf or {}, cluster=self)
 
     # -- minimal request helpers (the clients issue adds full producer/consumer/admin) -----------
 

@@ -277,3 +277,37 @@ def test_consumer_fetch_long_polls_until_data_arrives(cluster):
     assert not t.is_alive()
     assert [r.value for r in result["resp"].records.records()] == [b"wake"]
     assert IsolationLevel.HIGH_WATERMARK == 1
+
+
+def test_brokers_compact_and_apply_retention(tmp_path):
+    config = dict(FAST, **{"log.cleaner.backoff.ms": 20, "log.retention.check.interval.ms": 50})
+    with LocalCluster(tmp_path / "c", num_brokers=3, config=config) as cluster:
+        cluster.create_topic("compacted", partitions=1, replication_factor=3,
+                             config={"cleanup.policy": "compact", "segment.bytes": "2048",
+                                     "min.cleanable.dirty.ratio": "0.01"})
+        cluster.create_topic("expiring", partitions=1, replication_factor=3,
+                             config={"retention.ms": "1", "segment.bytes": "2048"})
+        for i in range(200):
+            key = b"k%d" % (i % 5)
+            cluster.produce("compacted", 0, encode_batch([(key, b"v%d" % i, 1000 + i)]), acks=-1)
+            cluster.produce("expiring", 0, batch(b"old-%d" % i, ts=1), acks=-1)
+        wait_replicated(cluster, "compacted")
+
+        def compacted_on_every_replica():
+            return all(len(records_on(cluster, b, "compacted")) < 100 for b in range(3))
+
+        cluster.wait_until(compacted_on_every_replica, 30, "compaction on all replicas")
+        for b in range(3):
+            latest = {}
+            lg = cluster.partition_on(b, "compacted", 0).log
+            offset = lg.log_start_offset
+            while offset < lg.log_end_offset:
+                recs = lg.read(offset, 1 << 20, lg.log_end_offset).records()
+                for r in recs:
+                    latest[r.key] = (r.offset, r.value)
+                offset = recs[-1].offset + 1
+            for k in range(5):
+                last = max(i for i in range(200) if i % 5 == k)
+                assert latest[b"k%d" % k] == (last, b"v%d" % last)  # offsets preserved
+        cluster.wait_until(lambda: cluster.partition_on(cluster.leader("expiring", 0), "expiring", 0)
+                           .log.log_start_offset > 0, 30, "retention deleting old segments")
