@@ -556,6 +556,13 @@ class Log:
                         os.unlink(p)
                 stats["swaps_rolled_back"].append(base)
         swap_bases -= set(stats["swaps_rolled_back"])
+        # A crash between the per-file .swap -> live renames can leave index .swap files whose
+        # .log is already live; the live segment rebuilds missing indexes, so drop them.
+        for name in os.listdir(self.dir):
+            if (name.endswith(INDEX_SUFFIX + SWAP_SUFFIX) or name.endswith(TIME_INDEX_SUFFIX + SWAP_SUFFIX)) \
+                    and offset_from_file_name(name) not in swap_bases:
+                log.info("deleting orphaned index file %s", os.path.join(self.dir, name))
+                os.unlink(os.path.join(self.dir, name))
         segments: dict[int, LogSegment] = {}
         for name in os.listdir(self.dir):
             if name.endswith(LOG_SUFFIX):
