@@ -72,10 +72,12 @@ class LocalCluster:
         self.config = dict(DEFAULT_BROKER_CONFIG)
         self.config.update(config or {})
         self.config.update(_config_from_kwargs(kwargs))
+        self.config["replication.mode"] = replication
         self.transport = Transport(faults)
         self.controller: Controller | None = None
         self.brokers: dict[int, Broker] = {}
         self.group_coordinator = None  # replication.group_coordinator.GroupCoordinator, made in start()
+        self.txn_coordinator = None  # replication.txn_coordinator.TransactionCoordinator, made in start()
         self._started = False
         self._lock = threading.RLock()
 
@@ -97,13 +99,23 @@ class LocalCluster:
 
             self.group_coordinator = GroupCoordinator(self, self.config)
             self.group_coordinator.start()
+            from replication.txn_coordinator import TransactionCoordinator, WriteTxnMarkersRequest
+
+            for broker in self.brokers.values():
+                broker.extra_handlers[WriteTxnMarkersRequest] = (
+                    lambda source, body, respond, broker=broker:
+                    broker.replica_manager.handle_write_txn_markers(body, respond))
+            self.txn_coordinator = TransactionCoordinator(self)
             self._started = True
+            self.txn_coordinator.start()
             return self
 
     def close(self) -> None:
         with self._lock:
             if not self._started:
                 return
+            if self.txn_coordinator is not None:
+                self.txn_coordinator.close()
             # Fetchers first, so no broker sees its peers vanish while it is still replicating.
             for broker in self.brokers.values():
                 if broker.fetcher_manager is not None and broker.is_running:
@@ -205,6 +217,13 @@ class LocalCluster:
         return self.partition_on(broker_id, topic, partition).log.log_end_offset
 
     # -- clients (confluent-kafka's API) -------------------------------------------------------
+
+    def producer(self, conf: dict | None = None):
+        """A `replication.clients.Producer` on this cluster (confluent_kafka.Producer's API)."""
+        from replication.clients.producer import Producer
+
+        self._require_started()
+        return Producer(conf or {}, cluster=self)
 
     def consumer(self, conf: dict | None = None):
         """A `replication.clients.Consumer` on this cluster (confluent_kafka.Consumer's API)."""

@@ -1,0 +1,106 @@
+"""Partitioners with librdkafka's names, hashing exactly as Kafka's clients do.
+
+- ``murmur2_random`` (the default here, as Kafka's Java client): murmur2 of the key bytes,
+  ``toPositive(hash) % partitions``; a null key gets a random partition, kept for
+  ``sticky.partitioning.linger.ms`` as librdkafka's sticky partitioning does.
+- ``murmur2``: the same, a null key hashes as empty bytes.
+- ``consistent_random`` / ``consistent``: CRC-32 of the key (librdkafka's default family).
+- ``fnv1a_random`` / ``fnv1a``: 32-bit FNV-1a of the key.
+- ``random``: a random partition for every record.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import zlib
+from typing import Callable
+
+__all__ = ["PARTITIONERS", "fnv1a", "make_partitioner", "murmur2", "murmur2_partition"]
+
+PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "consistent", "fnv1a_random",
+                "fnv1a", "random")
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` as a signed 32-bit int (``murmur2(b"21") == -973932308``)."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    n4 = length & ~3
+    if n4:
+        for (k,) in _iter_u32(data, n4):
+            k = (k * _M) & _MASK
+            k ^= k >> 24
+            k = (k * _M) & _MASK
+            h = ((h * _M) & _MASK) ^ k
+    rest = length & 3
+    if rest == 3:
+        h ^= data[n4 + 2] << 16
+    if rest >= 2:
+        h ^= data[n4 + 1] << 8
+    if rest >= 1:
+        h ^= data[n4]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def _iter_u32(data: bytes, n4: int):
+    import struct
+
+    return struct.iter_unpack("<I", memoryview(data)[:n4])
+
+
+def murmur2_partition(key: bytes, num_partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for a non-null key."""
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+def fnv1a(data: bytes) -> int:
+    h = 0x811C9DC5
+    for b in data:
+        h = ((h ^ b) * 0x01000193) & _MASK
+    return h
+
+
+Partitioner = Callable[[bytes | None, int], int]
+
+
+def make_partitioner(name: str, sticky_linger_ms: int = 10,
+                     rng: random.Random | None = None) -> Partitioner:
+    """A function ``(key bytes or None, partition count) -> partition`` for a librdkafka name."""
+    rnd = rng or random.Random()
+    randrange = rnd.randrange
+    sticky = [0.0, -1, 0]  # deadline, partition, for partition count
+
+    def random_partition(n: int) -> int:
+        if sticky_linger_ms <= 0:
+            return randrange(n)
+        now = time.monotonic()
+        if now >= sticky[0] or sticky[2] != n:
+            sticky[0] = now + sticky_linger_ms / 1000.0
+            sticky[1] = randrange(n)
+            sticky[2] = n
+        return sticky[1]
+
+    if name == "murmur2_random":
+        return lambda key, n: random_partition(n) if key is None else (murmur2(key) & 0x7FFFFFFF) % n
+    if name == "murmur2":
+        return lambda key, n: (murmur2(key or b"") & 0x7FFFFFFF) % n
+    if name == "consistent_random":
+        return lambda key, n: random_partition(n) if not key else zlib.crc32(key) % n
+    if name == "consistent":
+        return lambda key, n: zlib.crc32(key or b"") % n
+    if name == "fnv1a_random":
+        return lambda key, n: random_partition(n) if not key else fnv1a(key) % n
+    if name == "fnv1a":
+        return lambda key, n: fnv1a(key or b"") % n
+    if name == "random":
+        return lambda key, n: randrange(n)
+    raise ValueError(f"unknown partitioner {name!r} (known: {', '.join(PARTITIONERS)})")
