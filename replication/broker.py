@@ -64,6 +64,7 @@ class Broker:
         self._lifecycle_lock = threading.Lock()
         # Extra request handlers (push replication registers AppendRecords here).
         self.extra_handlers: dict[type, object] = {}
+        self.push = None  # replication.push.wiring.BrokerPush when replication.mode is push
 
     def __repr__(self) -> str:
         return f"Broker({self.broker_id}, {self.state.value})"
@@ -89,6 +90,9 @@ class Broker:
             rm.on_become_leader = self._on_become_leader
             rm.on_become_follower = self._on_become_follower
             rm.on_partition_removed = self._on_partition_removed
+            from replication.push.wiring import attach_push
+
+            self.push = attach_push(self)
             self.transport.register(self.broker_id, self.handle)
             self.controller.register_listener(self.broker_id, self._on_partition_state)
             self.state = BrokerState.RUNNING
@@ -119,6 +123,9 @@ class Broker:
             self.controller.broker_stopped(self.broker_id)
             if self._isr_thread is not None:
                 self._isr_thread.join(timeout=5)
+            if self.push is not None:
+                self.push.shutdown()
+                self.push = None
             if self.cleaner is not None:
                 self.cleaner.shutdown()
             if self.replica_manager is not None:

@@ -61,6 +61,9 @@ class Errors(enum.IntEnum):
     OFFSET_NOT_AVAILABLE = 78
     # Push replication: the follower rejects an AppendRecords whose session is not current.
     INVALID_PUSH_SESSION = 10001
+    # Push replication: the follower has not applied the fetch response that switched it to
+    # push yet; the leader retries shortly.
+    PUSH_SESSION_NOT_READY = 10002
 
 
 # Sentinels as Kafka uses them.
@@ -214,6 +217,19 @@ class AppendRecordsResponse:
     log_end_offset: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+
+
+@dataclass(slots=True)
+class AppendRecordsBatchRequest:
+    """Push replication: AppendRecords for several partitions to one follower broker."""
+
+    leader_id: int
+    partitions: list[AppendRecordsRequest]
+
+
+@dataclass(slots=True)
+class AppendRecordsBatchResponse:
+    responses: list[AppendRecordsResponse]  # one per request partition, in request order
 
 
 @dataclass(slots=True)
