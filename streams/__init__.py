@@ -1,9 +1,10 @@
-"""Eddy streams: topology, Processor API, DSL and the test driver."""
+"""Eddy streams: topology, Processor API, DSL, the runtime (App) and the test driver."""
 
 from streams import serdes
 from streams.dsl import StreamsBuilder
 from streams.processor import Processor, ProcessorContext, PunctuationType, Record
+from streams.runtime import App, AppState, StreamThreadExceptionResponse
 from streams.topology import Topology
 
 __all__ = ["Topology", "StreamsBuilder", "serdes", "Record", "Processor", "ProcessorContext",
-           "PunctuationType"]
+           "PunctuationType", "App", "AppState", "StreamThreadExceptionResponse"]

@@ -1,0 +1,18 @@
+"""The topology runtime: tasks, threads and the App (see each module's doc)."""
+
+from streams.runtime.app import App, AppState, StreamThreadExceptionResponse
+from streams.runtime.collector import RecordCollector
+from streams.runtime.config import AT_LEAST_ONCE, EXACTLY_ONCE_V2, StreamsConfig
+from streams.runtime.errors import (CoPartitioningError, MissingSourceTopicError, ProductionError,
+                                    RuntimeStateError, TaskMigratedError)
+from streams.runtime.queries import ReadOnlyKeyValueView
+from streams.runtime.standby import StandbyTask
+from streams.runtime.task import StreamTask, TaskState
+from streams.runtime.task_manager import TaskManager
+from streams.runtime.thread import SimulatedCrash, StreamThread, ThreadState
+
+__all__ = ["App", "AppState", "StreamThreadExceptionResponse", "RecordCollector", "StreamsConfig",
+           "AT_LEAST_ONCE", "EXACTLY_ONCE_V2", "CoPartitioningError", "MissingSourceTopicError",
+           "ProductionError", "RuntimeStateError", "TaskMigratedError", "ReadOnlyKeyValueView",
+           "StandbyTask", "StreamTask", "TaskState", "TaskManager", "SimulatedCrash", "StreamThread",
+           "ThreadState"]

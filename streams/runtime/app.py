@@ -1,0 +1,411 @@
+"""App: runs a topology on `num.stream.threads` StreamThreads against any backend.
+
+States (Kafka's KafkaStreams.State): CREATED -> REBALANCING <-> RUNNING -> PENDING_SHUTDOWN ->
+NOT_RUNNING, and PENDING_ERROR -> ERROR when a thread dies and the uncaught exception handler
+says to shut the client down.
+
+Task placement: the group's assignor (cooperative-sticky, or range when a sub-topology reads
+several topics, since only range keeps co-partitioned topics together) hands out source
+partitions; a partition's task is (its sub-topology, its number). confluent-kafka cannot plug
+in Kafka Streams' assignor, so standbys are placed best-effort: with num.standby.replicas >= 1
+every instance keeps a standby of every stateful task it does not run (spread over its
+threads), which covers any single instance failure and makes promotions cheap.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+import zlib
+from typing import Any, Callable, Optional
+
+from state.directory import StateDirectory
+from state.errors import InvalidStateStoreError
+from state.listener import StateRestoreListener
+from state.task_id import TaskId
+from streams import backends
+from streams.errors import ConfigError, StreamsError
+from streams.internal_topics import InternalTopicManager
+from streams.runtime.config import StreamsConfig
+from streams.runtime.errors import RuntimeStateError
+from streams.runtime.internal import plan_internal_topics
+from streams.runtime.queries import ReadOnlyKeyValueView
+from streams.runtime.task import TaskState
+from streams.runtime.thread import StreamThread, ThreadState
+from streams.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+class AppState(enum.Enum):
+    CREATED = "CREATED"
+    REBALANCING = "REBALANCING"
+    RUNNING = "RUNNING"
+    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"
+    NOT_RUNNING = "NOT_RUNNING"
+    PENDING_ERROR = "PENDING_ERROR"
+    ERROR = "ERROR"
+
+    def is_running_or_rebalancing(self) -> bool:
+        return self in (AppState.RUNNING, AppState.REBALANCING)
+
+
+_ALLOWED = {
+    AppState.CREATED: {AppState.REBALANCING, AppState.PENDING_SHUTDOWN, AppState.PENDING_ERROR},
+    AppState.REBALANCING: {AppState.RUNNING, AppState.REBALANCING, AppState.PENDING_SHUTDOWN, AppState.PENDING_ERROR},
+    AppState.RUNNING: {AppState.REBALANCING, AppState.PENDING_SHUTDOWN, AppState.PENDING_ERROR},
+    AppState.PENDING_SHUTDOWN: {AppState.NOT_RUNNING},
+    AppState.NOT_RUNNING: set(),
+    AppState.PENDING_ERROR: {AppState.ERROR},
+    AppState.ERROR: {AppState.PENDING_SHUTDOWN},
+}
+
+
+class StreamThreadExceptionResponse(enum.Enum):
+    REPLACE_THREAD = "REPLACE_THREAD"
+    SHUTDOWN_CLIENT = "SHUTDOWN_CLIENT"
+    SHUTDOWN_APPLICATION = "SHUTDOWN_APPLICATION"
+
+
+_PROCESS_FILE = "eddy-process-metadata"
+
+
+def _load_process_id(app_dir: str) -> str:
+    """A process id kept in the state directory, so a restarted instance reuses its
+    transactional ids (fencing the crashed run's producers at once)."""
+    path = os.path.join(app_dir, _PROCESS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return str(uuid.UUID(json.load(f)["process_id"]))
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        pass
+    os.makedirs(app_dir, exist_ok=True)
+    pid = str(uuid.uuid4())
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"process_id": pid}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return pid
+
+
+class App:
+    """See the module doc. `App(topology, config)`, then `start()`, `store(name)`, `close()`."""
+
+    def __init__(self, topology: Topology, config: dict) -> None:
+        if not isinstance(topology, Topology):
+            raise ConfigError(f"App needs a Topology (e.g. StreamsBuilder().build()), got {type(topology).__name__}")
+        self.config = StreamsConfig.parse(config)
+        self.topology = topology
+        self.subtopologies = topology.build()
+        topology.bind_config(self.config.raw)
+        self.application_id = self.config.application_id
+        self._state = AppState.CREATED
+        self._lock = threading.RLock()
+        self._state_changed = threading.Condition(self._lock)
+        self._state_listener: Optional[Callable[[AppState, AppState], None]] = None
+        self._exception_handler: Optional[Callable[[BaseException], StreamThreadExceptionResponse]] = None
+        self._restore_listener: Optional[StateRestoreListener] = None
+        self.threads: list[StreamThread] = []
+        self._backend: Any = None
+        self._admin: Any = None
+        self._state_directory: Optional[StateDirectory] = None
+        self._plan: Any = None
+        self._store_sub: dict[str, int] = {s: sub.id for sub in self.subtopologies for s in sub.store_names}
+        self.process_id: Optional[str] = None
+        self._fault_injector: Optional[Callable[[StreamThread, str], None]] = None
+
+    # ---- state ------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> AppState:
+        return self._state
+
+    def _set_state(self, new: AppState) -> bool:
+        with self._lock:
+            old = self._state
+            if old is new and new is not AppState.REBALANCING:
+                return False
+            if new not in _ALLOWED[old]:
+                if old in (AppState.PENDING_SHUTDOWN, AppState.NOT_RUNNING, AppState.PENDING_ERROR, AppState.ERROR):
+                    return False  # late thread events while shutting down
+                raise RuntimeStateError(f"app {self.application_id}: invalid transition {old.value} -> {new.value}")
+            self._state = new
+            self._state_changed.notify_all()
+            listener = self._state_listener
+        if listener is not None and old is not new:
+            try:
+                listener(new, old)
+            except Exception:  # noqa: BLE001 - a listener must not break the runtime
+                log.exception("state listener failed on %s -> %s", old.value, new.value)
+        return True
+
+    def wait_for_state(self, *states: AppState, timeout: float = 60.0) -> bool:
+        """Block until the app is in one of `states` (True) or `timeout` passes (False)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._state not in states:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._state_changed.wait(remaining)
+            return True
+
+    def set_state_listener(self, listener: Callable[[AppState, AppState], None]) -> None:
+        self._require_created("set_state_listener")
+        if not callable(listener):
+            raise ConfigError(f"state listener must be callable, got {listener!r}")
+        self._state_listener = listener
+
+    def set_uncaught_exception_handler(self, handler: Callable[[BaseException], StreamThreadExceptionResponse]) -> None:
+        self._require_created("set_uncaught_exception_handler")
+        if not callable(handler):
+            raise ConfigError(f"uncaught exception handler must be callable, got {handler!r}")
+        self._exception_handler = handler
+
+    def set_global_state_restore_listener(self, listener: StateRestoreListener) -> None:
+        self._require_created("set_global_state_restore_listener")
+        for name in ("on_restore_start", "on_batch_restored", "on_restore_end", "on_restore_suspended"):
+            if not callable(getattr(listener, name, None)):
+                raise ConfigError(f"restore listener {listener!r} has no {name}()")
+        self._restore_listener = listener
+
+    def _require_created(self, what: str) -> None:
+        if self._state is not AppState.CREATED:
+            raise RuntimeStateError(f"{what} is only allowed before start() (app is {self._state.value})")
+
+    # ---- start ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._require_created("start")
+        cfg = self.config
+        self._backend = backends.for_config(cfg.backend_config())
+        try:
+            self._admin = self._backend.admin({"client.id": f"{self.application_id}-admin"})
+            self._plan = self._prepare_topics()
+            os.makedirs(cfg.state_dir, exist_ok=True)
+            self._state_directory = StateDirectory(cfg.state_dir, self.application_id)
+            self.process_id = _load_process_id(str(self._state_directory.app_dir))
+        except BaseException:
+            self._backend.close()
+            raise
+        multi_topic = any(len(s.source_topics) > 1 for s in self.subtopologies)
+        self._assignment_strategy = cfg.raw.get("main.consumer.partition.assignment.strategy") or (
+            "range" if multi_topic else "cooperative-sticky")
+        self._set_state(AppState.REBALANCING)
+        with self._lock:
+            for i in range(1, cfg.num_stream_threads + 1):
+                self.threads.append(self._new_thread(i))
+        self._update_standbys()
+        for t in list(self.threads):
+            t.start()
+
+    def _prepare_topics(self) -> Any:
+        metadata = self._admin.list_topics(timeout=30)
+        existing = {name: len(t.partitions) for name, t in metadata.topics.items()
+                    if t.error is None and t.partitions}
+        plan = plan_internal_topics(self.topology, self.subtopologies, self.application_id, existing,
+                                    self.config.replication_factor)
+        InternalTopicManager(self._admin).make_ready(plan.specs)
+        return plan
+
+    def _new_thread(self, index: int) -> StreamThread:
+        thread = StreamThread(
+            index, topology=self.topology, subtopologies=self.subtopologies, config=self.config,
+            backend=self._backend, admin=self._admin, state_directory=self._state_directory,
+            process_id=self.process_id, source_topics=self._plan.source_topics,
+            restore_listener=self._restore_listener, on_state_change=self._on_thread_state,
+            on_error=self._on_thread_error, on_tasks_changed=self._on_tasks_changed,
+            assignment_strategy=self._assignment_strategy)
+        if self._fault_injector is not None:
+            injector = self._fault_injector
+            thread.fault_injector = lambda point, th=thread: injector(th, point)
+        return thread
+
+    def set_fault_injector(self, injector: Optional[Callable[[StreamThread, str], None]]) -> None:
+        """Testing hook: `injector(thread, point)` runs at named points of each thread's loop
+        ("after_process", "before_commit", "after_commit") and may raise SimulatedCrash."""
+        self._fault_injector = injector
+        for thread in self.threads:
+            thread.fault_injector = None if injector is None else (lambda point, th=thread: injector(th, point))
+
+    # ---- thread events ----------------------------------------------------------------------
+
+    def _on_thread_state(self, thread: StreamThread, new: ThreadState, old: ThreadState) -> None:
+        with self._lock:
+            if self._state not in (AppState.RUNNING, AppState.REBALANCING):
+                return
+            live = [t for t in self.threads if t.state is not ThreadState.DEAD]
+            if live and all(t.state is ThreadState.RUNNING for t in live):
+                self._set_state(AppState.RUNNING)
+            elif any(t.state in (ThreadState.STARTING, ThreadState.PARTITIONS_ASSIGNED,
+                                 ThreadState.PARTITIONS_REVOKED) for t in live):
+                if self._state is AppState.RUNNING:
+                    self._set_state(AppState.REBALANCING)
+
+    def _on_tasks_changed(self, thread: StreamThread) -> None:
+        self._update_standbys()
+
+    def _update_standbys(self) -> None:
+        if self.config.num_standby_replicas < 1 or self._plan is None:
+            return
+        with self._lock:
+            threads = [t for t in self.threads if t.state is not ThreadState.DEAD]
+            if not threads:
+                return
+            active = set()
+            for t in threads:
+                active |= t.active_task_ids
+            stateful = [TaskId(sub.id, p) for sub in self.subtopologies if sub.store_names
+                        for p in range(self._plan.partitions_of_sub[sub.id])]
+            wanted: dict[int, set] = {t.index: set() for t in threads}
+            indexes = sorted(wanted)
+            for task_id in stateful:
+                if task_id not in active:
+                    slot = indexes[zlib.crc32(str(task_id).encode()) % len(indexes)]
+                    wanted[slot].add(task_id)
+            for t in threads:
+                if t.desired_standbys != frozenset(wanted[t.index]):
+                    t.set_desired_standbys(frozenset(wanted[t.index]))
+
+    def _on_thread_error(self, thread: StreamThread, exc: BaseException) -> None:
+        handler = self._exception_handler
+        response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+        if handler is not None:
+            try:
+                response = handler(exc)
+            except Exception:  # noqa: BLE001
+                log.exception("uncaught exception handler failed; shutting the client down")
+            if not isinstance(response, StreamThreadExceptionResponse):
+                log.error("uncaught exception handler returned %r; shutting the client down", response)
+                response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+        if response is StreamThreadExceptionResponse.REPLACE_THREAD and self._state.is_running_or_rebalancing():
+            log.warning("replacing %s after: %r", thread.name, exc)
+            with self._lock:
+                replacement = self._new_thread(thread.index)
+                self.threads[self.threads.index(thread)] = replacement
+            replacement.start()
+            return
+        log.error("%s died (%r): shutting the client down", thread.name, exc)
+        if self._set_state(AppState.PENDING_ERROR):
+            threading.Thread(target=self._shutdown_after_error, name=f"{self.application_id}-shutdown",
+                             daemon=True).start()
+
+    def _shutdown_after_error(self) -> None:
+        for t in self.threads:
+            t.shutdown()
+        for t in self.threads:
+            if t is not threading.current_thread():
+                t.join()
+        self._release()
+        self._set_state(AppState.ERROR)
+
+    # ---- close ------------------------------------------------------------------------------
+
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """Stop every thread (each commits and closes its tasks); True if all stopped within
+        `timeout` seconds (None: wait as long as it takes)."""
+        with self._lock:
+            state = self._state
+            if state is AppState.NOT_RUNNING:
+                return True
+            if state is AppState.PENDING_ERROR:
+                pass
+            elif state is not AppState.PENDING_SHUTDOWN:
+                self._set_state(AppState.PENDING_SHUTDOWN)
+        if state is AppState.PENDING_ERROR:
+            if not self.wait_for_state(AppState.ERROR, timeout=timeout if timeout is not None else 1e9):
+                return False
+            self._set_state(AppState.PENDING_SHUTDOWN)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self.threads:
+            t.shutdown()
+        for t in self.threads:
+            if t.is_alive():
+                t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in self.threads):
+            return False
+        self._release()
+        self._set_state(AppState.NOT_RUNNING)
+        return True
+
+    def _release(self) -> None:
+        with self._lock:
+            sd, self._state_directory = self._state_directory, None
+            backend, self._backend = self._backend, None
+        if sd is not None:
+            sd.close()
+        if backend is not None:
+            backend.close()
+
+    def crash(self) -> None:
+        """Testing aid: every thread stops at once as if the process died (no commit, flush or
+        transaction abort); the app ends NOT_RUNNING."""
+        from streams.runtime.thread import SimulatedCrash
+
+        def boom(thread: StreamThread, point: str) -> None:
+            raise SimulatedCrash(point)
+
+        self.set_fault_injector(boom)
+        with self._lock:
+            if self._state is not AppState.PENDING_SHUTDOWN and self._state is not AppState.NOT_RUNNING:
+                self._state = AppState.PENDING_SHUTDOWN
+        for t in self.threads:
+            t.join(60)
+        self._release()
+        self._set_state(AppState.NOT_RUNNING)
+
+    def __enter__(self) -> "App":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- interactive queries ----------------------------------------------------------------
+
+    def store(self, name: str) -> ReadOnlyKeyValueView:
+        """A read-only view of key-value store `name` over this instance's active tasks."""
+        sub = self._store_sub.get(name)
+        if sub is None:
+            raise InvalidStateStoreError(
+                f"unknown state store {name!r}; the topology has {sorted(self._store_sub)}")
+        self._check_queryable(name)
+        partitions = self._plan.partitions_of_sub[sub] if self._plan is not None else 1
+        return ReadOnlyKeyValueView(name, sub, partitions, lambda: self._local_stores(name, sub),
+                                    lambda: self._check_queryable(name))
+
+    def _check_queryable(self, name: str) -> None:
+        if not self._state.is_running_or_rebalancing():
+            raise InvalidStateStoreError(
+                f"cannot query store {name!r}: the app is {self._state.value}, not RUNNING or REBALANCING")
+
+    def _local_stores(self, name: str, sub: int) -> dict[TaskId, Any]:
+        result = {}
+        for thread in list(self.threads):
+            tm = thread.task_manager
+            if tm is None:
+                continue
+            for task_id, task in list(tm.tasks.items()):
+                if task_id.subtopology == sub and task.state is TaskState.RUNNING:
+                    store = task.store(name)
+                    if store is not None:
+                        result[task_id] = store
+        return result
+
+    # ---- introspection ----------------------------------------------------------------------
+
+    def local_tasks(self) -> dict[str, list[TaskId]]:
+        """Active and standby task ids of this instance."""
+        active, standby = [], []
+        for thread in self.threads:
+            tm = thread.task_manager
+            if tm is not None:
+                active += list(tm.tasks)
+                standby += list(tm.standbys)
+        return {"active": sorted(active), "standby": sorted(standby)}

@@ -1,0 +1,180 @@
+"""RecordCollector on a confluent-kafka-API producer (both backends).
+
+Sinks and the change-logging layer call `send` with serialized bytes. Delivery reports record
+the last written offset per partition (the state manager checkpoints changelog offsets from
+`offsets()`) and the first delivery failure, which is raised at the next `send` or `flush`
+(Kafka's default production exception handler: fail). Under exactly-once the collector opens
+the producer's transaction before the first record of each transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Optional
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from streams.errors import ConfigError
+from streams.runtime.errors import ProductionError, TaskMigratedError
+
+log = logging.getLogger(__name__)
+
+PRODUCTION_HANDLER_CONFIG = "default.production.exception.handler"
+_POLL_EVERY = 4096  # serve delivery reports regularly so the producer queue never fills up
+
+# Errors meaning another producer (or a newer group generation) owns our work now.
+_FENCED = frozenset({
+    KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.INVALID_PRODUCER_ID_MAPPING, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.FENCED_INSTANCE_ID,
+    KafkaError.REBALANCE_IN_PROGRESS,
+})
+
+
+def production_handler_from_config(config: dict) -> Callable[[Exception, Any], str]:
+    """`default.production.exception.handler`: "fail" (default), "continue" or a callable
+    `handler(error, message) -> "fail" | "continue"`."""
+    value = config.get(PRODUCTION_HANDLER_CONFIG, "fail")
+    if callable(value):
+        return value
+    if isinstance(value, str) and value.lower() in ("fail", "continue"):
+        response = value.lower()
+        return lambda error, msg: response
+    raise ConfigError(f"config {PRODUCTION_HANDLER_CONFIG!r} must be 'fail', 'continue' or a callable, got {value!r}")
+
+
+def is_fenced(error: Any) -> bool:
+    """True for a KafkaError/KafkaException saying the producer or group member was fenced."""
+    err = error.args[0] if isinstance(error, KafkaException) and error.args else error
+    if not isinstance(err, KafkaError):
+        return False
+    return err.code() in _FENCED or bool(getattr(err, "fatal", lambda: False)())
+
+
+class RecordCollector:
+    """One per stream thread, shared by its active tasks (one producer per thread)."""
+
+    def __init__(self, producer: Any, *, eos_enabled: bool = False,
+                 production_handler: Optional[Callable[[Exception, Any], str]] = None,
+                 flush_timeout_s: float = 60.0) -> None:
+        self.producer = producer
+        self.eos_enabled = eos_enabled
+        self.in_transaction = False
+        self._handler = production_handler or (lambda error, msg: "fail")
+        self._flush_timeout_s = flush_timeout_s
+        self._offsets: dict[tuple[str, int], int] = {}
+        self._error: Optional[BaseException] = None
+        self._partition_counts: dict[str, int] = {}
+        self._since_poll = 0
+        self._produce = producer.produce
+        self._on_delivery = self._delivered
+
+    # ---- delivery reports -----------------------------------------------------------------
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self._offsets[(msg.topic(), msg.partition())] = msg.offset()
+            return
+        if self._error is not None:
+            return
+        error = ProductionError(
+            f"error sending a record to topic {msg.topic()!r} partition {msg.partition()}: {err}")
+        if is_fenced(err) or (self.eos_enabled and not getattr(err, "retriable", lambda: False)()):
+            # under EOS any lost record breaks the transaction: the tasks must be revived
+            self._error = TaskMigratedError(f"{error}; the producer's transaction cannot commit")
+            self._error.__cause__ = KafkaException(err)
+            return
+        try:
+            response = self._handler(error, msg)
+        except Exception as exc:  # the user's handler failed: fail like Kafka
+            response = "fail"
+            error.__cause__ = exc
+        if str(response).lower() == "continue" and not self.eos_enabled:
+            log.warning("production exception handler chose to continue after: %s", error)
+            return
+        self._error = error
+
+    def check_error(self) -> None:
+        error = self._error
+        if error is not None:
+            self._error = None
+            raise error
+
+    # ---- sending --------------------------------------------------------------------------
+
+    def begin_transaction(self) -> None:
+        if self.eos_enabled and not self.in_transaction:
+            try:
+                self.producer.begin_transaction()
+            except KafkaException as exc:
+                raise TaskMigratedError(f"cannot begin a transaction: {exc}") from exc
+            self.in_transaction = True
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, *, partition: int | None,
+             timestamp: int, headers: Any = None) -> None:
+        if self._error is not None:
+            self.check_error()
+        if self.eos_enabled and not self.in_transaction:
+            self.begin_transaction()
+        part = -1 if partition is None else partition
+        try:
+            if headers:
+                self._produce(topic, value=value, key=key, partition=part, on_delivery=self._on_delivery, timestamp=timestamp,
+                              headers=headers)
+            else:
+                self._produce(topic, value=value, key=key, partition=part, on_delivery=self._on_delivery, timestamp=timestamp)
+        except BufferError:
+            self._produce_when_room(topic, value, key, part, timestamp, headers)
+        except KafkaException as exc:
+            if is_fenced(exc):
+                raise TaskMigratedError(f"producer fenced while sending to {topic!r}: {exc}") from exc
+            raise ProductionError(f"cannot send a record to topic {topic!r}: {exc}") from exc
+        self._since_poll += 1
+        if self._since_poll >= _POLL_EVERY:
+            self._since_poll = 0
+            self.producer.poll(0)
+
+    def _produce_when_room(self, topic: str, value: Any, key: Any, part: int, timestamp: int, headers: Any) -> None:
+        while True:
+            self.producer.poll(0.05)  # deliveries free queue space
+            if self._error is not None:
+                self.check_error()
+            try:
+                self._produce(topic, value=value, key=key, partition=part, on_delivery=self._on_delivery, timestamp=timestamp,
+                              headers=headers or None)
+                return
+            except BufferError:
+                continue
+
+    def partitions_for(self, topic: str) -> int:
+        count = self._partition_counts.get(topic)
+        if count is None:
+            metadata = self.producer.list_topics(topic, timeout=10)
+            info = metadata.topics.get(topic)
+            if info is None or not info.partitions:
+                raise ProductionError(f"cannot find the partitions of topic {topic!r}")
+            count = self._partition_counts[topic] = len(info.partitions)
+        return count
+
+    def poll(self) -> None:
+        """Serve delivery reports without blocking."""
+        self.producer.poll(0)
+
+    def flush(self) -> None:
+        """Wait until every sent record is delivered; raise the first delivery failure."""
+        remaining = self.producer.flush(self._flush_timeout_s)
+        self.check_error()
+        if remaining:
+            raise ProductionError(f"{remaining} records were not delivered within {self._flush_timeout_s:.0f}s")
+
+    # ---- offsets --------------------------------------------------------------------------
+
+    def offsets(self) -> dict[TopicPartition, int]:
+        """The offset of the last record delivered per partition."""
+        return {TopicPartition(t, p): o for (t, p), o in self._offsets.items()}
+
+    def offset_of(self, topic: str, partition: int) -> Optional[int]:
+        return self._offsets.get((topic, partition))
+
+    def reset_error(self) -> None:
+        self._error = None

@@ -1,0 +1,113 @@
+"""The App's configuration: Kafka Streams' keys and defaults, validated once at App creation."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from streams.errors import ConfigError
+
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE_V2 = "exactly_once_v2"
+_GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE_V2)
+
+#: Keys this module consumes that must never reach a client (prefixes for per-client settings
+#: of the main and restore consumers, as Kafka Streams' main.consumer. / restore.consumer.).
+MAIN_CONSUMER_PREFIX = "main.consumer."
+RESTORE_CONSUMER_PREFIX = "restore.consumer."
+
+
+def default_state_dir() -> str:
+    """Kafka's `${java.io.tmpdir}/kafka-streams`, named for Eddy."""
+    return os.path.join(tempfile.gettempdir(), "eddy-streams")
+
+
+def _int(config: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
+    value = config.get(key, default)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"config {key!r} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class StreamsConfig:
+    """The parsed streams-level settings; `raw` keeps everything (serdes, client settings...)."""
+
+    raw: dict
+    application_id: str
+    bootstrap_servers: str
+    state_dir: str
+    processing_guarantee: str
+    commit_interval_ms: int
+    num_stream_threads: int
+    num_standby_replicas: int
+    cache_max_bytes: int
+    poll_ms: int
+    replication_factor: int
+    max_task_idle_ms: int
+    buffered_records_per_partition: int
+    task_timeout_ms: int
+
+    @property
+    def eos_enabled(self) -> bool:
+        return self.processing_guarantee == EXACTLY_ONCE_V2
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any]) -> "StreamsConfig":
+        if not isinstance(config, Mapping):
+            raise ConfigError(f"App config must be a dict, got {type(config).__name__}")
+        raw = dict(config)
+        app_id = raw.get("application.id")
+        if app_id is None:
+            raise ConfigError("config 'application.id' is required: it names the consumer group, "
+                              "the internal topics and the state directory")
+        if not isinstance(app_id, str) or not app_id or any(
+                not (c.isalnum() and c.isascii()) and c not in "._-" for c in app_id):
+            raise ConfigError(f"config 'application.id' must be 1-249 characters of [a-zA-Z0-9._-], got {app_id!r}")
+        servers = raw.get("bootstrap.servers")
+        if not isinstance(servers, str) or not servers.strip():
+            raise ConfigError("config 'bootstrap.servers' is required: 'host:port' for Kafka or "
+                              "'local:///path/to/dir' for the embedded cluster")
+        guarantee = raw.get("processing.guarantee", AT_LEAST_ONCE)
+        if guarantee == "exactly_once":
+            raise ConfigError("config 'processing.guarantee': 'exactly_once' (v1) is not supported, "
+                              "use 'exactly_once_v2'")
+        if guarantee not in _GUARANTEES:
+            raise ConfigError(f"config 'processing.guarantee' must be one of {_GUARANTEES}, got {guarantee!r}")
+        eos = guarantee == EXACTLY_ONCE_V2
+        cache_key = "statestore.cache.max.bytes" if "statestore.cache.max.bytes" in raw else "cache.max.bytes.buffering"
+        state_dir = raw.get("state.dir") or default_state_dir()
+        if not isinstance(state_dir, (str, os.PathLike)):
+            raise ConfigError(f"config 'state.dir' must be a path, got {state_dir!r}")
+        return cls(
+            raw=raw,
+            application_id=app_id,
+            bootstrap_servers=servers.strip(),
+            state_dir=os.fspath(state_dir),
+            processing_guarantee=guarantee,
+            commit_interval_ms=_int(raw, "commit.interval.ms", 100 if eos else 30_000, 0),
+            num_stream_threads=_int(raw, "num.stream.threads", 1, 1),
+            num_standby_replicas=_int(raw, "num.standby.replicas", 0, 0),
+            cache_max_bytes=_int(raw, cache_key, 10 * 1024 * 1024, 0),
+            poll_ms=_int(raw, "poll.ms", 100, 0),
+            replication_factor=_int(raw, "replication.factor", -1, -1),
+            max_task_idle_ms=_int(raw, "max.task.idle.ms", 0, -1),
+            buffered_records_per_partition=_int(raw, "buffered.records.per.partition", 1000, 1),
+            task_timeout_ms=_int(raw, "task.timeout.ms", 300_000, 0),
+        )
+
+    def backend_config(self) -> dict:
+        """The config handed to `streams.backends.for_config` (runtime-only prefixes removed)."""
+        return {k: v for k, v in self.raw.items()
+                if not k.startswith((MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX))}
+
+    def prefixed(self, prefix: str) -> dict:
+        return {k[len(prefix):]: v for k, v in self.raw.items() if k.startswith(prefix)}
+
+    def task_config(self) -> dict:
+        """The config tasks and stores see (with the resolved state.dir)."""
+        return {**self.raw, "state.dir": self.state_dir}

@@ -1,0 +1,27 @@
+"""Typed errors of the runtime (tasks, threads, App)."""
+
+from __future__ import annotations
+
+from streams.errors import StreamsError
+
+
+class RuntimeStateError(StreamsError):
+    """A state machine (task, thread, App) was asked for a transition its state does not allow."""
+
+
+class TaskMigratedError(StreamsError):
+    """The thread lost ownership of its tasks (fenced producer, stale group generation):
+    they must be closed dirty and revived."""
+
+
+class ProductionError(StreamsError):
+    """A record could not be delivered; raised at the next send or flush (production
+    exception handler `fail`)."""
+
+
+class MissingSourceTopicError(StreamsError):
+    """A source topic of the topology does not exist."""
+
+
+class CoPartitioningError(StreamsError):
+    """Source topics of one sub-topology have different partition counts."""

@@ -1,0 +1,95 @@
+"""Which internal topics a topology needs, with their partition counts and configs.
+
+Kafka Streams' rules: a repartition topic gets the maximum partition count of the source
+topics of the sub-topology writing to it (resolved upstream first, since that sub-topology may
+itself read a repartition topic); a changelog topic gets the partition count of its
+sub-topology (the maximum over its source topics), `cleanup.policy=compact`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from streams.internal_topics import InternalTopicSpec, changelog_topic_config, repartition_topic_config
+from streams.runtime.errors import MissingSourceTopicError
+from streams.topology import Subtopology, Topology, changelog_topic_name
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    specs: dict                # decorated internal topic -> InternalTopicSpec
+    partitions_of_sub: dict    # sub-topology id -> number of tasks
+    source_topics: list        # every decorated source topic (main consumer subscription)
+
+
+def _changelog_config(builder: Any) -> dict:
+    real = builder.store_builder() if callable(getattr(builder, "store_builder", None)) else builder
+    fn = getattr(real, "changelog_topic_config", None)
+    if callable(fn):
+        return dict(fn())
+    return changelog_topic_config(extra=getattr(real, "log_config", None) or {})
+
+
+def _logged(builder: Any) -> bool:
+    return bool(getattr(builder, "logging_enabled", True))
+
+
+def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], application_id: str,
+                         existing_partitions: Mapping[str, int], replication_factor: int = -1) -> TopicPlan:
+    """`existing_partitions` maps topic -> partition count for the topics that exist. Raises
+    MissingSourceTopicError naming the missing external source topics."""
+    internal = set(topology.internal_topics)
+    missing = sorted({t for s in subtopologies for t in s.source_topics
+                      if t not in internal and t not in existing_partitions})
+    if missing:
+        raise MissingSourceTopicError(
+            f"source topics {missing} do not exist; create them before starting the application "
+            f"{application_id!r}")
+    counts: dict[str, int] = {}  # undecorated topic -> partitions
+    for s in subtopologies:
+        for t in s.source_topics:
+            if t not in internal:
+                counts[t] = existing_partitions[t]
+    # resolve repartition topics from their writers, upstream first
+    writers: dict[str, list[Subtopology]] = {}
+    for s in subtopologies:
+        for t in s.sink_topics:
+            if t in internal:
+                writers.setdefault(t, []).append(s)
+    pending = [t for t in internal if t in writers or any(t in s.source_topics for s in subtopologies)]
+    for _ in range(len(pending) + 1):
+        progressed = False
+        for t in list(pending):
+            subs = writers.get(t, [])
+            upstream = [u for s in subs for u in s.source_topics]
+            if subs and all(u in counts for u in upstream):
+                counts[t] = max(counts[u] for u in upstream)
+                pending.remove(t)
+                progressed = True
+            elif not subs:
+                decorated = topology.decorate_topic(t, application_id)
+                if decorated in existing_partitions:
+                    counts[t] = existing_partitions[decorated]
+                    pending.remove(t)
+                    progressed = True
+        if not pending or not progressed:
+            break
+    if pending:
+        raise MissingSourceTopicError(f"cannot determine the partition count of internal topics {sorted(pending)}")
+    specs: dict[str, InternalTopicSpec] = {}
+    for t in internal:
+        if t in counts:
+            specs[topology.decorate_topic(t, application_id)] = InternalTopicSpec(
+                counts[t], repartition_topic_config(), replication_factor)
+    partitions_of_sub = {}
+    for s in subtopologies:
+        n = max((counts[t] for t in s.source_topics), default=1)
+        partitions_of_sub[s.id] = n
+        for store in s.store_names:
+            builder = topology.store_builder(store)
+            if _logged(builder):
+                specs[changelog_topic_name(application_id, store)] = InternalTopicSpec(
+                    n, _changelog_config(builder), replication_factor)
+    sources = sorted({topology.decorate_topic(t, application_id) for s in subtopologies for t in s.source_topics})
+    return TopicPlan(specs, partitions_of_sub, sources)

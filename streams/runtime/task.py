@@ -1,0 +1,295 @@
+"""StreamTask: one sub-topology instance for one partition group, on the shared TaskEngine.
+
+States follow Kafka's Task.State: CREATED -> RESTORING -> RUNNING -> SUSPENDED -> CLOSED, with
+CREATED/RESTORING -> SUSPENDED, SUSPENDED -> RESTORING (resume) and CLOSED -> CREATED (revive).
+The owning thread registers the task's changelogs with its StoreChangelogReader while the task
+is RESTORING and calls `complete_restoration()` when they are all restored.
+
+Commit is split as in Kafka: `prepare_commit()` flushes the caches (forwarding their entries
+downstream into the collector) and returns the input offsets to commit; the thread then flushes
+the producer or commits the transaction and the offsets; `post_commit()` checkpoints (at least
+once: past the 10,000-offset threshold; exactly-once: only when forced).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Any, Callable, Optional
+
+from confluent_kafka import Message, TopicPartition
+
+from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
+from state.task_id import TaskId
+from streams.processing import TaskEngine
+from streams.runtime.errors import RuntimeStateError
+from streams.runtime.partition_group import PartitionGroup
+from streams.topology import Subtopology, Topology, changelog_topic_name
+
+log = logging.getLogger(__name__)
+
+_TOPIC = Message.topic
+_PARTITION = Message.partition
+_OFFSET = Message.offset
+_KEY = Message.key
+_VALUE = Message.value
+_TIMESTAMP = Message.timestamp
+_HEADERS = Message.headers
+
+
+class TaskState(enum.Enum):
+    CREATED = "CREATED"
+    RESTORING = "RESTORING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    CLOSED = "CLOSED"
+
+
+_ALLOWED = {
+    TaskState.CREATED: {TaskState.RESTORING, TaskState.SUSPENDED, TaskState.CLOSED},
+    TaskState.RESTORING: {TaskState.RUNNING, TaskState.SUSPENDED},
+    TaskState.RUNNING: {TaskState.SUSPENDED},
+    TaskState.SUSPENDED: {TaskState.RESTORING, TaskState.CLOSED},
+    TaskState.CLOSED: {TaskState.CREATED},
+}
+
+
+def check_transition(what: str, old: enum.Enum, new: enum.Enum, allowed: dict) -> None:
+    if new not in allowed[old]:
+        raise RuntimeStateError(f"{what}: invalid transition {old.value} -> {new.value}")
+
+
+class StreamTask:
+    """An active task. Not thread-safe: driven by one stream thread."""
+
+    def __init__(self, task_id: TaskId, subtopology: Subtopology, topology: Topology, *,
+                 input_partitions: list[tuple[str, int]], application_id: str, config: dict,
+                 collector: Any, state_directory: Any, thread_cache: Any, eos_enabled: bool,
+                 clock_ms: Callable[[], int], state_manager: Optional[ProcessorStateManager] = None) -> None:
+        self.id = task_id
+        self.subtopology = subtopology
+        self.topology = topology
+        self.input_partitions = list(input_partitions)
+        self.application_id = application_id
+        self.config = config
+        self.collector = collector
+        self.state_directory = state_directory
+        self.thread_cache = thread_cache
+        self.eos_enabled = eos_enabled
+        self.clock_ms = clock_ms
+        self.state = TaskState.CREATED
+        self.partition_group = PartitionGroup(self.input_partitions)
+        self.consumed: dict[tuple[str, int], int] = {}       # last processed offset per partition
+        self.committed: dict[tuple[str, int], int] = {}      # last committed next-offset
+        self.commit_needed = False
+        self.processed_since_commit = 0
+        self.manager: Optional[ProcessorStateManager] = state_manager  # a promoted standby's
+        self.engine: Optional[TaskEngine] = None
+        self._processors_initialized = False
+        self._recycled = state_manager is not None
+
+    def __repr__(self) -> str:
+        return f"StreamTask({self.id}, {self.state.value})"
+
+    def _transit(self, new: TaskState) -> None:
+        check_transition(f"task {self.id}", self.state, new, _ALLOWED)
+        log.debug("task %s: %s -> %s", self.id, self.state.value, new.value)
+        self.state = new
+
+    @property
+    def is_running(self) -> bool:
+        return self.state is TaskState.RUNNING
+
+    def changelog_partitions(self) -> list[TopicPartition]:
+        return self.manager.changelog_partitions() if self.manager is not None else []
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def _new_manager(self) -> ProcessorStateManager:
+        manager = ProcessorStateManager(
+            self.id, TaskType.ACTIVE, self.eos_enabled, self.state_directory,
+            changelog_topics={s: changelog_topic_name(self.application_id, s) for s in self.subtopology.store_names},
+            changelog_partition=self.id.partition, collector=self.collector, config=self.config)
+        manager.thread_cache = self.thread_cache  # type: ignore[attr-defined]  # read by caching stores
+        return manager
+
+    def initialize_if_needed(self) -> None:
+        """CREATED -> RESTORING: build the engine, lock the task directory, open and register the
+        stores and load the checkpoint. Raises LockError (retry later) or TaskCorruptedError."""
+        if self.state is not TaskState.CREATED:
+            return
+        self.engine = TaskEngine(self.topology, self.subtopology, task_id=self.id,
+                                 application_id=self.application_id, config=self.config,
+                                 collector=self.collector, clock_ms=self.clock_ms, state_context=self.manager)
+        if self._recycled:
+            # a promoted standby: its stores are open and registered with their offsets
+            self.manager.collector = self.collector
+            self.engine.stores.update({name: meta.store for name, meta in self.manager.stores.items()})
+            self.engine.build_stores()
+            self._recycled = False
+        else:
+            self.manager = self._new_manager()
+            self.engine.state_context = self.manager
+            register_state_stores(self.manager, self.engine.build_stores().values())
+        self._transit(TaskState.RESTORING)
+
+    def complete_restoration(self) -> None:
+        """RESTORING -> RUNNING: initialise the processors (once per engine)."""
+        if self.state is not TaskState.RESTORING:
+            raise RuntimeStateError(f"task {self.id}: complete_restoration in state {self.state.value}")
+        if not self._processors_initialized:
+            self.engine.init_processors()
+            self._processors_initialized = True
+        self._transit(TaskState.RUNNING)
+        log.info("task %s restored and running", self.id)
+
+    def suspend(self) -> None:
+        if self.state in (TaskState.SUSPENDED, TaskState.CLOSED):
+            return
+        self._transit(TaskState.SUSPENDED)
+
+    def resume(self) -> None:
+        """SUSPENDED -> RESTORING (the thread completes restoration again)."""
+        if self.state is TaskState.SUSPENDED:
+            self._transit(TaskState.RESTORING)
+            if self.eos_enabled and self.manager is not None:
+                self.manager.checkpoint_file.delete()  # KAFKA-10362
+
+    def close_clean(self) -> None:
+        """Close after a successful commit: processors, then stores with a forced checkpoint."""
+        self.suspend()
+        first_error: Optional[BaseException] = None
+        try:
+            if self.engine is not None:
+                self.engine.close(close_stores=False)
+        except BaseException as exc:
+            first_error = exc
+        if self.manager is not None:
+            try:
+                close_state_manager(self.manager, dirty=False)
+            except BaseException as exc:
+                first_error = first_error or exc
+        self.partition_group.clear()
+        self._transit(TaskState.CLOSED)
+        if first_error is not None:
+            raise first_error
+
+    def close_dirty(self) -> None:
+        """Close without flushing or checkpointing; under exactly-once the state is wiped (the
+        stores may hold uncommitted writes). Errors are logged, never raised."""
+        if self.state is TaskState.CLOSED:
+            return
+        if self.state is not TaskState.SUSPENDED:
+            self.state = TaskState.SUSPENDED  # a dirty close may come from any state
+        if self.engine is not None:
+            try:
+                self.engine.close(close_stores=False)
+            except BaseException:
+                log.exception("task %s: error closing processors (dirty close)", self.id)
+        if self.manager is not None:
+            try:
+                close_state_manager(self.manager, dirty=True, wipe=self.eos_enabled)
+            except BaseException:
+                log.exception("task %s: error closing state (dirty close)", self.id)
+        self.partition_group.clear()
+        self._transit(TaskState.CLOSED)
+
+    def revive(self) -> None:
+        """CLOSED -> CREATED: a fresh engine and stores on the next initialisation (after a
+        corruption the stores restore from the changelog)."""
+        self._transit(TaskState.CREATED)
+        self.engine = None
+        self.manager = None
+        self._processors_initialized = False
+        self.consumed.clear()
+        self.committed.clear()
+        self.commit_needed = False
+        self.processed_since_commit = 0
+
+    def mark_changelogs_corrupted(self, tps: list[TopicPartition]) -> None:
+        if self.manager is not None:
+            mine = set(self.manager.changelog_partitions())
+            self.manager.mark_changelog_as_corrupted([tp for tp in tps if tp in mine])
+
+    # ---- processing -------------------------------------------------------------------------
+
+    def add_records(self, tp: tuple[str, int], messages: list) -> None:
+        self.partition_group.add(tp, messages)
+
+    @property
+    def buffered(self) -> int:
+        return self.partition_group.buffered
+
+    def process(self, max_records: int) -> int:
+        """Process up to `max_records` buffered records in timestamp order; returns the count."""
+        if self.state is not TaskState.RUNNING or not self.partition_group.buffered:
+            return 0
+        engine_process = self.engine.process
+        consumed = self.consumed
+        n = 0
+        last_tp = None
+        last_offset = -1
+        for msg in self.partition_group.drain(max_records):
+            topic = _TOPIC(msg)
+            partition = _PARTITION(msg)
+            offset = _OFFSET(msg)
+            engine_process(topic, partition, offset, _KEY(msg), _VALUE(msg), _TIMESTAMP(msg)[1], _HEADERS(msg))
+            n += 1
+            if last_tp is None or last_tp[0] != topic or last_tp[1] != partition:
+                if last_tp is not None:
+                    consumed[last_tp] = last_offset
+                last_tp = (topic, partition)
+            last_offset = offset
+        if last_tp is not None:
+            consumed[last_tp] = last_offset
+        if n:
+            self.commit_needed = True
+            self.processed_since_commit += n
+        return n
+
+    def maybe_punctuate(self) -> bool:
+        if self.state is not TaskState.RUNNING:
+            return False
+        fired = self.engine.maybe_punctuate_stream_time()
+        fired = self.engine.maybe_punctuate_system_time() or fired
+        if fired:
+            self.commit_needed = True
+        return fired
+
+    @property
+    def commit_requested(self) -> bool:
+        return self.engine is not None and self.engine.context.commit_requested
+
+    # ---- commit -----------------------------------------------------------------------------
+
+    def prepare_commit(self) -> dict[tuple[str, int], int]:
+        """Flush the caches (their entries go downstream into the collector) and return the
+        input offsets to commit (next offset to read) for partitions that moved."""
+        if self.state not in (TaskState.RUNNING, TaskState.SUSPENDED) or self.engine is None \
+                or not self._processors_initialized:
+            return {}
+        self.engine.flush_cache()
+        self.engine.context.commit_requested = False
+        return {tp: off + 1 for tp, off in self.consumed.items() if self.committed.get(tp) != off + 1}
+
+    def post_commit(self, committed: dict[tuple[str, int], int], *, force_checkpoint: bool = False) -> None:
+        """After offsets committed: remember them; checkpoint (ALOS past the threshold; EOS only
+        when forced, e.g. before a clean close)."""
+        for tp, off in committed.items():
+            if tp in self.partition_group.queues:
+                self.committed[tp] = off
+        self.commit_needed = False
+        self.processed_since_commit = 0
+        if self.manager is None or self.state is TaskState.CREATED:
+            return
+        if force_checkpoint:
+            self.manager.checkpoint(force=True)
+        elif not self.eos_enabled:
+            self.manager.checkpoint()
+
+    # ---- queries ----------------------------------------------------------------------------
+
+    def store(self, name: str) -> Any:
+        if self.engine is None:
+            return None
+        return self.engine.stores.get(name)

@@ -1,0 +1,476 @@
+"""TaskManager: a stream thread's active and standby tasks across assignment changes.
+
+Tasks are (sub-topology, partition): an assigned source partition `(topic, p)` belongs to task
+`<sub-topology of topic>_<p>`, whose input is every source topic of that sub-topology at
+partition p (co-partitioning). New tasks are CREATED, initialised (directory lock, stores,
+checkpoint), restored by the thread's StoreChangelogReader (active changelogs first, then
+standbys), and only then process; their input partitions stay paused meanwhile.
+
+Commit (`commit`) is Kafka's: flush caches -> flush the producer (at least once) or commit the
+transaction with the input offsets (exactly-once v2) -> commit offsets -> checkpoint. Failures:
+`handle_corruption` (semantics-restore step 14) and `handle_migrated` (fenced producer or stale
+group generation: every active task is closed dirty and revived).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Any, Callable, Iterable, Optional
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+
+from state.errors import LockError, TaskCorruptedError
+from state.listener import SuspendReason
+from state.task_id import TaskId
+from streams.runtime.collector import RecordCollector, is_fenced
+from streams.runtime.config import StreamsConfig
+from streams.runtime.errors import TaskMigratedError
+from streams.runtime.standby import StandbyState, StandbyTask
+from streams.runtime.task import StreamTask, TaskState
+from streams.topology import Subtopology, Topology
+
+log = logging.getLogger(__name__)
+
+_ERROR = Message.error
+
+
+def _tp_key(msg: Any) -> tuple[str, int]:
+    return (msg.topic(), msg.partition())
+
+
+class TaskManager:
+    def __init__(self, topology: Topology, subtopologies: list[Subtopology], *, config: StreamsConfig,
+                 state_directory: Any, consumer: Any, collector: RecordCollector, reader: Any,
+                 thread_cache: Any, clock_ms: Callable[[], int],
+                 reset_producer: Optional[Callable[[], None]] = None) -> None:
+        self.topology = topology
+        self.config = config
+        self.task_config = config.task_config()
+        self.state_directory = state_directory
+        self.consumer = consumer
+        self.collector = collector
+        self.reader = reader
+        self.thread_cache = thread_cache
+        self.clock_ms = clock_ms
+        self.reset_producer = reset_producer
+        self.eos = config.eos_enabled
+        app = config.application_id
+        self.subtopologies = {s.id: s for s in subtopologies}
+        self.sub_of_topic: dict[str, Subtopology] = {}
+        self.inputs_of_sub: dict[int, tuple[str, ...]] = {}
+        for s in subtopologies:
+            topics = tuple(topology.decorate_topic(t, app) for t in s.source_topics)
+            self.inputs_of_sub[s.id] = topics
+            for t in topics:
+                self.sub_of_topic[t] = s
+        self.tasks: dict[TaskId, StreamTask] = {}
+        self.standbys: dict[TaskId, StandbyTask] = {}
+        self.desired_standbys: set[TaskId] = set()
+        self._task_of_tp: dict[tuple[str, int], StreamTask] = {}
+        self._to_pause: set[tuple[str, int]] = set()
+        self._running: list[StreamTask] = []
+        self.on_tasks_changed: Callable[[], None] = lambda: None
+
+    # ---- assignment -------------------------------------------------------------------------
+
+    def task_id_for(self, topic: str, partition: int) -> TaskId:
+        return TaskId(self.sub_of_topic[topic].id, partition)
+
+    def active_task_ids(self) -> set[TaskId]:
+        return set(self.tasks)
+
+    def handle_assignment(self, partitions: Iterable[TopicPartition]) -> None:
+        """Create tasks for newly assigned source partitions (promoting standbys when we have
+        them); their input stays paused until they are restored."""
+        created = []
+        for tp in partitions:
+            sub = self.sub_of_topic.get(tp.topic)
+            if sub is None:
+                log.warning("assigned partition %s-%d is not a source of the topology", tp.topic, tp.partition)
+                continue
+            task_id = TaskId(sub.id, tp.partition)
+            if task_id in self.tasks:
+                continue
+            inputs = [(t, tp.partition) for t in self.inputs_of_sub[sub.id]]
+            manager = None
+            standby = self.standbys.pop(task_id, None)
+            if standby is not None:
+                if standby.state is StandbyState.RUNNING:
+                    self.reader.unregister(standby.changelog_partitions(), SuspendReason.PROMOTED)
+                    manager = standby.hand_over()
+                    log.info("promoting standby %s to active", task_id)
+                else:
+                    standby.close()
+            task = StreamTask(task_id, sub, self.topology, input_partitions=inputs,
+                              application_id=self.config.application_id, config=self.task_config,
+                              collector=self.collector, state_directory=self.state_directory,
+                              thread_cache=self.thread_cache, eos_enabled=self.eos,
+                              clock_ms=self.clock_ms, state_manager=manager)
+            self.tasks[task_id] = task
+            for key in inputs:
+                self._task_of_tp[key] = task
+                self._to_pause.add(key)
+            created.append(task_id)
+        if created:
+            log.info("new active tasks %s", sorted(str(t) for t in created))
+            self._refresh_running()
+            self.on_tasks_changed()
+
+    def tasks_for_partitions(self, partitions: Iterable[TopicPartition]) -> list[StreamTask]:
+        found = {}
+        for tp in partitions:
+            task = self._task_of_tp.get((tp.topic, tp.partition))
+            if task is not None:
+                found[task.id] = task
+        return list(found.values())
+
+    def handle_revocation(self, partitions: Iterable[TopicPartition]) -> None:
+        """Commit everything (one transaction under EOS), then close the revoked tasks clean."""
+        revoked = self.tasks_for_partitions(partitions)
+        if not revoked:
+            return
+        try:
+            self.commit()
+        except TaskMigratedError as exc:
+            log.warning("commit before revocation failed (%s): closing revoked tasks dirty", exc)
+            self.handle_migrated(exc)
+            for task in revoked:
+                self._remove(task, dirty=True)
+            return
+        for task in revoked:
+            self._remove(task, dirty=False)
+
+    def handle_lost(self, partitions: Iterable[TopicPartition]) -> None:
+        """Partitions lost without a chance to commit: drop their tasks dirty; under EOS the
+        open transaction holds their output, so every task is revived."""
+        lost = self.tasks_for_partitions(partitions)
+        if not lost:
+            return
+        self.handle_migrated(TaskMigratedError("partitions lost"), reset_positions=False)
+        for task in lost:
+            self._remove(task, dirty=True)
+
+    def _remove(self, task: StreamTask, *, dirty: bool) -> None:
+        self.reader.unregister(task.changelog_partitions())
+        if dirty:
+            task.close_dirty()
+        else:
+            try:
+                task.close_clean()
+            except Exception:
+                log.exception("task %s: clean close failed, closing dirty", task.id)
+                task.close_dirty()
+        self.tasks.pop(task.id, None)
+        for key in task.input_partitions:
+            if self._task_of_tp.get(key) is task:
+                del self._task_of_tp[key]
+            self._to_pause.discard(key)
+        self._refresh_running()
+        self.on_tasks_changed()
+
+    def _refresh_running(self) -> None:
+        self._running = [t for t in self.tasks.values() if t.state is TaskState.RUNNING]
+
+    def apply_pauses(self) -> None:
+        """Pause the input of tasks that are not running yet (deferred: partitions handed to
+        on_assign are assigned only after the callback returns)."""
+        if not self._to_pause:
+            return
+        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        ready = [k for k in self._to_pause if k in assigned]
+        if ready:
+            task_states = [self._task_of_tp[k].state for k in ready]
+            pause = [TopicPartition(t, p) for (t, p), s in zip(ready, task_states) if s is not TaskState.RUNNING]
+            if pause:
+                self.consumer.pause(pause)
+            self._to_pause.difference_update(ready)
+
+    # ---- standbys ---------------------------------------------------------------------------
+
+    def set_desired_standbys(self, task_ids: set[TaskId]) -> None:
+        self.desired_standbys = set(task_ids)
+
+    def _reconcile_standbys(self) -> None:
+        wanted = {t for t in self.desired_standbys if t not in self.tasks}
+        for task_id in [t for t in self.standbys if t not in wanted]:
+            standby = self.standbys.pop(task_id)
+            self.reader.unregister(standby.changelog_partitions(), SuspendReason.MIGRATED)
+            standby.close()
+        for task_id in wanted:
+            if task_id in self.standbys:
+                continue
+            sub = self.subtopologies.get(task_id.subtopology)
+            if sub is None or not sub.store_names:
+                continue
+            self.standbys[task_id] = StandbyTask(
+                task_id, sub, self.topology, application_id=self.config.application_id,
+                config=self.task_config, state_directory=self.state_directory,
+                thread_cache=self.thread_cache, eos_enabled=self.eos)
+
+    # ---- restoration ------------------------------------------------------------------------
+
+    def _initialize(self, task: Any) -> bool:
+        try:
+            task.initialize_if_needed()
+        except LockError as exc:
+            log.debug("task %s: directory busy (%s); retrying", task.id, exc)
+            return False
+        except TaskCorruptedError as exc:
+            log.warning("task %s: %s", task.id, exc)
+            # register_state_stores left the directory locked so it can be wiped safely
+            from state.manager import close_state_manager
+            if task.manager is not None:
+                close_state_manager(task.manager, dirty=True, wipe=True)
+            task.manager = None
+            return False
+        for tp in task.changelog_partitions():
+            self.reader.register(tp, task.manager)
+        return True
+
+    def initialize_and_restore(self) -> bool:
+        """One restoration step; True when every active task is running."""
+        self._reconcile_standbys()
+        restoring = []
+        for task in self.tasks.values():
+            if task.state is TaskState.CREATED:
+                self._initialize(task)
+            if task.state is TaskState.RESTORING:
+                restoring.append(task)
+        for standby in self.standbys.values():
+            if standby.state is StandbyState.CREATED:
+                self._initialize(standby)
+        if restoring:
+            if self.reader.state.value != "ACTIVE_RESTORING":
+                self.reader.enforce_restore_active()
+            # do not hold up running tasks that have input waiting
+            busy = any(t.buffered for t in self._running)
+            self.reader.poll_timeout_s = 0.0 if busy else self.config.poll_ms / 1000.0
+            try:
+                self.reader.restore()
+            except TaskCorruptedError as exc:
+                self.handle_corruption(getattr(exc, "task_ids", None) or [t.id for t in restoring],
+                                       list(exc.changelog_partitions))
+                return False
+            completed = self.reader.completed_changelogs()
+            newly_running = []
+            for task in restoring:
+                if all(tp in completed for tp in task.changelog_partitions()):
+                    task.complete_restoration()
+                    newly_running.append(task)
+            if newly_running:
+                self._refresh_running()
+                resume = [TopicPartition(t, p) for task in newly_running for (t, p) in task.input_partitions
+                          if (t, p) not in self._to_pause]
+                if resume:
+                    self.consumer.resume(resume)
+        elif self.standbys:
+            if self.reader.state.value == "ACTIVE_RESTORING":
+                self.reader.transit_to_update_standby()
+            try:
+                self.reader.restore()
+            except TaskCorruptedError as exc:
+                for task_id in getattr(exc, "task_ids", []) or list(self.standbys):
+                    standby = self.standbys.pop(task_id, None)
+                    if standby is not None:
+                        self.reader.unregister(standby.changelog_partitions())
+                        standby.close(dirty=True)
+                        if not self.eos:
+                            self.state_directory.lock(task_id)
+                            try:
+                                self.state_directory.wipe_task(task_id)
+                            finally:
+                                self.state_directory.unlock(task_id)
+        return len(self._running) == len(self.tasks)
+
+    # ---- processing -------------------------------------------------------------------------
+
+    def add_records(self, msgs: list) -> None:
+        if any(map(_ERROR, msgs)):
+            errors = [m for m in msgs if m.error() is not None]
+            for m in errors:
+                err = m.error()
+                if err.code() != KafkaError._PARTITION_EOF:
+                    if err.fatal():
+                        raise KafkaException(err)
+                    log.warning("consumer error: %s", err)
+            msgs = [m for m in msgs if m.error() is None]
+        task_of = self._task_of_tp
+        for key, group in itertools.groupby(msgs, _tp_key):
+            task = task_of.get(key)
+            if task is not None:
+                task.add_records(key, list(group))
+
+    def process(self, max_per_task: int) -> int:
+        total = 0
+        for task in self._running:
+            if task.partition_group.buffered:
+                total += task.process(max_per_task)
+        return total
+
+    def punctuate(self) -> int:
+        return sum(1 for task in self._running if task.maybe_punctuate())
+
+    def buffered(self) -> int:
+        return sum(t.buffered for t in self._running)
+
+    def commit_requested(self) -> bool:
+        return any(t.commit_requested for t in self._running)
+
+    # ---- commit -----------------------------------------------------------------------------
+
+    def commit(self) -> int:
+        """Commit every task that has something to commit; returns how many tasks committed.
+        Raises TaskMigratedError when the commit cannot happen (the caller revives the tasks)."""
+        tasks = [t for t in self.tasks.values()
+                 if t.state in (TaskState.RUNNING, TaskState.SUSPENDED) and t.commit_needed]
+        per_task = {}
+        offsets: dict[tuple[str, int], int] = {}
+        for task in tasks:
+            o = task.prepare_commit()
+            per_task[task.id] = o
+            offsets.update(o)
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        if self.eos:
+            self._commit_transaction(tps)
+        else:
+            self.collector.flush()
+            if tps:
+                try:
+                    self.consumer.commit(offsets=tps, asynchronous=False)
+                except KafkaException as exc:
+                    raise TaskMigratedError(f"offset commit failed: {exc}") from exc
+        for task in tasks:
+            task.post_commit(per_task[task.id])
+        for standby in self.standbys.values():
+            standby.commit()
+        return len(tasks)
+
+    def _commit_transaction(self, tps: list[TopicPartition]) -> None:
+        collector = self.collector
+        if not tps and not collector.in_transaction:
+            return
+        producer = collector.producer
+        try:
+            collector.begin_transaction()
+            if tps:
+                producer.send_offsets_to_transaction(tps, self.consumer.consumer_group_metadata(), 30)
+            while True:
+                try:
+                    producer.commit_transaction(60)
+                    break
+                except KafkaException as exc:
+                    err = exc.args[0] if exc.args else None
+                    if isinstance(err, KafkaError) and err.retriable() and not err.txn_requires_abort():
+                        continue
+                    raise
+        except KafkaException as exc:
+            raise TaskMigratedError(f"transaction commit failed: {exc}") from exc
+        collector.in_transaction = False
+        collector.check_error()
+
+    # ---- failures ---------------------------------------------------------------------------
+
+    def _abort_transaction(self) -> None:
+        collector = self.collector
+        if not self.eos:
+            collector.reset_error()
+            return
+        try:
+            if collector.in_transaction:
+                collector.producer.abort_transaction(30)
+        except KafkaException as exc:
+            log.warning("cannot abort the transaction (%s): recreating the producer", exc)
+            if self.reset_producer is not None:
+                self.reset_producer()
+        collector.in_transaction = False
+        collector.reset_error()
+
+    def _reset_positions(self, tasks: list[StreamTask]) -> None:
+        """Rewind the tasks' input to the committed offsets (their uncommitted work was lost)."""
+        tps = [TopicPartition(t, p) for task in tasks for (t, p) in task.input_partitions]
+        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        tps = [tp for tp in tps if (tp.topic, tp.partition) in assigned]
+        if not tps:
+            return
+        committed = self.consumer.committed(tps, timeout=30)
+        for tp in committed:
+            offset = tp.offset if tp.offset is not None and tp.offset >= 0 else OFFSET_BEGINNING
+            try:
+                self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+            except KafkaException as exc:
+                log.warning("cannot rewind %s-%d to %s: %s", tp.topic, tp.partition, offset, exc)
+
+    def _close_dirty_and_revive(self, tasks: list[StreamTask]) -> None:
+        for task in tasks:
+            self.reader.unregister(task.changelog_partitions())
+            task.close_dirty()
+            task.revive()
+        self._refresh_running()
+        pause = [TopicPartition(t, p) for task in tasks for (t, p) in task.input_partitions]
+        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        pause = [tp for tp in pause if (tp.topic, tp.partition) in assigned]
+        if pause:
+            self.consumer.pause(pause)
+
+    def handle_corruption(self, task_ids: Iterable[TaskId], changelogs: list[TopicPartition]) -> None:
+        """Semantics-restore step 14: commit the healthy tasks, then close the corrupted ones
+        dirty (corrupted changelogs left out of the checkpoint; under EOS the directory is
+        wiped), revive them and rewind their input."""
+        ids = set(task_ids)
+        corrupted = [t for t in self.tasks.values() if t.id in ids]
+        if not corrupted:
+            return
+        log.warning("tasks %s are corrupted: closing dirty and reviving", sorted(str(t) for t in ids))
+        try:
+            self.commit()
+        except TaskMigratedError as exc:
+            self.handle_migrated(exc)
+            return
+        for task in corrupted:
+            task.mark_changelogs_corrupted(changelogs)
+        self._close_dirty_and_revive(corrupted)
+        if not self.eos:
+            # at least once keeps directories on a dirty close; a corrupted store must still go
+            for task in corrupted:
+                self.state_directory.lock(task.id)
+                try:
+                    self.state_directory.wipe_task(task.id)
+                finally:
+                    self.state_directory.unlock(task.id)
+        self._reset_positions(corrupted)
+
+    def handle_migrated(self, exc: BaseException, *, reset_positions: bool = True) -> None:
+        """The thread's transaction or offset commit failed (fenced, stale generation): abort,
+        close every active task dirty (EOS: wipe), revive them and rewind their input."""
+        log.warning("tasks migrated or producer fenced (%s): closing all active tasks dirty", exc)
+        cause = exc.__cause__
+        if self.eos and cause is not None and is_fenced(cause) and self.reset_producer is not None:
+            self.collector.in_transaction = False
+            self.reset_producer()
+        else:
+            self._abort_transaction()
+        tasks = list(self.tasks.values())
+        self._close_dirty_and_revive(tasks)
+        if reset_positions:
+            self._reset_positions(tasks)
+
+    # ---- shutdown ---------------------------------------------------------------------------
+
+    def shutdown(self, *, clean: bool) -> None:
+        if clean:
+            try:
+                self.commit()
+            except Exception as exc:
+                log.warning("final commit failed (%s): closing tasks dirty", exc)
+                clean = False
+                if self.eos:
+                    self._abort_transaction()
+        for task in list(self.tasks.values()):
+            self._remove(task, dirty=not clean)
+        for task_id in list(self.standbys):
+            standby = self.standbys.pop(task_id)
+            self.reader.unregister(standby.changelog_partitions())
+            standby.close(dirty=not clean)
+        self.reader.clear()

@@ -1,0 +1,351 @@
+"""StreamThread: poll -> restore -> process -> punctuate -> commit, on one main consumer.
+
+Each thread owns a main consumer (group = application.id, subscribed to every source topic
+including repartition topics; rebalance callbacks drive its TaskManager), a restore consumer
+(no group, partitions assigned by the StoreChangelogReader) and one producer (transactional
+under exactly_once_v2, `transactional.id = <application.id>-<process id>-<thread index>`, so a
+restarted instance fences its crashed predecessor and aborts its open transaction at once).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from confluent_kafka import KafkaException
+
+from state.caching import ThreadCache
+from state.errors import TaskCorruptedError
+from state.restore import StoreChangelogReader, restore_consumer_config
+from streams.runtime.collector import RecordCollector, production_handler_from_config
+from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
+from streams.runtime.errors import TaskMigratedError
+from streams.runtime.task import check_transition
+from streams.runtime.task_manager import TaskManager
+
+log = logging.getLogger(__name__)
+
+MAX_POLL_RECORDS = 5000
+MAX_PROCESS_PER_TASK = 20000
+
+
+class ThreadState(enum.Enum):
+    CREATED = "CREATED"
+    STARTING = "STARTING"
+    PARTITIONS_REVOKED = "PARTITIONS_REVOKED"
+    PARTITIONS_ASSIGNED = "PARTITIONS_ASSIGNED"
+    RUNNING = "RUNNING"
+    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"
+    DEAD = "DEAD"
+
+
+_ALLOWED = {
+    ThreadState.CREATED: {ThreadState.STARTING, ThreadState.PENDING_SHUTDOWN},
+    ThreadState.STARTING: {ThreadState.PARTITIONS_REVOKED, ThreadState.PARTITIONS_ASSIGNED,
+                           ThreadState.PENDING_SHUTDOWN},
+    ThreadState.PARTITIONS_REVOKED: {ThreadState.PARTITIONS_REVOKED, ThreadState.PARTITIONS_ASSIGNED,
+                                     ThreadState.PENDING_SHUTDOWN},
+    ThreadState.PARTITIONS_ASSIGNED: {ThreadState.PARTITIONS_REVOKED, ThreadState.PARTITIONS_ASSIGNED,
+                                      ThreadState.RUNNING, ThreadState.PENDING_SHUTDOWN},
+    ThreadState.RUNNING: {ThreadState.PARTITIONS_REVOKED, ThreadState.PARTITIONS_ASSIGNED,
+                          ThreadState.PENDING_SHUTDOWN},
+    ThreadState.PENDING_SHUTDOWN: {ThreadState.DEAD},
+    ThreadState.DEAD: set(),
+}
+
+
+class SimulatedCrash(BaseException):
+    """Raised by a test fault injector: the thread stops at once as if its process died
+    (no commit, no flush, no transaction abort; stores closed without checkpoint)."""
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class StreamThread(threading.Thread):
+    def __init__(self, index: int, *, topology: Any, subtopologies: list, config: StreamsConfig,
+                 backend: Any, admin: Any, state_directory: Any, process_id: str, source_topics: list[str],
+                 restore_listener: Any = None, on_state_change: Callable[["StreamThread", ThreadState, ThreadState], None],
+                 on_error: Callable[["StreamThread", BaseException], None],
+                 on_tasks_changed: Callable[["StreamThread"], None],
+                 assignment_strategy: str = "cooperative-sticky") -> None:
+        super().__init__(name=f"{config.application_id}-StreamThread-{index}", daemon=True)
+        self.index = index
+        self.topology = topology
+        self.subtopologies = subtopologies
+        self.config = config
+        self.backend = backend
+        self.admin = admin
+        self.state_directory = state_directory
+        self.process_id = process_id
+        self.source_topics = source_topics
+        self.restore_listener = restore_listener
+        self.assignment_strategy = assignment_strategy
+        self._on_state_change = on_state_change
+        self._on_error = on_error
+        self._on_tasks_changed = on_tasks_changed
+        self.state = ThreadState.CREATED
+        self._state_lock = threading.Lock()
+        self._stop_event = threading.Event()
+        self._abandoned = False
+        self.fault_injector: Optional[Callable[[str], None]] = None
+        self.task_manager: Optional[TaskManager] = None
+        self.consumer: Any = None
+        self.restore_consumer: Any = None
+        self.producer: Any = None
+        self.collector: Optional[RecordCollector] = None
+        self.active_task_ids: frozenset = frozenset()
+        self.desired_standbys: frozenset = frozenset()
+        self._standby_version = 0
+        self._applied_standby_version = -1
+        self.processed_total = 0
+        self.transactional_id = f"{config.application_id}-{process_id}-{index}" if config.eos_enabled else None
+
+    # ---- state ------------------------------------------------------------------------------
+
+    def _set_state(self, new: ThreadState) -> None:
+        with self._state_lock:
+            old = self.state
+            if old is new and new is not ThreadState.PARTITIONS_ASSIGNED:
+                return
+            check_transition(f"stream thread {self.name}", old, new, _ALLOWED)
+            self.state = new
+        if old is not new:
+            self._on_state_change(self, new, old)
+
+    def set_desired_standbys(self, task_ids: frozenset) -> None:
+        self.desired_standbys = task_ids
+        self._standby_version += 1
+
+    def shutdown(self) -> None:
+        """Ask the thread to stop after its current loop iteration (it commits and closes)."""
+        self._stop_event.set()
+
+    def _inject(self, point: str) -> None:
+        if self.fault_injector is not None:
+            self.fault_injector(point)
+
+    # ---- clients ----------------------------------------------------------------------------
+
+    def _producer_conf(self) -> dict:
+        conf = {"client.id": f"{self.name}-producer"}
+        if self.transactional_id is not None:
+            conf["transactional.id"] = self.transactional_id
+            conf["enable.idempotence"] = True
+        return conf
+
+    def _new_producer(self) -> Any:
+        producer = self.backend.producer(self._producer_conf())
+        if self.transactional_id is not None:
+            producer.init_transactions(60)
+        return producer
+
+    def _reset_producer(self) -> None:
+        """Replace a fenced or broken transactional producer (same transactional.id: the new
+        one fences the old and aborts its transaction)."""
+        old = self.producer
+        try:
+            purge = getattr(old, "purge", None)
+            if purge is not None:
+                purge()
+        except Exception:  # noqa: BLE001 - the old producer is discarded anyway
+            pass
+        self.producer = self._new_producer()
+        self.collector.producer = self.producer
+        self.collector._produce = self.producer.produce
+        self.collector.in_transaction = False
+        self.collector.reset_error()
+
+    def _create_clients(self) -> None:
+        cfg = self.config
+        main_conf = {
+            "group.id": cfg.application_id,
+            "client.id": f"{self.name}-consumer",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": self.assignment_strategy,
+            "isolation.level": "read_committed" if cfg.eos_enabled else "read_uncommitted",
+            **cfg.prefixed(MAIN_CONSUMER_PREFIX),
+        }
+        self.consumer = self.backend.consumer(main_conf)
+        restore_conf = {
+            **restore_consumer_config(cfg.eos_enabled, group_id=f"{cfg.application_id}-restore"),
+            "client.id": f"{self.name}-restore-consumer",
+            **cfg.prefixed(RESTORE_CONSUMER_PREFIX),
+        }
+        self.restore_consumer = self.backend.consumer(restore_conf)
+        self.producer = self._new_producer()
+        self.collector = RecordCollector(self.producer, eos_enabled=cfg.eos_enabled,
+                                         production_handler=production_handler_from_config(cfg.raw))
+        reader = StoreChangelogReader(self.restore_consumer, self.restore_listener, eos_enabled=cfg.eos_enabled,
+                                      admin=self.admin, poll_ms=cfg.poll_ms, task_timeout_ms=cfg.task_timeout_ms)
+        self.task_manager = TaskManager(
+            self.topology, self.subtopologies, config=cfg, state_directory=self.state_directory,
+            consumer=self.consumer, collector=self.collector, reader=reader,
+            thread_cache=ThreadCache(max(1, cfg.cache_max_bytes // cfg.num_stream_threads)),
+            clock_ms=_wall_clock_ms, reset_producer=self._reset_producer)
+        self.task_manager.on_tasks_changed = self._tasks_changed
+
+    def _tasks_changed(self) -> None:
+        self.active_task_ids = frozenset(self.task_manager.tasks)
+        self._on_tasks_changed(self)
+
+    # ---- rebalance callbacks (run inside consume()) -----------------------------------------
+
+    def _on_assign(self, consumer: Any, partitions: list) -> None:
+        if self._abandoned:
+            return
+        log.info("%s: assigned %s", self.name, [f"{tp.topic}-{tp.partition}" for tp in partitions])
+        self.task_manager.handle_assignment(partitions)
+        self._set_state(ThreadState.PARTITIONS_ASSIGNED)
+
+    def _on_revoke(self, consumer: Any, partitions: list) -> None:
+        if self._abandoned:
+            return
+        log.info("%s: revoked %s", self.name, [f"{tp.topic}-{tp.partition}" for tp in partitions])
+        if self.state is not ThreadState.PENDING_SHUTDOWN:
+            self._set_state(ThreadState.PARTITIONS_REVOKED)
+        self.task_manager.handle_revocation(partitions)
+
+    def _on_lost(self, consumer: Any, partitions: list) -> None:
+        if self._abandoned:
+            return
+        log.warning("%s: lost %s", self.name, [f"{tp.topic}-{tp.partition}" for tp in partitions])
+        if self.state is not ThreadState.PENDING_SHUTDOWN:
+            self._set_state(ThreadState.PARTITIONS_REVOKED)
+        self.task_manager.handle_lost(partitions)
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._set_state(ThreadState.STARTING)
+            self._create_clients()
+            self.consumer.subscribe(self.source_topics, on_assign=self._on_assign,
+                                    on_revoke=self._on_revoke, on_lost=self._on_lost)
+            commit_interval_s = self.config.commit_interval_ms / 1000.0
+            next_commit = time.monotonic() + commit_interval_s
+            while not self._stop_event.is_set():
+                try:
+                    self._run_once()
+                    now = time.monotonic()
+                    if now >= next_commit or self.task_manager.commit_requested():
+                        self._inject("before_commit")
+                        self.task_manager.commit()
+                        self._inject("after_commit")
+                        next_commit = now + commit_interval_s
+                except TaskMigratedError as exc:
+                    self.task_manager.handle_migrated(exc)
+                except TaskCorruptedError as exc:
+                    self.task_manager.handle_corruption(getattr(exc, "task_ids", None) or list(self.task_manager.tasks),
+                                                        list(exc.changelog_partitions))
+            self._set_state(ThreadState.PENDING_SHUTDOWN)
+            self._shutdown(clean=True)
+        except SimulatedCrash:
+            self._abandon()
+        except BaseException as exc:  # noqa: BLE001 - reported to the App's handler
+            log.exception("%s failed", self.name)
+            try:
+                if self.state is not ThreadState.PENDING_SHUTDOWN:
+                    self._set_state(ThreadState.PENDING_SHUTDOWN)
+                self._shutdown(clean=False)
+            except BaseException:  # noqa: BLE001
+                log.exception("%s: error while shutting down after a failure", self.name)
+            self._set_dead()
+            self._on_error(self, exc)
+            return
+        self._set_dead()
+
+    def _set_dead(self) -> None:
+        if self.state is not ThreadState.DEAD:
+            if self.state is not ThreadState.PENDING_SHUTDOWN:
+                self.state = ThreadState.PENDING_SHUTDOWN
+            self._set_state(ThreadState.DEAD)
+
+    def _run_once(self) -> None:
+        tm = self.task_manager
+        self._inject("poll")
+        if self._applied_standby_version != self._standby_version:
+            self._applied_standby_version = self._standby_version
+            tm.set_desired_standbys(set(self.desired_standbys))
+        restoring = len(tm._running) != len(tm.tasks)
+        timeout = 0.0 if (restoring or tm.buffered()) else self.config.poll_ms / 1000.0
+        msgs = self.consumer.consume(MAX_POLL_RECORDS, timeout)
+        tm.apply_pauses()
+        if msgs:
+            tm.add_records(msgs)
+        if tm.tasks or tm.standbys or tm.desired_standbys:
+            all_running = tm.initialize_and_restore()
+        else:
+            all_running = True
+        if all_running and self.state is ThreadState.PARTITIONS_ASSIGNED:
+            self._set_state(ThreadState.RUNNING)
+        processed = tm.process(MAX_PROCESS_PER_TASK)
+        if processed:
+            self.processed_total += processed
+            self._inject("after_process")
+        tm.punctuate()
+
+    # ---- shutdown ---------------------------------------------------------------------------
+
+    def _shutdown(self, *, clean: bool) -> None:
+        tm = self.task_manager
+        if tm is not None:
+            try:
+                tm.shutdown(clean=clean)
+            except BaseException:
+                log.exception("%s: error closing tasks", self.name)
+                if clean:
+                    raise
+        self._close_clients(flush=clean)
+
+    def _close_clients(self, *, flush: bool) -> None:
+        self._abandoned = True  # callbacks during close have nothing left to do
+        for name in ("consumer", "restore_consumer"):
+            client = getattr(self, name)
+            if client is not None:
+                try:
+                    client.close()
+                except Exception:  # noqa: BLE001
+                    log.debug("%s: error closing %s", self.name, name, exc_info=True)
+        if self.producer is not None:
+            try:
+                if flush:
+                    self.producer.flush(30)
+                else:
+                    purge = getattr(self.producer, "purge", None)
+                    if purge is not None:
+                        purge()
+            except Exception:  # noqa: BLE001
+                log.debug("%s: error closing the producer", self.name, exc_info=True)
+            close = getattr(self.producer, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def _abandon(self) -> None:
+        """A simulated process death: nothing is committed, flushed or aborted."""
+        log.warning("%s: simulated crash, abandoning tasks", self.name)
+        self._abandoned = True
+        tm = self.task_manager
+        if tm is not None:
+            for task in list(tm.tasks.values()) + list(tm.standbys.values()):
+                manager = task.manager
+                if manager is not None:
+                    try:
+                        manager.close(dirty=True)
+                    except Exception:  # noqa: BLE001
+                        pass
+                    self.state_directory.unlock(task.id)
+        # a dead process stops heartbeating; leaving the group is the in-process equivalent
+        self._close_clients(flush=False)
+        if self.state is not ThreadState.DEAD:
+            self.state = ThreadState.PENDING_SHUTDOWN
+            self._set_state(ThreadState.DEAD)
