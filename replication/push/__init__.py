@@ -10,7 +10,12 @@ switch a follower to push, hooks on the leader's partitions), `follower` (the Ap
 handler), `wiring` (attaches all of it to a Broker).
 """
 
-from replication.push.errors import InvalidPushStateTransitionError, PushConfigError, PushError
+from replication.push.errors import (
+    InvalidPushSessionError,
+    InvalidPushStateTransitionError,
+    PushConfigError,
+    PushError,
+)
 from replication.push.manager import PushConfig, PushManager, PushMetrics
 from replication.push.pusher import Pusher
 from replication.push.session import (
@@ -24,6 +29,7 @@ from replication.push.session import (
 )
 
 __all__ = [
+    "InvalidPushSessionError",
     "InvalidPushStateTransitionError",
     "PushConfig",
     "PushConfigError",

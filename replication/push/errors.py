@@ -15,3 +15,7 @@ class InvalidPushStateTransitionError(IllegalStateError, PushError):
 
 class PushConfigError(InvalidConfigurationError, PushError):
     """A push.* configuration value is missing, of the wrong type or out of range."""
+
+
+class InvalidPushSessionError(PushError, ValueError):
+    """A PushSession field is missing, of the wrong type or out of range."""

@@ -118,6 +118,7 @@ class Pusher(threading.Thread):
         self.flights: set[_Flight] = set()
         self.last_request_at: dict[int, float] = {}
         self.requests_sent = 0
+        self.max_in_flight_seen = 0  # the deepest pipeline to one destination so far
 
     def id(self) -> int:  # noqa: A003 - the seed's name
         return self._id
@@ -301,6 +302,7 @@ class Pusher(threading.Thread):
             flight = _Flight(d, entries, now + cfg.request_timeout_s)
             self.flights.add(flight)
             self.in_flight[d] = self.in_flight.get(d, 0) + 1
+            self.max_in_flight_seen = max(self.max_in_flight_seen, self.in_flight[d])
             self.last_request_at[d] = now
             self.requests_sent += 1
             out.append((flight, AppendRecordsBatchRequest(m.broker_id, parts)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from replication.push.errors import InvalidPushStateTransitionError
+from replication.push.errors import InvalidPushSessionError, InvalidPushStateTransitionError
 
 SESSION_ID_UNKNOWN = -1  # the follower has never been pushed to
 SESSION_ID_FINAL = -2  # push disabled for good (manager shut down)
@@ -31,9 +31,9 @@ class PushSession:
         for name in ("leader_epoch", "session_id", "replica_id"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"PushSession.{name} must be an int >= 0, got {value!r}")
+                raise InvalidPushSessionError(f"PushSession.{name} must be an int >= 0, got {value!r}")
         if isinstance(self.replica_epoch, bool) or not isinstance(self.replica_epoch, int):
-            raise ValueError(f"PushSession.replica_epoch must be an int, got {self.replica_epoch!r}")
+            raise InvalidPushSessionError(f"PushSession.replica_epoch must be an int, got {self.replica_epoch!r}")
 
 
 class PushSessionEndReason(enum.Enum):
