@@ -215,3 +215,57 @@ def call_leader(cluster: Any, tp: TopicPartition, make_request: Callable[[int, i
         if time.monotonic() >= deadline:
             return last
         backoff(retry_backoff_s)
+
+
+def cluster_metadata(cluster: Any, topic: str | None = None) -> Any:
+    """A `confluent_kafka.admin.ClusterMetadata` of the embedded cluster (what list_topics returns).
+
+    Brokers are reported with host ``localhost`` and port ``9092 + id``: the embedded brokers
+    have no sockets, but code written for Kafka expects an address.
+    """
+    from confluent_kafka.admin import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
+
+    controller = Metadata(cluster).controller
+    md = ClusterMetadata()
+    md.cluster_id = f"eddy-{cluster.data_dir.name}"
+    md.controller_id = min(controller.live_brokers) if controller.live_brokers else -1
+    md.orig_broker_id = md.controller_id
+    md.orig_broker_name = "local"
+    for b in sorted(controller.live_brokers):
+        bm = BrokerMetadata()
+        bm.id, bm.host, bm.port = b, "localhost", 9092 + b
+        md.brokers[b] = bm
+    with controller._lock:
+        topics = {name: [s.copy() for s in t.partitions] for name, t in controller.topics.items()}
+    names = [topic] if topic is not None else sorted(topics)
+    for name in names:
+        tm = TopicMetadata()
+        tm.topic = name
+        states = topics.get(name)
+        if states is None:
+            tm.error = kafka_error(KafkaError.UNKNOWN_TOPIC_OR_PART, "Broker: Unknown topic or partition")
+        else:
+            for p, state in enumerate(states):
+                pm = PartitionMetadata()
+                pm.id, pm.leader, pm.replicas, pm.isrs = p, state.leader, list(state.replicas), list(state.isr)
+                if state.leader < 0:
+                    pm.error = kafka_error(KafkaError.LEADER_NOT_AVAILABLE, "Broker: Leader not available")
+                tm.partitions[p] = pm
+        md.topics[name] = tm
+    return md
+
+
+def make_topic_partition(topic: str, partition: int, offset: int = -1001, metadata: str | None = None,
+                         leader_epoch: int | None = None, error: Any = None) -> Any:
+    """A `confluent_kafka.TopicPartition` (whose constructor refuses None for metadata)."""
+    from confluent_kafka import TopicPartition as ConfluentTopicPartition
+
+    kwargs: dict[str, Any] = {}
+    if metadata is not None:
+        kwargs["metadata"] = metadata
+    if leader_epoch is not None and leader_epoch >= 0:
+        kwargs["leader_epoch"] = leader_epoch
+    tp = ConfluentTopicPartition(topic, partition, offset, **kwargs)
+    if error is not None:
+        tp.error = error
+    return tp
