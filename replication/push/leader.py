@@ -88,6 +88,10 @@ class PushLeader:
                 for r in [r for r in states if r not in partition.replicas]:
                     self._end(partition, r, PushSessionEndReason.REPLICA_REMOVED)
                     states.pop(r, None)
+                # The controller took a follower out of the ISR (e.g. its broker went away).
+                for r, st in states.items():
+                    if st.in_session and r not in partition.isr:
+                        self._end(partition, r, PushSessionEndReason.FOLLOWER_NOT_CAUGHT_UP)
 
     def on_become_follower(self, partition: Partition) -> None:
         with partition.lock:
