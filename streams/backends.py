@@ -116,6 +116,14 @@ _clusters_lock = threading.Lock()
 _clusters: dict[str | None, _SharedCluster] = {}
 
 
+#: The same client defaults as the Kafka backend's, so an app behaves alike on both.
+_LOCAL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "producer": {"partitioner": "murmur2_random", "enable.idempotence": True, "acks": "all"},
+    "consumer": {"enable.auto.commit": False, "auto.offset.reset": "earliest"},
+    "admin": {},
+}
+
+
 class LocalBackend:
     """Client factories on an embedded `replication.LocalCluster` shared within the process."""
 
@@ -143,7 +151,8 @@ class LocalBackend:
             raise BackendError(f"cannot create a {kind}: the embedded backend {self._servers} is closed")
         if conf is not None and not isinstance(conf, Mapping):
             raise BackendError(f"{kind} configuration must be a dict, got {type(conf).__name__}")
-        return {**self._base, **self._per_client[kind], **(conf or {}), "bootstrap.servers": self._servers}
+        return {**_LOCAL_DEFAULTS[kind], **self._base, **self._per_client[kind], **(conf or {}),
+                "bootstrap.servers": self._servers}
 
     def producer(self, conf: Mapping[str, Any] | None = None) -> Any:
         return self._shared.cluster.producer(self._conf("producer", conf))

@@ -310,7 +310,8 @@ class Consumer:
             for state in self._parts.values():
                 state.version += 1
             self._parts = {}
-            self._queue.clear()
+            # Queued data of the old partitions is dropped by version; errors stay queued.
+            self._queue = collections.deque(item for item in self._queue if item[0] is None)
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         self._check_open()

@@ -17,7 +17,7 @@ import pytest
 from streams.testing.kafka_fixture import skip_if_unfaithful
 
 HERE = Path(__file__).parent
-BACKEND_KINDS = ["kafka"]
+BACKEND_KINDS = ["kafka", "embedded"]
 
 
 @dataclass
@@ -74,6 +74,12 @@ def _make_backend(kind: str, request: pytest.FixtureRequest) -> BackendUnderTest
             pause=broker.paused if broker.can_pause else None,
             stall_conf={"request.timeout.ms": 500, "socket.timeout.ms": 1000},
         )
+    if kind == "embedded":
+        from streams.backends import for_config
+
+        directory = request.getfixturevalue("tmp_path") / "embedded-cluster"
+        return BackendUnderTest(kind="embedded", backend=for_config({"bootstrap.servers": f"local://{directory}"}),
+                                description="embedded LocalCluster (3 brokers)")
     raise AssertionError(f"unknown backend kind {kind!r}")
 
 
