@@ -1,0 +1,739 @@
+"""The embedded cluster's producer, with confluent_kafka.Producer's API.
+
+    producer = cluster.producer({"linger.ms": 5})
+    producer.produce("orders", key=b"k", value=b"v", on_delivery=lambda err, msg: ...)
+    producer.flush(10)
+
+How it works:
+- ``produce()`` appends the record to the open batch of its partition (default partitioner
+  ``murmur2_random``: Kafka's murmur2 on the key bytes, so keyed records land where any Kafka
+  client puts them). A batch closes at ``batch.num.messages`` records, ``batch.size`` bytes or
+  after ``linger.ms``.
+- A sender thread encodes closed batches with `records.encode_batch` (one C call per batch)
+  and sends them to the partition leaders (metadata from the in-process controller), one
+  ProduceRequest per leader. One batch per partition is in flight at a time, so order per
+  partition holds through retries. Retriable errors (leader moved, not enough replicas,
+  timeouts, transport failures) are retried after ``retry.backoff.ms`` until
+  ``message.timeout.ms``.
+- Idempotence (``enable.idempotence``, default false as in confluent-kafka; implied by
+  ``transactional.id``): a producer id and epoch from the transaction coordinator and a
+  sequence number per partition. A retried batch keeps its sequence, so a batch the broker
+  already wrote is acknowledged with its first offsets instead of being written twice.
+- Delivery reports are `confluent_kafka.Message` objects given to the callbacks on the
+  caller's thread, in ``poll()`` and ``flush()``. Errors are `KafkaError`s with
+  confluent-kafka's codes and flags (fatal, retriable, txn_requires_abort).
+- Transactions: ``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
+  ``commit_transaction``, ``abort_transaction`` against `txn_coordinator`. A fenced producer
+  gets a fatal ``_FENCED`` error, as librdkafka raises it.
+
+Per-partition pipelining is one batch deep (librdkafka keeps up to ``max.in.flight``): the
+ordering and duplicate guarantees are the same, throughput comes from large batches.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from confluent_kafka import KafkaError, KafkaException, Message
+
+from replication.clients.common import (
+    ClientConfig, ClientConfigError, Metadata, check_bootstrap, cluster_metadata, kafka_error,
+    kafka_exception,
+)
+from replication.clients.partitioner import PARTITIONERS, make_partitioner
+from replication.errors import ReplicationError, TransportError
+from replication.names import is_valid_topic_name
+from replication.protocol import Errors, ProduceRequest, TopicPartition
+from replication.records import encode_batch
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Producer"]
+
+OFFSET_INVALID = -1001
+
+#: Broker errors after which the same batch may be sent again.
+RETRIABLE = frozenset({
+    Errors.NOT_LEADER_OR_FOLLOWER, Errors.LEADER_NOT_AVAILABLE, Errors.REQUEST_TIMED_OUT,
+    Errors.NOT_ENOUGH_REPLICAS, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.KAFKA_STORAGE_ERROR,
+    Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_LEADER_EPOCH, Errors.BROKER_NOT_AVAILABLE,
+    Errors.REPLICA_NOT_AVAILABLE, Errors.UNKNOWN_TOPIC_OR_PART,
+})
+_TRANSPORT = -1  # a transport failure (no answer), retried like a leader change
+
+_ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
+_TXN_RETRIABLE = frozenset({15, 16, 51, 7})  # coordinator (not) available, concurrent txns, timeout
+_FENCING = frozenset({Errors.INVALID_PRODUCER_EPOCH, Errors.PRODUCER_FENCED})
+
+
+class _TxnState:
+    UNINIT = "uninit"
+    READY = "ready"
+    IN_TRANSACTION = "in_transaction"
+    ABORTABLE_ERROR = "abortable_error"
+    FATAL_ERROR = "fatal_error"
+
+
+class _Batch:
+    """Records of one partition sent together."""
+
+    __slots__ = ("tp", "records", "callbacks", "size", "created", "deadline", "data", "base_sequence",
+                 "attempts", "retry_at", "sent_at", "generation", "has_callbacks")
+
+    def __init__(self, tp: TopicPartition, now: float, deadline: float) -> None:
+        self.tp = tp
+        self.records: list[tuple] = []
+        self.callbacks: list = []
+        self.has_callbacks = False
+        self.size = 0
+        self.created = now
+        self.deadline = deadline
+        self.data: bytes | None = None
+        self.base_sequence = -1
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.sent_at = 0.0
+        self.generation = 0
+
+
+def _to_bytes(value: Any, what: str) -> bytes | None:
+    if value is None or value.__class__ is bytes:
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{what} must be str, bytes or None, not {type(value).__name__}")
+
+
+def _headers(headers: Any) -> list[tuple[str, bytes | None]] | None:
+    if not headers:
+        return None
+    items = headers.items() if isinstance(headers, dict) else headers
+    out = []
+    for item in items:
+        try:
+            name, value = item
+        except (TypeError, ValueError):
+            raise TypeError(f"headers must be a dict or a list of (str, value) pairs, got {item!r}") from None
+        if not isinstance(name, str):
+            raise TypeError(f"header names must be str, got {name!r}")
+        out.append((name, _to_bytes(value, f"header {name!r} value")))
+    return out
+
+
+class Producer:
+    """A producer of the embedded cluster with confluent_kafka.Producer's API."""
+
+    def __init__(self, conf: dict | None = None, *, cluster: Any = None, **kwargs: Any) -> None:
+        merged = dict(conf or {})
+        merged.update(kwargs)
+        config = ClientConfig(merged, "producer")
+        if cluster is None:
+            raise ClientConfigError("replication.clients.Producer needs the embedded cluster: use "
+                                    "LocalCluster.producer(conf) or streams.backends.for_config(...)")
+        check_bootstrap(config, cluster)
+        self._cluster = cluster
+        self._metadata = Metadata(cluster)
+        self._transport = cluster.transport
+
+        acks = config.raw("acks", config.raw("request.required.acks", "all"))
+        acks_key = str(acks).lower()
+        if acks_key not in _ACKS:
+            raise ClientConfigError(f"producer configuration 'acks' must be all, -1, 0 or 1, got {acks!r}")
+        self._transactional_id = config.get_str("transactional.id")
+        self._idempotent = config.get_bool("enable.idempotence", False) or self._transactional_id is not None
+        self._acks = _ACKS[acks_key]
+        if self._idempotent and self._acks != -1:
+            if "acks" in config or "request.required.acks" in config:
+                raise ClientConfigError("producer configuration: enable.idempotence requires acks=all")
+            self._acks = -1
+        self._linger_s = config.get_int("linger.ms", config.get_int("queue.buffering.max.ms", 5, 0), 0,
+                                        900000) / 1000.0
+        self._batch_size = config.get_int("batch.size", 1000000, 1, 2147483647)
+        self._batch_num = config.get_int("batch.num.messages", 10000, 1, 1000000)
+        self._max_messages = config.get_int("queue.buffering.max.messages", 100000, 0, 2147483647)
+        self._message_timeout_s = config.get_int(
+            "message.timeout.ms", config.get_int("delivery.timeout.ms", 300000, 0), 0) / 1000.0
+        self._request_timeout_s = config.get_int("request.timeout.ms", 30000, 1, 900000) / 1000.0
+        self._retries = config.get_int("retries", config.get_int("message.send.max.retries", 2147483647, 0), 0)
+        self._retry_backoff_s = config.get_int("retry.backoff.ms", 100, 1, 300000) / 1000.0
+        self._txn_timeout_ms = config.get_int("transaction.timeout.ms", 60000, 1000, 2147483647)
+        self._metadata_propagation_s = config.get_int("topic.metadata.propagation.max.ms", 30000, 0) / 1000.0
+        partitioner = config.get_str("partitioner", "murmur2_random")
+        if partitioner not in PARTITIONERS:
+            raise ClientConfigError(f"producer configuration 'partitioner' must be one of {list(PARTITIONERS)}, "
+                                    f"got {partitioner!r}")
+        self._partitioner = make_partitioner(partitioner, config.get_int("sticky.partitioning.linger.ms", 10, 0))
+        self._default_dr = config.get_callable("on_delivery") or config.get_callable("delivery.report.cb")
+        self._dr_only_error = config.get_bool("delivery.report.only.error", False)
+        self._error_cb = config.get_callable("error_cb")
+
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # the sender waits here
+        self._reported = threading.Condition(self._lock)  # poll() waits here
+        self._open: dict[TopicPartition, _Batch] = {}
+        self._ready: dict[TopicPartition, collections.deque[_Batch]] = {}
+        self._in_flight: dict[TopicPartition, _Batch] = {}
+        self._unknown: list[tuple[str, tuple, Any, float]] = []  # records of topics not known yet
+        self._reports: collections.deque = collections.deque()
+        self._count = 0  # produced, not yet reported to the application
+        self._flushing = 0
+        self._partition_counts: dict[str, int] = {}
+        self._next_sequence: dict[TopicPartition, int] = {}
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._closed = False
+        self._fatal: KafkaError | None = None
+        # transactions
+        self._txn_state = _TxnState.UNINIT
+        self._txn_partitions: set[TopicPartition] = set()
+        self._txn_has_offsets = False
+        self._txn_error: KafkaError | None = None
+        self._txn_lock = threading.Lock()
+
+        self._sender = threading.Thread(target=self._run_sender, name="eddy-producer-sender", daemon=True)
+        self._sender.start()
+
+    # -- producing -------------------------------------------------------------------------------
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                on_delivery: Callable | None = None, callback: Callable | None = None,
+                timestamp: int = 0, headers: Any = None) -> None:
+        """Queue one record; its delivery report comes through poll()/flush()."""
+        if value is not None and value.__class__ is not bytes:
+            value = _to_bytes(value, "value")
+        if key is not None and key.__class__ is not bytes:
+            key = _to_bytes(key, "key")
+        if not isinstance(topic, str):
+            raise TypeError(f"topic must be str, not {type(topic).__name__}")
+        if partition.__class__ is not int:
+            raise TypeError(f"partition must be int, not {type(partition).__name__}")
+        cb = on_delivery or callback or self._default_dr
+        hdrs = _headers(headers) if headers else None
+        if not timestamp:
+            timestamp = time.time_ns() // 1_000_000
+        if self._fatal is not None:
+            raise KafkaException(self._fatal)
+        if self._transactional_id is not None and self._txn_state != _TxnState.IN_TRANSACTION:
+            raise kafka_exception(KafkaError._STATE, "Producer is not in a transaction: call begin_transaction()")
+        record = (key, value, timestamp, hdrs) if hdrs else (key, value, timestamp)
+        n = self._partition_counts.get(topic)
+        if n is None:
+            n = self._metadata.partition_count(topic) if is_valid_topic_name(topic) else None
+            if n is None:
+                if partition < -1:
+                    raise kafka_exception(KafkaError._UNKNOWN_PARTITION, "Local: Unknown partition")
+                self._queue_unknown(topic, partition, record, cb)
+                return
+            self._partition_counts[topic] = n
+        if partition == -1:
+            partition = self._partitioner(key, n)
+        elif partition < 0 or partition >= n:
+            # The count may have grown since it was cached.
+            n = self._metadata.partition_count(topic) or n
+            self._partition_counts[topic] = n
+            if partition < 0 or partition >= n:
+                raise kafka_exception(KafkaError._UNKNOWN_PARTITION, "Local: Unknown partition")
+        tp = TopicPartition(topic, partition)
+        with self._lock:
+            if self._count >= self._max_messages > 0:
+                raise BufferError("Local: Queue full")
+            batch = self._open.get(tp)
+            if batch is None:
+                now = time.monotonic()
+                batch = self._open[tp] = _Batch(tp, now, now + self._message_timeout_s)
+                self._wake.notify()
+            batch.records.append(record)
+            batch.callbacks.append(cb)
+            if cb is not None:
+                batch.has_callbacks = True
+            batch.size += (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + 16
+            self._count += 1
+            if len(batch.records) >= self._batch_num or batch.size >= self._batch_size:
+                del self._open[tp]
+                self._ready.setdefault(tp, collections.deque()).append(batch)
+                self._wake.notify()
+
+    def _queue_unknown(self, topic: str, partition: int, record: tuple, cb: Any) -> None:
+        """librdkafka holds records of a topic it has no metadata for, then fails them."""
+        with self._lock:
+            self._unknown.append((topic, (partition, record), cb, time.monotonic()))
+            self._count += 1
+            self._wake.notify()
+
+    def __len__(self) -> int:
+        """Messages and delivery reports not yet served to the application."""
+        return self._count
+
+    def poll(self, timeout: float | None = None) -> int:
+        """Serve delivery reports; wait up to ``timeout`` seconds (None or -1: forever) for one.
+        Returns the number of reports served."""
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        with self._lock:
+            while not self._reports:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return 0
+                self._reported.wait(remaining if remaining is None or remaining < 0.2 else 0.2)
+            reports = list(self._reports)
+            self._reports.clear()
+        served = 0
+        try:
+            for batch, error, base_offset in reports:
+                served += self._serve(batch, error, base_offset)
+        finally:
+            with self._lock:
+                self._count -= sum(len(b.records) for b, _e, _o in reports)
+        return served
+
+    def _serve(self, batch: _Batch, error: KafkaError | None, base_offset: int) -> int:
+        if not batch.has_callbacks or (self._dr_only_error and error is None):
+            return len(batch.records)
+        topic, partition = batch.tp
+        for i, (record, cb) in enumerate(zip(batch.records, batch.callbacks)):
+            if cb is None:
+                continue
+            offset = base_offset + i if error is None and base_offset >= 0 else OFFSET_INVALID
+            msg = Message(topic, partition, offset, record[0], record[1], record[3] if len(record) > 3 else None,
+                          error, (1, record[2]), -1.0, -1)
+            cb(error, msg)
+        return len(batch.records)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued and serve the delivery reports; returns how many messages are
+        still queued or in flight when ``timeout`` ran out (0: all delivered)."""
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        with self._lock:
+            self._flushing += 1
+            self._wake.notify()
+        try:
+            while True:
+                self.poll(0)
+                if self._count == 0:
+                    return 0
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return self._count
+                self.poll(0.05 if remaining is None else min(0.05, remaining))
+        finally:
+            with self._lock:
+                self._flushing -= 1
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        """Fail queued (and, with ``in_flight``, wait for in-flight) messages with _PURGE_QUEUE."""
+        with self._lock:
+            if in_queue:
+                self._purge_queued_locked(kafka_error(KafkaError._PURGE_QUEUE, "Local: Purged in queue"))
+        if in_flight and blocking:
+            deadline = time.monotonic() + self._request_timeout_s + 1
+            with self._lock:
+                while self._in_flight and time.monotonic() < deadline:
+                    self._reported.wait(0.05)
+
+    def _purge_queued_locked(self, error: KafkaError) -> None:
+        for batch in self._open.values():
+            self._reports.append((batch, error, -1))
+        self._open.clear()
+        for q in self._ready.values():
+            for batch in q:
+                self._reports.append((batch, error, -1))
+            q.clear()
+        for topic, (partition, record), cb, _t in self._unknown:
+            self._reports.append((self._single(topic, partition, record, cb), error, -1))
+        self._unknown.clear()
+        self._reported.notify_all()
+
+    @staticmethod
+    def _single(topic: str, partition: int, record: tuple, cb: Any) -> _Batch:
+        b = _Batch(TopicPartition(topic, partition), 0.0, 0.0)
+        b.records.append(record)
+        b.callbacks.append(cb)
+        b.has_callbacks = cb is not None
+        return b
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        """Cluster metadata (confluent_kafka.admin.ClusterMetadata)."""
+        md = cluster_metadata(self._cluster, topic)
+        for name, tm in md.topics.items():
+            if tm.error is None:
+                self._partition_counts[name] = len(tm.partitions)
+        return md
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (bounded by ``timeout``) and stop the sender thread."""
+        if self._closed:
+            return
+        self.flush(timeout if timeout is not None else self._message_timeout_s)
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+        self._sender.join(timeout=5)
+
+    def __del__(self) -> None:
+        try:
+            with self._lock:
+                self._closed = True
+                self._wake.notify_all()
+        except Exception:
+            pass
+
+    # -- sender thread ---------------------------------------------------------------------------
+
+    def _run_sender(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                sendable, wait = self._collect_locked()
+                if not sendable:
+                    self._wake.wait(wait)
+                    continue
+            try:
+                self._send(sendable)
+            except Exception as e:  # never let the sender die silently
+                log.exception("producer sender failed")
+                error = kafka_error(KafkaError._FAIL, f"producer sender failed: {e!r}")
+                with self._lock:
+                    for batch in sendable:
+                        self._in_flight.pop(batch.tp, None)
+                        self._reports.append((batch, error, -1))
+                    self._reported.notify_all()
+
+    def _collect_locked(self) -> tuple[list[_Batch], float | None]:
+        """Close lingered batches, expire old ones, and take one batch per idle partition."""
+        now = time.monotonic()
+        wait: float | None = None
+        flushing = self._flushing > 0
+        for tp in [tp for tp, b in self._open.items() if flushing or now - b.created >= self._linger_s]:
+            self._ready.setdefault(tp, collections.deque()).append(self._open.pop(tp))
+        for b in self._open.values():
+            w = b.created + self._linger_s - now
+            wait = w if wait is None or w < wait else wait
+        if self._unknown:
+            self._resolve_unknown_locked(now)
+            wait = 0.05 if wait is None or wait > 0.05 else wait
+        sendable = []
+        for tp, q in self._ready.items():
+            if not q or tp in self._in_flight:
+                continue
+            batch = q[0]
+            if now >= batch.deadline and batch.data is None:
+                while q and now >= q[0].deadline and q[0].data is None:
+                    self._reports.append((q.popleft(), kafka_error(KafkaError._MSG_TIMED_OUT,
+                                                                   "Local: Message timed out"), -1))
+                self._reported.notify_all()
+                if not q:
+                    continue
+                batch = q[0]
+            if batch.retry_at > now:
+                w = batch.retry_at - now
+                wait = w if wait is None or w < wait else wait
+                continue
+            q.popleft()
+            self._in_flight[tp] = batch
+            sendable.append(batch)
+        for tp, batch in list(self._in_flight.items()):
+            if batch.sent_at and batch not in sendable:
+                w = batch.sent_at + self._request_timeout_s - now
+                if w <= 0:
+                    # No answer within request.timeout.ms: retry (a late answer is ignored).
+                    batch.generation += 1
+                    batch.sent_at = 0.0
+                    self._retry_or_fail_locked(batch, _TRANSPORT, "request timed out", now)
+                    wait = 0.0
+                else:
+                    wait = w if wait is None or w < wait else wait
+        return sendable, wait
+
+    def _resolve_unknown_locked(self, now: float) -> None:
+        still = []
+        for topic, (partition, record), cb, since in self._unknown:
+            n = self._metadata.partition_count(topic) if is_valid_topic_name(topic) else None
+            if n is not None and partition < n:
+                p = self._partitioner(record[0], n) if partition == -1 else partition
+                tp = TopicPartition(topic, p)
+                batch = _Batch(tp, now, now + self._message_timeout_s)
+                batch.records.append(record)
+                batch.callbacks.append(cb)
+                batch.has_callbacks = cb is not None
+                self._ready.setdefault(tp, collections.deque()).append(batch)
+            elif n is not None:
+                self._reports.append((self._single(topic, partition, record, cb),
+                                      kafka_error(KafkaError._UNKNOWN_PARTITION, "Local: Unknown partition"), -1))
+            elif not is_valid_topic_name(topic):
+                self._reports.append((self._single(topic, partition, record, cb),
+                                      kafka_error(KafkaError.TOPIC_EXCEPTION,
+                                                  f"Broker: Invalid topic: {topic!r}"), -1))
+            elif now - since >= min(self._metadata_propagation_s, self._message_timeout_s):
+                self._reports.append((self._single(topic, partition, record, cb),
+                                      kafka_error(KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                  "Broker: Unknown topic or partition"), -1))
+            else:
+                still.append((topic, (partition, record), cb, since))
+        if len(still) != len(self._unknown):
+            self._reported.notify_all()
+        self._unknown = still
+
+    def _send(self, batches: list[_Batch]) -> None:
+        if self._idempotent and self._producer_id < 0:
+            self._ensure_producer_id()
+        by_leader: dict[int, dict[TopicPartition, _Batch]] = {}
+        for batch in batches:
+            tp = batch.tp
+            if batch.data is None:
+                if self._idempotent:
+                    seq = self._next_sequence.get(tp, 0)
+                    batch.base_sequence = seq
+                    self._next_sequence[tp] = (seq + len(batch.records)) & 0x7FFFFFFF
+                batch.data = encode_batch(batch.records, producer_id=self._producer_id,
+                                          producer_epoch=self._producer_epoch,
+                                          base_sequence=batch.base_sequence,
+                                          is_transactional=self._transactional_id is not None)
+            if self._transactional_id is not None and tp not in self._txn_partitions:
+                error = self._add_partition_to_txn(tp)
+                if error is not None:
+                    with self._lock:
+                        self._in_flight.pop(tp, None)
+                        self._fail_locked(batch, error)
+                    continue
+            leader, _epoch = self._metadata.leader(tp)
+            if leader < 0:
+                with self._lock:
+                    self._retry_or_fail_locked(batch, Errors.LEADER_NOT_AVAILABLE, "no leader",
+                                               time.monotonic())
+                continue
+            by_leader.setdefault(leader, {})[tp] = batch
+        for leader, group in by_leader.items():
+            now = time.monotonic()
+            for batch in group.values():
+                batch.attempts += 1
+                batch.sent_at = now
+                batch.generation += 1
+            request = ProduceRequest(self._acks, int(self._request_timeout_s * 1000),
+                                     {tp: b.data for tp, b in group.items()}, self._transactional_id)
+            generations = {tp: b.generation for tp, b in group.items()}
+            self._transport.send_async(
+                -1, leader, request,
+                lambda response, error, group=group, generations=generations:
+                self._on_response(group, generations, response, error))
+
+    def _on_response(self, group: dict[TopicPartition, _Batch], generations: dict[TopicPartition, int],
+                     response: Any, error: TransportError | None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for tp, batch in group.items():
+                if batch.generation != generations[tp] or self._in_flight.get(tp) is not batch:
+                    continue  # timed out and resent (or purged) meanwhile
+                batch.sent_at = 0.0
+                if error is not None:
+                    self._retry_or_fail_locked(batch, _TRANSPORT, str(error), now)
+                    continue
+                if response is None:  # acks=0
+                    self._complete_locked(batch, None, -1)
+                    continue
+                result = response.get(tp)
+                code = result.error if result is not None else Errors.UNKNOWN_TOPIC_OR_PART
+                if code == Errors.NONE or code == Errors.DUPLICATE_SEQUENCE_NUMBER:
+                    self._complete_locked(batch, None, result.base_offset)
+                elif code in RETRIABLE:
+                    if code == Errors.UNKNOWN_TOPIC_OR_PART and self._metadata.partition_count(tp.topic) is None:
+                        self._fail_locked(batch, kafka_error(code, "Broker: Unknown topic or partition"))
+                    else:
+                        self._retry_or_fail_locked(batch, code, result.error_message or "", now)
+                elif code in _FENCING and self._idempotent:
+                    self._fenced_locked(batch, code)
+                else:
+                    self._fail_locked(batch, kafka_error(int(code), result.error_message or None))
+            self._wake.notify()
+
+    def _complete_locked(self, batch: _Batch, error: KafkaError | None, base_offset: int) -> None:
+        self._in_flight.pop(batch.tp, None)
+        self._reports.append((batch, error, base_offset))
+        self._reported.notify_all()
+
+    def _fail_locked(self, batch: _Batch, error: KafkaError) -> None:
+        if self._transactional_id is not None and self._txn_error is None and not error.fatal():
+            # librdkafka: a failed delivery inside a transaction makes it abortable only.
+            self._txn_error = kafka_error(error.code(), error.str(), txn_requires_abort=True)
+            if self._txn_state == _TxnState.IN_TRANSACTION:
+                self._txn_state = _TxnState.ABORTABLE_ERROR
+        self._complete_locked(batch, error, -1)
+
+    def _retry_or_fail_locked(self, batch: _Batch, code: int, reason: str, now: float) -> None:
+        if batch.attempts <= self._retries and now + self._retry_backoff_s < batch.deadline:
+            self._in_flight.pop(batch.tp, None)
+            batch.retry_at = now + self._retry_backoff_s
+            self._ready.setdefault(batch.tp, collections.deque()).appendleft(batch)
+            self._wake.notify()
+            return
+        if code == _TRANSPORT:
+            error = kafka_error(KafkaError._MSG_TIMED_OUT if now + self._retry_backoff_s >= batch.deadline
+                                else KafkaError._TRANSPORT, reason or None, retriable=True)
+        else:
+            error = kafka_error(int(code), reason or None, retriable=True)
+        self._fail_locked(batch, error)
+
+    def _fenced_locked(self, batch: _Batch, code: int) -> None:
+        if self._transactional_id is not None:
+            self._set_fatal_locked(kafka_error(KafkaError._FENCED, "Producer fenced by a newer instance "
+                                               f"(broker: {Errors(code).name})", fatal=True))
+            self._complete_locked(batch, self._fatal, -1)
+        else:
+            self._fail_locked(batch, kafka_error(int(code)))
+
+    def _set_fatal_locked(self, error: KafkaError) -> None:
+        if self._fatal is None:
+            self._fatal = error
+            self._txn_state = _TxnState.FATAL_ERROR
+            log.error("producer fatal error: %s", error)
+
+    # -- producer id ------------------------------------------------------------------------------
+
+    def _coordinator(self):
+        coordinator = getattr(self._cluster, "txn_coordinator", None)
+        if coordinator is None:
+            raise kafka_exception(KafkaError._TRANSPORT, "the embedded cluster has no transaction coordinator")
+        return coordinator
+
+    def _ensure_producer_id(self) -> None:
+        """Idempotent producer without transactions: get a producer id (retrying)."""
+        deadline = time.monotonic() + self._request_timeout_s
+        while True:
+            error, pid, epoch = self._coordinator().init_producer_id(None)
+            if error == 0:
+                self._producer_id, self._producer_epoch = pid, epoch
+                return
+            if time.monotonic() >= deadline:
+                raise kafka_exception(KafkaError._TIMED_OUT, f"InitProducerId failed: {error!r}", retriable=True)
+            time.sleep(self._retry_backoff_s)
+
+    # -- transactions -----------------------------------------------------------------------------
+
+    def _check_txn(self, *allowed: str) -> None:
+        if self._transactional_id is None:
+            raise kafka_exception(KafkaError._NOT_CONFIGURED,
+                                  "The Transactional API requires transactional.id to be configured")
+        if self._fatal is not None:
+            raise KafkaException(self._fatal)
+        if self._txn_state not in allowed:
+            raise kafka_exception(KafkaError._STATE, f"Operation not valid in state {self._txn_state}")
+
+    def _txn_call(self, call: Callable[[], Any], timeout: float | None, what: str) -> Any:
+        """Call the coordinator, retrying retriable answers until ``timeout``; map errors."""
+        deadline = time.monotonic() + (self._request_timeout_s if timeout is None or timeout < 0 else timeout)
+        while True:
+            result = call()
+            code = int(result[0] if isinstance(result, tuple) else result)
+            if code == 0:
+                return result
+            if code in (Errors.PRODUCER_FENCED, Errors.INVALID_PRODUCER_EPOCH):
+                with self._lock:
+                    self._set_fatal_locked(kafka_error(
+                        KafkaError._FENCED, f"{what}: producer fenced by a newer instance with the same "
+                                            f"transactional.id {self._transactional_id!r}", fatal=True))
+                raise KafkaException(self._fatal)
+            if code in _TXN_RETRIABLE:
+                if time.monotonic() >= deadline:
+                    raise kafka_exception(KafkaError._TIMED_OUT, f"{what} timed out (last error {code})",
+                                          retriable=True)
+                time.sleep(self._retry_backoff_s / 2)
+                continue
+            raise kafka_exception(code, f"{what} failed", fatal=code in (49, 50))
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Get the producer id and epoch of ``transactional.id``, fencing older instances and
+        aborting their open transaction."""
+        self._check_txn(_TxnState.UNINIT, _TxnState.READY)
+        with self._txn_lock:
+            _e, pid, epoch = self._txn_call(
+                lambda: self._coordinator().init_producer_id(self._transactional_id, self._txn_timeout_ms),
+                timeout, "InitProducerId")
+            self._producer_id, self._producer_epoch = pid, epoch
+            self._next_sequence.clear()
+            self._txn_state = _TxnState.READY
+
+    def begin_transaction(self) -> None:
+        self._check_txn(_TxnState.READY)
+        with self._lock:
+            self._txn_partitions = set()
+            self._txn_has_offsets = False
+            self._txn_error = None
+            self._txn_state = _TxnState.IN_TRANSACTION
+
+    def _add_partition_to_txn(self, tp: TopicPartition) -> KafkaError | None:
+        try:
+            self._txn_call(lambda: self._coordinator().add_partitions_to_txn(
+                self._transactional_id, self._producer_id, self._producer_epoch, [tp]),
+                self._request_timeout_s, "AddPartitionsToTxn")
+        except KafkaException as e:
+            return e.args[0]
+        self._txn_partitions.add(tp)
+        return None
+
+    def send_offsets_to_transaction(self, offsets: list, group_metadata: Any, timeout: float | None = None) -> None:
+        """Commit the consumer's ``offsets`` as part of the current transaction."""
+        self._check_txn(_TxnState.IN_TRANSACTION, _TxnState.ABORTABLE_ERROR)
+        if self._txn_state == _TxnState.ABORTABLE_ERROR:
+            raise KafkaException(self._txn_error)
+        group_id = getattr(group_metadata, "group_id", group_metadata)
+        if not isinstance(group_id, str) or not group_id:
+            raise kafka_exception(KafkaError._INVALID_ARG, "group_metadata must come from consumer_group_metadata()")
+        if not isinstance(offsets, (list, tuple)):
+            raise TypeError("offsets must be a list of TopicPartition")
+        for tp in offsets:
+            if getattr(tp, "offset", -1) < 0:
+                raise kafka_exception(KafkaError._INVALID_ARG,
+                                      f"send_offsets_to_transaction: invalid offset {tp.offset} for "
+                                      f"{tp.topic} [{tp.partition}]")
+        if not offsets:
+            return
+        self._txn_call(lambda: self._coordinator().send_offsets_to_txn(
+            self._transactional_id, self._producer_id, self._producer_epoch, group_id, list(offsets)),
+            timeout, "AddOffsetsToTxn")
+        self._txn_has_offsets = True
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit: the transaction's records and offsets become visible atomically."""
+        self._check_txn(_TxnState.IN_TRANSACTION, _TxnState.ABORTABLE_ERROR)
+        if self._txn_state == _TxnState.ABORTABLE_ERROR:
+            raise KafkaException(self._txn_error)
+        remaining = self.flush(-1 if timeout is None else timeout)
+        if remaining:
+            raise kafka_exception(KafkaError._TIMED_OUT, f"commit_transaction: {remaining} messages not "
+                                  "delivered before the timeout", retriable=True)
+        if self._fatal is not None:
+            raise KafkaException(self._fatal)
+        if self._txn_error is not None:
+            raise KafkaException(self._txn_error)
+        self._end_txn(True, timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Purge what is not sent, wait for what is in flight, then abort."""
+        self._check_txn(_TxnState.IN_TRANSACTION, _TxnState.ABORTABLE_ERROR)
+        self.purge(in_queue=True, in_flight=True, blocking=True)
+        self.poll(0)
+        self._end_txn(False, timeout)
+
+    def _end_txn(self, commit: bool, timeout: float | None) -> None:
+        if self._txn_partitions or self._txn_has_offsets:
+            self._txn_call(lambda: self._coordinator().end_txn(
+                self._transactional_id, self._producer_id, self._producer_epoch, commit),
+                timeout, "EndTxn")
+        with self._lock:
+            self._txn_partitions = set()
+            self._txn_has_offsets = False
+            self._txn_error = None
+            self._txn_state = _TxnState.READY
+
+    # -- odds and ends ----------------------------------------------------------------------------
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """Accepted and ignored: the embedded cluster has no authentication."""
+
+    def __repr__(self) -> str:
+        return f"<replication.clients.Producer {len(self)} pending, acks={self._acks}>"
