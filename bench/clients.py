@@ -105,7 +105,59 @@ def phase_produce(ctx: Context) -> None:
     print(f"ratio        {rate / base:12.3f}")
 
 
-PHASES = {"produce": phase_produce}
+def log_read_rate(lg: Log, topic: str, end: int) -> float:
+    """Records/s of the leader's own log read path: `Log.read` of 1 MiB chunks decoded into
+    `confluent_kafka.Message` objects by `decode_messages` (what a fetch does, minus the client)."""
+    from replication.records import decode_messages
+
+    start = time.perf_counter()
+    offset = lg.log_start_offset
+    count = 0
+    while offset < end:
+        chunk = lg.read(offset, 1 << 20, end)
+        messages, offset = decode_messages(chunk.buffer, topic, 0, min_offset=offset, partial_tail=True)
+        count += len(messages)
+    return count / (time.perf_counter() - start)
+
+
+def phase_consume(ctx: Context) -> None:
+    """One `Consumer` reads the whole partition with consume(1000); records/s from assign() to
+    the last record. Baseline: the leader log's own read+decode rate in the same run."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    cluster = ctx.cluster
+    if ctx.topic not in cluster.topics():
+        cluster.create_topic(ctx.topic, partitions=1, replication_factor=3)
+    end = cluster.high_watermark(ctx.topic, 0)
+    if end < ctx.records:  # consume alone: fill the partition straight through the leader
+        value = b"x" * ctx.value_size
+        ts = int(time.time() * 1000)
+        left = ctx.records - end
+        while left > 0:
+            n = min(5000, left)
+            cluster.produce(ctx.topic, 0, encode_batch([(None, value, ts)] * n), acks=-1)
+            left -= n
+        end = cluster.high_watermark(ctx.topic, 0)
+    consumer = cluster.consumer({"group.id": "bench-consume", "enable.auto.commit": False})
+    consume = consumer.consume
+    start = time.perf_counter()
+    consumer.assign([TopicPartition(ctx.topic, 0, OFFSET_BEGINNING)])
+    count = 0
+    while count < end:
+        count += len(consume(1000, 5.0))
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    rate = count / elapsed
+    leader = cluster.leader(ctx.topic, 0)
+    base = log_read_rate(cluster.partition_on(leader, ctx.topic, 0).log, ctx.topic, end)
+    ctx.results.update({"consume_records_per_s": rate, "log_read_records_per_s": base,
+                        "consume_ratio": rate / base})
+    print(f"consume      {rate:12,.0f} records/s  ({elapsed:.2f} s, {count:,} records, consume(1000))")
+    print(f"log read     {base:12,.0f} records/s  (Log.read 1 MiB + decode_messages)")
+    print(f"ratio        {rate / base:12.3f}")
+
+
+PHASES = {"produce": phase_produce, "consume": phase_consume}
 
 
 def main() -> None:
