@@ -339,6 +339,7 @@ class App:
         with self._lock:
             sd, self._state_directory = self._state_directory, None
             backend, self._backend = self._backend, None
+            self._admin = None
         if sd is not None:
             sd.close()
         if backend is not None:

@@ -1,0 +1,129 @@
+"""Helpers for the runtime tests (confluent-kafka's API only, so they run on every backend)."""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from streams import StreamsBuilder, serdes
+from streams.backends import for_config
+
+_pause = threading.Event()  # never set: waited on for short, bounded pauses
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        _pause.wait(step)
+
+
+class Cluster:
+    """A backend plus helpers to make topics, write input and read output."""
+
+    def __init__(self, backend_config: dict) -> None:
+        self.config = dict(backend_config)
+        self.backend = for_config({"bootstrap.servers": backend_config["bootstrap.servers"]})
+        self.admin = self.backend.admin()
+        self._producer = None
+
+    def create_topics(self, partitions: int, *names: str) -> None:
+        futures = self.admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+        for f in futures.values():
+            f.result(30)
+        wait_for(lambda: all(n in self.admin.list_topics(timeout=5).topics for n in names), 30, f"topics {names}")
+
+    @property
+    def producer(self):
+        if self._producer is None:
+            self._producer = self.backend.producer({"client.id": "test-input"})
+        return self._producer
+
+    def produce(self, topic: str, records: list[tuple[Any, Any]], *, partition: int | None = None,
+                timestamps: list[int] | None = None) -> None:
+        p = self.producer
+        for i, (k, v) in enumerate(records):
+            kwargs = {}
+            if partition is not None:
+                kwargs["partition"] = partition
+            if timestamps is not None:
+                kwargs["timestamp"] = timestamps[i]
+            p.produce(topic, value=v, key=k, **kwargs)
+            if i % 2000 == 1999:
+                p.poll(0)
+        assert p.flush(30) == 0
+
+    def read_all(self, topic: str, partitions: int, *, until: Callable[[list], bool], timeout: float = 60,
+                 read_committed: bool = True) -> list:
+        """Read `topic` from the beginning until `until(messages)` holds (or fail)."""
+        c = self.backend.consumer({"group.id": unique("reader"), "enable.auto.commit": False,
+                                   "isolation.level": "read_committed" if read_committed else "read_uncommitted"})
+        try:
+            c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+            got: list = []
+            deadline = time.monotonic() + timeout
+            while not until(got):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"timed out reading {topic}: {len(got)} records")
+                for m in c.consume(2000, 0.2):
+                    if m.error() is None:
+                        got.append(m)
+            return got
+        finally:
+            c.close()
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+        self.backend.close()
+
+
+def wordcount_topology(lines: str, out: str, store: str = "counts"):
+    b = StreamsBuilder()
+    (b.stream(lines, key_serde=serdes.STRING, value_serde=serdes.STRING)
+        .flat_map_values(str.split)
+        .group_by(lambda key, word: word, key_serde=serdes.STRING, value_serde=serdes.STRING)
+        .count(store=store)
+        .to_stream()
+        .to(out, key_serde=serdes.STRING, value_serde=serdes.INT64))
+    return b.build()
+
+
+def make_lines(n: int, seed: int, vocabulary: int = 50) -> tuple[list[tuple[bytes, bytes]], collections.Counter]:
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(vocabulary)]
+    records, expected = [], collections.Counter()
+    for i in range(n):
+        line = [rng.choice(words) for _ in range(rng.randint(1, 6))]
+        expected.update(line)
+        records.append((str(i).encode(), " ".join(line).encode()))
+    return records, expected
+
+
+def last_counts(messages: list) -> dict:
+    out = {}
+    for m in messages:
+        out[m.key().decode()] = serdes.INT64.deserialize(m.value())
+    return out
+
+
+def count_sequences(messages: list) -> dict[str, list[int]]:
+    seqs = collections.defaultdict(list)
+    for m in messages:
+        seqs[m.key().decode()].append(serdes.INT64.deserialize(m.value()))
+    return seqs

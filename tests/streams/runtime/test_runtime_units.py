@@ -1,0 +1,206 @@
+"""Runtime pieces that need no broker: config, murmur2, partition group, state machines,
+internal topic planning, App misuse."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from state.directory import StateDirectory
+from state.errors import InvalidStateStoreError
+from state.task_id import TaskId
+from streams import App, AppState, StreamsBuilder, serdes
+from streams.errors import ConfigError
+from streams.runtime.collector import RecordCollector
+from streams.runtime.config import StreamsConfig
+from streams.runtime.errors import MissingSourceTopicError, ProductionError, RuntimeStateError
+from streams.runtime.internal import plan_internal_topics
+from streams.runtime.murmur2 import murmur2, partition_for_key
+from streams.runtime.partition_group import PartitionGroup
+from streams.runtime.task import StreamTask, TaskState
+
+from _runtime_util import wordcount_topology
+
+
+def _signed(h: int) -> int:
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def test_murmur2_matches_kafka_vectors():
+    # values from Kafka's UtilsTest.testMurmur2
+    assert _signed(murmur2(b"21")) == -973932308
+    assert _signed(murmur2(b"foobar")) == -790332482
+    assert _signed(murmur2(b"a-little-bit-long-string")) == -985981536
+    assert _signed(murmur2(b"a-little-bit-longer-string")) == -1486304829
+    assert _signed(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8")) == -58897971
+    assert _signed(murmur2(b"abc")) == 479470107
+    assert all(0 <= partition_for_key(bytes([i]), 7) < 7 for i in range(256))
+
+
+def test_murmur2_agrees_with_the_embedded_partitioner():
+    from replication.clients.partitioner import murmur2 as embedded
+
+    for key in (b"", b"a", b"hello", b"x" * 37):
+        assert _signed(murmur2(key)) == embedded(key)
+
+
+def test_config_defaults_and_errors():
+    cfg = StreamsConfig.parse({"application.id": "a", "bootstrap.servers": "local://"})
+    assert (cfg.commit_interval_ms, cfg.num_stream_threads, cfg.num_standby_replicas, cfg.poll_ms) == (30000, 1, 0, 100)
+    assert cfg.processing_guarantee == "at_least_once" and cfg.state_dir.endswith("eddy-streams")
+    eos = StreamsConfig.parse({"application.id": "a", "bootstrap.servers": "x:1",
+                               "processing.guarantee": "exactly_once_v2"})
+    assert eos.commit_interval_ms == 100 and eos.eos_enabled
+    with pytest.raises(ConfigError, match="application.id"):
+        StreamsConfig.parse({"bootstrap.servers": "x:1"})
+    with pytest.raises(ConfigError, match="application.id"):
+        StreamsConfig.parse({"application.id": "bad id!", "bootstrap.servers": "x:1"})
+    with pytest.raises(ConfigError, match="processing.guarantee"):
+        StreamsConfig.parse({"application.id": "a", "bootstrap.servers": "x:1", "processing.guarantee": "maybe"})
+    with pytest.raises(ConfigError, match="exactly_once_v2"):
+        StreamsConfig.parse({"application.id": "a", "bootstrap.servers": "x:1", "processing.guarantee": "exactly_once"})
+    with pytest.raises(ConfigError, match="num.stream.threads"):
+        StreamsConfig.parse({"application.id": "a", "bootstrap.servers": "x:1", "num.stream.threads": 0})
+    with pytest.raises(ConfigError, match="bootstrap.servers"):
+        StreamsConfig.parse({"application.id": "a"})
+    with pytest.raises(ConfigError, match="Topology"):
+        App("not a topology", {"application.id": "a", "bootstrap.servers": "x:1"})
+
+
+class _Msg:
+    """Stands in for a consumer Message in the partition group (only timestamp() is read)."""
+
+    def __init__(self, ts: int, tag: str) -> None:
+        self.ts, self.tag = ts, tag
+
+    def timestamp(self):
+        return (1, self.ts)
+
+
+def test_partition_group_picks_lowest_head_timestamp(monkeypatch):
+    import streams.runtime.partition_group as pg
+
+    monkeypatch.setattr(pg, "_TIMESTAMP", _Msg.timestamp)
+    group = PartitionGroup([("a", 0), ("b", 0)])
+    group.add(("a", 0), [_Msg(5, "a5"), _Msg(20, "a20")])
+    group.add(("b", 0), [_Msg(1, "b1"), _Msg(10, "b10"), _Msg(30, "b30")])
+    assert group.buffered == 5
+    assert [m.tag for m in group.drain(4)] == ["b1", "a5", "b10", "a20"]
+    assert group.buffered == 1
+    assert [m.tag for m in group.drain(10)] == ["b30"]
+    assert group.buffered == 0 and list(group.drain(10)) == []
+
+
+def test_task_state_machine_rejects_invalid_transitions(tmp_path):
+    topo = wordcount_topology("lines", "out")
+    sub = topo.build()[0]
+    task = StreamTask(TaskId(0, 0), sub, topo, input_partitions=[("lines", 0)], application_id="app",
+                      config={}, collector=None, state_directory=StateDirectory(tmp_path, "app"),
+                      thread_cache=None, eos_enabled=False, clock_ms=lambda: 0)
+    assert task.state is TaskState.CREATED
+    with pytest.raises(RuntimeStateError, match="complete_restoration"):
+        task.complete_restoration()
+    with pytest.raises(RuntimeStateError, match="CREATED -> CREATED"):
+        task.revive()
+    task.initialize_if_needed()
+    assert task.state is TaskState.RESTORING
+    task.complete_restoration()
+    assert task.state is TaskState.RUNNING
+    task.close_clean()
+    assert task.state is TaskState.CLOSED
+    with pytest.raises(RuntimeStateError, match="CLOSED -> RESTORING"):
+        task._transit(TaskState.RESTORING)
+    task.revive()
+    assert task.state is TaskState.CREATED
+
+
+def test_plan_internal_topics_partition_counts():
+    topo = wordcount_topology("lines", "out")
+    subs = topo.build()
+    plan = plan_internal_topics(topo, subs, "wc", {"lines": 4, "out": 1}, replication_factor=3)
+    rep = plan.specs["wc-counts-repartition"]
+    log = plan.specs["wc-counts-changelog"]
+    assert (rep.partitions, rep.config["cleanup.policy"], rep.replication_factor) == (4, "delete", 3)
+    assert (log.partitions, log.config["cleanup.policy"]) == (4, "compact")
+    assert plan.partitions_of_sub == {0: 4, 1: 4}
+    assert plan.source_topics == ["lines", "wc-counts-repartition"]
+    with pytest.raises(MissingSourceTopicError, match="lines"):
+        plan_internal_topics(topo, subs, "wc", {"out": 1})
+
+
+def test_unlogged_store_gets_no_changelog():
+    from streams.dsl import Materialized
+
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=serdes.STRING, value_serde=serdes.STRING)
+        .group_by(lambda k, v: v, key_serde=serdes.STRING, value_serde=serdes.STRING)
+        .count(store=Materialized.as_("c").with_logging_disabled()))
+    topo = b.build()
+    plan = plan_internal_topics(topo, topo.build(), "x", {"in": 2})
+    assert set(plan.specs) == {"x-c-repartition"}
+
+
+def test_app_misuse_before_start():
+    app = App(wordcount_topology("lines", "out"), {"application.id": "a", "bootstrap.servers": "x:1"})
+    assert app.state is AppState.CREATED
+    with pytest.raises(InvalidStateStoreError, match="CREATED"):
+        app.store("counts")
+    with pytest.raises(InvalidStateStoreError, match="unknown state store"):
+        app.store("nope")
+    with pytest.raises(ConfigError):
+        app.set_state_listener("not callable")
+    seen = []
+    app.set_state_listener(lambda new, old: seen.append((old, new)))
+    assert app.close() is True
+    assert app.state is AppState.NOT_RUNNING
+    assert seen == [(AppState.CREATED, AppState.PENDING_SHUTDOWN), (AppState.PENDING_SHUTDOWN, AppState.NOT_RUNNING)]
+    with pytest.raises(RuntimeStateError, match="before start"):
+        app.start()
+
+
+class _FailingProducer:
+    def __init__(self) -> None:
+        self.callbacks = []
+
+    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0, headers=None):
+        self.callbacks.append((topic, partition, on_delivery))
+
+    def poll(self, timeout=0):
+        return 0
+
+    def flush(self, timeout=0):
+        return 0
+
+
+class _DeliveredMsg:
+    def __init__(self, topic, partition, offset):
+        self._t, self._p, self._o = topic, partition, offset
+
+    def topic(self):
+        return self._t
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+
+def test_collector_tracks_offsets_and_surfaces_errors_at_next_send():
+    from confluent_kafka import KafkaError
+
+    producer = _FailingProducer()
+    collector = RecordCollector(producer)
+    collector.send("t", b"k", b"v", partition=1, timestamp=5)
+    collector.send("t", b"k", b"v", partition=1, timestamp=6)
+    producer.callbacks[0][2](None, _DeliveredMsg("t", 1, 41))
+    producer.callbacks[1][2](None, _DeliveredMsg("t", 1, 42))
+    assert collector.offsets() == {TopicPartition("t", 1): 42}
+    collector.send("t", b"k", b"v", partition=0, timestamp=7)
+    producer.callbacks[2][2](KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), _DeliveredMsg("t", 0, -1))
+    with pytest.raises(ProductionError, match="topic 't' partition 0"):
+        collector.send("t", b"k", b"v", partition=0, timestamp=8)
+    collector.send("t", b"k", b"v", partition=0, timestamp=9)  # reported once
+    producer.callbacks[-1][2](KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), _DeliveredMsg("t", 0, -1))
+    with pytest.raises(ProductionError):
+        collector.flush()
