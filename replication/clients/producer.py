@@ -82,7 +82,7 @@ class _Batch:
     """Records of one partition sent together."""
 
     __slots__ = ("tp", "records", "callbacks", "size", "created", "deadline", "data", "base_sequence",
-                 "attempts", "retry_at", "sent_at", "generation", "has_callbacks")
+                 "attempts", "retry_at", "sent_at", "generation", "has_callbacks", "leader")
 
     def __init__(self, tp: TopicPartition, now: float, deadline: float) -> None:
         self.tp = tp
@@ -98,6 +98,7 @@ class _Batch:
         self.retry_at = 0.0
         self.sent_at = 0.0
         self.generation = 0
+        self.leader = -1
 
 
 def _to_bytes(value: Any, what: str) -> bytes | None:
@@ -172,6 +173,12 @@ class Producer:
         self._default_dr = config.get_callable("on_delivery") or config.get_callable("delivery.report.cb")
         self._dr_only_error = config.get_bool("delivery.report.only.error", False)
         self._error_cb = config.get_callable("error_cb")
+        self._stats_cb = config.get_callable("stats_cb")
+        self._stats_interval_s = config.get_int("statistics.interval.ms", 0, 0, 86400000) / 1000.0
+        self._stats_next = time.monotonic() + self._stats_interval_s
+        self._client_id = config.get_str("client.id", "rdkafka")
+        # librdkafka-style counters per broker id: requests sent, timed out, retried.
+        self._broker_stats: dict[int, dict[str, int]] = {}
 
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # the sender waits here
@@ -274,6 +281,8 @@ class Producer:
         """Serve delivery reports; wait up to ``timeout`` seconds (None or -1: forever) for one.
         Returns the number of reports served."""
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        if self._stats_cb is not None and self._stats_interval_s > 0 and time.monotonic() >= self._stats_next:
+            self._emit_stats()
         with self._lock:
             while not self._reports:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -290,6 +299,26 @@ class Producer:
             with self._lock:
                 self._count -= sum(len(b.records) for b, _e, _o in reports)
         return served
+
+    def _emit_stats(self) -> None:
+        """A subset of librdkafka's statistics JSON (per-broker request counters)."""
+        import json
+
+        self._stats_next = time.monotonic() + self._stats_interval_s
+        with self._lock:
+            brokers = {f"localhost:{9092 + b}/{b}": {"name": f"localhost:{9092 + b}/{b}", "nodeid": b, **c}
+                       for b, c in self._broker_stats.items()}
+            count = self._count
+        now_us = time.time_ns() // 1000
+        self._stats_cb(json.dumps({"name": f"{self._client_id}#producer-1", "client_id": self._client_id,
+                                   "type": "producer", "ts": now_us, "time": now_us // 1_000_000,
+                                   "msg_cnt": count, "brokers": brokers, "topics": {}}))
+
+    def _count_request(self, broker: int, key: str) -> None:
+        stats = self._broker_stats.get(broker)
+        if stats is None:
+            stats = self._broker_stats[broker] = {"tx": 0, "req_timeouts": 0, "txretries": 0}
+        stats[key] += 1
 
     def _serve(self, batch: _Batch, error: KafkaError | None, base_offset: int) -> int:
         if not batch.has_callbacks or (self._dr_only_error and error is None):
@@ -444,6 +473,7 @@ class Producer:
                     # No answer within request.timeout.ms: retry (a late answer is ignored).
                     batch.generation += 1
                     batch.sent_at = 0.0
+                    self._count_request(batch.leader, "req_timeouts")
                     self._retry_or_fail_locked(batch, _TRANSPORT, "request timed out", now)
                     wait = 0.0
                 else:
@@ -508,6 +538,7 @@ class Producer:
                                                time.monotonic())
                 continue
             by_leader.setdefault(leader, {})[tp] = batch
+            batch.leader = leader
         for leader, group in by_leader.items():
             now = time.monotonic()
             for batch in group.values():
@@ -517,6 +548,10 @@ class Producer:
             request = ProduceRequest(self._acks, int(self._request_timeout_s * 1000),
                                      {tp: b.data for tp, b in group.items()}, self._transactional_id)
             generations = {tp: b.generation for tp, b in group.items()}
+            with self._lock:
+                self._count_request(leader, "tx")
+                if any(b.attempts > 1 for b in group.values()):
+                    self._count_request(leader, "txretries")
             self._transport.send_async(
                 -1, leader, request,
                 lambda response, error, group=group, generations=generations:

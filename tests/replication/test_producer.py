@@ -335,3 +335,28 @@ def test_list_topics_reports_partitions(cluster):
     cluster.create_topic("meta", partitions=4)
     md = cluster.producer().list_topics("meta", timeout=5)
     assert sorted(md.topics["meta"].partitions) == [0, 1, 2, 3]
+
+
+def test_statistics_count_request_timeouts(tmp_path):
+    import json
+
+    plan = FaultPlan(seed=3)
+    with LocalCluster(tmp_path / "stats", num_brokers=3, config=FAST, faults=plan) as cluster:
+        cluster.create_topic("s")
+        stats = []
+        producer = cluster.producer({"enable.idempotence": True, "request.timeout.ms": 100,
+                                     "retry.backoff.ms": 5, "statistics.interval.ms": 20,
+                                     "stats_cb": lambda s: stats.append(json.loads(s))})
+        producer.produce("s", value=b"warm-up")
+        assert producer.flush(10) == 0
+        plan.set(-1, -1, LinkFaults(drop_response_probability=1.0, request_types=frozenset({"ProduceRequest"})))
+        producer.produce("s", value=b"x")
+
+        def timed_out():
+            producer.poll(0.02)
+            return bool(stats) and sum(b["req_timeouts"] for b in stats[-1]["brokers"].values()) > 0
+
+        cluster.wait_until(timed_out, 15, "a request timeout in the statistics")
+        plan.clear()
+        assert producer.flush(10) == 0
+        assert [v for _o, v in values_of(cluster, "s")] == [b"warm-up", b"x"]
