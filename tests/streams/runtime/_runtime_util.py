@@ -42,8 +42,8 @@ class Cluster:
         self.admin = self.backend.admin()
         self._producer = None
 
-    def create_topics(self, partitions: int, *names: str) -> None:
-        futures = self.admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    def create_topics(self, partitions: int, *names: str, replication_factor: int = 1) -> None:
+        futures = self.admin.create_topics([NewTopic(n, partitions, replication_factor) for n in names])
         for f in futures.values():
             f.result(30)
         wait_for(lambda: all(n in self.admin.list_topics(timeout=5).topics for n in names), 30, f"topics {names}")
