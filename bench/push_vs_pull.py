@@ -176,8 +176,8 @@ def main() -> None:
                   f"{r['hw_p50']:>8.2f} {r['hw_p99']:>8.2f} {r['errors']:>4}", flush=True)
         pull = by_mode["pull"]["p99"]
         best = min(by_mode["push-1"]["p99"], by_mode["push-4"]["p99"])
-        print(f"{'':>10} push/pull p99: 1 pusher {by_mode['push-1']['p99'] / pull:.2f}x, "
-              f"4 pushers {by_mode['push-4']['p99'] / pull:.2f}x (best {best / pull:.2f}x)", flush=True)
+        print(f"{'':>10} push/pull p99: 1 pusher {by_mode['push-1']['p99'] / pull:.3f}x, "
+              f"4 pushers {by_mode['push-4']['p99'] / pull:.3f}x (best {best / pull:.3f}x)", flush=True)
 
 
 if __name__ == "__main__":
