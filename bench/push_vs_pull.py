@@ -18,7 +18,6 @@ push with 4 pushers per broker. Push runs wait until every follower is in push f
 from __future__ import annotations
 
 import argparse
-import bisect
 import collections
 import os
 import sys
