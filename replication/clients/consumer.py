@@ -627,11 +627,17 @@ class Consumer:
     def _wait_served(self, event: _RebalanceEvent) -> bool:
         """Wait until the application thread served `event` (False if closing or stalled)."""
         self._post_event(event)
-        while not event.done.wait(0.05):
+        next_heartbeat = time.monotonic() + self._heartbeat_interval
+        while not event.done.wait(min(0.05, self._heartbeat_interval)):
             if self._closing.is_set():
                 return False
-            if time.monotonic() - self._last_poll > self._max_poll_interval_ms / 1000.0:
+            now = time.monotonic()
+            if now - self._last_poll > self._max_poll_interval_ms / 1000.0:
                 return False
+            if self._member_id and now >= next_heartbeat:
+                # Keep the session alive while the application has not served the event yet.
+                self._cluster.group_coordinator.heartbeat(self.group_id, self._member_id, self._generation)
+                next_heartbeat = now + self._heartbeat_interval
         return True
 
     def _join(self) -> None:

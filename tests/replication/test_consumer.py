@@ -224,6 +224,10 @@ class _Member:
         got = {tp.partition for tp in partitions}
         self.owned = self.owned | got if self.cooperative else got
 
+    def _lost(self, consumer, partitions):
+        self.lost.append({tp.partition for tp in partitions})
+        self.owned -= {tp.partition for tp in partitions}
+
     def _revoke(self, consumer, partitions):
         gone = {tp.partition for tp in partitions}
         self.revoked.append(gone)
@@ -314,3 +318,28 @@ def test_bad_inputs(cluster):
     for call in (lambda: consumer.poll(0), lambda: consumer.assignment(), lambda: consumer.committed([])):
         with pytest.raises(RuntimeError, match="Consumer closed"):
             call()
+
+
+def test_a_member_slow_to_serve_a_rebalance_keeps_its_session(cluster):
+    """Heartbeats continue while a rebalance event waits for the application's next poll:
+    only max.poll.interval.ms bounds that wait, not session.timeout.ms."""
+    topic = new_topic(cluster, partitions=2)
+    group = unique("g")
+    conf = {"session.timeout.ms": 400, "heartbeat.interval.ms": 50, "max.poll.interval.ms": 20000}
+    slow = _Member(cluster, topic, group, "range")
+    slow.consumer.close()
+    slow.consumer = cluster.consumer({"group.id": group, **conf})
+    slow.consumer.subscribe([topic], on_assign=slow._assign, on_revoke=slow._revoke, on_lost=slow._lost)
+    slow.lost = []
+    _settle([slow], 2)
+    member_id = slow.consumer.memberid()
+    other = cluster.consumer({"group.id": group, **conf})
+    other.subscribe([topic])
+    started = time.monotonic()
+    # Only `other` polls for three session timeouts; `slow` has a revoke waiting to be served.
+    wait_for(lambda: (other.poll(0.02), time.monotonic() - started > 1.2)[1], 10, "three session timeouts")
+    wait_for(lambda: (slow.consumer.poll(0.02), other.poll(0.02), len(slow.owned) == 1)[2], 15,
+             "the group to settle with both members")
+    assert slow.lost == [] and slow.consumer.memberid() == member_id  # never evicted
+    slow.consumer.close()
+    other.close()
