@@ -250,6 +250,9 @@ class Consumer:
         if self._closed:
             raise RuntimeError("Consumer closed")
 
+    def _cluster_running(self) -> bool:
+        return bool(getattr(self._cluster, "_started", True)) and self._cluster.controller is not None
+
     @property
     def _cooperative(self) -> bool:
         return bool(self._strategies) and self._strategies[0] in COOPERATIVE_ASSIGNORS
@@ -601,8 +604,9 @@ class Consumer:
                         continue
                 wait = max(0.001, min(next_heartbeat - time.monotonic(), 0.05))
             except Exception:  # keep the group thread alive; log what went wrong
-                log.exception("consumer %s: group thread error", self.group_id)
-                wait = 0.1
+                if self._cluster_running():
+                    log.exception("consumer %s: group thread error", self.group_id)
+                wait = 0.1 if self._cluster_running() else 0.5
             self._group_wake.wait(wait)
 
     def _report_missing_topics(self) -> None:
@@ -753,8 +757,9 @@ class Consumer:
                 if not self._responses:
                     self._fetch_wake.wait(timeout)
             except Exception:
-                log.exception("consumer %s: fetcher error", self.group_id)
-                self._closing.wait(0.1)
+                if self._cluster_running():
+                    log.exception("consumer %s: fetcher error", self.group_id)
+                self._closing.wait(0.1 if self._cluster_running() else 0.5)
 
     def _resolve_positions(self) -> None:
         with self._lock:
