@@ -78,8 +78,22 @@ def _make_backend(kind: str, request: pytest.FixtureRequest) -> BackendUnderTest
         from streams.backends import for_config
 
         directory = request.getfixturevalue("tmp_path") / "embedded-cluster"
-        return BackendUnderTest(kind="embedded", backend=for_config({"bootstrap.servers": f"local://{directory}"}),
-                                description="embedded LocalCluster (3 brokers)")
+        local = for_config({"bootstrap.servers": f"local://{directory}"})
+
+        @contextlib.contextmanager
+        def lose_produce_responses():
+            # The brokers append what they get but every answer is lost: the client times out.
+            from replication.transport import LinkFaults
+
+            faults = local.cluster.transport.faults
+            faults.set(-1, -1, LinkFaults(drop_response_probability=1.0, request_types=frozenset({"ProduceRequest"})))
+            try:
+                yield
+            finally:
+                faults.clear()
+
+        return BackendUnderTest(kind="embedded", backend=local, description="embedded LocalCluster (3 brokers)",
+                                pause=lose_produce_responses, stall_conf={"request.timeout.ms": 500})
     raise AssertionError(f"unknown backend kind {kind!r}")
 
 
