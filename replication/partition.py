@@ -125,6 +125,9 @@ class Partition:
         self.hw_listeners: list[Callable[["Partition", int], None]] = []
         self.out_of_sync_listeners: list[Callable[["Partition", list[int]], None]] = []
         self.follower_fetch_listeners: list[Callable] = []
+        # Called with the lock held after the leader's log start offset moved (partition, lso).
+        self.log_start_listeners: list[Callable[["Partition", int], None]] = []
+        self._announced_log_start = -1
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -382,6 +385,25 @@ class Partition:
                 for listener in self.follower_fetch_listeners:
                     listener(self, replica_id, replica_epoch, request, response)
             return response
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords on the leader: move the log start offset up to `offset` (-1: the HW)."""
+        with self.lock:
+            if not self.is_leader:
+                raise NotLeaderError(f"broker {self.broker_id} is not the leader of {self.tp}")
+            low = self.log.delete_records(offset)
+            self.announce_log_start_offset()
+            return low
+
+    def announce_log_start_offset(self) -> None:
+        """Tell listeners (push replication) when retention or DeleteRecords moved the log start."""
+        with self.lock:
+            lso = self.log.log_start_offset
+            if not self.is_leader or lso == self._announced_log_start:
+                return
+            self._announced_log_start = lso
+            for listener in self.log_start_listeners:
+                listener(self, lso)
 
     def aborted_transactions(self, start_offset: int, upper_offset: int):
         """Aborted transactions overlapping [start, upper) for read_committed consumers."""

@@ -376,6 +376,8 @@ class ReplicaManager:
                 lg.delete_old_segments()
             except ReplicationError:
                 log.exception("broker %d: retention of %s failed", self.broker_id, lg.dir)
+        for partition in list(self.partitions.values()):
+            partition.announce_log_start_offset()
 
     def flush_due_logs(self) -> None:
         """Flush logs whose flush.ms has passed (by default never: the OS decides)."""

@@ -55,6 +55,7 @@ from replication.clients.common import (
 )
 from replication.errors import (
     ClusterError,
+    NotLeaderError,
     InvalidConfigurationError,
     InvalidTopicError,
     OffsetOutOfRangeError,
@@ -337,11 +338,10 @@ class AdminClient:
             _raise(KafkaError.LEADER_NOT_AVAILABLE, "Broker: Leader not available")
         try:
             partition = self._cluster.partition_on(leader, tp.topic, tp.partition)
-            with partition.lock:
-                low = partition.log.delete_records(tp.offset)
+            low = partition.delete_records(tp.offset)
         except OffsetOutOfRangeError as e:
             _raise(KafkaError.OFFSET_OUT_OF_RANGE, str(e))
-        except ClusterError:
+        except (ClusterError, NotLeaderError):
             _raise(KafkaError.NOT_LEADER_FOR_PARTITION, "Broker: Not leader for partition")
         return DeletedRecords(low)
 

@@ -74,6 +74,7 @@ class PushLeader:
         partition.hw_listeners.append(self._on_high_watermark)
         partition.out_of_sync_listeners.append(self._on_out_of_sync)
         partition.follower_fetch_listeners.append(self._on_follower_fetch)
+        partition.log_start_listeners.append(self._on_log_start_offset)
 
     def on_become_leader(self, partition: Partition, new_epoch: bool) -> None:
         self.install(partition)
@@ -144,6 +145,11 @@ class PushLeader:
         replicas = self.push_replicas.get(partition.tp)
         if replicas:
             self.manager.on_high_watermark_update(partition.tp, replicas, high_watermark)
+
+    def _on_log_start_offset(self, partition: Partition, log_start_offset: int) -> None:
+        replicas = self.push_replicas.get(partition.tp)
+        if replicas:
+            self.manager.on_log_start_offset_update(partition.tp, replicas, log_start_offset)
 
     def _on_out_of_sync(self, partition: Partition, replica_ids: list[int]) -> None:
         replicas = self.push_replicas.get(partition.tp)

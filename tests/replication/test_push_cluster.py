@@ -412,3 +412,18 @@ def test_random_faults_give_identical_committed_logs_in_pull_push_and_mixed(tmp_
     assert logs["pull"] == expected
     assert logs["push"] == logs["pull"]
     assert logs["mixed"] == logs["pull"]
+
+
+def test_log_start_offset_moves_reach_pushing_followers(cluster):
+    cluster.create_topic("t", partitions=1, replication_factor=3)
+    leader = cluster.leader("t", 0)
+    for i in range(10):
+        assert cluster.produce("t", 0, batch(b"v%d" % i), acks=-1).error is Errors.NONE
+    wait_pushing(cluster)
+    wait_replicated(cluster)
+    followers = [b for b in range(3) if b != leader]
+    assert cluster.partition_on(leader, "t", 0).delete_records(6) == 6
+    cluster.wait_until(lambda: all(cluster.partition_on(f, "t", 0).log.log_start_offset == 6 for f in followers),
+                       10, "followers learn the new log start offset by push")
+    for f in followers:
+        assert fetch_state(cluster, f).is_pushing  # learned without going back to pull
