@@ -1,0 +1,103 @@
+"""One word count app instance in its own process, driven by tests/integration/test_apps_on_kafka.py.
+
+    python wordcount_instance.py --bootstrap-servers HOST:PORT --application-id ID \
+        --input TOPIC --output TOPIC --state-dir DIR --status-file FILE [--dump-file FILE] \
+        [--config JSON]
+
+The instance runs until SIGTERM or SIGINT, then closes cleanly (commit, checkpoint, leave the
+group). While it runs it rewrites `--status-file` (atomically, JSON) with its app state, its
+active tasks and how many records its threads processed, so the test can wait on conditions
+instead of sleeping. With `--dump-file`, the contents of its local "counts" store are written
+there just before it closes. SIGKILL is the crash: nothing is committed or checkpointed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+if __name__ == "__main__":  # run as a script: make the repository importable
+    sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+
+from streams import App, AppState, StreamsBuilder, serdes  # noqa: E402
+from streams.topology import Topology  # noqa: E402
+
+STORE = "counts"
+_STATUS_INTERVAL_S = 0.05
+
+
+def build_topology(input_topic: str, output_topic: str) -> Topology:
+    """Word count: lines -> words -> count per word (store "counts") -> output topic."""
+    builder = StreamsBuilder()
+    (builder.stream(input_topic, key_serde=serdes.STRING, value_serde=serdes.STRING)
+        .flat_map_values(str.split)
+        .group_by(lambda key, word: word, key_serde=serdes.STRING, value_serde=serdes.STRING)
+        .count(store=STORE)
+        .to_stream()
+        .to(output_topic, key_serde=serdes.STRING, value_serde=serdes.INT64))
+    return builder.build()
+
+
+def _write_json(path: str, payload: Any) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(payload, f)
+    os.replace(tmp, path)
+
+
+def _status(app: App, closed: bool) -> dict:
+    tasks = app.local_tasks() if not closed else {"active": [], "standby": []}
+    return {
+        "pid": os.getpid(),
+        "state": app.state.value,
+        "closed": closed,
+        "active": sorted(str(t) for t in tasks["active"]),
+        "processed": sum(t.processed_total for t in app.threads),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="one word count instance")
+    parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument("--application-id", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--status-file", required=True)
+    parser.add_argument("--dump-file", default=None)
+    parser.add_argument("--config", default="{}", help="extra App config, as a JSON object")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format=f"%(asctime)s [{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+
+    config = {
+        "application.id": args.application_id,
+        "bootstrap.servers": args.bootstrap_servers,
+        "state.dir": args.state_dir,
+        **json.loads(args.config),
+    }
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    app = App(build_topology(args.input, args.output), config)
+    app.start()
+    while not stop.wait(_STATUS_INTERVAL_S):
+        _write_json(args.status_file, _status(app, closed=False))
+        if app.state in (AppState.ERROR, AppState.NOT_RUNNING):
+            break
+    if args.dump_file and app.state.is_running_or_rebalancing():
+        _write_json(args.dump_file, dict(app.store(STORE).all()))
+    closed = app.close(timeout=60)
+    _write_json(args.status_file, _status(app, closed=True))
+    return 0 if closed and app.state is AppState.NOT_RUNNING else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
