@@ -47,7 +47,7 @@ _ALLOWED = {
     ThreadState.STARTING: {ThreadState.PARTITIONS_REVOKED, ThreadState.PARTITIONS_ASSIGNED,
                            ThreadState.PENDING_SHUTDOWN},
     ThreadState.PARTITIONS_REVOKED: {ThreadState.PARTITIONS_REVOKED, ThreadState.PARTITIONS_ASSIGNED,
-                                     ThreadState.PENDING_SHUTDOWN},
+                                     ThreadState.RUNNING, ThreadState.PENDING_SHUTDOWN},
     ThreadState.PARTITIONS_ASSIGNED: {ThreadState.PARTITIONS_REVOKED, ThreadState.PARTITIONS_ASSIGNED,
                                       ThreadState.RUNNING, ThreadState.PENDING_SHUTDOWN},
     ThreadState.RUNNING: {ThreadState.PARTITIONS_REVOKED, ThreadState.PARTITIONS_ASSIGNED,
@@ -85,6 +85,7 @@ class StreamThread(threading.Thread):
         self.source_topics = source_topics
         self.restore_listener = restore_listener
         self.assignment_strategy = assignment_strategy
+        self._cooperative = "cooperative" in assignment_strategy
         self._on_state_change = on_state_change
         self._on_error = on_error
         self._on_tasks_changed = on_tasks_changed
@@ -283,7 +284,9 @@ class StreamThread(threading.Thread):
             all_running = tm.initialize_and_restore()
         else:
             all_running = True
-        if all_running and self.state is ThreadState.PARTITIONS_ASSIGNED:
+        if all_running and (self.state is ThreadState.PARTITIONS_ASSIGNED or (
+                self.state is ThreadState.PARTITIONS_REVOKED and self._cooperative)):
+            # a cooperative revocation may not be followed by an (empty) assignment callback
             self._set_state(ThreadState.RUNNING)
         processed = tm.process(MAX_PROCESS_PER_TASK)
         if processed:
