@@ -82,7 +82,11 @@ class ProcessorStateManager:
         changelog_partition: Optional[int] = None,
         collector: Any = None,
         config: Optional[dict] = None,
+        thread_cache: Any = None,
     ) -> None:
+        """`thread_cache` is the stream thread's `state.caching.ThreadCache`, shared by the caching
+        stores of every task of that thread; caching stores read it from here when they are
+        initialised (without one each caching store gets a private cache)."""
         if not isinstance(task_id, TaskId):
             raise StateError(f"task_id must be a TaskId, got {task_id!r}")
         if not isinstance(task_type, TaskType):
@@ -96,6 +100,7 @@ class ProcessorStateManager:
         self.changelog_topics = dict(changelog_topics or {})
         self.changelog_partition = task_id.partition if changelog_partition is None else changelog_partition
         self.collector = collector
+        self.thread_cache = thread_cache
         self.task_dir: Path = state_directory.directory_for_task(task_id)
         self.checkpoint_file = OffsetCheckpoint(self.task_dir / ".checkpoint")
         self._stores: dict[str, StoreMetadata] = {}
@@ -323,6 +328,27 @@ class ProcessorStateManager:
         if first_error is not None:
             raise StateError(f"task {self.task_id}: failed to flush state stores: {first_error}") from first_error
 
+    def flush_cache(self) -> None:
+        """Write the caching layers' dirty entries down (to the inner stores and the changelog,
+        forwarding them to their flush listeners) without flushing the inner stores: what a commit
+        does (Kafka's `flushCache`); a full `flush()` happens only when checkpointing."""
+        first_error = None
+        for meta in self._stores.values():
+            layer = meta.store
+            try:
+                while layer is not None:
+                    flush_cache = getattr(layer, "flush_cache", None)
+                    if callable(flush_cache):
+                        flush_cache()
+                        break
+                    layer = getattr(layer, "wrapped", None)
+            except Exception as e:  # noqa: BLE001 - keep flushing the other caches
+                logger.error("task %s: failed to flush the cache of store %s: %s", self.task_id, meta.name, e)
+                if first_error is None:
+                    first_error = e
+        if first_error is not None:
+            raise StateError(f"task {self.task_id}: failed to flush store caches: {first_error}") from first_error
+
     def checkpoint(self, force: bool = False) -> bool:
         """Kafka's maybeCheckpoint: if forced, or more than 10,000 changelog offsets have passed
         since the last checkpoint, flush the stores and write `.checkpoint`. Returns True if written.
@@ -360,16 +386,20 @@ class ProcessorStateManager:
 
     def close(self, dirty: bool = False) -> None:
         """Close every store. Clean: flush and write a forced checkpoint first (also under EOS:
-        a clean shutdown must not cost a full restore). Dirty: no flush, no checkpoint, errors
-        are logged and swallowed. Stores are unregistered afterwards so the task can register
-        them again (revive)."""
+        a clean shutdown must not cost a full restore). Dirty: no flush, no checkpoint, stores
+        closed with `close(dirty=True)` (caching layers drop their dirty entries instead of
+        writing them to the store and the changelog), errors logged and swallowed. Stores are
+        unregistered afterwards so the task can register them again (revive)."""
         first_error = None
         if not dirty and self._offsets_at_last_checkpoint is not None:
             self.checkpoint(force=True)
         for meta in self._stores.values():
             try:
                 if meta.store.is_open:
-                    meta.store.close()
+                    if dirty:
+                        meta.store.close(dirty=True)
+                    else:
+                        meta.store.close()
             except Exception as e:  # noqa: BLE001 - close the other stores too
                 logger.error("task %s: failed to close store %s: %s", self.task_id, meta.name, e)
                 if first_error is None:

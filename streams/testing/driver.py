@@ -140,8 +140,8 @@ class TopologyTestDriver:
         manager = ProcessorStateManager(
             task_id, TaskType.ACTIVE, self._eos, self._state_directory,
             changelog_topics={name: changelog_topic_name(self.application_id, name) for name in sub.store_names},
-            changelog_partition=0, collector=self._collector, config=self.config)
-        manager.thread_cache = self._thread_cache  # type: ignore[attr-defined]  # read by caching stores
+            changelog_partition=0, collector=self._collector, config=self.config,
+            thread_cache=self._thread_cache)  # one cache shared by every caching store of the driver
         self._managers.append(manager)
         engine = TaskEngine(self.topology, sub, task_id=task_id, application_id=self.application_id,
                             config=self.config, collector=self._collector, clock_ms=self._clock,
