@@ -1,8 +1,10 @@
-"""StoreChangelogReader against a Kafka-protocol broker through the confluent-kafka API.
+"""StoreChangelogReader + ProcessorStateManager + RocksDB stores against real brokers.
 
-The `backend` fixture gives producer/consumer/admin factories; here it is Kafka via
-confluent-kafka on the session broker (`kafka_bootstrap_servers`). The same tests are meant to run
-on the embedded cluster by parametrizing `backend`.
+The `backend` fixture gives producer/consumer/admin factories with the confluent-kafka API and is
+parametrized over the embedded cluster (`streams.backends.for_config("local://...")`: three
+in-process brokers, transactions, compaction, DeleteRecords) and Kafka (the session broker of
+`streams.testing.kafka_fixture`; on Tansu the `needs_faithful_broker` cases are skipped). Cases
+that look inside the broker (compaction) run on the embedded cluster only.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from state.errors import (
     TaskCorruptedError,
 )
 from state.listener import StandbyUpdateListener, StateRestoreListener, SuspendReason
+from state.caching import CachingKeyValueStore, ThreadCache
 from state.logging_store import ChangeLoggingKeyValueStore
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.restore import (
@@ -34,6 +37,7 @@ from state.restore import (
 )
 from state.rocksdb_kv import RocksDBKeyValueStore
 from state.task_id import TaskId
+from streams.testing.kafka_fixture import skip_if_unfaithful
 
 pytestmark = pytest.mark.integration
 
@@ -41,23 +45,57 @@ TASK = TaskId(0, 1)
 STORE = "counts"
 
 
-class KafkaBackend:
-    def __init__(self, bootstrap_servers: str) -> None:
-        self.bootstrap_servers = bootstrap_servers
-
-    def producer(self, conf: dict) -> Producer:
-        return Producer({"bootstrap.servers": self.bootstrap_servers, **conf})
-
-    def consumer(self, conf: dict) -> Consumer:
-        return Consumer({"bootstrap.servers": self.bootstrap_servers, **conf})
-
-    def admin(self, conf: dict) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap_servers, **conf})
+BACKEND_KINDS = ["embedded", "kafka"]
 
 
-@pytest.fixture(scope="module")
-def backend(kafka_bootstrap_servers):
-    return KafkaBackend(kafka_bootstrap_servers)
+class Backend:
+    """Producer/consumer/admin factories with the confluent-kafka API, plus what tests need to
+    know: the embedded `LocalCluster` (None on Kafka) and the Kafka broker (None embedded)."""
+
+    def __init__(self, kind, factories, cluster=None, broker=None):
+        self.kind = kind
+        self.factories = factories
+        self.cluster = cluster
+        self.broker = broker
+
+    def producer(self, conf: dict):
+        return self.factories.producer(conf)
+
+    def consumer(self, conf: dict):
+        return self.factories.consumer(conf)
+
+    def admin(self, conf: dict):
+        return self.factories.admin(conf)
+
+
+@pytest.fixture(scope="module", params=BACKEND_KINDS)
+def backend_under_test(request, tmp_path_factory):
+    if request.param == "embedded":
+        from streams.backends import for_config
+
+        directory = tmp_path_factory.mktemp("embedded-cluster")
+        local = for_config({"bootstrap.servers": f"local://{directory}"})
+        try:
+            yield Backend("embedded", local, cluster=local.cluster)
+        finally:
+            local.close()
+    else:
+        from connectors.kafka import KafkaBackend
+
+        broker = request.getfixturevalue("kafka_broker")
+        yield Backend("kafka", KafkaBackend(broker.bootstrap_servers), broker=broker)
+
+
+@pytest.fixture
+def backend(backend_under_test, request):
+    if backend_under_test.broker is not None:
+        skip_if_unfaithful(request.node, backend_under_test.broker)
+    return backend_under_test
+
+
+#: Runs a test on the embedded cluster only: it looks inside the broker (compaction) or needs a
+#: fault the Kafka test broker cannot produce.
+embedded_only = pytest.mark.parametrize("backend_under_test", ["embedded"], indirect=True)
 
 
 class Recorder(StateRestoreListener, StandbyUpdateListener):
@@ -98,14 +136,16 @@ class Recorder(StateRestoreListener, StandbyUpdateListener):
 class Env:
     """One application's changelog topic plus helpers to open its task state."""
 
-    def __init__(self, backend, tmp_path):
+    def __init__(self, backend, tmp_path, topic_config=None):
         self.backend = backend
         self.app = f"rt-{uuid.uuid4().hex[:10]}"
         self.topic = f"{self.app}-{STORE}-changelog"
         self.tp = TopicPartition(self.topic, TASK.partition)
         self.state_directory = StateDirectory(tmp_path / "state", self.app)
         admin = backend.admin({})
-        futures = admin.create_topics([NewTopic(self.topic, 2, 1, config={"cleanup.policy": "compact"})])
+        replication_factor = 3 if backend.kind == "embedded" else 1
+        config = {"cleanup.policy": "compact", **(topic_config or {})}
+        futures = admin.create_topics([NewTopic(self.topic, 2, replication_factor, config=config)])
         for f in futures.values():
             f.result(timeout=30)
         self.producer = backend.producer({"linger.ms": 5})
@@ -117,30 +157,44 @@ class Env:
         """Append (key, value) records to the task's changelog partition.
 
         The last record goes alone in its own batch: Tansu's ListOffsets reports a wrong end
-        offset otherwise (harmless on Kafka)."""
+        offset otherwise (harmless elsewhere)."""
         records = list(records)
         for i, (k, v) in enumerate(records):
             if i == len(records) - 1:
                 self.producer.flush(30)
             self.producer.produce(self.topic, key=k, value=v, partition=TASK.partition)
-            if k is not None:
-                if v is None:
-                    self.expected.pop(k, None)
-                else:
-                    self.expected[k] = v
         assert self.producer.flush(30) == 0
+        self.expected = latest_values(records, self.expected)
         self.count += len(records)
 
-    def open(self, eos=False, task_type=TaskType.ACTIVE):
-        mgr = ProcessorStateManager(TASK, task_type, eos, self.state_directory)
-        register_state_stores(mgr, [ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))])
+    def open(self, eos=False, task_type=TaskType.ACTIVE, *, collector=None, caching=False, thread_cache=None):
+        mgr = ProcessorStateManager(TASK, task_type, eos, self.state_directory, collector=collector,
+                                    thread_cache=thread_cache)
+        store = ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))
+        if caching:
+            store = CachingKeyValueStore(store)
+        register_state_stores(mgr, [store])
         return mgr
 
-    def reader(self, eos=False, listener=None, **kw):
-        consumer = self.backend.consumer({**restore_consumer_config(eos), "client.id": f"{self.app}-restore"})
+    def reader(self, eos=False, listener=None, consumer_conf=None, **kw):
+        consumer = self.backend.consumer({**restore_consumer_config(eos), "client.id": f"{self.app}-restore",
+                                          **(consumer_conf or {})})
         self.consumers.append(consumer)
         rec = listener or Recorder()
         return StoreChangelogReader(consumer, rec, eos_enabled=eos, standby_listener=rec, **kw), rec
+
+    def log_offsets(self):
+        """(log start, log end) of the changelog partition, from the broker."""
+        consumer = self.backend.consumer({"group.id": f"{self.app}-probe"})
+        try:
+            return consumer.get_watermark_offsets(self.tp, timeout=30, cached=False)
+        finally:
+            consumer.close()
+
+    def leader_log(self):
+        """The embedded leader's `replication.log.Log` of the changelog partition."""
+        cluster = self.backend.cluster
+        return cluster.partition_on(cluster.leader(self.topic, TASK.partition), self.topic, TASK.partition).log
 
     def close(self):
         for c in self.consumers:
@@ -148,11 +202,66 @@ class Env:
         self.state_directory.close()
 
 
+class ProducerCollector:
+    """The record collector of an active task on a real producer: changelog writes go to the
+    broker; `offsets()` gives the last offset written per partition (from delivery reports)."""
+
+    def __init__(self, producer):
+        self.producer = producer
+        self._offsets = {}
+        self.errors = []
+
+    def _delivered(self, err, msg):
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self._offsets[(msg.topic(), msg.partition())] = msg.offset()
+
+    def send(self, topic, key, value, *, partition, timestamp, headers=None):
+        self.producer.produce(topic, key=key, value=value, partition=partition, timestamp=timestamp,
+                              on_delivery=self._delivered)
+
+    def flush(self):
+        assert self.producer.flush(30) == 0 and not self.errors
+
+    def offsets(self):
+        self.flush()
+        return {TopicPartition(t, p): o for (t, p), o in self._offsets.items()}
+
+
 @pytest.fixture
 def env(backend, tmp_path):
     e = Env(backend, tmp_path)
     yield e
     e.close()
+
+
+@pytest.fixture
+def make_env(backend, tmp_path):
+    made = []
+
+    def make(**kw):
+        e = Env(backend, tmp_path / f"env{len(made)}", **kw)
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        e.close()
+
+
+def latest_values(records, start=None):
+    """What a store holds after applying `records` in order on top of `start` (tombstones delete,
+    null-key records are dropped)."""
+    out = dict(start or {})
+    for k, v in records:
+        if k is None:
+            continue
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
 
 
 def workload(n, start=0):
@@ -371,7 +480,9 @@ class OutOfRangeConsumer:
     """Wraps a real consumer and reports an out-of-range position for one partition.
 
     Tansu never answers a fetch with OFFSET_OUT_OF_RANGE, so this fault cannot be produced for
-    real on the test broker; the event is the one librdkafka emits with auto.offset.reset=error.
+    real on the Kafka test broker; the event is the one librdkafka emits with
+    auto.offset.reset=error. On the embedded cluster the fault is real: see
+    test_changelog_truncated_while_restoring_is_task_corrupted.
     """
 
     def __init__(self, consumer, tp):
@@ -387,6 +498,7 @@ class OutOfRangeConsumer:
         return getattr(self._consumer, name)
 
 
+@pytest.mark.parametrize("backend_under_test", ["kafka"], indirect=True)
 def test_out_of_range_event_is_task_corrupted(env):
     env.produce(workload(20))
     mgr = env.open()
