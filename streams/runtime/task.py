@@ -227,21 +227,12 @@ class StreamTask:
         engine_process = self.engine.process
         consumed = self.consumed
         n = 0
-        last_tp = None
-        last_offset = -1
-        for msg in self.partition_group.drain(max_records):
-            topic = _TOPIC(msg)
-            partition = _PARTITION(msg)
-            offset = _OFFSET(msg)
-            engine_process(topic, partition, offset, _KEY(msg), _VALUE(msg), _TIMESTAMP(msg)[1], _HEADERS(msg))
-            n += 1
-            if last_tp is None or last_tp[0] != topic or last_tp[1] != partition:
-                if last_tp is not None:
-                    consumed[last_tp] = last_offset
-                last_tp = (topic, partition)
-            last_offset = offset
-        if last_tp is not None:
-            consumed[last_tp] = last_offset
+        for (topic, partition), run in self.partition_group.runs(max_records):
+            for key, value, ts, headers, offset in zip(map(_KEY, run), map(_VALUE, run), map(_TIMESTAMP, run),
+                                                        map(_HEADERS, run), map(_OFFSET, run)):
+                engine_process(topic, partition, offset, key, value, ts[1], headers)
+            consumed[(topic, partition)] = _OFFSET(run[-1])
+            n += len(run)
         if n:
             self.commit_needed = True
             self.processed_since_commit += n
