@@ -20,6 +20,7 @@ from confluent_kafka import KafkaException
 from state.caching import ThreadCache
 from state.errors import TaskCorruptedError
 from state.restore import StoreChangelogReader, restore_consumer_config
+from streams.errors import StreamsException
 from streams.runtime.collector import RecordCollector, production_handler_from_config
 from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
 from streams.runtime.errors import TaskMigratedError
@@ -242,6 +243,17 @@ class StreamThread(threading.Thread):
                         next_commit = now + commit_interval_s
                 except TaskMigratedError as exc:
                     self.task_manager.handle_migrated(exc)
+                except StreamsException as exc:
+                    # the processing core wraps what a sink's send raised
+                    cause = exc.__cause__
+                    if isinstance(cause, TaskMigratedError):
+                        self.task_manager.handle_migrated(cause)
+                    elif isinstance(cause, TaskCorruptedError):
+                        self.task_manager.handle_corruption(
+                            getattr(cause, "task_ids", None) or list(self.task_manager.tasks),
+                            list(cause.changelog_partitions))
+                    else:
+                        raise
                 except TaskCorruptedError as exc:
                     self.task_manager.handle_corruption(getattr(exc, "task_ids", None) or list(self.task_manager.tasks),
                                                         list(exc.changelog_partitions))

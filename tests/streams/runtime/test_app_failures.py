@@ -1,0 +1,86 @@
+"""Failures the runtime must survive or report: a fenced transactional producer (revived without
+losing or duplicating output) and a processor exception (uncaught exception handler, ERROR)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from streams import App, AppState, Processor, StreamThreadExceptionResponse, Topology, serdes
+
+from _runtime_util import Cluster, count_sequences, last_counts, make_lines, unique, wait_for, wordcount_topology
+
+
+@pytest.mark.needs_faithful_broker(reason="aborted transactional data is visible to read_committed consumers")
+def test_fenced_producer_tasks_revived_exactly_once(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(2, lines, out)
+    records, expected = make_lines(1500, seed=5, vocabulary=40)
+    app = App(wordcount_topology(lines, out), {
+        **cluster.config, "application.id": unique("fence"), "state.dir": str(tmp_path),
+        "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 50})
+    try:
+        cluster.produce(lines, records[:700])
+        app.start()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        store = app.store("counts")
+        wait_for(lambda: (store.get("w0") or 0) > 0, 30, "some processing")
+        # a second producer with the app thread's transactional.id fences the thread's producer
+        intruder = cluster.backend.producer({"transactional.id": app.threads[0].transactional_id})
+        intruder.init_transactions(30)
+        cluster.produce(lines, records[700:])
+        wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "exact counts after fencing")
+        msgs = cluster.read_all(out, 2, until=lambda got: last_counts(got) == dict(expected))
+        for word, seq in count_sequences(msgs).items():
+            assert seq == sorted(set(seq)), (word, seq)
+        assert app.threads[0].is_alive()
+    finally:
+        app.close(timeout=60)
+        cluster.close()
+
+
+class Exploding(Processor):
+    def init(self, context):
+        self.context = context
+
+    def process(self, record):
+        if record.value == "boom":
+            raise ValueError("bad record")
+        self.context.forward(record)
+
+
+def test_processor_error_goes_to_the_handler_and_the_app_ends_in_error(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    src, sink = unique("in"), unique("out")
+    cluster.create_topics(1, src, sink)
+    topo = Topology()
+    topo.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.STRING)
+    topo.add_processor("p", Exploding, "s")
+    topo.add_sink("k", sink, "p", key_serde=serdes.STRING, value_serde=serdes.STRING)
+    app = App(topo, {**cluster.config, "application.id": unique("err"), "state.dir": str(tmp_path)})
+    seen, states = [], []
+    done = threading.Event()
+
+    def handler(exc):
+        seen.append(exc)
+        return StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+
+    def on_state(new, old):
+        states.append(new)
+        if new is AppState.ERROR:
+            done.set()
+
+    app.set_uncaught_exception_handler(handler)
+    app.set_state_listener(on_state)
+    try:
+        cluster.produce(src, [(b"a", b"fine"), (b"b", b"boom")])
+        app.start()
+        assert app.wait_for_state(AppState.ERROR, timeout=60)
+        assert len(seen) == 1 and "processor=p" in str(seen[0]) and "bad record" in str(seen[0])
+        assert AppState.PENDING_ERROR in states and states[-1] is AppState.ERROR
+    finally:
+        assert app.close(timeout=60)
+        cluster.close()
+    assert app.state is AppState.NOT_RUNNING
