@@ -28,7 +28,8 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
 from confluent_kafka.admin import NewTopic  # noqa: E402
 from rocksdict import Options, Rdict, WriteBatch  # noqa: E402
@@ -153,7 +154,16 @@ def main() -> None:
                         original(self)
                     finally:
                         prof.disable()
-                        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+                        stats = pstats.Stats(prof)
+                        stats.sort_stats("tottime").print_stats(25)
+                        by_file: dict[str, float] = {}
+                        for (filename, _, _), (_, _, tottime, _, _) in stats.stats.items():
+                            key = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else "(builtins/C)"
+                            by_file[key] = by_file.get(key, 0.0) + tottime
+                        total = sum(by_file.values())
+                        print("own time by file (stream thread):")
+                        for key, t in sorted(by_file.items(), key=lambda kv: -kv[1])[:15]:
+                            print(f"  {t / total * 100:5.1f}%  {key}")
                 thread_mod.StreamThread.run = profiled_run
             for guarantee in args.guarantees.split(","):
                 secs = run_app(bootstrap, guarantee, lines_topic, len(lines), n_words,
