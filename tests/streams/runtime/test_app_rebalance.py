@@ -96,6 +96,23 @@ def test_rebalance_between_three_instances_while_input_flows(backend_config, tmp
         assert all(final[w] >= n for w, n in expected.items())  # at least once: nothing lost
 
 
+def _standbys_caught_up(cluster: Cluster, app: App, task_ids: list) -> bool:
+    tm = app.threads[0].task_manager
+    probe = cluster.backend.consumer({"group.id": unique("probe")})
+    try:
+        for task_id in task_ids:
+            standby = tm.standbys.get(task_id)
+            if standby is None or standby.manager is None:
+                return False
+            for tp, next_offset in standby.manager.changelog_offsets().items():
+                _, high = probe.get_watermark_offsets(tp, timeout=5, cached=False)
+                if next_offset < high:
+                    return False
+        return True
+    finally:
+        probe.close()
+
+
 class _Restored(StateRestoreListener):
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -140,6 +157,9 @@ def test_standby_takes_over_without_full_restore(backend_config, tmp_path):
         sx, sy = x.store("counts"), y.store("counts")
         wait_for(lambda: all((sx.get(w) or sy.get(w)) == n for w, n in expected.items()), 60,
                  "every word counted")
+        # once the counts are committed (output written), y's standbys catch up with the changelogs
+        cluster.read_all(out, 2, until=lambda got: last_counts(got) == dict(expected))
+        wait_for(lambda: _standbys_caught_up(cluster, y, stateful(x)), 30, "standbys caught up")
         changelog_total = len(expected)  # at least one changelog record per word
         before = restored_y.total
         assert x.close(timeout=60)
