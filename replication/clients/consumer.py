@@ -101,7 +101,7 @@ class _Partition:
     """Per assigned partition state."""
 
     __slots__ = ("tp", "key", "version", "position", "fetch_position", "pending_offset", "paused",
-                 "stopped", "in_flight", "buffered", "eof_sent", "leader", "leader_epoch",
+                 "stopped", "in_flight", "buffered", "eof_offset", "leader", "leader_epoch",
                  "retry_at", "high_watermark", "low_watermark", "last_stable_offset", "stored",
                  "committed_sent", "leader_epoch_seen")
 
@@ -115,7 +115,7 @@ class _Partition:
         self.stopped = False  # auto.offset.reset=error hit: wait for a seek
         self.in_flight = False
         self.buffered = 0
-        self.eof_sent = False
+        self.eof_offset = -1  # fetch position of the last end-of-partition event (-1: none)
         self.leader = -1
         self.leader_epoch = -1
         self.retry_at = 0.0
@@ -373,7 +373,7 @@ class Consumer:
         state.version += 1
         state.in_flight = False
         state.buffered = 0
-        state.eof_sent = False
+        state.eof_offset = -1
         state.stopped = False
         state.fetch_position = -1
         state.pending_offset = offset
@@ -948,16 +948,19 @@ class Consumer:
             if msgs:
                 self._queue.append([state, version, msgs, 0])
                 state.buffered += len(msgs)
-                state.eof_sent = False
-            if self._partition_eof and not state.eof_sent and end >= 0 and state.fetch_position >= end:
-                state.eof_sent = True
-                eof = _error_message(kafka_error(
+            # Like librdkafka: an EOF event each time the fetch position reaches the end at a new
+            # offset, also when only aborted records or transaction markers moved it there.
+            eof = (self._partition_eof and end >= 0 and state.fetch_position >= end
+                   and state.eof_offset != state.fetch_position)
+            if eof:
+                state.eof_offset = state.fetch_position
+                event = _error_message(kafka_error(
                     KafkaError._PARTITION_EOF,
                     f"Fetch from broker {state.leader} reached end of partition at offset {state.fetch_position} "
                     f"(HighwaterMark {resp.high_watermark})"), key.topic, key.partition, state.fetch_position)
-                self._queue.append([state, version, [eof], 0])
+                self._queue.append([state, version, [event], 0])
                 state.buffered += 1
-            if msgs or state.eof_sent:
+            if msgs or eof:
                 self._cv.notify_all()
 
     @staticmethod

@@ -9,6 +9,7 @@ that look inside the broker (compaction) run on the embedded cluster only.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -21,6 +22,7 @@ from state.directory import StateDirectory
 from state.errors import (
     CheckpointError,
     IllegalStateTransitionError,
+    LockError,
     RestoreListenerError,
     StateError,
     TaskCorruptedError,
@@ -136,7 +138,7 @@ class Recorder(StateRestoreListener, StandbyUpdateListener):
 class Env:
     """One application's changelog topic plus helpers to open its task state."""
 
-    def __init__(self, backend, tmp_path, topic_config=None):
+    def __init__(self, backend, tmp_path, topic_config=None, producer_conf=None):
         self.backend = backend
         self.app = f"rt-{uuid.uuid4().hex[:10]}"
         self.topic = f"{self.app}-{STORE}-changelog"
@@ -148,7 +150,8 @@ class Env:
         futures = admin.create_topics([NewTopic(self.topic, 2, replication_factor, config=config)])
         for f in futures.values():
             f.result(timeout=30)
-        self.producer = backend.producer({"linger.ms": 5})
+        self.producer = backend.producer({"linger.ms": 5, **(producer_conf or {})})
+        self.delivery_errors = []
         self.consumers = []
         self.expected: dict[bytes, bytes] = {}
         self.count = 0  # records in the changelog partition
@@ -162,10 +165,15 @@ class Env:
         for i, (k, v) in enumerate(records):
             if i == len(records) - 1:
                 self.producer.flush(30)
-            self.producer.produce(self.topic, key=k, value=v, partition=TASK.partition)
+            self.producer.produce(self.topic, key=k, value=v, partition=TASK.partition, on_delivery=self._delivered)
         assert self.producer.flush(30) == 0
+        assert not self.delivery_errors, self.delivery_errors[:3]
         self.expected = latest_values(records, self.expected)
         self.count += len(records)
+
+    def _delivered(self, err, msg):
+        if err is not None:
+            self.delivery_errors.append(err)
 
     def open(self, eos=False, task_type=TaskType.ACTIVE, *, collector=None, caching=False, thread_cache=None):
         mgr = ProcessorStateManager(TASK, task_type, eos, self.state_directory, collector=collector,
@@ -188,6 +196,20 @@ class Env:
         consumer = self.backend.consumer({"group.id": f"{self.app}-probe"})
         try:
             return consumer.get_watermark_offsets(self.tp, timeout=30, cached=False)
+        finally:
+            consumer.close()
+
+    def read(self, offset, n, timeout_s=30.0):
+        """The (key, value) of the `n` records from `offset` of the changelog partition."""
+        consumer = self.backend.consumer({"group.id": f"{self.app}-reader", "auto.offset.reset": "earliest"})
+        try:
+            consumer.assign([TopicPartition(self.topic, TASK.partition, offset)])
+            out = []
+            deadline = time.monotonic() + timeout_s
+            while len(out) < n:
+                assert time.monotonic() < deadline, f"read {len(out)} of {n} records"
+                out.extend((m.key(), m.value()) for m in consumer.consume(n - len(out), 0.1) if m.error() is None)
+            return out
         finally:
             consumer.close()
 
@@ -622,6 +644,7 @@ def test_eos_restore_skips_aborted_changelog_writes(env):
     for i, commit in zip(range(3), (True, False, True)):
         producer.begin_transaction()
         producer.produce(env.topic, key=b"k%d" % i, value=b"v", partition=TASK.partition)
+        assert producer.flush(30) == 0  # on the broker before the abort (abort purges unsent records)
         (producer.commit_transaction if commit else producer.abort_transaction)(30)
     mgr = env.open(eos=True)
     reader, _ = env.reader(eos=True)
@@ -708,3 +731,439 @@ def test_progress_is_logged_and_drawn(env, caplog, capsys, monkeypatch):
     assert "records restored, about" in caplog.text and "records/s" in caplog.text
     assert "restoring state [" in capsys.readouterr().err
     close_state_manager(mgr, dirty=True)
+
+
+# --------------------------------------------------------------------------- exactly-once
+
+
+@pytest.mark.needs_faithful_broker(reason="aborted transactional data is visible to read_committed consumers")
+def test_eos_restore_never_applies_aborted_overwrites_or_deletes(env):
+    """Aborted transactions that overwrite and delete committed keys leave no trace after an
+    exactly_once_v2 restore (read_committed restore consumer), from the start or a checkpoint."""
+    producer = env.backend.producer({"transactional.id": f"{env.app}-tx"})
+    producer.init_transactions(30)
+
+    def txn(records, commit):
+        producer.begin_transaction()
+        for k, v in records:
+            producer.produce(env.topic, key=k, value=v, partition=TASK.partition)
+        assert producer.flush(30) == 0  # on the broker before the abort (abort purges unsent records)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+
+    committed = [(b"k%03d" % i, b"c1") for i in range(100)]
+    txn(committed, True)
+    aborted = [(b"k%03d" % i, b"aborted") for i in range(100)] + [(b"k%03d" % i, None) for i in range(50)]
+    aborted += [(b"ghost%d" % i, b"aborted") for i in range(20)]
+    txn(aborted, False)
+    later = [(b"k%03d" % i, b"c3") for i in range(50, 150)]
+    txn(later, True)
+    expected = latest_values(committed + later)
+    assert env.log_offsets()[1] == 100 + 1 + 170 + 1 + 100 + 1  # aborted records are in the log
+
+    mgr = env.open(eos=True)
+    reader, rec = env.reader(eos=True)
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert store_contents(mgr) == expected
+    assert rec.calls[-1] == ("end", 200)  # aborted records and markers are never restored
+    reader.unregister([env.tp])
+    close_state_manager(mgr, dirty=False)  # checkpoint at the last applied offset
+
+    txn([(b"k000", b"aborted-after-checkpoint"), (b"k001", None)], False)
+    txn([(b"k002", b"c4")], True)
+    expected[b"k002"] = b"c4"
+    mgr = env.open(eos=True)
+    reader, rec = env.reader(eos=True)
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert store_contents(mgr) == expected
+    assert rec.calls[-1] == ("end", 1)
+    close_state_manager(mgr, dirty=True)
+
+
+@pytest.mark.needs_faithful_broker(reason="aborted transactional data is visible to read_committed consumers")
+def test_eos_open_transaction_at_crash_time_is_never_restored(env):
+    """A task crashed with a transaction open on its changelog. The restore waits (the records
+    are below the listed end offset but not yet decided) and never applies them; when the new
+    producer with the same transactional.id fences the old one, the transaction is aborted and
+    the restore completes with only committed data."""
+    tx_id = f"{env.app}-tx"
+    crashed = env.backend.producer({"transactional.id": tx_id})
+    crashed.init_transactions(30)
+    crashed.begin_transaction()
+    for i in range(300):
+        crashed.produce(env.topic, key=b"k%03d" % i, value=b"committed", partition=TASK.partition)
+    crashed.commit_transaction(30)
+    crashed.begin_transaction()
+    for i in range(0, 300, 2):
+        crashed.produce(env.topic, key=b"k%03d" % i, value=b"open at crash", partition=TASK.partition)
+    crashed.produce(env.topic, key=b"only-in-open-txn", value=b"x", partition=TASK.partition)
+    assert crashed.flush(30) == 0  # on the broker, undecided; then the process "crashes"
+    expected = {b"k%03d" % i: b"committed" for i in range(300)}
+
+    mgr = env.open(eos=True)
+    # End offsets from ListOffsets at READ_UNCOMMITTED (KAFKA-10167): they include the open
+    # transaction, which a read_committed restore consumer cannot read past until it is decided.
+    reader, rec = env.reader(eos=True, admin=env.backend.admin({}))
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: mgr.store_offset(env.tp) == 299)  # the committed prefix
+    end_offset = rec.calls[0][5]
+    assert end_offset == 300 + 1 + 151  # committed records, commit marker, open transaction
+    for _ in range(5):
+        reader.restore()
+    assert reader.changelog_state(env.tp) is ChangelogState.RESTORING  # waits for the outcome
+    assert store_contents(mgr) == expected
+
+    successor = env.backend.producer({"transactional.id": tx_id})
+    successor.init_transactions(30)  # fences the crashed producer: its transaction is aborted
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert store_contents(mgr) == expected
+    assert rec.calls[-1] == ("end", 300)
+    close_state_manager(mgr, dirty=True)
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+@embedded_only
+def test_changelog_compacted_while_restoring(make_env):
+    env = make_env(topic_config={"segment.bytes": "8192", "min.cleanable.dirty.ratio": "0.01"},
+                   producer_conf={"batch.size": 4096})
+    # 6,000 records over 200 keys (plus tombstones): compaction can drop most of them.
+    records = []
+    for i in range(6000):
+        key = b"key-%03d" % (i * 7919 % 200)
+        records.append((key, None if i % 50 == 7 else b"value-%05d" % i))
+    env.produce(records)
+    log = env.leader_log()
+    size_before, segments_before = log.size, log.num_segments
+    assert segments_before > 10
+
+    mgr = env.open()
+    # A small fetch size and queue: the consumer reads the log as the restore goes, so the
+    # records compacted away after the first batches are never fetched.
+    reader, rec = env.reader(consumer_conf={"max.partition.fetch.bytes": 2048, "queued.min.messages": 50})
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: rec.restored() > 0)
+    assert reader.changelog_state(env.tp) is ChangelogState.RESTORING
+    restored_before_cleaning = rec.restored()
+
+    cluster = env.backend.cluster
+
+    def compacted():
+        for broker in cluster.brokers.values():
+            broker.cleaner.wakeup()
+        return log.size < size_before / 3
+
+    cluster.wait_until(compacted, 30, "the broker's log cleaner compacting the changelog")
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert store_contents(mgr) == env.expected == latest_values(records)
+    assert mgr.store_offset(env.tp) == 5999
+    # Fewer records were restored than the log held: the compacted ones were skipped.
+    assert restored_before_cleaning < rec.restored() < 6000 - restored_before_cleaning
+    assert rec.calls[-1] == ("end", rec.restored())
+    close_state_manager(mgr, dirty=False)
+
+    # A second, full restore of the compacted log gives the same store.
+    mgr2_dir = StateDirectory(env.state_directory.state_dir.parent / "state-2", env.app)
+    mgr2 = ProcessorStateManager(TASK, TaskType.ACTIVE, False, mgr2_dir)
+    register_state_stores(mgr2, [ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))])
+    reader2, rec2 = env.reader()
+    reader2.register(env.tp, mgr2)
+    restore_until(reader2, lambda: reader2.all_changelogs_completed())
+    assert store_contents(mgr2) == env.expected
+    assert rec2.restored() < 1000
+    close_state_manager(mgr2, dirty=True)
+    mgr2_dir.close()
+
+
+# --------------------------------------------------------------------------- truncation
+
+
+@pytest.mark.needs_faithful_broker(reason="delete_records is unsupported")
+def test_changelog_truncated_below_the_checkpoint_wipes_and_restores_from_log_start(env):
+    records = workload(1500)
+    env.produce(records[:1000])
+    mgr = env.open()
+    reader, _ = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    reader.unregister([env.tp])
+    close_state_manager(mgr, dirty=False)  # checkpoint: 999
+
+    env.produce(records[1000:])
+    admin = env.backend.admin({})
+    [result] = admin.delete_records([TopicPartition(env.topic, TASK.partition, 1200)]).values()
+    assert result.result(30).low_watermark == 1200
+    assert env.log_offsets() == (1200, 1500)
+
+    mgr = env.open()
+    assert mgr.store_offset(env.tp) == 999
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    with pytest.raises(TaskCorruptedError, match=r"store offset 999 but the log spans \[1200, 1500\)") as info:
+        reader.restore()
+    assert info.value.changelog_partitions == (env.tp,) and info.value.task_ids == [TASK]
+    assert rec.calls == []
+    # Kafka's handleCorruption: leave the changelog out of the checkpoint, close dirty, wipe, revive.
+    reader.unregister([env.tp])
+    mgr.mark_changelog_as_corrupted([env.tp])
+    close_state_manager(mgr, dirty=True, wipe=True)
+    assert not mgr.checkpoint_file.path.exists()
+
+    mgr = env.open()
+    assert mgr.store_offset(env.tp) is None
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls[0] == ("start", env.topic, TASK.partition, STORE, 1200, 1500)
+    assert store_contents(mgr) == latest_values(records[1200:])
+    close_state_manager(mgr, dirty=True)
+
+
+@pytest.mark.needs_faithful_broker(reason="delete_records is unsupported")
+def test_changelog_truncated_while_restoring_is_task_corrupted(make_env):
+    """Records deleted under the restore consumer's position: the broker answers the fetch with
+    OFFSET_OUT_OF_RANGE, the consumer (auto.offset.reset=error) reports it, and the reader raises
+    TaskCorruptedError instead of jumping silently over the missing records."""
+    env = make_env(producer_conf={"batch.size": 2048})  # small batches: the consumer fetches as it goes
+    records = workload(6000)
+    env.produce(records)
+    mgr = env.open()
+    reader, rec = env.reader(consumer_conf={"max.partition.fetch.bytes": 2048, "queued.min.messages": 50})
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: rec.restored() > 0)
+    applied = mgr.store_offset(env.tp)
+    assert applied < 1000
+    admin = env.backend.admin({})
+    [result] = admin.delete_records([TopicPartition(env.topic, TASK.partition, 5000)]).values()
+    assert result.result(30).low_watermark == 5000
+    with pytest.raises(TaskCorruptedError, match="out of range") as info:
+        restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert info.value.changelog_partitions == (env.tp,)
+    assert mgr.store_offset(env.tp) < 5000  # nothing past the hole was applied
+    reader.unregister([env.tp])
+    mgr.mark_changelog_as_corrupted([env.tp])
+    close_state_manager(mgr, dirty=True, wipe=True)
+
+    mgr = env.open()
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls[0][4:] == (5000, 6000)
+    assert store_contents(mgr) == latest_values(records[5000:])
+    close_state_manager(mgr, dirty=True)
+
+
+# --------------------------------------------------------------------------- end offset
+
+
+def test_records_written_during_the_restore_are_not_restored(make_env):
+    """A producer keeps appending to the changelog while the restore runs: the restore stops at
+    the end offset listed when it started, and the store holds exactly the records below it."""
+    env = make_env(producer_conf={"batch.size": 4096})
+    records = workload(3000)
+    env.produce(records)
+    mgr = env.open()
+    reader, rec = env.reader(consumer_conf={"max.partition.fetch.bytes": 4096, "queued.min.messages": 100})
+    reader.register(env.tp, mgr)
+    late = [(b"key-%05d" % i, b"late-%d" % i) for i in range(600)]  # overwrites restored keys too
+    produced = []
+    while not reader.all_changelogs_completed():
+        reader.restore()
+        if len(produced) < len(late):
+            k, v = late[len(produced)]
+            env.producer.produce(env.topic, key=k, value=v, partition=TASK.partition)
+            env.producer.poll(0)
+            produced.append((k, v))
+    assert env.producer.flush(30) == 0
+    assert rec.calls[0][4:] == (0, 3000)
+    assert mgr.store_offset(env.tp) == 2999
+    assert store_contents(mgr) == latest_values(records)
+    assert reader.restore() == 0  # completed: later records are left for processing
+    assert produced and env.read(3000, len(produced)) == produced  # in the log, not in the store
+    close_state_manager(mgr, dirty=True)
+
+
+# --------------------------------------------------------------------------- at-least-once crash
+
+
+def test_alos_crash_without_checkpoint_restores_from_the_start(env):
+    """An at-least-once task writes through its logged store, crashes before any checkpoint, and
+    meanwhile the changelog moved on (overwrites and deletes): the restore starts at the beginning,
+    over the store's leftover state, and ends equal to the changelog's latest values."""
+    collector = ProducerCollector(env.backend.producer({"linger.ms": 5}))
+    mgr = env.open(collector=collector)
+    store = mgr.get_store(STORE)
+    for k, v in workload(800):
+        if k is not None:
+            store.put(k, v) if v is not None else store.delete(k)
+    collector.flush()
+    assert not mgr.checkpoint_file.path.exists()
+    close_state_manager(mgr, dirty=True)  # crash: no checkpoint was ever written
+    assert not mgr.checkpoint_file.path.exists()
+
+    later = [(b"key-%05d" % i, None) for i in range(0, 800, 3)] + [(b"key-%05d" % i, b"new") for i in range(1, 800, 3)]
+    env.produce(later)
+    log_end = env.log_offsets()[1]
+    mgr = env.open()
+    assert mgr.store_offset(env.tp) is None
+    assert store_contents(mgr)  # leftover state from before the crash
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls[0][4:] == (0, log_end)
+    expected = latest_values([(k, v) for k, v in workload(800) if k is not None] + later)
+    assert store_contents(mgr) == expected
+    close_state_manager(mgr, dirty=False)
+    assert OffsetCheckpoint(mgr.checkpoint_file.path).read() == {env.tp: log_end - 1}
+
+
+def test_dirty_close_drops_cached_writes_instead_of_logging_them(env):
+    """A dirty close must not flush the caching layer: the cached updates of a failed task would
+    reach the changelog (and other tasks' restores) although the task never committed them."""
+    env.produce([(b"a", b"1"), (b"b", b"2")])
+    collector = ProducerCollector(env.backend.producer({"linger.ms": 5}))
+    cache = ThreadCache(1 << 20)
+    mgr = env.open(collector=collector, caching=True, thread_cache=cache)
+    assert mgr.thread_cache is cache and mgr.get_store(STORE).cache is cache
+    reader, _ = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    reader.unregister([env.tp])
+    store = mgr.get_store(STORE)
+    store.put(b"a", b"committed")
+    mgr.flush_cache()  # a commit: the cached write goes down to RocksDB and the changelog
+    collector.flush()
+    assert env.log_offsets()[1] == 3
+    assert mgr.get_store(STORE).wrapped.get(b"a") == b"committed"
+    store.put(b"a", b"uncommitted")
+    store.put(b"c", b"uncommitted")
+    store.delete(b"b")
+    close_state_manager(mgr, dirty=True)
+    collector.flush()
+    assert env.log_offsets()[1] == 3  # nothing more was logged
+
+    mgr = env.open()  # at-least-once, no checkpoint: restore from the start
+    reader, _ = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert store_contents(mgr) == {b"a": b"committed", b"b": b"2"}
+    close_state_manager(mgr, dirty=True)
+
+
+# --------------------------------------------------------------------------- standby
+
+
+def test_standby_keeps_up_with_a_busy_changelog_and_promotes_without_full_restore(env):
+    env.produce(workload(2000))
+    mgr = env.open(task_type=TaskType.STANDBY)
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    reader.transit_to_update_standby()
+    restore_until(reader, lambda: mgr.store_offset(env.tp) == 1999)
+    for round_ in range(5):  # the active keeps writing; each round the standby catches up
+        env.produce(workload(200, start=2000 + 200 * round_))
+        restore_until(reader, lambda: mgr.store_offset(env.tp) == env.count - 1)
+        assert store_contents(mgr) == env.expected
+    assert reader.completed_changelogs() == set()
+    assert sum(c[2] for c in rec.calls if c[0] == "loaded") == env.count - null_keys(env.count)
+
+    reader.unregister([env.tp], reason=SuspendReason.PROMOTED)
+    mgr.transition_task_type(TaskType.ACTIVE)
+    reader.register(env.tp, mgr)
+    rec.calls.clear()
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls == [("start", env.topic, TASK.partition, STORE, env.count, env.count), ("end", 0)]
+    assert store_contents(mgr) == env.expected
+    close_state_manager(mgr, dirty=False)
+    assert OffsetCheckpoint(mgr.checkpoint_file.path).read() == {env.tp: env.count - 1}
+
+
+# --------------------------------------------------------------------------- lock contention
+
+
+def test_lock_contention_between_stream_threads(env):
+    """Another stream thread cannot open a task whose state is being restored: LockError names
+    the task directory and nothing is touched. Once the owner closes cleanly, the other thread
+    takes the task over and restores only the tail."""
+    env.produce(workload(1200))
+    owner = env.open()
+    reader, _ = env.reader()
+    reader.register(env.tp, owner)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    reader.unregister([env.tp])
+
+    outcome = {}
+
+    def other_thread():
+        mgr = ProcessorStateManager(TASK, TaskType.ACTIVE, False, env.state_directory)
+        try:
+            register_state_stores(mgr, [ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))])
+        except LockError as e:
+            outcome["error"] = e
+        else:
+            outcome["manager"] = mgr
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join(30)
+    assert isinstance(outcome.get("error"), LockError)
+    assert str(env.state_directory.task_dir(TASK)) in str(outcome["error"])
+    assert store_contents(owner) == env.expected  # the owner's store is untouched
+    close_state_manager(owner, dirty=False)
+
+    env.produce(workload(40, start=1200))
+    outcome.clear()
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join(30)
+    mgr = outcome["manager"]
+    assert mgr.store_offset(env.tp) == 1199
+    reader, rec = env.reader()
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls[0][4:] == (1200, 1240)
+    assert store_contents(mgr) == env.expected
+    mgr.close(dirty=True)
+    env.state_directory.unlock(TASK) if env.state_directory.lock_owner(TASK) is threading.current_thread() else None
+
+
+# --------------------------------------------------------------------------- client behaviour
+
+
+def consume_until_eof(consumer, tp, eof_offset, timeout_s=15.0):
+    """Consume until the end-of-partition event at `eof_offset`; returns the data messages."""
+    data = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for m in consumer.consume(100, 0.1):
+            err = m.error()
+            if err is None:
+                data.append(m)
+            elif err.code() == KafkaError._PARTITION_EOF and m.offset() == eof_offset:
+                return data
+            else:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+    raise AssertionError(f"no end-of-partition event at offset {eof_offset} of {tp.topic}-{tp.partition}")
+
+
+@pytest.mark.needs_faithful_broker(reason="aborted transactional data is visible to read_committed consumers")
+def test_consumer_reports_end_of_partition_again_past_an_aborted_transaction(env):
+    """The restore of a changelog whose tail is an aborted transaction relies on this: librdkafka
+    emits _PARTITION_EOF whenever a fetch position reaches the end offset and differs from the
+    offset of the previous EOF event, even when only aborted records and markers lay between."""
+    producer = env.backend.producer({"transactional.id": f"{env.app}-tx"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(env.topic, key=b"a", value=b"committed", partition=TASK.partition)
+    producer.commit_transaction(30)  # offsets 0 (record), 1 (marker)
+    consumer = env.backend.consumer({**restore_consumer_config(True), "group.id": f"{env.app}-eof"})
+    env.consumers.append(consumer)
+    consumer.assign([TopicPartition(env.topic, TASK.partition, 0)])
+    assert [m.value() for m in consume_until_eof(consumer, env.tp, 2)] == [b"committed"]
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(env.topic, key=b"b%d" % i, value=b"aborted", partition=TASK.partition)
+    assert producer.flush(30) == 0  # written, then aborted (an abort purges unsent records)
+    producer.abort_transaction(30)  # offsets 2-4 (records), 5 (marker)
+    assert consume_until_eof(consumer, env.tp, 6) == []
