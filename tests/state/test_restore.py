@@ -1096,13 +1096,22 @@ def test_lock_contention_between_stream_threads(env):
     outcome = {}
 
     def other_thread():
+        """Another stream thread taking the task: open, restore, close (it owns the lock)."""
         mgr = ProcessorStateManager(TASK, TaskType.ACTIVE, False, env.state_directory)
         try:
             register_state_stores(mgr, [ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))])
         except LockError as e:
             outcome["error"] = e
-        else:
-            outcome["manager"] = mgr
+            return
+        try:
+            outcome["offset"] = mgr.store_offset(env.tp)
+            reader, rec = env.reader()
+            reader.register(env.tp, mgr)
+            restore_until(reader, lambda: reader.all_changelogs_completed())
+            outcome["calls"] = rec.calls
+            outcome["contents"] = store_contents(mgr)
+        finally:
+            close_state_manager(mgr, dirty=False)
 
     t = threading.Thread(target=other_thread)
     t.start()
@@ -1116,16 +1125,12 @@ def test_lock_contention_between_stream_threads(env):
     outcome.clear()
     t = threading.Thread(target=other_thread)
     t.start()
-    t.join(30)
-    mgr = outcome["manager"]
-    assert mgr.store_offset(env.tp) == 1199
-    reader, rec = env.reader()
-    reader.register(env.tp, mgr)
-    restore_until(reader, lambda: reader.all_changelogs_completed())
-    assert rec.calls[0][4:] == (1200, 1240)
-    assert store_contents(mgr) == env.expected
-    mgr.close(dirty=True)
-    env.state_directory.unlock(TASK) if env.state_directory.lock_owner(TASK) is threading.current_thread() else None
+    t.join(60)
+    assert "error" not in outcome
+    assert outcome["offset"] == 1199
+    assert outcome["calls"][0][4:] == (1200, 1240)
+    assert outcome["contents"] == env.expected
+    assert env.state_directory.lock_owner(TASK) is None  # released by the thread that took it
 
 
 # --------------------------------------------------------------------------- client behaviour
