@@ -18,7 +18,6 @@ from __future__ import annotations
 import collections
 import importlib.util
 import json
-import os
 import random
 import shutil
 import signal
