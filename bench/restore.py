@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import collections
+import gc
 import io
+import json
 import os
 import pstats
 import random
@@ -103,12 +105,12 @@ def produce(backend, records: list) -> float:
     return len(records) / elapsed
 
 
-def restore(backend, state_dir: str) -> tuple[float, int, ProcessorStateManager]:
+def restore(backend, state_dir: str, consumer_conf: dict) -> tuple[float, int, ProcessorStateManager]:
     """Restore the changelog into an empty store; returns (records/s, records restored, manager)."""
     directory = StateDirectory(state_dir, APP)
     manager = ProcessorStateManager(TASK, TaskType.ACTIVE, False, directory)
     register_state_stores(manager, [ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))])
-    consumer = backend.consumer({**restore_consumer_config(False), "client.id": f"{APP}-restore"})
+    consumer = backend.consumer({**restore_consumer_config(False), "client.id": f"{APP}-restore", **consumer_conf})
     reader = StoreChangelogReader(consumer, eos_enabled=False, admin=backend.admin({}), progress_bar=False)
     tp = TopicPartition(TOPIC, 0)
     start = time.perf_counter()
@@ -122,6 +124,56 @@ def restore(backend, state_dir: str) -> tuple[float, int, ProcessorStateManager]
     reader.unregister([tp])
     consumer.close()
     return restored / elapsed, restored, manager
+
+
+def consume_only(backend, end: int) -> float:
+    """records/s of the restore consumer alone: consume(1000) from the start to `end`, records
+    dropped (the fetch + decode + hand-over part of the restore)."""
+    consumer = backend.consumer({**restore_consumer_config(False), "client.id": f"{APP}-consume-only"})
+    start = time.perf_counter()
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    consume = consumer.consume
+    count = 0
+    while count < end:
+        msgs = consume(1000, 1.0)
+        count += len(msgs)
+        if msgs and msgs[-1].error() is not None:  # the end-of-partition event
+            count -= 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return count / elapsed
+
+
+def decode_only(backend, end: int) -> float:
+    """records/s of the leader's log read + `decode_messages` (C) into confluent_kafka.Message
+    objects, 1 MiB at a time: what each fetch costs the consumer's fetcher thread, without the
+    request/response path."""
+    from replication.records import decode_messages
+
+    cluster = backend.cluster
+    lg = cluster.partition_on(cluster.leader(TOPIC, 0), TOPIC, 0).log
+    start = time.perf_counter()
+    offset = lg.log_start_offset
+    count = 0
+    while offset < end:
+        chunk = lg.read(offset, 1 << 20, end)
+        messages, offset = decode_messages(chunk.buffer, TOPIC, 0, min_offset=offset, partial_tail=True)
+        count += len(messages)
+    return count / (time.perf_counter() - start)
+
+
+def store_only(state_dir: str, records: list) -> float:
+    """records/s of `RocksDBKeyValueStore.restore_batch` alone on 1,000-record lists (the store
+    part of the restore, without the consumer and the reader)."""
+    store = RocksDBKeyValueStore(STORE)
+    store.open(os.path.join(state_dir, "store-only"))
+    chunks = [records[i:i + 1000] for i in range(0, len(records), 1000)]
+    start = time.perf_counter()
+    for chunk in chunks:
+        store.restore_batch(chunk)
+    elapsed = time.perf_counter() - start
+    store.close()
+    return len(records) / elapsed
 
 
 def baseline(path: str, records: list, options: Options | None) -> float:
@@ -161,23 +213,38 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--overwrites", type=float, default=0.3)
     parser.add_argument("--profile", action="store_true", help="run the restore under cProfile")
+    parser.add_argument("--consumer-conf", default="{}",
+                        help="JSON dict of extra restore consumer settings, e.g. '{\"queued.min.messages\": 5000}'")
+    parser.add_argument("--no-gc", action="store_true", help="run the restore with the cyclic GC disabled")
     args = parser.parse_args()
+    consumer_conf = json.loads(args.consumer_conf)
     work_dir = tempfile.mkdtemp(prefix="eddy-bench-restore-")
     backend = for_config({"bootstrap.servers": f"local://{os.path.join(work_dir, 'cluster')}"})
     try:
         records = make_records(args.records, args.overwrites)
-        latest = dict(records)
+        distinct = len(dict(records))
         print(f"{len(records):,} changelog records ({KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values, "
-              f"{args.overwrites:.0%} overwrites -> {len(latest):,} keys), 1 partition, RF=3")
+              f"{args.overwrites:.0%} overwrites -> {distinct:,} keys), 1 partition, RF=3")
         rate = produce(backend, records)
         print(f"produce            {rate:12,.0f} records/s  (embedded Producer, acks=all, linger.ms=20)")
+        # The benchmark's own million tuples must not be on the heap during the restore: the
+        # cyclic GC would walk them on every collection the consumer's allocations trigger.
+        del records
+        gc.collect()
 
         profiler = cProfile.Profile() if args.profile else None
+        if args.no_gc:
+            gc.disable()
         if profiler is not None:
             profiler.enable()
-        restore_rate, restored, manager = restore(backend, os.path.join(work_dir, "state"))
+        restore_rate, restored, manager = restore(backend, os.path.join(work_dir, "state"), consumer_conf)
         if profiler is not None:
             profiler.disable()
+        gc.enable()
+        consumer_rate = consume_only(backend, restored)
+        decode_rate = decode_only(backend, restored)
+        records = make_records(args.records, args.overwrites)  # deterministic: the same records
+        latest = dict(records)
         store = manager.get_store(STORE)
         with store.all() as it:
             contents = dict(it)
@@ -191,6 +258,13 @@ def main() -> None:
               f"{restored:,} records)")
         print(f"rocksdict (store options)   {fair:12,.0f} records/s  (WriteBatch of {BASELINE_BATCH}, WAL off)")
         print(f"rocksdict (default options) {default:12,.0f} records/s  (WriteBatch of {BASELINE_BATCH}, WAL off)")
+        store_rate = store_only(os.path.join(work_dir, "parts"), records)
+        print(f"  consumer alone            {consumer_rate:12,.0f} records/s  (restore consumer, consume(1000), "
+              "records dropped)")
+        print(f"  log read + decode alone   {decode_rate:12,.0f} records/s  (leader Log.read 1 MiB + "
+              "decode_messages, no client)")
+        print(f"  restore_batch alone       {store_rate:12,.0f} records/s  (RocksDBKeyValueStore.restore_batch, "
+              "1,000-record lists)")
         print(f"ratio vs store options      {restore_rate / fair:12.3f}   (target >= 0.5)")
         print(f"ratio vs default options    {restore_rate / default:12.3f}")
         print(f"vs 160,000 records/s        {restore_rate / 160_000:12.2f}x  (target 5x)")
