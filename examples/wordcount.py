@@ -186,11 +186,17 @@ def main(argv: list[str] | None = None) -> int:
         expected = collections.Counter(word for line in lines for word in line.split())
         producer = backend.producer({"client.id": "wordcount-generator"})
         for i, line in enumerate(lines):
-            producer.produce(lines_topic, value=line.encode(), key=str(i).encode())
-            if i % 5000 == 4999:
-                producer.poll(0)
-        if producer.flush(30):
-            raise SystemExit("word count: could not write the input")
+            while True:
+                try:
+                    producer.produce(lines_topic, value=line.encode(), key=str(i).encode())
+                    break
+                except BufferError:  # the producer's queue is full: let deliveries drain it
+                    producer.poll(0.05)
+        deadline = time.monotonic() + 60
+        while producer.flush(1) and time.monotonic() < deadline:
+            pass
+        if producer.flush(0):
+            raise SystemExit("word count: could not write the input within 60s")
         print(f"generated {len(lines):,} lines, {sum(expected.values()):,} words, "
               f"{len(expected)} distinct, into topic {lines_topic!r} ({args.partitions} partitions)")
 

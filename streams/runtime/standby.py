@@ -70,8 +70,8 @@ class StandbyTask:
             changelog_partition=self.id.partition, collector=None, config=self.config)
         manager.thread_cache = self.thread_cache  # type: ignore[attr-defined]
         stores = [self.topology.store_builder(name).build() for name in self.subtopology.store_names]
+        self.manager = manager  # set first: a TaskCorruptedError leaves it for the caller to wipe
         register_state_stores(manager, stores)
-        self.manager = manager
         self._transit(StandbyState.RUNNING)
 
     def commit(self) -> None:
