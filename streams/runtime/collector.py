@@ -16,11 +16,13 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.errors import ConfigError
 from streams.runtime.errors import ProductionError, TaskMigratedError
+from streams.runtime.murmur2 import partition_for_key
 
 log = logging.getLogger(__name__)
 
 PRODUCTION_HANDLER_CONFIG = "default.production.exception.handler"
-_POLL_EVERY = 4096  # serve delivery reports regularly so the producer queue never fills up
+_POLL_EVERY = 4096
+_KEY_CACHE_MAX = 100_000  # distinct keys remembered per topic  # serve delivery reports regularly so the producer queue never fills up
 
 # Errors meaning another producer (or a newer group generation) owns our work now.
 _FENCED = frozenset({
@@ -43,6 +45,12 @@ def production_handler_from_config(config: dict) -> Callable[[Exception, Any], s
     raise ConfigError(f"config {PRODUCTION_HANDLER_CONFIG!r} must be 'fail', 'continue' or a callable, got {value!r}")
 
 
+def uses_murmur2(producer_config: dict) -> bool:
+    """True when the producer partitions keyed records with murmur2 (both backends' default)."""
+    value = producer_config.get("producer.partitioner", producer_config.get("partitioner", "murmur2_random"))
+    return value in ("murmur2_random", "murmur2")
+
+
 def is_fenced(error: Any) -> bool:
     """True for a KafkaError/KafkaException saying the producer or group member was fenced."""
     err = error.args[0] if isinstance(error, KafkaException) and error.args else error
@@ -56,7 +64,7 @@ class RecordCollector:
 
     def __init__(self, producer: Any, *, eos_enabled: bool = False,
                  production_handler: Optional[Callable[[Exception, Any], str]] = None,
-                 flush_timeout_s: float = 60.0) -> None:
+                 flush_timeout_s: float = 60.0, murmur2_partitioning: bool = False) -> None:
         self.producer = producer
         self.eos_enabled = eos_enabled
         self.in_transaction = False
@@ -68,6 +76,10 @@ class RecordCollector:
         self._since_poll = 0
         self._produce = producer.produce
         self._on_delivery = self._delivered
+        # With the producer on Kafka's default partitioner (murmur2), keyed records are routed
+        # here, remembering each key's partition: the same choice, made once per distinct key.
+        self._murmur2 = murmur2_partitioning
+        self._key_partitions: dict[str, dict[bytes, int]] = {}
 
     # ---- delivery reports -----------------------------------------------------------------
 
@@ -116,7 +128,19 @@ class RecordCollector:
             self.check_error()
         if self.eos_enabled and not self.in_transaction:
             self.begin_transaction()
-        part = -1 if partition is None else partition
+        if partition is not None:
+            part = partition
+        elif key is not None and self._murmur2:
+            cache = self._key_partitions.get(topic)
+            if cache is None:
+                cache = self._key_partitions[topic] = {}
+            part = cache.get(key, -1)
+            if part < 0:
+                if len(cache) >= _KEY_CACHE_MAX:
+                    cache.clear()
+                part = cache[key] = partition_for_key(key, self.partitions_for(topic))
+        else:
+            part = -1
         try:
             if headers:
                 self._produce(topic, value=value, key=key, partition=part, on_delivery=self._on_delivery, timestamp=timestamp,

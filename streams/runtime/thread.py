@@ -21,7 +21,7 @@ from state.caching import ThreadCache
 from state.errors import TaskCorruptedError
 from state.restore import StoreChangelogReader, restore_consumer_config
 from streams.errors import StreamsException
-from streams.runtime.collector import RecordCollector, production_handler_from_config
+from streams.runtime.collector import RecordCollector, production_handler_from_config, uses_murmur2
 from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
 from streams.runtime.errors import TaskMigratedError
 from streams.runtime.task import check_transition
@@ -183,7 +183,8 @@ class StreamThread(threading.Thread):
         self.restore_consumer = self.backend.consumer(restore_conf)
         self.producer = self._new_producer()
         self.collector = RecordCollector(self.producer, eos_enabled=cfg.eos_enabled,
-                                         production_handler=production_handler_from_config(cfg.raw))
+                                         production_handler=production_handler_from_config(cfg.raw),
+                                         murmur2_partitioning=uses_murmur2(cfg.raw))
         reader = StoreChangelogReader(self.restore_consumer, self.restore_listener, eos_enabled=cfg.eos_enabled,
                                       admin=self.admin, poll_ms=cfg.poll_ms, task_timeout_ms=cfg.task_timeout_ms)
         self.task_manager = TaskManager(

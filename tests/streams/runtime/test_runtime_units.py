@@ -204,3 +204,25 @@ def test_collector_tracks_offsets_and_surfaces_errors_at_next_send():
     producer.callbacks[-1][2](KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), _DeliveredMsg("t", 0, -1))
     with pytest.raises(ProductionError):
         collector.flush()
+
+
+class _Metadata:
+    def __init__(self, n):
+        self.topics = {"t": type("T", (), {"partitions": {i: None for i in range(n)}})()}
+
+
+def test_collector_routes_keys_like_the_default_partitioner():
+    from streams.runtime.collector import uses_murmur2
+
+    producer = _FailingProducer()
+    producer.list_topics = lambda topic, timeout=None: _Metadata(5)
+    collector = RecordCollector(producer, murmur2_partitioning=True)
+    for key in (b"alpha", b"beta", b"alpha", b"gamma"):
+        collector.send("t", key, b"v", partition=None, timestamp=1)
+    collector.send("t", None, b"v", partition=None, timestamp=1)  # null key: the producer decides
+    collector.send("t", b"alpha", b"v", partition=4, timestamp=1)  # an explicit partition wins
+    assert [c[1] for c in producer.callbacks] == [partition_for_key(b"alpha", 5), partition_for_key(b"beta", 5),
+                                                  partition_for_key(b"alpha", 5), partition_for_key(b"gamma", 5),
+                                                  -1, 4]
+    assert uses_murmur2({}) and uses_murmur2({"partitioner": "murmur2"})
+    assert not uses_murmur2({"producer.partitioner": "consistent_random"})
