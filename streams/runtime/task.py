@@ -82,6 +82,7 @@ class StreamTask:
         self.consumed: dict[tuple[str, int], int] = {}       # last processed offset per partition
         self.committed: dict[tuple[str, int], int] = {}      # last committed next-offset
         self.commit_needed = False
+        self.position_check = False  # commit again if the consumer position moves (see committable_offsets)
         self.processed_since_commit = 0
         self.manager: Optional[ProcessorStateManager] = state_manager  # a promoted standby's
         self.engine: Optional[TaskEngine] = None
@@ -204,6 +205,7 @@ class StreamTask:
         self.consumed.clear()
         self.committed.clear()
         self.commit_needed = False
+        self.position_check = False
         self.processed_since_commit = 0
 
     def mark_changelogs_corrupted(self, tps: list[TopicPartition]) -> None:
@@ -253,15 +255,48 @@ class StreamTask:
 
     # ---- commit -----------------------------------------------------------------------------
 
-    def prepare_commit(self) -> dict[tuple[str, int], int]:
+    def prepare_commit(self, position: Optional[Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]]] = None
+                       ) -> dict[tuple[str, int], int]:
         """Flush the caches (their entries go downstream into the collector) and return the
-        input offsets to commit (next offset to read) for partitions that moved."""
+        input offsets to commit (next offset to read) for partitions that moved.
+
+        As Kafka's StreamTask.committableOffsetsAndMetadata: a partition with buffered records
+        commits its head record's offset; one whose buffer is empty commits the consumer's
+        `position` (given, for those partitions, by the optional callable), which is past any
+        transaction commit markers following the last record - committing last offset + 1 there
+        would leave a read_committed group a lag of 1 forever on transactional input."""
         if self.state not in (TaskState.RUNNING, TaskState.SUSPENDED) or self.engine is None \
                 or not self._processors_initialized:
             return {}
         self.engine.flush_cache()
         self.engine.context.commit_requested = False
-        return {tp: off + 1 for tp, off in self.consumed.items() if self.committed.get(tp) != off + 1}
+        return self.committable_offsets(position)
+
+    def committable_offsets(self, position: Optional[Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]]]
+                            = None) -> dict[tuple[str, int], int]:
+        """Next offset to read per consumed partition, only where it differs from the last commit."""
+        queues = self.partition_group.queues
+        committed = self.committed
+        offsets: dict[tuple[str, int], int] = {}
+        drained: list[tuple[str, int]] = []
+        for tp, off in self.consumed.items():
+            q = queues.get(tp)
+            if q:
+                offsets[tp] = _OFFSET(q[0])
+            else:
+                # a position committed earlier (past a marker) is never taken back
+                offsets[tp] = max(off + 1, committed.get(tp, -1))
+                drained.append(tp)
+        if drained and position is not None:
+            for tp, pos in position(drained).items():
+                # never behind what was processed (an unknown position is negative)
+                if tp in offsets and pos is not None and pos > offsets[tp]:
+                    offsets[tp] = pos
+        consumed = self.consumed
+        # A commit marker may reach the consumer after the last record was processed and
+        # committed: look at the position again on later commits until it has moved past.
+        self.position_check = any(offsets[tp] == consumed[tp] + 1 for tp in drained)
+        return {tp: off for tp, off in offsets.items() if committed.get(tp) != off}
 
     def post_commit(self, committed: dict[tuple[str, int], int], *, force_checkpoint: bool = False) -> None:
         """After offsets committed: remember them; checkpoint (ALOS past the threshold; EOS only

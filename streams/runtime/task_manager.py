@@ -324,11 +324,12 @@ class TaskManager:
         """Commit every task that has something to commit; returns how many tasks committed.
         Raises TaskMigratedError when the commit cannot happen (the caller revives the tasks)."""
         tasks = [t for t in self.tasks.values()
-                 if t.state in (TaskState.RUNNING, TaskState.SUSPENDED) and t.commit_needed]
+                 if t.state in (TaskState.RUNNING, TaskState.SUSPENDED) and (t.commit_needed or t.position_check)]
         per_task = {}
         offsets: dict[tuple[str, int], int] = {}
+        position = self._positions
         for task in tasks:
-            o = task.prepare_commit()
+            o = task.prepare_commit(position)
             per_task[task.id] = o
             offsets.update(o)
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
@@ -346,6 +347,15 @@ class TaskManager:
         for standby in self.standbys.values():
             standby.commit()
         return len(tasks)
+
+    def _positions(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The main consumer's position (next offset the application receives) of `tps`."""
+        try:
+            got = self.consumer.position([TopicPartition(t, p) for t, p in tps])
+        except KafkaException as exc:
+            log.debug("cannot read the consumer positions of %s: %s", tps, exc)
+            return {}
+        return {(tp.topic, tp.partition): tp.offset for tp in got if tp.offset is not None and tp.offset >= 0}
 
     def _commit_transaction(self, tps: list[TopicPartition]) -> None:
         collector = self.collector

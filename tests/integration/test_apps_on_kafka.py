@@ -553,16 +553,11 @@ def test_word_count_exactly_once_v2_end_to_end(cluster: Cluster, tmp_path: Path)
     assert cluster.read_table(counts_topic, 2) == expected  # read_committed
 
 
-def test_exactly_once_v2_commits_the_position_past_commit_markers(
-        cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_exactly_once_v2_commits_the_position_past_commit_markers(cluster: Cluster, tmp_path: Path) -> None:
     """Under exactly_once_v2 the repartition topic is written in transactions, so a commit marker
     follows the last record. Once a task has consumed everything, its committed offset should be
     the consumer's position (past the marker), as Kafka Streams commits it
     (StreamTask.committableOffsetsAndMetadata); else the group shows a lag of 1 forever."""
-    request.applymarker(pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason="runtime bug: StreamTask.prepare_commit commits last processed offset + 1, not the "
-               "consumer position, when the partition's buffer is empty"))
     lines_topic, counts_topic, app_id = cluster.name("lines"), cluster.name("counts"), cluster.name("wc")
     cluster.create_topics((lines_topic, 1), (counts_topic, 1))
     lines = generate_lines(200, seed=11)

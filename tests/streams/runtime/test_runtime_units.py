@@ -114,6 +114,47 @@ def test_task_state_machine_rejects_invalid_transitions(tmp_path):
     assert task.state is TaskState.CREATED
 
 
+class _OffsetMsg:
+    """Stands in for a buffered consumer Message (only offset() is read by the commit)."""
+
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+
+def test_committable_offsets_use_head_record_or_consumer_position(monkeypatch, tmp_path):
+    import streams.runtime.task as task_module
+
+    monkeypatch.setattr(task_module, "_OFFSET", _OffsetMsg.offset)
+    topo = wordcount_topology("lines", "out")
+    sub = topo.build()[0]
+    parts = [("lines", 0), ("lines", 1), ("lines", 2)]
+    task = StreamTask(TaskId(0, 0), sub, topo, input_partitions=parts, application_id="app",
+                      config={}, collector=None, state_directory=StateDirectory(tmp_path, "app"),
+                      thread_cache=None, eos_enabled=True, clock_ms=lambda: 0)
+    task.consumed.update({("lines", 0): 9, ("lines", 1): 4, ("lines", 2): 7})
+    task.partition_group.queues[("lines", 1)].extend([_OffsetMsg(5), _OffsetMsg(6)])
+    asked = []
+
+    def position(tps):
+        asked.append(sorted(tps))
+        # partition 0: a commit marker at offset 10 was consumed; partition 2: no position known
+        return {("lines", 0): 11}
+
+    offsets = task.committable_offsets(position)
+    assert asked == [[("lines", 0), ("lines", 2)]]  # only drained partitions ask the consumer
+    assert offsets == {("lines", 0): 11, ("lines", 1): 5, ("lines", 2): 8}
+    assert task.position_check  # partition 2 may still have a marker to step past
+    task.post_commit(offsets)
+    # nothing moved: nothing to commit again; a position behind what was processed is ignored
+    assert task.committable_offsets(lambda tps: {("lines", 2): 3}) == {}
+    assert task.committable_offsets(lambda tps: {("lines", 2): 9}) == {("lines", 2): 9}
+    assert not task.position_check
+    assert task.committable_offsets() == {}  # without a position: last processed + 1 (as committed)
+
+
 def test_plan_internal_topics_partition_counts():
     topo = wordcount_topology("lines", "out")
     subs = topo.build()
