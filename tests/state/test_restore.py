@@ -14,8 +14,8 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka.admin import NewTopic
 
 from state.checkpoint import OffsetCheckpoint
 from state.directory import StateDirectory
