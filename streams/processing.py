@@ -52,6 +52,8 @@ __all__ = ["RecordCollector", "ProcessorNode", "SourceNode", "SinkNode", "Proces
 
 UNKNOWN_TIME = -1  # Kafka's RecordQueue.UNKNOWN: no record seen yet
 
+_new_record = object.__new__  # Record._make inlined on the hot path (fields already validated)
+
 
 class RecordCollector(Protocol):
     """Where sinks (and the change-logging layer, via the state manager) send records."""
@@ -69,13 +71,14 @@ class RecordCollector(Protocol):
 class ProcessorNode:
     """A processor instance in a task, with its children in the order they were added."""
 
-    __slots__ = ("name", "processor", "children", "children_by_name", "store_names", "process")
+    __slots__ = ("name", "processor", "children", "children_by_name", "store_names", "process", "only_child")
 
     def __init__(self, name: str, processor: Optional[Processor], store_names: Iterable[str] = ()) -> None:
         self.name = name
         self.processor = processor
         self.children: list[ProcessorNode] = []
         self.children_by_name: dict[str, ProcessorNode] = {}
+        self.only_child: Optional[ProcessorNode] = None  # set when there is exactly one (forward's fast path)
         self.store_names = frozenset(store_names)
         if processor is not None:
             self.process = processor.process  # bound once: forward calls it directly
@@ -83,6 +86,7 @@ class ProcessorNode:
     def add_child(self, child: "ProcessorNode") -> None:
         self.children.append(child)
         self.children_by_name[child.name] = child
+        self.only_child = child if len(self.children) == 1 else None
 
     def init(self, context: "ProcessorContextImpl") -> None:
         if self.processor is not None:
@@ -117,7 +121,7 @@ class SourceNode(ProcessorNode):
 
 
 class SinkNode(ProcessorNode):
-    __slots__ = ("topic", "key_serialize", "value_serialize", "partitioner", "collector")
+    __slots__ = ("topic", "key_serialize", "value_serialize", "partitioner", "collector", "send")
 
     def __init__(self, name: str, topic: str, key_serde: Any, value_serde: Any,
                  partitioner: Any, collector: RecordCollector) -> None:
@@ -127,6 +131,7 @@ class SinkNode(ProcessorNode):
         self.value_serialize = value_serde.serialize
         self.partitioner = partitioner
         self.collector = collector
+        self.send = collector.send if collector is not None else None
         self.process = self._process
 
     def add_child(self, child: ProcessorNode) -> None:  # pragma: no cover - Topology forbids it
@@ -139,12 +144,15 @@ class SinkNode(ProcessorNode):
         except SerializationError as exc:
             raise SerializationError(
                 f"sink {self.name!r} could not serialize a record for topic {self.topic!r}: {exc}") from exc
-        partition = None
-        if self.partitioner is not None:
+        headers = record.headers
+        if self.partitioner is None:
+            self.send(self.topic, key, value, partition=None, timestamp=record.timestamp,
+                      headers=list(headers) if headers else None)
+        else:
             partition = self.partitioner(self.topic, record.key, record.value,
                                          self.collector.partitions_for(self.topic))
-        self.collector.send(self.topic, key, value, partition=partition, timestamp=record.timestamp,
-                            headers=list(record.headers) if record.headers else None)
+            self.send(self.topic, key, value, partition=partition, timestamp=record.timestamp,
+                      headers=list(headers) if headers else None)
 
 
 # ---- punctuation ----------------------------------------------------------------------------
@@ -243,9 +251,14 @@ class ProcessorContextImpl(ProcessorContext):
         if node is None:
             raise StreamsException("forward() called outside of process(), a punctuation or a store flush")
         if child_name is None:
-            for child in node.children:
-                self.current_node = child
-                child.process(record)
+            only = node.only_child
+            if only is not None:
+                self.current_node = only
+                only.process(record)
+            else:
+                for child in node.children:
+                    self.current_node = child
+                    child.process(record)
         else:
             child = node.children_by_name.get(child_name)
             if child is None:
@@ -256,6 +269,28 @@ class ProcessorContextImpl(ProcessorContext):
             child.process(record)
         # not restored in a finally: after an exception current_node names the failing node
         self.current_node = node
+
+    def node_forward(self) -> Callable[..., None]:
+        """`forward` for the current node, for a processor to keep from init(): with exactly one
+        child it calls that child directly while this node is current (the per-record case) and
+        falls back to `forward` otherwise, so it behaves exactly like `forward`."""
+        node = self.current_node
+        generic = self.forward
+        only = node.only_child if node is not None else None
+        if only is None:
+            return generic
+        child_process = only.process
+        ctx = self
+
+        def forward(record: Record, child_name: str | None = None) -> None:
+            if child_name is None and ctx.current_node is node:
+                ctx.current_node = only
+                child_process(record)
+                # not restored in a finally: after an exception current_node names the failing node
+                ctx.current_node = node
+            else:
+                generic(record, child_name)
+        return forward
 
     def schedule(self, interval_ms: int, punctuation_type: PunctuationType,
                  callback: Callable[[int], None]) -> Cancellable:
@@ -431,64 +466,104 @@ class TaskEngine:
     def process(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
                 timestamp: int, headers: Any = None) -> bool:
         """Process one raw input record. Returns False if it was skipped (handler or timestamp)."""
+        return self.process_batch(topic, partition, ((key, value, timestamp, headers, offset),)) == 1
+
+    def process_batch(self, topic: str, partition: int, rows: Iterable[tuple]) -> int:
+        """Process a run of raw input records of one partition, in order: `rows` yields
+        `(key_bytes, value_bytes, timestamp, headers, offset)`. Returns how many were processed
+        (not skipped). Exactly `process()` per row, with the per-run work done once."""
         source = self.sources_by_topic.get(topic)
         if source is None:
             raise StreamsException(f"task {self.task_id} has no source node for topic {topic!r}")
-        try:
-            k = source.key_deserialize(key)
-            v = source.value_deserialize(value)
-        except SerializationError as exc:
-            err = RecordDeserializationError(
-                f"deserialization failed for a record from topic {topic!r} partition {partition} "
-                f"offset {offset} (source {source.name!r}, task {self.task_id}): {exc}",
-                topic=topic, partition=partition, offset=offset, key=key, value=value)
-            response = self.deserialization_handler(err)
-            if response is _serdes.DeserializationHandlerResponse.CONTINUE:
-                return False
-            if response is not _serdes.DeserializationHandlerResponse.FAIL:
-                raise StreamsException(
-                    f"deserialization handler returned {response!r}; expected a DeserializationHandlerResponse") from err
-            raise err from exc
-        if headers is None:
-            hdrs: tuple = ()
-        elif type(headers) is tuple:
-            hdrs = headers
-        else:
-            hdrs = tuple(headers)
-        tp = (topic, partition)
-        partition_time = self.partition_times.get(tp, UNKNOWN_TIME)
+        key_deserialize = source.key_deserialize
+        value_deserialize = source.value_deserialize
         extractor = source.timestamp_extractor
-        if extractor is None:
-            if timestamp < 0:
-                self._default_extractor.extract(
-                    ConsumerRecord(topic, partition, offset, k, v, timestamp, hdrs), partition_time)
-            ts = timestamp
-        else:
-            ts = extractor.extract(ConsumerRecord(topic, partition, offset, k, v, timestamp, hdrs), partition_time)
-            if ts < 0:
-                log.warning("skipping record from %s-%d offset %d: extracted timestamp %d is negative",
-                            topic, partition, offset, ts)
-                return False
-        if ts > partition_time:
-            self.partition_times[tp] = ts
-        if ts > self.stream_time:
-            self.stream_time = ts
+        tp = (topic, partition)
+        partition_times = self.partition_times
+        partition_time = partition_times.get(tp, UNKNOWN_TIME)
+        stream_time = self.stream_time
         ctx = self.context
-        ctx.metadata = (topic, partition, offset)
-        ctx.current_node = source
+        # the source forwards to its children: done here directly (no source.process call)
+        children = source.children
+        only = children[0] if len(children) == 1 else None
+        only_process = only.process if only is not None else None
+        new = _new_record
+        done = 0
         try:
-            source.process(Record._make(k, v, ts, hdrs))
-        except (RecordDeserializationError, InvalidTimestampError):
-            raise
-        except Exception as exc:
-            failed = ctx.current_node.name if ctx.current_node is not None else source.name
-            raise StreamsException(
-                f"exception caught in process: task_id={self.task_id}, processor={failed}, topic={topic}, "
-                f"partition={partition}, offset={offset}: {exc!r}") from exc
+            for key, value, timestamp, headers, offset in rows:
+                try:
+                    k = key_deserialize(key)
+                    v = value_deserialize(value)
+                except SerializationError as exc:
+                    self._deserialization_failed(exc, source, topic, partition, offset, key, value)
+                    continue
+                if headers is None:
+                    hdrs: tuple = ()
+                elif type(headers) is tuple:
+                    hdrs = headers
+                else:
+                    hdrs = tuple(headers)
+                if extractor is None:
+                    if timestamp < 0:
+                        self._default_extractor.extract(
+                            ConsumerRecord(topic, partition, offset, k, v, timestamp, hdrs), partition_time)
+                    ts = timestamp
+                else:
+                    ts = extractor.extract(ConsumerRecord(topic, partition, offset, k, v, timestamp, hdrs),
+                                           partition_time)
+                    if ts < 0:
+                        log.warning("skipping record from %s-%d offset %d: extracted timestamp %d is negative",
+                                    topic, partition, offset, ts)
+                        continue
+                if ts > partition_time:
+                    partition_times[tp] = partition_time = ts
+                if ts > stream_time:
+                    self.stream_time = stream_time = ts
+                record = new(Record)
+                record.key = k
+                record.value = v
+                record.timestamp = ts
+                record.headers = hdrs
+                ctx.metadata = (topic, partition, offset)
+                try:
+                    if only_process is not None:
+                        ctx.current_node = only
+                        only_process(record)
+                    else:
+                        for child in children:
+                            ctx.current_node = child
+                            child.process(record)
+                except (RecordDeserializationError, InvalidTimestampError):
+                    raise
+                except Exception as exc:
+                    self._raise_process_error(exc, ctx, source, topic, partition, offset)
+                done += 1
         finally:
             ctx.current_node = None
             ctx.metadata = None
-        return True
+        return done
+
+    def _raise_process_error(self, exc: Exception, ctx: "ProcessorContextImpl", source: SourceNode, topic: str,
+                             partition: int, offset: int) -> None:
+        failed = ctx.current_node.name if ctx.current_node is not None else source.name
+        raise StreamsException(
+            f"exception caught in process: task_id={self.task_id}, processor={failed}, topic={topic}, "
+            f"partition={partition}, offset={offset}: {exc!r}") from exc
+
+    def _deserialization_failed(self, exc: SerializationError, source: SourceNode, topic: str, partition: int,
+                                offset: int, key: Any, value: Any) -> None:
+        """Ask the deserialization handler: return to skip the record, else raise."""
+        err = RecordDeserializationError(
+            f"deserialization failed for a record from topic {topic!r} partition {partition} "
+            f"offset {offset} (source {source.name!r}, task {self.task_id}): {exc}",
+            topic=topic, partition=partition, offset=offset, key=key, value=value)
+        response = self.deserialization_handler(err)
+        if response is _serdes.DeserializationHandlerResponse.CONTINUE:
+            return
+        if response is not _serdes.DeserializationHandlerResponse.FAIL:
+            raise StreamsException(
+                f"deserialization handler returned {response!r}; expected a DeserializationHandlerResponse") from err
+        raise err from exc
 
     def schedule(self, node: ProcessorNode, interval_ms: int, punctuation_type: PunctuationType,
                  callback: Callable[[int], None]) -> Cancellable:

@@ -131,13 +131,17 @@ def _de_bytes(data: bytes | None) -> bytes | None:
 
 # ---- STRING ---------------------------------------------------------------------------------
 
+_str_encode = str.encode  # UTF-8, strict; raises TypeError for anything but a str (or subclass)
+
+
 def _ser_string(obj: Any) -> bytes | None:
-    if obj is None:
-        return None
-    if type(obj) is not str and not isinstance(obj, str):
-        raise SerializationError(f"STRING serde cannot serialize {type(obj).__name__} {obj!r}: expected str")
+    # hot path (every sink and store key): one C call, the checks only on failure
     try:
-        return obj.encode("utf-8")
+        return _str_encode(obj)
+    except TypeError:
+        if obj is None:
+            return None
+        raise SerializationError(f"STRING serde cannot serialize {type(obj).__name__} {obj!r}: expected str") from None
     except UnicodeEncodeError as exc:  # lone surrogates
         raise SerializationError(f"STRING serde cannot encode {obj!r} as UTF-8: {exc}") from None
 

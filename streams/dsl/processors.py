@@ -21,7 +21,9 @@ class Change(NamedTuple):
 class _Forwarding(Processor):
     def init(self, context: ProcessorContext) -> None:
         self.context = context
-        self.forward = context.forward
+        # a forward bound to this node (fast path to a single child) when the context offers one
+        node_forward = getattr(context, "node_forward", None)
+        self.forward = node_forward() if node_forward is not None else context.forward
 
 
 class MapValuesProcessor(_Forwarding):
