@@ -19,18 +19,22 @@ from state.store import KeyValueIterator, KeyValueStore, StoreContext, WrappedSt
 
 class _ChangeLoggingMixin:
     _context: Optional[StoreContext]
+    # `context.log_change`, resolved once at init (the context handed down by an outer wrapper
+    # delegates attributes through __getattr__, too slow to go through on every put).
+    _log_change = None
 
     def init(self, context: StoreContext) -> None:
         self._context = context
+        self._log_change = context.log_change
         self.wrapped.init(child_context(context, self, logged=True))
 
     def _log(self, key: bytes, value: Optional[bytes], timestamp: Optional[int]) -> None:
-        context = self._context
-        if context is None:
+        log_change = self._log_change
+        if log_change is None:
             raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
         if timestamp is None:
             timestamp = self._timestamp_supplier()
-        context.log_change(self.name, key, value, timestamp)
+        log_change(self.name, key, value, timestamp)
 
 
 class ChangeLoggingKeyValueStore(_ChangeLoggingMixin, WrappedStateStore, KeyValueStore):
@@ -38,8 +42,14 @@ class ChangeLoggingKeyValueStore(_ChangeLoggingMixin, WrappedStateStore, KeyValu
         return self.wrapped.get(key)
 
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
+        # The hot path of every write-down: _log inlined.
         self.wrapped.put(key, value, timestamp)
-        self._log(key, value, timestamp)
+        log_change = self._log_change
+        if log_change is None:
+            raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
+        if timestamp is None:
+            timestamp = self._timestamp_supplier()
+        log_change(self.name, key, value, timestamp)
 
     def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):
         previous = self.wrapped.put_if_absent(key, value, timestamp)
@@ -50,8 +60,14 @@ class ChangeLoggingKeyValueStore(_ChangeLoggingMixin, WrappedStateStore, KeyValu
     def put_all(self, entries: Iterable[tuple], timestamp: Optional[int] = None) -> None:
         entries = list(entries)
         self.wrapped.put_all(entries, timestamp)
+        log_change = self._log_change
+        if log_change is None:
+            raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
+        if timestamp is None:
+            timestamp = self._timestamp_supplier()
+        name = self.name
         for key, value in entries:
-            self._log(key, value, timestamp)
+            log_change(name, key, value, timestamp)
 
     def delete(self, key: bytes, timestamp: Optional[int] = None):
         old = self.wrapped.delete(key, timestamp)

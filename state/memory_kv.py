@@ -32,6 +32,8 @@ _INSORT_LIMIT = 64
 
 class InMemoryKeyValueStore(KeyValueStore):
     persistent = False
+    # A plain attribute, not a property: the caching layer tests it on every get and put.
+    is_open: bool = False
 
     def __init__(self, name: str) -> None:
         if not name or not isinstance(name, str):
@@ -51,10 +53,7 @@ class InMemoryKeyValueStore(KeyValueStore):
 
     def open(self, path=None) -> None:
         self._open = True
-
-    @property
-    def is_open(self) -> bool:
-        return self._open
+        self.is_open = True
 
     def _check(self) -> None:
         if not self._open:
@@ -68,6 +67,7 @@ class InMemoryKeyValueStore(KeyValueStore):
             return
         self._iterators.invalidate_all()
         self._open = False
+        self.is_open = False
         self._data = {}
         self._sorted = []
         self._pending = set()
@@ -75,8 +75,10 @@ class InMemoryKeyValueStore(KeyValueStore):
 
     # ---------------------------------------------------------------- point ops
     def get(self, key: bytes) -> Optional[bytes]:
-        self._check()
-        check_key(self.name, key)
+        if not self._open:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        if type(key) is not bytes:
+            check_key(self.name, key)
         return self._data.get(key)
 
     def _put(self, key: bytes, value: Optional[bytes]) -> None:
@@ -91,10 +93,21 @@ class InMemoryKeyValueStore(KeyValueStore):
             data[key] = value
 
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
-        self._check()
-        check_key(self.name, key)
-        check_value(self.name, value)
-        self._put(key, value)
+        if not self._open:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        if type(key) is not bytes:
+            check_key(self.name, key)
+        data = self._data
+        if value is None:
+            if data.pop(key, None) is not None:
+                self._stale += 1
+                self._pending.discard(key)
+            return
+        if type(value) is not bytes:
+            check_value(self.name, value)
+        if key not in data:
+            self._pending.add(key)
+        data[key] = value
 
     def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):
         self._check()

@@ -145,6 +145,8 @@ class RocksDBKeyValueStore(KeyValueStore):
 
     persistent = True
     layout = "kv-v1"
+    # A plain attribute, not a property: the caching layer tests it on every get and put.
+    is_open: bool = False
 
     def __init__(self, name: str) -> None:
         if not name or not isinstance(name, str):
@@ -173,11 +175,8 @@ class RocksDBKeyValueStore(KeyValueStore):
         db.set_write_options(self._write_opts)
         self._db = db
         self._path = path
+        self.is_open = True
         log.debug("opened RocksDB store %s at %s", self.name, path)
-
-    @property
-    def is_open(self) -> bool:
-        return self._db is not None
 
     @property
     def path(self) -> Optional[pathlib.Path]:
@@ -199,24 +198,34 @@ class RocksDBKeyValueStore(KeyValueStore):
             return
         self._iterators.invalidate_all()
         self._db = None
+        self.is_open = False
         try:
             db.close()
         finally:
             log.debug("closed RocksDB store %s", self.name)
 
     # ---------------------------------------------------------------- point ops
+    # get and put are the hot path: the checks are inlined and call the validators only for a
+    # value that is about to fail them.
     def get(self, key: bytes) -> Optional[bytes]:
-        db = self._open_db()
-        check_key(self.name, key)
+        db = self._db
+        if db is None:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        if type(key) is not bytes:
+            check_key(self.name, key)
         return db.get(key)
 
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
-        db = self._open_db()
-        check_key(self.name, key)
+        db = self._db
+        if db is None:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        if type(key) is not bytes:
+            check_key(self.name, key)
         if value is None:
             db.delete(key)
         else:
-            check_value(self.name, value)
+            if type(value) is not bytes:
+                check_value(self.name, value)
             db.put(key, value)
 
     def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):
