@@ -106,16 +106,53 @@ class _TypedBase(WrappedStateStore):
         return self.serdes.value_serde
 
 
+_NO_KEY = object()
+
+
 class TypedKeyValueStore(_TypedBase, KeyValueStore):
-    """The key-value store users and processors see: typed keys and values."""
+    """The key-value store users and processors see: typed keys and values.
+
+    get and put are the processors' hot path (read, update, write back the same key): the
+    serialized form of the last key is remembered, so the put after a get does not serialize the
+    key again. Only keys of immutable exact types (str, bytes, int) are remembered, and a hit
+    needs the very same key object, so a remembered key cannot have changed since. The memo is
+    one (key, bytes) tuple swapped atomically, so a reader on another thread cannot tear it.
+    """
+
+    def __init__(self, wrapped, key_serde=None, value_serde=None) -> None:
+        super().__init__(wrapped, key_serde, value_serde)
+        self._memo: tuple = (_NO_KEY, None)
+        self._value_serialize = value_serde.serialize if value_serde is not None else None
+        self._value_deserialize = value_serde.deserialize if value_serde is not None else None
+
+    def _key_bytes(self, key) -> bytes:
+        """key_to_bytes, remembering the result for an immutable key (see the class docstring)."""
+        data = self.serdes.key_to_bytes(key)
+        kind = type(key)
+        if kind is str or kind is bytes or kind is int:
+            self._memo = (key, data)
+        return data
 
     def get(self, key):
-        s = self.serdes
-        return s.value_from_bytes(self.wrapped.get(s.key_to_bytes(key)))
+        memo = self._memo
+        data = self.wrapped.get(memo[1] if key is memo[0] else self._key_bytes(key))
+        if data is None:
+            return None
+        deserialize = self._value_deserialize
+        return data if deserialize is None else deserialize(data)
 
     def put(self, key, value, timestamp: Optional[int] = None) -> None:
-        s = self.serdes
-        self.wrapped.put(s.key_to_bytes(key), s.value_to_bytes(value), timestamp)
+        memo = self._memo
+        key_bytes = memo[1] if key is memo[0] else self._key_bytes(key)
+        serialize = self._value_serialize
+        if value is not None and serialize is not None:
+            try:
+                value = serialize(value)
+            except Exception as exc:
+                raise InvalidStoreArgumentError(
+                    f"state store {self.name!r}: cannot serialize value {value!r}: {exc}"
+                ) from exc
+        self.wrapped.put(key_bytes, value, timestamp)
 
     def put_if_absent(self, key, value, timestamp: Optional[int] = None):
         s = self.serdes

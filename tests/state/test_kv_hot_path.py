@@ -1,0 +1,224 @@
+"""The KV hot path's shortcuts keep the plain path's results: the typed layer's key memo, the
+caching layer's inlined put/get and its write-through when the cache cannot hold an entry."""
+
+import json
+import pathlib
+
+import pytest
+
+from state.caching import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
+from state.errors import InvalidStoreArgumentError, StoreClosedError
+from state.logging_store import ChangeLoggingKeyValueStore
+from state.memory_kv import InMemoryKeyValueStore
+from state.rocksdb_kv import RocksDBKeyValueStore
+from state.task_id import TaskId
+from state.typed import TypedKeyValueStore
+
+
+class RecordingContext:
+    def __init__(self, task_dir: pathlib.Path, config=None):
+        self.application_id = "app"
+        self.task_id = TaskId(0, 4)
+        self.task_dir = task_dir
+        self.config = config or {}
+        self.registered = []
+        self.logged_changes = []
+
+    def store_dir(self, store_name):
+        return self.task_dir / "rocksdb" / store_name
+
+    def register(self, store, restore_callback, *, logged):
+        self.registered.append((store, restore_callback, logged))
+
+    def log_change(self, store_name, key, value, timestamp, headers=None):
+        self.logged_changes.append((store_name, key, value, timestamp))
+
+
+class CountingSerde:
+    """A str or JSON serde that counts serialize calls."""
+
+    def __init__(self, json_mode=False):
+        self.json_mode = json_mode
+        self.calls = 0
+
+    def serialize(self, obj):
+        self.calls += 1
+        if obj is None:
+            return None
+        return json.dumps(obj).encode() if self.json_mode else str(obj).encode()
+
+    def deserialize(self, data):
+        if data is None:
+            return None
+        return json.loads(data) if self.json_mode else data.decode()
+
+
+class IntSerde:
+    def serialize(self, obj):
+        return None if obj is None else obj.to_bytes(8, "big", signed=True)
+
+    def deserialize(self, data):
+        return None if data is None else int.from_bytes(data, "big", signed=True)
+
+
+@pytest.fixture(params=["rocksdb", "memory"])
+def inner(request):
+    return RocksDBKeyValueStore("hp") if request.param == "rocksdb" else InMemoryKeyValueStore("hp")
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    return RecordingContext(tmp_path / "0_4")
+
+
+def typed_over(inner, ctx, key_serde, *, cache_bytes=None):
+    store = ChangeLoggingKeyValueStore(inner)
+    if cache_bytes is not None:
+        store = CachingKeyValueStore(store, ThreadCache(cache_bytes))
+    typed = TypedKeyValueStore(store, key_serde, IntSerde())
+    typed.init(ctx)
+    return typed
+
+
+def test_key_serialized_once_for_get_then_put_of_the_same_key(inner, ctx):
+    serde = CountingSerde()
+    store = typed_over(inner, ctx, serde)
+    key = "word"
+    assert store.get(key) is None
+    store.put(key, 1, 5)
+    assert serde.calls == 1
+    assert store.get(key) == 1
+    assert inner.get(b"word") == (1).to_bytes(8, "big", signed=True)
+    # an equal but distinct key object is serialized again (the memo needs the same object)
+    other = "".join(["wo", "rd"])
+    assert other == key and other is not key
+    store.put(other, 2, 6)
+    assert serde.calls == 2
+    assert store.get("word") == 2
+    store.close()
+
+
+def test_mutable_key_is_serialized_on_every_call(inner, ctx):
+    serde = CountingSerde(json_mode=True)
+    store = typed_over(inner, ctx, serde)
+    key = ["a"]
+    store.put(key, 1)
+    key.append("b")  # same object, new content: must land under the new serialized key
+    store.put(key, 2)
+    assert serde.calls == 2
+    assert store.get(["a"]) == 1
+    assert store.get(["a", "b"]) == 2
+    store.close()
+
+
+def test_float_keys_equal_but_differently_serialized_are_not_confused(inner, ctx):
+    serde = CountingSerde()
+    store = typed_over(inner, ctx, serde)
+    store.put(0.0, 1)
+    store.put(-0.0, 2)  # 0.0 == -0.0 but "0.0" != "-0.0"
+    assert inner.get(b"0.0") is not None and inner.get(b"-0.0") is not None
+    store.close()
+
+
+def test_bad_key_and_value_errors_name_the_store(inner, ctx):
+    store = typed_over(inner, ctx, CountingSerde())
+    with pytest.raises(InvalidStoreArgumentError, match="'hp'.*key must not be None"):
+        store.get(None)
+    with pytest.raises(InvalidStoreArgumentError, match="'hp'.*key must not be None"):
+        store.put(None, 1)
+    with pytest.raises(InvalidStoreArgumentError, match="'hp'.*cannot serialize value 'x'"):
+        store.put("k", "x")
+    store.close()
+    with pytest.raises(StoreClosedError, match="'hp'"):
+        store.get("k")
+    with pytest.raises(StoreClosedError, match="'hp'"):
+        store.put("k", 1)
+
+
+def run_ops(store, ops):
+    """Apply (op, key, value, ts) tuples; 'flush' flushes the cache."""
+    results = []
+    for op, key, value, ts in ops:
+        if op == "get":
+            results.append(store.get(key))
+        elif op == "put":
+            store.put(key, value, ts)
+        elif op == "delete":
+            results.append(store.delete(key, ts))
+        elif op == "flush":
+            store.flush()
+    return results
+
+
+OPS = [
+    ("get", b"a", None, 0), ("put", b"a", b"1", 1), ("get", b"a", None, 0), ("put", b"b", b"1", 2),
+    ("put", b"a", b"2", 3), ("delete", b"c", None, 4), ("put", b"c", b"9", 5), ("flush", None, None, 0),
+    ("get", b"b", None, 0), ("delete", b"b", None, 6), ("get", b"b", None, 0), ("put", b"a", b"3", 7),
+    ("flush", None, None, 0), ("delete", b"zz", None, 8),
+]
+
+
+STATS_AFTER_OPS = {"entries": 0, "dirty": 0, "bytes": 0, "hits": 0, "misses": 7, "evictions": 11}
+
+
+@pytest.mark.parametrize("max_bytes", [0, 1, ENTRY_OVERHEAD - 1])
+def test_cache_too_small_for_any_entry_writes_each_put_down_at_once(tmp_path, max_bytes):
+    """Same flush-listener calls (with old values), changelog and stats as an insert followed by
+    the eviction of that entry (the figures were taken from the insert-then-evict code)."""
+    ctx = RecordingContext(tmp_path / "t")
+    store = CachingKeyValueStore(ChangeLoggingKeyValueStore(InMemoryKeyValueStore("hp")), ThreadCache(max_bytes))
+    store.init(ctx)
+    flushed = []
+    store.set_flush_listener(lambda k, new, old, ts: flushed.append((k, new, old, ts)))
+    assert run_ops(store, OPS) == [None, b"1", None, b"1", b"1", None, None]
+    assert flushed == [
+        (b"a", b"1", None, 1), (b"b", b"1", None, 2), (b"a", b"2", b"1", 3), (b"c", b"9", None, 5),
+        (b"b", None, b"1", 6), (b"a", b"3", b"2", 7),
+    ]
+    # the deletes of keys never stored are neither forwarded nor logged (both values None)
+    assert ctx.logged_changes == [("hp", k, new, ts) for k, new, _, ts in flushed]
+    assert store.cache.size_bytes == 0
+    assert store.cache.stats(store.namespace) == STATS_AFTER_OPS
+    store.close()
+
+
+def test_write_through_without_listener_logs_every_write(tmp_path):
+    ctx = RecordingContext(tmp_path / "x")
+    store = CachingKeyValueStore(ChangeLoggingKeyValueStore(InMemoryKeyValueStore("hp")), ThreadCache(0))
+    store.init(ctx)
+    store.put(b"k", b"v", 1)
+    store.put(b"gone", None, 2)
+    assert ctx.logged_changes == [("hp", b"k", b"v", 1), ("hp", b"gone", None, 2)]
+    store.close()
+
+
+def test_shrinking_to_zero_keeps_earlier_dirty_entries_in_order(tmp_path):
+    ctx = RecordingContext(tmp_path / "y")
+    cache = ThreadCache(10_000)
+    store = CachingKeyValueStore(ChangeLoggingKeyValueStore(InMemoryKeyValueStore("hp")), cache)
+    store.init(ctx)
+    flushed = []
+    store.set_flush_listener(lambda k, new, old, ts: flushed.append((k, new, old, ts)))
+    store.put(b"a", b"1", 1)
+    store.put(b"b", b"1", 2)
+    cache.resize(0)  # evicts a (flushing a then b), leaving the cache empty
+    assert flushed == [(b"a", b"1", None, 1), (b"b", b"1", None, 2)]
+    store.put(b"a", b"2", 3)
+    assert flushed[-1] == (b"a", b"2", b"1", 3)
+    assert cache.size_bytes == 0
+    store.close()
+
+
+def test_closed_inner_store_fails_cached_reads_and_writes(inner, ctx):
+    store = CachingKeyValueStore(ChangeLoggingKeyValueStore(inner), ThreadCache(10_000))
+    store.init(ctx)
+    store.put(b"a", b"1", 1)
+    assert store.get(b"a") == b"1"
+    inner.close()
+    with pytest.raises(StoreClosedError, match="'hp'"):
+        store.get(b"a")
+    with pytest.raises(StoreClosedError, match="'hp'"):
+        store.put(b"a", b"2", 2)
+    store.close(dirty=True)
+    with pytest.raises(StoreClosedError, match="'hp'"):
+        store.get(b"a")
