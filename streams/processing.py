@@ -132,7 +132,24 @@ class SinkNode(ProcessorNode):
         self.partitioner = partitioner
         self.collector = collector
         self.send = collector.send if collector is not None else None
-        self.process = self._process
+        self.process = self._process if partitioner is not None or collector is None else self._sender()
+
+    def _sender(self) -> Callable[[Record], None]:
+        """`_process` without a partitioner, as a closure over what it reads (once per record)."""
+        name, topic = self.name, self.topic
+        key_serialize, value_serialize, send = self.key_serialize, self.value_serialize, self.send
+
+        def process(record: Record) -> None:
+            try:
+                key = key_serialize(record.key)
+                value = value_serialize(record.value)
+            except SerializationError as exc:
+                raise SerializationError(
+                    f"sink {name!r} could not serialize a record for topic {topic!r}: {exc}") from exc
+            headers = record.headers
+            send(topic, key, value, partition=None, timestamp=record.timestamp,
+                 headers=list(headers) if headers else None)
+        return process
 
     def add_child(self, child: ProcessorNode) -> None:  # pragma: no cover - Topology forbids it
         raise StreamsException(f"sink {self.name!r} cannot have children")
@@ -281,6 +298,19 @@ class ProcessorContextImpl(ProcessorContext):
             return generic
         child_process = only.process
         ctx = self
+        if isinstance(only, SinkNode):
+            # a sink never reads the context: current_node moves to it only if it fails (so
+            # errors name it, as with `forward`)
+            def forward_to_sink(record: Record, child_name: str | None = None) -> None:
+                if child_name is None and ctx.current_node is node:
+                    try:
+                        child_process(record)
+                    except BaseException:
+                        ctx.current_node = only
+                        raise
+                else:
+                    generic(record, child_name)
+            return forward_to_sink
 
         def forward(record: Record, child_name: str | None = None) -> None:
             if child_name is None and ctx.current_node is node:
@@ -337,9 +367,17 @@ class ProcessorContextImpl(ProcessorContext):
         node = self.current_node
         if node is None:
             raise StreamsException("scoped() must be called from a processor")
+        ctx = self
 
-        def call(*args: Any) -> Any:
-            return self.run_as(node, fn, *args)
+        def call(*args: Any) -> Any:  # run_as inlined: once per flushed cache entry
+            prev_node, prev_meta = ctx.current_node, ctx.metadata
+            ctx.current_node = node
+            ctx.metadata = None
+            try:
+                return fn(*args)
+            finally:
+                ctx.current_node = prev_node
+                ctx.metadata = prev_meta
         return call
 
 

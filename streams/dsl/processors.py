@@ -10,6 +10,10 @@ from streams.processor import Processor, ProcessorContext, Record
 
 log = logging.getLogger(__name__)
 
+# Record copies are built inline on the per-record paths below (Record.with_key/with_value
+# without the method call): same fields, no validation needed.
+_new = object.__new__
+
 
 class Change(NamedTuple):
     """A table update flowing between KTable nodes: the new value and the previous one."""
@@ -31,7 +35,12 @@ class MapValuesProcessor(_Forwarding):
         self.fn = fn
 
     def process(self, record: Record) -> None:
-        self.forward(record.with_value(self.fn(record.value)))
+        rec = _new(Record)
+        rec.key = record.key
+        rec.value = self.fn(record.value)
+        rec.timestamp = record.timestamp
+        rec.headers = record.headers
+        self.forward(rec)
 
 
 class FlatMapValuesProcessor(_Forwarding):
@@ -40,9 +49,14 @@ class FlatMapValuesProcessor(_Forwarding):
 
     def process(self, record: Record) -> None:
         forward = self.forward
-        with_value = record.with_value
+        key, timestamp, headers = record.key, record.timestamp, record.headers
         for value in self.fn(record.value):
-            forward(with_value(value))
+            rec = _new(Record)
+            rec.key = key
+            rec.value = value
+            rec.timestamp = timestamp
+            rec.headers = headers
+            forward(rec)
 
 
 class FilterProcessor(_Forwarding):
@@ -71,7 +85,13 @@ class KeySelectProcessor(_Forwarding):
         self.fn = fn
 
     def process(self, record: Record) -> None:
-        self.forward(record.with_key(self.fn(record.key, record.value)))
+        value = record.value
+        rec = _new(Record)
+        rec.key = self.fn(record.key, value)
+        rec.value = value
+        rec.timestamp = record.timestamp
+        rec.headers = record.headers
+        self.forward(rec)
 
 
 class NullKeyFilterProcessor(_Forwarding):
@@ -126,6 +146,6 @@ class CountProcessor(_Forwarding):
 class ToStreamProcessor(_Forwarding):
     def process(self, record: Record) -> None:
         value = record.value
-        if not isinstance(value, Change):
+        if type(value) is not Change and not isinstance(value, Change):
             raise StreamsException(f"KTable.to_stream expected a table update (Change), got {value!r}")
         self.forward(record.with_value(value.new_value))
