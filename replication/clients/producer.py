@@ -5,13 +5,22 @@
     producer.flush(10)
 
 How it works:
-- ``produce()`` appends the record to the open batch of its partition (default partitioner
+- ``produce()`` appends one tuple to its partition's queue (default partitioner
   ``murmur2_random``: Kafka's murmur2 on the key bytes, so keyed records land where any Kafka
-  client puts them). A batch closes at ``batch.num.messages`` records, ``batch.size`` bytes or
-  after ``linger.ms``.
-- A sender thread encodes closed batches with `records.encode_batch` (one C call per batch)
-  and sends them to the partition leaders (metadata from the in-process controller), one
-  ProduceRequest per leader. One batch per partition is in flight at a time, so order per
+  client puts them). The common case takes no lock, reads no clock and builds no object but
+  the tuple: a list append is atomic under the GIL and the sender only ever removes a
+  prefix of the queue. The sender is woken by the first record of an idle partition and when
+  a queue holds a full batch; otherwise it wakes on its own when ``linger.ms`` is over.
+- A sender thread cuts batches off the queues (``batch.num.messages`` records, ``batch.size``
+  bytes, or what is there after ``linger.ms``), encodes them with `records.encode_batch` (one
+  C call per batch) and sends them to the partition leaders (metadata from the in-process
+  controller), one ProduceRequest per leader.
+- ``timestamp=0`` (now): the producer's clock is read once per partition and sender round,
+  not per record, so such a record's timestamp may be early by up to about ``linger.ms``
+  (or the time its partition waits for the batch in flight).
+- ``queue.buffering.max.messages`` is checked by the sender and by ``poll()``, and exactly
+  once the queue is found full: the queue can overshoot it by what is produced between two
+  checks (at most about a batch per partition). One batch per partition is in flight at a time, so order per
   partition holds through retries. Retriable errors (leader moved, not enough replicas,
   timeouts, transport failures) are retried after ``retry.backoff.ms`` until
   ``message.timeout.ms``.
@@ -36,6 +45,7 @@ import collections
 import logging
 import threading
 import time
+from operator import itemgetter
 from typing import Any, Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -78,18 +88,59 @@ class _TxnState:
     FATAL_ERROR = "fatal_error"
 
 
+_NEVER = 1 << 62  # a queue length never reached: no kick
+_KEY = itemgetter(0)
+_VALUE = itemgetter(1)
+_RECORD = itemgetter(0, 1, 2, 3)
+
+
+class _Queue:
+    """The records produced to one partition and not yet cut into a batch.
+
+    ``entries`` holds ``(key, value, timestamp)`` (no delivery callback), ``(key, value,
+    timestamp, None)`` (the queue's ``cb``, set once: one callback for every record is the
+    common case) or ``(key, value, timestamp, headers, callback)``. The first two are what
+    encode_batch takes and are not tracked by the garbage collector. Producers only append; the sender only
+    deletes a prefix (both single operations under the GIL), so no lock is needed to queue.
+    A producer wakes the sender when the queue reaches ``kick_at`` records: 1 while the sender
+    does not watch the partition, a full batch while it lingers, never while a batch is in
+    flight (the answer wakes the sender)."""
+
+    __slots__ = ("tp", "entries", "cb", "kick_at", "full_at", "since", "ts")
+
+    def __init__(self, tp: TopicPartition, full_at: int) -> None:
+        self.tp = tp
+        self.entries: list[tuple] = []
+        self.cb: Any = None
+        self.kick_at = 1
+        self.full_at = full_at  # records in a full batch, estimated from the sizes seen
+        self.since = 0.0  # monotonic time the sender first saw the queued records (0: not yet)
+        self.ts = 0  # wall clock ms for timestamp=0 records; 0: read it again
+
+
+def _entries_size(entries: list[tuple]) -> int:
+    """The batch.size estimate of ``entries``: key + value + 16 bytes a record (C loops)."""
+    return (sum(map(len, filter(None, map(_KEY, entries)))) + sum(map(len, filter(None, map(_VALUE, entries))))
+            + 16 * len(entries))
+
+
+def _entry_size(entry: tuple) -> int:
+    return (len(entry[0]) if entry[0] is not None else 0) + (len(entry[1]) if entry[1] is not None else 0) + 16
+
+
 class _Batch:
     """Records of one partition sent together."""
 
-    __slots__ = ("tp", "records", "callbacks", "size", "created", "deadline", "data", "base_sequence",
-                 "attempts", "retry_at", "sent_at", "generation", "has_callbacks", "leader")
+    __slots__ = ("tp", "entries", "cb", "records", "has_callbacks", "created", "deadline", "data", "base_sequence",
+                 "attempts", "retry_at", "sent_at", "generation", "leader")
 
-    def __init__(self, tp: TopicPartition, now: float, deadline: float) -> None:
+    def __init__(self, tp: TopicPartition, now: float, deadline: float, entries: list[tuple],
+                 cb: Any = None) -> None:
         self.tp = tp
-        self.records: list[tuple] = []
-        self.callbacks: list = []
+        self.entries = entries  # queue entries (see _Queue)
+        self.cb = cb  # the callback of 4-tuple entries
+        self.records: list[tuple] | None = None  # what encode_batch takes, made by prepare()
         self.has_callbacks = False
-        self.size = 0
         self.created = now
         self.deadline = deadline
         self.data: bytes | None = None
@@ -99,6 +150,21 @@ class _Batch:
         self.sent_at = 0.0
         self.generation = 0
         self.leader = -1
+
+    def prepare(self) -> None:
+        """Split the entries into encodable records (one C pass when no record has a
+        callback or headers) and note whether any delivery callback is waiting."""
+        if self.records is not None:
+            return
+        entries = self.entries
+        longest = max(map(len, entries))
+        if longest < 5:
+            self.records = entries
+        elif min(map(len, entries)) == 5:
+            self.records = list(map(_RECORD, entries))
+        else:
+            self.records = [e[:4] if len(e) == 5 else e for e in entries]
+        self.has_callbacks = longest > 3
 
 
 def _to_bytes(value: Any, what: str) -> bytes | None:
@@ -183,14 +249,19 @@ class Producer:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # the sender waits here
         self._reported = threading.Condition(self._lock)  # poll() waits here
-        self._open: dict[TopicPartition, _Batch] = {}
+        # topic -> its partitions' queues; produce() reads ``_fast``, which is this dict while
+        # producing is allowed and an empty one while it is not (fatal error, no transaction,
+        # queue full), so a single lookup checks the topic and the producer state.
+        self._topics: dict[str, list[_Queue]] = {}
+        self._fast: dict[str, list[_Queue]] = {}
+        self._full = False
+        self._active: dict[_Queue, None] = {}  # queues the sender watches
         self._ready: dict[TopicPartition, collections.deque[_Batch]] = {}
         self._in_flight: dict[TopicPartition, _Batch] = {}
         self._unknown: list[tuple[str, tuple, Any, float]] = []  # records of topics not known yet
         self._reports: collections.deque = collections.deque()
-        self._count = 0  # produced, not yet reported to the application
+        self._count = 0  # cut into batches (or held for metadata), not yet reported to the application
         self._flushing = 0
-        self._partition_counts: dict[str, int] = {}
         self._next_sequence: dict[TopicPartition, int] = {}
         self._producer_id = -1
         self._producer_epoch = -1
@@ -202,6 +273,7 @@ class Producer:
         self._txn_has_offsets = False
         self._txn_error: KafkaError | None = None
         self._txn_lock = threading.Lock()
+        self._refresh_gate_locked()
 
         self._sender = threading.Thread(target=self._run_sender, name="eddy-producer-sender", daemon=True)
         self._sender.start()
@@ -212,15 +284,57 @@ class Producer:
                 on_delivery: Callable | None = None, callback: Callable | None = None,
                 timestamp: int = 0, headers: Any = None) -> None:
         """Queue one record; its delivery report comes through poll()/flush()."""
-        if value is not None and value.__class__ is not bytes:
+        if value.__class__ is not bytes and value is not None:
             value = _to_bytes(value, "value")
-        if key is not None and key.__class__ is not bytes:
+        if key.__class__ is not bytes and key is not None:
             key = _to_bytes(key, "key")
+        queues = self._fast.get(topic) if topic.__class__ is str else None
+        if queues is None or headers or partition.__class__ is not int:
+            return self._produce_slow(topic, value, key, partition, on_delivery or callback or self._default_dr,
+                                      timestamp, headers)
+        if partition == -1:
+            queue = queues[self._partitioner(key, len(queues))]
+        elif 0 <= partition < len(queues):
+            queue = queues[partition]
+        else:
+            return self._produce_slow(topic, value, key, partition, on_delivery or callback or self._default_dr,
+                                      timestamp, headers)
+        if not timestamp:
+            timestamp = queue.ts or self._stamp(queue)
+        cb = on_delivery or callback or self._default_dr
+        entries = queue.entries
+        if cb is None:
+            entries.append((key, value, timestamp))
+        elif cb is queue.cb or cb == queue.cb:
+            entries.append((key, value, timestamp, None))
+        elif queue.cb is None:
+            return self._produce_slow(topic, value, key, partition, cb, timestamp, None)
+        else:
+            entries.append((key, value, timestamp, None, cb))
+        if len(entries) >= queue.kick_at:
+            self._kick(queue)
+
+    @staticmethod
+    def _stamp(queue: _Queue) -> int:
+        queue.ts = ts = time.time_ns() // 1_000_000
+        return ts
+
+    def _kick(self, queue: _Queue) -> None:
+        """Wake the sender for ``queue`` (checked again under the lock: it may have seen it)."""
+        with self._lock:
+            if len(queue.entries) >= queue.kick_at:
+                queue.kick_at = _NEVER
+                self._active[queue] = None
+                self._wake.notify()
+
+    def _produce_slow(self, topic: Any, value: bytes | None, key: bytes | None, partition: Any, cb: Any,
+                      timestamp: int, headers: Any) -> None:
+        """produce() for everything but the common case: validation, errors, headers, topics
+        without metadata yet, partition counts to refresh, a full queue."""
         if not isinstance(topic, str):
             raise TypeError(f"topic must be str, not {type(topic).__name__}")
         if partition.__class__ is not int:
             raise TypeError(f"partition must be int, not {type(partition).__name__}")
-        cb = on_delivery or callback or self._default_dr
         hdrs = _headers(headers) if headers else None
         if not timestamp:
             timestamp = time.time_ns() // 1_000_000
@@ -228,54 +342,82 @@ class Producer:
             raise KafkaException(self._fatal)
         if self._transactional_id is not None and self._txn_state != _TxnState.IN_TRANSACTION:
             raise kafka_exception(KafkaError._STATE, "Producer is not in a transaction: call begin_transaction()")
-        record = (key, value, timestamp, hdrs) if hdrs else (key, value, timestamp)
-        n = self._partition_counts.get(topic)
-        if n is None:
+        queues = self._topics.get(topic)
+        if queues is None:
             n = self._metadata.partition_count(topic) if is_valid_topic_name(topic) else None
             if n is None:
                 if partition < -1:
                     raise kafka_exception(KafkaError._UNKNOWN_PARTITION, "Local: Unknown partition")
-                self._queue_unknown(topic, partition, record, cb)
+                entry = (key, value, timestamp) if cb is None and hdrs is None else (key, value, timestamp, hdrs, cb)
+                self._queue_unknown(topic, partition, entry)
                 return
-            self._partition_counts[topic] = n
+            queues = self._grow_topic(topic, n)
         if partition == -1:
-            partition = self._partitioner(key, n)
-        elif partition < 0 or partition >= n:
+            partition = self._partitioner(key, len(queues))
+        elif partition < 0 or partition >= len(queues):
             # The count may have grown since it was cached.
-            n = self._metadata.partition_count(topic) or n
-            self._partition_counts[topic] = n
-            if partition < 0 or partition >= n:
+            queues = self._grow_topic(topic, self._metadata.partition_count(topic) or len(queues))
+            if partition < 0 or partition >= len(queues):
                 raise kafka_exception(KafkaError._UNKNOWN_PARTITION, "Local: Unknown partition")
-        tp = TopicPartition(topic, partition)
+        queue = queues[partition]
         with self._lock:
-            if self._count >= self._max_messages > 0:
+            if self._max_messages > 0 and self._outstanding_locked(exact=True) >= self._max_messages:
+                if not self._full:
+                    self._full = True
+                    self._refresh_gate_locked()
                 raise BufferError("Local: Queue full")
-            batch = self._open.get(tp)
-            if batch is None:
-                now = time.monotonic()
-                batch = self._open[tp] = _Batch(tp, now, now + self._message_timeout_s)
-                self._wake.notify()
-            batch.records.append(record)
-            batch.callbacks.append(cb)
-            if cb is not None:
-                batch.has_callbacks = True
-            batch.size += (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + 16
-            self._count += 1
-            if len(batch.records) >= self._batch_num or batch.size >= self._batch_size:
-                del self._open[tp]
-                self._ready.setdefault(tp, collections.deque()).append(batch)
+            if self._full:
+                self._full = False
+                self._refresh_gate_locked()
+            if cb is not None and queue.cb is None:
+                queue.cb = cb  # set once: 4-tuple entries may refer to it at any time
+            if hdrs is not None:
+                entry = (key, value, timestamp, hdrs, cb)
+            elif cb is None:
+                entry = (key, value, timestamp)
+            elif cb is queue.cb:
+                entry = (key, value, timestamp, None)
+            else:
+                entry = (key, value, timestamp, None, cb)
+            queue.entries.append(entry)
+            if len(queue.entries) >= queue.kick_at:
+                queue.kick_at = _NEVER
+                self._active[queue] = None
                 self._wake.notify()
 
-    def _queue_unknown(self, topic: str, partition: int, record: tuple, cb: Any) -> None:
+    def _grow_topic(self, topic: str, n: int) -> list[_Queue]:
+        """The queues of ``topic``, extended to ``n`` partitions (a partition count only grows)."""
+        with self._lock:
+            queues = self._topics.get(topic) or []
+            if len(queues) < n:
+                full_at = self._batch_num
+                queues = queues + [_Queue(TopicPartition(topic, p), full_at) for p in range(len(queues), n)]
+                self._topics[topic] = queues
+            return queues
+
+    def _refresh_gate_locked(self) -> None:
+        """Let produce() take its fast path only while producing needs no check."""
+        allowed = (self._fatal is None and not self._full
+                   and (self._transactional_id is None or self._txn_state == _TxnState.IN_TRANSACTION))
+        self._fast = self._topics if allowed else {}
+
+    def _outstanding_locked(self, exact: bool = False) -> int:
+        """Records produced and not yet served (``exact``: counting every queue)."""
+        if exact:
+            return self._count + sum(len(q.entries) for qs in self._topics.values() for q in qs)
+        return self._count + sum(len(q.entries) for q in self._active)
+
+    def _queue_unknown(self, topic: str, partition: int, entry: tuple) -> None:
         """librdkafka holds records of a topic it has no metadata for, then fails them."""
         with self._lock:
-            self._unknown.append((topic, (partition, record), cb, time.monotonic()))
+            self._unknown.append((topic, partition, entry, time.monotonic()))
             self._count += 1
             self._wake.notify()
 
     def __len__(self) -> int:
         """Messages and delivery reports not yet served to the application."""
-        return self._count
+        with self._lock:
+            return self._outstanding_locked(exact=True)
 
     def poll(self, timeout: float | None = None) -> int:
         """Serve delivery reports; wait up to ``timeout`` seconds (None or -1: forever) for one.
@@ -297,7 +439,10 @@ class Producer:
                 served += self._serve(batch, error, base_offset)
         finally:
             with self._lock:
-                self._count -= sum(len(b.records) for b, _e, _o in reports)
+                self._count -= sum(len(b.entries) for b, _e, _o in reports)
+                if self._full and self._outstanding_locked(exact=True) < self._max_messages:
+                    self._full = False
+                    self._refresh_gate_locked()
         return served
 
     def _emit_stats(self) -> None:
@@ -308,7 +453,7 @@ class Producer:
         with self._lock:
             brokers = {f"localhost:{9092 + b}/{b}": {"name": f"localhost:{9092 + b}/{b}", "nodeid": b, **c}
                        for b, c in self._broker_stats.items()}
-            count = self._count
+            count = self._outstanding_locked(exact=True)
         now_us = time.time_ns() // 1000
         self._stats_cb(json.dumps({"name": f"{self._client_id}#producer-1", "client_id": self._client_id,
                                    "type": "producer", "ts": now_us, "time": now_us // 1_000_000,
@@ -321,17 +466,23 @@ class Producer:
         stats[key] += 1
 
     def _serve(self, batch: _Batch, error: KafkaError | None, base_offset: int) -> int:
+        entries = batch.entries
+        batch.prepare()
         if not batch.has_callbacks or (self._dr_only_error and error is None):
-            return len(batch.records)
+            return len(entries)
         topic, partition = batch.tp
-        for i, (record, cb) in enumerate(zip(batch.records, batch.callbacks)):
-            if cb is None:
-                continue
-            offset = base_offset + i if error is None and base_offset >= 0 else OFFSET_INVALID
-            msg = Message(topic, partition, offset, record[0], record[1], record[3] if len(record) > 3 else None,
-                          error, (1, record[2]), -1.0, -1)
-            cb(error, msg)
-        return len(batch.records)
+        ok = error is None and base_offset >= 0
+        offset = base_offset if ok else OFFSET_INVALID
+        common = batch.cb
+        for entry in entries:
+            n = len(entry)
+            cb = common if n == 4 else entry[4] if n == 5 else None
+            if cb is not None:
+                cb(error, Message(topic, partition, offset, entry[0], entry[1], entry[3], error,
+                                  (1, entry[2]), -1.0, -1))
+            if ok:
+                offset += 1
+        return len(entries)
 
     def flush(self, timeout: float | None = None) -> int:
         """Send everything queued and serve the delivery reports; returns how many messages are
@@ -343,11 +494,12 @@ class Producer:
         try:
             while True:
                 self.poll(0)
-                if self._count == 0:
+                left = len(self)
+                if left == 0:
                     return 0
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    return self._count
+                    return left
                 self.poll(0.05 if remaining is None else min(0.05, remaining))
         finally:
             with self._lock:
@@ -365,32 +517,30 @@ class Producer:
                     self._reported.wait(0.05)
 
     def _purge_queued_locked(self, error: KafkaError) -> None:
-        for batch in self._open.values():
-            self._reports.append((batch, error, -1))
-        self._open.clear()
+        now = time.monotonic()
+        for queues in self._topics.values():
+            for queue in queues:
+                if queue.entries:
+                    self._reports.append((self._cut_locked(queue, now, len(queue.entries)), error, -1))
         for q in self._ready.values():
             for batch in q:
                 self._reports.append((batch, error, -1))
             q.clear()
-        for topic, (partition, record), cb, _t in self._unknown:
-            self._reports.append((self._single(topic, partition, record, cb), error, -1))
+        for topic, partition, entry, _t in self._unknown:
+            self._reports.append((self._single(topic, partition, entry), error, -1))
         self._unknown.clear()
         self._reported.notify_all()
 
     @staticmethod
-    def _single(topic: str, partition: int, record: tuple, cb: Any) -> _Batch:
-        b = _Batch(TopicPartition(topic, partition), 0.0, 0.0)
-        b.records.append(record)
-        b.callbacks.append(cb)
-        b.has_callbacks = cb is not None
-        return b
+    def _single(topic: str, partition: int, entry: tuple) -> _Batch:
+        return _Batch(TopicPartition(topic, partition), 0.0, 0.0, [entry])
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         """Cluster metadata (confluent_kafka.admin.ClusterMetadata)."""
         md = cluster_metadata(self._cluster, topic)
         for name, tm in md.topics.items():
-            if tm.error is None:
-                self._partition_counts[name] = len(tm.partitions)
+            if tm.error is None and len(tm.partitions) > len(self._topics.get(name, ())):
+                self._grow_topic(name, len(tm.partitions))
         return md
 
     def close(self, timeout: float | None = None) -> None:
@@ -438,11 +588,6 @@ class Producer:
         now = time.monotonic()
         wait: float | None = None
         flushing = self._flushing > 0
-        for tp in [tp for tp, b in self._open.items() if flushing or now - b.created >= self._linger_s]:
-            self._ready.setdefault(tp, collections.deque()).append(self._open.pop(tp))
-        for b in self._open.values():
-            w = b.created + self._linger_s - now
-            wait = w if wait is None or w < wait else wait
         if self._unknown:
             self._resolve_unknown_locked(now)
             wait = 0.05 if wait is None or wait > 0.05 else wait
@@ -466,6 +611,12 @@ class Producer:
             q.popleft()
             self._in_flight[tp] = batch
             sendable.append(batch)
+        w = self._cut_queues_locked(now, flushing, sendable)
+        if w is not None:
+            wait = w if wait is None or w < wait else wait
+        if self._max_messages > 0 and not self._full and self._outstanding_locked() >= self._max_messages:
+            self._full = True
+            self._refresh_gate_locked()
         for tp, batch in list(self._in_flight.items()):
             if batch.sent_at and batch not in sendable:
                 w = batch.sent_at + self._request_timeout_s - now
@@ -480,31 +631,92 @@ class Producer:
                     wait = w if wait is None or w < wait else wait
         return sendable, wait
 
+    def _cut_queues_locked(self, now: float, flushing: bool, sendable: list[_Batch]) -> float | None:
+        """Cut a batch off each watched queue whose partition is free and whose batch is full
+        or lingered (or everything, when flushing); re-arm the kicks. Returns the time until
+        the next linger deadline (None: none)."""
+        wait: float | None = None
+        linger = self._linger_s
+        in_flight = self._in_flight
+        ready = self._ready
+        for queue in list(self._active):
+            queue.ts = 0  # the next timestamp=0 record reads the clock again
+            tp = queue.tp
+            entries = queue.entries
+            if tp in in_flight or ready.get(tp):
+                queue.kick_at = _NEVER  # the answer wakes the sender
+                if entries and not queue.since:
+                    queue.since = now
+                continue
+            if not entries:
+                queue.since = 0.0
+                queue.kick_at = 1
+                if not entries:  # (checked again: a producer appends without the lock)
+                    del self._active[queue]
+                    continue
+            if not queue.since:
+                queue.since = now
+                # records of this size in a full batch
+                queue.full_at = max(1, min(self._batch_num, self._batch_size // _entry_size(entries[0])))
+            if len(entries) >= queue.full_at or flushing or now - queue.since >= linger:
+                batch = self._cut_locked(queue, now, self._batch_num)
+                in_flight[tp] = batch
+                sendable.append(batch)
+                queue.kick_at = _NEVER
+                continue
+            queue.kick_at = queue.full_at
+            if len(entries) >= queue.full_at:  # reached before the kick was armed
+                w = 0.0
+            else:
+                w = queue.since + linger - now
+            wait = w if wait is None or w < wait else wait
+        return wait
+
+    def _cut_locked(self, queue: _Queue, now: float, limit: int) -> _Batch:
+        """Take up to ``limit`` records (and about ``batch.size`` bytes) off ``queue``."""
+        entries = queue.entries
+        take = min(len(entries), limit)
+        batch_entries = entries[:take]
+        size = _entries_size(batch_entries)
+        if size > self._batch_size and take > 1 and limit == self._batch_num:
+            total = 0
+            for i, entry in enumerate(batch_entries):
+                total += _entry_size(entry)
+                if total >= self._batch_size:
+                    break
+            take = max(1, i + 1)
+            batch_entries = batch_entries[:take]
+            size = total
+        del entries[:take]
+        self._count += take
+        if size > 0:
+            queue.full_at = max(1, min(self._batch_num, self._batch_size * take // size))
+        since = queue.since or now
+        queue.since = now if entries else 0.0
+        return _Batch(queue.tp, now, since + self._message_timeout_s, batch_entries, queue.cb)
+
     def _resolve_unknown_locked(self, now: float) -> None:
         still = []
-        for topic, (partition, record), cb, since in self._unknown:
+        for topic, partition, entry, since in self._unknown:
             n = self._metadata.partition_count(topic) if is_valid_topic_name(topic) else None
             if n is not None and partition < n:
-                p = self._partitioner(record[0], n) if partition == -1 else partition
+                p = self._partitioner(entry[0], n) if partition == -1 else partition
                 tp = TopicPartition(topic, p)
-                batch = _Batch(tp, now, now + self._message_timeout_s)
-                batch.records.append(record)
-                batch.callbacks.append(cb)
-                batch.has_callbacks = cb is not None
+                batch = _Batch(tp, now, now + self._message_timeout_s, [entry])
                 self._ready.setdefault(tp, collections.deque()).append(batch)
             elif n is not None:
-                self._reports.append((self._single(topic, partition, record, cb),
+                self._reports.append((self._single(topic, partition, entry),
                                       kafka_error(KafkaError._UNKNOWN_PARTITION, "Local: Unknown partition"), -1))
             elif not is_valid_topic_name(topic):
-                self._reports.append((self._single(topic, partition, record, cb),
+                self._reports.append((self._single(topic, partition, entry),
                                       kafka_error(KafkaError.TOPIC_EXCEPTION,
                                                   f"Broker: Invalid topic: {topic!r}"), -1))
             elif now - since >= min(self._metadata_propagation_s, self._message_timeout_s):
-                self._reports.append((self._single(topic, partition, record, cb),
+                self._reports.append((self._single(topic, partition, entry),
                                       kafka_error(KafkaError.UNKNOWN_TOPIC_OR_PART,
                                                   "Broker: Unknown topic or partition"), -1))
             else:
-                still.append((topic, (partition, record), cb, since))
+                still.append((topic, partition, entry, since))
         if len(still) != len(self._unknown):
             self._reported.notify_all()
         self._unknown = still
@@ -516,10 +728,11 @@ class Producer:
         for batch in batches:
             tp = batch.tp
             if batch.data is None:
+                batch.prepare()
                 if self._idempotent:
                     seq = self._next_sequence.get(tp, 0)
                     batch.base_sequence = seq
-                    self._next_sequence[tp] = (seq + len(batch.records)) & 0x7FFFFFFF
+                    self._next_sequence[tp] = (seq + len(batch.entries)) & 0x7FFFFFFF
                 batch.data = encode_batch(batch.records, producer_id=self._producer_id,
                                           producer_epoch=self._producer_epoch,
                                           base_sequence=batch.base_sequence,
@@ -597,6 +810,7 @@ class Producer:
             self._txn_error = kafka_error(error.code(), error.str(), txn_requires_abort=True)
             if self._txn_state == _TxnState.IN_TRANSACTION:
                 self._txn_state = _TxnState.ABORTABLE_ERROR
+                self._refresh_gate_locked()
         self._complete_locked(batch, error, -1)
 
     def _retry_or_fail_locked(self, batch: _Batch, code: int, reason: str, now: float) -> None:
@@ -625,6 +839,7 @@ class Producer:
         if self._fatal is None:
             self._fatal = error
             self._txn_state = _TxnState.FATAL_ERROR
+            self._refresh_gate_locked()
             log.error("producer fatal error: %s", error)
 
     # -- producer id ------------------------------------------------------------------------------
@@ -699,6 +914,7 @@ class Producer:
             self._txn_has_offsets = False
             self._txn_error = None
             self._txn_state = _TxnState.IN_TRANSACTION
+            self._refresh_gate_locked()
 
     def _add_partition_to_txn(self, tp: TopicPartition) -> KafkaError | None:
         try:
@@ -764,6 +980,7 @@ class Producer:
             self._txn_has_offsets = False
             self._txn_error = None
             self._txn_state = _TxnState.READY
+            self._refresh_gate_locked()
 
     # -- odds and ends ----------------------------------------------------------------------------
 
