@@ -36,6 +36,7 @@ from state.store import (
     WrappedStateStore,
     check_key,
     check_value,
+    open_probe,
 )
 from state.window import (
     MAX_TIMESTAMP,
@@ -74,7 +75,10 @@ DirtyEntryFlushListener = Callable[[list], None]
 
 
 class NamedCache:
-    """The LRU map of one store's cache; used only through `ThreadCache` (which holds the lock)."""
+    """The LRU map of one store's cache; used only through `ThreadCache` (which holds the lock).
+
+    Sizes are kept incrementally (this cache's `size_bytes` and the owner's `_total_bytes`).
+    """
 
     __slots__ = ("name", "owner", "entries", "dirty", "size_bytes", "listener", "hits", "misses", "evictions")
 
@@ -93,15 +97,58 @@ class NamedCache:
         self.size_bytes += delta
         self.owner._total_bytes += delta
 
+    def put_dirty(self, key: bytes, value: Optional[bytes], timestamp: int) -> None:
+        """A write: replaces any cached entry (reusing its object), becomes MRU and last dirty.
+        CachingKeyValueStore.put inlines this body; keep the two in step."""
+        size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+        entries = self.entries
+        entry = entries.get(key)
+        if entry is None:
+            entries[key] = CacheEntry(value, True, timestamp, size)
+            delta = size
+        else:
+            delta = size - entry.size
+            entry.value = value
+            entry.dirty = True
+            entry.timestamp = timestamp
+            entry.size = size
+            entries.move_to_end(key)
+        dirty = self.dirty
+        if key in dirty:
+            del dirty[key]
+        dirty[key] = None
+        owner = self.owner
+        if delta:
+            self.size_bytes += delta
+            owner._total_bytes += delta
+        if owner._total_bytes > owner.max_bytes:
+            owner._maybe_evict(self)
+
+    def put_clean(self, key: bytes, value: Optional[bytes], timestamp: int = -1) -> None:
+        """A read-through: never replaces what the cache holds (it may be a pending dirty write)."""
+        entries = self.entries
+        if key in entries:
+            entries.move_to_end(key)
+            return
+        size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+        entries[key] = CacheEntry(value, False, timestamp, size)
+        self.size_bytes += size
+        owner = self.owner
+        owner._total_bytes += size
+        if owner._total_bytes > owner.max_bytes:
+            owner._maybe_evict(self)
+
     def _take_dirty(self, first: Optional[DirtyEntry]) -> list:
         flushed = [first] if first is not None else []
+        append = flushed.append
         entries = self.entries
         tombstones = []
         for key in self.dirty:
             entry = entries[key]
-            flushed.append(DirtyEntry(key, entry.value, entry.timestamp))
+            value = entry.value
+            append(DirtyEntry(key, value, entry.timestamp))
             entry.dirty = False
-            if entry.value is None:
+            if value is None:
                 tombstones.append(key)
         self.dirty = {}
         # A flushed delete has done its job; keeping it would only shadow the store.
@@ -120,12 +167,14 @@ class NamedCache:
 
     def evict_eldest(self) -> int:
         key, entry = self.entries.popitem(last=False)
-        self._resize(-entry.size)
+        size = entry.size
+        self.size_bytes -= size
+        self.owner._total_bytes -= size
         self.evictions += 1
         if entry.dirty:
             del self.dirty[key]
             self.flush(DirtyEntry(key, entry.value, entry.timestamp))
-        return entry.size
+        return size
 
 
 class ThreadCache:
@@ -163,6 +212,8 @@ class ThreadCache:
             self.named_cache(namespace).listener = listener
 
     def get(self, namespace: str, key: bytes) -> Optional[CacheEntry]:
+        """The entry of `key` (made MRU), or None. The entry's fields are valid until the next
+        write to the cache (a later put of the same key updates the entry in place)."""
         with self.lock:
             cache = self._caches.get(namespace)
             if cache is None:
@@ -176,29 +227,19 @@ class ThreadCache:
             return entry
 
     def put(self, namespace: str, key: bytes, value: Optional[bytes], *, dirty: bool, timestamp: int) -> None:
-        size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
         with self.lock:
-            cache = self.named_cache(namespace)
-            entries = cache.entries
-            old = entries.get(key)
-            if old is not None:
-                if not dirty:
-                    # A clean read-through never replaces what the cache already holds
-                    # (it may be a pending dirty write of the same key).
-                    entries.move_to_end(key)
-                    return
-                cache._resize(-old.size)
-            entries[key] = CacheEntry(value, dirty, timestamp, size)
-            entries.move_to_end(key)
-            cache._resize(size)
+            cache = self._caches.get(namespace)
+            if cache is None:
+                cache = self.named_cache(namespace)
             if dirty:
-                cache.dirty.pop(key, None)
-                cache.dirty[key] = None
-            self._maybe_evict(cache)
+                cache.put_dirty(key, value, timestamp)
+            else:
+                cache.put_clean(key, value, timestamp)
 
     def _maybe_evict(self, cache: NamedCache) -> None:
         max_bytes = self.max_bytes
-        while self._total_bytes > max_bytes and cache.entries:
+        entries = cache.entries
+        while self._total_bytes > max_bytes and entries:
             cache.evict_eldest()
 
     def range_snapshot(
@@ -287,7 +328,10 @@ class _CachingStore(WrappedStateStore):
         super().__init__(wrapped)
         self._cache = cache
         self._namespace: Optional[str] = None
+        self._named: Optional[NamedCache] = None  # set while open
         self._flush_listener: Optional[Callable] = None
+        # `self._probe.is_open` is `self.wrapped.is_open` without the delegation chain.
+        self._probe = open_probe(wrapped)
 
     def set_cache(self, cache: ThreadCache) -> None:
         if self._namespace is not None:
@@ -312,6 +356,7 @@ class _CachingStore(WrappedStateStore):
             self._cache = cache
         self._namespace = f"{getattr(context, 'task_id', 'none')}-{self.name}"
         self._cache.add_dirty_entry_flush_listener(self._namespace, self._write_down)
+        self._named = self._cache.named_cache(self._namespace)
 
     def set_flush_listener(self, listener: Optional[Callable]) -> bool:
         """`listener(key, new_value, old_value, timestamp)` for each entry written down."""
@@ -322,7 +367,7 @@ class _CachingStore(WrappedStateStore):
         raise NotImplementedError
 
     def _check(self) -> ThreadCache:
-        if self._namespace is None or not self.wrapped.is_open:
+        if self._named is None or not self._probe.is_open:
             raise StoreClosedError(f"state store {self.name!r} is not open")
         return self._cache
 
@@ -347,6 +392,7 @@ class _CachingStore(WrappedStateStore):
             errors.append(exc)
         self._cache.close(self._namespace)
         self._namespace = None
+        self._named = None
         try:
             self.wrapped.close(dirty)
         except Exception as exc:
@@ -356,41 +402,57 @@ class _CachingStore(WrappedStateStore):
 
     @property
     def is_open(self) -> bool:
-        return self._namespace is not None and self.wrapped.is_open
+        return self._named is not None and self._probe.is_open
 
 
 class CachingKeyValueStore(_CachingStore, KeyValueStore):
-    """Caches reads and deduplicates writes of the wrapped bytes store until flush or eviction."""
+    """Caches reads and deduplicates writes of the wrapped bytes store until flush or eviction.
+
+    get and put are the processors' hot path: they work on their named cache directly (the
+    ThreadCache lock held once), and when the cache cannot hold even the smallest entry
+    (max_bytes < ENTRY_OVERHEAD, e.g. statestore.cache.max.bytes=0) they skip it: a put is
+    written down at once and a read is not kept, exactly what inserting the entry and evicting
+    it again would do (same listener calls, changelog and stats), as Kafka bypasses a zero cache.
+    """
 
     def _write_down(self, entries: list) -> None:
         wrapped = self.wrapped
+        put = wrapped.put
         listener = self._flush_listener
+        if listener is None:
+            for key, value, timestamp in entries:
+                put(key, value, timestamp)
+            return
+        get = wrapped.get
         for key, value, timestamp in entries:
-            if listener is None:
-                wrapped.put(key, value, timestamp)
-                continue
-            old = wrapped.get(key)
+            old = get(key)
             if value is None and old is None:
                 continue
-            wrapped.put(key, value, timestamp)
+            put(key, value, timestamp)
             listener(key, value, old, timestamp)
-
-    def _check(self) -> ThreadCache:
-        if self._namespace is None or not self.wrapped.is_open:
-            raise StoreClosedError(f"state store {self.name!r} is not open")
-        return self._cache
 
     # ---------------------------------------------------------------- reads
     def get(self, key: bytes) -> Optional[bytes]:
-        cache = self._check()
-        check_key(self.name, key)
+        named = self._named
+        if named is None or not self._probe.is_open:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        if type(key) is not bytes:
+            check_key(self.name, key)
+        cache = self._cache
         with cache.lock:
-            entry = cache.get(self._namespace, key)
+            entries = named.entries
+            entry = entries.get(key)
             if entry is not None:
+                named.hits += 1
+                entries.move_to_end(key)
                 return entry.value
+            named.misses += 1
             value = self.wrapped.get(key)
             if value is not None:
-                cache.put(self._namespace, key, value, dirty=False, timestamp=-1)
+                if cache.max_bytes < ENTRY_OVERHEAD and not entries:
+                    named.evictions += 1  # kept and evicted at once: a clean entry flushes nothing
+                else:
+                    named.put_clean(key, value)
             return value
 
     def _merged(self, lower, upper_exclusive, store_iter: KeyValueIterator, reverse: bool) -> KeyValueIterator:
@@ -431,12 +493,45 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
 
     # ---------------------------------------------------------------- writes
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
-        cache = self._check()
-        check_key(self.name, key)
-        check_value(self.name, value)
+        named = self._named
+        if named is None or not self._probe.is_open:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        if type(key) is not bytes:
+            check_key(self.name, key)
+        if value is not None and type(value) is not bytes:
+            check_value(self.name, value)
         if timestamp is None:
             timestamp = self._timestamp_supplier()
-        cache.put(self._namespace, key, value, dirty=True, timestamp=timestamp)
+        cache = self._cache
+        with cache.lock:
+            entries = named.entries
+            if cache.max_bytes < ENTRY_OVERHEAD and not entries:
+                # No entry can stay: evicting it would flush it alone (nothing else is dirty).
+                named.evictions += 1
+                named.flush(DirtyEntry(key, value, timestamp))
+                return
+            # NamedCache.put_dirty, inlined.
+            size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+            entry = entries.get(key)
+            if entry is None:
+                entries[key] = CacheEntry(value, True, timestamp, size)
+                delta = size
+            else:
+                delta = size - entry.size
+                entry.value = value
+                entry.dirty = True
+                entry.timestamp = timestamp
+                entry.size = size
+                entries.move_to_end(key)
+            dirty = named.dirty
+            if key in dirty:
+                del dirty[key]
+            dirty[key] = None
+            if delta:
+                named.size_bytes += delta
+                cache._total_bytes += delta
+            if cache._total_bytes > cache.max_bytes:
+                cache._maybe_evict(named)
 
     def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):
         cache = self._check()

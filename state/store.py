@@ -329,3 +329,11 @@ class WrappedStateStore(StateStore):
         while isinstance(store, WrappedStateStore):
             store = store.wrapped
         return store
+
+
+def open_probe(store: StateStore) -> StateStore:
+    """The store whose `is_open` always equals `store.is_open`: wrappers that only delegate it
+    are skipped, so a hot path can test one attribute instead of a chain of properties."""
+    while isinstance(store, WrappedStateStore) and type(store).is_open is WrappedStateStore.is_open:
+        store = store.wrapped
+    return store
