@@ -21,6 +21,11 @@ __all__ = ["PARTITIONERS", "fnv1a", "make_partitioner", "murmur2", "murmur2_part
 PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "consistent", "fnv1a_random",
                 "fnv1a", "random")
 
+#: Keys whose murmur2 a partitioner remembers (short keys only: the cache stays small; a
+#: long key's hash costs little next to the rest of its record).
+_CACHE_MAX = 65536
+_CACHE_KEY_MAX = 64
+
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
@@ -89,10 +94,22 @@ def make_partitioner(name: str, sticky_linger_ms: int = 10,
             sticky[2] = n
         return sticky[1]
 
+    hashes: dict[bytes, int] = {}  # key -> positive murmur2, computed once per distinct key
+
+    def positive_murmur2(key: bytes) -> int:
+        h = hashes.get(key)
+        if h is None:
+            h = murmur2(key) & 0x7FFFFFFF
+            if len(key) <= _CACHE_KEY_MAX:
+                if len(hashes) >= _CACHE_MAX:
+                    hashes.clear()
+                hashes[key] = h
+        return h
+
     if name == "murmur2_random":
-        return lambda key, n: random_partition(n) if key is None else (murmur2(key) & 0x7FFFFFFF) % n
+        return lambda key, n: random_partition(n) if key is None else positive_murmur2(key) % n
     if name == "murmur2":
-        return lambda key, n: (murmur2(key or b"") & 0x7FFFFFFF) % n
+        return lambda key, n: positive_murmur2(key or b"") % n
     if name == "consistent_random":
         return lambda key, n: random_partition(n) if not key else zlib.crc32(key) % n
     if name == "consistent":
