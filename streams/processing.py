@@ -138,6 +138,20 @@ class SinkNode(ProcessorNode):
         """`_process` without a partitioner, as a closure over what it reads (once per record)."""
         name, topic = self.name, self.topic
         key_serialize, value_serialize, send = self.key_serialize, self.value_serialize, self.send
+        make_sender = getattr(self.collector, "sender", None)
+        if make_sender is not None:  # the runtime's collector: one positional call per record
+            to_topic = make_sender(topic)
+
+            def process_fast(record: Record) -> None:
+                try:
+                    key = key_serialize(record.key)
+                    value = value_serialize(record.value)
+                except SerializationError as exc:
+                    raise SerializationError(
+                        f"sink {name!r} could not serialize a record for topic {topic!r}: {exc}") from exc
+                headers = record.headers
+                to_topic(key, value, record.timestamp, list(headers) if headers else None)
+            return process_fast
 
         def process(record: Record) -> None:
             try:

@@ -158,6 +158,52 @@ class RecordCollector:
             self._since_poll = 0
             self.producer.poll(0)
 
+    def sender(self, topic: str) -> Callable[[Any, Any, int, Any], None]:
+        """`send` to `topic` with the default partitioning, as one function a sink keeps:
+        `sender(topic)(key, value, timestamp, headers)` (the per-record path, no keyword call
+        and no per-topic lookups)."""
+        murmur2 = self._murmur2
+        cache = self._key_partitions.get(topic)
+        if cache is None:
+            cache = self._key_partitions[topic] = {}
+        on_delivery = self._on_delivery
+        collector = self
+
+        def send(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if collector._error is not None:
+                collector.check_error()
+            if collector.eos_enabled and not collector.in_transaction:
+                collector.begin_transaction()
+            if murmur2 and key is not None:
+                part = cache.get(key, -1)
+                if part < 0:
+                    if len(cache) >= _KEY_CACHE_MAX:
+                        cache.clear()
+                    part = cache[key] = partition_for_key(key, collector.partitions_for(topic))
+            else:
+                part = -1
+            try:
+                if headers:
+                    collector._produce(topic, value=value, key=key, partition=part, on_delivery=on_delivery,
+                                       timestamp=timestamp, headers=headers)
+                else:
+                    collector._produce(topic, value=value, key=key, partition=part, on_delivery=on_delivery,
+                                       timestamp=timestamp)
+            except BufferError:
+                collector._produce_when_room(topic, value, key, part, timestamp, headers)
+            except KafkaException as exc:
+                collector._send_failed(topic, exc)
+            collector._since_poll += 1
+            if collector._since_poll >= _POLL_EVERY:
+                collector._since_poll = 0
+                collector.producer.poll(0)
+        return send
+
+    def _send_failed(self, topic: str, exc: KafkaException) -> None:
+        if is_fenced(exc):
+            raise TaskMigratedError(f"producer fenced while sending to {topic!r}: {exc}") from exc
+        raise ProductionError(f"cannot send a record to topic {topic!r}: {exc}") from exc
+
     def _produce_when_room(self, topic: str, value: Any, key: Any, part: int, timestamp: int, headers: Any) -> None:
         while True:
             self.producer.poll(0.05)  # deliveries free queue space

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import time
 from typing import Any, Callable, Iterable, Optional
 
@@ -34,10 +35,10 @@ from streams.topology import Subtopology, Topology
 log = logging.getLogger(__name__)
 
 _ERROR = Message.error
-
-
-def _tp_key(msg: Any) -> tuple[str, int]:
-    return (msg.topic(), msg.partition())
+_TOPIC = Message.topic
+_PARTITION = Message.partition
+_FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
 
 
 class TaskManager:
@@ -297,10 +298,12 @@ class TaskManager:
                     log.warning("consumer error: %s", err)
             msgs = [m for m in msgs if m.error() is None]
         task_of = self._task_of_tp
-        for key, group in itertools.groupby(msgs, _tp_key):
+        # grouped by partition at C speed: ((topic, partition), message) pairs
+        keyed = zip(zip(map(_TOPIC, msgs), map(_PARTITION, msgs)), msgs)
+        for key, group in itertools.groupby(keyed, _FIRST):
             task = task_of.get(key)
             if task is not None:
-                task.add_records(key, list(group))
+                task.add_records(key, list(map(_SECOND, group)))
 
     def process(self, max_per_task: int) -> int:
         total = 0

@@ -253,6 +253,8 @@ class _Metadata:
 
 
 def test_collector_routes_keys_like_the_default_partitioner():
+    from confluent_kafka import KafkaError
+
     from streams.runtime.collector import uses_murmur2
 
     producer = _FailingProducer()
@@ -265,5 +267,14 @@ def test_collector_routes_keys_like_the_default_partitioner():
     assert [c[1] for c in producer.callbacks] == [partition_for_key(b"alpha", 5), partition_for_key(b"beta", 5),
                                                   partition_for_key(b"alpha", 5), partition_for_key(b"gamma", 5),
                                                   -1, 4]
+    # a sink's sender routes the same way and surfaces a failed delivery at its next send
+    send_t = collector.sender("t")
+    for key in (b"alpha", b"delta", None):
+        send_t(key, b"v", 1, None)
+    assert [c[1] for c in producer.callbacks[6:]] == [partition_for_key(b"alpha", 5),
+                                                      partition_for_key(b"delta", 5), -1]
+    producer.callbacks[-1][2](KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), _DeliveredMsg("t", 0, -1))
+    with pytest.raises(ProductionError, match="topic 't' partition 0"):
+        send_t(b"alpha", b"v", 2, None)
     assert uses_murmur2({}) and uses_murmur2({"partitioner": "murmur2"})
     assert not uses_murmur2({"producer.partitioner": "consistent_random"})
