@@ -72,6 +72,8 @@ class DirtyEntry(NamedTuple):
 
 
 DirtyEntryFlushListener = Callable[[list], None]
+# DirtyEntry(k, v, ts) goes through a Python-level __new__; this builds the same tuple for less.
+_new_tuple = tuple.__new__
 
 
 class NamedCache:
@@ -146,7 +148,7 @@ class NamedCache:
         for key in self.dirty:
             entry = entries[key]
             value = entry.value
-            append(DirtyEntry(key, value, entry.timestamp))
+            append(_new_tuple(DirtyEntry, (key, value, entry.timestamp)))
             entry.dirty = False
             if value is None:
                 tombstones.append(key)
@@ -214,7 +216,9 @@ class ThreadCache:
     def get(self, namespace: str, key: bytes) -> Optional[CacheEntry]:
         """The entry of `key` (made MRU), or None. The entry's fields are valid until the next
         write to the cache (a later put of the same key updates the entry in place)."""
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             cache = self._caches.get(namespace)
             if cache is None:
                 return None
@@ -225,9 +229,13 @@ class ThreadCache:
             cache.hits += 1
             cache.entries.move_to_end(key)
             return entry
+        finally:
+            lock.release()
 
     def put(self, namespace: str, key: bytes, value: Optional[bytes], *, dirty: bool, timestamp: int) -> None:
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             cache = self._caches.get(namespace)
             if cache is None:
                 cache = self.named_cache(namespace)
@@ -235,6 +243,8 @@ class ThreadCache:
                 cache.put_dirty(key, value, timestamp)
             else:
                 cache.put_clean(key, value, timestamp)
+        finally:
+            lock.release()
 
     def _maybe_evict(self, cache: NamedCache) -> None:
         max_bytes = self.max_bytes
@@ -439,7 +449,10 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         if type(key) is not bytes:
             check_key(self.name, key)
         cache = self._cache
-        with cache.lock:
+        # acquire/release, not `with`: measurably cheaper per call on CPython 3.11.
+        lock = cache.lock
+        lock.acquire()
+        try:
             entries = named.entries
             entry = entries.get(key)
             if entry is not None:
@@ -454,6 +467,8 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                 else:
                     named.put_clean(key, value)
             return value
+        finally:
+            lock.release()
 
     def _merged(self, lower, upper_exclusive, store_iter: KeyValueIterator, reverse: bool) -> KeyValueIterator:
         cached = self._cache.range_snapshot(self._namespace, lower, upper_exclusive)
@@ -503,7 +518,9 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         if timestamp is None:
             timestamp = self._timestamp_supplier()
         cache = self._cache
-        with cache.lock:
+        lock = cache.lock
+        lock.acquire()
+        try:
             entries = named.entries
             if cache.max_bytes < ENTRY_OVERHEAD and not entries:
                 # No entry can stay: evicting it would flush it alone (nothing else is dirty).
@@ -532,6 +549,8 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                 cache._total_bytes += delta
             if cache._total_bytes > cache.max_bytes:
                 cache._maybe_evict(named)
+        finally:
+            lock.release()
 
     def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):
         cache = self._check()
