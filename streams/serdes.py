@@ -146,10 +146,18 @@ def _ser_string(obj: Any) -> bytes | None:
         raise SerializationError(f"STRING serde cannot encode {obj!r} as UTF-8: {exc}") from None
 
 
+_bytes_decode = bytes.decode  # UTF-8, strict; TypeError for anything but bytes
+
+
 def _de_string(data: bytes | None) -> str | None:
-    if data is None:
-        return None
     try:
+        return _bytes_decode(data)
+    except TypeError:
+        if data is None:
+            return None
+    except UnicodeDecodeError as exc:
+        raise SerializationError(f"STRING serde: {_preview(data)} is not valid UTF-8: {exc}") from None
+    try:  # bytearray, memoryview
         return str(data, "utf-8")
     except UnicodeDecodeError as exc:
         raise SerializationError(f"STRING serde: {_preview(data)} is not valid UTF-8: {exc}") from None
@@ -166,10 +174,11 @@ def _fixed(name: str, fmt: str, kind: type) -> Serde:
     unpack = st.unpack
 
     def serialize(obj: Any) -> bytes | None:
-        if obj is None:
-            return None
-        if kind is int and not isinstance(obj, int):
-            raise SerializationError(f"{name} serde cannot serialize {type(obj).__name__} {obj!r}: expected int")
+        if type(obj) is not kind:  # the checks only off the common path
+            if obj is None:
+                return None
+            if kind is int and not isinstance(obj, int):
+                raise SerializationError(f"{name} serde cannot serialize {type(obj).__name__} {obj!r}: expected int")
         try:
             return pack(obj)
         except (struct.error, OverflowError, TypeError) as exc:
