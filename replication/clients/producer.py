@@ -326,6 +326,23 @@ class Producer:
                 queue.kick_at = _NEVER
                 self._active[queue] = None
                 self._wake.notify()
+                if self._max_messages > 0:
+                    self._limit_kicks_locked()
+
+    def _limit_kicks_locked(self) -> None:
+        """With queue.buffering.max.messages: close the fast path once the queue is full,
+        else make every watched queue kick before it takes more than its share of what is left."""
+        room = self._max_messages - self._outstanding_locked()
+        if room <= 0:
+            if not self._full:
+                self._full = True  # the next produce() checks exactly and raises BufferError
+                self._refresh_gate_locked()
+            return
+        share = max(1, room // max(1, len(self._active)))
+        for queue in self._active:
+            limit = len(queue.entries) + share
+            if queue.kick_at > limit:
+                queue.kick_at = limit
 
     def _produce_slow(self, topic: Any, value: bytes | None, key: bytes | None, partition: Any, cb: Any,
                       timestamp: int, headers: Any) -> None:
@@ -369,6 +386,7 @@ class Producer:
             if self._full:
                 self._full = False
                 self._refresh_gate_locked()
+                self._limit_kicks_locked()
             if cb is not None and queue.cb is None:
                 queue.cb = cb  # set once: 4-tuple entries may refer to it at any time
             if hdrs is not None:
@@ -443,6 +461,7 @@ class Producer:
                 if self._full and self._outstanding_locked(exact=True) < self._max_messages:
                     self._full = False
                     self._refresh_gate_locked()
+                    self._limit_kicks_locked()
         return served
 
     def _emit_stats(self) -> None:
@@ -639,12 +658,17 @@ class Producer:
         linger = self._linger_s
         in_flight = self._in_flight
         ready = self._ready
+        # With queue.buffering.max.messages, a queue also kicks when it alone would fill what
+        # is left, so the queue is found full close to the limit.
+        room = self._max_messages - self._outstanding_locked() if self._max_messages > 0 else _NEVER
+        if 0 < room < _NEVER:
+            room = max(1, room // max(1, len(self._active)))  # each queue's share
         for queue in list(self._active):
             queue.ts = 0  # the next timestamp=0 record reads the clock again
             tp = queue.tp
             entries = queue.entries
             if tp in in_flight or ready.get(tp):
-                queue.kick_at = _NEVER  # the answer wakes the sender
+                queue.kick_at = len(entries) + room if room < _NEVER else _NEVER  # the answer wakes the sender
                 if entries and not queue.since:
                     queue.since = now
                 continue
@@ -662,9 +686,9 @@ class Producer:
                 batch = self._cut_locked(queue, now, self._batch_num)
                 in_flight[tp] = batch
                 sendable.append(batch)
-                queue.kick_at = _NEVER
+                queue.kick_at = len(entries) + room if room < _NEVER else _NEVER
                 continue
-            queue.kick_at = queue.full_at
+            queue.kick_at = min(queue.full_at, len(entries) + room)
             if len(entries) >= queue.full_at:  # reached before the kick was armed
                 w = 0.0
             else:
@@ -676,6 +700,8 @@ class Producer:
         """Take up to ``limit`` records (and about ``batch.size`` bytes) off ``queue``."""
         entries = queue.entries
         take = min(len(entries), limit)
+        if limit == self._batch_num and take > queue.full_at:
+            take = queue.full_at  # the full batch size seen so far: usually no record-by-record cut
         batch_entries = entries[:take]
         size = _entries_size(batch_entries)
         if size > self._batch_size and take > 1 and limit == self._batch_num:
