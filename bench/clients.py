@@ -84,11 +84,12 @@ def phase_produce(ctx: Context) -> None:
     topic = ctx.topic
     start = time.perf_counter()
     for _ in range(ctx.records):
-        try:
-            produce(topic, value, partition=0)
-        except BufferError:
-            poll(0.01)
-            produce(topic, value, partition=0)
+        while True:
+            try:
+                produce(topic, value, partition=0)
+                break
+            except BufferError:  # queue full: wait for delivery reports
+                poll(0.01)
     left = producer.flush(300)
     elapsed = time.perf_counter() - start
     producer.close()
