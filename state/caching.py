@@ -27,6 +27,7 @@ from collections import OrderedDict
 from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError
+from state.logging_store import ChangeLoggingKeyValueStore
 from state.session import decode_session_changelog_key, session_changelog_key
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import (
@@ -425,15 +426,23 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
     it again would do (same listener calls, changelog and stats), as Kafka bypasses a zero cache.
     """
 
+    def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
+        super().__init__(wrapped, cache)
+        # The store whose get answers `wrapped.get`: a change-logging layer's get only
+        # delegates, so reads skip it.
+        reader = wrapped
+        while type(reader).get is ChangeLoggingKeyValueStore.get:
+            reader = reader.wrapped
+        self._reader = reader
+
     def _write_down(self, entries: list) -> None:
-        wrapped = self.wrapped
-        put = wrapped.put
+        put = self.wrapped.put
         listener = self._flush_listener
         if listener is None:
             for key, value, timestamp in entries:
                 put(key, value, timestamp)
             return
-        get = wrapped.get
+        get = self._reader.get
         for key, value, timestamp in entries:
             old = get(key)
             if value is None and old is None:
@@ -460,7 +469,7 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                 entries.move_to_end(key)
                 return entry.value
             named.misses += 1
-            value = self.wrapped.get(key)
+            value = self._reader.get(key)
             if value is not None:
                 if cache.max_bytes < ENTRY_OVERHEAD and not entries:
                     named.evictions += 1  # kept and evicted at once: a clean entry flushes nothing
@@ -523,9 +532,13 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         try:
             entries = named.entries
             if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-                # No entry can stay: evicting it would flush it alone (nothing else is dirty).
+                # No entry can stay: evicting it would flush it alone (nothing else is dirty),
+                # which is NamedCache.flush(first) with nothing to take: inlined.
                 named.evictions += 1
-                named.flush(DirtyEntry(key, value, timestamp))
+                flush = named.listener
+                if flush is None:
+                    raise StateError(f"cache {named.name!r} has dirty entries but no flush listener")
+                flush([_new_tuple(DirtyEntry, (key, value, timestamp))])
                 return
             # NamedCache.put_dirty, inlined.
             size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
