@@ -1282,6 +1282,12 @@ static PyObject *decode_messages(PyObject *self, PyObject *args, PyObject *kwds)
                 batch_ok = 0;
                 break;
             }
+            /* A consumed message holds only bytes, str, ints and tuples/lists of them, so it can
+               never be part of a reference cycle; untracking it keeps the cyclic collector from
+               rescanning the (up to queued.min.messages) messages a consumer keeps queued. */
+            if (PyObject_IS_GC(msg) && PyObject_GC_IsTracked(msg)) {
+                PyObject_GC_UnTrack(msg);
+            }
             int rc = PyList_Append(list, msg);
             Py_DECREF(msg);
             if (rc < 0) {
