@@ -531,14 +531,21 @@ class TaskEngine:
         value_deserialize = source.value_deserialize
         extractor = source.timestamp_extractor
         tp = (topic, partition)
-        partition_times = self.partition_times
-        partition_time = partition_times.get(tp, UNKNOWN_TIME)
+        partition_time = start_partition_time = self.partition_times.get(tp, UNKNOWN_TIME)
         stream_time = self.stream_time
         ctx = self.context
         # the source forwards to its children: done here directly (no source.process call)
         children = source.children
-        only = children[0] if len(children) == 1 else None
-        only_process = only.process if only is not None else None
+        if len(children) == 1:
+            first = children[0]
+            dispatch = first.process
+        else:
+            first = source
+
+            def dispatch(record: Record) -> None:
+                for child in children:
+                    ctx.current_node = child
+                    child.process(record)
         new = _new_record
         done = 0
         try:
@@ -568,7 +575,7 @@ class TaskEngine:
                                     topic, partition, offset, ts)
                         continue
                 if ts > partition_time:
-                    partition_times[tp] = partition_time = ts
+                    partition_time = ts  # only this method reads it: stored once, at the end
                 if ts > stream_time:
                     self.stream_time = stream_time = ts
                 record = new(Record)
@@ -578,13 +585,8 @@ class TaskEngine:
                 record.headers = hdrs
                 ctx.metadata = (topic, partition, offset)
                 try:
-                    if only_process is not None:
-                        ctx.current_node = only
-                        only_process(record)
-                    else:
-                        for child in children:
-                            ctx.current_node = child
-                            child.process(record)
+                    ctx.current_node = first
+                    dispatch(record)
                 except (RecordDeserializationError, InvalidTimestampError):
                     raise
                 except Exception as exc:
@@ -593,6 +595,8 @@ class TaskEngine:
         finally:
             ctx.current_node = None
             ctx.metadata = None
+            if partition_time != start_partition_time:
+                self.partition_times[tp] = partition_time
         return done
 
     def _raise_process_error(self, exc: Exception, ctx: "ProcessorContextImpl", source: SourceNode, topic: str,
