@@ -127,7 +127,18 @@ class TypedKeyValueStore(_TypedBase, KeyValueStore):
 
     def _key_bytes(self, key) -> bytes:
         """key_to_bytes, remembering the result for an immutable key (see the class docstring)."""
-        data = self.serdes.key_to_bytes(key)
+        serde = self.serdes.key_serde
+        if key is None or serde is None:
+            data = self.serdes.key_to_bytes(key)  # the error for None; bytes pass through
+        else:
+            try:
+                data = serde.serialize(key)
+            except Exception as exc:
+                raise InvalidStoreArgumentError(
+                    f"state store {self.name!r}: cannot serialize key {key!r}: {exc}"
+                ) from exc
+            if data is None:
+                raise InvalidStoreArgumentError(f"state store {self.name!r}: key {key!r} serialized to None")
         kind = type(key)
         if kind is str or kind is bytes or kind is int:
             self._memo = (key, data)
@@ -209,9 +220,22 @@ class TypedKeyValueStore(_TypedBase, KeyValueStore):
         if listener is None:
             return caching.set_flush_listener(None)
         s = self.serdes
+        kd = s.key_serde.deserialize if s.key_serde is not None else None
+        vd = s.value_serde.deserialize if s.value_serde is not None else None
+        if kd is None and vd is None:
+            return caching.set_flush_listener(listener)
 
+        # Called for every entry written down: the serde calls are inlined (a key written down is
+        # never None).
         def typed_listener(key: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
-            listener(s.key_from_bytes(key), s.value_from_bytes(new), s.value_from_bytes(old), timestamp)
+            if kd is not None:
+                key = kd(key)
+            if vd is not None:
+                if new is not None:
+                    new = vd(new)
+                if old is not None:
+                    old = vd(old)
+            listener(key, new, old, timestamp)
 
         return caching.set_flush_listener(typed_listener)
 
