@@ -446,7 +446,7 @@ class Consumer:
                 queue = self._queue
                 while queue and len(out) < n:
                     item = queue[0]
-                    state, version, msgs, i = item
+                    state, version, msgs, i = item[0], item[1], item[2], item[3]
                     if state is None:
                         queue.popleft()
                         out.append(msgs)  # an error or event message
@@ -456,18 +456,21 @@ class Consumer:
                         continue
                     need = n - len(out)
                     end = i + need
-                    if i == 0 and end >= len(msgs):
+                    finished = end >= len(msgs)
+                    if i == 0 and finished:
                         take = msgs
                         queue.popleft()
                     else:
                         take = msgs[i:end]
-                        if end >= len(msgs):
+                        if finished:
                             queue.popleft()
                         else:
                             item[3] = end
                     last = take[-1]
                     if last.error() is None:
-                        state.position = last.offset() + 1
+                        # Like librdkafka, the position steps past transaction markers (and
+                        # aborted records) that follow the last record of a fetch.
+                        state.position = item[4] if finished and item[4] > last.offset() else last.offset() + 1
                         if self._auto_offset_store:
                             epoch = last.leader_epoch()
                             state.stored = (state.position, None, epoch if epoch is not None else -1)
@@ -501,7 +504,7 @@ class Consumer:
                     offset: int | None = None, front: bool = False) -> None:
         msg = _error_message(error, topic, partition, offset)
         with self._lock:
-            item = [None, 0, msg, 0]
+            item = [None, 0, msg, 0, -1]
             if front:
                 self._queue.appendleft(item)
             else:
@@ -946,8 +949,12 @@ class Consumer:
             state.last_stable_offset = resp.last_stable_offset
             state.fetch_position = max(state.fetch_position, next_offset)
             if msgs:
-                self._queue.append([state, version, msgs, 0])
+                self._queue.append([state, version, msgs, 0, next_offset])
                 state.buffered += len(msgs)
+            elif state.buffered == 0 and 0 <= state.position < next_offset:
+                # Nothing to deliver (only markers or aborted records) and nothing queued:
+                # the application's position moves past them now.
+                state.position = next_offset
             # Like librdkafka: an EOF event each time the fetch position reaches the end at a new
             # offset, also when only aborted records or transaction markers moved it there.
             eof = (self._partition_eof and end >= 0 and state.fetch_position >= end
@@ -958,7 +965,7 @@ class Consumer:
                     KafkaError._PARTITION_EOF,
                     f"Fetch from broker {state.leader} reached end of partition at offset {state.fetch_position} "
                     f"(HighwaterMark {resp.high_watermark})"), key.topic, key.partition, state.fetch_position)
-                self._queue.append([state, version, [event], 0])
+                self._queue.append([state, version, [event], 0, -1])
                 state.buffered += 1
             if msgs or eof:
                 self._cv.notify_all()

@@ -205,6 +205,8 @@ def test_read_committed_skips_aborted_and_control_records(cluster):
         messages.append(m)
     # data at 0, 2, 4; markers at 1, 3, 5 are never returned
     assert [(m.offset(), m.value()) for m in messages] == [(0, b"c1"), (4, b"c2")]
+    # the position steps past the trailing commit marker, as librdkafka's does
+    assert committed.position([TopicPartition(topic, 0)])[0].offset == 6
     uncommitted = cluster.consumer({"group.id": unique("g"), "isolation.level": "read_uncommitted"})
     uncommitted.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     assert [m.value() for m in read(uncommitted, 3)] == [b"c1", b"a1", b"c2"]
