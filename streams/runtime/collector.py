@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.errors import ConfigError
 from streams.runtime.errors import ProductionError, TaskMigratedError
-from streams.runtime.murmur2 import partition_for_key
+from eddy.murmur2 import murmur2_partition as partition_for_key
 
 log = logging.getLogger(__name__)
 

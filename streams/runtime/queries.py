@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 from state.errors import InvalidStateStoreError
 from state.task_id import TaskId
-from streams.runtime.murmur2 import partition_for_key
+from eddy.murmur2 import murmur2_partition as partition_for_key
 
 
 class ReadOnlyKeyValueView:

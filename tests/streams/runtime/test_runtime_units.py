@@ -11,37 +11,15 @@ from state.errors import InvalidStateStoreError
 from state.task_id import TaskId
 from streams import App, AppState, StreamsBuilder, serdes
 from streams.errors import ConfigError
+from eddy.murmur2 import murmur2_partition as partition_for_key
 from streams.runtime.collector import RecordCollector
 from streams.runtime.config import StreamsConfig
 from streams.runtime.errors import MissingSourceTopicError, ProductionError, RuntimeStateError
 from streams.runtime.internal import plan_internal_topics
-from streams.runtime.murmur2 import murmur2, partition_for_key
 from streams.runtime.partition_group import PartitionGroup
 from streams.runtime.task import StreamTask, TaskState
 
 from _runtime_util import wordcount_topology
-
-
-def _signed(h: int) -> int:
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def test_murmur2_matches_kafka_vectors():
-    # values from Kafka's UtilsTest.testMurmur2
-    assert _signed(murmur2(b"21")) == -973932308
-    assert _signed(murmur2(b"foobar")) == -790332482
-    assert _signed(murmur2(b"a-little-bit-long-string")) == -985981536
-    assert _signed(murmur2(b"a-little-bit-longer-string")) == -1486304829
-    assert _signed(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8")) == -58897971
-    assert _signed(murmur2(b"abc")) == 479470107
-    assert all(0 <= partition_for_key(bytes([i]), 7) < 7 for i in range(256))
-
-
-def test_murmur2_agrees_with_the_embedded_partitioner():
-    from replication.clients.partitioner import murmur2 as embedded
-
-    for key in (b"", b"a", b"hello", b"x" * 37):
-        assert _signed(murmur2(key)) == embedded(key)
 
 
 def test_config_defaults_and_errors():
