@@ -230,6 +230,8 @@ class Producer:
         self._retries = config.get_int("retries", config.get_int("message.send.max.retries", 2147483647, 0), 0)
         self._retry_backoff_s = config.get_int("retry.backoff.ms", 100, 1, 300000) / 1000.0
         self._txn_timeout_ms = config.get_int("transaction.timeout.ms", 60000, 1000, 2147483647)
+        self._refresh_s = config.get_int("topic.metadata.refresh.interval.ms", 300000, -1, 3600000) / 1000.0
+        self._refresh_next = time.monotonic() + self._refresh_s
         self._metadata_propagation_s = config.get_int("topic.metadata.propagation.max.ms", 30000, 0) / 1000.0
         partitioner = config.get_str("partitioner", "murmur2_random")
         if partitioner not in PARTITIONERS:
@@ -595,11 +597,16 @@ class Producer:
 
     def _run_sender(self) -> None:
         while True:
+            if self._refresh_s > 0 and time.monotonic() >= self._refresh_next:
+                self._refresh_partition_counts()
             with self._lock:
                 if self._closed:
                     return
                 sendable, wait = self._collect_locked()
                 if not sendable:
+                    if self._refresh_s > 0:
+                        left = max(0.0, self._refresh_next - time.monotonic())
+                        wait = left if wait is None or left < wait else wait
                     self._wake.wait(wait)
                     continue
             try:
@@ -660,6 +667,14 @@ class Producer:
                 else:
                     wait = w if wait is None or w < wait else wait
         return sendable, wait
+
+    def _refresh_partition_counts(self) -> None:
+        """librdkafka's topic.metadata.refresh.interval.ms: keyed records follow added partitions."""
+        self._refresh_next = time.monotonic() + self._refresh_s
+        for topic, queues in list(self._topics.items()):
+            n = self._metadata.partition_count(topic)
+            if n is not None and n > len(queues):
+                self._grow_topic(topic, n)
 
     def _cut_queues_locked(self, now: float, flushing: bool, sendable: list[_Batch]) -> float | None:
         """Cut a batch off each watched queue whose partition is free and whose batch is full
