@@ -16,6 +16,8 @@ import time
 import zlib
 from typing import Callable
 
+from eddy.murmur2 import murmur2, murmur2_partition
+
 __all__ = ["PARTITIONERS", "fnv1a", "make_partitioner", "murmur2", "murmur2_partition"]
 
 PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "consistent", "fnv1a_random",
@@ -26,45 +28,7 @@ PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "consistent", 
 _CACHE_MAX = 65536
 _CACHE_KEY_MAX = 64
 
-_M = 0x5BD1E995
-_SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` as a signed 32-bit int (``murmur2(b"21") == -973932308``)."""
-    length = len(data)
-    h = (_SEED ^ length) & _MASK
-    n4 = length & ~3
-    if n4:
-        for (k,) in _iter_u32(data, n4):
-            k = (k * _M) & _MASK
-            k ^= k >> 24
-            k = (k * _M) & _MASK
-            h = ((h * _M) & _MASK) ^ k
-    rest = length & 3
-    if rest == 3:
-        h ^= data[n4 + 2] << 16
-    if rest >= 2:
-        h ^= data[n4 + 1] << 8
-    if rest >= 1:
-        h ^= data[n4]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
-def _iter_u32(data: bytes, n4: int):
-    import struct
-
-    return struct.iter_unpack("<I", memoryview(data)[:n4])
-
-
-def murmur2_partition(key: bytes, num_partitions: int) -> int:
-    """The partition Kafka's default partitioner picks for a non-null key."""
-    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
 def fnv1a(data: bytes) -> int:
