@@ -1,7 +1,5 @@
 """Caching layer: ThreadCache budget, dedup, LRU eviction order, flush listener, merged reads."""
 
-import pathlib
-
 import pytest
 
 from state.caching import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
@@ -9,26 +7,8 @@ from state.errors import InvalidStoreArgumentError, StoreClosedError
 from state.logging_store import ChangeLoggingKeyValueStore, ChangeLoggingSessionStore, ChangeLoggingWindowStore
 from state.memory_kv import InMemoryKeyValueStore
 from state.rocksdb_kv import RocksDBKeyValueStore
-from state.task_id import TaskId
 
-
-class RecordingContext:
-    def __init__(self, task_dir: pathlib.Path, config=None):
-        self.application_id = "app"
-        self.task_id = TaskId(0, 2)
-        self.task_dir = task_dir
-        self.config = config or {}
-        self.registered = []
-        self.logged_changes = []
-
-    def store_dir(self, store_name):
-        return self.task_dir / "rocksdb" / store_name
-
-    def register(self, store, restore_callback, *, logged):
-        self.registered.append((store, restore_callback, logged))
-
-    def log_change(self, store_name, key, value, timestamp, headers=None):
-        self.logged_changes.append((store_name, key, value, timestamp))
+from recording_context import RecordingContext
 
 
 @pytest.fixture(params=["rocksdb", "memory"])

@@ -2,7 +2,6 @@
 caching layer's inlined put/get and its write-through when the cache cannot hold an entry."""
 
 import json
-import pathlib
 
 import pytest
 
@@ -11,27 +10,9 @@ from state.errors import InvalidStoreArgumentError, StoreClosedError
 from state.logging_store import ChangeLoggingKeyValueStore
 from state.memory_kv import InMemoryKeyValueStore
 from state.rocksdb_kv import RocksDBKeyValueStore
-from state.task_id import TaskId
 from state.typed import TypedKeyValueStore
 
-
-class RecordingContext:
-    def __init__(self, task_dir: pathlib.Path, config=None):
-        self.application_id = "app"
-        self.task_id = TaskId(0, 4)
-        self.task_dir = task_dir
-        self.config = config or {}
-        self.registered = []
-        self.logged_changes = []
-
-    def store_dir(self, store_name):
-        return self.task_dir / "rocksdb" / store_name
-
-    def register(self, store, restore_callback, *, logged):
-        self.registered.append((store, restore_callback, logged))
-
-    def log_change(self, store_name, key, value, timestamp, headers=None):
-        self.logged_changes.append((store_name, key, value, timestamp))
+from recording_context import RecordingContext
 
 
 class CountingSerde:

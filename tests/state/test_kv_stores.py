@@ -1,6 +1,5 @@
 """Key-value stores: RocksDB (real rocksdict) and in-memory behave the same."""
 
-import pathlib
 import random
 
 import pytest
@@ -11,26 +10,7 @@ from state.memory_kv import InMemoryKeyValueStore
 from state.rocksdb_kv import LAYOUT_FILE, RocksDBKeyValueStore, prefix_upper_bound
 from state.task_id import TaskId
 
-
-class RecordingContext:
-    """A real, minimal StoreContext: records registrations and change-log calls."""
-
-    def __init__(self, task_dir: pathlib.Path):
-        self.application_id = "app"
-        self.task_id = TaskId(0, 1)
-        self.task_dir = task_dir
-        self.config = {}
-        self.registered = []
-        self.logged_changes = []
-
-    def store_dir(self, store_name):
-        return self.task_dir / "rocksdb" / store_name
-
-    def register(self, store, restore_callback, *, logged):
-        self.registered.append((store, restore_callback, logged))
-
-    def log_change(self, store_name, key, value, timestamp, headers=None):
-        self.logged_changes.append((store_name, key, value, timestamp))
+from recording_context import RecordingContext
 
 
 @pytest.fixture(params=["rocksdb", "memory"])

@@ -1,7 +1,5 @@
 """Change logging: the exact (store, key, value, timestamp) sequence sent to the changelog."""
 
-import pathlib
-
 import pytest
 
 from state.errors import InvalidStoreArgumentError
@@ -9,26 +7,8 @@ from state.logging_store import ChangeLoggingKeyValueStore
 from state.memory_kv import InMemoryKeyValueStore
 from state.rocksdb_kv import RocksDBKeyValueStore
 from state.stores import Stores
-from state.task_id import TaskId
 
-
-class RecordingContext:
-    def __init__(self, task_dir: pathlib.Path):
-        self.application_id = "app"
-        self.task_id = TaskId(1, 0)
-        self.task_dir = task_dir
-        self.config = {}
-        self.registered = []
-        self.logged_changes = []
-
-    def store_dir(self, store_name):
-        return self.task_dir / "rocksdb" / store_name
-
-    def register(self, store, restore_callback, *, logged):
-        self.registered.append((store, restore_callback, logged))
-
-    def log_change(self, store_name, key, value, timestamp, headers=None):
-        self.logged_changes.append((store_name, key, value, timestamp))
+from recording_context import RecordingContext
 
 
 class Utf8:

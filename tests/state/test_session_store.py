@@ -1,7 +1,5 @@
 """Session stores: RocksDB and in-memory, merge-finding, retention, changelog key schema."""
 
-import pathlib
-
 import pytest
 
 from state.errors import InvalidStoreArgumentError, StoreClosedError
@@ -12,29 +10,11 @@ from state.session import (
     session_changelog_key,
 )
 from state.stores import Stores
-from state.task_id import TaskId
 from state.window import Window, Windowed
 
+from recording_context import RecordingContext
+
 MIN = 60_000
-
-
-class RecordingContext:
-    def __init__(self, task_dir: pathlib.Path):
-        self.application_id = "app"
-        self.task_id = TaskId(2, 1)
-        self.task_dir = task_dir
-        self.config = {}
-        self.registered = []
-        self.logged_changes = []
-
-    def store_dir(self, store_name):
-        return self.task_dir / "rocksdb" / store_name
-
-    def register(self, store, restore_callback, *, logged):
-        self.registered.append((store, restore_callback, logged))
-
-    def log_change(self, store_name, key, value, timestamp, headers=None):
-        self.logged_changes.append((store_name, key, value, timestamp))
 
 
 @pytest.fixture(params=["rocksdb", "memory"])
