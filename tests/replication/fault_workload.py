@@ -208,9 +208,10 @@ def _wait(predicate, timeout_s: float) -> bool:
     """Wait for a condition; False when the deadline passes (callers decide if that matters)."""
     deadline = time.monotonic() + timeout_s
     delay = 0.001
+    idle = threading.Event()  # never set: its wait is the back-off between predicate checks
     while not predicate():
         if time.monotonic() > deadline:
             return False
-        time.sleep(delay)
+        idle.wait(delay)
         delay = min(delay * 2, 0.02)
     return True
