@@ -220,6 +220,25 @@ class ReplicaManager:
 
     # -- produce -------------------------------------------------------------------------------
 
+    @staticmethod
+    def _append_to_leader(partition: Partition, records: bytes, acks: int, fallback: Errors):
+        """Append as leader: (append info, None), or (None, the error response with Kafka's code)."""
+        try:
+            return partition.append_records_to_leader(records, acks), None
+        except NotLeaderError:
+            return None, ProducePartitionResponse(error=Errors.NOT_LEADER_OR_FOLLOWER)
+        except NotEnoughReplicasError as e:
+            return None, ProducePartitionResponse(error=Errors.NOT_ENOUGH_REPLICAS, error_message=str(e))
+        except (RecordTooLargeError, RecordBatchTooLargeError) as e:
+            return None, ProducePartitionResponse(error=Errors.MSG_SIZE_TOO_LARGE, error_message=str(e))
+        except (CorruptRecordError, InvalidRecordError) as e:
+            return None, ProducePartitionResponse(error=Errors.CORRUPT_MESSAGE, error_message=str(e))
+        except KafkaStorageError as e:
+            return None, ProducePartitionResponse(error=Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
+        except ReplicationError as e:
+            code = getattr(e, "error_code", None)
+            return None, ProducePartitionResponse(error=code if code is not None else fallback, error_message=str(e))
+
     def handle_produce(self, request: ProduceRequest, respond) -> None:
         results: dict[TopicPartition, ProducePartitionResponse] = {}
         pending: dict[TopicPartition, int] = {}
@@ -228,27 +247,9 @@ class ReplicaManager:
             if partition is None:
                 results[tp] = ProducePartitionResponse(error=Errors.UNKNOWN_TOPIC_OR_PART)
                 continue
-            try:
-                info = partition.append_records_to_leader(records, request.acks)
-            except NotLeaderError:
-                results[tp] = ProducePartitionResponse(error=Errors.NOT_LEADER_OR_FOLLOWER)
-                continue
-            except NotEnoughReplicasError as e:
-                results[tp] = ProducePartitionResponse(error=Errors.NOT_ENOUGH_REPLICAS, error_message=str(e))
-                continue
-            except (RecordTooLargeError, RecordBatchTooLargeError) as e:
-                results[tp] = ProducePartitionResponse(error=Errors.MSG_SIZE_TOO_LARGE, error_message=str(e))
-                continue
-            except (CorruptRecordError, InvalidRecordError) as e:
-                results[tp] = ProducePartitionResponse(error=Errors.CORRUPT_MESSAGE, error_message=str(e))
-                continue
-            except KafkaStorageError as e:
-                results[tp] = ProducePartitionResponse(error=Errors.KAFKA_STORAGE_ERROR, error_message=str(e))
-                continue
-            except ReplicationError as e:
-                code = getattr(e, "error_code", None)
-                results[tp] = ProducePartitionResponse(error=code if code is not None else Errors.CORRUPT_MESSAGE,
-                                                       error_message=str(e))
+            info, error = self._append_to_leader(partition, records, request.acks, Errors.CORRUPT_MESSAGE)
+            if error is not None:
+                results[tp] = error
                 continue
             results[tp] = ProducePartitionResponse(base_offset=info.first_offset,
                                                    log_start_offset=partition.log.log_start_offset)
@@ -344,18 +345,9 @@ class ReplicaManager:
             if partition is None:
                 results[tp] = ProducePartitionResponse(error=Errors.UNKNOWN_TOPIC_OR_PART)
                 continue
-            try:
-                info = partition.append_records_to_leader(marker, -1)
-            except NotLeaderError:
-                results[tp] = ProducePartitionResponse(error=Errors.NOT_LEADER_OR_FOLLOWER)
-                continue
-            except NotEnoughReplicasError as e:
-                results[tp] = ProducePartitionResponse(error=Errors.NOT_ENOUGH_REPLICAS, error_message=str(e))
-                continue
-            except ReplicationError as e:
-                code = getattr(e, "error_code", None)
-                results[tp] = ProducePartitionResponse(error=code if code is not None else Errors.KAFKA_STORAGE_ERROR,
-                                                       error_message=str(e))
+            info, error = self._append_to_leader(partition, marker, -1, Errors.KAFKA_STORAGE_ERROR)
+            if error is not None:
+                results[tp] = error
                 continue
             results[tp] = ProducePartitionResponse(base_offset=info.first_offset,
                                                    log_start_offset=partition.log.log_start_offset)
