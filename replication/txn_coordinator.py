@@ -385,18 +385,25 @@ class TransactionCoordinator:
             return TxnErrors.PRODUCER_FENCED, None
         return TxnErrors.NONE, meta
 
+    def _check_can_add(self, transactional_id: str, producer_id: int, producer_epoch: int):
+        """The checks AddPartitionsToTxn and AddOffsetsToTxn share: (error, None) or (NONE, meta)."""
+        if not self._topic_exists():
+            return TxnErrors.INVALID_PRODUCER_ID_MAPPING, None
+        error, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if error:
+            return error, None
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return TxnErrors.CONCURRENT_TRANSACTIONS, None
+        return TxnErrors.NONE, meta
+
     def add_partitions_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                               partitions: Iterable[TopicPartition]) -> TxnErrors:
         partitions = frozenset(TopicPartition(tp[0], tp[1]) for tp in partitions)
         with self._lock:
             try:
-                if not self._topic_exists():
-                    return TxnErrors.INVALID_PRODUCER_ID_MAPPING
-                error, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
+                error, meta = self._check_can_add(transactional_id, producer_id, producer_epoch)
                 if error:
                     return error
-                if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-                    return TxnErrors.CONCURRENT_TRANSACTIONS
                 controller = self.cluster.controller
                 if any(controller.partition_state(tp) is None for tp in partitions):
                     return TxnErrors.UNKNOWN_TOPIC_OR_PART
@@ -416,13 +423,9 @@ class TransactionCoordinator:
                            group_id: str) -> TxnErrors:
         with self._lock:
             try:
-                if not self._topic_exists():
-                    return TxnErrors.INVALID_PRODUCER_ID_MAPPING
-                error, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
+                error, meta = self._check_can_add(transactional_id, producer_id, producer_epoch)
                 if error:
                     return error
-                if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-                    return TxnErrors.CONCURRENT_TRANSACTIONS
                 if meta.state is TxnState.ONGOING and group_id in meta.groups:
                     return TxnErrors.NONE
                 ongoing = meta.state is TxnState.ONGOING
