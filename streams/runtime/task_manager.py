@@ -133,7 +133,7 @@ class TaskManager:
         if not revoked:
             return
         try:
-            self.commit()
+            self.commit(use_positions=False)
         except TaskMigratedError as exc:
             log.warning("commit before revocation failed (%s): closing revoked tasks dirty", exc)
             self.handle_migrated(exc)
@@ -323,14 +323,19 @@ class TaskManager:
 
     # ---- commit -----------------------------------------------------------------------------
 
-    def commit(self) -> int:
+    def commit(self, *, use_positions: bool = True) -> int:
         """Commit every task that has something to commit; returns how many tasks committed.
-        Raises TaskMigratedError when the commit cannot happen (the caller revives the tasks)."""
+        Raises TaskMigratedError when the commit cannot happen (the caller revives the tasks).
+
+        `use_positions=False` inside rebalance callbacks: librdkafka runs them in the middle of
+        `consume()`, when the consumer's position already counts the messages gathered into
+        that call's result but not yet handed to the tasks; committing that position would skip
+        them (lost for good on a revoked partition)."""
         tasks = [t for t in self.tasks.values()
                  if t.state in (TaskState.RUNNING, TaskState.SUSPENDED) and (t.commit_needed or t.position_check)]
         per_task = {}
         offsets: dict[tuple[str, int], int] = {}
-        position = self._positions
+        position = self._positions if use_positions else None
         for task in tasks:
             o = task.prepare_commit(position)
             per_task[task.id] = o
