@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from confluent_kafka import TopicPartition
 
+from state.errors import LockError
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
 from streams.runtime.errors import RuntimeStateError
@@ -71,7 +72,11 @@ class StandbyTask:
         manager.thread_cache = self.thread_cache  # type: ignore[attr-defined]
         stores = [self.topology.store_builder(name).build() for name in self.subtopology.store_names]
         self.manager = manager  # set first: a TaskCorruptedError leaves it for the caller to wipe
-        register_state_stores(manager, stores)
+        try:
+            register_state_stores(manager, stores)
+        except LockError:
+            self.manager = None  # retried later with a new manager; nothing is open
+            raise
         self._transit(StandbyState.RUNNING)
 
     def commit(self) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from state.listener import StateRestoreListener
 from streams import App, AppState
+from streams.runtime.standby import StandbyState
 
 from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, unique, wait_for,
                            wordcount_topology)
@@ -97,16 +98,23 @@ def test_rebalance_between_three_instances_while_input_flows(backend_config, tmp
 
 
 def _standbys_caught_up(cluster: Cluster, app: App, task_ids: list) -> bool:
+    """`app` keeps a running standby of every task in `task_ids` (not empty), each at the end of
+    its non-empty changelogs."""
+    if not task_ids:
+        return False
     tm = app.threads[0].task_manager
     probe = cluster.backend.consumer({"group.id": unique("probe")})
     try:
         for task_id in task_ids:
             standby = tm.standbys.get(task_id)
-            if standby is None or standby.manager is None:
+            if standby is None or standby.state is not StandbyState.RUNNING or standby.manager is None:
                 return False
-            for tp, next_offset in standby.manager.changelog_offsets().items():
+            offsets = standby.manager.changelog_offsets()
+            if not offsets:
+                return False
+            for tp, next_offset in offsets.items():
                 _, high = probe.get_watermark_offsets(tp, timeout=5, cached=False)
-                if next_offset < high:
+                if high is None or high <= 0 or next_offset < high:
                     return False
         return True
     finally:
@@ -150,16 +158,21 @@ def test_standby_takes_over_without_full_restore(backend_config, tmp_path):
         def stateful(app):
             return sorted(t for t in app.local_tasks()["active"] if t.subtopology == 1)
 
-        # x owns stateful tasks; y must keep standbys of them
-        x, y, restored_y = (a, b, restored_b) if stateful(a) else (b, a, restored_a)
-        wait_for(lambda: set(stateful(x)) <= set(y.local_tasks()["standby"]), 30,
-                 "standbys of the stateful tasks on the other instance")
-        sx, sy = x.store("counts"), y.store("counts")
-        wait_for(lambda: all((sx.get(w) or sy.get(w)) == n for w, n in expected.items()), 60,
+        sa, sb = a.store("counts"), b.store("counts")
+        wait_for(lambda: all((sa.get(w) or sb.get(w)) == n for w, n in expected.items()), 60,
                  "every word counted")
-        # once the counts are committed (output written), y's standbys catch up with the changelogs
+        # once the counts are committed (output written), the standbys catch up with the changelogs
         cluster.read_all(out, 2, until=lambda got: last_counts(got) == dict(expected))
-        wait_for(lambda: _standbys_caught_up(cluster, y, stateful(x)), 30, "standbys caught up")
+
+        def roles():
+            """(x, y, y's restores) once x owns stateful tasks and y keeps caught-up standbys of
+            all of them; checked in one go, as tasks may still move between the two."""
+            for x, y, restored in ((a, b, restored_b), (b, a, restored_a)):
+                if _standbys_caught_up(cluster, y, stateful(x)):
+                    return x, y, restored
+            return None
+
+        x, y, restored_y = wait_for(roles, 30, "standbys of the stateful tasks caught up on the other instance")
         changelog_total = len(expected)  # at least one changelog record per word
         before = restored_y.total
         assert x.close(timeout=60)
