@@ -206,12 +206,33 @@ class Cluster:
             consumer.close()
         return records
 
-    def read_table(self, topic: str, partitions: int) -> dict[str, int]:
-        """The output topic as a table: the last count written for each word."""
-        table = {}
-        for _, key, value, _ in self.read_all(topic, partitions):
-            table[serdes.STRING.deserialize(key)] = serdes.INT64.deserialize(value)
-        return table
+    def explain_counts(self, app_id: str, counts_topic: str, partitions: int, got: dict[str, int],
+                       expected: dict[str, int]) -> str:
+        """Where each wrongly counted word went: how often it was repartitioned, and its
+        changelog and output histories (partition, count) in log order."""
+        wrong = sorted(w for w in set(got) | set(expected) if got.get(w) != expected.get(w))
+        topics = {"repartition": f"{app_id}-{STORE}-repartition", "changelog": changelog_topic(app_id),
+                  "output": counts_topic}
+        seen: dict[str, dict[str, list]] = {name: collections.defaultdict(list) for name in topics}
+        for name, topic in topics.items():
+            for partition, key, value, _ in self.read_all(topic, partitions):
+                word = serdes.STRING.deserialize(key)
+                if word in wrong:
+                    seen[name][word].append((partition, value if name == "repartition"
+                                             else serdes.INT64.deserialize(value)))
+        return "; ".join(
+            f"{w}: expected {expected.get(w)}, store {got.get(w)}, repartitioned {len(seen['repartition'][w])}x, "
+            f"changelog {seen['changelog'][w]}, output {seen['output'][w]}" for w in wrong)
+
+    def assert_table(self, topic: str, partitions: int, expected: dict[str, int]) -> None:
+        """The output topic read as a table equals `expected`; on a mismatch the message holds
+        each differing word's history (partition, count) in log order."""
+        history: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+        for partition, key, value, _ in self.read_all(topic, partitions):
+            history[serdes.STRING.deserialize(key)].append((partition, serdes.INT64.deserialize(value)))
+        table = {word: counts[-1][1] for word, counts in history.items()}
+        wrong = sorted(w for w in set(table) | set(expected) if table.get(w) != expected.get(w))
+        assert not wrong, "; ".join(f"{w}: expected {expected.get(w)}, written {history.get(w)}" for w in wrong)
 
     def close(self) -> None:
         if self._producer is not None:
@@ -310,7 +331,7 @@ def test_word_count_at_least_once_end_to_end(cluster: Cluster, tmp_path: Path) -
     assert counts == expected
     assert cluster.committed(app_id, lines_topic) == cluster.input_ends
     # The output topic, read as a table, holds the final count of every word.
-    assert cluster.read_table(counts_topic, 3) == expected
+    cluster.assert_table(counts_topic, 3, expected)
     # Internal topics were created with the source's partition count.
     topics = cluster.admin.list_topics(timeout=10).topics
     assert len(topics[changelog_topic(app_id)].partitions) == 3
@@ -498,8 +519,9 @@ def test_two_instances_share_partitions_and_rebalance_when_one_stops(cluster: Cl
                 stop_instance(process)
     assert a.returncode == 0
     expected = word_counts(first + second)
-    assert json.loads(dump.read_text()) == expected  # a's store after the takeover
-    assert cluster.read_table(counts_topic, partitions) == expected
+    store = json.loads(dump.read_text())  # a's store after the takeover
+    assert store == expected, cluster.explain_counts(app_id, counts_topic, partitions, store, expected)
+    cluster.assert_table(counts_topic, partitions, expected)
     assert set(before["a"]) != all_tasks and set(before["b"]) != all_tasks
 
 
@@ -550,7 +572,7 @@ def test_word_count_exactly_once_v2_end_to_end(cluster: Cluster, tmp_path: Path)
     counts = run_until_counted(build_topology(lines_topic, counts_topic), config, cluster, lines_topic, expected)
 
     assert counts == expected
-    assert cluster.read_table(counts_topic, 2) == expected  # read_committed
+    cluster.assert_table(counts_topic, 2, expected)  # read_committed
 
 
 def test_exactly_once_v2_commits_the_position_past_commit_markers(cluster: Cluster, tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dump-file", default=None)
     parser.add_argument("--config", default="{}", help="extra App config, as a JSON object")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+    logging.basicConfig(level=os.environ.get("WORDCOUNT_INSTANCE_LOG_LEVEL", "WARNING"), stream=sys.stderr,
                         format=f"%(asctime)s [{os.getpid()}] %(levelname)s %(name)s: %(message)s")
 
     config = {
