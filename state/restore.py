@@ -440,38 +440,43 @@ class StoreChangelogReader:
 
     def _apply(self, msgs: list) -> int:
         n = len(msgs)
-        keys = list(map(_KEY, msgs))
-        parts = list(zip(map(_TOPIC, msgs), map(_PARTITION, msgs)))
-        first = parts[0]
-        if parts.count(first) == n:  # the common case: the whole batch is one partition
-            return self._apply_group(first, msgs, keys)
-        groups: dict[tuple[str, int], tuple[list, list]] = {}
-        for m, k, tp in zip(msgs, keys, parts):
+        # list.count compares by identity first: one topic str and one partition int repeated
+        # make these two C-level scans (no per-record tuple).
+        topics = list(map(_TOPIC, msgs))
+        partitions = list(map(_PARTITION, msgs))
+        topic = topics[0]
+        partition = partitions[0]
+        if topics.count(topic) == n and partitions.count(partition) == n:
+            # the common case: the whole batch is one partition
+            return self._apply_group((topic, partition), msgs)
+        groups: dict[tuple[str, int], list] = {}
+        for m, tp in zip(msgs, zip(topics, partitions)):
             g = groups.get(tp)
             if g is None:
-                g = groups[tp] = ([], [])
-            g[0].append(m)
-            g[1].append(k)
+                g = groups[tp] = []
+            g.append(m)
         applied = 0
-        for tp, (ms, ks) in groups.items():
-            applied += self._apply_group(tp, ms, ks)
+        for tp, ms in groups.items():
+            applied += self._apply_group(tp, ms)
         return applied
 
-    def _apply_group(self, key: tuple, msgs: list, keys: list) -> int:
+    def _apply_group(self, key: tuple, msgs: list) -> int:
         c = self._changelogs.get(key)
         if c is not None:
-            return self._apply_changelog(c, msgs, keys)
-        if None in keys:
-            for m in msgs:
-                err = m.error()
-                if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                    logger.warning("restore consumer error (%s-%s): %s", m.topic(), m.partition(), err)
+            return self._apply_changelog(c, msgs)
+        for m in msgs:
+            err = m.error()
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                logger.warning("restore consumer error (%s-%s): %s", m.topic(), m.partition(), err)
         return 0
 
-    def _apply_changelog(self, c: _Changelog, msgs: list, keys: list) -> int:
+    def _apply_changelog(self, c: _Changelog, msgs: list) -> int:
         if c.state is not ChangelogState.RESTORING:
             return 0  # completed actives ignore what arrives after their end; stale fetches
-        if None in keys:
+        keys = list(map(_KEY, msgs))
+        # all() is a cheap truth scan; only a falsy key (None, or an empty key) pays for the
+        # exact None check.
+        if not all(keys) and None in keys:
             # Slow path: consumer events (end of partition, errors) and null-key records.
             data = []
             for m in msgs:

@@ -7,10 +7,12 @@ flushes the memtables to SST files so that everything up to the checkpointed off
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
 import pathlib
+from itertools import starmap
 from typing import Iterable, Iterator, Optional
 
 from rocksdict import (
@@ -45,6 +47,9 @@ BLOCK_SIZE = 4096
 BLOOM_BITS_PER_KEY = 10
 
 LAYOUT_FILE = "EDDY_STORE_LAYOUT"
+
+# Runs an iterator to its end from C (a deque of length 0 keeps nothing).
+_drain = collections.deque(maxlen=0).extend
 ESTIMATE_NUM_KEYS = "rocksdb.estimate-num-keys"
 
 # One block cache for the whole process: Kafka gives each store its own 50 MiB cache, which in a
@@ -269,14 +274,29 @@ class RocksDBKeyValueStore(KeyValueStore):
         No validation here: changelog keys were validated when they were first written.
         """
         db = self._open_db()
+        if type(records) is not list:
+            records = list(records)
         batch = WriteBatch(raw_mode=True)
         put = batch.put
-        delete = batch.delete
-        for key, value in records:
-            if value is None:
-                delete(key)
-            else:
-                put(key, value)
+        remaining = iter(records)
+        # The puts run from C (starmap drained by a zero-length deque): no Python loop per
+        # record. A tombstone makes put raise ValueError (raw mode takes only bytes) without
+        # adding anything; every earlier record added exactly one operation, so the batch's
+        # length is the failing record's index. The rest of such a batch goes through the
+        # plain loop, so a batch full of tombstones costs one exception, not one each.
+        try:
+            _drain(starmap(put, remaining))
+        except ValueError:
+            key, value = records[batch.len()]
+            if value is not None:
+                raise
+            delete = batch.delete
+            delete(key)
+            for key, value in remaining:
+                if value is None:
+                    delete(key)
+                else:
+                    put(key, value)
         db.write(batch, self._write_opts)
 
     # ---------------------------------------------------------------- iteration
