@@ -84,3 +84,46 @@ def test_processor_error_goes_to_the_handler_and_the_app_ends_in_error(backend_c
         assert app.close(timeout=60)
         cluster.close()
     assert app.state is AppState.NOT_RUNNING
+
+
+class ExplodingOnce(Processor):
+    """Fails on the first "boom" it meets in the whole process, then passes everything."""
+
+    exploded = threading.Event()
+
+    def init(self, context):
+        self.context = context
+
+    def process(self, record):
+        if record.value == "boom" and not ExplodingOnce.exploded.is_set():
+            ExplodingOnce.exploded.set()
+            raise ValueError("bad record")
+        self.context.forward(record)
+
+
+def test_replace_thread_keeps_the_app_running_and_reprocesses_the_failed_record(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    src, sink = unique("in"), unique("out")
+    cluster.create_topics(1, src, sink)
+    topo = Topology()
+    topo.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.STRING)
+    topo.add_processor("p", ExplodingOnce, "s")
+    topo.add_sink("k", sink, "p", key_serde=serdes.STRING, value_serde=serdes.STRING)
+    app = App(topo, {**cluster.config, "application.id": unique("replace"), "state.dir": str(tmp_path)})
+    seen = []
+    ExplodingOnce.exploded.clear()
+    app.set_uncaught_exception_handler(lambda exc: seen.append(exc) or StreamThreadExceptionResponse.REPLACE_THREAD)
+    records = [(b"a", b"fine"), (b"b", b"boom"), (b"c", b"after")]
+    try:
+        cluster.produce(src, records)
+        app.start()
+        first = app.threads[0]
+        msgs = cluster.read_all(sink, 1, until=lambda got: {m.value() for m in got} >= {b"fine", b"boom", b"after"})
+        assert len(seen) == 1 and "bad record" in str(seen[0])
+        assert not first.is_alive() and app.threads[0] is not first and app.threads[0].is_alive()
+        assert app.state in (AppState.RUNNING, AppState.REBALANCING)
+        assert b"boom" in {m.value() for m in msgs}  # the failed record was processed again, not skipped
+    finally:
+        assert app.close(timeout=60)
+        cluster.close()
+    assert app.state is AppState.NOT_RUNNING
