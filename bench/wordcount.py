@@ -98,6 +98,7 @@ def run_app(bootstrap: str, guarantee: str, lines_topic: str, n_lines: int, n_wo
         raise SystemExit(f"app not RUNNING: {app.state}")
     thread = app.threads[0]
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     target = n_lines + n_words
     while thread.processed_total < target:
         if not thread.is_alive():
@@ -105,7 +106,25 @@ def run_app(bootstrap: str, guarantee: str, lines_topic: str, n_lines: int, n_wo
         done.wait(0.01)
     app.close(timeout=120)  # the final commit is part of the work
     elapsed = time.perf_counter() - t0
+    THREAD_CPU["process"] = time.process_time() - cpu0
     return elapsed
+
+
+# CPU seconds of the last run: the stream thread's own (from RUNNING-ish: thread start) and the
+# whole process's (broker, producer sender and fetchers share the GIL with the stream thread).
+THREAD_CPU: dict[str, float] = {}
+
+
+def _record_thread_cpu() -> None:
+    import streams.runtime.thread as thread_mod
+    original = thread_mod.StreamThread.run
+
+    def timed_run(self):
+        try:
+            original(self)
+        finally:
+            THREAD_CPU["stream"] = time.thread_time()
+    thread_mod.StreamThread.run = timed_run
 
 
 def main() -> None:
@@ -165,12 +184,16 @@ def main() -> None:
                         for key, t in sorted(by_file.items(), key=lambda kv: -kv[1])[:15]:
                             print(f"  {t / total * 100:5.1f}%  {key}")
                 thread_mod.StreamThread.run = profiled_run
+            else:
+                _record_thread_cpu()
             for guarantee in args.guarantees.split(","):
                 secs = run_app(bootstrap, guarantee, lines_topic, len(lines), n_words,
                                os.path.join(work, f"state-{guarantee}"), args.replication_factor, False)
                 rate = len(lines) / secs
                 print(f"runtime {guarantee:<16}: {secs:6.2f}s  {rate:12,.0f} lines/s "
                       f"({n_words / secs:,.0f} words/s)  ratio to plain loop {rate / plain_rate:.3f}")
+                if "stream" in THREAD_CPU:
+                    print(f"  cpu: stream thread {THREAD_CPU['stream']:.2f}s, process {THREAD_CPU['process']:.2f}s")
         finally:
             backend.close()
     finally:

@@ -165,6 +165,50 @@ class SinkNode(ProcessorNode):
                  headers=list(headers) if headers else None)
         return process
 
+    def stage(self, failed: Callable[[], None]) -> Callable[[Any, Any, int, Any], None]:
+        """The sink as a fused stage: `stage(key, value, timestamp, headers)` does what
+        `process(Record(key, value, timestamp, headers))` does; `failed()` is called on any error
+        (it names this sink as the failing node)."""
+        if self.partitioner is not None or self.collector is None:
+            process = self.process
+
+            def via_record(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+                rec = _new_record(Record)
+                rec.key = key
+                rec.value = value
+                rec.timestamp = timestamp
+                rec.headers = headers
+                try:
+                    process(rec)
+                except BaseException:
+                    failed()
+                    raise
+            return via_record
+        name, topic = self.name, self.topic
+        key_serialize, value_serialize = self.key_serialize, self.value_serialize
+        make_sender = getattr(self.collector, "sender", None)
+        if make_sender is not None:
+            to_topic = make_sender(topic)
+        else:
+            send = self.send
+
+            def to_topic(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+                send(topic, key, value, partition=None, timestamp=timestamp, headers=headers)
+
+        def sink_stage(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                try:
+                    key = key_serialize(key)
+                    value = value_serialize(value)
+                except SerializationError as exc:
+                    raise SerializationError(
+                        f"sink {name!r} could not serialize a record for topic {topic!r}: {exc}") from exc
+                to_topic(key, value, timestamp, list(headers) if headers else None)
+            except BaseException:
+                failed()
+                raise
+        return sink_stage
+
     def add_child(self, child: ProcessorNode) -> None:  # pragma: no cover - Topology forbids it
         raise StreamsException(f"sink {self.name!r} cannot have children")
 
@@ -326,6 +370,19 @@ class ProcessorContextImpl(ProcessorContext):
                     generic(record, child_name)
             return forward_to_sink
 
+        entry = self._engine.fused_entry(only)
+        if entry is not None:
+            # the child and the stateless nodes after it run as one fused chain (see fused_entry)
+            def forward_fused(record: Record, child_name: str | None = None) -> None:
+                if child_name is None and ctx.current_node is node:
+                    ctx.current_node = only
+                    entry(record.key, record.value, record.timestamp, record.headers)
+                    # not restored in a finally: after an exception current_node names the failing node
+                    ctx.current_node = node
+                else:
+                    generic(record, child_name)
+            return forward_fused
+
         def forward(record: Record, child_name: str | None = None) -> None:
             if child_name is None and ctx.current_node is node:
                 ctx.current_node = only
@@ -444,6 +501,7 @@ class TaskEngine:
         self._closed = False
         self._default_extractor = FailOnInvalidTimestamp()
         self._cache_flushers: Optional[list[Callable[[], None]]] = None
+        self._fused: dict[str, Optional[Callable[[Any, Any, int, Any], None]]] = {}
         topology.bind_config(self.config)
         self._build_nodes()
 
@@ -513,6 +571,64 @@ class TaskEngine:
         self.init_stores()
         self.init_processors()
 
+    # ---- fused chains ---------------------------------------------------------------------
+
+    def fused_entry(self, head: ProcessorNode) -> Optional[Callable[[Any, Any, int, Any], None]]:
+        """`head` and the nodes after it as one function `entry(key, value, timestamp, headers)`,
+        or None when `head` cannot start a chain.
+
+        A processor takes part when it has exactly one child and a `fuse(down, failed)` method
+        returning a stage `stage(key, value, timestamp, headers)` that does exactly what its
+        `process` does, calling `down(...)` where `process` forwards (the stateless DSL
+        processors: no context use, no Record objects between them). The chain ends at a sink
+        (serializing and sending directly) or at the first node that cannot be fused, which is
+        called through `process(Record)` as `forward` would, with that node current.
+
+        Call it with `context.current_node` = `head` (as `forward` sets it); on return it is
+        `head` again. A stage that fails sets the failing node current before the exception
+        leaves it (only the innermost failing stage does: it finds `head` still current), so
+        errors name the failing node exactly as with `forward`."""
+        cache = self._fused
+        if head.name in cache:
+            return cache[head.name]
+        if isinstance(head, SinkNode) or self._fusable(head):
+            entry: Optional[Callable[[Any, Any, int, Any], None]] = self._stage(head, head)
+        else:
+            entry = None
+        cache[head.name] = entry
+        return entry
+
+    @staticmethod
+    def _fusable(node: ProcessorNode) -> bool:
+        return (node.processor is not None and node.only_child is not None
+                and callable(getattr(node.processor, "fuse", None)))
+
+    def _stage(self, node: ProcessorNode, head: ProcessorNode) -> Callable[[Any, Any, int, Any], None]:
+        ctx = self.context
+
+        def failed() -> None:
+            if ctx.current_node is head:
+                ctx.current_node = node
+
+        if isinstance(node, SinkNode):
+            return node.stage(failed)
+        if self._fusable(node):
+            return node.processor.fuse(self._stage(node.only_child, head), failed)
+        process = node.process
+        new = _new_record
+
+        def enter(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            rec = new(Record)
+            rec.key = key
+            rec.value = value
+            rec.timestamp = timestamp
+            rec.headers = headers
+            ctx.current_node = node
+            process(rec)
+            # not restored in a finally: after an exception current_node names the failing node
+            ctx.current_node = head
+        return enter
+
     # ---- processing -----------------------------------------------------------------------
 
     def process(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
@@ -536,9 +652,11 @@ class TaskEngine:
         ctx = self.context
         # the source forwards to its children: done here directly (no source.process call)
         children = source.children
+        fused = None
         if len(children) == 1:
             first = children[0]
             dispatch = first.process
+            fused = self.fused_entry(first)
         else:
             first = source
 
@@ -578,15 +696,18 @@ class TaskEngine:
                     partition_time = ts  # only this method reads it: stored once, at the end
                 if ts > stream_time:
                     self.stream_time = stream_time = ts
-                record = new(Record)
-                record.key = k
-                record.value = v
-                record.timestamp = ts
-                record.headers = hdrs
                 ctx.metadata = (topic, partition, offset)
                 try:
                     ctx.current_node = first
-                    dispatch(record)
+                    if fused is not None:
+                        fused(k, v, ts, hdrs)
+                    else:
+                        record = new(Record)
+                        record.key = k
+                        record.value = v
+                        record.timestamp = ts
+                        record.headers = hdrs
+                        dispatch(record)
                 except (RecordDeserializationError, InvalidTimestampError):
                     raise
                 except Exception as exc:

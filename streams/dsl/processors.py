@@ -22,6 +22,10 @@ class Change(NamedTuple):
     old_value: Any
 
 
+# A stage of a fused chain (TaskEngine.fused_entry): stage(key, value, timestamp, headers).
+Stage = Callable[[Any, Any, int, Any], None]
+
+
 class _Forwarding(Processor):
     def init(self, context: ProcessorContext) -> None:
         self.context = context
@@ -42,6 +46,17 @@ class MapValuesProcessor(_Forwarding):
         rec.headers = record.headers
         self.forward(rec)
 
+    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        fn = self.fn
+
+        def map_values(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                down(key, fn(value), timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return map_values
+
 
 class FlatMapValuesProcessor(_Forwarding):
     def __init__(self, fn: Callable[[Any], Any]) -> None:
@@ -58,6 +73,18 @@ class FlatMapValuesProcessor(_Forwarding):
             rec.headers = headers
             forward(rec)
 
+    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        fn = self.fn
+
+        def flat_map_values(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                for v in fn(value):
+                    down(key, v, timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return flat_map_values
+
 
 class FilterProcessor(_Forwarding):
     def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool = False) -> None:
@@ -67,6 +94,18 @@ class FilterProcessor(_Forwarding):
     def process(self, record: Record) -> None:
         if bool(self.predicate(record.key, record.value)) is not self.negate:
             self.forward(record)
+
+    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        predicate, negate = self.predicate, self.negate
+
+        def filter_(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                if bool(predicate(key, value)) is not negate:
+                    down(key, value, timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return filter_
 
 
 class PeekProcessor(_Forwarding):
@@ -78,6 +117,19 @@ class PeekProcessor(_Forwarding):
         self.action(record.key, record.value)
         if self.forwards:
             self.forward(record)
+
+    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        action, forwards = self.action, self.forwards
+
+        def peek(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                action(key, value)
+                if forwards:
+                    down(key, value, timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return peek
 
 
 class KeySelectProcessor(_Forwarding):
@@ -93,6 +145,17 @@ class KeySelectProcessor(_Forwarding):
         rec.headers = record.headers
         self.forward(rec)
 
+    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        fn = self.fn
+
+        def key_select(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                down(fn(key, value), value, timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return key_select
+
 
 class NullKeyFilterProcessor(_Forwarding):
     """Drops null-key records before a repartition topic (they cannot be grouped)."""
@@ -100,6 +163,12 @@ class NullKeyFilterProcessor(_Forwarding):
     def process(self, record: Record) -> None:
         if record.key is not None:
             self.forward(record)
+
+    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        def null_key_filter(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key is not None:  # only `down` can fail here, and it names itself
+                down(key, value, timestamp, headers)
+        return null_key_filter
 
 
 class CountProcessor(_Forwarding):
@@ -149,3 +218,14 @@ class ToStreamProcessor(_Forwarding):
         if type(value) is not Change and not isinstance(value, Change):
             raise StreamsException(f"KTable.to_stream expected a table update (Change), got {value!r}")
         self.forward(record.with_value(value.new_value))
+
+    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        def to_stream(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                if type(value) is not Change and not isinstance(value, Change):
+                    raise StreamsException(f"KTable.to_stream expected a table update (Change), got {value!r}")
+                down(key, value.new_value, timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return to_stream

@@ -1,0 +1,128 @@
+"""Chains of stateless DSL nodes run fused (TaskEngine.fused_entry): same records, same order,
+same error attribution as record-at-a-time forwarding through each node."""
+
+import pytest
+
+from streams import Processor, StreamsBuilder, Topology, serdes
+from streams.dsl.processors import FlatMapValuesProcessor, KeySelectProcessor, MapValuesProcessor
+from streams.errors import StreamsException
+from streams.testing import TopologyTestDriver
+
+S = serdes.STRING
+
+
+def test_fused_chain_outputs_match_kafka_order():
+    b = StreamsBuilder()
+    seen = []
+    (b.stream("in", key_serde=S, value_serde=S)
+        .flat_map_values(str.split)
+        .peek(lambda k, v: seen.append(("peek", k, v)))
+        .filter(lambda k, v: v != "drop")
+        .map_values(str.upper)
+        .select_key(lambda k, v: v[0])
+        .to("out", key_serde=S, value_serde=S))
+    with TopologyTestDriver(b.build()) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        inp.pipe_input("k1", "ab drop cd", timestamp=5)
+        inp.pipe_input("k2", "ef", timestamp=7)
+        out = driver.create_output_topic("out", S, S)
+        records = out.read_records_to_list()
+    assert [(r.key, r.value, r.timestamp) for r in records] == [
+        ("A", "AB", 5), ("C", "CD", 5), ("E", "EF", 7)]
+    assert seen == [("peek", "k1", "ab"), ("peek", "k1", "drop"), ("peek", "k1", "cd"), ("peek", "k2", "ef")]
+
+
+def _failing_chain(where):
+    def split(line):
+        for i, word in enumerate(line.split()):
+            if where == "flat_map_mid" and i == 1:
+                raise ValueError("split failed")
+            yield word
+
+    def select(k, v):
+        if where == "key_select":
+            raise ValueError("select failed")
+        return v
+
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S)
+        .flat_map_values(split)
+        .select_key(select)
+        .map_values(lambda v: 5 if where == "sink" else v)
+        .to("out", key_serde=S, value_serde=S))
+    return b.build()
+
+
+@pytest.mark.parametrize("where,node", [
+    ("flat_map_mid", "KSTREAM-FLATMAPVALUES-0000000001"),
+    ("key_select", "KSTREAM-KEY-SELECT-0000000002"),
+    ("sink", "KSTREAM-SINK-0000000004"),
+])
+def test_errors_name_the_failing_node_of_a_fused_chain(where, node):
+    with TopologyTestDriver(_failing_chain(where)) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        with pytest.raises(StreamsException) as err:
+            inp.pipe_input("k", "one two three", timestamp=1)
+        assert f"processor={node}," in str(err.value)
+        out = driver.create_output_topic("out", S, S)
+        if where == "flat_map_mid":
+            # the first word went all the way down before the iterator failed
+            assert out.read_key_values_to_list() == [("one", "one")]
+
+
+class MetadataProbe(Processor):
+    """Not fusable: needs the context (metadata, its store-less forward, the current node)."""
+
+    def init(self, context):
+        self.context = context
+
+    def process(self, record):
+        meta = self.context.record_metadata()
+        self.context.forward(record.with_value(f"{record.value}@{meta.topic}-{meta.offset}"))
+
+
+class Boom(Processor):
+    def process(self, record):
+        raise RuntimeError("boom")
+
+
+def test_a_fused_chain_ends_at_a_processor_that_needs_the_context():
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=S)
+    t.add_processor("split", lambda: FlatMapValuesProcessor(str.split), "src")
+    t.add_processor("probe", MetadataProbe, "split")
+    t.add_processor("upper", lambda: MapValuesProcessor(str.upper), "probe")
+    t.add_processor("key", lambda: KeySelectProcessor(lambda k, v: v[:1]), "upper")
+    t.add_sink("out", "out", "key", key_serde=S, value_serde=S)
+    with TopologyTestDriver(t) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        inp.pipe_input("k", "a b", timestamp=1)
+        inp.pipe_input("k", "c", timestamp=2)
+        out = driver.create_output_topic("out", S, S)
+        assert out.read_key_values_to_list() == [("A", "A@IN-0"), ("B", "B@IN-0"), ("C", "C@IN-1")]
+
+
+def test_failure_in_a_processor_after_a_fused_chain_names_it():
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=S)
+    t.add_processor("split", lambda: FlatMapValuesProcessor(str.split), "src")
+    t.add_processor("boom", Boom, "split")
+    with TopologyTestDriver(t) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        with pytest.raises(StreamsException) as err:
+            inp.pipe_input("k", "a b", timestamp=1)
+        assert "processor=boom," in str(err.value)
+        assert isinstance(err.value.__cause__, RuntimeError)
+
+
+def test_branching_nodes_are_not_fused_but_still_forward_to_every_child():
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=S)
+    t.add_processor("split", lambda: FlatMapValuesProcessor(str.split), "src")
+    t.add_processor("upper", lambda: MapValuesProcessor(str.upper), "split")
+    t.add_processor("lower", lambda: MapValuesProcessor(str.lower), "split")
+    t.add_sink("out", "out", "upper", "lower", key_serde=S, value_serde=S)
+    with TopologyTestDriver(t) as driver:
+        driver.create_input_topic("in", S, S).pipe_input("k", "aB cD", timestamp=1)
+        out = driver.create_output_topic("out", S, S)
+        assert out.read_values_to_list() == ["AB", "ab", "CD", "cd"]
