@@ -745,18 +745,31 @@ class GroupCoordinator:
             pending = self._pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
             pending.update(parsed)
 
-    def complete_pending_txn_offsets(self, producer_id: int, commit: bool) -> None:
-        """Make a transaction's offsets visible (commit) or drop them (abort)."""
+    def pending_txn_offsets(self, producer_id: int) -> dict[str, dict[TopicPartition, OffsetAndMetadata]]:
+        """A copy of the offsets a transaction has sent so far, per group (the transaction
+        coordinator keeps them in its PREPARE_COMMIT record, so a restart cannot lose them)."""
         with self._lock:
-            pending = self._pending_txn.pop(producer_id, {})
-        if not commit:
-            return
-        for group_id, offsets in pending.items():
-            error = self._write(group_id, offsets)
-            if error != Errors.NONE:
-                raise GroupCoordinatorError(
-                    f"writing the committed transaction's offsets of group {group_id!r} failed: "
-                    f"{Errors(error).name if error in Errors._value2member_map_ else error}", int(error))
+            return {g: dict(o) for g, o in self._pending_txn.get(producer_id, {}).items()}
+
+    def complete_pending_txn_offsets(
+            self, producer_id: int, commit: bool,
+            offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]] | None = None) -> None:
+        """Make a transaction's offsets visible (commit) or drop them (abort). `offsets`, when
+        given, are the ones recorded with the transaction's PREPARE_COMMIT (the in-memory ones
+        are gone after a restart). They are dropped only once written: a failed write raises and
+        the coordinator's retry finds them again."""
+        with self._lock:
+            held = self._pending_txn.get(producer_id, {})
+            pending = {g: dict(o) for g, o in (offsets if offsets is not None else held).items()}
+        if commit:
+            for group_id, group_offsets in pending.items():
+                error = self._write(group_id, group_offsets)
+                if error != Errors.NONE:
+                    raise GroupCoordinatorError(
+                        f"writing the committed transaction's offsets of group {group_id!r} failed: "
+                        f"{Errors(error).name if error in Errors._value2member_map_ else error}", int(error))
+        with self._lock:
+            self._pending_txn.pop(producer_id, None)
 
     def has_pending_txn_offsets(self, producer_id: int) -> bool:
         with self._lock:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from replication.errors import ReplicationError, TransportError
+from replication.group_coordinator import OffsetAndMetadata
 from replication.protocol import Errors, ProduceRequest, TopicPartition
 from replication.records import MemoryRecords, encode_batch
 
@@ -121,6 +122,9 @@ class TransactionMetadata:
     groups: frozenset[str] = frozenset()
     txn_start_ms: int = -1
     last_update_ms: int = 0
+    #: PREPARE_COMMIT only: the group offsets the transaction commits, as (group, topic,
+    #: partition, offset, metadata) rows, so completing after a restart still writes them.
+    pending_offsets: tuple[tuple[str, str, int, int, str | None], ...] = ()
 
     def transition(self, state: TxnState, **changes: Any) -> "TransactionMetadata":
         """A copy in ``state``; TxnStateError if the transition is not allowed."""
@@ -136,6 +140,7 @@ class TransactionMetadata:
             "partitions": sorted([tp.topic, tp.partition] for tp in self.partitions),
             "groups": sorted(self.groups), "txn_start_ms": self.txn_start_ms,
             "last_update_ms": self.last_update_ms,
+            **({"pending_offsets": [list(row) for row in self.pending_offsets]} if self.pending_offsets else {}),
         }, separators=(",", ":")).encode()
 
     @classmethod
@@ -143,7 +148,15 @@ class TransactionMetadata:
         d = json.loads(value)
         return cls(transactional_id, int(d["producer_id"]), int(d["producer_epoch"]), int(d["timeout_ms"]),
                    TxnState(d["state"]), frozenset(TopicPartition(t, int(p)) for t, p in d["partitions"]),
-                   frozenset(d["groups"]), int(d["txn_start_ms"]), int(d["last_update_ms"]))
+                   frozenset(d["groups"]), int(d["txn_start_ms"]), int(d["last_update_ms"]),
+                   tuple((str(g), str(t), int(p), int(o), m) for g, t, p, o, m in d.get("pending_offsets", ())))
+
+
+def _offsets_by_group(rows: tuple) -> dict[str, dict[TopicPartition, OffsetAndMetadata]]:
+    out: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+    for group_id, topic, partition, offset, metadata in rows:
+        out.setdefault(group_id, {})[TopicPartition(topic, partition)] = OffsetAndMetadata(offset, metadata)
+    return out
 
 
 def _now_ms() -> int:
@@ -468,7 +481,7 @@ class TransactionCoordinator:
                     return TxnErrors.NONE
                 if meta.state is not TxnState.ONGOING:
                     return TxnErrors.INVALID_TXN_STATE
-                meta = meta.transition(prepare)
+                meta = meta.transition(prepare, pending_offsets=self._offsets_to_commit(meta) if commit else ())
                 self._persist(meta)
                 self._complete(meta)
                 return TxnErrors.NONE
@@ -510,15 +523,24 @@ class TransactionCoordinator:
         groups = getattr(self.cluster, "group_coordinator", None)
         if meta.groups and groups is not None:
             try:
-                groups.complete_pending_txn_offsets(meta.producer_id, commit)
+                groups.complete_pending_txn_offsets(meta.producer_id, commit,
+                                                    _offsets_by_group(meta.pending_offsets) if commit else None)
             except ReplicationError as e:
                 log.warning("transaction %r: group offsets not completed yet (%s); the reaper retries",
                             meta.transactional_id, e)
                 return meta
         done = meta.transition(TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
-                               partitions=frozenset(), groups=frozenset(), txn_start_ms=-1)
+                               partitions=frozenset(), groups=frozenset(), txn_start_ms=-1, pending_offsets=())
         self._persist(done)
         return done
+
+    def _offsets_to_commit(self, meta: TransactionMetadata) -> tuple:
+        groups = getattr(self.cluster, "group_coordinator", None)
+        if not meta.groups or groups is None:
+            return ()
+        return tuple(sorted((g, tp.topic, tp.partition, om.offset, om.metadata)
+                            for g, offsets in groups.pending_txn_offsets(meta.producer_id).items()
+                            for tp, om in offsets.items()))
 
     def _write_markers(self, meta: TransactionMetadata, commit: bool) -> bool:
         """Write the markers through the leaders, retrying moved leaders until the request

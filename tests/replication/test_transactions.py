@@ -328,3 +328,35 @@ def test_coordinator_reloads_after_the_state_partition_leader_crashes(cluster):
     cluster.start_broker(old_leader)
     assert read_committed(cluster, "t") == [b"one", b"two"]
     assert [c for _o, c in control_batches(cluster, "t")] == [ControlType.COMMIT, ControlType.COMMIT]
+
+
+def test_committed_offsets_survive_a_restart_between_prepare_commit_and_the_markers(tmp_path, monkeypatch):
+    """EndTxn(commit) persisted PREPARE_COMMIT, then the process died before markers and group
+    offsets were written: after the restart the coordinator completes the commit, offsets
+    included (they travel in the PREPARE_COMMIT record, as Kafka keeps them in its log)."""
+    from replication.txn_coordinator import TransactionCoordinator
+
+    data = tmp_path / "cluster"
+    tp = TopicPartition("src", 0)
+    with LocalCluster(data, num_brokers=3, config=FAST) as cluster:
+        cluster.create_topic("src")
+        cluster.create_topic("sink")
+        producer = txn_producer(cluster, "offsets")
+        producer.begin_transaction()
+        producer.produce("sink", value=b"out")
+        producer.send_offsets_to_transaction([CTopicPartition("src", 0, 7, "meta")], "g1", 10)
+        # the "crash": nothing after PREPARE_COMMIT reaches the partitions or the group
+        monkeypatch.setattr(TransactionCoordinator, "_write_markers", lambda self, meta, commit: False)
+        try:
+            producer.commit_transaction(1)
+        except KafkaException:
+            pass  # the client may time out waiting; what matters is the persisted PREPARE_COMMIT
+        assert cluster.txn_coordinator.describe("offsets").state is TxnState.PREPARE_COMMIT
+        assert cluster.group_coordinator.fetch_offsets("g1", [tp])[tp] is None
+    monkeypatch.undo()
+    with LocalCluster(data, num_brokers=3, config=FAST) as cluster:
+        cluster.wait_until(lambda: cluster.txn_coordinator.describe("offsets").state is TxnState.COMPLETE_COMMIT,
+                           15, "the commit completed after the restart")
+        committed = cluster.group_coordinator.fetch_offsets("g1", [tp])[tp]
+        assert (committed.offset, committed.metadata) == (7, "meta")
+        assert read_committed(cluster, "sink") == [b"out"]
