@@ -565,6 +565,73 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         finally:
             lock.release()
 
+    def update(self, key: bytes, fn: Callable[[Optional[bytes]], Optional[bytes]],
+               timestamp: Optional[int] = None) -> Optional[bytes]:
+        """`put(key, fn(get(key)), timestamp)` in one call, holding the cache lock once; returns
+        the value written. The cache sees exactly what the two calls do: a hit or a miss, the
+        read-through entry on a miss (and any eviction it causes), then the dirty write. This is
+        an aggregation's read-modify-write (count, reduce) without a second pass through the layers.
+        """
+        named = self._named
+        if named is None or not self._probe.is_open:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        if type(key) is not bytes:
+            check_key(self.name, key)
+        if timestamp is None:
+            timestamp = self._timestamp_supplier()
+        cache = self._cache
+        lock = cache.lock
+        lock.acquire()
+        try:
+            entries = named.entries
+            entry = entries.get(key)
+            if entry is not None:  # get: a hit (the put below makes it MRU)
+                named.hits += 1
+                old = entry.value
+            else:  # get: a miss, read through
+                named.misses += 1
+                old = self._reader.get(key)
+                if old is not None:
+                    if cache.max_bytes < ENTRY_OVERHEAD and not entries:
+                        named.evictions += 1
+                    else:
+                        named.put_clean(key, old)
+                        entry = entries.get(key)  # None if evicted at once
+            value = fn(old)
+            if value is not None and type(value) is not bytes:
+                check_value(self.name, value)
+            if cache.max_bytes < ENTRY_OVERHEAD and not entries:
+                named.evictions += 1
+                flush = named.listener
+                if flush is None:
+                    raise StateError(f"cache {named.name!r} has dirty entries but no flush listener")
+                flush([_new_tuple(DirtyEntry, (key, value, timestamp))])
+                return value
+            # NamedCache.put_dirty, inlined (as in put).
+            size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+            if entry is None:
+                entries[key] = CacheEntry(value, True, timestamp, size)
+                delta = size
+            else:
+                delta = size - entry.size
+                entry.value = value
+                entry.dirty = True
+                entry.timestamp = timestamp
+                entry.size = size
+                entries.move_to_end(key)
+            dirty = named.dirty
+            if key in dirty:
+                del dirty[key]
+            dirty[key] = None
+            if delta:
+                named.size_bytes += delta
+                cache._total_bytes += delta
+            if cache._total_bytes > cache.max_bytes:
+                cache._maybe_evict(named)
+            return value
+        finally:
+            lock.release()
+
     def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):
         cache = self._check()
         with cache.lock:

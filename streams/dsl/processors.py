@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
+
+from state.caching import CachingKeyValueStore
+from state.typed import TypedKeyValueStore
 
 from streams.errors import StreamsException
 from streams.processor import Processor, ProcessorContext, Record
@@ -189,6 +192,7 @@ class CountProcessor(_Forwarding):
         self.get = store.get
         self.put = store.put
         self.forward_on_update = True
+        self._update = None
         if self.caching:
             set_listener = getattr(store, "set_flush_listener", None)
             scoped = getattr(context, "scoped", None)
@@ -196,6 +200,8 @@ class CountProcessor(_Forwarding):
                 attached = set_listener(scoped(self._on_flush))
                 # a store without a cache layer says so by returning False
                 self.forward_on_update = attached is False
+        if not self.forward_on_update:
+            self._update = _cached_counter(store)
 
     def _on_flush(self, key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
         self.forward(Record._make(key, Change(new_value, old_value), timestamp, ()))
@@ -205,11 +211,46 @@ class CountProcessor(_Forwarding):
         if key is None:
             log.debug("count %s: dropping a record with a None key", self.store_name)
             return
+        update = self._update
+        if update is not None and update(key, record.timestamp):
+            return
         old = self.get(key)
         new = 1 if old is None else old + 1
         self.put(key, new, record.timestamp)
         if self.forward_on_update:
             self.forward(Record._make(key, Change(new, old), record.timestamp, record.headers))
+
+
+def _cached_counter(store: Any) -> Optional[Callable[[Any, int], bool]]:
+    """For a count over the plain typed -> caching stack (downstream fed by the cache's flush
+    listener): `counter(key, timestamp)` adding one to `key` with the caching layer's `update`
+    (one read-modify-write, the typed layer's serdes applied here). It returns False, having
+    done nothing, when the key does not serialize, so the caller's store.get/put raises the
+    typed layer's own error. None when the store is not that stack."""
+    if type(store) is not TypedKeyValueStore:
+        return None
+    inner = store.wrapped
+    if not isinstance(inner, CachingKeyValueStore) or store.key_serde is None or store.value_serde is None:
+        return None
+    key_serialize = store.key_serde.serialize
+    value_serialize = store.value_serde.serialize
+    value_deserialize = store.value_serde.deserialize
+    update = inner.update
+    one = value_serialize(1)
+
+    def add_one(old: Optional[bytes]) -> bytes:
+        return one if old is None else value_serialize(value_deserialize(old) + 1)
+
+    def counter(key: Any, timestamp: int) -> bool:
+        try:
+            key_bytes = key_serialize(key)
+        except Exception:
+            return False
+        if key_bytes is None:
+            return False
+        update(key_bytes, add_one, timestamp)
+        return True
+    return counter
 
 
 class ToStreamProcessor(_Forwarding):

@@ -1,0 +1,66 @@
+"""CachingKeyValueStore.update: one read-modify-write with exactly the cache effects of get + put."""
+
+import pytest
+
+from state.caching import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
+from state.errors import InvalidStoreArgumentError, StoreClosedError
+from state.memory_kv import InMemoryKeyValueStore
+from state.rocksdb_kv import RocksDBKeyValueStore
+
+from recording_context import RecordingContext
+
+
+def _store(kind, path, max_bytes):
+    inner = RocksDBKeyValueStore("c") if kind == "rocksdb" else InMemoryKeyValueStore("c")
+    store = CachingKeyValueStore(inner, ThreadCache(max_bytes))
+    store.init(RecordingContext(path))
+    flushed = []
+    store.set_flush_listener(lambda k, new, old, ts: flushed.append((k, new, old, ts)))
+    return store, inner, flushed
+
+
+def _add_one(old):
+    return b"1" if old is None else str(int(old) + 1).encode()
+
+
+# (key, timestamp) sequences: repeated keys, a budget that evicts, and one that holds nothing
+OPS = [(b"a", 1), (b"b", 2), (b"a", 3), (b"c", 4), (b"d", 5), (b"a", 6), (b"b", 7), (b"e", 8), (b"a", 9)]
+
+
+@pytest.mark.parametrize("kind", ["rocksdb", "memory"])
+@pytest.mark.parametrize("max_bytes", [10_000_000, 3 * (2 + ENTRY_OVERHEAD), 0])
+def test_update_equals_get_then_put(tmp_path, kind, max_bytes):
+    a, a_inner, a_flushed = _store(kind, tmp_path / "a" / "0_0", max_bytes)
+    b, b_inner, b_flushed = _store(kind, tmp_path / "b" / "0_0", max_bytes)
+    for store, inner in ((a, a_inner), (b, b_inner)):  # some counts already in the inner store
+        inner.put(b"d", b"40", 0)
+        inner.put(b"e", b"7", 0)
+    for n, (key, ts) in enumerate(OPS):
+        expected = _add_one(b.get(key))
+        b.put(key, expected, ts)
+        assert a.update(key, _add_one, ts) == expected
+        if n == 4:
+            a.flush_cache()
+            b.flush_cache()
+        assert a_flushed == b_flushed
+        assert a.cache.stats(a.namespace) == b.cache.stats(b.namespace)
+        assert a.cache.size_bytes == b.cache.size_bytes
+    a.flush()
+    b.flush()
+    assert a_flushed == b_flushed
+    assert list(a_inner.all()) == list(b_inner.all())
+    assert dict(a_inner.all())[b"a"] == b"4" and dict(a_inner.all())[b"d"] == b"41"
+    a.close()
+    b.close()
+
+
+def test_update_bad_inputs_and_closed(tmp_path):
+    store, _, _ = _store("memory", tmp_path / "0_0", 10_000)
+    with pytest.raises(InvalidStoreArgumentError):
+        store.update("not bytes", _add_one, 1)
+    with pytest.raises(InvalidStoreArgumentError):
+        store.update(b"k", lambda old: 5, 1)
+    assert store.get(b"k") is None  # nothing written by the failed update
+    store.close()
+    with pytest.raises(StoreClosedError):
+        store.update(b"k", _add_one, 1)
