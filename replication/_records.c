@@ -1024,6 +1024,154 @@ done:
     return list;
 }
 
+/* ---- filling confluent_kafka.Message objects directly ----------------------------------------
+ *
+ * Calling the Message type (tp_new + tp_init, which parses ten arguments and a timestamp tuple)
+ * is most of what decoding a record costs. confluent_kafka's own consumer allocates a Message
+ * with tp_alloc and sets its fields; records.py discovers where those fields are (probing
+ * Messages built by the constructor), checks that messages built here are byte-identical to
+ * constructor-built ones, and only then hands the layout over with set_message_layout. Without
+ * a layout (or for any other type) decode_messages calls the type as before.
+ */
+typedef struct {
+    PyTypeObject *type; /* NULL: no layout, call the type */
+    Py_ssize_t body_size; /* tp_basicsize - sizeof(PyObject) */
+    PyObject *background; /* bytes: the body of a message whose fields below are all zero */
+    Py_ssize_t topic, value, key, headers; /* PyObject * (NULL for None) */
+    Py_ssize_t offset, timestamp;          /* int64 */
+    Py_ssize_t partition, leader_epoch, tstype; /* int32 */
+} MessageLayout;
+
+static MessageLayout msg_layout;
+
+static void layout_clear(void)
+{
+    Py_CLEAR(msg_layout.type);
+    Py_CLEAR(msg_layout.background);
+}
+
+PyDoc_STRVAR(set_message_layout_doc,
+"set_message_layout(type, background, topic, value, key, headers, offset, timestamp, partition,\n"
+"                   leader_epoch, tstype) -> None; set_message_layout(None) -> None\n\n"
+"Let decode_messages fill `type` objects directly: byte offsets of the object pointer fields\n"
+"(topic, value, key, headers: NULL for None), the int64 fields (offset, timestamp) and the int32\n"
+"fields (partition, leader_epoch, timestamp type), and `background`, the bytes after the object\n"
+"header of an object whose listed fields are all zero. None switches it off.");
+
+static PyObject *set_message_layout(PyObject *self, PyObject *args)
+{
+    PyObject *type;
+    Py_buffer bg;
+    Py_ssize_t offs[9];
+    if (PyTuple_GET_SIZE(args) == 1 && PyTuple_GET_ITEM(args, 0) == Py_None) {
+        layout_clear();
+        Py_RETURN_NONE;
+    }
+    if (!PyArg_ParseTuple(args, "Oy*nnnnnnnnn:set_message_layout", &type, &bg, &offs[0], &offs[1],
+                          &offs[2], &offs[3], &offs[4], &offs[5], &offs[6], &offs[7], &offs[8]))
+        return NULL;
+    PyObject *result = NULL;
+    char *used = NULL;
+    PyObject *copy = NULL;
+    if (!PyType_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "set_message_layout: type must be a type");
+        goto done;
+    }
+    PyTypeObject *tp = (PyTypeObject *)type;
+    Py_ssize_t size = tp->tp_basicsize;
+    if (tp->tp_itemsize != 0 || tp->tp_alloc == NULL || size <= (Py_ssize_t)sizeof(PyObject) ||
+        bg.len != size - (Py_ssize_t)sizeof(PyObject)) {
+        PyErr_Format(PyExc_ValueError,
+                     "set_message_layout: background must be %zd bytes for a fixed-size type",
+                     size - (Py_ssize_t)sizeof(PyObject));
+        goto done;
+    }
+    used = PyMem_Calloc((size_t)size, 1);
+    if (used == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int i = 0; i < 9; i++) {
+        Py_ssize_t width = i < 6 ? 8 : 4;
+        Py_ssize_t off = offs[i];
+        if (off < (Py_ssize_t)sizeof(PyObject) || off > size - width || off % width != 0) {
+            PyErr_Format(PyExc_ValueError, "set_message_layout: field %d at offset %zd is outside "
+                         "the object or misaligned", i, off);
+            goto done;
+        }
+        for (Py_ssize_t b = off; b < off + width; b++) {
+            if (used[b]) {
+                PyErr_Format(PyExc_ValueError, "set_message_layout: field %d overlaps another", i);
+                goto done;
+            }
+            used[b] = 1;
+        }
+    }
+    copy = PyBytes_FromStringAndSize(bg.buf, bg.len);
+    if (copy == NULL)
+        goto done;
+    layout_clear();
+    Py_INCREF(type);
+    msg_layout.type = tp;
+    msg_layout.body_size = bg.len;
+    msg_layout.background = copy;
+    copy = NULL;
+    msg_layout.topic = offs[0];
+    msg_layout.value = offs[1];
+    msg_layout.key = offs[2];
+    msg_layout.headers = offs[3];
+    msg_layout.offset = offs[4];
+    msg_layout.timestamp = offs[5];
+    msg_layout.partition = offs[6];
+    msg_layout.leader_epoch = offs[7];
+    msg_layout.tstype = offs[8];
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(used);
+    Py_XDECREF(copy);
+    PyBuffer_Release(&bg);
+    return result;
+}
+
+/* Stores a reference the caller owns (stolen); None is stored as NULL, as the constructor does. */
+static inline void layout_put_obj(char *base, Py_ssize_t off, PyObject *obj)
+{
+    if (obj == Py_None) {
+        Py_DECREF(obj);
+        obj = NULL;
+    }
+    memcpy(base + off, &obj, sizeof(obj));
+}
+
+/* A message of L->type; steals key, value and headers (also on failure). */
+static PyObject *layout_message(const MessageLayout *L, PyObject *topic, int32_t partition, int64_t offset, PyObject *key,
+                                PyObject *value, PyObject *headers, int32_t leader_epoch,
+                                int64_t timestamp, int32_t tstype)
+{
+    PyTypeObject *tp = L->type;
+    PyObject *m = tp->tp_alloc(tp, 0);
+    if (m == NULL) {
+        Py_DECREF(key);
+        Py_DECREF(value);
+        Py_DECREF(headers);
+        return NULL;
+    }
+    char *base = (char *)m;
+    memcpy(base + sizeof(PyObject), PyBytes_AS_STRING(L->background), (size_t)L->body_size);
+    Py_INCREF(topic);
+    layout_put_obj(base, L->topic, topic);
+    layout_put_obj(base, L->key, key);
+    layout_put_obj(base, L->value, value);
+    layout_put_obj(base, L->headers, headers);
+    memcpy(base + L->offset, &offset, 8);
+    memcpy(base + L->timestamp, &timestamp, 8);
+    memcpy(base + L->partition, &partition, 4);
+    memcpy(base + L->leader_epoch, &leader_epoch, 4);
+    memcpy(base + L->tstype, &tstype, 4);
+    return m;
+}
+
 /* ---- whole fetch buffers to Messages ---------------------------------------------------- */
 
 typedef struct {
@@ -1079,6 +1227,19 @@ PyDoc_STRVAR(decode_messages_doc,
 "next offset of the last batch walked). partial_tail=True stops quietly at a torn last batch\n"
 "(a fetch response cut at its byte limit) instead of raising.");
 
+/* Appends a new message to the list and drops the caller's reference. A consumed message holds
+   only bytes, str, ints and tuples/lists of them, so it can never be part of a reference cycle;
+   untracking it keeps the cyclic collector from rescanning the (up to queued.min.messages)
+   messages a consumer keeps queued. */
+static int message_append(PyObject *list, PyObject *msg)
+{
+    if (PyObject_IS_GC(msg) && PyObject_GC_IsTracked(msg))
+        PyObject_GC_UnTrack(msg);
+    int rc = PyList_Append(list, msg);
+    Py_DECREF(msg);
+    return rc;
+}
+
 static PyObject *decode_messages(PyObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"buf", "topic", "partition", "min_offset", "message_type",
@@ -1094,11 +1255,33 @@ static PyObject *decode_messages(PyObject *self, PyObject *args, PyObject *kwds)
     AbortedRange *ranges = NULL;
     Py_ssize_t n_ranges = 0;
     PyObject *list = NULL, *result = NULL, *next_obj = NULL;
+    /* A copy holding its own references: an allocation can run a collection, and with it other
+       threads' Python code, which could replace the layout while this call uses it. */
+    MessageLayout layout = msg_layout;
+    int fast = layout.type != NULL && message_type == (PyObject *)layout.type;
+    if (fast) {
+        Py_INCREF(layout.type);
+        Py_INCREF(layout.background);
+    }
+    const int holding = fast;
     if (parse_aborted(aborted, &ranges, &n_ranges) < 0)
         goto done;
     list = PyList_New(0);
     if (list == NULL)
         goto done;
+    /* fill Messages directly when records.py verified this type's layout */
+    int32_t partition32 = 0;
+    if (fast) {
+        int overflow = 0;
+        long long part = PyLong_Check(partition) ? PyLong_AsLongLongAndOverflow(partition, &overflow) : -1;
+        if (part == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (!PyLong_Check(partition) || overflow || part < INT32_MIN || part > INT32_MAX ||
+            !PyUnicode_CheckExact(topic))
+            fast = 0; /* let the constructor judge unusual arguments */
+        else
+            partition32 = (int32_t)part;
+    }
 
     const uint8_t *p = view.buf;
     const Py_ssize_t buf_end = view.len;
@@ -1219,19 +1402,30 @@ static PyObject *decode_messages(PyObject *self, PyObject *args, PyObject *kwds)
             long long off;
             PyObject *offset;
             int keep;
-            if (!__builtin_add_overflow((long long)base_offset, (long long)r.off_delta, &off)) {
+            int off_ok = !__builtin_add_overflow((long long)base_offset, (long long)r.off_delta, &off);
+            if (off_ok)
                 keep = off >= min_offset;
-                offset = keep ? PyLong_FromLongLong(off) : NULL;
-            } else {
+            else
                 keep = r.off_delta > 0; /* overflowed upwards: above any int64 min_offset */
-                offset = keep ? add_to_long(base_offset, r.off_delta) : NULL;
-            }
             if (!keep) {
                 Py_DECREF(parts.key);
                 Py_DECREF(parts.value);
                 Py_DECREF(parts.headers);
                 continue;
             }
+            if (fast && off_ok && leader_epoch >= -1) {
+                long long ts = max_ts;
+                if (log_append || !__builtin_add_overflow((long long)first_ts, (long long)r.ts_delta, &ts)) {
+                    PyObject *msg = layout_message(&layout, topic, partition32, off, parts.key, parts.value,
+                                                   parts.headers, leader_epoch, ts, log_append ? 2 : 1);
+                    if (msg == NULL || message_append(list, msg) < 0) {
+                        batch_ok = 0;
+                        break;
+                    }
+                    continue;
+                }
+            }
+            offset = off_ok ? PyLong_FromLongLong(off) : add_to_long(base_offset, r.off_delta);
             PyObject *tstuple = NULL;
             if (offset != NULL) {
                 if (shared_ts != NULL) {
@@ -1278,19 +1472,7 @@ static PyObject *decode_messages(PyObject *self, PyObject *args, PyObject *kwds)
             PyTuple_SET_ITEM(margs, 9, epoch_obj);
             PyObject *msg = PyObject_Call(message_type, margs, NULL);
             Py_DECREF(margs);
-            if (msg == NULL) {
-                batch_ok = 0;
-                break;
-            }
-            /* A consumed message holds only bytes, str, ints and tuples/lists of them, so it can
-               never be part of a reference cycle; untracking it keeps the cyclic collector from
-               rescanning the (up to queued.min.messages) messages a consumer keeps queued. */
-            if (PyObject_IS_GC(msg) && PyObject_GC_IsTracked(msg)) {
-                PyObject_GC_UnTrack(msg);
-            }
-            int rc = PyList_Append(list, msg);
-            Py_DECREF(msg);
-            if (rc < 0) {
+            if (msg == NULL || message_append(list, msg) < 0) {
                 batch_ok = 0;
                 break;
             }
@@ -1325,6 +1507,10 @@ static PyObject *decode_messages(PyObject *self, PyObject *args, PyObject *kwds)
 fail:
     Py_XDECREF(list);
 done:
+    if (holding) {
+        Py_DECREF(layout.type);
+        Py_DECREF(layout.background);
+    }
     PyMem_Free(ranges);
     PyBuffer_Release(&view);
     return result;
@@ -1360,6 +1546,7 @@ static PyMethodDef module_methods[] = {
     {"decode_messages", (PyCFunction)(void (*)(void))decode_messages, METH_VARARGS | METH_KEYWORDS,
      decode_messages_doc},
     {"crc32c", py_crc32c, METH_VARARGS, crc32c_doc},
+    {"set_message_layout", set_message_layout, METH_VARARGS, set_message_layout_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,6 +23,7 @@ import enum
 import logging
 import os
 import struct
+import sys
 from typing import Any, Iterable, Iterator, Sequence
 
 from crc32c import crc32c
@@ -788,12 +789,150 @@ def decode_messages(
     """
     if message_type is None:
         from confluent_kafka import Message as message_type
+    if message_type not in _layout_checked:
+        enable_message_layout(message_type)
     try:
         return _decode_messages(
             buf, topic, partition, min_offset, message_type, validate_crc, aborted, partial_tail
         )
     except _DECODE_ERRORS as e:
         raise _from_decode_error(e, source, base_position) from None
+
+
+# Message types whose layout was probed: type -> True when the C decoder fills them directly.
+_layout_checked: dict = {}
+
+# Distinct probe values per field (all within the field's C type).
+_PROBE_INTS = {
+    "offset": (0x123456789AB, 0x2468ACE0246, 0x13579BDF135),
+    "timestamp": (0x3456789ABCD, 0x1A2B3C4D5E6, 0x2B3C4D5E6F7),
+    "partition": (0x1234567, 0x2345671, 0x3456712),
+    "leader_epoch": (0x2345678, 0x3456782, 0x4567823),
+    "tstype": (1, 2, 0),
+}
+_POINTER_FIELDS = ("topic", "value", "key", "headers")
+_INT_FIELDS = (("offset", 8), ("timestamp", 8), ("partition", 4), ("leader_epoch", 4), ("tstype", 4))
+
+
+def _probe_layout(message_type: Any) -> tuple[bytes, dict] | None:
+    """Where the constructor puts each field of `message_type`: (background, offsets) or None.
+
+    Three probe messages with distinct values: an object field must sit at the one 8-byte
+    slot holding that object's address in all three, an int field at the one slot holding its
+    value in all three; the remaining bytes (the background) must be the same in all three and
+    hold no pointer. Anything else and the layout is not used.
+    """
+    import ctypes
+
+    size = message_type.__basicsize__
+    header = object.__basicsize__
+    probes = []
+    for i in range(3):
+        objs = {
+            "topic": f"eddy-layout-probe-{i}",
+            "value": b"probe-value-%d" % i,
+            "key": b"probe-key-%d" % i,
+            "headers": [("probe", b"%d" % i)],
+        }
+        ints = {name: vals[i] for name, vals in _PROBE_INTS.items()}
+        msg = message_type(objs["topic"], ints["partition"], ints["offset"], objs["key"], objs["value"],
+                           objs["headers"], None, (ints["tstype"], ints["timestamp"]), -1.0,
+                           ints["leader_epoch"])
+        probes.append((ctypes.string_at(id(msg), size), objs, ints, msg))
+    order = sys.byteorder
+
+    def slots(width: int, want: list) -> list[int]:
+        return [
+            off for off in range(header, size - width + 1, width)
+            if all(int.from_bytes(body[off:off + width], order, signed=True) == w
+                   for (body, *_), w in zip(probes, want))
+        ]
+
+    offsets = {}
+    for name in _POINTER_FIELDS:
+        found = slots(8, [id(objs[name]) for _, objs, _, _ in probes])
+        if len(found) != 1:
+            return None
+        offsets[name] = found[0]
+    for name, width in _INT_FIELDS:
+        found = slots(width, [ints[name] for _, _, ints, _ in probes])
+        if len(found) != 1:
+            return None
+        offsets[name] = found[0]
+    backgrounds = set()
+    for body, *_ in probes:
+        b = bytearray(body)
+        for name, off in offsets.items():
+            width = 4 if name in ("partition", "leader_epoch", "tstype") else 8
+            b[off:off + width] = bytes(width)
+        backgrounds.add(bytes(b[header:]))
+    if len(backgrounds) != 1:
+        return None
+    background = backgrounds.pop()
+    for off in range(0, len(background) - 7, 8):
+        word = int.from_bytes(background[off:off + 8], order)
+        if (1 << 32) <= word < (1 << 64) - (1 << 32):  # looks like an address: refuse to copy it
+            return None
+    return background, offsets
+
+
+def _layout_matches_constructor(message_type: Any) -> bool:
+    """Decode sample batches with the layout on; every message must be byte-identical (after the
+    object header) to one the constructor builds from its accessors' results, and answer every
+    accessor the same."""
+    import ctypes
+
+    size = message_type.__basicsize__
+    header = object.__basicsize__
+    samples = [
+        (encode_batch([(b"k", b"v", 1_700_000_000_000, None), (None, b"v2", 1_700_000_000_005, [("h", b"x")]),
+                       (b"", None, 1_699_999_999_000, [("a", None), ("b", b"")])],
+                      base_offset=41, partition_leader_epoch=-1), 0),
+        (encode_batch([(b"k" * 40, b"v" * 300, 5, None), (b"k2", b"", 7, None)], base_offset=1 << 40,
+                      partition_leader_epoch=7, timestamp_type=1), 3),
+    ]
+    checked = 0
+    for buf, partition in samples:
+        msgs, _ = _accel.decode_messages(buf, "eddy-layout-check", partition, 0, message_type, True, None, False)
+        for m in msgs:
+            epoch = m.leader_epoch()
+            ref = message_type(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers(), None,
+                               m.timestamp(), -1.0, -1 if epoch is None else epoch)
+            if ctypes.string_at(id(m) + header, size - header) != ctypes.string_at(id(ref) + header, size - header):
+                return False
+            for accessor in ("topic", "partition", "offset", "key", "value", "headers", "timestamp",
+                             "leader_epoch", "latency", "error"):
+                if getattr(m, accessor)() != getattr(ref, accessor)():
+                    return False
+            if len(m) != len(ref):
+                return False
+            checked += 1
+    return checked == 5
+
+
+def enable_message_layout(message_type: Any) -> bool:
+    """Let the C decoder fill `message_type` (confluent_kafka.Message) objects directly, once
+    their layout is found and verified; returns whether it does. Checked once per type."""
+    if message_type in _layout_checked:
+        return _layout_checked[message_type]
+    ok = False
+    if _accel is not None and hasattr(_accel, "set_message_layout") and isinstance(message_type, type):
+        try:
+            probed = _probe_layout(message_type)
+            if probed is not None:
+                background, offsets = probed
+                _accel.set_message_layout(message_type, background, *(offsets[n] for n in _POINTER_FIELDS),
+                                          *(offsets[n] for n, _ in _INT_FIELDS))
+                ok = _layout_matches_constructor(message_type)
+        except Exception as e:  # noqa: BLE001 - any surprise means: keep calling the constructor
+            logger.debug("replication.records: message layout of %r not usable: %s", message_type, e)
+            ok = False
+        if not ok:
+            _accel.set_message_layout(None)
+    _layout_checked[message_type] = ok
+    logger.debug("replication.records: %s messages are %s", getattr(message_type, "__name__", message_type),
+                 "filled directly" if ok else "built by their constructor")
+    return ok
 
 
 def _py_decode_messages(
