@@ -7,9 +7,11 @@ says to shut the client down.
 Task placement: the group's assignor (cooperative-sticky, or range when a sub-topology reads
 several topics, since only range keeps co-partitioned topics together) hands out source
 partitions; a partition's task is (its sub-topology, its number). confluent-kafka cannot plug
-in Kafka Streams' assignor, so standbys are placed best-effort: with num.standby.replicas >= 1
-every instance keeps a standby of every stateful task it does not run (spread over its
-threads), which covers any single instance failure and makes promotions cheap.
+in Kafka Streams' assignor, so standbys are placed by every instance from the group's membership
+(`standby_placement`): num.standby.replicas copies of each stateful task on other instances,
+refreshed on every local task change and every few seconds. When the membership cannot be read
+(a broker without DescribeConsumerGroups), an instance keeps a standby of every stateful task
+it does not run, which still covers any single instance failure.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from streams.runtime.config import StreamsConfig
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.internal import plan_internal_topics
 from streams.runtime.queries import ReadOnlyKeyValueView
+from streams.runtime.standby_placement import owners_from_members, place_standbys
 from streams.runtime.task import TaskState
 from streams.runtime.thread import StreamThread, ThreadState
 from streams.topology import Topology
@@ -73,6 +76,9 @@ class StreamThreadExceptionResponse(enum.Enum):
 
 
 _PROCESS_FILE = "eddy-process-metadata"
+#: How often the standby placement is recomputed from the group's membership (besides on every
+#: local task change): other instances joining or leaving do not always rebalance this one.
+STANDBY_REFRESH_S = 3.0
 
 
 def _load_process_id(app_dir: str) -> str:
@@ -120,6 +126,9 @@ class App:
         self._store_sub: dict[str, int] = {s: sub.id for sub in self.subtopologies for s in sub.store_names}
         self.process_id: Optional[str] = None
         self._fault_injector: Optional[Callable[[StreamThread, str], None]] = None
+        self._standby_wakeup = threading.Event()
+        self._standby_placer: Optional[threading.Thread] = None
+        self._placed_standbys: Optional[set[TaskId]] = None  # None: membership unknown
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -205,6 +214,10 @@ class App:
         self._update_standbys()
         for t in list(self.threads):
             t.start()
+        if cfg.num_standby_replicas >= 1:
+            self._standby_placer = threading.Thread(target=self._place_standbys_loop, daemon=True,
+                                                    name=f"{self.application_id}-standby-placer")
+            self._standby_placer.start()
 
     def _prepare_topics(self) -> Any:
         metadata = self._admin.list_topics(timeout=30)
@@ -251,6 +264,38 @@ class App:
 
     def _on_tasks_changed(self, thread: StreamThread) -> None:
         self._update_standbys()
+        self._standby_wakeup.set()
+
+    def _place_standbys_loop(self) -> None:
+        """Recompute this instance's standbys from the group's membership (see the module doc);
+        runs off the stream threads, since describing the group is a broker round trip."""
+        while self._state.is_running_or_rebalancing() or self._state is AppState.CREATED:
+            self._standby_wakeup.wait(STANDBY_REFRESH_S)
+            self._standby_wakeup.clear()
+            if not self._state.is_running_or_rebalancing():
+                break
+            placed = self._standbys_from_membership()
+            if placed != self._placed_standbys:
+                self._placed_standbys = placed
+                self._update_standbys()
+
+    def _standbys_from_membership(self) -> Optional[set[TaskId]]:
+        admin = self._admin
+        if admin is None or self._plan is None or self.process_id is None:
+            return None
+        try:
+            group = admin.describe_consumer_groups([self.application_id])[self.application_id].result(10)
+        except Exception as exc:  # noqa: BLE001 - any failure: fall back to every non-active task
+            log.debug("cannot describe group %s for standby placement: %s", self.application_id, exc)
+            return None
+        task_of_partition = {(self.topology.decorate_topic(t, self.application_id), p): TaskId(sub.id, p)
+                             for sub in self.subtopologies if sub.store_names for t in sub.source_topics
+                             for p in range(self._plan.partitions_of_sub[sub.id])}
+        processes, owners = owners_from_members(self.application_id, group.members, task_of_partition)
+        if self.process_id not in processes:
+            return None  # not (yet) a member: nothing trustworthy to place from
+        stateful = sorted(set(task_of_partition.values()), key=str)
+        return place_standbys(stateful, processes, owners, self.config.num_standby_replicas)[self.process_id]
 
     def _update_standbys(self) -> None:
         if self.config.num_standby_replicas < 1 or self._plan is None:
@@ -266,8 +311,9 @@ class App:
                         for p in range(self._plan.partitions_of_sub[sub.id])]
             wanted: dict[int, set] = {t.index: set() for t in threads}
             indexes = sorted(wanted)
+            placed = self._placed_standbys
             for task_id in stateful:
-                if task_id not in active:
+                if task_id not in active and (placed is None or task_id in placed):
                     slot = indexes[zlib.crc32(str(task_id).encode()) % len(indexes)]
                     wanted[slot].add(task_id)
             for t in threads:
@@ -324,6 +370,7 @@ class App:
                 return False
             self._set_state(AppState.PENDING_SHUTDOWN)
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._standby_wakeup.set()  # the placer sees the state and ends
         for t in self.threads:
             t.shutdown()
         for t in self.threads:

@@ -25,6 +25,7 @@ from streams.runtime.collector import RecordCollector, production_handler_from_c
 from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
 from streams.runtime.errors import TaskMigratedError
 from streams.runtime.task import check_transition
+from streams.runtime.standby_placement import consumer_client_id
 from streams.runtime.task_manager import TaskManager
 
 log = logging.getLogger(__name__)
@@ -166,7 +167,7 @@ class StreamThread(threading.Thread):
         cfg = self.config
         main_conf = {
             "group.id": cfg.application_id,
-            "client.id": f"{self.name}-consumer",
+            "client.id": consumer_client_id(cfg.application_id, self.process_id, self.index),
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",

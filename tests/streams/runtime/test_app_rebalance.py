@@ -9,6 +9,7 @@ import pytest
 
 from state.listener import StateRestoreListener
 from streams import App, AppState
+from state.task_id import TaskId
 from streams.runtime.standby import StandbyState
 
 from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, unique, wait_for,
@@ -185,4 +186,39 @@ def test_standby_takes_over_without_full_restore(backend_config, tmp_path):
     finally:
         a.close(timeout=60)
         b.close(timeout=60)
+        cluster.close()
+
+
+def test_standbys_placed_exactly_num_standby_replicas_times_on_other_instances(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(2, lines, out)
+    app_id = unique("place")
+    topo = wordcount_topology(lines, out)
+    apps = [App(topo, {**cluster.config, "application.id": app_id, "state.dir": str(tmp_path / name),
+                       "num.standby.replicas": 1, "commit.interval.ms": 100}) for name in "abc"]
+    stateful = {TaskId(1, 0), TaskId(1, 1)}
+
+    def placed() -> bool:
+        tasks = [app.local_tasks() for app in apps]
+        owners = [t for ts in tasks for t in ts["active"] if t in stateful]
+        if sorted(owners, key=str) != sorted(stateful, key=str):
+            return False
+        for task in stateful:
+            holders = [i for i, ts in enumerate(tasks) if task in ts["standby"]]
+            owner = next(i for i, ts in enumerate(tasks) if task in ts["active"])
+            if len(holders) != 1 or owner in holders:
+                return False
+        return all(app.state is AppState.RUNNING for app in apps)
+
+    try:
+        for app in apps:
+            app.start()
+        wait_for(placed, 60, "one standby of each stateful task, never on its owner")
+        assert apps[0].close(timeout=60)  # an instance leaves: placement follows the new membership
+        apps = apps[1:]
+        wait_for(placed, 60, "one standby of each stateful task among the remaining instances")
+    finally:
+        for app in apps:
+            app.close(timeout=60)
         cluster.close()
