@@ -92,12 +92,14 @@ def produce(backend, records: list) -> float:
 
     start = time.perf_counter()
     p = producer.produce
+    last = len(records) - 1
     for i, (k, v) in enumerate(records):
-        try:
-            p(TOPIC, v, k, partition=0, on_delivery=delivered if i == len(records) - 1 else None)
-        except BufferError:
-            producer.poll(0.05)
-            p(TOPIC, v, k, partition=0)
+        while True:
+            try:
+                p(TOPIC, v, k, partition=0, on_delivery=delivered if i == last else None)
+                break
+            except BufferError:  # the queue is full: wait for deliveries to make room
+                producer.poll(0.05)
     left = producer.flush(600)
     elapsed = time.perf_counter() - start
     if left or errors:
