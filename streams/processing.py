@@ -101,7 +101,8 @@ class ProcessorNode:
 
 
 class SourceNode(ProcessorNode):
-    __slots__ = ("topics", "key_deserialize", "value_deserialize", "timestamp_extractor", "context")
+    __slots__ = ("topics", "key_deserialize", "value_deserialize", "key_deserialize_unchecked",
+                 "value_deserialize_unchecked", "timestamp_extractor", "context")
 
     def __init__(self, name: str, topics: tuple[str, ...], key_serde: Any, value_serde: Any,
                  timestamp_extractor: Any) -> None:
@@ -109,6 +110,8 @@ class SourceNode(ProcessorNode):
         self.topics = topics
         self.key_deserialize = key_serde.deserialize
         self.value_deserialize = value_serde.deserialize
+        self.key_deserialize_unchecked = _serdes.unchecked_deserializer(key_serde)
+        self.value_deserialize_unchecked = _serdes.unchecked_deserializer(value_serde)
         self.timestamp_extractor = timestamp_extractor
         self.context: Optional[ProcessorContextImpl] = None
         self.process = self._process
@@ -121,7 +124,8 @@ class SourceNode(ProcessorNode):
 
 
 class SinkNode(ProcessorNode):
-    __slots__ = ("topic", "key_serialize", "value_serialize", "partitioner", "collector", "send")
+    __slots__ = ("topic", "key_serialize", "value_serialize", "key_serialize_unchecked", "value_serialize_unchecked",
+                 "partitioner", "collector", "send")
 
     def __init__(self, name: str, topic: str, key_serde: Any, value_serde: Any,
                  partitioner: Any, collector: RecordCollector) -> None:
@@ -129,6 +133,8 @@ class SinkNode(ProcessorNode):
         self.topic = topic
         self.key_serialize = key_serde.serialize
         self.value_serialize = value_serde.serialize
+        self.key_serialize_unchecked = _serdes.unchecked_serializer(key_serde)
+        self.value_serialize_unchecked = _serdes.unchecked_serializer(value_serde)
         self.partitioner = partitioner
         self.collector = collector
         self.send = collector.send if collector is not None else None
@@ -194,6 +200,26 @@ class SinkNode(ProcessorNode):
 
             def to_topic(key: Any, value: Any, timestamp: int, headers: Any) -> None:
                 send(topic, key, value, partition=None, timestamp=timestamp, headers=headers)
+
+        key_unchecked, value_unchecked = self.key_serialize_unchecked, self.value_serialize_unchecked
+        if key_unchecked is not None and value_unchecked is not None:
+            def sink_stage_unchecked(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+                try:
+                    try:  # C serializers; on any error the serdes' own calls decide (result or error)
+                        key_bytes = None if key is None else key_unchecked(key)
+                        value_bytes = None if value is None else value_unchecked(value)
+                    except Exception:
+                        try:
+                            key_bytes = key_serialize(key)
+                            value_bytes = value_serialize(value)
+                        except SerializationError as exc:
+                            raise SerializationError(
+                                f"sink {name!r} could not serialize a record for topic {topic!r}: {exc}") from exc
+                    to_topic(key_bytes, value_bytes, timestamp, list(headers) if headers else None)
+                except BaseException:
+                    failed()
+                    raise
+            return sink_stage_unchecked
 
         def sink_stage(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             try:
@@ -370,11 +396,18 @@ class ProcessorContextImpl(ProcessorContext):
                     generic(record, child_name)
             return forward_to_sink
 
-        entry = self._engine.fused_entry(only)
-        if entry is not None:
-            # the child and the stateless nodes after it run as one fused chain (see fused_entry)
+        engine = self._engine
+        if engine.can_fuse(only):
+            # the child and the nodes after it run as one fused chain (see fused_entry), built at
+            # the first forward: processors are initialised parent first, and a stage may need
+            # its processor initialised
+            entry: Any = None
+
             def forward_fused(record: Record, child_name: str | None = None) -> None:
+                nonlocal entry
                 if child_name is None and ctx.current_node is node:
+                    if entry is None:
+                        entry = engine.fused_entry(only)
                     ctx.current_node = only
                     entry(record.key, record.value, record.timestamp, record.headers)
                     # not restored in a finally: after an exception current_node names the failing node
@@ -577,10 +610,11 @@ class TaskEngine:
         """`head` and the nodes after it as one function `entry(key, value, timestamp, headers)`,
         or None when `head` cannot start a chain.
 
-        A processor takes part when it has exactly one child and a `fuse(down, failed)` method
+        A processor takes part when it has at most one child and a `fuse(down, failed)` method
         returning a stage `stage(key, value, timestamp, headers)` that does exactly what its
-        `process` does, calling `down(...)` where `process` forwards (the stateless DSL
-        processors: no context use, no Record objects between them). The chain ends at a sink
+        `process` does, calling `down(...)` (None without a child) where `process` forwards
+        (the stateless DSL processors, and a cached count: no context use, no Record objects
+        between them); `fuse` returns None to decline. The chain ends at a sink
         (serializing and sending directly) or at the first node that cannot be fused, which is
         called through `process(Record)` as `forward` would, with that node current.
 
@@ -591,16 +625,17 @@ class TaskEngine:
         cache = self._fused
         if head.name in cache:
             return cache[head.name]
-        if isinstance(head, SinkNode) or self._fusable(head):
-            entry: Optional[Callable[[Any, Any, int, Any], None]] = self._stage(head, head)
-        else:
-            entry = None
+        entry = self._stage(head, head) if self.can_fuse(head) else None
         cache[head.name] = entry
         return entry
 
     @staticmethod
-    def _fusable(node: ProcessorNode) -> bool:
-        return (node.processor is not None and node.only_child is not None
+    def can_fuse(node: ProcessorNode) -> bool:
+        """Whether `node` may start a fused chain: a sink, or a processor with a `fuse` method
+        and at most one child (its `fuse` may still decline, returning None)."""
+        if isinstance(node, SinkNode):
+            return True
+        return (node.processor is not None and len(node.children) <= 1
                 and callable(getattr(node.processor, "fuse", None)))
 
     def _stage(self, node: ProcessorNode, head: ProcessorNode) -> Callable[[Any, Any, int, Any], None]:
@@ -612,8 +647,11 @@ class TaskEngine:
 
         if isinstance(node, SinkNode):
             return node.stage(failed)
-        if self._fusable(node):
-            return node.processor.fuse(self._stage(node.only_child, head), failed)
+        if self.can_fuse(node):
+            only = node.only_child
+            stage = node.processor.fuse(self._stage(only, head) if only is not None else None, failed)
+            if stage is not None:
+                return stage
         process = node.process
         new = _new_record
 
@@ -645,6 +683,9 @@ class TaskEngine:
             raise StreamsException(f"task {self.task_id} has no source node for topic {topic!r}")
         key_deserialize = source.key_deserialize
         value_deserialize = source.value_deserialize
+        key_unchecked = source.key_deserialize_unchecked
+        value_unchecked = source.value_deserialize_unchecked
+        unchecked = key_unchecked is not None and value_unchecked is not None
         extractor = source.timestamp_extractor
         tp = (topic, partition)
         partition_time = start_partition_time = self.partition_times.get(tp, UNKNOWN_TIME)
@@ -669,8 +710,16 @@ class TaskEngine:
         try:
             for key, value, timestamp, headers, offset in rows:
                 try:
-                    k = key_deserialize(key)
-                    v = value_deserialize(value)
+                    if unchecked:
+                        try:  # C deserializers; on any error the serdes' own calls decide
+                            k = None if key is None else key_unchecked(key)
+                            v = None if value is None else value_unchecked(value)
+                        except Exception:
+                            k = key_deserialize(key)
+                            v = value_deserialize(value)
+                    else:
+                        k = key_deserialize(key)
+                        v = value_deserialize(value)
                 except SerializationError as exc:
                     self._deserialization_failed(exc, source, topic, partition, offset, key, value)
                     continue

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Serde", "BYTES", "STRING", "INT32", "INT64", "FLOAT", "DOUBLE", "JSON",
-    "INTEGER", "LONG", "serde_by_name", "serde_from_config",
+    "INTEGER", "LONG", "serde_by_name", "serde_from_config", "unchecked_serializer", "unchecked_deserializer",
     "DeserializationHandlerResponse", "log_and_fail", "log_and_continue",
     "deserialization_handler_from_config", "DESERIALIZATION_HANDLER_CONFIG",
     "DEFAULT_KEY_SERDE_CONFIG", "DEFAULT_VALUE_SERDE_CONFIG",
@@ -103,12 +103,31 @@ def _preview(data: Any, limit: int = 32) -> str:
     return f"{type(data).__name__} {data!r}"
 
 
-def _builtin(name: str, serialize: Callable, deserialize: Callable) -> Serde:
+def _builtin(name: str, serialize: Callable, deserialize: Callable,
+             serialize_unchecked: Callable | None = None, deserialize_unchecked: Callable | None = None) -> Serde:
     serde = Serde()
     serde.name = name
     serde.serialize = serialize  # type: ignore[method-assign]
     serde.deserialize = deserialize  # type: ignore[method-assign]
+    if serialize_unchecked is not None:
+        serde.serialize_unchecked = serialize_unchecked  # type: ignore[attr-defined]
+    if deserialize_unchecked is not None:
+        serde.deserialize_unchecked = deserialize_unchecked  # type: ignore[attr-defined]
     return serde
+
+
+def unchecked_serializer(serde: Any) -> Callable[[Any], bytes] | None:
+    """For hot paths: a function that, given a non-None object, returns exactly what
+    `serde.serialize` returns or raises (any exception: the caller then calls `serde.serialize`,
+    which returns the same result or raises the serde's own error). A C function for STRING
+    (`str.encode`) and BYTES (`bytes.__bytes__`), so no Python frame per call; None for serdes
+    without one."""
+    return getattr(serde, "serialize_unchecked", None)
+
+
+def unchecked_deserializer(serde: Any) -> Callable[[bytes], Any] | None:
+    """`unchecked_serializer`'s counterpart for `deserialize` (non-None bytes in)."""
+    return getattr(serde, "deserialize_unchecked", None)
 
 
 # ---- BYTES ----------------------------------------------------------------------------------
@@ -124,7 +143,7 @@ def _ser_bytes(obj: Any) -> bytes | None:
 def _de_bytes(data: bytes | None) -> bytes | None:
     if data is None or type(data) is bytes:
         return data
-    if isinstance(data, (bytearray, memoryview)):
+    if isinstance(data, (bytes, bytearray, memoryview)):  # a bytes subclass too, as _ser_bytes
         return bytes(data)
     raise SerializationError(f"BYTES serde cannot deserialize {type(data).__name__}: expected bytes")
 
@@ -222,8 +241,9 @@ def _de_json(data: bytes | None) -> Any:
         raise SerializationError(f"JSON serde cannot deserialize {_preview(data)}: {exc}") from None
 
 
-BYTES: Serde = _builtin("BYTES", _ser_bytes, _de_bytes)
-STRING: Serde = _builtin("STRING", _ser_string, _de_string)
+# bytes.__bytes__: the same object for bytes, an exact copy for a bytes subclass, TypeError otherwise
+BYTES: Serde = _builtin("BYTES", _ser_bytes, _de_bytes, bytes.__bytes__, bytes.__bytes__)
+STRING: Serde = _builtin("STRING", _ser_string, _de_string, _str_encode, _bytes_decode)
 INT32: Serde = _fixed("INT32", ">i", int)
 INT64: Serde = _fixed("INT64", ">q", int)
 FLOAT: Serde = _fixed("FLOAT", ">f", float)

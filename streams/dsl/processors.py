@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Any, Callable, NamedTuple, Optional
 
 from state.caching import CachingKeyValueStore
 from state.typed import TypedKeyValueStore
 
+from streams import serdes as _serdes
 from streams.errors import StreamsException
 from streams.processor import Processor, ProcessorContext, Record
 
@@ -49,7 +51,9 @@ class MapValuesProcessor(_Forwarding):
         rec.headers = record.headers
         self.forward(rec)
 
-    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+    def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
+        if down is None:  # no child: nothing to fuse with
+            return None
         fn = self.fn
 
         def map_values(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -76,7 +80,9 @@ class FlatMapValuesProcessor(_Forwarding):
             rec.headers = headers
             forward(rec)
 
-    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+    def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
+        if down is None:  # no child: nothing to fuse with
+            return None
         fn = self.fn
 
         def flat_map_values(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -98,7 +104,9 @@ class FilterProcessor(_Forwarding):
         if bool(self.predicate(record.key, record.value)) is not self.negate:
             self.forward(record)
 
-    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+    def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
+        if down is None:  # no child: nothing to fuse with
+            return None
         predicate, negate = self.predicate, self.negate
 
         def filter_(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -121,7 +129,9 @@ class PeekProcessor(_Forwarding):
         if self.forwards:
             self.forward(record)
 
-    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+    def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
+        if down is None:  # no child: nothing to fuse with
+            return None
         action, forwards = self.action, self.forwards
 
         def peek(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -148,7 +158,9 @@ class KeySelectProcessor(_Forwarding):
         rec.headers = record.headers
         self.forward(rec)
 
-    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+    def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
+        if down is None:  # no child: nothing to fuse with
+            return None
         fn = self.fn
 
         def key_select(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -167,7 +179,9 @@ class NullKeyFilterProcessor(_Forwarding):
         if record.key is not None:
             self.forward(record)
 
-    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+    def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
+        if down is None:  # no child: nothing to fuse with
+            return None
         def null_key_filter(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if key is not None:  # only `down` can fail here, and it names itself
                 down(key, value, timestamp, headers)
@@ -203,6 +217,27 @@ class CountProcessor(_Forwarding):
         if not self.forward_on_update:
             self._update = _cached_counter(store)
 
+    def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
+        """With the cache feeding downstream, counting needs no context: fused (a record's
+        only effect is the store update; flushes forward through the listener's own scope)."""
+        counter = self._update
+        if counter is None:
+            return None
+        get, put, name = self.get, self.put, self.store_name
+
+        def count(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key is None:
+                log.debug("count %s: dropping a record with a None key", name)
+                return
+            try:
+                if not counter(key, timestamp):  # the typed store raises its own error
+                    old = get(key)
+                    put(key, 1 if old is None else old + 1, timestamp)
+            except BaseException:
+                failed()
+                raise
+        return count
+
     def _on_flush(self, key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
         self.forward(Record._make(key, Change(new_value, old_value), timestamp, ()))
 
@@ -221,6 +256,9 @@ class CountProcessor(_Forwarding):
             self.forward(Record._make(key, Change(new, old), record.timestamp, record.headers))
 
 
+_INT64 = struct.Struct(">q")
+
+
 def _cached_counter(store: Any) -> Optional[Callable[[Any, int], bool]]:
     """For a count over the plain typed -> caching stack (downstream fed by the cache's flush
     listener): `counter(key, timestamp)` adding one to `key` with the caching layer's `update`
@@ -230,22 +268,40 @@ def _cached_counter(store: Any) -> Optional[Callable[[Any, int], bool]]:
     if type(store) is not TypedKeyValueStore:
         return None
     inner = store.wrapped
-    if not isinstance(inner, CachingKeyValueStore) or store.key_serde is None or store.value_serde is None:
+    key_serde, value_serde = store.key_serde, store.value_serde
+    if not isinstance(inner, CachingKeyValueStore) or key_serde is None or value_serde is None:
         return None
-    key_serialize = store.key_serde.serialize
-    value_serialize = store.value_serde.serialize
-    value_deserialize = store.value_serde.deserialize
+    key_serialize = key_serde.serialize
+    key_unchecked = _serdes.unchecked_serializer(key_serde) or key_serialize
+    value_serialize = value_serde.serialize
+    value_deserialize = value_serde.deserialize
     update = inner.update
     one = value_serialize(1)
 
-    def add_one(old: Optional[bytes]) -> bytes:
-        return one if old is None else value_serialize(value_deserialize(old) + 1)
+    if value_serde is _serdes.INT64:
+        pack, unpack = _INT64.pack, _INT64.unpack
+
+        def add_one(old: Optional[bytes]) -> bytes:
+            if old is None:
+                return one
+            try:  # INT64's own format; any oddity (size, overflow) goes through the serde
+                return pack(unpack(old)[0] + 1)
+            except Exception:
+                return value_serialize(value_deserialize(old) + 1)
+    else:
+        def add_one(old: Optional[bytes]) -> bytes:
+            return one if old is None else value_serialize(value_deserialize(old) + 1)
 
     def counter(key: Any, timestamp: int) -> bool:
         try:
-            key_bytes = key_serialize(key)
+            key_bytes = key_unchecked(key)
         except Exception:
-            return False
+            if key_unchecked is key_serialize:
+                return False
+            try:
+                key_bytes = key_serialize(key)
+            except Exception:
+                return False
         if key_bytes is None:
             return False
         update(key_bytes, add_one, timestamp)
@@ -260,7 +316,9 @@ class ToStreamProcessor(_Forwarding):
             raise StreamsException(f"KTable.to_stream expected a table update (Change), got {value!r}")
         self.forward(record.with_value(value.new_value))
 
-    def fuse(self, down: Stage, failed: Callable[[], None]) -> Stage:
+    def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
+        if down is None:  # no child: nothing to fuse with
+            return None
         def to_stream(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             try:
                 if type(value) is not Change and not isinstance(value, Change):
