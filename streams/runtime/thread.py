@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicPartition
 
 from state.caching import ThreadCache
 from state.errors import TaskCorruptedError
@@ -85,6 +85,12 @@ class StreamThread(threading.Thread):
         self.state_directory = state_directory
         self.process_id = process_id
         self.source_topics = source_topics
+        # Repartition topics this app reads: records below the committed offsets are deleted
+        # every repartition.purge.interval.ms, as Kafka Streams does (they are never read again).
+        self.repartition_topics = frozenset(
+            t for t in source_topics if t.startswith(f"{config.application_id}-") and t.endswith("-repartition"))
+        self.purge_interval_s = float(config.raw.get("repartition.purge.interval.ms", 30000)) / 1000.0
+        self._purged: dict[tuple[str, int], int] = {}
         self.restore_listener = restore_listener
         self.assignment_strategy = assignment_strategy
         self._cooperative = "cooperative" in assignment_strategy
@@ -234,6 +240,7 @@ class StreamThread(threading.Thread):
                                     on_revoke=self._on_revoke, on_lost=self._on_lost)
             commit_interval_s = self.config.commit_interval_ms / 1000.0
             next_commit = time.monotonic() + commit_interval_s
+            next_purge = time.monotonic() + self.purge_interval_s
             while not self._stop_event.is_set():
                 try:
                     self._run_once()
@@ -243,6 +250,9 @@ class StreamThread(threading.Thread):
                         self.task_manager.commit()
                         self._inject("after_commit")
                         next_commit = now + commit_interval_s
+                        if self.repartition_topics and now >= next_purge:
+                            self._purge_repartition_topics()
+                            next_purge = now + self.purge_interval_s
                 except TaskMigratedError as exc:
                     self.task_manager.handle_migrated(exc)
                 except StreamsException as exc:
@@ -307,6 +317,31 @@ class StreamThread(threading.Thread):
             self.processed_total += processed
             self._inject("after_process")
         tm.punctuate()
+
+    def _purge_repartition_topics(self) -> None:
+        """Delete repartition records below the offsets this thread's tasks committed; the
+        request runs in the background and a failure only costs disk (logged, retried later)."""
+        offsets = {}
+        for task in self.task_manager.tasks.values():
+            for tp, offset in task.committed.items():
+                if tp[0] in self.repartition_topics and self._purged.get(tp) != offset:
+                    offsets[tp] = offset
+        if not offsets or self.admin is None:
+            return
+        try:
+            futures = self.admin.delete_records([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
+        except Exception as exc:  # noqa: BLE001 - purging is best effort
+            log.info("%s: cannot purge repartition topics: %s", self.name, exc)
+            return
+        for tp, future in futures.items():
+            future.add_done_callback(lambda f, key=(tp.topic, tp.partition), off=tp.offset: self._purge_done(key, off, f))
+
+    def _purge_done(self, tp: tuple[str, int], offset: int, future: Any) -> None:
+        exc = future.exception()
+        if exc is None:
+            self._purged[tp] = offset
+        else:
+            log.debug("%s: purging %s-%d below %d failed: %s", self.name, tp[0], tp[1], offset, exc)
 
     # ---- shutdown ---------------------------------------------------------------------------
 
