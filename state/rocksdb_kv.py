@@ -46,6 +46,19 @@ BLOCK_CACHE_SIZE = 50 * MiB
 BLOCK_SIZE = 4096
 BLOOM_BITS_PER_KEY = 10
 
+# Bulk loading while a large restore streams in (Kafka Streams' RocksDBStore did the same with
+# toggleDbForBulkLoading): automatic compactions are off, so the restored data is compacted once
+# when the mode ends instead of over and over while it arrives, and the restore thread does not
+# compete with compactions for the CPU. With automatic compactions off RocksDB applies no level-0
+# write stalls. The mode ends at flush() (the state manager flushes at every checkpoint), at
+# close(), or once level 0 holds BULK_LOAD_MAX_L0_FILES files, below the slowdown trigger (20)
+# that applies again when compactions are back.
+BULK_LOAD_MIN_RECORDS = 100_000  # restored records since the last flush that turn it on
+BULK_LOAD_MAX_L0_FILES = 12
+BULK_LOAD_CHECK_EVERY = 16  # restored batches between two looks at the level-0 file count
+_BULK_OFF, _BULK_ON, _BULK_DONE = 0, 1, 2  # _BULK_DONE: ended early, stays off until flush()
+_L0_FILES = "rocksdb.num-files-at-level0"
+
 LAYOUT_FILE = "EDDY_STORE_LAYOUT"
 
 # Runs an iterator to its end from C (a deque of length 0 keeps nothing).
@@ -128,6 +141,31 @@ def check_layout(path: pathlib.Path, layout: str, store_name: str) -> None:
         os.close(dir_fd)
 
 
+def _end_interrupted_bulk_loading(db: Rdict, path: pathlib.Path, store_name: str) -> None:
+    """Switch compactions back on when the store was left in bulk loading mode (a process that
+    died mid-restore): rocksdict reopens the default column family with the options RocksDB last
+    persisted in its newest OPTIONS file, which then still has them off."""
+    newest = None
+    for entry in path.glob("OPTIONS-*"):
+        try:
+            number = int(entry.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        if newest is None or number > newest[0]:
+            newest = (number, entry)
+    if newest is None:
+        return
+    try:
+        stale = any(line.strip() == "disable_auto_compactions=true"
+                    for line in newest[1].read_text(errors="replace").splitlines())
+    except OSError:
+        return
+    if stale:
+        log.info("state store %s: automatic compactions were left off by an interrupted restore; "
+                 "switching them back on", store_name)
+        db.set_options({"disable_auto_compactions": "false"})
+
+
 def key_after(key: bytes) -> bytes:
     """The smallest key strictly greater than `key` in byte order."""
     return key + b"\x00"
@@ -161,6 +199,9 @@ class RocksDBKeyValueStore(KeyValueStore):
         self._path: Optional[pathlib.Path] = None
         self._write_opts = _write_options()
         self._iterators = IteratorTracker()
+        self._bulk = _BULK_OFF
+        self._restored_since_flush = 0
+        self._bulk_batches = 0
 
     # ---------------------------------------------------------------- lifecycle
     def init(self, context: StoreContext) -> None:
@@ -181,6 +222,7 @@ class RocksDBKeyValueStore(KeyValueStore):
         self._db = db
         self._path = path
         self.is_open = True
+        _end_interrupted_bulk_loading(db, path, self.name)
         log.debug("opened RocksDB store %s at %s", self.name, path)
 
     @property
@@ -195,7 +237,12 @@ class RocksDBKeyValueStore(KeyValueStore):
 
     def flush(self) -> None:
         """Flush memtables to SST files (the WAL is off, so this is what makes writes durable)."""
-        self._open_db().flush(True)
+        db = self._open_db()
+        if self._bulk == _BULK_ON:
+            self._set_bulk_loading(db, False)
+        self._bulk = _BULK_OFF
+        self._restored_since_flush = 0
+        db.flush(True)
 
     def close(self, dirty: bool = False) -> None:
         db = self._db
@@ -204,10 +251,32 @@ class RocksDBKeyValueStore(KeyValueStore):
         self._iterators.invalidate_all()
         self._db = None
         self.is_open = False
+        # rocksdict reopens the default column family with the options RocksDB last persisted,
+        # so compactions are switched back on before closing.
+        if self._bulk == _BULK_ON:
+            self._set_bulk_loading(db, False)
+        self._bulk = _BULK_OFF
+        self._restored_since_flush = 0
         try:
             db.close()
         finally:
             log.debug("closed RocksDB store %s", self.name)
+
+    @property
+    def bulk_loading(self) -> bool:
+        """Whether a large restore has switched automatic compactions off (until flush())."""
+        return self._bulk == _BULK_ON
+
+    def _set_bulk_loading(self, db: Rdict, on: bool) -> None:
+        try:
+            db.set_options({"disable_auto_compactions": "true" if on else "false"})
+        except Exception as exc:  # noqa: BLE001 - bulk loading is only an optimisation
+            log.warning("state store %s: cannot %s bulk loading: %s", self.name, "start" if on else "end", exc)
+            self._bulk = _BULK_DONE
+            return
+        self._bulk = _BULK_ON if on else _BULK_DONE
+        self._bulk_batches = 0
+        log.debug("state store %s: bulk loading %s", self.name, "on" if on else "off")
 
     # ---------------------------------------------------------------- point ops
     # get and put are the hot path: the checks are inlined and call the validators only for a
@@ -298,6 +367,16 @@ class RocksDBKeyValueStore(KeyValueStore):
                 else:
                     put(key, value)
         db.write(batch, self._write_opts)
+        bulk = self._bulk
+        if bulk == _BULK_ON:
+            self._bulk_batches += 1
+            if (self._bulk_batches % BULK_LOAD_CHECK_EVERY == 0
+                    and (db.property_int_value(_L0_FILES) or 0) >= BULK_LOAD_MAX_L0_FILES):
+                self._set_bulk_loading(db, False)
+        elif bulk == _BULK_OFF:
+            self._restored_since_flush += len(records)
+            if self._restored_since_flush >= BULK_LOAD_MIN_RECORDS:
+                self._set_bulk_loading(db, True)
 
     # ---------------------------------------------------------------- iteration
     def _forward(self, db: Rdict, key_from: Optional[bytes], upper_exclusive: Optional[bytes]) -> Iterator:
