@@ -54,6 +54,7 @@ class StateDirectory:
         self.app_dir = self.state_dir / application_id
         self._mutex = threading.Lock()
         self._owners: dict[TaskId, _Owner] = {}
+        self._app_lock_fd: int | None = None
 
     def __repr__(self) -> str:
         return f"StateDirectory({str(self.app_dir)!r})"
@@ -106,6 +107,29 @@ class StateDirectory:
         return result
 
     # ------------------------------------------------------------------- locks
+
+    def lock_application(self) -> None:
+        """Take `<state.dir>/<application.id>/.lock` for this instance, as Kafka Streams locks
+        its state directory: two running instances of one app must not share a state directory
+        (they would share a process id, hence transactional ids and task directories). Raises
+        LockError naming the directory and, when known, the holder."""
+        with self._mutex:
+            if self._app_lock_fd is not None:
+                return
+            self.app_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.app_dir / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise LockError(
+                    f"state directory {self.app_dir} is used by another running instance of application "
+                    f"{self.application_id!r}" + (f" ({holder})" if holder else "")
+                    + "; give each instance its own state.dir"
+                ) from e
+            _write_holder(fd)
+            self._app_lock_fd = fd
 
     def lock(self, task_id: TaskId) -> None:
         """Take the task directory for the calling thread; raises LockError if anyone else has it.
@@ -188,8 +212,11 @@ class StateDirectory:
         """Release every lock this instance holds (whatever thread took it)."""
         with self._mutex:
             owners, self._owners = self._owners, {}
+            app_fd, self._app_lock_fd = self._app_lock_fd, None
         for owner in owners.values():
             _release(owner.fd)
+        if app_fd is not None:
+            _release(app_fd)
 
     # ----------------------------------------------------------------- cleanup
 

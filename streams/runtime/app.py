@@ -200,8 +200,12 @@ class App:
             self._plan = self._prepare_topics()
             os.makedirs(cfg.state_dir, exist_ok=True)
             self._state_directory = StateDirectory(cfg.state_dir, self.application_id)
+            self._state_directory.lock_application()
             self.process_id = _load_process_id(str(self._state_directory.app_dir))
         except BaseException:
+            if self._state_directory is not None:
+                self._state_directory.close()
+                self._state_directory = None
             self._backend.close()
             raise
         multi_topic = any(len(s.source_topics) > 1 for s in self.subtopologies)
