@@ -732,18 +732,31 @@ class GroupCoordinator:
 
     # -- transactional offsets (called by the transaction coordinator) ------------------------
 
-    def txn_offset_commit(self, group_id: str, producer_id: int, producer_epoch: int, offsets: Any) -> None:
-        """TxnOffsetCommit: offsets held until `complete_pending_txn_offsets(producer_id, ...)`.
+    def txn_offset_commit(self, group_id: str, producer_id: int, producer_epoch: int, offsets: Any,
+                          member_id: str = "", generation: int = -1) -> int:
+        """TxnOffsetCommit: offsets held until `complete_pending_txn_offsets(producer_id, ...)`;
+        returns an error code.
 
         `offsets`: a mapping of (topic, partition) to an offset, an `OffsetAndMetadata` or an
         (offset, metadata) pair, or a list of objects with topic/partition/offset[/metadata]
-        (confluent's TopicPartition).
+        (confluent's TopicPartition). With a member id or generation (the consumer's group
+        metadata, KIP-447) they are checked like a consumer's commit: a producer still holding
+        the metadata of a generation that rebalanced away gets ILLEGAL_GENERATION or
+        UNKNOWN_MEMBER_ID, so a zombie cannot commit offsets of partitions it no longer owns.
         """
         parsed = _parse_offsets(offsets)
         self._ensure_loaded()
         with self._lock:
+            if generation >= 0 or member_id:
+                group = self._groups.get(group_id)
+                member = group.members.get(member_id) if group is not None else None
+                if member is None:
+                    return UNKNOWN_MEMBER_ID
+                if generation != group.generation:
+                    return ILLEGAL_GENERATION
             pending = self._pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
             pending.update(parsed)
+        return Errors.NONE
 
     def pending_txn_offsets(self, producer_id: int) -> dict[str, dict[TopicPartition, OffsetAndMetadata]]:
         """A copy of the offsets a transaction has sent so far, per group (the transaction

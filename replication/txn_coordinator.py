@@ -66,6 +66,8 @@ class TxnErrors(enum.IntEnum):
     INVALID_TRANSACTION_TIMEOUT = 50
     CONCURRENT_TRANSACTIONS = 51
     INVALID_REQUEST = 42
+    ILLEGAL_GENERATION = 22
+    UNKNOWN_MEMBER_ID = 25
     PRODUCER_FENCED = 90
 
 
@@ -452,17 +454,17 @@ class TransactionCoordinator:
                 return TxnErrors.COORDINATOR_NOT_AVAILABLE
 
     def send_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                            group_id: str, offsets: Any) -> TxnErrors:
+                            group_id: str, offsets: Any, member_id: str = "", generation: int = -1) -> TxnErrors:
         """AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator (offsets pending
-        until the transaction ends)."""
+        until the transaction ends; member and generation checked when given, KIP-447)."""
         error = self.add_offsets_to_txn(transactional_id, producer_id, producer_epoch, group_id)
         if error:
             return error
         groups = getattr(self.cluster, "group_coordinator", None)
         if groups is None:
             return TxnErrors.COORDINATOR_NOT_AVAILABLE
-        groups.txn_offset_commit(group_id, producer_id, producer_epoch, offsets)
-        return TxnErrors.NONE
+        code = groups.txn_offset_commit(group_id, producer_id, producer_epoch, offsets, member_id, generation)
+        return TxnErrors(int(code)) if code else TxnErrors.NONE
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnErrors:
         with self._lock:

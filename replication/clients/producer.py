@@ -80,6 +80,10 @@ _TXN_RETRIABLE = frozenset({15, 16, 51, 7})  # coordinator (not) available, conc
 _FENCING = frozenset({Errors.INVALID_PRODUCER_EPOCH, Errors.PRODUCER_FENCED})
 
 
+_ILLEGAL_GENERATION = 22
+_UNKNOWN_MEMBER_ID = 25
+
+
 class _TxnState:
     UNINIT = "uninit"
     READY = "ready"
@@ -995,9 +999,25 @@ class Producer:
                                       f"{tp.topic} [{tp.partition}]")
         if not offsets:
             return
-        self._txn_call(lambda: self._coordinator().send_offsets_to_txn(
-            self._transactional_id, self._producer_id, self._producer_epoch, group_id, list(offsets)),
-            timeout, "AddOffsetsToTxn")
+        member_id = getattr(group_metadata, "member_id", None) or ""
+        generation = getattr(group_metadata, "generation_id", -1)
+        try:
+            self._txn_call(lambda: self._coordinator().send_offsets_to_txn(
+                self._transactional_id, self._producer_id, self._producer_epoch, group_id, list(offsets),
+                member_id, generation if isinstance(generation, int) else -1),
+                timeout, "AddOffsetsToTxn")
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() in (_ILLEGAL_GENERATION, _UNKNOWN_MEMBER_ID):
+                # librdkafka: the consumer's group moved on; only aborting the transaction helps
+                with self._lock:
+                    self._txn_error = kafka_error(error.code(), f"TxnOffsetCommit: {error.str()} (the consumer "
+                                                  "group rebalanced)", txn_requires_abort=True)
+                    if self._txn_state == _TxnState.IN_TRANSACTION:
+                        self._txn_state = _TxnState.ABORTABLE_ERROR
+                        self._refresh_gate_locked()
+                raise KafkaException(self._txn_error) from None
+            raise
         self._txn_has_offsets = True
 
     def commit_transaction(self, timeout: float | None = None) -> None:
