@@ -56,20 +56,31 @@ CACHE_MAX_BYTES_CONFIG = "statestore.cache.max.bytes"
 ENTRY_OVERHEAD = 64
 
 
-class CacheEntry:
-    __slots__ = ("value", "dirty", "timestamp", "size")
+# The old value of a dirty entry when the cache does not know what the wrapped store holds.
+UNKNOWN = object()
 
-    def __init__(self, value: Optional[bytes], dirty: bool, timestamp: int, size: int) -> None:
+
+class CacheEntry:
+    """A cached value. `old` is, while the entry is dirty, the wrapped store's value for the key
+    (known when the entry was clean - a read-through or a flushed write - or read through by
+    `update`, before it was dirtied), else UNKNOWN: every write to the wrapped store goes
+    through this cache, so the flush can hand it to the listener without reading the store."""
+
+    __slots__ = ("value", "dirty", "timestamp", "size", "old")
+
+    def __init__(self, value: Optional[bytes], dirty: bool, timestamp: int, size: int, old: object = UNKNOWN) -> None:
         self.value = value
         self.dirty = dirty
         self.timestamp = timestamp
         self.size = size
+        self.old = old
 
 
 class DirtyEntry(NamedTuple):
     key: bytes
     value: Optional[bytes]
     timestamp: int
+    old_value: object = UNKNOWN  # the wrapped store's value if known (see CacheEntry.old)
 
 
 DirtyEntryFlushListener = Callable[[list], None]
@@ -111,8 +122,10 @@ class NamedCache:
             delta = size
         else:
             delta = size - entry.size
+            if not entry.dirty:
+                entry.old = entry.value  # a clean entry holds the store's value
+                entry.dirty = True
             entry.value = value
-            entry.dirty = True
             entry.timestamp = timestamp
             entry.size = size
             entries.move_to_end(key)
@@ -149,7 +162,7 @@ class NamedCache:
         for key in self.dirty:
             entry = entries[key]
             value = entry.value
-            append(_new_tuple(DirtyEntry, (key, value, entry.timestamp)))
+            append(_new_tuple(DirtyEntry, (key, value, entry.timestamp, entry.old)))
             entry.dirty = False
             if value is None:
                 tombstones.append(key)
@@ -176,7 +189,7 @@ class NamedCache:
         self.evictions += 1
         if entry.dirty:
             del self.dirty[key]
-            self.flush(DirtyEntry(key, entry.value, entry.timestamp))
+            self.flush(_new_tuple(DirtyEntry, (key, entry.value, entry.timestamp, entry.old)))
         return size
 
 
@@ -439,12 +452,14 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         put = self.wrapped.put
         listener = self._flush_listener
         if listener is None:
-            for key, value, timestamp in entries:
+            for key, value, timestamp, _old in entries:
                 put(key, value, timestamp)
             return
         get = self._reader.get
-        for key, value, timestamp in entries:
-            old = get(key)
+        unknown = UNKNOWN
+        for key, value, timestamp, old in entries:
+            if old is unknown:
+                old = get(key)
             if value is None and old is None:
                 continue
             put(key, value, timestamp)
@@ -538,7 +553,7 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                 flush = named.listener
                 if flush is None:
                     raise StateError(f"cache {named.name!r} has dirty entries but no flush listener")
-                flush([_new_tuple(DirtyEntry, (key, value, timestamp))])
+                flush([_new_tuple(DirtyEntry, (key, value, timestamp, UNKNOWN))])
                 return
             # NamedCache.put_dirty, inlined.
             size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
@@ -548,8 +563,10 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                 delta = size
             else:
                 delta = size - entry.size
+                if not entry.dirty:
+                    entry.old = entry.value  # a clean entry holds the store's value
+                    entry.dirty = True
                 entry.value = value
-                entry.dirty = True
                 entry.timestamp = timestamp
                 entry.size = size
                 entries.move_to_end(key)
@@ -605,17 +622,19 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                 flush = named.listener
                 if flush is None:
                     raise StateError(f"cache {named.name!r} has dirty entries but no flush listener")
-                flush([_new_tuple(DirtyEntry, (key, value, timestamp))])
+                flush([_new_tuple(DirtyEntry, (key, value, timestamp, old))])
                 return value
             # NamedCache.put_dirty, inlined (as in put).
             size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
             if entry is None:
-                entries[key] = CacheEntry(value, True, timestamp, size)
+                entries[key] = CacheEntry(value, True, timestamp, size, old)
                 delta = size
             else:
                 delta = size - entry.size
+                if not entry.dirty:
+                    entry.old = entry.value  # a clean entry holds the store's value
+                    entry.dirty = True
                 entry.value = value
-                entry.dirty = True
                 entry.timestamp = timestamp
                 entry.size = size
                 entries.move_to_end(key)
@@ -710,7 +729,7 @@ class CachingWindowStore(_CachingStore):
         wrapped = self.wrapped
         listener = self._flush_listener
         size = self.window_size_ms
-        for changelog_key, value, timestamp in entries:
+        for changelog_key, value, timestamp, _old in entries:
             key, start, _ = decode_window_changelog_key(changelog_key)
             if listener is None:
                 wrapped.put(key, value, start, timestamp)
@@ -836,7 +855,7 @@ class CachingSessionStore(_CachingStore):
     def _write_down(self, entries: list) -> None:
         wrapped = self.wrapped
         listener = self._flush_listener
-        for changelog_key, value, timestamp in entries:
+        for changelog_key, value, timestamp, _old in entries:
             key, start, end = decode_session_changelog_key(changelog_key)
             if listener is None:
                 wrapped.put(key, start, end, value, timestamp)
