@@ -57,7 +57,9 @@ class StreamsConfig:
         return self.processing_guarantee == EXACTLY_ONCE_V2
 
     @classmethod
-    def parse(cls, config: Mapping[str, Any]) -> "StreamsConfig":
+    def parse(cls, config: Mapping[str, Any], *, require_bootstrap_servers: bool = True) -> "StreamsConfig":
+        """Validate `config`; `require_bootstrap_servers=False` is for the TopologyTestDriver, which
+        talks to no cluster (a missing key then parses as ""; a present one is still checked)."""
         if not isinstance(config, Mapping):
             raise ConfigError(f"App config must be a dict, got {type(config).__name__}")
         raw = dict(config)
@@ -69,7 +71,9 @@ class StreamsConfig:
                 not (c.isalnum() and c.isascii()) and c not in "._-" for c in app_id):
             raise ConfigError(f"config 'application.id' must be 1-249 characters of [a-zA-Z0-9._-], got {app_id!r}")
         servers = raw.get("bootstrap.servers")
-        if not isinstance(servers, str) or not servers.strip():
+        if servers is None and not require_bootstrap_servers:
+            servers = ""
+        elif not isinstance(servers, str) or not servers.strip():
             raise ConfigError("config 'bootstrap.servers' is required: 'host:port' for Kafka or "
                               "'local:///path/to/dir' for the embedded cluster")
         guarantee = raw.get("processing.guarantee", AT_LEAST_ONCE)

@@ -19,13 +19,14 @@ from typing import Any, Iterable, Mapping, Optional
 
 from confluent_kafka import TopicPartition
 
-from state.caching import CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_BYTES, ThreadCache
+from state.caching import ThreadCache
 from state.directory import StateDirectory
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
-from streams.errors import EmptyTopicError, StoreAccessError, StreamsException, UnknownTopicError
+from streams.errors import ConfigError, EmptyTopicError, StoreAccessError, StreamsException, UnknownTopicError
 from streams.processing import TaskEngine
 from streams.processor import _normalize_headers
+from streams.runtime.config import StreamsConfig
 from streams.topology import Topology, changelog_topic_name
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,16 @@ class TopologyTestDriver:
                  initial_wall_clock_time_ms: int = 0) -> None:
         if not isinstance(topology, Topology):
             raise StreamsException(f"TopologyTestDriver needs a Topology, got {type(topology).__name__}")
-        self.config: dict[str, Any] = dict(config or {})
-        self.application_id: str = self.config.setdefault("application.id", DEFAULT_APPLICATION_ID)
+        if config is not None and not isinstance(config, Mapping):
+            raise ConfigError(f"TopologyTestDriver config must be a dict, got {type(config).__name__}")
+        raw = dict(config or {})
+        raw.setdefault("application.id", DEFAULT_APPLICATION_ID)
+        # the App's own validation (same ConfigErrors, same defaults and deprecated-key fallbacks);
+        # only bootstrap.servers is optional: the driver talks to no cluster
+        parsed = StreamsConfig.parse(raw, require_bootstrap_servers=False)
+        self.streams_config = parsed
+        self.config: dict[str, Any] = raw
+        self.application_id: str = parsed.application_id
         self.topology = topology
         self._wall_clock_ms = int(initial_wall_clock_time_ms)
         self._closed = False
@@ -115,15 +124,16 @@ class TopologyTestDriver:
         self._registered: list[ProcessorStateManager] = []
         self._tmp_dir: Optional[str] = None
         subtopologies = topology.build()
-        state_dir = self.config.get("state.dir")
-        if state_dir is None:
+        if raw.get("state.dir"):
+            state_dir = parsed.state_dir
+        else:  # unlike the App (a shared default directory), each driver gets its own temporary one
             self._tmp_dir = tempfile.mkdtemp(prefix="eddy-ttd-")
             state_dir = self._tmp_dir
-            self.config["state.dir"] = state_dir
+        self.config["state.dir"] = state_dir
         self._state_directory = StateDirectory(state_dir, self.application_id)
-        self._eos = self.config.get("processing.guarantee") in ("exactly_once_v2", "exactly_once")
+        self._eos = parsed.eos_enabled
         # one stream thread -> one record cache shared by all caching stores (Kafka's ThreadCache)
-        self._thread_cache = ThreadCache(int(self.config.get(CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_BYTES)))
+        self._thread_cache = ThreadCache(parsed.cache_max_bytes)
         try:
             for sub in subtopologies:
                 self._add_task(sub)

@@ -1,0 +1,117 @@
+"""The TopologyTestDriver validates its config exactly as the App does (StreamsConfig.parse),
+and the state-store cache size comes from the same keys and defaults."""
+
+import pytest
+
+from eddy.errors import EddyError
+from streams import App, StreamsBuilder, serdes
+from streams.errors import ConfigError
+from streams.runtime.config import StreamsConfig
+from streams.testing import TopologyTestDriver
+
+S = serdes.STRING
+I64 = serdes.INT64
+MIB = 1024 * 1024
+
+
+def per_key_count():
+    """Counts the words of each record per key; no repartition, one cached store."""
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S)
+        .flat_map_values(str.split)
+        .group_by_key()
+        .count(store="per-key")
+        .to_stream()
+        .to("out", value_serde=I64))
+    return b.build()
+
+
+def app_error(config: dict, tmp_path) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        App(per_key_count(), {"bootstrap.servers": f"local://{tmp_path}/cluster", "state.dir": str(tmp_path),
+                              "application.id": "cfg", **config})
+    return info.value
+
+
+def driver_error(config: dict) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        TopologyTestDriver(per_key_count(), {"application.id": "cfg", **config})
+    return info.value
+
+
+@pytest.mark.parametrize("bad,names", [
+    ({"processing.guarantee": "maybe"}, "processing.guarantee"),
+    ({"processing.guarantee": "exactly_once"}, "exactly_once_v2"),   # v1 is refused, not treated as EOS
+    ({"commit.interval.ms": -5}, "commit.interval.ms"),
+    ({"statestore.cache.max.bytes": "x"}, "statestore.cache.max.bytes"),
+    ({"statestore.cache.max.bytes": -1}, "statestore.cache.max.bytes"),
+    ({"cache.max.bytes.buffering": "lots"}, "cache.max.bytes.buffering"),
+    ({"application.id": "has space"}, "application.id"),
+    ({"state.dir": 42}, "state.dir"),
+])
+def test_driver_rejects_bad_config_like_the_app(bad, names, tmp_path):
+    from_driver = driver_error(bad)
+    from_app = app_error(bad, tmp_path)
+    assert isinstance(from_driver, EddyError)  # typed, not a bare ValueError
+    assert type(from_driver) is type(from_app)
+    assert str(from_driver) == str(from_app)
+    assert names in str(from_driver)
+
+
+def test_driver_config_must_be_a_mapping():
+    with pytest.raises(ConfigError, match="TopologyTestDriver config must be a dict, got list"):
+        TopologyTestDriver(per_key_count(), [("application.id", "x")])
+
+
+def test_driver_needs_no_bootstrap_servers_but_checks_a_given_one():
+    with TopologyTestDriver(per_key_count()) as driver:
+        assert driver.streams_config.bootstrap_servers == ""
+        assert driver.application_id == "topology-test-driver"
+    with pytest.raises(ConfigError, match="bootstrap.servers"):
+        TopologyTestDriver(per_key_count(), {"bootstrap.servers": "  "})
+
+
+def test_app_still_requires_bootstrap_servers(tmp_path):
+    with pytest.raises(ConfigError, match="'bootstrap.servers' is required"):
+        App(per_key_count(), {"application.id": "cfg", "state.dir": str(tmp_path)})
+    with pytest.raises(ConfigError, match="'bootstrap.servers' is required"):
+        StreamsConfig.parse({"application.id": "cfg"})
+
+
+def test_exactly_once_v2_is_eos_in_the_driver():
+    with TopologyTestDriver(per_key_count(), {"processing.guarantee": "exactly_once_v2"}) as driver:
+        assert driver.streams_config.eos_enabled
+        assert all(m.eos_enabled for m in driver._managers)
+    with TopologyTestDriver(per_key_count(), {"processing.guarantee": "at_least_once"}) as driver:
+        assert not any(m.eos_enabled for m in driver._managers)
+
+
+# ---- statestore.cache.max.bytes: default and the deprecated cache.max.bytes.buffering ------------
+
+@pytest.mark.parametrize("config,expected", [
+    ({}, 10 * MIB),                                                              # Kafka's default
+    ({"cache.max.bytes.buffering": 12345}, 12345),                               # deprecated key
+    ({"cache.max.bytes.buffering": "777"}, 777),                                 # as a string
+    ({"statestore.cache.max.bytes": 42, "cache.max.bytes.buffering": 12345}, 42),  # the new key wins
+    ({"statestore.cache.max.bytes": 0}, 0),
+])
+def test_cache_max_bytes_default_and_fallback(config, expected):
+    parsed = StreamsConfig.parse({"application.id": "cfg", "bootstrap.servers": "local:///x", **config})
+    assert parsed.cache_max_bytes == expected
+    with TopologyTestDriver(per_key_count(), config) as driver:
+        assert driver.streams_config.cache_max_bytes == expected
+        assert driver._thread_cache.max_bytes == expected
+
+
+@pytest.mark.parametrize("config,expected", [
+    ({}, [("x", 3), ("y", 1)]),                                    # default cache: one update per record
+    ({"cache.max.bytes.buffering": 0}, [("x", 1), ("x", 2), ("x", 3), ("y", 1)]),  # no room: every update
+    ({"statestore.cache.max.bytes": 0, "cache.max.bytes.buffering": 10 * MIB},
+     [("x", 1), ("x", 2), ("x", 3), ("y", 1)]),
+])
+def test_driver_honours_the_cache_size_keys(config, expected):
+    with TopologyTestDriver(per_key_count(), config) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        inp.pipe_input("x", "a b c", timestamp=10)
+        inp.pipe_input("y", "d", timestamp=20)
+        assert driver.create_output_topic("out", S, I64).read_key_values_to_list() == expected
