@@ -127,7 +127,7 @@ class App:
         self.process_id: Optional[str] = None
         self._fault_injector: Optional[Callable[[StreamThread, str], None]] = None
         self._standby_wakeup = threading.Event()
-        self._standby_placer: Optional[threading.Thread] = None
+        self._maintenance: Optional[threading.Thread] = None
         self._placed_standbys: Optional[set[TaskId]] = None  # None: membership unknown
 
     # ---- state ------------------------------------------------------------------------------
@@ -218,10 +218,9 @@ class App:
         self._update_standbys()
         for t in list(self.threads):
             t.start()
-        if cfg.num_standby_replicas >= 1:
-            self._standby_placer = threading.Thread(target=self._place_standbys_loop, daemon=True,
-                                                    name=f"{self.application_id}-standby-placer")
-            self._standby_placer.start()
+        self._maintenance = threading.Thread(target=self._maintenance_loop, daemon=True,
+                                             name=f"{self.application_id}-maintenance")
+        self._maintenance.start()
 
     def _prepare_topics(self) -> Any:
         metadata = self._admin.list_topics(timeout=30)
@@ -270,18 +269,49 @@ class App:
         self._update_standbys()
         self._standby_wakeup.set()
 
-    def _place_standbys_loop(self) -> None:
-        """Recompute this instance's standbys from the group's membership (see the module doc);
-        runs off the stream threads, since describing the group is a broker round trip."""
-        while self._state.is_running_or_rebalancing() or self._state is AppState.CREATED:
-            self._standby_wakeup.wait(STANDBY_REFRESH_S)
+    def _maintenance_loop(self) -> None:
+        """Off the stream threads (both need broker round trips or disk scans): recompute this
+        instance's standbys from the group's membership (see the module doc), and every
+        state.cleanup.delay.ms delete the directories of tasks this instance no longer has."""
+        standbys = self.config.num_standby_replicas >= 1
+        cleanup_delay_s = max(0.0, float(self.config.raw.get("state.cleanup.delay.ms", 600000)) / 1000.0)
+        next_cleanup = time.monotonic() + cleanup_delay_s
+        while self._state.is_running_or_rebalancing():
+            wait = max(0.0, next_cleanup - time.monotonic())
+            if standbys:
+                wait = min(wait, STANDBY_REFRESH_S)
+            self._standby_wakeup.wait(wait)
             self._standby_wakeup.clear()
             if not self._state.is_running_or_rebalancing():
                 break
-            placed = self._standbys_from_membership()
-            if placed != self._placed_standbys:
-                self._placed_standbys = placed
-                self._update_standbys()
+            if standbys:
+                placed = self._standbys_from_membership()
+                if placed != self._placed_standbys:
+                    self._placed_standbys = placed
+                    self._update_standbys()
+            if time.monotonic() >= next_cleanup:
+                self._clean_removed_tasks(cleanup_delay_s)
+                next_cleanup = time.monotonic() + cleanup_delay_s
+
+    def _clean_removed_tasks(self, cleanup_delay_s: float) -> None:
+        directory = self._state_directory
+        if directory is None:
+            return
+        owned = set()
+        try:
+            for thread in list(self.threads):
+                tm = thread.task_manager
+                if tm is not None:
+                    owned |= set(tm.tasks) | set(tm.standbys) | set(thread.desired_standbys)
+        except RuntimeError:  # a thread changed its tasks while we looked: try next round
+            return
+        try:
+            removed = directory.clean_removed_tasks(owned, int(cleanup_delay_s * 1000))
+        except Exception:  # noqa: BLE001 - cleaning is housekeeping; the next round retries
+            log.exception("cleaning obsolete task directories failed")
+            return
+        if removed:
+            log.info("deleted the state of tasks no longer here: %s", sorted(str(t) for t in removed))
 
     def _standbys_from_membership(self) -> Optional[set[TaskId]]:
         admin = self._admin
