@@ -679,6 +679,10 @@ class GroupCoordinator:
                 if generation != group.generation:
                     return {tp: ILLEGAL_GENERATION for tp in offsets}
                 member.last_heartbeat = time.monotonic()
+            elif group is not None and group.members:
+                # A commit without member and generation (a consumer that only assigns, or
+                # an old client) is accepted only while the group is empty, as in Kafka.
+                return {tp: UNKNOWN_MEMBER_ID for tp in offsets}
         error = self._write(group_id, dict(offsets))
         return {tp: error for tp in offsets}
 

@@ -134,6 +134,15 @@ def test_join_sync_heartbeat_and_leave(cluster):
     assert coordinator.heartbeat(group, results[0].member_id, generation) == Errors.NONE
     assert coordinator.heartbeat(group, results[0].member_id, generation - 1) == ILLEGAL_GENERATION
     assert coordinator.heartbeat(group, "nobody", generation) == UNKNOWN_MEMBER_ID
+    # commits: a member's with its generation; one without member and generation only while
+    # the group is empty (Kafka's rule); a stale generation is refused
+    tp = TP(topic, 0)
+    assert coordinator.commit_offsets(group, {tp: OffsetAndMetadata(1)}, results[0].member_id,
+                                      generation) == {tp: Errors.NONE}
+    assert coordinator.commit_offsets(group, {tp: OffsetAndMetadata(2)}) == {tp: UNKNOWN_MEMBER_ID}
+    assert coordinator.commit_offsets(group, {tp: OffsetAndMetadata(2)}, results[0].member_id,
+                                      generation - 1) == {tp: ILLEGAL_GENERATION}
+    assert coordinator.fetch_offsets(group, [tp])[tp].offset == 1
 
     assert coordinator.leave_group(group, results[1].member_id) == Errors.NONE
     assert coordinator.heartbeat(group, results[0].member_id, generation) == REBALANCE_IN_PROGRESS
