@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 # Record copies are built inline on the per-record paths below (Record.with_key/with_value
 # without the method call): same fields, no validation needed.
 _new = object.__new__
+_new_tuple = tuple.__new__  # Change(...) without NamedTuple's Python-level __new__
 
 
 class Change(NamedTuple):
@@ -210,12 +211,16 @@ class CountProcessor(_Forwarding):
         if self.caching:
             set_listener = getattr(store, "set_flush_listener", None)
             scoped = getattr(context, "scoped", None)
-            if set_listener is not None and scoped is not None:
+            fast = _CachedCount.of(store) if scoped is not None else None
+            if fast is not None:
+                # typed -> caching: count and listen at the bytes level, the serdes applied here
+                fast.attach(scoped(self._on_flush))
+                self.forward_on_update = False
+                self._update = fast.counter
+            elif set_listener is not None and scoped is not None:
                 attached = set_listener(scoped(self._on_flush))
                 # a store without a cache layer says so by returning False
                 self.forward_on_update = attached is False
-        if not self.forward_on_update:
-            self._update = _cached_counter(store)
 
     def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
         """With the cache feeding downstream, counting needs no context: fused (a record's
@@ -239,7 +244,12 @@ class CountProcessor(_Forwarding):
         return count
 
     def _on_flush(self, key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
-        self.forward(Record._make(key, Change(new_value, old_value), timestamp, ()))
+        rec = _new(Record)  # Record._make and Change(...) inlined: once per flushed entry
+        rec.key = key
+        rec.value = _new_tuple(Change, (new_value, old_value))
+        rec.timestamp = timestamp
+        rec.headers = ()
+        self.forward(rec)
 
     def process(self, record: Record) -> None:
         key = record.key
@@ -259,54 +269,92 @@ class CountProcessor(_Forwarding):
 _INT64 = struct.Struct(">q")
 
 
-def _cached_counter(store: Any) -> Optional[Callable[[Any, int], bool]]:
-    """For a count over the plain typed -> caching stack (downstream fed by the cache's flush
-    listener): `counter(key, timestamp)` adding one to `key` with the caching layer's `update`
-    (one read-modify-write, the typed layer's serdes applied here). It returns False, having
-    done nothing, when the key does not serialize, so the caller's store.get/put raises the
-    typed layer's own error. None when the store is not that stack."""
-    if type(store) is not TypedKeyValueStore:
-        return None
-    inner = store.wrapped
-    key_serde, value_serde = store.key_serde, store.value_serde
-    if not isinstance(inner, CachingKeyValueStore) or key_serde is None or value_serde is None:
-        return None
-    key_serialize = key_serde.serialize
-    key_unchecked = _serdes.unchecked_serializer(key_serde) or key_serialize
-    value_serialize = value_serde.serialize
-    value_deserialize = value_serde.deserialize
-    update = inner.update
-    one = value_serialize(1)
+class _CachedCount:
+    """A count's store access over the plain typed -> caching stack (`of(store)`, else None):
+    `counter(key, timestamp)` adds one with the caching layer's `update` (one read-modify-write)
+    and `attach(listener)` installs the typed flush listener on the caching layer, the typed
+    layer's serdes applied here (C-level where the serde offers it). `counter` returns False,
+    having done nothing, when the key does not serialize, so the caller's store.get/put raises
+    the typed layer's own error."""
 
-    if value_serde is _serdes.INT64:
-        pack, unpack = _INT64.pack, _INT64.unpack
+    @classmethod
+    def of(cls, store: Any) -> Optional["_CachedCount"]:
+        if type(store) is not TypedKeyValueStore:
+            return None
+        inner = store.wrapped
+        if (not isinstance(inner, CachingKeyValueStore) or store.key_serde is None
+                or store.value_serde is None):
+            return None
+        return cls(store, inner)
 
-        def add_one(old: Optional[bytes]) -> bytes:
-            if old is None:
-                return one
-            try:  # INT64's own format; any oddity (size, overflow) goes through the serde
-                return pack(unpack(old)[0] + 1)
-            except Exception:
-                return value_serialize(value_deserialize(old) + 1)
-    else:
-        def add_one(old: Optional[bytes]) -> bytes:
-            return one if old is None else value_serialize(value_deserialize(old) + 1)
+    def __init__(self, store: TypedKeyValueStore, inner: CachingKeyValueStore) -> None:
+        self.inner = inner
+        key_serde, value_serde = store.key_serde, store.value_serde
+        self.key_serde, self.value_serde = key_serde, value_serde
+        key_serialize = key_serde.serialize
+        key_unchecked = _serdes.unchecked_serializer(key_serde) or key_serialize
+        value_serialize = value_serde.serialize
+        value_deserialize = value_serde.deserialize
+        update = inner.update
+        one = value_serialize(1)
 
-    def counter(key: Any, timestamp: int) -> bool:
-        try:
-            key_bytes = key_unchecked(key)
-        except Exception:
-            if key_unchecked is key_serialize:
-                return False
+        if value_serde is _serdes.INT64:
+            pack, unpack = _INT64.pack, _INT64.unpack
+
+            def add_one(old: Optional[bytes]) -> bytes:
+                if old is None:
+                    return one
+                try:  # INT64's own format; any oddity (size, overflow) goes through the serde
+                    return pack(unpack(old)[0] + 1)
+                except Exception:
+                    return value_serialize(value_deserialize(old) + 1)
+        else:
+            def add_one(old: Optional[bytes]) -> bytes:
+                return one if old is None else value_serialize(value_deserialize(old) + 1)
+
+        def counter(key: Any, timestamp: int) -> bool:
             try:
-                key_bytes = key_serialize(key)
+                key_bytes = key_unchecked(key)
             except Exception:
+                if key_unchecked is key_serialize:
+                    return False
+                try:
+                    key_bytes = key_serialize(key)
+                except Exception:
+                    return False
+            if key_bytes is None:
                 return False
-        if key_bytes is None:
-            return False
-        update(key_bytes, add_one, timestamp)
-        return True
-    return counter
+            update(key_bytes, add_one, timestamp)
+            return True
+        self.counter = counter
+
+    def attach(self, listener: Callable[[Any, Any, Any, int], None]) -> None:
+        """`listener(key, new, old, timestamp)` with typed values, as the typed store's
+        set_flush_listener would call it (a key written down is never None)."""
+        key_deserialize = self.key_serde.deserialize
+        key_unchecked = _serdes.unchecked_deserializer(self.key_serde)
+        value_deserialize = self.value_serde.deserialize
+        if self.value_serde is _serdes.INT64:
+            unpack = _INT64.unpack
+
+            def value_of(data: bytes) -> Any:
+                try:
+                    return unpack(data)[0]
+                except Exception:  # the serde's own error
+                    return value_deserialize(data)
+        else:
+            value_of = value_deserialize
+
+        def typed_listener(key: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
+            if key_unchecked is not None:
+                try:
+                    key = key_unchecked(key)
+                except Exception:
+                    key = key_deserialize(key)
+            else:
+                key = key_deserialize(key)
+            listener(key, None if new is None else value_of(new), None if old is None else value_of(old), timestamp)
+        self.inner.set_flush_listener(typed_listener)
 
 
 class ToStreamProcessor(_Forwarding):

@@ -1,8 +1,9 @@
 """RecordCollector on a confluent-kafka-API producer (both backends).
 
 Sinks and the change-logging layer call `send` with serialized bytes. Delivery reports record
-the last written offset per partition (the state manager checkpoints changelog offsets from
-`offsets()`) and the first delivery failure, which is raised at the next `send` or `flush`
+the last written offset per partition of what went through `send` (the state manager
+checkpoints changelog offsets from `offsets()`; a sink's `sender` reports failures only: no
+offset of a sink topic is ever read) and the first delivery failure, which is raised at the next `send` or `flush`
 (Kafka's default production exception handler: fail). Under exactly-once the collector opens
 the producer's transaction before the first record of each transaction.
 """
@@ -21,8 +22,8 @@ from eddy.murmur2 import murmur2_partition as partition_for_key
 log = logging.getLogger(__name__)
 
 PRODUCTION_HANDLER_CONFIG = "default.production.exception.handler"
-_POLL_EVERY = 4096
-_KEY_CACHE_MAX = 100_000  # distinct keys remembered per topic  # serve delivery reports regularly so the producer queue never fills up
+_POLL_EVERY = 4096  # serve delivery reports regularly so the producer queue never fills up
+_KEY_CACHE_MAX = 100_000  # distinct keys remembered per topic
 
 # Errors meaning another producer (or a newer group generation) owns our work now.
 _FENCED = frozenset({
@@ -76,6 +77,7 @@ class RecordCollector:
         self._since_poll = 0
         self._produce = producer.produce
         self._on_delivery = self._delivered
+        self._on_sink_delivery = self._sink_delivered  # one object: the producer's per-queue callback
         # With the producer on Kafka's default partitioner (murmur2), keyed records are routed
         # here, remembering each key's partition: the same choice, made once per distinct key.
         self._murmur2 = murmur2_partitioning
@@ -105,6 +107,10 @@ class RecordCollector:
             log.warning("production exception handler chose to continue after: %s", error)
             return
         self._error = error
+
+    def _sink_delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self._delivered(err, msg)
 
     def check_error(self) -> None:
         error = self._error
@@ -166,7 +172,7 @@ class RecordCollector:
         cache = self._key_partitions.get(topic)
         if cache is None:
             cache = self._key_partitions[topic] = {}
-        on_delivery = self._on_delivery
+        on_delivery = self._on_sink_delivery
         collector = self
 
         def send(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -190,7 +196,7 @@ class RecordCollector:
                     collector._produce(topic, value=value, key=key, partition=part, on_delivery=on_delivery,
                                        timestamp=timestamp)
             except BufferError:
-                collector._produce_when_room(topic, value, key, part, timestamp, headers)
+                collector._produce_when_room(topic, value, key, part, timestamp, headers, on_delivery)
             except KafkaException as exc:
                 collector._send_failed(topic, exc)
             collector._since_poll += 1
@@ -204,13 +210,15 @@ class RecordCollector:
             raise TaskMigratedError(f"producer fenced while sending to {topic!r}: {exc}") from exc
         raise ProductionError(f"cannot send a record to topic {topic!r}: {exc}") from exc
 
-    def _produce_when_room(self, topic: str, value: Any, key: Any, part: int, timestamp: int, headers: Any) -> None:
+    def _produce_when_room(self, topic: str, value: Any, key: Any, part: int, timestamp: int, headers: Any,
+                           on_delivery: Any = None) -> None:
         while True:
             self.producer.poll(0.05)  # deliveries free queue space
             if self._error is not None:
                 self.check_error()
             try:
-                self._produce(topic, value=value, key=key, partition=part, on_delivery=self._on_delivery, timestamp=timestamp,
+                self._produce(topic, value=value, key=key, partition=part,
+                              on_delivery=on_delivery or self._on_delivery, timestamp=timestamp,
                               headers=headers or None)
                 return
             except BufferError:
@@ -240,7 +248,8 @@ class RecordCollector:
     # ---- offsets --------------------------------------------------------------------------
 
     def offsets(self) -> dict[TopicPartition, int]:
-        """The offset of the last record delivered per partition."""
+        """The offset of the last record delivered per partition, of records sent with `send`
+        (the change-logging layer's path; sinks' senders track failures only)."""
         return {TopicPartition(t, p): o for (t, p), o in self._offsets.items()}
 
     def offset_of(self, topic: str, partition: int) -> Optional[int]:
