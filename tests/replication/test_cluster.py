@@ -7,7 +7,7 @@ import pytest
 
 from replication.cluster import LocalCluster
 from replication.errors import ClusterError, InvalidTopicError
-from replication.protocol import Errors, IsolationLevel
+from replication.protocol import Errors, TopicPartition
 from replication.records import encode_batch
 from replication.transport import FaultPlan, LinkFaults
 
@@ -265,18 +265,27 @@ def test_consumer_fetch_long_polls_until_data_arrives(cluster):
     import threading
 
     cluster.create_topic("t", partitions=1, replication_factor=3)
+    purgatory = cluster.brokers[cluster.leader("t", 0)].replica_manager.fetch_purgatory
     result = {}
+    done = threading.Event()
 
     def poll():
-        result["resp"] = cluster.fetch("t", 0, 0, max_wait_ms=10000)
+        result["resp"] = cluster.fetch("t", 0, 0, max_wait_ms=60000)
+        done.set()
 
-    t = threading.Thread(target=poll)
+    t = threading.Thread(target=poll, daemon=True)
     t.start()
+    # Each follower has at most one fetch parked at the leader (one fetcher, one request in
+    # flight), so a third watcher on the partition is the consumer's fetch.
+    cluster.wait_until(lambda: purgatory.watched(TopicPartition("t", 0)) == 3, 10, "consumer fetch parked")
+    assert not done.is_set()
     cluster.produce("t", 0, batch(b"wake"), acks=-1)
-    t.join(timeout=10)
-    assert not t.is_alive()
-    assert [r.value for r in result["resp"].records.records()] == [b"wake"]
-    assert IsolationLevel.HIGH_WATERMARK == 1
+    # Completed by the high watermark moving over the record, long before its 60 s max wait.
+    assert done.wait(10), "the parked consumer fetch did not complete when the data was committed"
+    resp = result["resp"]
+    assert resp.error is Errors.NONE and resp.high_watermark == 1
+    assert [(r.offset, r.value) for r in resp.records.records()] == [(0, b"wake")]
+    t.join(5)
 
 
 def test_brokers_compact_and_apply_retention(tmp_path):
