@@ -24,6 +24,7 @@ import logging
 import os
 import struct
 import sys
+import threading
 from typing import Any, Iterable, Iterator, Sequence
 
 from crc32c import crc32c
@@ -801,6 +802,7 @@ def decode_messages(
 
 # Message types whose layout was probed: type -> True when the C decoder fills them directly.
 _layout_checked: dict = {}
+_layout_lock = threading.Lock()
 
 # Distinct probe values per field (all within the field's C type).
 _PROBE_INTS = {
@@ -911,12 +913,26 @@ def _layout_matches_constructor(message_type: Any) -> bool:
 
 
 def enable_message_layout(message_type: Any) -> bool:
-    """Let the C decoder fill `message_type` (confluent_kafka.Message) objects directly, once
-    their layout is found and verified; returns whether it does. Checked once per type."""
-    if message_type in _layout_checked:
-        return _layout_checked[message_type]
+    """Let the C decoder fill `message_type` objects directly, once their layout is found and
+    verified; returns whether it does. Checked once per type, and only confluent_kafka.Message
+    itself qualifies (a subclass may do more in its constructor than set the fields)."""
+    with _layout_lock:
+        if message_type in _layout_checked:
+            return _layout_checked[message_type]
+        ok = _enable_message_layout(message_type)
+        _layout_checked[message_type] = ok
+    logger.debug("replication.records: %s messages are %s", getattr(message_type, "__name__", message_type),
+                 "filled directly" if ok else "built by their constructor")
+    return ok
+
+
+def _enable_message_layout(message_type: Any) -> bool:
     ok = False
-    if _accel is not None and hasattr(_accel, "set_message_layout") and isinstance(message_type, type):
+    try:
+        from confluent_kafka import Message
+    except ImportError:
+        Message = None
+    if _accel is not None and hasattr(_accel, "set_message_layout") and message_type is Message:
         try:
             probed = _probe_layout(message_type)
             if probed is not None:
@@ -929,9 +945,6 @@ def enable_message_layout(message_type: Any) -> bool:
             ok = False
         if not ok:
             _accel.set_message_layout(None)
-    _layout_checked[message_type] = ok
-    logger.debug("replication.records: %s messages are %s", getattr(message_type, "__name__", message_type),
-                 "filled directly" if ok else "built by their constructor")
     return ok
 
 

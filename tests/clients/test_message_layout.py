@@ -181,3 +181,19 @@ def test_bad_layouts_are_refused(layout, args, error):
     # a refused layout leaves the verified one in place
     msgs, _ = decode_messages(encode_batch([(b"k", b"v", 1, None)]), "t", 0)
     assert fields(msgs[0])[:5] == ("t", 0, 0, b"k", b"v")
+
+
+class _SubMessage(Message):
+    """A subclass may do more in its constructor: only Message itself is filled directly."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.seen = True
+
+
+def test_subclasses_keep_their_constructor(layout):
+    assert records.enable_message_layout(_SubMessage) is False
+    msgs, _ = decode_messages(encode_batch([(b"k", b"v", 7, None)], base_offset=3), "t", 0,
+                              message_type=_SubMessage)
+    assert type(msgs[0]) is _SubMessage and msgs[0].seen and msgs[0].offset() == 3
+    assert records.enable_message_layout(Message) is True
