@@ -36,7 +36,7 @@ from streams.internal_topics import InternalTopicManager
 from streams.runtime.config import StreamsConfig
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.internal import plan_internal_topics
-from streams.runtime.queries import ReadOnlyKeyValueView
+from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
 from streams.runtime.standby_placement import owners_from_members, place_standbys
 from streams.runtime.task import TaskState
 from streams.runtime.thread import StreamThread, ThreadState
@@ -451,16 +451,21 @@ class App:
 
     # ---- interactive queries ----------------------------------------------------------------
 
-    def store(self, name: str) -> ReadOnlyKeyValueView:
-        """A read-only view of key-value store `name` over this instance's active tasks."""
+    def store(self, name: str) -> ReadOnlyKeyValueView | ReadOnlyWindowView | ReadOnlySessionView:
+        """A read-only view of store `name` over this instance's active tasks: Kafka's
+        ReadOnlyKeyValueStore, ReadOnlyWindowStore or ReadOnlySessionStore, as the store is."""
         sub = self._store_sub.get(name)
         if sub is None:
             raise InvalidStateStoreError(
                 f"unknown state store {name!r}; the topology has {sorted(self._store_sub)}")
         self._check_queryable(name)
         partitions = self._plan.partitions_of_sub[sub] if self._plan is not None else 1
-        return ReadOnlyKeyValueView(name, sub, partitions, lambda: self._local_stores(name, sub),
-                                    lambda: self._check_queryable(name))
+        builder = self.topology.store_builder(name)
+        if callable(getattr(builder, "store_builder", None)):  # a DSL materialization
+            builder = builder.store_builder()
+        kind = getattr(builder, "kind", "key_value")
+        view = {"window": ReadOnlyWindowView, "session": ReadOnlySessionView}.get(kind, ReadOnlyKeyValueView)
+        return view(name, sub, partitions, lambda: self._local_stores(name, sub), lambda: self._check_queryable(name))
 
     def _check_queryable(self, name: str) -> None:
         if not self._state.is_running_or_rebalancing():

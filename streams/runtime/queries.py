@@ -1,4 +1,5 @@
-"""Interactive queries: a read-only, typed view of one store over the instance's active tasks.
+"""Interactive queries: a read-only, typed view of one store over the instance's active tasks
+(key-value, window or session, as the store is).
 
 `get(key)` routes the key to the partition the default partitioner (murmur2) put it in and
 reads that task's store; if that task is not local (another instance owns it, or a custom
@@ -15,7 +16,9 @@ from state.task_id import TaskId
 from eddy.murmur2 import murmur2_partition as partition_for_key
 
 
-class ReadOnlyKeyValueView:
+class _LocalStoresView:
+    """One store name over this instance's running tasks of its sub-topology."""
+
     def __init__(self, name: str, subtopology_id: int, num_partitions: int,
                  local_stores: Callable[[], dict[TaskId, Any]], check_state: Callable[[], None]) -> None:
         self.name = name
@@ -31,6 +34,10 @@ class ReadOnlyKeyValueView:
             if not getattr(store, "is_open", True):
                 raise InvalidStateStoreError(f"store {self.name!r} is being migrated; retry later")
         return stores
+
+
+class ReadOnlyKeyValueView(_LocalStoresView):
+    """Kafka's ReadOnlyKeyValueStore over the local tasks."""
 
     def get(self, key: Any) -> Any:
         stores = self._stores()
@@ -75,3 +82,109 @@ class ReadOnlyKeyValueView:
 
     def __repr__(self) -> str:
         return f"ReadOnlyKeyValueView({self.name!r})"
+
+
+class _ConcatenatedIterator:
+    """The stores' iterators one after another (Kafka's composite store does not merge-sort
+    windowed results either); `close()` closes what is left."""
+
+    def __init__(self, iterators: list) -> None:
+        self._iterators = iterators
+
+    def __iter__(self) -> Iterator:
+        try:
+            for it in self._iterators:
+                yield from it
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        iterators, self._iterators = self._iterators, []
+        for it in iterators:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+
+class _WindowedView(_LocalStoresView):
+    """Shared by the window and session views: key lookups go to the task the key routes to
+    (all local tasks when it is not local); range and scan queries ask every local task."""
+
+    def _key_stores(self, key: Any) -> list:
+        stores = self._stores()
+        if not stores:
+            return []
+        first = next(iter(stores.values()))
+        serdes = getattr(first, "serdes", None)
+        if serdes is not None and key is not None:
+            routed = stores.get(TaskId(self._sub, partition_for_key(serdes.key_to_bytes(key), self._num_partitions)))
+            if routed is not None:
+                return [routed]
+        return list(stores.values())
+
+    def _by_key(self, method: str, key: Any, *args: Any) -> _ConcatenatedIterator:
+        return _ConcatenatedIterator([getattr(s, method)(key, *args) for s in self._key_stores(key)])
+
+    def _everywhere(self, method: str, *args: Any) -> _ConcatenatedIterator:
+        return _ConcatenatedIterator([getattr(s, method)(*args) for s in self._stores().values()])
+
+
+class ReadOnlyWindowView(_WindowedView):
+    """Kafka's ReadOnlyWindowStore over the local tasks."""
+
+    def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
+        if time_to is None:  # fetch(key, window_start): the value of that one window
+            for store in self._key_stores(key):
+                value = store.fetch(key, time_from)
+                if value is not None:
+                    return value
+            return None
+        return self._by_key("fetch", key, time_from, time_to)
+
+    def backward_fetch(self, key: Any, time_from: int, time_to: int) -> _ConcatenatedIterator:
+        return self._by_key("backward_fetch", key, time_from, time_to)
+
+    def fetch_range(self, key_from: Any, key_to: Any, time_from: int, time_to: int) -> _ConcatenatedIterator:
+        return self._everywhere("fetch_range", key_from, key_to, time_from, time_to)
+
+    def fetch_all(self, time_from: int, time_to: int) -> _ConcatenatedIterator:
+        return self._everywhere("fetch_all", time_from, time_to)
+
+    def all(self) -> _ConcatenatedIterator:
+        return self._everywhere("all")
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyWindowView({self.name!r})"
+
+
+class ReadOnlySessionView(_WindowedView):
+    """Kafka's ReadOnlySessionStore over the local tasks."""
+
+    def fetch(self, key: Any) -> _ConcatenatedIterator:
+        return self._by_key("fetch", key)
+
+    def backward_fetch(self, key: Any) -> _ConcatenatedIterator:
+        return self._by_key("backward_fetch", key)
+
+    def fetch_session(self, key: Any, session_start: int, session_end: int) -> Any:
+        for store in self._key_stores(key):
+            value = store.fetch_session(key, session_start, session_end)
+            if value is not None:
+                return value
+        return None
+
+    def find_sessions(self, key: Any, earliest_session_end_time: int, latest_session_start_time: int
+                      ) -> _ConcatenatedIterator:
+        return self._by_key("find_sessions", key, earliest_session_end_time, latest_session_start_time)
+
+    def fetch_range(self, key_from: Any, key_to: Any) -> _ConcatenatedIterator:
+        return self._everywhere("fetch_range", key_from, key_to)
+
+    def all(self) -> _ConcatenatedIterator:
+        return self._everywhere("all")
+
+    def __repr__(self) -> str:
+        return f"ReadOnlySessionView({self.name!r})"
