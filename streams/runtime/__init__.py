@@ -5,7 +5,7 @@ from streams.runtime.collector import RecordCollector
 from streams.runtime.config import AT_LEAST_ONCE, EXACTLY_ONCE_V2, StreamsConfig
 from streams.runtime.errors import (CoPartitioningError, MissingSourceTopicError, ProductionError,
                                     RuntimeStateError, TaskMigratedError)
-from streams.runtime.queries import ReadOnlyKeyValueView
+from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
 from streams.runtime.standby import StandbyTask
 from streams.runtime.task import StreamTask, TaskState
 from streams.runtime.task_manager import TaskManager
@@ -13,6 +13,6 @@ from streams.runtime.thread import SimulatedCrash, StreamThread, ThreadState
 
 __all__ = ["App", "AppState", "StreamThreadExceptionResponse", "RecordCollector", "StreamsConfig",
            "AT_LEAST_ONCE", "EXACTLY_ONCE_V2", "CoPartitioningError", "MissingSourceTopicError",
-           "ProductionError", "RuntimeStateError", "TaskMigratedError", "ReadOnlyKeyValueView",
+           "ProductionError", "RuntimeStateError", "TaskMigratedError", "ReadOnlyKeyValueView", "ReadOnlyWindowView", "ReadOnlySessionView",
            "StandbyTask", "StreamTask", "TaskState", "TaskManager", "SimulatedCrash", "StreamThread",
            "ThreadState"]
