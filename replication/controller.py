@@ -135,7 +135,7 @@ class Controller:
                     if broker_id not in state.replicas:
                         continue
                     if state.leader == NO_LEADER:
-                        self._elect(state)
+                        self._elect(state, unclean=self._unclean_allowed(topic))
                     changed.append((TopicPartition(topic.name, p), state))
             self._persist()
             epoch = self.broker_epochs[broker_id]
@@ -158,17 +158,22 @@ class Controller:
                         state.partition_epoch += 1
                         touched = True
                     if state.leader == broker_id:
-                        self._elect(state, exclude=broker_id)
+                        self._elect(state, exclude=broker_id, unclean=self._unclean_allowed(topic))
                         touched = True
                     if touched:
                         changed.append((TopicPartition(topic.name, p), state))
             self._persist()
         self._notify(changed)
 
-    def _elect(self, state: PartitionState, exclude: int | None = None) -> None:
+    def _unclean_allowed(self, topic: TopicMetadata) -> bool:
+        """The topic's unclean.leader.election.enable, else the cluster's."""
+        value = topic.config.get("unclean.leader.election.enable")
+        return self.unclean_leader_election if value is None else str(value).lower() == "true"
+
+    def _elect(self, state: PartitionState, exclude: int | None = None, *, unclean: bool = False) -> None:
         candidates = [b for b in state.replicas
                       if b in state.isr and b in self.live_brokers and b != exclude]
-        if not candidates and self.unclean_leader_election:
+        if not candidates and unclean:
             candidates = [b for b in state.replicas if b in self.live_brokers and b != exclude]
             if candidates:
                 log.warning("unclean election of broker %d: data not in its log is lost", candidates[0])
@@ -257,9 +262,19 @@ class Controller:
                     topic.config.pop(k, None)
                 else:
                     topic.config[k] = str(v)
+            elected = []
+            if self._unclean_allowed(topic):
+                # As Kafka's controller: enabling unclean election brings offline partitions back.
+                for p, state in enumerate(topic.partitions):
+                    if state.leader == NO_LEADER:
+                        self._elect(state, unclean=True)
+                        if state.leader != NO_LEADER:
+                            elected.append((TopicPartition(name, p), state))
             self._persist()
             changed = [(TopicPartition(name, p), s) for p, s in enumerate(topic.partitions)]
         self._notify(changed, extra={"config": dict(topic.config), "config_only": True})
+        if elected:
+            self._notify(elected)
 
     def _topic(self, name: str) -> TopicMetadata:
         topic = self.topics.get(name)
