@@ -57,15 +57,16 @@ class Restores(StateRestoreListener):
 
 
 class Runner:
-    def __init__(self, cluster: Cluster, guarantee: str, tmp_path):
+    def __init__(self, cluster: Cluster, guarantee: str, tmp_path, partitions: int = 1):
         self.cluster = cluster
+        self.partitions = partitions
         self.guarantee = guarantee
         self.tmp_path = tmp_path
         self.app_id = unique("corrupt")
         self.source, self.sink = unique("cin"), unique("cout")
         self.changelog = f"{self.app_id}-counts-changelog"
         self.expected: collections.Counter = collections.Counter()
-        cluster.create_topics(1, self.source, self.sink)
+        cluster.create_topics(partitions, self.source, self.sink)
 
     def app(self, instance: str, listener=None) -> App:
         app = App(topology(self.source, self.sink), {
@@ -79,24 +80,29 @@ class Runner:
 
     def feed(self, app: App, times: int) -> None:
         """Each word `times` times, then wait until the store has the new totals."""
-        records = [(w.encode(), b"x") for _ in range(times) for w in WORDS]
-        self.cluster.produce(self.source, records)
-        self.expected.update(w for _ in range(times) for w in WORDS)
+        self.produce(times)
         self.wait_store(app)
+
+    def produce(self, times: int) -> None:
+        """Word i goes to input partition i % partitions (so to task 0_<that partition>)."""
+        for p in range(self.partitions):
+            words = WORDS[p::self.partitions]
+            self.cluster.produce(self.source, [(w.encode(), b"x") for _ in range(times) for w in words], partition=p)
+        self.expected.update(w for _ in range(times) for w in WORDS)
 
     def wait_store(self, app: App) -> None:
         store = app.store("counts")
         want = dict(self.expected)
         wait_for(lambda: dict(store.all()) == want, 60, f"store counts {want}")
 
-    def checkpoint(self, instance: str) -> dict:
-        path = self.tmp_path / instance / self.app_id / str(TASK) / ".checkpoint"
+    def checkpoint(self, instance: str, task: TaskId = TASK) -> dict:
+        path = self.tmp_path / instance / self.app_id / str(task) / ".checkpoint"
         return OffsetCheckpoint(path).read()
 
-    def log_offsets(self) -> tuple[int, int]:
+    def log_offsets(self, partition: int = 0) -> tuple[int, int]:
         c = self.cluster.backend.consumer({"group.id": unique("probe")})
         try:
-            return c.get_watermark_offsets(TopicPartition(self.changelog, 0), timeout=30, cached=False)
+            return c.get_watermark_offsets(TopicPartition(self.changelog, partition), timeout=30, cached=False)
         finally:
             c.close()
 
@@ -131,8 +137,7 @@ def test_checkpoint_below_the_log_start_is_corrupted_wiped_and_restored(backend_
         assert r.checkpoint("A") == {tp: x}  # A's directory still believes in offset x
 
         # input waiting for A when it comes back: processed after the revived task restored
-        cluster.produce(r.source, [(w.encode(), b"x") for w in WORDS])
-        r.expected.update(WORDS)
+        r.produce(1)
         listener = Restores()
         a = r.app("A", listener)
         try:
@@ -157,5 +162,54 @@ def test_checkpoint_below_the_log_start_is_corrupted_wiped_and_restored(backend_
                 assert seq == list(range(1, 8)), (word, seq)  # exactly once: no duplicate, no gap
             else:
                 assert set(seq) == set(range(1, 8)), (word, seq)  # at least once: nothing missing
+    finally:
+        cluster.close()
+
+
+def test_only_the_corrupted_task_is_wiped(backend_config, tmp_path, caplog):
+    """Two tasks; only partition 0 of the changelog loses records past A's checkpoint. Task 0_0 is
+    wiped and restored from the log start; task 0_1 keeps its state and restores only the tail
+    past its checkpoint; both end with the right counts."""
+    caplog.set_level(logging.WARNING, logger="streams.runtime.task_manager")
+    cluster = Cluster(backend_config)
+    try:
+        r = Runner(cluster, "at_least_once", tmp_path, partitions=2)
+        t0, t1 = TaskId(0, 0), TaskId(0, 1)
+        tp0, tp1 = TopicPartition(r.changelog, 0), TopicPartition(r.changelog, 1)
+        a = r.app("A")
+        r.feed(a, 3)
+        assert a.close(timeout=60)
+        x0, x1 = r.checkpoint("A", t0)[tp0], r.checkpoint("A", t1)[tp1]
+
+        b = r.app("B")
+        r.wait_store(b)
+        r.feed(b, 1)
+        r.feed(b, 1)
+        assert b.close(timeout=60)
+        end0, end1 = r.log_offsets(0)[1], r.log_offsets(1)[1]
+        assert end0 >= x0 + 1 + 10 and end1 >= x1 + 1 + 10
+
+        y = x0 + 3
+        [result] = cluster.admin.delete_records([TopicPartition(r.changelog, 0, y)]).values()
+        assert result.result(30).low_watermark == y
+
+        r.produce(1)
+        listener = Restores()
+        a = r.app("A", listener)
+        try:
+            r.wait_store(a)
+            r.feed(a, 1)
+        finally:
+            assert a.close(timeout=60)
+
+        corrupted = [rec.getMessage() for rec in caplog.records if "corrupted" in rec.getMessage()]
+        assert corrupted and all(str(t0) in m and str(t1) not in m for m in corrupted), corrupted
+        starts = sorted((s[1], s[3], s[4]) for s in listener.starts if s[0] == r.changelog)
+        # 0_0 from the log start (wiped); 0_1 only the tail past its checkpoint (not wiped)
+        assert starts == [(0, y, end0), (1, x1 + 1, end1)]
+        msgs = cluster.read_all(r.sink, 2, until=lambda got: len(got) >= sum(r.expected.values()), timeout=60)
+        seqs = count_sequences(msgs)
+        assert {k: v[-1] for k, v in seqs.items()} == dict(r.expected) == {w: 7 for w in WORDS}
+        assert all(set(seq) == set(range(1, 8)) for seq in seqs.values()), seqs
     finally:
         cluster.close()
