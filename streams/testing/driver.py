@@ -6,6 +6,10 @@ flush, as Kafka's driver commits after every record). Records produced to intern
 (repartition) or to any topic a source reads are fed back in, in order, before `pipe_input`
 returns. Everything produced (outputs, repartition and changelog records) is kept in
 `producer_history()`.
+
+The config is validated as the App validates it (`StreamsConfig.parse`: same keys, defaults and
+ConfigErrors), except that `bootstrap.servers` is not needed; without `state.dir` each driver
+gets its own temporary directory, removed on close.
 """
 
 from __future__ import annotations
