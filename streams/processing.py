@@ -171,14 +171,17 @@ class SinkNode(ProcessorNode):
                  headers=list(headers) if headers else None)
         return process
 
-    def stage(self, failed: Callable[[], None]) -> Callable[[Any, Any, int, Any], None]:
+    def stage(self, failed: Callable[[], None], drop_null_keys: bool = False) -> Callable[[Any, Any, int, Any], None]:
         """The sink as a fused stage: `stage(key, value, timestamp, headers)` does what
         `process(Record(key, value, timestamp, headers))` does; `failed()` is called on any error
-        (it names this sink as the failing node)."""
+        (it names this sink as the failing node). `drop_null_keys`: the stage also does the
+        work of a null-key filter right before the sink (records with a None key are dropped)."""
         if self.partitioner is not None or self.collector is None:
             process = self.process
 
             def via_record(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+                if key is None and drop_null_keys:
+                    return
                 rec = _new_record(Record)
                 rec.key = key
                 rec.value = value
@@ -204,6 +207,8 @@ class SinkNode(ProcessorNode):
         key_unchecked, value_unchecked = self.key_serialize_unchecked, self.value_serialize_unchecked
         if key_unchecked is not None and value_unchecked is not None:
             def sink_stage_unchecked(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+                if key is None and drop_null_keys:
+                    return
                 try:
                     try:  # C serializers; on any error the serdes' own calls decide (result or error)
                         key_bytes = None if key is None else key_unchecked(key)
@@ -222,6 +227,8 @@ class SinkNode(ProcessorNode):
             return sink_stage_unchecked
 
         def sink_stage(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key is None and drop_null_keys:
+                return
             try:
                 try:
                     key = key_serialize(key)
@@ -638,17 +645,25 @@ class TaskEngine:
         return (node.processor is not None and len(node.children) <= 1
                 and callable(getattr(node.processor, "fuse", None)))
 
-    def _stage(self, node: ProcessorNode, head: ProcessorNode) -> Callable[[Any, Any, int, Any], None]:
+    def _failed_marker(self, node: ProcessorNode, head: ProcessorNode) -> Callable[[], None]:
         ctx = self.context
 
         def failed() -> None:
             if ctx.current_node is head:
                 ctx.current_node = node
+        return failed
+
+    def _stage(self, node: ProcessorNode, head: ProcessorNode) -> Callable[[Any, Any, int, Any], None]:
+        ctx = self.context
+        failed = self._failed_marker(node, head)
 
         if isinstance(node, SinkNode):
             return node.stage(failed)
         if self.can_fuse(node):
             only = node.only_child
+            if isinstance(only, SinkNode) and getattr(node.processor, "null_key_filter", False):
+                # the filter's whole work (drop None keys; it cannot fail) done by the sink's stage
+                return only.stage(self._failed_marker(only, head), drop_null_keys=True)
             stage = node.processor.fuse(self._stage(only, head) if only is not None else None, failed)
             if stage is not None:
                 return stage

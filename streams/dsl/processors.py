@@ -176,6 +176,8 @@ class KeySelectProcessor(_Forwarding):
 class NullKeyFilterProcessor(_Forwarding):
     """Drops null-key records before a repartition topic (they cannot be grouped)."""
 
+    null_key_filter = True  # a fused chain lets the sink after it drop the None keys itself
+
     def process(self, record: Record) -> None:
         if record.key is not None:
             self.forward(record)
@@ -208,6 +210,7 @@ class CountProcessor(_Forwarding):
         self.put = store.put
         self.forward_on_update = True
         self._update = None
+        self._fast: Optional[_CachedCount] = None
         if self.caching:
             set_listener = getattr(store, "set_flush_listener", None)
             scoped = getattr(context, "scoped", None)
@@ -217,6 +220,7 @@ class CountProcessor(_Forwarding):
                 fast.attach(scoped(self._on_flush))
                 self.forward_on_update = False
                 self._update = fast.counter
+                self._fast = fast
             elif set_listener is not None and scoped is not None:
                 attached = set_listener(scoped(self._on_flush))
                 # a store without a cache layer says so by returning False
@@ -225,17 +229,24 @@ class CountProcessor(_Forwarding):
     def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
         """With the cache feeding downstream, counting needs no context: fused (a record's
         only effect is the store update; flushes forward through the listener's own scope)."""
-        counter = self._update
-        if counter is None:
+        fast = self._fast
+        if fast is None:
             return None
         get, put, name = self.get, self.put, self.store_name
+        key_bytes_of, update, add_one = fast.key_unchecked, fast.update, fast.add_one
 
         def count(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if key is None:
                 log.debug("count %s: dropping a record with a None key", name)
                 return
             try:
-                if not counter(key, timestamp):  # the typed store raises its own error
+                try:
+                    key_bytes = key_bytes_of(key)
+                except Exception:
+                    key_bytes = None
+                if key_bytes is not None:
+                    update(key_bytes, add_one, timestamp)  # _CachedCount.counter, inlined
+                else:  # through the typed store: the same count, or its own error
                     old = get(key)
                     put(key, 1 if old is None else old + 1, timestamp)
             except BaseException:
@@ -327,6 +338,7 @@ class _CachedCount:
             update(key_bytes, add_one, timestamp)
             return True
         self.counter = counter
+        self.key_unchecked, self.update, self.add_one = key_unchecked, update, add_one
 
     def attach(self, listener: Callable[[Any, Any, Any, int], None]) -> None:
         """`listener(key, new, old, timestamp)` with typed values, as the typed store's

@@ -172,3 +172,19 @@ def test_cached_count_runs_fused_and_counts_exactly():
         assert {k: store.get(k) for k in "abc"} == {"a": 3, "b": 2, "c": 1}
         out = driver.create_output_topic("out", S, serdes.INT64)
         assert out.read_key_values_to_map() == {"a": 3, "b": 2, "c": 1}
+
+
+def test_group_by_none_keys_are_dropped_before_the_repartition_topic():
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S)
+        .flat_map_values(str.split)
+        .group_by(lambda k, w: None if w.startswith("x") else w, key_serde=S, value_serde=S)
+        .count(store="counts")
+        .to_stream()
+        .to("out", key_serde=S, value_serde=serdes.INT64))
+    with TopologyTestDriver(b.build()) as driver:
+        driver.create_input_topic("in", S, S).pipe_input(None, "a x1 b a x2", timestamp=1)
+        repartitioned = driver.producer_history(f"{driver.application_id}-counts-repartition")
+        assert [(r.key, r.value) for r in repartitioned] == [(b"a", b"a"), (b"b", b"b"), (b"a", b"a")]
+        out = driver.create_output_topic("out", S, serdes.INT64)
+        assert out.read_key_values_to_map() == {"a": 2, "b": 1}
