@@ -6,8 +6,10 @@ states here, so state changes and `PushManager` calls are ordered per partition)
 - a follower fetch was served: count fetches that arrive caught up (fetch offset == LEO,
   follower in the ISR); after ``push.transition.caught.up.fetches`` in a row, with buffer
   room, mark the response ``switch_to_push`` with a new session id and `start_push`. A fetch
-  from a follower that the leader believes is in a session means the follower left it: the
-  session ends (the follower already pulls);
+  carrying the follower's current session id (or none) while the leader believes it is in
+  that session means the follower left it: the session ends (the follower already pulls). A
+  fetch carrying an older id, or a parked fetch read again on completion, was sent before the
+  switch and leaves the session alone;
 - a leader append: `on_leader_append` for the followers in a session;
 - a high-watermark advance: `on_high_watermark_update`;
 - an ISR shrink: `record_follower_not_caught_up` for each dropped follower.
@@ -19,6 +21,7 @@ produces then complete.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from typing import TYPE_CHECKING, Callable
@@ -38,6 +41,20 @@ def _truthy(value: object) -> bool:
     return value is True or (isinstance(value, str) and value.lower() == "true")
 
 
+# Fetch requests remembered per (partition, follower) to recognise a parked one read again.
+_SEEN_FETCHES = 8
+
+
+def _is_stale(st: ReplicationState, fetch_session_id: int) -> bool:
+    """While a session is on, a fetch carrying an older session id was sent before the
+    follower took this session (a fetch retried after a timeout, or delayed): it must not end
+    the session. A follower's fetch state keeps its last session id when it goes back to
+    pulling; an id below zero means none (its fetch state started over), which is never stale.
+    Back on pull, such fetches count again: a follower that never saw the switching response
+    keeps sending its old id."""
+    return 0 <= fetch_session_id < st.session_id
+
+
 class PushLeader:
     """Decides push transitions for the partitions one broker leads (see module docstring)."""
 
@@ -52,6 +69,8 @@ class PushLeader:
         self.states: dict[TopicPartition, dict[int, ReplicationState]] = {}
         # Followers in TRANSITIONING or PUSH, per partition (what appends are buffered for).
         self.push_replicas: dict[TopicPartition, set[int]] = {}
+        # (tp, follower) -> the last fetch request objects seen, newest last.
+        self._seen_fetches: dict[tuple[TopicPartition, int], collections.deque] = {}
         self._hooked: set[int] = set()
 
     # -- configuration ---------------------------------------------------------------------------
@@ -82,13 +101,14 @@ class PushLeader:
             tp = partition.tp
             if new_epoch:
                 self._end_all(tp, PushSessionEndReason.NEW_LEADER_EPOCH)
-                self.states.pop(tp, None)
+                self._forget(tp)
                 return
             states = self.states.get(tp)
             if states:
                 for r in [r for r in states if r not in partition.replicas]:
                     self._end(partition, r, PushSessionEndReason.REPLICA_REMOVED)
                     states.pop(r, None)
+                    self._seen_fetches.pop((tp, r), None)
                 # The controller took a follower out of the ISR (e.g. its broker went away).
                 for r, st in states.items():
                     if st.in_session and r not in partition.isr:
@@ -97,11 +117,16 @@ class PushLeader:
     def on_become_follower(self, partition: Partition) -> None:
         with partition.lock:
             self._end_all(partition.tp, PushSessionEndReason.NEW_LEADER_EPOCH)
-            self.states.pop(partition.tp, None)
+            self._forget(partition.tp)
 
     def on_partition_removed(self, tp: TopicPartition) -> None:
         self._end_all(tp, PushSessionEndReason.REPLICA_REMOVED)
-        self.states.pop(tp, None)
+        self._forget(tp)
+
+    def _forget(self, tp: TopicPartition) -> None:
+        states = self.states.pop(tp, None)
+        for r in states or ():
+            self._seen_fetches.pop((tp, r), None)
 
     def _end_all(self, tp: TopicPartition, reason: PushSessionEndReason) -> None:
         states = self.states.get(tp)
@@ -165,11 +190,20 @@ class PushLeader:
         st = states.get(replica_id)
         if st is None:
             st = states[replica_id] = ReplicationState(replica_id)
-        if st.last_fetch is request:
-            return  # a parked fetch read again on completion: counted on arrival
+        seen = self._seen_fetches.get((tp, replica_id))
+        if seen is None:
+            seen = self._seen_fetches[(tp, replica_id)] = collections.deque(maxlen=_SEEN_FETCHES)
+        if any(r is request for r in seen):
+            # A parked fetch read again on completion: it was judged on arrival, and the
+            # follower may have taken a session since (it gave up on this fetch and sent another).
+            return
+        seen.append(request)
         st.last_fetch = request
         if st.state is not PushState.PULL:
-            # The follower fetches, so it is not (or no longer) in its push session.
+            if _is_stale(st, request.push_session_id):
+                return  # sent before the follower took this session: the session stands
+            # A fetch for the current session (or with none: the follower's fetch state started
+            # over) means the follower is not, or no longer, in that session.
             if st.in_session:
                 self._end(partition, replica_id, PushSessionEndReason.REQUEST_NON_RETRIABLE_ERROR)
             if st.state is PushState.STOPPING:

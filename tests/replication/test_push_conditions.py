@@ -220,3 +220,49 @@ def test_isr_shrink_ends_the_push_session_of_a_dropped_follower(tmp_path, rigs):
     assert rig.manager.metrics_snapshot()["PushSessionEndCount"] == {"FOLLOWER_NOT_CAUGHT_UP": 1}
     wait_for(lambda: any(e.end_session and e.session_id == 1 for e in rig.holders[f1].entries()),
              what="end-session signal to f1")
+
+
+def test_a_fetch_with_an_older_session_id_does_not_end_the_current_session(tmp_path, rigs):
+    rig = make(rigs, tmp_path)
+    f = rig.followers[0]
+    assert rig.switch(f) == 1
+    # The follower left session 1 and pulls again: its fetches carry session 1.
+    rig.fetch(f, rig.leo, session_id=1)
+    assert rig.manager.session(TP, f) is None and rig.leader.state_of(TP, f) is PushState.PULL
+    resp = rig.fetch(f, rig.leo, session_id=1)
+    assert resp.switch_to_push and resp.push_session_id == 2
+    # A fetch sent before the follower took session 2 (retried after a timeout) arrives late.
+    stale = rig.fetch(f, rig.leo, session_id=1)
+    assert stale.error is Errors.NONE and not stale.switch_to_push
+    assert rig.manager.session(TP, f).session_id == 2
+    assert rig.leader.state_of(TP, f) is PushState.TRANSITIONING
+    # A fetch for session 2 means the follower left it.
+    rig.fetch(f, rig.leo, session_id=2)
+    assert rig.manager.session(TP, f) is None and rig.leader.state_of(TP, f) is PushState.PULL
+
+
+def test_a_fetch_without_a_session_ends_the_current_session(tmp_path, rigs):
+    rig = make(rigs, tmp_path)
+    f = rig.followers[0]
+    assert rig.switch(f) == 1
+    rig.fetch(f, rig.leo, session_id=1)
+    assert rig.fetch(f, rig.leo, session_id=1).push_session_id == 2
+    # The follower's fetch state started over (no session id): it pulls, session 2 is over.
+    rig.fetch(f, rig.leo, session_id=-1)
+    assert rig.manager.session(TP, f) is None and rig.leader.state_of(TP, f) is PushState.PULL
+
+
+def test_a_parked_fetch_completing_after_the_switch_does_not_end_the_session(tmp_path, rigs):
+    rig = make(rigs, tmp_path)
+    f = rig.followers[0]
+    purgatory = rig.rm.fetch_purgatory
+    # Fetch 1 parks (nothing to read); the follower gives up on it and fetches again.
+    parked = rig.fetch(f, rig.leo, max_wait_ms=60_000)
+    assert parked == [] and purgatory.watched(TP) == 1
+    resp = rig.fetch(f, rig.leo)
+    assert resp.switch_to_push and resp.push_session_id == 1
+    # The append that the session will push also completes the old parked fetch.
+    rig.produce(batch(b"a"))
+    assert len(parked) == 1 and purgatory.watched(TP) == 0
+    assert rig.manager.session(TP, f).session_id == 1
+    assert rig.leader.state_of(TP, f) is PushState.TRANSITIONING
