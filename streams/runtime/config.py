@@ -67,7 +67,7 @@ class StreamsConfig:
         if app_id is None:
             raise ConfigError("config 'application.id' is required: it names the consumer group, "
                               "the internal topics and the state directory")
-        if not isinstance(app_id, str) or not app_id or any(
+        if not isinstance(app_id, str) or not 1 <= len(app_id) <= 249 or any(
                 not (c.isalnum() and c.isascii()) and c not in "._-" for c in app_id):
             raise ConfigError(f"config 'application.id' must be 1-249 characters of [a-zA-Z0-9._-], got {app_id!r}")
         servers = raw.get("bootstrap.servers")

@@ -33,6 +33,9 @@ def test_config_defaults_and_errors():
         StreamsConfig.parse({"bootstrap.servers": "x:1"})
     with pytest.raises(ConfigError, match="application.id"):
         StreamsConfig.parse({"application.id": "bad id!", "bootstrap.servers": "x:1"})
+    with pytest.raises(ConfigError, match="1-249 characters"):
+        StreamsConfig.parse({"application.id": "a" * 250, "bootstrap.servers": "x:1"})
+    assert StreamsConfig.parse({"application.id": "a" * 249, "bootstrap.servers": "x:1"}).application_id == "a" * 249
     with pytest.raises(ConfigError, match="processing.guarantee"):
         StreamsConfig.parse({"application.id": "a", "bootstrap.servers": "x:1", "processing.guarantee": "maybe"})
     with pytest.raises(ConfigError, match="exactly_once_v2"):
