@@ -51,15 +51,20 @@ class Exploding(Processor):
         self.context.forward(record)
 
 
-def test_processor_error_goes_to_the_handler_and_the_app_ends_in_error(backend_config, tmp_path):
-    cluster = Cluster(backend_config)
+def _pass_through_app(cluster: Cluster, processor: type, tmp_path) -> tuple[App, str, str]:
+    """source -> `processor` -> sink on fresh one-partition topics; (app, source, sink)."""
     src, sink = unique("in"), unique("out")
     cluster.create_topics(1, src, sink)
     topo = Topology()
     topo.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.STRING)
-    topo.add_processor("p", Exploding, "s")
+    topo.add_processor("p", processor, "s")
     topo.add_sink("k", sink, "p", key_serde=serdes.STRING, value_serde=serdes.STRING)
-    app = App(topo, {**cluster.config, "application.id": unique("err"), "state.dir": str(tmp_path)})
+    return App(topo, {**cluster.config, "application.id": unique("err"), "state.dir": str(tmp_path)}), src, sink
+
+
+def test_processor_error_goes_to_the_handler_and_the_app_ends_in_error(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    app, src, _sink = _pass_through_app(cluster, Exploding, tmp_path)
     seen, states = [], []
     done = threading.Event()
 
@@ -103,13 +108,7 @@ class ExplodingOnce(Processor):
 
 def test_replace_thread_keeps_the_app_running_and_reprocesses_the_failed_record(backend_config, tmp_path):
     cluster = Cluster(backend_config)
-    src, sink = unique("in"), unique("out")
-    cluster.create_topics(1, src, sink)
-    topo = Topology()
-    topo.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.STRING)
-    topo.add_processor("p", ExplodingOnce, "s")
-    topo.add_sink("k", sink, "p", key_serde=serdes.STRING, value_serde=serdes.STRING)
-    app = App(topo, {**cluster.config, "application.id": unique("replace"), "state.dir": str(tmp_path)})
+    app, src, sink = _pass_through_app(cluster, ExplodingOnce, tmp_path)
     seen = []
     ExplodingOnce.exploded.clear()
     app.set_uncaught_exception_handler(lambda exc: seen.append(exc) or StreamThreadExceptionResponse.REPLACE_THREAD)
