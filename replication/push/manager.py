@@ -13,6 +13,12 @@ log order (the leader calls them under its partition lock). The buffer of one fo
 FIFO drained by one pusher, so records reach the follower in log order. Gaps (records the
 leader appended without telling us) are filled from the log; records already covered by the
 transition read are skipped.
+
+Memory: ``push.max.memory.buffer.bytes`` bounds what is buffered. The transition read (and a
+gap fill) buffers only what fits; the rest of the range, and appends made meanwhile, are read
+from the log as the follower acknowledges (its "backlog"), so a session that starts far
+behind never holds more than the budget. An append that does not fit ends the session with
+BUFFER_FULL (the follower falls back to pull).
 """
 
 from __future__ import annotations
@@ -33,6 +39,11 @@ from replication.push.pusher import EndSessionSignal, PartitionBuffer, Pusher
 from replication.push.session import PushSession, PushSessionEndReason
 
 log = logging.getLogger(__name__)
+
+# Outcomes of reading records from the leader's log into a push buffer.
+_DONE = "done"
+_NO_ROOM = "no room"
+_SHORT = "short"
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -163,6 +174,9 @@ class PushManager:
         self.stopping = 0
         self.deferred_failures: list[tuple[PartitionBuffer, PushSessionEndReason]] = []
         self._buffers: dict[tuple[TopicPartition, int], PartitionBuffer] = {}
+        # (tp, replica) -> end of the records still to be read from the log for that session
+        # (beyond buf.enqueued_end); appends during a backlog are read from the log too.
+        self._backlog: dict[tuple[TopicPartition, int], int] = {}
         self._started = False
         self._shutdown = False
         # The seed: the manager initializes its pushers on creation; startup() starts them.
@@ -196,6 +210,7 @@ class PushManager:
             self._shutdown = True
             buffers = list(self._buffers.values())
             self._buffers.clear()
+            self._backlog.clear()
             self.bytes_used = 0
             self.stopping = 0
             self.deferred_failures.clear()
@@ -277,18 +292,28 @@ class PushManager:
             if lg is not None:
                 buf.high_watermark = lg.high_watermark
                 buf.log_start_offset = lg.log_start_offset
-                self._fill_from_log(buf, lg, lg.log_end_offset)
+                leo = lg.log_end_offset
+                if self._fill_from_log(buf, lg, leo) is _NO_ROOM:
+                    self._backlog[key] = leo  # the rest is read as the follower acknowledges
             self._buffers[key] = buf
             self.metrics.sessions_started += 1
             self.pusher_for(session.replica_id, tp).add_buffer(buf)
 
-    def _fill_from_log(self, buf: PartitionBuffer, lg, upto: int) -> None:
-        """Buffer [buf.enqueued_end, upto) read from the leader's log (lock held)."""
+    def _fill_from_log(self, buf: PartitionBuffer, lg, upto: int) -> str:
+        """Buffer [buf.enqueued_end, upto) read from the leader's log, as far as the memory
+        budget allows (lock held). Returns _DONE, _NO_ROOM (the budget stopped it) or _SHORT
+        (the log had nothing more to give)."""
+        limit = self.config.max_memory_buffer_bytes
         offset = buf.enqueued_end
         while offset < upto:
-            data = lg.read(offset, self.config.max_request_bytes, upto)
+            room = limit - self.bytes_used
+            if room <= 0:
+                return _NO_ROOM
+            data = lg.read(offset, min(self.config.max_request_bytes, room), upto)
             if not data.size:
-                break
+                return _SHORT
+            if self.bytes_used + data.size > limit:
+                return _NO_ROOM  # the log hands out at least one whole batch, even past max bytes
             headers = data.batches()
             end = headers[-1].last_offset + 1
             chunk = bytes(data.buffer)
@@ -297,6 +322,28 @@ class PushManager:
             self.bytes_used += len(chunk)
             buf.enqueued_end = end
             offset = end
+        return _DONE
+
+    def _refill(self, buf: PartitionBuffer) -> PushSessionEndReason | None:
+        """Read more of a session's backlog from the log into its buffer (lock held); the
+        reason to end the session if that can never work."""
+        key = (buf.tp, buf.destination)
+        pending = self._backlog.get(key)
+        if pending is None or buf.items:
+            return None
+        lg = self.log_for(buf.tp)
+        if lg is None:
+            return PushSessionEndReason.LEADER_REPLICATION_ERROR
+        status = self._fill_from_log(buf, lg, pending)
+        if status is _DONE:
+            del self._backlog[key]
+        elif status is _SHORT:
+            return PushSessionEndReason.LEADER_REPLICATION_ERROR
+        elif not buf.items and self.bytes_used == 0:
+            return PushSessionEndReason.BUFFER_FULL  # one batch is larger than the whole budget
+        if buf.items:
+            self.pusher_for(buf.destination, buf.tp).mark_dirty(buf)
+        return None
 
     def on_leader_append(self, tp: TopicPartition, replica_ids: Iterable[int], append_offset: int,
                          records: "bytes | MemoryRecords", end_offset: int | None = None) -> None:
@@ -322,6 +369,12 @@ class PushManager:
                     end_offset = headers[-1].last_offset + 1
                 if end_offset <= buf.enqueued_end:
                     continue  # already read from the log when the session started
+                key = (tp, r)
+                pending = self._backlog.get(key)
+                if pending is not None:
+                    # Still reading older records from the log: this append is read from there too.
+                    self._backlog[key] = max(pending, end_offset)
+                    continue
                 if append_offset != buf.enqueued_end:
                     if append_offset < buf.enqueued_end:
                         log.error("%s: append at %d overlaps records buffered up to %d for replica %d",
@@ -332,8 +385,12 @@ class PushManager:
                     if lg is None:
                         failed.append((buf, PushSessionEndReason.LEADER_REPLICATION_ERROR))
                         continue
-                    self._fill_from_log(buf, lg, append_offset)  # appends made without telling us
-                    if buf.enqueued_end != append_offset:
+                    status = self._fill_from_log(buf, lg, append_offset)  # appends made without telling us
+                    if status is _NO_ROOM:
+                        self._backlog[key] = end_offset
+                        self.pusher_for(r, tp).mark_dirty(buf)
+                        continue
+                    if status is _SHORT or buf.enqueued_end != append_offset:
                         failed.append((buf, PushSessionEndReason.LEADER_REPLICATION_ERROR))
                         continue
                 if self.bytes_used + n > self.config.max_memory_buffer_bytes:
@@ -379,6 +436,7 @@ class PushManager:
         with self.lock:
             self._check()
             for r in tuple(replica_ids):
+                self._backlog.pop((tp, r), None)
                 buf = self._buffers.pop((tp, r), None)
                 if buf is None:
                     continue
@@ -486,6 +544,7 @@ class PushManager:
         established = []
         progress = []
         to_fail = []
+        refill_failed = []
         acked = []
         now = time.monotonic()
         with self.lock:
@@ -501,7 +560,13 @@ class PushManager:
                     if not buf.established:
                         buf.established = True
                         established.append(e)
-                    progress.append((e, r))
+                    # The follower is measured against everything the leader has for it, the
+                    # backlog still in the log included (rule 17's leader LEO).
+                    leader_end = max(e.leader_end, e.end, self._backlog.get((e.tp, buf.destination), -1))
+                    progress.append((e, r, leader_end))
+                    reason = self._refill(buf)
+                    if reason is not None:
+                        refill_failed.append((buf, reason))
                 elif r.error == Errors.PUSH_SESSION_NOT_READY and not buf.established:
                     # The follower has not applied the switching fetch response yet: resend the
                     # same request shortly.
@@ -525,8 +590,10 @@ class PushManager:
                 listener.on_end_session_acknowledged(e.tp, e.session)
             for e in established:
                 listener.on_session_established(e.tp, e.session)
-            for e, r in progress:
+            for e, r, leader_end in progress:
                 listener.on_append_records_response(e.tp, e.session, r.log_end_offset, r.log_start_offset,
-                                                    max(e.leader_end, e.end))
+                                                    leader_end)
         for buf in to_fail:
             self._fail(buf, PushSessionEndReason.REQUEST_NON_RETRIABLE_ERROR)
+        for buf, reason in refill_failed:
+            self._fail(buf, reason)

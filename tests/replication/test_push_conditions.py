@@ -22,7 +22,7 @@ from replication.protocol import (
     ProduceRequest,
     TopicPartition,
 )
-from replication.push import PushManager, PushSession, PushState
+from replication.push import PushManager, PushSession, PushSessionEndReason, PushState
 from replication.push.leader import PushLeader
 from replication.records import encode_batch
 from replication.replica_manager import ReplicaManager
@@ -266,3 +266,147 @@ def test_a_parked_fetch_completing_after_the_switch_does_not_end_the_session(tmp
     assert len(parked) == 1 and purgatory.watched(TP) == 0
     assert rig.manager.session(TP, f).session_id == 1
     assert rig.leader.state_of(TP, f) is PushState.TRANSITIONING
+
+
+# -- the transition read is bounded by push.max.memory.buffer.bytes ----------------------------------
+
+
+class AppendingFollower:
+    """A follower broker that appends pushed records to its own real log, answers like the
+    real one (gap or overlap -> OFFSET_OUT_OF_RANGE) and notes the leader's buffered bytes
+    each time a request arrives."""
+
+    def __init__(self, tmp_path, transport, broker_id, manager_ref):
+        self.log = Log(tmp_path / f"follower-{broker_id}")
+        self.lock = threading.Lock()
+        self.manager_ref = manager_ref
+        self.peak_buffered = 0
+        transport.register(broker_id, self.handle)
+
+    def handle(self, source, body, respond):
+        assert isinstance(body, AppendRecordsBatchRequest)
+        out = []
+        with self.lock:
+            self.peak_buffered = max(self.peak_buffered, self.manager_ref[0].bytes_used)
+            for e in body.partitions:
+                lg = self.log
+                if e.end_session:
+                    out.append(AppendRecordsResponse(log_end_offset=lg.log_end_offset))
+                elif e.base_offset != lg.log_end_offset:
+                    out.append(AppendRecordsResponse(Errors.OFFSET_OUT_OF_RANGE, lg.log_end_offset))
+                else:
+                    if e.records.size:
+                        lg.append_as_follower(e.records)
+                    out.append(AppendRecordsResponse(log_end_offset=lg.log_end_offset, log_start_offset=0))
+        respond(AppendRecordsBatchResponse(out))
+
+    def values(self):
+        return [r.value for r in self.log.read(0, 1 << 30).records()] if self.log.log_end_offset else []
+
+
+class FailureListener:
+    def __init__(self):
+        self.manager = None
+        self.failed = []
+        self.progress = []
+
+    def on_session_established(self, tp, session):
+        pass
+
+    def on_append_records_response(self, tp, session, leo, lso, leader_leo):
+        self.progress.append((leo, leader_leo))
+
+    def on_push_session_failed(self, tp, session, reason):
+        self.failed.append(reason)
+        self.manager.stop_push(tp, [session.replica_id], reason)
+
+    def on_end_session_acknowledged(self, tp, session):
+        pass
+
+
+@pytest.fixture
+def push_parts(tmp_path):
+    leader_log = Log(tmp_path / "leader-t-0")
+    transport = Transport()
+    made = []
+
+    def build(limit):
+        ref = []
+        follower = AppendingFollower(tmp_path, transport, 1, ref)
+        listener = FailureListener()
+        m = PushManager(0, transport, {"push.max.memory.buffer.bytes": limit, "push.heartbeat.interval.ms": 20,
+                                       "push.follower.session.timeout.ms": 1000},
+                        log_for={TP: leader_log}.get, listener=listener)
+        listener.manager = m
+        ref.append(m)
+        made.append((m, follower))
+        return m, follower, listener
+
+    yield leader_log, build
+    for m, follower in made:
+        m.shutdown()
+        follower.log.close()
+    transport.close()
+    leader_log.close()
+
+
+SESSION = PushSession(leader_epoch=0, replica_epoch=1, session_id=1, replica_id=1)
+
+
+def test_a_session_starting_far_behind_buffers_no_more_than_the_budget(push_parts):
+    leader_log, build = push_parts
+    values = [b"%03d-" % i + b"x" * 200 for i in range(60)]
+    for v in values:
+        leader_log.append_as_leader(batch(v), 0)
+    one = len(batch(values[0]))
+    limit = 4 * one
+    m, follower, listener = build(limit)
+    m.start_push(TP, SESSION, follower_log_end_offset=0)
+    # Only what fits was read from the log: the other ~56 batches wait there.
+    assert 0 < m.bytes_used <= limit
+    assert m.buffered_bytes(TP, 1) == m.bytes_used
+    # An append while the session still reads from the log is read from there too, in order.
+    info = leader_log.append_as_leader(batch(b"late"), 0)
+    m.on_leader_append(TP, {1}, info.first_offset, info.records)
+    assert m.bytes_used <= limit
+    m.startup()
+    wait_for(lambda: follower.log.log_end_offset == leader_log.log_end_offset, what="follower caught up")
+    assert follower.values() == values + [b"late"]
+    assert listener.failed == [] and m.session(TP, 1) == SESSION
+    assert follower.peak_buffered <= limit
+    # Acknowledgements during the backlog measured the follower against the leader's end.
+    assert all(leader_leo == leader_log.log_end_offset or leo < leader_leo for leo, leader_leo in listener.progress)
+    # Caught up: later appends are buffered and pushed as usual.
+    info = leader_log.append_as_leader(batch(b"after"), 0)
+    m.on_leader_append(TP, {1}, info.first_offset, info.records)
+    wait_for(lambda: follower.values()[-1:] == [b"after"], what="append pushed")
+
+
+def test_a_batch_larger_than_the_whole_budget_ends_the_session_as_buffer_full(push_parts):
+    leader_log, build = push_parts
+    leader_log.append_as_leader(batch(b"x" * 500), 0)
+    m, follower, listener = build(100)
+    m.start_push(TP, SESSION, follower_log_end_offset=0)
+    assert m.bytes_used == 0
+    m.startup()
+    wait_for(lambda: listener.failed, what="session failed")
+    assert listener.failed == [PushSessionEndReason.BUFFER_FULL]
+    assert m.session(TP, 1) is None and m.bytes_used == 0
+
+
+def test_a_gap_larger_than_the_budget_is_read_from_the_log_as_the_follower_acknowledges(push_parts):
+    leader_log, build = push_parts
+    one = len(batch(b"000-" + b"y" * 200))
+    m, follower, listener = build(3 * one)
+    m.start_push(TP, SESSION, follower_log_end_offset=0)
+    m.startup()
+    # Appends the manager is not told about, then one it is told about: the gap is filled
+    # from the log, within the budget.
+    values = [b"%03d-" % i + b"y" * 200 for i in range(30)]
+    for v in values:
+        info = leader_log.append_as_leader(batch(v), 0)
+    m.on_leader_append(TP, {1}, info.first_offset, info.records)
+    assert m.bytes_used <= 3 * one
+    wait_for(lambda: follower.log.log_end_offset == leader_log.log_end_offset, what="follower caught up")
+    assert follower.values() == values
+    assert listener.failed == [] and follower.peak_buffered <= 3 * one
