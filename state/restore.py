@@ -148,7 +148,7 @@ class StoreChangelogReader:
         restore_consumer: Any,
         listener: Optional[StateRestoreListener] = None,
         *,
-        eos_enabled: bool,
+        eos_enabled: bool = False,
         admin: Any = None,
         end_offsets_fn: Optional[Callable[[list[TopicPartition]], dict]] = None,
         poll_ms: int = 100,
