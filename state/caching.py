@@ -449,8 +449,14 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         self._reader = reader
 
     def _write_down(self, entries: list) -> None:
-        put = self.wrapped.put
+        wrapped = self.wrapped
         listener = self._flush_listener
+        if type(wrapped) is ChangeLoggingKeyValueStore and wrapped._log_change is not None and listener is not None:
+            # ChangeLoggingKeyValueStore.put inlined (an entry always has its timestamp): the
+            # inner store's put, then the changelog record
+            self._write_down_logged(entries, wrapped.wrapped.put, wrapped._log_change, wrapped.name, listener)
+            return
+        put = wrapped.put
         if listener is None:
             for key, value, timestamp, _old in entries:
                 put(key, value, timestamp)
@@ -463,6 +469,19 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
             if value is None and old is None:
                 continue
             put(key, value, timestamp)
+            listener(key, value, old, timestamp)
+
+    def _write_down_logged(self, entries: list, put: Callable, log_change: Callable, name: str,
+                           listener: Callable) -> None:
+        get = self._reader.get
+        unknown = UNKNOWN
+        for key, value, timestamp, old in entries:
+            if old is unknown:
+                old = get(key)
+            if value is None and old is None:
+                continue
+            put(key, value, timestamp)
+            log_change(name, key, value, timestamp)
             listener(key, value, old, timestamp)
 
     # ---------------------------------------------------------------- reads

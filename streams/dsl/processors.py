@@ -217,7 +217,7 @@ class CountProcessor(_Forwarding):
             fast = _CachedCount.of(store) if scoped is not None else None
             if fast is not None:
                 # typed -> caching: count and listen at the bytes level, the serdes applied here
-                fast.attach(scoped(self._on_flush))
+                fast.attach_forwarding(self.forward, scoped)
                 self.forward_on_update = False
                 self._update = fast.counter
                 self._fast = fast
@@ -283,8 +283,8 @@ _INT64 = struct.Struct(">q")
 class _CachedCount:
     """A count's store access over the plain typed -> caching stack (`of(store)`, else None):
     `counter(key, timestamp)` adds one with the caching layer's `update` (one read-modify-write)
-    and `attach(listener)` installs the typed flush listener on the caching layer, the typed
-    layer's serdes applied here (C-level where the serde offers it). `counter` returns False,
+    and `attach_forwarding(forward, scoped)` installs the count's flush listener on the caching
+    layer, the typed layer's serdes applied here (C-level where the serde offers it). `counter` returns False,
     having done nothing, when the key does not serialize, so the caller's store.get/put raises
     the typed layer's own error."""
 
@@ -340,33 +340,45 @@ class _CachedCount:
         self.counter = counter
         self.key_unchecked, self.update, self.add_one = key_unchecked, update, add_one
 
-    def attach(self, listener: Callable[[Any, Any, Any, int], None]) -> None:
-        """`listener(key, new, old, timestamp)` with typed values, as the typed store's
-        set_flush_listener would call it (a key written down is never None)."""
+    def attach_forwarding(self, forward: Callable[[Record], None],
+                          scoped: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        """The count's flush listener (CountProcessor._on_flush over the typed listener) as one
+        function: decode the bytes, `forward` the Change, run by `scoped` as the count node."""
         key_deserialize = self.key_serde.deserialize
-        key_unchecked = _serdes.unchecked_deserializer(self.key_serde)
+        key_of = _serdes.unchecked_deserializer(self.key_serde) or key_deserialize
         value_deserialize = self.value_serde.deserialize
         if self.value_serde is _serdes.INT64:
             unpack = _INT64.unpack
 
-            def value_of(data: bytes) -> Any:
-                try:
-                    return unpack(data)[0]
-                except Exception:  # the serde's own error
-                    return value_deserialize(data)
+            def on_flush(key: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
+                try:  # C-level decoding; on any error the serdes' own calls decide
+                    key = key_of(key)
+                    new = None if new is None else unpack(new)[0]
+                    old = None if old is None else unpack(old)[0]
+                except Exception:
+                    key = key_deserialize(key) if type(key) is bytes else key
+                    new = None if new is None or type(new) is int else value_deserialize(new)
+                    old = None if old is None or type(old) is int else value_deserialize(old)
+                rec = _new(Record)
+                rec.key = key
+                rec.value = _new_tuple(Change, (new, old))
+                rec.timestamp = timestamp
+                rec.headers = ()
+                forward(rec)
         else:
-            value_of = value_deserialize
-
-        def typed_listener(key: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
-            if key_unchecked is not None:
+            def on_flush(key: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
                 try:
-                    key = key_unchecked(key)
+                    key = key_of(key)
                 except Exception:
                     key = key_deserialize(key)
-            else:
-                key = key_deserialize(key)
-            listener(key, None if new is None else value_of(new), None if old is None else value_of(old), timestamp)
-        self.inner.set_flush_listener(typed_listener)
+                rec = _new(Record)
+                rec.key = key
+                rec.value = _new_tuple(Change, (None if new is None else value_deserialize(new),
+                                                None if old is None else value_deserialize(old)))
+                rec.timestamp = timestamp
+                rec.headers = ()
+                forward(rec)
+        self.inner.set_flush_listener(scoped(on_flush))
 
 
 class ToStreamProcessor(_Forwarding):
