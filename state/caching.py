@@ -621,9 +621,33 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         try:
             entries = named.entries
             entry = entries.get(key)
-            if entry is not None:  # get: a hit (the put below makes it MRU)
+            if entry is not None:
+                # get: a hit; put: the entry rewritten in place and made MRU (the cache holds it,
+                # so the zero-size bypass below cannot apply)
                 named.hits += 1
-                old = entry.value
+                value = fn(entry.value)
+                if value is not None and type(value) is not bytes:
+                    check_value(self.name, value)
+                size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+                dirty = named.dirty
+                if entry.dirty:
+                    if key in dirty:
+                        del dirty[key]
+                else:
+                    entry.old = entry.value  # a clean entry holds the store's value
+                    entry.dirty = True
+                dirty[key] = None
+                entry.value = value
+                entry.timestamp = timestamp
+                entries.move_to_end(key)
+                delta = size - entry.size
+                if delta:
+                    entry.size = size
+                    named.size_bytes += delta
+                    cache._total_bytes += delta
+                if cache._total_bytes > cache.max_bytes:
+                    cache._maybe_evict(named)
+                return value
             else:  # get: a miss, read through
                 named.misses += 1
                 old = self._reader.get(key)
