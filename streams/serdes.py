@@ -120,8 +120,8 @@ def unchecked_serializer(serde: Any) -> Callable[[Any], bytes] | None:
     """For hot paths: a function that, given a non-None object, returns exactly what
     `serde.serialize` returns or raises (any exception: the caller then calls `serde.serialize`,
     which returns the same result or raises the serde's own error). A C function for STRING
-    (`str.encode`) and BYTES (`bytes.__bytes__`), so no Python frame per call; None for serdes
-    without one."""
+    (`str.encode`), BYTES (`bytes.__bytes__`) and the fixed-width numbers (`struct.pack`), so
+    no Python frame per call; None for serdes without one."""
     return getattr(serde, "serialize_unchecked", None)
 
 
@@ -193,15 +193,16 @@ def _fixed(name: str, fmt: str, kind: type) -> Serde:
     unpack = st.unpack
 
     def serialize(obj: Any) -> bytes | None:
-        if type(obj) is not kind:  # the checks only off the common path
-            if obj is None:
-                return None
-            if kind is int and not isinstance(obj, int):
-                raise SerializationError(f"{name} serde cannot serialize {type(obj).__name__} {obj!r}: expected int")
+        # exactly what `pack` accepts (ints and int-likes for the integer formats, numbers for
+        # the floating ones), so `pack` itself is the unchecked serializer
+        if obj is None:
+            return None
         try:
             return pack(obj)
         except (struct.error, OverflowError, TypeError) as exc:
-            raise SerializationError(f"{name} serde cannot serialize {type(obj).__name__} {obj!r}: {exc}") from None
+            expected = "expected int" if kind is int else "expected a number"
+            raise SerializationError(
+                f"{name} serde cannot serialize {type(obj).__name__} {obj!r}: {exc} ({expected})") from None
 
     def deserialize(data: bytes | None) -> Any:
         if data is None:
@@ -214,7 +215,7 @@ def _fixed(name: str, fmt: str, kind: type) -> Serde:
         except (struct.error, TypeError) as exc:
             raise SerializationError(f"{name} serde cannot deserialize {_preview(data)}: {exc}") from None
 
-    return _builtin(name, serialize, deserialize)
+    return _builtin(name, serialize, deserialize, pack)
 
 
 # ---- JSON (orjson) --------------------------------------------------------------------------
