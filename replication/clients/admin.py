@@ -338,6 +338,10 @@ class AdminClient:
             _raise(KafkaError.LEADER_NOT_AVAILABLE, "Broker: Leader not available")
         try:
             partition = self._cluster.partition_on(leader, tp.topic, tp.partition)
+            if not partition.log.config.delete:
+                # Kafka refuses DeleteRecords unless the topic's cleanup.policy includes delete.
+                _raise(KafkaError.POLICY_VIOLATION, f"Records of partition {tp.topic}-{tp.partition} can not be "
+                       "deleted due to the configured policy")
             low = partition.delete_records(tp.offset)
         except OffsetOutOfRangeError as e:
             _raise(KafkaError.OFFSET_OUT_OF_RANGE, str(e))

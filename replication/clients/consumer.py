@@ -70,6 +70,7 @@ from replication.protocol import (
     ListOffsetsRequest,
 )
 from replication.protocol import TopicPartition as TP
+from replication.log import MAX_TIMESTAMP
 from replication.records import decode_messages, iter_batch_headers
 
 log = logging.getLogger(__name__)
@@ -103,10 +104,13 @@ class _Partition:
     __slots__ = ("tp", "key", "version", "position", "fetch_position", "pending_offset", "paused",
                  "stopped", "in_flight", "buffered", "eof_offset", "leader", "leader_epoch",
                  "retry_at", "high_watermark", "low_watermark", "last_stable_offset", "stored",
-                 "committed_sent", "leader_epoch_seen")
+                 "committed_sent", "leader_epoch_seen", "assigned_offset")
 
     def __init__(self, key: TP, start: int) -> None:
         self.key = key
+        # What assignment() reports, as librdkafka does: the offset given to assign (a seek
+        # does not change it), OFFSET_INVALID shown as OFFSET_STORED, which is what it means.
+        self.assigned_offset = OFFSET_STORED if start == OFFSET_INVALID else start
         self.version = 0
         self.position = OFFSET_INVALID  # next offset the application receives
         self.fetch_position = -1  # next offset to fetch; -1 while `pending_offset` is resolved
@@ -352,7 +356,7 @@ class Consumer:
     def assignment(self) -> list[TopicPartition]:
         self._check_open()
         with self._lock:
-            return [TopicPartition(k.topic, k.partition) for k in self._parts]
+            return [TopicPartition(k.topic, k.partition, s.assigned_offset) for k, s in self._parts.items()]
 
     # -- positions ----------------------------------------------------------------------------
 
@@ -363,6 +367,10 @@ class Consumer:
         with self._lock:
             state = self._parts.get(TP(partition.topic, partition.partition))
             if state is None:
+                count = self._metadata.partition_count(partition.topic)
+                if count is not None and 0 <= partition.partition < count:
+                    raise kafka_exception(KafkaError._STATE,
+                                          f"Failed to seek to offset {partition.offset}: Local: Erroneous state")
                 raise kafka_exception(KafkaError._UNKNOWN_PARTITION,
                                       f"Failed to seek to offset {partition.offset}: Local: Unknown partition")
             self._restart(state, partition.offset)
@@ -998,14 +1006,17 @@ class Consumer:
         if self._auto_offset_store:
             raise kafka_exception(KafkaError._INVALID_ARG,
                                   "store_offsets requires enable.auto.offset.store=false")
-        entries = self._commit_entries(message, offsets)
+        entries, _ = self._commit_entries(message, offsets)
         with self._lock:
             for key, (offset, metadata, epoch) in entries.items():
                 state = self._parts.get(key)
                 if state is not None:
                     state.stored = (offset, metadata, epoch)
 
-    def _commit_entries(self, message: Message | None, offsets: list[TopicPartition] | None) -> dict:
+    def _commit_entries(self, message: Message | None, offsets: list[TopicPartition] | None
+                        ) -> tuple[dict, list[TopicPartition]]:
+        """(entries to commit by partition, the partitions with a negative offset). librdkafka
+        leaves negative (logical) offsets out of the request and returns them untouched."""
         if message is not None and offsets is not None:
             raise ValueError("Commit takes either message or offsets, not both")
         if message is not None:
@@ -1015,39 +1026,48 @@ class Consumer:
                 raise kafka_exception(KafkaError._INVALID_ARG, "Cannot commit offsets for an error message")
             epoch = message.leader_epoch()
             return {TP(message.topic(), message.partition()): (message.offset() + 1, None,
-                                                                epoch if epoch is not None else -1)}
+                                                                epoch if epoch is not None else -1)}, []
+        entries: dict = {}
+        skipped: list[TopicPartition] = []
         if offsets is not None:
-            entries = {}
             for tp in _check_tp_list(offsets, "commit"):
                 if tp.offset < 0:
-                    raise kafka_exception(KafkaError._INVALID_ARG,
-                                          f"invalid offset {tp.offset} for {tp.topic} [{tp.partition}]")
+                    skipped.append(tp)
+                    continue
                 entries[TP(tp.topic, tp.partition)] = (tp.offset, tp.metadata,
                                                        tp.leader_epoch if tp.leader_epoch is not None else -1)
-            return entries
-        return {}
+        return entries, skipped
 
     def commit(self, message: Message | None = None, offsets: list[TopicPartition] | None = None,
                asynchronous: bool = True) -> list[TopicPartition] | None:
         self._check_open()
-        entries = self._commit_entries(message, offsets)
-        explicit = message is not None or offsets is not None
-        if not explicit:
+        entries, skipped = self._commit_entries(message, offsets)
+        if message is None and offsets is None:
             with self._lock:
                 entries = {k: s.stored for k, s in self._parts.items() if s.stored is not None}
-            if not entries:
-                raise kafka_exception(KafkaError._NO_OFFSET, "Commit failed: Local: No offset stored")
-        if asynchronous:
-            self._pool().submit(self._do_commit, entries, True)
+        if not entries:
+            error = kafka_error(KafkaError._NO_OFFSET, "Commit failed: Local: No offset stored")
+            if not asynchronous:
+                raise KafkaException(error)
+            # As librdkafka: an asynchronous commit reports it to on_commit only.
+            if self._on_commit is not None:
+                callback = self._on_commit
+                self._post_event(lambda: callback(error, list(skipped)))
             return None
-        return self._do_commit(entries, False)
+        if asynchronous:
+            self._pool().submit(self._do_commit, entries, True, skipped)
+            return None
+        return self._do_commit(entries, False, skipped)
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._commit_pool is None:
             self._commit_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="consumer-commit")
         return self._commit_pool
 
-    def _do_commit(self, entries: dict, from_async: bool) -> list[TopicPartition] | None:
+    def _do_commit(self, entries: dict, from_async: bool,
+                   skipped: list[TopicPartition] = ()) -> list[TopicPartition] | None:
+        """Commit `entries`; an asynchronous commit (also an automatic one) reports to on_commit,
+        a synchronous one to its caller only, as in librdkafka."""
         offsets = {k: OffsetAndMetadata(o, m, e) for k, (o, m, e) in entries.items()}
         try:
             errors = self._cluster.group_coordinator.commit_offsets(
@@ -1072,12 +1092,15 @@ class Consumer:
                     if state is not None:
                         state.committed_sent = om.offset
             result.append(tp)
-        if self._on_commit is not None:
+        result.extend(skipped)
+        if from_async and self._on_commit is not None:
             callback = self._on_commit
             self._post_event(lambda: callback(first_error, result))
         if from_async:
+            if first_error is not None:
+                log.warning("consumer %s: commit failed: %s", self.group_id, first_error)
             return None
-        if first_error is not None and all(tp.error is not None for tp in result):
+        if first_error is not None and all(tp.error is not None for tp in result[:len(offsets)]):
             raise KafkaException(first_error)
         return result
 
@@ -1089,7 +1112,7 @@ class Consumer:
         if not entries:
             return
         try:
-            self._do_commit(entries, not sync)
+            self._do_commit(entries, True)
         except KafkaException as e:
             log.warning("consumer %s: auto commit failed: %s", self.group_id, e)
 
@@ -1133,15 +1156,19 @@ class Consumer:
         high = self._list_offset_checked(key, LATEST_TIMESTAMP, timeout_s)
         return low, high
 
-    def _list_offset_checked(self, key: TP, timestamp: int, timeout_s: float) -> int:
+    def _list_offset_checked(self, key: TP, timestamp: int, timeout_s: float,
+                             what: str = "watermark offsets") -> int:
         error, value = call_leader(
             self._cluster, key,
             lambda leader, epoch: ListOffsetsRequest(-1, self._isolation, {key: (timestamp, epoch)}),
             lambda r: (r[key].error, r[key]), timeout_s)
         if error != Errors.NONE:
             if error in RETRIABLE_LEADER_ERRORS:
-                raise kafka_exception(KafkaError._TIMED_OUT, f"Failed to get watermark offsets: Local: Timed out")
-            raise kafka_exception(int(error), f"Failed to get watermark offsets: {Errors(error).name}")
+                raise kafka_exception(KafkaError._TIMED_OUT, f"Failed to get {what}: Local: Timed out")
+            if error == Errors.UNKNOWN_TOPIC_OR_PART:
+                # librdkafka answers from its metadata before asking a broker.
+                raise kafka_exception(KafkaError._UNKNOWN_PARTITION, f"Failed to get {what}: Local: Unknown partition")
+            raise kafka_exception(int(error), f"Failed to get {what}: {Errors(error).name}")
         return value.offset
 
     def offsets_for_times(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
@@ -1151,9 +1178,12 @@ class Consumer:
         out = []
         for tp in partitions:
             key = TP(tp.topic, tp.partition)
-            if tp.offset < 0:
-                raise kafka_exception(KafkaError._INVALID_ARG, f"invalid timestamp {tp.offset} for {tp.topic}")
-            offset = self._list_offset_checked(key, tp.offset, timeout_s)
+            # -1 latest, -2 earliest and -3 the record with the largest timestamp are
+            # ListOffsets' own special timestamps; librdkafka passes them through.
+            if tp.offset < MAX_TIMESTAMP:
+                raise kafka_exception(KafkaError._INVALID_ARG, f"invalid timestamp {tp.offset} for {tp.topic} "
+                                      f"[{tp.partition}]: expected a timestamp in ms, -1 (latest) or -2 (earliest)")
+            offset = self._list_offset_checked(key, tp.offset, timeout_s, "offsets")
             out.append(TopicPartition(tp.topic, tp.partition, offset if offset >= 0 else OFFSET_END))
         return out
 

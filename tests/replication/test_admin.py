@@ -156,6 +156,23 @@ def test_list_offsets_delete_records(cluster, admin):
         KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
+def test_delete_records_needs_the_delete_cleanup_policy(cluster, admin):
+    """Kafka refuses DeleteRecords on a compact-only topic with POLICY_VIOLATION."""
+    compact, both = unique("compact"), unique("both")
+    for topic, policy in ((compact, "compact"), (both, "compact,delete")):
+        admin.create_topics([NewTopic(topic, 1, 3, config={"cleanup.policy": policy})])[topic].result(5)
+        for i in range(4):
+            cluster.produce(topic, 0, encode_batch([(b"k%d" % i, b"v", 100 + i)]), acks=-1)
+    refused = TopicPartition(compact, 0, 2)
+    error = error_of(admin.delete_records([refused])[refused])
+    assert error.code() == KafkaError.POLICY_VIOLATION
+    assert f"Records of partition {compact}-0 can not be deleted due to the configured policy" in error.str()
+    assert admin.list_offsets({TopicPartition(compact, 0): OffsetSpec.earliest()})[
+        TopicPartition(compact, 0)].result(5).offset == 0  # nothing was deleted
+    accepted = TopicPartition(both, 0, 2)
+    assert admin.delete_records([accepted])[accepted].result(5).low_watermark == 2
+
+
 def test_consumer_group_admin(cluster, admin):
     topic = unique("t")
     admin.create_topics([NewTopic(topic, 2, 3)])[topic].result(5)

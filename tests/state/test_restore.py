@@ -880,8 +880,14 @@ def test_changelog_compacted_while_restoring(make_env):
 # --------------------------------------------------------------------------- truncation
 
 
+# Kafka refuses DeleteRecords on a compact-only topic (POLICY_VIOLATION): these changelogs
+# have cleanup.policy compact,delete so that records can be deleted under them.
+COMPACT_DELETE = {"cleanup.policy": "compact,delete"}
+
+
 @pytest.mark.needs_faithful_broker(reason="delete_records is unsupported")
-def test_changelog_truncated_below_the_checkpoint_wipes_and_restores_from_log_start(env):
+def test_changelog_truncated_below_the_checkpoint_wipes_and_restores_from_log_start(make_env):
+    env = make_env(topic_config=COMPACT_DELETE)
     records = workload(1500)
     env.produce(records[:1000])
     mgr = env.open()
@@ -925,7 +931,8 @@ def test_changelog_truncated_while_restoring_is_task_corrupted(make_env):
     """Records deleted under the restore consumer's position: the broker answers the fetch with
     OFFSET_OUT_OF_RANGE, the consumer (auto.offset.reset=error) reports it, and the reader raises
     TaskCorruptedError instead of jumping silently over the missing records."""
-    env = make_env(producer_conf={"batch.size": 2048})  # small batches: the consumer fetches as it goes
+    env = make_env(topic_config=COMPACT_DELETE,
+                   producer_conf={"batch.size": 2048})  # small batches: the consumer fetches as it goes
     records = workload(6000)
     env.produce(records)
     mgr = env.open()
