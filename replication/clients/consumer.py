@@ -104,7 +104,7 @@ class _Partition:
     __slots__ = ("tp", "key", "version", "position", "fetch_position", "pending_offset", "paused",
                  "stopped", "in_flight", "buffered", "eof_offset", "leader", "leader_epoch",
                  "retry_at", "high_watermark", "low_watermark", "last_stable_offset", "stored",
-                 "committed_sent", "leader_epoch_seen", "assigned_offset")
+                 "committed_sent", "leader_epoch_seen", "assigned_offset", "delivered")
 
     def __init__(self, key: TP, start: int) -> None:
         self.key = key
@@ -113,6 +113,9 @@ class _Partition:
         self.assigned_offset = OFFSET_STORED if start == OFFSET_INVALID else start
         self.version = 0
         self.position = OFFSET_INVALID  # next offset the application receives
+        # position() reports `position` only once a message was delivered since the assign or
+        # the last seek: librdkafka's application position is unset until then.
+        self.delivered = False
         self.fetch_position = -1  # next offset to fetch; -1 while `pending_offset` is resolved
         self.pending_offset: int | None = start  # a logical or explicit start to resolve
         self.paused = False
@@ -374,6 +377,7 @@ class Consumer:
                 raise kafka_exception(KafkaError._UNKNOWN_PARTITION,
                                       f"Failed to seek to offset {partition.offset}: Local: Unknown partition")
             self._restart(state, partition.offset)
+            state.delivered = False
         self._fetch_wake.set()
 
     def _restart(self, state: _Partition, offset: int) -> None:
@@ -395,7 +399,7 @@ class Consumer:
         with self._lock:
             for tp in partitions:
                 state = self._parts.get(TP(tp.topic, tp.partition))
-                offset = state.position if state is not None else OFFSET_INVALID
+                offset = state.position if state is not None and state.delivered else OFFSET_INVALID
                 out.append(TopicPartition(tp.topic, tp.partition, offset))
         return out
 
@@ -476,6 +480,7 @@ class Consumer:
                             item[3] = end
                     last = take[-1]
                     if last.error() is None:
+                        state.delivered = True
                         # Like librdkafka, the position steps past transaction markers (and
                         # aborted records) that follow the last record of a fetch.
                         state.position = item[4] if finished and item[4] > last.offset() else last.offset() + 1
@@ -484,6 +489,7 @@ class Consumer:
                             state.stored = (state.position, None, epoch if epoch is not None else -1)
                     else:
                         data = [m for m in take if m.error() is None]
+                        state.delivered = state.delivered or bool(data)
                         if data:
                             state.position = data[-1].offset() + 1
                             if self._auto_offset_store:

@@ -75,10 +75,16 @@ def test_seek_and_position(backend, admin) -> None:
     producer = backend.producer()
     produce_singly(producer, topic, 0, [str(i).encode() for i in range(10)])
     consumer = backend.consumer({"group.id": unique("g"), "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    consumer.assign([TopicPartition(topic, 0, 3)])
+    # The position is the application's: unset until a message was consumed.
+    assert position(consumer, topic) == OFFSET_INVALID
+    assert [m.value() for m in read(consumer, 1)] == [b"3"]
+    assert position(consumer, topic) == 4
+    consumer.seek(TopicPartition(topic, 0, OFFSET_BEGINNING))
     assert [m.value() for m in read(consumer, 4)] == [b"0", b"1", b"2", b"3"]
     assert position(consumer, topic) == 4
     consumer.seek(TopicPartition(topic, 0, 2))
+    assert position(consumer, topic) == OFFSET_INVALID  # a seek unsets it again
     assert [m.offset() for m in read(consumer, 3)] == [2, 3, 4]
     assert position(consumer, topic) == 5
     consumer.seek(TopicPartition(topic, 0, 8))
@@ -89,6 +95,7 @@ def test_seek_and_position(backend, admin) -> None:
     consumer.seek(TopicPartition(topic, 0, OFFSET_END))
     # A seek starts end-of-partition reporting afresh: the event shows where the end resolved.
     assert wait_for(lambda: end_of_partition(consumer), 15, "the end of the partition") == 10
+    assert position(consumer, topic) == OFFSET_INVALID  # reaching the end consumes nothing
     produce_singly(producer, topic, 0, [b"late"])
     assert [(m.offset(), m.value()) for m in read(consumer, 1)] == [(10, b"late")]
     assert position(consumer, topic) == 11
@@ -108,7 +115,9 @@ def test_pause_and_resume_lose_and_duplicate_nothing(backend, admin) -> None:
     consumer = backend.consumer({"group.id": unique("g")})
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING), TopicPartition(topic, 1, OFFSET_BEGINNING)])
     seen = read(consumer, 2)
+    before_pause = position(consumer, topic, 0)
     consumer.pause([TopicPartition(topic, 0)])
+    assert position(consumer, topic, 0) == before_pause  # pausing keeps the position
     from_a_before = len([m for m in seen if m.partition() == 0])
     # Everything of partition 1, including what arrives while 0 is paused, and nothing of 0.
     produce_singly(producer, topic, 1, [b"b5"])
