@@ -1012,12 +1012,24 @@ class Consumer:
         if self._auto_offset_store:
             raise kafka_exception(KafkaError._INVALID_ARG,
                                   "store_offsets requires enable.auto.offset.store=false")
-        entries, _ = self._commit_entries(message, offsets)
+        entries, negative = self._commit_entries(message, offsets)
+        unassigned = []
         with self._lock:
             for key, (offset, metadata, epoch) in entries.items():
                 state = self._parts.get(key)
-                if state is not None:
+                if state is None:
+                    unassigned.append(key)
+                else:
                     state.stored = (offset, metadata, epoch)
+            for tp in negative:  # librdkafka stores it: nothing left to commit there
+                state = self._parts.get(TP(tp.topic, tp.partition))
+                if state is None:
+                    unassigned.append(TP(tp.topic, tp.partition))
+                else:
+                    state.stored = None
+        if unassigned:
+            raise kafka_exception(KafkaError._STATE, "StoreOffsets failed: Local: Erroneous state "
+                                  f"(not assigned: {', '.join(f'{k.topic} [{k.partition}]' for k in unassigned)})")
 
     def _commit_entries(self, message: Message | None, offsets: list[TopicPartition] | None
                         ) -> tuple[dict, list[TopicPartition]]:
@@ -1049,8 +1061,10 @@ class Consumer:
         self._check_open()
         entries, skipped = self._commit_entries(message, offsets)
         if message is None and offsets is None:
+            # The stored offsets not committed yet, as librdkafka collects them.
             with self._lock:
-                entries = {k: s.stored for k, s in self._parts.items() if s.stored is not None}
+                entries = {k: s.stored for k, s in self._parts.items()
+                           if s.stored is not None and s.stored[0] != s.committed_sent}
         if not entries:
             error = kafka_error(KafkaError._NO_OFFSET, "Commit failed: Local: No offset stored")
             if not asynchronous:

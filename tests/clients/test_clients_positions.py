@@ -294,6 +294,31 @@ def test_negative_commit_offsets_are_left_out(backend, admin) -> None:
         (KafkaError._NO_OFFSET, [(1, -1)]), (KafkaError._NO_OFFSET, [])]
 
 
+def test_store_offsets_and_commit_what_is_stored(backend, admin) -> None:
+    topic = create_topic(admin, partitions=2)
+    produce_singly(backend.producer(), topic, 0, [b"x"] * 5)
+    consumer = backend.consumer({"group.id": unique("g"), "enable.auto.offset.store": False})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    messages = read(consumer, 5)
+    assert error_of(lambda: consumer.commit(asynchronous=False)).code() == KafkaError._NO_OFFSET  # nothing stored
+    consumer.store_offsets(message=messages[1])
+    assert [(tp.partition, tp.offset) for tp in consumer.commit(asynchronous=False)] == [(0, 2)]
+    # Only what was not committed yet is committed again.
+    assert error_of(lambda: consumer.commit(asynchronous=False)).code() == KafkaError._NO_OFFSET
+    consumer.store_offsets(offsets=[TopicPartition(topic, 0, 4)])
+    assert [(tp.partition, tp.offset) for tp in consumer.commit(asynchronous=False)] == [(0, 4)]
+    assert consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 4
+    error = error_of(lambda: consumer.store_offsets(offsets=[TopicPartition(topic, 1, 2)]))
+    assert error.code() == KafkaError._STATE  # not assigned
+    auto = backend.consumer({"group.id": unique("g")})  # enable.auto.offset.store defaults to true
+    assert error_of(lambda: auto.store_offsets(offsets=[TopicPartition(topic, 0, 1)])).code() == \
+        KafkaError._INVALID_ARG
+    auto.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    read(auto, 5)
+    assert [(tp.partition, tp.offset) for tp in auto.commit(asynchronous=False)] == [(0, 5)]
+    assert error_of(lambda: auto.commit(asynchronous=False)).code() == KafkaError._NO_OFFSET
+
+
 @pytest.mark.needs_faithful_broker(reason="OffsetCommit metadata is not stored")
 def test_commit_metadata_round_trip(backend, admin) -> None:
     topic = create_topic(admin)
