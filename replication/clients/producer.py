@@ -7,17 +7,14 @@
 How it works:
 - ``produce()`` appends one tuple to its partition's queue (default partitioner
   ``murmur2_random``: Kafka's murmur2 on the key bytes, so keyed records land where any Kafka
-  client puts them). The common case takes no lock, reads no clock and builds no object but
-  the tuple: a list append is atomic under the GIL and the sender only ever removes a
+  client puts them). The common case takes no lock and builds no object but the tuple: a list append is atomic under the GIL and the sender only ever removes a
   prefix of the queue. The sender is woken by the first record of an idle partition and when
   a queue holds a full batch; otherwise it wakes on its own when ``linger.ms`` is over.
 - A sender thread cuts batches off the queues (``batch.num.messages`` records, ``batch.size``
   bytes, or what is there after ``linger.ms``), encodes them with `records.encode_batch` (one
   C call per batch) and sends them to the partition leaders (metadata from the in-process
   controller), one ProduceRequest per leader.
-- ``timestamp=0`` (now): the producer's clock is read once per partition and sender round,
-  not per record, so such a record's timestamp may be early by up to about ``linger.ms``
-  (or the time its partition waits for the batch in flight).
+- ``timestamp=0`` (now): stamped with the wall clock in ``produce()``, as librdkafka does.
 - ``queue.buffering.max.messages`` is checked by the sender and by ``poll()``, and exactly
   once the queue is found full: the queue can overshoot it by what is produced between two
   checks (at most about a batch per partition). One batch per partition is in flight at a time, so order per
@@ -80,6 +77,7 @@ _TXN_RETRIABLE = frozenset({15, 16, 51, 7})  # coordinator (not) available, conc
 _FENCING = frozenset({Errors.INVALID_PRODUCER_EPOCH, Errors.PRODUCER_FENCED})
 
 
+_time_ns = time.time_ns
 _ILLEGAL_GENERATION = 22
 _UNKNOWN_MEMBER_ID = 25
 
@@ -119,7 +117,6 @@ class _Queue:
         self.kick_at = 1
         self.full_at = full_at  # records in a full batch, estimated from the sizes seen
         self.since = 0.0  # monotonic time the sender first saw the queued records (0: not yet)
-        self.ts = 0  # wall clock ms for timestamp=0 records; 0: read it again
 
 
 def _entries_size(entries: list[tuple]) -> int:
@@ -306,7 +303,7 @@ class Producer:
             return self._produce_slow(topic, value, key, partition, on_delivery or callback or self._default_dr,
                                       timestamp, headers)
         if not timestamp:
-            timestamp = queue.ts or self._stamp(queue)
+            timestamp = _time_ns() // 1_000_000
         cb = on_delivery or callback or self._default_dr
         entries = queue.entries
         if cb is None:
@@ -319,11 +316,6 @@ class Producer:
             entries.append((key, value, timestamp, None, cb))
         if len(entries) >= queue.kick_at:
             self._kick(queue)
-
-    @staticmethod
-    def _stamp(queue: _Queue) -> int:
-        queue.ts = ts = time.time_ns() // 1_000_000
-        return ts
 
     def _kick(self, queue: _Queue) -> None:
         """Wake the sender for ``queue`` (checked again under the lock: it may have seen it)."""
@@ -694,7 +686,6 @@ class Producer:
         if 0 < room < _NEVER:
             room = max(1, room // max(1, len(self._active)))  # each queue's share
         for queue in list(self._active):
-            queue.ts = 0  # the next timestamp=0 record reads the clock again
             tp = queue.tp
             entries = queue.entries
             if tp in in_flight or ready.get(tp):
