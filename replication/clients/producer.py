@@ -945,7 +945,7 @@ class Producer:
     def init_transactions(self, timeout: float | None = None) -> None:
         """Get the producer id and epoch of ``transactional.id``, fencing older instances and
         aborting their open transaction."""
-        self._check_txn(_TxnState.UNINIT, _TxnState.READY)
+        self._check_txn(_TxnState.UNINIT)  # librdkafka: once per producer (a timed-out call may be retried)
         with self._txn_lock:
             _e, pid, epoch = self._txn_call(
                 lambda: self._coordinator().init_producer_id(self._transactional_id, self._txn_timeout_ms),
@@ -978,7 +978,10 @@ class Producer:
         self._check_txn(_TxnState.IN_TRANSACTION, _TxnState.ABORTABLE_ERROR)
         if self._txn_state == _TxnState.ABORTABLE_ERROR:
             raise KafkaException(self._txn_error)
-        group_id = getattr(group_metadata, "group_id", group_metadata)
+        group_id = getattr(group_metadata, "group_id", None)
+        if group_id is None:  # confluent-kafka accepts only its consumer's metadata object
+            raise TypeError(f"group_metadata must come from Consumer.consumer_group_metadata(), "
+                            f"got {type(group_metadata).__name__}")
         if not isinstance(group_id, str) or not group_id:
             raise kafka_exception(KafkaError._INVALID_ARG, "group_metadata must come from consumer_group_metadata()")
         if not isinstance(offsets, (list, tuple)):

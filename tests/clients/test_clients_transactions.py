@@ -136,3 +136,14 @@ def test_hung_transaction_is_aborted_after_its_timeout(backend, admin) -> None:
              "the hung transaction to be aborted")
     with pytest.raises(KafkaException):
         hung.commit_transaction(15)
+
+
+def test_transactional_api_misuse_is_refused_like_confluent(backend, admin) -> None:
+    producer = _transactional(backend)
+    with pytest.raises(KafkaException) as twice:
+        producer.init_transactions(15)  # once per producer
+    assert twice.value.args[0].code() == KafkaError._STATE
+    producer.begin_transaction()
+    with pytest.raises(TypeError):
+        producer.send_offsets_to_transaction([TopicPartition(create_topic(admin), 0, 1)], "a-group-name", 10)
+    producer.abort_transaction(15)

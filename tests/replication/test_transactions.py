@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition as CTopicPartition
 
 from replication.cluster import LocalCluster
+from replication.clients.consumer import ConsumerGroupMetadata
 from replication.log import Log
 from replication.producer_state import (
     SNAPSHOT_FILE, InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError,
@@ -267,18 +268,18 @@ def test_send_offsets_commit_only_with_the_transaction(cluster):
 
     producer.begin_transaction()
     producer.produce("sink", value=b"x")
-    producer.send_offsets_to_transaction([CTopicPartition("src", 0, 5)], "g1", 10)
+    producer.send_offsets_to_transaction([CTopicPartition("src", 0, 5)], ConsumerGroupMetadata("g1"), 10)
     producer.abort_transaction(15)
     assert groups.fetch_offsets("g1", [tp])[tp] is None
 
     producer.begin_transaction()
     producer.produce("sink", value=b"y")
-    producer.send_offsets_to_transaction([CTopicPartition("src", 0, 7)], "g1", 10)
+    producer.send_offsets_to_transaction([CTopicPartition("src", 0, 7)], ConsumerGroupMetadata("g1"), 10)
     assert groups.fetch_offsets("g1", [tp])[tp] is None
     producer.commit_transaction(15)
     assert groups.fetch_offsets("g1", [tp])[tp].offset == 7
     with pytest.raises(KafkaException) as raised:
-        producer.send_offsets_to_transaction([CTopicPartition("src", 0, 8)], "g1", 10)
+        producer.send_offsets_to_transaction([CTopicPartition("src", 0, 8)], ConsumerGroupMetadata("g1"), 10)
     assert raised.value.args[0].code() == KafkaError._STATE
 
 
@@ -344,7 +345,7 @@ def test_committed_offsets_survive_a_restart_between_prepare_commit_and_the_mark
         producer = txn_producer(cluster, "offsets")
         producer.begin_transaction()
         producer.produce("sink", value=b"out")
-        producer.send_offsets_to_transaction([CTopicPartition("src", 0, 7, "meta")], "g1", 10)
+        producer.send_offsets_to_transaction([CTopicPartition("src", 0, 7, "meta")], ConsumerGroupMetadata("g1"), 10)
         # the "crash": nothing after PREPARE_COMMIT reaches the partitions or the group
         monkeypatch.setattr(TransactionCoordinator, "_write_markers", lambda self, meta, commit: False)
         try:
