@@ -156,6 +156,44 @@ def _error_message(error: KafkaError, topic: str | None = None, partition: int |
     return Message(**kwargs)
 
 
+class _FailedTopicPartition(TopicPartition):
+    """A TopicPartition carrying a per-partition error: confluent's `error` attribute is
+    read-only from Python, librdkafka fills it in C. Compares like a TopicPartition."""
+
+    def __init__(self, topic: str, partition: int, offset: int, error: KafkaError, **kwargs: Any) -> None:
+        super().__init__(topic, partition, offset, **kwargs)
+        self._error = error
+
+    error = property(lambda self: self._error)
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace("error=None", f"error={self._error}")
+
+    def _key(self, other: Any) -> tuple | None:
+        return (other.topic, other.partition) if isinstance(other, TopicPartition) else None
+
+    def __eq__(self, other: Any) -> bool:
+        return self._key(other) == (self.topic, self.partition)
+
+    def __ne__(self, other: Any) -> bool:
+        return not self == other
+
+    def __lt__(self, other: Any) -> bool:
+        key = self._key(other)
+        if key is None:
+            return NotImplemented
+        return (self.topic, self.partition) < key
+
+    def __gt__(self, other: Any) -> bool:
+        key = self._key(other)
+        if key is None:
+            return NotImplemented
+        return (self.topic, self.partition) > key
+
+    def __hash__(self) -> int:
+        return hash((self.topic, self.partition))
+
+
 def _check_tp_list(partitions: Any, what: str) -> list:
     if not isinstance(partitions, (list, tuple)):
         raise TypeError(f"expected list of TopicPartition for {what}")
@@ -1089,24 +1127,30 @@ class Consumer:
         """Commit `entries`; an asynchronous commit (also an automatic one) reports to on_commit,
         a synchronous one to its caller only, as in librdkafka."""
         offsets = {k: OffsetAndMetadata(o, m, e) for k, (o, m, e) in entries.items()}
+        # Kafka's OffsetCommit refuses partitions the cluster does not have.
+        unknown = {k: Errors.UNKNOWN_TOPIC_OR_PART for k in offsets
+                   if not 0 <= k.partition < (self._metadata.partition_count(k.topic) or 0)}
+        known = {k: om for k, om in offsets.items() if k not in unknown}
         try:
             errors = self._cluster.group_coordinator.commit_offsets(
-                self.group_id, offsets, self._member_id if self._member_id else "",
-                self._generation if self._member_id else -1)
+                self.group_id, known, self._member_id if self._member_id else "",
+                self._generation if self._member_id else -1) if known else {}
         except (ReplicationError, GroupCoordinatorError) as e:
-            errors = {k: Errors.REQUEST_TIMED_OUT for k in offsets}
+            errors = {k: Errors.REQUEST_TIMED_OUT for k in known}
             log.warning("consumer %s: commit failed: %s", self.group_id, e)
+        errors = {**errors, **unknown}
         result = []
         first_error = None
         for key, om in offsets.items():
             code = int(errors.get(key, Errors.NONE))
-            tp = make_topic_partition(key.topic, key.partition, om.offset, om.metadata)
             if code != Errors.NONE:
-                err = kafka_error(code if code not in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS)
-                                  else code, f"Commit failed: error {code}")
-                tp.error = err
+                err = kafka_error(code, f"Commit failed: {Errors(code).name}" if code in Errors._value2member_map_
+                                  else f"Commit failed: error {code}")
+                metadata = {"metadata": om.metadata} if om.metadata is not None else {}
+                tp = _FailedTopicPartition(key.topic, key.partition, om.offset, err, **metadata)
                 first_error = first_error or err
             else:
+                tp = make_topic_partition(key.topic, key.partition, om.offset, om.metadata)
                 with self._lock:
                     state = self._parts.get(key)
                     if state is not None:

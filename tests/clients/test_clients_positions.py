@@ -319,6 +319,22 @@ def test_store_offsets_and_commit_what_is_stored(backend, admin) -> None:
     assert error_of(lambda: auto.commit(asynchronous=False)).code() == KafkaError._NO_OFFSET
 
 
+def test_commit_to_an_unknown_topic_is_refused(backend, admin) -> None:
+    consumer = backend.consumer({"group.id": unique("g")})
+    missing = TopicPartition(unique("missing"), 0, 1)
+    error = error_of(lambda: consumer.commit(offsets=[missing], asynchronous=False))
+    assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert consumer.committed([TopicPartition(missing.topic, 0)], timeout=10)[0].offset == OFFSET_INVALID
+
+
+@pytest.mark.needs_faithful_broker(reason="OffsetCommit accepts partitions a topic does not have")
+def test_commit_to_a_missing_partition_is_refused(backend, admin) -> None:
+    topic = create_topic(admin, partitions=2)
+    consumer = backend.consumer({"group.id": unique("g")})
+    error = error_of(lambda: consumer.commit(offsets=[TopicPartition(topic, 7, 1)], asynchronous=False))
+    assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
 @pytest.mark.needs_faithful_broker(reason="OffsetCommit metadata is not stored")
 def test_commit_metadata_round_trip(backend, admin) -> None:
     topic = create_topic(admin)
