@@ -689,6 +689,27 @@ class TaskEngine:
         """Process one raw input record. Returns False if it was skipped (handler or timestamp)."""
         return self.process_batch(topic, partition, ((key, value, timestamp, headers, offset),)) == 1
 
+    def has_custom_timestamp_extractor(self) -> bool:
+        return any(source.timestamp_extractor is not None for source in self.sources_by_topic.values())
+
+    def extracted_timestamp(self, topic: str, partition: int, key: Optional[bytes], value: Optional[bytes],
+                            timestamp: int, headers: Any, offset: int) -> int:
+        """The timestamp the source's extractor gives a raw record (for ordering partitions by
+        their head record, as Kafka's RecordQueue does); the record's own timestamp when the
+        source has no extractor or the record cannot be deserialized (processing reports that)."""
+        source = self.sources_by_topic.get(topic)
+        extractor = None if source is None else source.timestamp_extractor
+        if extractor is None:
+            return timestamp
+        try:
+            k = source.key_deserialize(key)
+            v = source.value_deserialize(value)
+            hdrs = () if headers is None else tuple(headers)
+            return extractor.extract(ConsumerRecord(topic, partition, offset, k, v, timestamp, hdrs),
+                                     self.partition_times.get((topic, partition), UNKNOWN_TIME))
+        except Exception:  # noqa: BLE001 - processing the record raises or skips it properly
+            return timestamp
+
     def process_batch(self, topic: str, partition: int, rows: Iterable[tuple]) -> int:
         """Process a run of raw input records of one partition, in order: `rows` yields
         `(key_bytes, value_bytes, timestamp, headers, offset)`. Returns how many were processed

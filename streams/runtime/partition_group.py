@@ -8,7 +8,7 @@ back). Records are the consumer's `Message` objects, kept as they came.
 from __future__ import annotations
 
 import collections
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from confluent_kafka import Message
 
@@ -19,6 +19,22 @@ class PartitionGroup:
     def __init__(self, partitions: Iterable[tuple[str, int]]) -> None:
         self.queues: dict[tuple[str, int], collections.deque] = {tp: collections.deque() for tp in partitions}
         self.buffered = 0
+        #: `(partition, message) -> timestamp` when a source has its own timestamp extractor:
+        #: partitions are then ordered by the extracted timestamp of their head, as Kafka's
+        #: RecordQueue does (None: the message's own timestamp).
+        self.head_timestamp: Callable[[tuple[str, int], Any], int] | None = None
+        self._heads: dict[tuple[str, int], tuple[Any, int]] = {}
+
+    def _head_ts(self, tp: tuple[str, int], message: Any) -> int:
+        extract = self.head_timestamp
+        if extract is None:
+            return _TIMESTAMP(message)[1]
+        cached = self._heads.get(tp)
+        if cached is not None and cached[0] is message:
+            return cached[1]
+        ts = extract(tp, message)
+        self._heads[tp] = (message, ts)
+        return ts
 
     def add(self, tp: tuple[str, int], messages: list) -> None:
         self.queues[tp].extend(messages)
@@ -28,6 +44,7 @@ class PartitionGroup:
         for q in self.queues.values():
             q.clear()
         self.buffered = 0
+        self._heads.clear()
 
     def clear_partition(self, tp: tuple[str, int]) -> None:
         q = self.queues.get(tp)
@@ -65,7 +82,7 @@ class PartitionGroup:
             best_ts = 0
             for tp, q in queues.items():
                 if q:
-                    ts = _TIMESTAMP(q[0])[1]
+                    ts = self._head_ts(tp, q[0])
                     if best_tp is None or ts < best_ts:
                         best_tp, best_ts = tp, ts
             if best_tp is None:
@@ -97,9 +114,9 @@ class PartitionGroup:
         while emitted < max_records:
             best = None
             best_ts = 0
-            for q in self.queues.values():
+            for tp, q in self.queues.items():
                 if q:
-                    ts = _TIMESTAMP(q[0])[1]
+                    ts = self._head_ts(tp, q[0])
                     if best is None or ts < best_ts:
                         best, best_ts = q, ts
             if best is None:

@@ -124,6 +124,10 @@ class StreamTask:
         self.engine = TaskEngine(self.topology, self.subtopology, task_id=self.id,
                                  application_id=self.application_id, config=self.config,
                                  collector=self.collector, clock_ms=self.clock_ms, state_context=self.manager)
+        if len(self.partition_group.queues) > 1 and self.engine.has_custom_timestamp_extractor():
+            extracted = self.engine.extracted_timestamp
+            self.partition_group.head_timestamp = lambda tp, m: extracted(
+                tp[0], tp[1], _KEY(m), _VALUE(m), _TIMESTAMP(m)[1], _HEADERS(m), _OFFSET(m))
         if self._recycled:
             # a promoted standby: its stores are open and registered with their offsets
             self.manager.collector = self.collector

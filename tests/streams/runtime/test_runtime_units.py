@@ -4,12 +4,13 @@ internal topic planning, App misuse."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from state.directory import StateDirectory
 from state.errors import InvalidStateStoreError
 from state.task_id import TaskId
-from streams import App, AppState, StreamsBuilder, serdes
+from streams import App, AppState, Processor, StreamsBuilder, Topology, serdes
+from streams.processor import TimestampExtractor
 from streams.errors import ConfigError
 from eddy.murmur2 import murmur2_partition as partition_for_key
 from streams.runtime.collector import RecordCollector
@@ -259,3 +260,36 @@ def test_collector_routes_keys_like_the_default_partitioner():
         send_t(b"alpha", b"v", 2, None)
     assert uses_murmur2({}) and uses_murmur2({"partitioner": "murmur2"})
     assert not uses_murmur2({"producer.partitioner": "consistent_random"})
+
+
+class _ValueTime(TimestampExtractor):
+    """Event time carried in the value: b"<name>@<ms>"."""
+
+    def extract(self, record, partition_time):
+        return int(record.value.split(b"@")[1])
+
+
+def test_partitions_are_ordered_by_the_extracted_timestamp_of_their_heads(tmp_path):
+    class Collect(Processor):
+        def process(self, record):
+            pass
+
+    topo = Topology()
+    topo.add_source("x", "x-topic", key_serde=serdes.BYTES, value_serde=serdes.BYTES, timestamp_extractor=_ValueTime())
+    topo.add_source("y", "y-topic", key_serde=serdes.BYTES, value_serde=serdes.BYTES, timestamp_extractor=_ValueTime())
+    topo.add_processor("p", Collect, "x", "y")
+    sub = topo.build()[0]
+    parts = [("x-topic", 0), ("y-topic", 0)]
+    task = StreamTask(TaskId(0, 0), sub, topo, input_partitions=parts, application_id="app", config={},
+                      collector=None, state_directory=StateDirectory(tmp_path, "app"), thread_cache=None,
+                      eos_enabled=False, clock_ms=lambda: 0)
+    task.initialize_if_needed()
+
+    def msg(topic, value, broker_ts):
+        return Message(topic=topic, partition=0, offset=0, key=None, value=value, timestamp=(1, broker_ts))
+
+    # broker timestamps say y first; the extracted event times say x first
+    task.add_records(("x-topic", 0), [msg("x-topic", b"x1@100", 900), msg("x-topic", b"x2@300", 901)])
+    task.add_records(("y-topic", 0), [msg("y-topic", b"y1@200", 10), msg("y-topic", b"y2@400", 11)])
+    order = [m.value() for m in task.partition_group.drain(4)]
+    assert order == [b"x1@100", b"y1@200", b"x2@300", b"y2@400"]
