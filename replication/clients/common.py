@@ -256,7 +256,7 @@ def cluster_metadata(cluster: Any, topic: str | None = None) -> Any:
 
 
 def make_topic_partition(topic: str, partition: int, offset: int = -1001, metadata: str | None = None,
-                         leader_epoch: int | None = None, error: Any = None) -> Any:
+                         leader_epoch: int | None = None) -> Any:
     """A `confluent_kafka.TopicPartition` (whose constructor refuses None for metadata)."""
     from confluent_kafka import TopicPartition as ConfluentTopicPartition
 
@@ -265,7 +265,4 @@ def make_topic_partition(topic: str, partition: int, offset: int = -1001, metada
         kwargs["metadata"] = metadata
     if leader_epoch is not None and leader_epoch >= 0:
         kwargs["leader_epoch"] = leader_epoch
-    tp = ConfluentTopicPartition(topic, partition, offset, **kwargs)
-    if error is not None:
-        tp.error = error
-    return tp
+    return ConfluentTopicPartition(topic, partition, offset, **kwargs)
