@@ -72,14 +72,18 @@ def test_crash_at_random_point_then_restart_counts_exactly(backend_config, tmp_p
             wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "exact counts after restart")
         finally:
             assert app.close(timeout=60)
-        msgs = cluster.read_all(out, 2, until=lambda got: last_counts(got) == dict(expected))
-        for word, seq in count_sequences(msgs).items():
-            # committed output only ever grows: a record processed twice would show up as a
-            # repeated or too-high count, a lost one as a final count below the expected
-            assert seq == sorted(set(seq)), (word, seq)
-            assert seq[-1] == expected[word]
+        _assert_exactly_once_output(cluster, out, expected)
     finally:
         cluster.close()
+
+
+def _assert_exactly_once_output(cluster: Cluster, out: str, expected: dict) -> None:
+    """Committed output only ever grows: a record processed twice would show up as a repeated
+    or too-high count, a lost one as a final count below the expected."""
+    msgs = cluster.read_all(out, 2, until=lambda got: last_counts(got) == dict(expected))
+    for word, seq in count_sequences(msgs).items():
+        assert seq == sorted(set(seq)), (word, seq)
+        assert seq[-1] == expected[word]
 
 
 @pytest.mark.parametrize("seed", [21, 22])
@@ -113,9 +117,6 @@ def test_broker_crash_while_processing_exactly_once(tmp_path, seed):
             assert app.state is AppState.RUNNING
         finally:
             assert app.close(timeout=60)
-        msgs = cluster.read_all(out, 2, until=lambda got: last_counts(got) == dict(expected))
-        for word, seq in count_sequences(msgs).items():
-            assert seq == sorted(set(seq)), (word, seq)
-            assert seq[-1] == expected[word]
+        _assert_exactly_once_output(cluster, out, expected)
     finally:
         cluster.close()
