@@ -405,18 +405,14 @@ class PushManager:
             self._fail(buf, reason)
 
     def on_high_watermark_update(self, tp: TopicPartition, replica_ids: Iterable[int], high_watermark: int) -> None:
-        self._check()
-        if not replica_ids:
-            return
-        with self.lock:
-            self._check()
-            for r in tuple(replica_ids):
-                buf = self._buffers.get((tp, r))
-                if buf is not None and high_watermark > buf.high_watermark:
-                    buf.high_watermark = high_watermark
-                    self.pusher_for(r, tp).mark_dirty(buf)
+        self._raise_watermark(tp, replica_ids, "high_watermark", high_watermark)
 
     def on_log_start_offset_update(self, tp: TopicPartition, replica_ids: Iterable[int], log_start_offset: int) -> None:
+        self._raise_watermark(tp, replica_ids, "log_start_offset", log_start_offset)
+
+    def _raise_watermark(self, tp: TopicPartition, replica_ids: Iterable[int], field: str, value: int) -> None:
+        """Move a buffer's high watermark or log start up (never down); it travels with the
+        next request to that follower."""
         self._check()
         if not replica_ids:
             return
@@ -424,8 +420,8 @@ class PushManager:
             self._check()
             for r in tuple(replica_ids):
                 buf = self._buffers.get((tp, r))
-                if buf is not None and log_start_offset > buf.log_start_offset:
-                    buf.log_start_offset = log_start_offset
+                if buf is not None and value > getattr(buf, field):
+                    setattr(buf, field, value)
                     self.pusher_for(r, tp).mark_dirty(buf)
 
     def stop_push(self, tp: TopicPartition, replica_ids: Iterable[int], reason: PushSessionEndReason) -> None:
