@@ -4,7 +4,6 @@ what ends its session (an ISR shrink, a fetch for that session, not a stale fetc
 memory bound of the transition read."""
 
 import threading
-import time
 
 import pytest
 
@@ -24,27 +23,14 @@ from replication.protocol import (
 )
 from replication.push import PushManager, PushSession, PushSessionEndReason, PushState
 from replication.push.leader import PushLeader
-from replication.records import encode_batch
 from replication.replica_manager import ReplicaManager
 from replication.transport import Transport
+
+from test_push import batch, wait_for
 
 TP = TopicPartition("t", 0)
 T0 = 1_000_000
 LAG_MS = 10_000
-
-
-def batch(*values):
-    return encode_batch([(None, v, 1000) for v in values])
-
-
-def wait_for(predicate, timeout_s=10.0, what="condition"):
-    cond = threading.Condition()
-    deadline = time.monotonic() + timeout_s
-    with cond:
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out waiting for {what}")
-            cond.wait(0.002)
 
 
 class HoldingFollower:

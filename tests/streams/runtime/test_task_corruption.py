@@ -99,6 +99,21 @@ class Runner:
         path = self.tmp_path / instance / self.app_id / str(task) / ".checkpoint"
         return OffsetCheckpoint(path).read()
 
+    def delete_below(self, partition: int, offset: int) -> None:
+        """DeleteRecords on the changelog: its log start moves to `offset`."""
+        [result] = self.cluster.admin.delete_records([TopicPartition(self.changelog, partition, offset)]).values()
+        assert result.result(30).low_watermark == offset
+
+    def restart_with_input(self, instance: str, listener) -> None:
+        """Input waits for `instance`, which starts, catches up with it and closes cleanly."""
+        self.produce(1)
+        app = self.app(instance, listener)
+        try:
+            self.wait_store(app)
+            self.feed(app, 1)
+        finally:
+            assert app.close(timeout=60)
+
     def log_offsets(self, partition: int = 0) -> tuple[int, int]:
         c = self.cluster.backend.consumer({"group.id": unique("probe")})
         try:
@@ -131,21 +146,14 @@ def test_checkpoint_below_the_log_start_is_corrupted_wiped_and_restored(backend_
         assert log_end >= x + 1 + 20
 
         y = x + 3  # A's next offset (x + 1) and the one after are gone
-        [result] = cluster.admin.delete_records([TopicPartition(r.changelog, 0, y)]).values()
-        assert result.result(30).low_watermark == y
+        r.delete_below(0, y)
         assert r.log_offsets() == (y, log_end)
         assert r.checkpoint("A") == {tp: x}  # A's directory still believes in offset x
 
-        # input waiting for A when it comes back: processed after the revived task restored
-        r.produce(1)
+        # input waiting for A when it comes back: processed after the revived task restored;
+        # corrupted, wiped, revived: restored from the log start, nothing missing
         listener = Restores()
-        a = r.app("A", listener)
-        try:
-            # corrupted, wiped, revived: restored from the log start, nothing missing
-            r.wait_store(a)
-            r.feed(a, 1)
-        finally:
-            assert a.close(timeout=60)
+        r.restart_with_input("A", listener)
 
         assert any("corrupted" in rec.getMessage() and str(TASK) in rec.getMessage() for rec in caplog.records), \
             [rec.getMessage() for rec in caplog.records]
@@ -190,17 +198,9 @@ def test_only_the_corrupted_task_is_wiped(backend_config, tmp_path, caplog):
         assert end0 >= x0 + 1 + 10 and end1 >= x1 + 1 + 10
 
         y = x0 + 3
-        [result] = cluster.admin.delete_records([TopicPartition(r.changelog, 0, y)]).values()
-        assert result.result(30).low_watermark == y
-
-        r.produce(1)
+        r.delete_below(0, y)
         listener = Restores()
-        a = r.app("A", listener)
-        try:
-            r.wait_store(a)
-            r.feed(a, 1)
-        finally:
-            assert a.close(timeout=60)
+        r.restart_with_input("A", listener)
 
         corrupted = [rec.getMessage() for rec in caplog.records if "corrupted" in rec.getMessage()]
         assert corrupted and all(str(t0) in m and str(t1) not in m for m in corrupted), corrupted
