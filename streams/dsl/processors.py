@@ -45,12 +45,7 @@ class MapValuesProcessor(_Forwarding):
         self.fn = fn
 
     def process(self, record: Record) -> None:
-        rec = _new(Record)
-        rec.key = record.key
-        rec.value = self.fn(record.value)
-        rec.timestamp = record.timestamp
-        rec.headers = record.headers
-        self.forward(rec)
+        self.forward(record.with_value(self.fn(record.value)))
 
     def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
         if down is None:  # no child: nothing to fuse with
@@ -71,15 +66,9 @@ class FlatMapValuesProcessor(_Forwarding):
         self.fn = fn
 
     def process(self, record: Record) -> None:
-        forward = self.forward
-        key, timestamp, headers = record.key, record.timestamp, record.headers
+        forward, with_value = self.forward, record.with_value
         for value in self.fn(record.value):
-            rec = _new(Record)
-            rec.key = key
-            rec.value = value
-            rec.timestamp = timestamp
-            rec.headers = headers
-            forward(rec)
+            forward(with_value(value))
 
     def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
         if down is None:  # no child: nothing to fuse with
@@ -151,13 +140,7 @@ class KeySelectProcessor(_Forwarding):
         self.fn = fn
 
     def process(self, record: Record) -> None:
-        value = record.value
-        rec = _new(Record)
-        rec.key = self.fn(record.key, value)
-        rec.value = value
-        rec.timestamp = record.timestamp
-        rec.headers = record.headers
-        self.forward(rec)
+        self.forward(record.with_key(self.fn(record.key, record.value)))
 
     def fuse(self, down: Optional[Stage], failed: Callable[[], None]) -> Optional[Stage]:
         if down is None:  # no child: nothing to fuse with
