@@ -540,12 +540,25 @@ class StoreChangelogReader:
         self._pause(done)
         for c in done:
             c.transit(ChangelogState.COMPLETED)
+            self._end_bulk_loading(c)
             logger.info(
                 "restored store %s of task %s from %s: %d records",
                 c.store_name, c.state_manager.task_id, _tp_str(c.tp), c.total_restored,
             )
             self._progress.completed(c)
             self._call(self.listener.on_restore_end, "on_restore_end", c.tp, c.store_name, c.total_restored)
+
+    def _end_bulk_loading(self, c: _Changelog) -> None:
+        """The store's restore is complete: a store that loads restores in a bulk mode (RocksDB:
+        a memtable that reads must not see) leaves it now, before its task serves reads, as
+        Kafka's RocksDBStore did in onRestoreEnd."""
+        store = c.state_manager.store_metadata(c.tp).store
+        while store is not None:  # the registered store may wrap it (change logging, caching)
+            end = getattr(store, "end_bulk_loading", None)
+            if end is not None:
+                end()
+                return
+            store = getattr(store, "wrapped", None)
 
     def _restored_to_end(self, c: _Changelog, idle: bool) -> bool:
         end = c.end_offset

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import pathlib
+import threading
 from itertools import starmap
 from typing import Iterable, Iterator, Optional
 
@@ -20,6 +21,7 @@ from rocksdict import (
     Cache,
     DBCompactionStyle,
     DBCompressionType,
+    MemtableFactory,
     Options,
     ReadOptions,
     Rdict,
@@ -47,15 +49,28 @@ BLOCK_SIZE = 4096
 BLOOM_BITS_PER_KEY = 10
 
 # Bulk loading while a large restore streams in (Kafka Streams' RocksDBStore did the same with
-# toggleDbForBulkLoading): automatic compactions are off, so the restored data is compacted once
-# when the mode ends instead of over and over while it arrives, and the restore thread does not
-# compete with compactions for the CPU. With automatic compactions off RocksDB applies no level-0
-# write stalls. The mode ends at flush() (the state manager flushes at every checkpoint), at
+# toggleDbForBulkLoading, which closed the DB and reopened it with bulk-load options):
+# - automatic compactions off, so the restored data is compacted once when the mode ends instead
+#   of over and over while it arrives (with them off RocksDB applies no level-0 write stalls);
+# - a vector memtable: an insert is an append (a skiplist insert is a search through a deep list
+#   and was more than half of the restore's time, spent holding the GIL), and the sort happens in
+#   RocksDB's flush thread, which runs without the GIL on another core. A vector memtable answers
+#   reads by sorting a copy of itself, so nothing reads the store in this mode: every read (and
+#   every write other than restore_batch) first ends it;
+# - more write buffers (6, as RocksDB's PrepareForBulkLoad), so that the restore does not stall
+#   while the flush thread sorts; they stay 16 MiB, which bounds what the end of the mode must
+#   still sort and flush before the store serves reads.
+# The memtable kind cannot change on an open DB, so the mode starts and ends with a flush, close
+# and reopen. It ends at flush() (the state manager flushes at every checkpoint), when the
+# changelog reader completes the store's restore (end_bulk_loading), at the first read, at
 # close(), or once level 0 holds BULK_LOAD_MAX_L0_FILES files, below the slowdown trigger (20)
-# that applies again when compactions are back.
+# that applies again when compactions are back. A process that dies in the mode leaves its
+# options in RocksDB's OPTIONS file; open() always passes the store's own options explicitly.
 BULK_LOAD_MIN_RECORDS = 100_000  # restored records since the last flush that turn it on
 BULK_LOAD_MAX_L0_FILES = 12
 BULK_LOAD_CHECK_EVERY = 16  # restored batches between two looks at the level-0 file count
+BULK_LOAD_WRITE_BUFFER_SIZE = 16 * MiB
+BULK_LOAD_MAX_WRITE_BUFFERS = 6
 _BULK_OFF, _BULK_ON, _BULK_DONE = 0, 1, 2  # _BULK_DONE: ended early, stays off until flush()
 _L0_FILES = "rocksdb.num-files-at-level0"
 
@@ -77,8 +92,9 @@ def _block_cache() -> Cache:
     return _shared_block_cache
 
 
-def rocksdb_options() -> Options:
-    """Options like Kafka's RocksDBStore defaults (write buffers, block cache, bloom filter)."""
+def rocksdb_options(bulk_loading: bool = False) -> Options:
+    """Options like Kafka's RocksDBStore defaults (write buffers, block cache, bloom filter);
+    with `bulk_loading`, the restore's bulk-load options on top (see BULK_LOAD_* above)."""
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.set_write_buffer_size(WRITE_BUFFER_SIZE)
@@ -92,7 +108,21 @@ def rocksdb_options() -> Options:
     table.set_block_size(BLOCK_SIZE)
     table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
     opts.set_block_based_table_factory(table)
+    if bulk_loading:
+        opts.set_disable_auto_compactions(True)
+        opts.set_allow_concurrent_memtable_write(False)  # only the skiplist supports it
+        opts.set_memtable_factory(MemtableFactory.vector())
+        opts.set_write_buffer_size(BULK_LOAD_WRITE_BUFFER_SIZE)
+        opts.set_max_write_buffer_number(BULK_LOAD_MAX_WRITE_BUFFERS)
     return opts
+
+
+def _open_rdict(path: pathlib.Path, options: Options) -> Rdict:
+    # The default column family's options are passed too: given only the DB options, rocksdict
+    # reopens the column family with the options last persisted in the OPTIONS file, which after
+    # a crash in bulk loading mode are the bulk-load ones (and a vector memtable with the DB's
+    # concurrent memtable writes refuses to open at all).
+    return Rdict(str(path), options, column_families={"default": options})
 
 
 def _write_options() -> WriteOptions:
@@ -141,10 +171,9 @@ def check_layout(path: pathlib.Path, layout: str, store_name: str) -> None:
         os.close(dir_fd)
 
 
-def _end_interrupted_bulk_loading(db: Rdict, path: pathlib.Path, store_name: str) -> None:
-    """Switch compactions back on when the store was left in bulk loading mode (a process that
-    died mid-restore): rocksdict reopens the default column family with the options RocksDB last
-    persisted in its newest OPTIONS file, which then still has them off."""
+def bulk_loading_leftovers(path: pathlib.Path) -> list[str]:
+    """The bulk-load settings the newest OPTIONS file in `path` still records: what a process
+    that died in bulk loading mode left behind (empty when there is no OPTIONS file)."""
     newest = None
     for entry in path.glob("OPTIONS-*"):
         try:
@@ -154,16 +183,36 @@ def _end_interrupted_bulk_loading(db: Rdict, path: pathlib.Path, store_name: str
         if newest is None or number > newest[0]:
             newest = (number, entry)
     if newest is None:
-        return
+        return []
     try:
-        stale = any(line.strip() == "disable_auto_compactions=true"
-                    for line in newest[1].read_text(errors="replace").splitlines())
+        lines = newest[1].read_text(errors="replace").splitlines()
     except OSError:
+        return []
+    left = []
+    for line in lines:
+        line = line.strip()
+        if line == "disable_auto_compactions=true":
+            left.append("automatic compactions off")
+        elif line.startswith("memtable_factory=") and "SkipListFactory" not in line:
+            left.append(f"memtable {line.split('=', 1)[1]}")
+    return left
+
+
+def _end_interrupted_bulk_loading(db: Rdict, path: pathlib.Path, store_name: str, left_before: list) -> None:
+    """After open: make sure the store is in normal mode although an interrupted restore left
+    bulk-load options in the OPTIONS file (`left_before`, read before opening). Opening with the
+    store's explicit options replaces them; this checks that RocksDB recorded normal options and
+    switches compactions back on if not (a memtable kind cannot be changed on an open DB)."""
+    if left_before:
+        log.info("state store %s: an interrupted restore left it in bulk loading mode (%s); "
+                 "reopened with the store's options", store_name, ", ".join(left_before))
+    left = bulk_loading_leftovers(path)
+    if not left:
         return
-    if stale:
-        log.info("state store %s: automatic compactions were left off by an interrupted restore; "
-                 "switching them back on", store_name)
-        db.set_options({"disable_auto_compactions": "false"})
+    if any(item.startswith("memtable") for item in left):
+        raise StateError(f"state store {store_name!r}: RocksDB at {path} opened with bulk-load "
+                         f"options ({', '.join(left)}) instead of the store's own")
+    db.set_options({"disable_auto_compactions": "false"})
 
 
 def key_after(key: bytes) -> bytes:
@@ -195,13 +244,20 @@ class RocksDBKeyValueStore(KeyValueStore):
         if not name or not isinstance(name, str):
             raise StateError(f"store name must be a non-empty string, got {name!r}")
         self.name = name
+        # The handle for reads and writes. None while closed and while bulk loading: every path
+        # that finds None goes through _open_db(), which ends bulk loading first, so no read
+        # ever sees the bulk-load memtable and the hot paths pay nothing for the mode.
         self._db: Optional[Rdict] = None
+        self._bulk_db: Optional[Rdict] = None  # the handle while bulk loading (restore_batch only)
         self._path: Optional[pathlib.Path] = None
         self._write_opts = _write_options()
         self._iterators = IteratorTracker()
         self._bulk = _BULK_OFF
         self._restored_since_flush = 0
         self._bulk_batches = 0
+        # Mode switches reopen the DB; a reader on another thread (interactive queries) that finds
+        # the store bulk loading ends the mode under this lock rather than racing the switch.
+        self._mode_lock = threading.RLock()
 
     # ---------------------------------------------------------------- lifecycle
     def init(self, context: StoreContext) -> None:
@@ -210,73 +266,141 @@ class RocksDBKeyValueStore(KeyValueStore):
 
     def open(self, path: "os.PathLike[str] | str") -> None:
         """Open (creating if needed) the RocksDB directory at `path`; used by `init` and tools."""
-        if self._db is not None:
+        if self._db is not None or self._bulk_db is not None:
             raise StateError(f"state store {self.name!r} is already open at {self._path}")
         path = pathlib.Path(path)
         check_layout(path, self.layout, self.name)
+        left = bulk_loading_leftovers(path)
+        db = self._reopen(path, bulk_loading=False, action="open")
         try:
-            db = Rdict(str(path), rocksdb_options())
-        except Exception as exc:
-            raise StateError(f"state store {self.name!r}: cannot open RocksDB at {path}: {exc}") from exc
-        db.set_write_options(self._write_opts)
+            _end_interrupted_bulk_loading(db, path, self.name, left)
+        except Exception:
+            db.close()
+            raise
         self._db = db
         self._path = path
+        self._bulk = _BULK_OFF
+        self._restored_since_flush = 0
         self.is_open = True
-        _end_interrupted_bulk_loading(db, path, self.name)
         log.debug("opened RocksDB store %s at %s", self.name, path)
+
+    def _reopen(self, path: pathlib.Path, bulk_loading: bool, action: str) -> Rdict:
+        try:
+            db = _open_rdict(path, rocksdb_options(bulk_loading))
+        except Exception as exc:
+            raise StateError(f"state store {self.name!r}: cannot {action} RocksDB at {path}: {exc}") from exc
+        db.set_write_options(self._write_opts)
+        return db
 
     @property
     def path(self) -> Optional[pathlib.Path]:
         return self._path
 
     def _open_db(self) -> Rdict:
+        """The handle for reads and writes; ends bulk loading first if the store is in it."""
         db = self._db
+        if db is not None:
+            return db
+        with self._mode_lock:
+            if self._bulk_db is not None:
+                self._end_bulk_loading(_BULK_DONE)
+            db = self._db
         if db is None:
             raise StoreClosedError(f"state store {self.name!r} is not open")
         return db
 
     def flush(self) -> None:
         """Flush memtables to SST files (the WAL is off, so this is what makes writes durable)."""
-        db = self._open_db()
-        if self._bulk == _BULK_ON:
-            self._set_bulk_loading(db, False)
+        db = self._open_db()  # ends bulk loading (which flushes)
         self._bulk = _BULK_OFF
         self._restored_since_flush = 0
         db.flush(True)
 
     def close(self, dirty: bool = False) -> None:
-        db = self._db
-        if db is None:
-            return
-        self._iterators.invalidate_all()
-        self._db = None
-        self.is_open = False
-        # rocksdict reopens the default column family with the options RocksDB last persisted,
-        # so compactions are switched back on before closing.
-        if self._bulk == _BULK_ON:
-            self._set_bulk_loading(db, False)
-        self._bulk = _BULK_OFF
-        self._restored_since_flush = 0
-        try:
-            db.close()
-        finally:
-            log.debug("closed RocksDB store %s", self.name)
+        with self._mode_lock:
+            db = self._db or self._bulk_db
+            if db is None:
+                return
+            self._iterators.invalidate_all()
+            self._db = self._bulk_db = None
+            self.is_open = False
+            self._bulk = _BULK_OFF
+            self._restored_since_flush = 0
+            # Closing flushes the memtables (the WAL is off), bulk-load ones included; the next
+            # open passes the store's own options, which ends bulk loading for good.
+            try:
+                db.close()
+            finally:
+                log.debug("closed RocksDB store %s", self.name)
 
     @property
     def bulk_loading(self) -> bool:
-        """Whether a large restore has switched automatic compactions off (until flush())."""
-        return self._bulk == _BULK_ON
+        """Whether a large restore has put the store in bulk loading mode (see BULK_LOAD_*)."""
+        return self._bulk_db is not None
 
-    def _set_bulk_loading(self, db: Rdict, on: bool) -> None:
+    def end_bulk_loading(self) -> None:
+        """Leave bulk loading mode now (the changelog reader calls it when the store's restore
+        completes, before the task serves reads); a no-op in any other mode."""
+        if self._bulk_db is not None:
+            with self._mode_lock:
+                if self._bulk_db is not None:
+                    self._end_bulk_loading(_BULK_DONE)
+
+    def _start_bulk_loading(self, db: Rdict) -> Rdict:
+        """Flush, close and reopen with the bulk-load options; returns the handle to write to."""
+        with self._mode_lock:
+            path = self._path
+            self._iterators.invalidate_all()  # they read the handle that is about to close
+            self._db = None
+            self._flush_and_close(db, "start bulk loading in")
+            try:
+                bulk_db = self._reopen(path, bulk_loading=True, action="start bulk loading in")
+            except StateError as exc:
+                log.warning("%s; restoring without bulk loading", exc)
+                self._bulk = _BULK_DONE
+                self._db = self._reopen_or_close(path, "reopen after failing to start bulk loading in")
+                return self._db
+            self._bulk_db = bulk_db
+            self._bulk = _BULK_ON
+            self._bulk_batches = 0
+            log.debug("state store %s: bulk loading on", self.name)
+            return bulk_db
+
+    def _end_bulk_loading(self, then: int) -> None:
+        """Flush the bulk-load memtables, close and reopen with the store's own options (under
+        _mode_lock). A failure leaves the store closed and raises StateError."""
+        bulk_db = self._bulk_db
+        self._bulk_db = None
+        self._bulk = then
+        self._flush_and_close(bulk_db, "end bulk loading in")
+        self._db = self._reopen_or_close(self._path, "end bulk loading in")
+        log.debug("state store %s: bulk loading off", self.name)
+
+    def _flush_and_close(self, db: Rdict, action: str) -> None:
+        # The WAL is off: what the memtables hold must reach disk before the handle closes.
         try:
-            db.set_options({"disable_auto_compactions": "true" if on else "false"})
-        except Exception as exc:  # noqa: BLE001 - bulk loading is only an optimisation
-            log.warning("state store %s: cannot %s bulk loading: %s", self.name, "start" if on else "end", exc)
-            self._bulk = _BULK_DONE
-            return
-        self._bulk = _BULK_ON if on else _BULK_DONE
-        self._bulk_batches = 0
-        log.debug("state store %s: bulk loading %s", self.name, "on" if on else "off")
+            try:
+                db.flush(True)
+            finally:
+                db.close()
+        except Exception as exc:
+            self._closed_by_failure()
+            raise StateError(f"state store {self.name!r}: cannot {action} RocksDB at {self._path}: "
+                             f"{exc}") from exc
+
+    def _reopen_or_close(self, path: pathlib.Path, action: str) -> Rdict:
+        try:
+            return self._reopen(path, bulk_loading=False, action=action)
+        except StateError:
+            self._closed_by_failure()
+            raise
+
+    def _closed_by_failure(self) -> None:
+        self._iterators.invalidate_all()
+        self._db = self._bulk_db = None
+        self.is_open = False
+        self._bulk = _BULK_OFF
+        self._restored_since_flush = 0
 
     # ---------------------------------------------------------------- point ops
     # get and put are the hot path: the checks are inlined and call the validators only for a
@@ -284,7 +408,7 @@ class RocksDBKeyValueStore(KeyValueStore):
     def get(self, key: bytes) -> Optional[bytes]:
         db = self._db
         if db is None:
-            raise StoreClosedError(f"state store {self.name!r} is not open")
+            db = self._open_db()
         if type(key) is not bytes:
             check_key(self.name, key)
         return db.get(key)
@@ -292,7 +416,7 @@ class RocksDBKeyValueStore(KeyValueStore):
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
         db = self._db
         if db is None:
-            raise StoreClosedError(f"state store {self.name!r} is not open")
+            db = self._open_db()
         if type(key) is not bytes:
             check_key(self.name, key)
         if value is None:
@@ -342,7 +466,9 @@ class RocksDBKeyValueStore(KeyValueStore):
 
         No validation here: changelog keys were validated when they were first written.
         """
-        db = self._open_db()
+        db = self._bulk_db
+        if db is None:
+            db = self._open_db()
         if type(records) is not list:
             records = list(records)
         batch = WriteBatch(raw_mode=True)
@@ -372,11 +498,13 @@ class RocksDBKeyValueStore(KeyValueStore):
             self._bulk_batches += 1
             if (self._bulk_batches % BULK_LOAD_CHECK_EVERY == 0
                     and (db.property_int_value(_L0_FILES) or 0) >= BULK_LOAD_MAX_L0_FILES):
-                self._set_bulk_loading(db, False)
+                with self._mode_lock:
+                    if self._bulk_db is db:
+                        self._end_bulk_loading(_BULK_DONE)
         elif bulk == _BULK_OFF:
             self._restored_since_flush += len(records)
             if self._restored_since_flush >= BULK_LOAD_MIN_RECORDS:
-                self._set_bulk_loading(db, True)
+                self._start_bulk_loading(db)
 
     # ---------------------------------------------------------------- iteration
     def _forward(self, db: Rdict, key_from: Optional[bytes], upper_exclusive: Optional[bytes]) -> Iterator:
