@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from typing import Callable, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError
 from state.logging_store import ChangeLoggingKeyValueStore
@@ -608,91 +608,120 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         read-through entry on a miss (and any eviction it causes), then the dirty write. This is
         an aggregation's read-modify-write (count, reduce) without a second pass through the layers.
         """
-        named = self._named
-        if named is None or not self._probe.is_open:
-            raise StoreClosedError(f"state store {self.name!r} is not open")
         if type(key) is not bytes:
             check_key(self.name, key)
         if timestamp is None:
             timestamp = self._timestamp_supplier()
+        return self.update_many((key,), fn, (timestamp,))
+
+    def update_many(self, keys: Sequence[bytes], fn: Callable[[Optional[bytes]], Optional[bytes]],
+                    timestamps: Sequence[int], clock: Any = None) -> Optional[bytes]:
+        """`update(key, fn, timestamp)` for each key (bytes) and timestamp in order, holding the
+        cache lock once; returns the last value written. A run of a count's records in one call.
+
+        `clock`: an object whose `stream_time` attribute is raised to each record's timestamp
+        right before that record's update (the caller's stream time stays exact for anything an
+        eviction forwards in the middle of the run). If an update raises, the exception carries
+        `updates_done`, the number of keys fully updated before it."""
+        named = self._named
+        if named is None or not self._probe.is_open:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
         cache = self._cache
         lock = cache.lock
+        entries = named.entries
+        dirty = named.dirty
+        value = None
+        hits = 0
+        i = 0
         lock.acquire()
         try:
-            entries = named.entries
-            entry = entries.get(key)
-            if entry is not None:
-                # get: a hit; put: the entry rewritten in place and made MRU (the cache holds it,
-                # so the zero-size bypass below cannot apply)
-                named.hits += 1
-                value = fn(entry.value)
-                if value is not None and type(value) is not bytes:
-                    check_value(self.name, value)
-                size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
-                dirty = named.dirty
-                if entry.dirty:
-                    if key in dirty:
-                        del dirty[key]
-                else:
-                    entry.old = entry.value  # a clean entry holds the store's value
-                    entry.dirty = True
-                dirty[key] = None
-                entry.value = value
-                entry.timestamp = timestamp
-                entries.move_to_end(key)
-                delta = size - entry.size
-                if delta:
-                    entry.size = size
-                    named.size_bytes += delta
-                    cache._total_bytes += delta
-                if cache._total_bytes > cache.max_bytes:
-                    cache._maybe_evict(named)
-                return value
-            else:  # get: a miss, read through
-                named.misses += 1
-                old = self._reader.get(key)
-                if old is not None:
-                    if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-                        named.evictions += 1
+            for key, timestamp in zip(keys, timestamps):
+                if clock is not None and timestamp > clock.stream_time:
+                    clock.stream_time = timestamp
+                entry = entries.get(key)
+                if entry is not None:
+                    # get: a hit; put: the entry rewritten in place and made MRU (the cache holds it,
+                    # so the zero-size bypass below cannot apply)
+                    hits += 1
+                    value = fn(entry.value)
+                    if value is not None and type(value) is not bytes:
+                        check_value(self.name, value)
+                    size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+                    if entry.dirty:
+                        if key in dirty:
+                            del dirty[key]
                     else:
-                        named.put_clean(key, old)
-                        entry = entries.get(key)  # None if evicted at once
-            value = fn(old)
-            if value is not None and type(value) is not bytes:
-                check_value(self.name, value)
+                        entry.old = entry.value  # a clean entry holds the store's value
+                        entry.dirty = True
+                    dirty[key] = None
+                    entry.value = value
+                    entry.timestamp = timestamp
+                    entries.move_to_end(key)
+                    delta = size - entry.size
+                    if delta:
+                        entry.size = size
+                        named.size_bytes += delta
+                        cache._total_bytes += delta
+                    if cache._total_bytes > cache.max_bytes:
+                        cache._maybe_evict(named)
+                else:
+                    value = self._update_missed(named, cache, key, fn, timestamp)
+                i += 1
+            return value
+        except BaseException as exc:
+            exc.updates_done = i  # type: ignore[attr-defined]
+            raise
+        finally:
+            named.hits += hits
+            lock.release()
+
+    def _update_missed(self, named: NamedCache, cache: ThreadCache, key: bytes,
+                       fn: Callable[[Optional[bytes]], Optional[bytes]], timestamp: int) -> Optional[bytes]:
+        """update() of a key the cache does not hold (the lock is held): read through, write dirty."""
+        entries = named.entries
+        named.misses += 1
+        entry = None
+        old = self._reader.get(key)
+        if old is not None:
             if cache.max_bytes < ENTRY_OVERHEAD and not entries:
                 named.evictions += 1
-                flush = named.listener
-                if flush is None:
-                    raise StateError(f"cache {named.name!r} has dirty entries but no flush listener")
-                flush([_new_tuple(DirtyEntry, (key, value, timestamp, old))])
-                return value
-            # NamedCache.put_dirty, inlined (as in put).
-            size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
-            if entry is None:
-                entries[key] = CacheEntry(value, True, timestamp, size, old)
-                delta = size
             else:
-                delta = size - entry.size
-                if not entry.dirty:
-                    entry.old = entry.value  # a clean entry holds the store's value
-                    entry.dirty = True
-                entry.value = value
-                entry.timestamp = timestamp
-                entry.size = size
-                entries.move_to_end(key)
-            dirty = named.dirty
-            if key in dirty:
-                del dirty[key]
-            dirty[key] = None
-            if delta:
-                named.size_bytes += delta
-                cache._total_bytes += delta
-            if cache._total_bytes > cache.max_bytes:
-                cache._maybe_evict(named)
+                named.put_clean(key, old)
+                entry = entries.get(key)  # None if evicted at once
+        value = fn(old)
+        if value is not None and type(value) is not bytes:
+            check_value(self.name, value)
+        if cache.max_bytes < ENTRY_OVERHEAD and not entries:
+            named.evictions += 1
+            flush = named.listener
+            if flush is None:
+                raise StateError(f"cache {named.name!r} has dirty entries but no flush listener")
+            flush([_new_tuple(DirtyEntry, (key, value, timestamp, old))])
             return value
-        finally:
-            lock.release()
+        # NamedCache.put_dirty, inlined (as in put).
+        size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+        if entry is None:
+            entries[key] = CacheEntry(value, True, timestamp, size, old)
+            delta = size
+        else:
+            delta = size - entry.size
+            if not entry.dirty:
+                entry.old = entry.value  # a clean entry holds the store's value
+                entry.dirty = True
+            entry.value = value
+            entry.timestamp = timestamp
+            entry.size = size
+            entries.move_to_end(key)
+        dirty = named.dirty
+        if key in dirty:
+            del dirty[key]
+        dirty[key] = None
+        if delta:
+            named.size_bytes += delta
+            cache._total_bytes += delta
+        if cache._total_bytes > cache.max_bytes:
+            cache._maybe_evict(named)
+        return value
 
     def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):
         cache = self._check()

@@ -101,13 +101,14 @@ class ProcessorNode:
 
 
 class SourceNode(ProcessorNode):
-    __slots__ = ("topics", "key_deserialize", "value_deserialize", "key_deserialize_unchecked",
+    __slots__ = ("topics", "key_serde", "key_deserialize", "value_deserialize", "key_deserialize_unchecked",
                  "value_deserialize_unchecked", "timestamp_extractor", "context")
 
     def __init__(self, name: str, topics: tuple[str, ...], key_serde: Any, value_serde: Any,
                  timestamp_extractor: Any) -> None:
         super().__init__(name, None)
         self.topics = topics
+        self.key_serde = key_serde
         self.key_deserialize = key_serde.deserialize
         self.value_deserialize = value_serde.deserialize
         self.key_deserialize_unchecked = _serdes.unchecked_deserializer(key_serde)
@@ -717,6 +718,79 @@ class TaskEngine:
         source = self.sources_by_topic.get(topic)
         if source is None:
             raise StreamsException(f"task {self.task_id} has no source node for topic {topic!r}")
+        children = source.children
+        if (len(children) == 1 and source.timestamp_extractor is None
+                and source.key_deserialize_unchecked is not None and source.value_deserialize_unchecked is not None):
+            run = getattr(self.fused_entry(children[0]), "key_bytes_run", None)
+            if run is not None and run[0] is source.key_serde and _serdes.round_trips(run[0]):
+                return self._process_key_bytes_run(source, topic, partition, rows, run[1], children[0])
+        return self._process_rows(source, topic, partition, rows)
+
+    def _process_key_bytes_run(self, source: SourceNode, topic: str, partition: int, rows: Iterable[tuple],
+                               run: Callable[[list, list, Any], None], first: ProcessorNode) -> int:
+        """process_batch when the source's only child takes runs of serialized keys (a cached
+        count whose store key serde is the source's, a serde whose bytes round-trip): each row's
+        key and value are checked by deserializing them, and the raw key bytes of the good rows
+        go to `run` in one call. A row the bulk path does not take (a None key, a record that
+        does not deserialize, a negative timestamp) goes through the per-record loop alone, right
+        after the rows before it were counted, so every effect happens in the per-record order.
+        The stream time is raised record by record (`run` gets this engine as its clock)."""
+        key_check = source.key_deserialize_unchecked
+        value_check = source.value_deserialize_unchecked
+        rows = rows if type(rows) is list else list(rows)
+        tp = (topic, partition)
+        ctx = self.context
+        keys: list = []
+        timestamps: list = []
+        start = 0  # rows[start:] from here on are the ones in keys/timestamps
+        done = 0
+        odd = None
+
+        def count_pending() -> int:
+            if not keys:
+                return 0
+            ctx.current_node = first
+            ctx.metadata = None
+            try:
+                run(keys, timestamps, self)
+            except (RecordDeserializationError, InvalidTimestampError):
+                raise
+            except Exception as exc:
+                failed_at = start + getattr(exc, "updates_done", 0)
+                self._raise_process_error(exc, ctx, source, topic, partition, rows[failed_at][4])
+            finally:
+                newest = max(timestamps)
+                if newest > self.partition_times.get(tp, UNKNOWN_TIME):
+                    self.partition_times[tp] = newest
+            return len(keys)
+
+        try:
+            for i, (key, value, timestamp, _headers, _offset) in enumerate(rows):
+                if key is not None and timestamp >= 0:
+                    try:
+                        key_check(key)
+                        if value is not None:
+                            value_check(value)
+                    except Exception:  # noqa: BLE001 - the per-record loop decides (skip or raise)
+                        pass
+                    else:
+                        keys.append(key)
+                        timestamps.append(timestamp)
+                        continue
+                done += count_pending()
+                keys.clear()
+                timestamps.clear()
+                odd = rows[i]
+                done += self._process_rows(source, topic, partition, (odd,))
+                start = i + 1
+            done += count_pending()
+        finally:
+            ctx.current_node = None
+            ctx.metadata = None
+        return done
+
+    def _process_rows(self, source: SourceNode, topic: str, partition: int, rows: Iterable[tuple]) -> int:
+        """process_batch's per-record loop."""
         key_deserialize = source.key_deserialize
         value_deserialize = source.value_deserialize
         key_unchecked = source.key_deserialize_unchecked

@@ -252,6 +252,15 @@ DOUBLE: Serde = _fixed("DOUBLE", ">d", float)
 JSON: Serde = _builtin("JSON", _ser_json, _de_json)
 # Kafka's names for the same serdes
 INTEGER = INT32
+
+
+def round_trips(serde: Any) -> bool:
+    """True when `serialize(deserialize(data)) == data` for all bytes `data` the serde
+    deserializes without error (strict UTF-8 for STRING, exact sizes for the integers), so a hot
+    path may keep the raw bytes it has checked instead of re-serializing. Not FLOAT/DOUBLE (NaN
+    payloads) nor JSON."""
+    return serde is BYTES or serde is STRING or serde is INT32 or serde is INT64
+
 LONG = INT64
 
 _BY_NAME: dict[str, Serde] = {

@@ -317,6 +317,33 @@ class Producer:
         if len(entries) >= queue.kick_at:
             self._kick(queue)
 
+    def appender(self, topic: str, on_delivery: Callable) -> Callable[[bytes | None, bytes | None, int, int], bool]:
+        """A per-topic shortcut of produce() for a caller that passes bytes (or None), an explicit
+        partition and no headers, always with the same callback: ``append(key, value, partition,
+        timestamp)`` queues the record exactly as ``produce(topic, value, key, partition,
+        on_delivery, timestamp=timestamp)`` would and returns True, or does nothing and returns
+        False whenever produce() has anything to check (no metadata yet, a partition out of
+        range, a full queue, no open transaction, a fatal error, the queue's first callback not
+        set yet); the caller then calls produce(). An extension of this client (confluent-kafka
+        has no such call)."""
+        producer = self
+        now_ns = _time_ns
+        kick = self._kick
+
+        def append(key: bytes | None, value: bytes | None, partition: int, timestamp: int) -> bool:
+            queues = producer._fast.get(topic)
+            if queues is None or partition < 0 or partition >= len(queues):
+                return False
+            queue = queues[partition]
+            if queue.cb is not on_delivery:
+                return False
+            entries = queue.entries
+            entries.append((key, value, timestamp or now_ns() // 1_000_000, None))
+            if len(entries) >= queue.kick_at:
+                kick(queue)
+            return True
+        return append
+
     def _kick(self, queue: _Queue) -> None:
         """Wake the sender for ``queue`` (checked again under the lock: it may have seen it)."""
         with self._lock:
@@ -487,10 +514,15 @@ class Producer:
         batch.prepare()
         if not batch.has_callbacks or (self._dr_only_error and error is None):
             return len(entries)
+        common = batch.cb
+        if error is None and common is not None and batch.records is entries and \
+                getattr(common, "delivery_report_only_error", False):
+            # every record's callback wants failures only (an extension of this client: a
+            # callable with delivery_report_only_error=True, as the config does producer-wide)
+            return len(entries)
         topic, partition = batch.tp
         ok = error is None and base_offset >= 0
         offset = base_offset if ok else OFFSET_INVALID
-        common = batch.cb
         if common is not None and batch.records is entries and min(map(len, entries)) == 4:
             # Every record has the queue's callback (the common case): one tight loop.
             message = Message

@@ -77,7 +77,7 @@ class RecordCollector:
         self._since_poll = 0
         self._produce = producer.produce
         self._on_delivery = self._delivered
-        self._on_sink_delivery = self._sink_delivered  # one object: the producer's per-queue callback
+        self._on_sink_delivery = self._sink_delivery_callback()  # one object: the producer's per-queue callback
         # With the producer on Kafka's default partitioner (murmur2), keyed records are routed
         # here, remembering each key's partition: the same choice, made once per distinct key.
         self._murmur2 = murmur2_partitioning
@@ -108,9 +108,17 @@ class RecordCollector:
             return
         self._error = error
 
-    def _sink_delivered(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            self._delivered(err, msg)
+    def _sink_delivery_callback(self) -> Callable[[Any, Any], None]:
+        """The sinks' delivery callback: failures only. It says so with
+        `delivery_report_only_error`, which the embedded producer honours per callback (it then
+        builds no Message for a delivered record); confluent-kafka calls it for every record."""
+        delivered = self._delivered
+
+        def sink_delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                delivered(err, msg)
+        sink_delivered.delivery_report_only_error = True  # type: ignore[attr-defined]
+        return sink_delivered
 
     def check_error(self) -> None:
         error = self._error
@@ -174,6 +182,9 @@ class RecordCollector:
             cache = self._key_partitions[topic] = {}
         on_delivery = self._on_sink_delivery
         collector = self
+        make_appender = getattr(self.producer, "appender", None)
+        # the embedded producer's shortcut for bytes records with a known partition
+        append = make_appender(topic, on_delivery) if make_appender is not None else None
 
         def send(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if collector._error is not None:
@@ -186,6 +197,13 @@ class RecordCollector:
                     if len(cache) >= _KEY_CACHE_MAX:
                         cache.clear()
                     part = cache[key] = partition_for_key(key, collector.partitions_for(topic))
+                if (append is not None and not headers and key.__class__ is bytes
+                        and (value.__class__ is bytes or value is None) and append(key, value, part, timestamp)):
+                    collector._since_poll += 1
+                    if collector._since_poll >= _POLL_EVERY:
+                        collector._since_poll = 0
+                        collector.producer.poll(0)
+                    return
             else:
                 part = -1
             try:

@@ -1,0 +1,88 @@
+"""The embedded producer's shortcuts for the stream runtime's sinks: `appender(topic, cb)`
+queues exactly what produce() would (or declines, leaving produce() to check), and a delivery
+callback marked `delivery_report_only_error` hears about failures only."""
+
+from __future__ import annotations
+
+from contextlib import closing
+
+import pytest
+
+from replication.cluster import LocalCluster
+
+from test_producer import FAST, Reports, batches_of
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with LocalCluster(tmp_path / "cluster", num_brokers=3, config=FAST) as c:
+        c.create_topic("t", partitions=2, replication_factor=3)
+        yield c
+
+
+def _records(cluster, topic, partition):
+    return [(r.key, r.value, r.timestamp) for b in batches_of(cluster, topic, partition)
+            if not b.is_control for r in b.records()]
+
+
+def test_appended_records_equal_produced_ones(cluster):
+    reports = Reports()
+    with closing(cluster.producer({"linger.ms": 5})) as producer:
+        append = producer.appender("t", reports)
+        assert append(b"k0", b"v0", 0, 10) is False  # the queue's callback is not set yet
+        producer.produce("t", b"v0", b"k0", 0, reports, timestamp=10)
+        producer.produce("t", b"w0", b"j0", 1, reports, timestamp=11)
+        assert append(b"k1", b"v1", 0, 12) is True
+        assert append(None, None, 0, 13) is True
+        assert append(b"j1", b"w1", 1, 0) is True  # 0: stamped now, as produce() does
+        assert producer.flush(30) == 0
+    assert _records(cluster, "t", 0) == [(b"k0", b"v0", 10), (b"k1", b"v1", 12), (None, None, 13)]
+    p1 = _records(cluster, "t", 1)
+    assert p1[0] == (b"j0", b"w0", 11) and p1[1][:2] == (b"j1", b"w1") and p1[1][2] > 1_000_000_000_000
+    # per partition in order (reports of different partitions may interleave either way)
+    assert sorted((p, o, e) for e, p, o, _k, _v in reports.items) == [
+        (0, 0, None), (0, 1, None), (0, 2, None), (1, 0, None), (1, 1, None)]
+
+
+def test_the_appender_declines_whatever_produce_must_check(cluster):
+    reports, other = Reports(), Reports()
+    with closing(cluster.producer({"linger.ms": 5})) as producer:
+        producer.produce("t", b"v", b"k", 0, reports)
+        append = producer.appender("t", reports)
+        assert append(b"k", b"v", 2, 1) is False  # no such partition
+        assert append(b"k", b"v", -1, 1) is False  # the partitioner's choice: produce() makes it
+        assert producer.appender("t", other)(b"k", b"v", 0, 1) is False  # not the queue's callback
+        assert producer.appender("no-such-topic", reports)(b"k", b"v", 0, 1) is False
+        assert producer.flush(30) == 0
+    assert len(_records(cluster, "t", 0)) == 1
+    cluster.create_topic("tx", partitions=1, replication_factor=3)
+    with closing(cluster.producer({"transactional.id": "tx-1"})) as producer:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("tx", b"v", b"k", 0, reports)
+        producer.commit_transaction(30)
+        # between transactions produce() raises _STATE: the appender must not queue silently
+        assert producer.appender("tx", reports)(b"k", b"v", 0, 1) is False
+        producer.begin_transaction()
+        assert producer.appender("tx", reports)(b"k2", b"v2", 0, 1) is True
+        producer.commit_transaction(30)
+    assert [k for k, _v, _t in _records(cluster, "tx", 0)] == [b"k", b"k2"]
+
+
+def test_a_failures_only_callback_hears_failures_and_nothing_else(cluster):
+    failures = []
+
+    def on_error(err, msg):
+        failures.append((err, msg.topic(), msg.partition(), len(msg.value())))
+    on_error.delivery_report_only_error = True
+    every = Reports()
+    with closing(cluster.producer({"linger.ms": 0, "message.max.bytes": 10_000_000})) as producer:
+        producer.produce("t", b"small", b"k", 0, on_error)
+        producer.produce("t", b"small", b"k", 1, every)
+        assert producer.flush(30) == 0
+        assert failures == [] and len(every.items) == 1
+        producer.produce("t", b"x" * 2_000_000, b"k", 0, on_error)  # over the topic's max.message.bytes
+        assert producer.flush(30) == 0
+    assert len(failures) == 1
+    err, topic, partition, size = failures[0]
+    assert err is not None and (topic, partition, size) == ("t", 0, 2_000_000)
