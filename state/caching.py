@@ -22,6 +22,7 @@ Semantics follow Kafka's ThreadCache / NamedCache / CachingKeyValueStore:
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
@@ -49,6 +50,8 @@ from state.window import (
 )
 
 log = logging.getLogger(__name__)
+_INT64 = struct.Struct(">q")
+_pack_int64, _unpack_int64 = _INT64.pack, _INT64.unpack
 
 DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
 CACHE_MAX_BYTES_CONFIG = "statestore.cache.max.bytes"
@@ -619,10 +622,13 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         """`update(key, fn, timestamp)` for each key (bytes) and timestamp in order, holding the
         cache lock once; returns the last value written. A run of a count's records in one call.
 
-        `clock`: an object whose `stream_time` attribute is raised to each record's timestamp
-        right before that record's update (the caller's stream time stays exact for anything an
-        eviction forwards in the middle of the run). If an update raises, the exception carries
-        `updates_done`, the number of keys fully updated before it."""
+        `clock`: an object whose `stream_time` attribute is the caller's stream time: it is
+        raised to each record's timestamp before anything that could read it runs for that
+        record (`fn`, a read-through, an eviction forwarding downstream) and at the end. If an update raises, the exception carries
+        `updates_done`, the number of keys fully updated before it. A `fn` with the attribute
+        `int64_increment` set says it adds one to a big-endian 8-byte signed integer: that is
+        done here for cached values (no call), `fn` still deciding every other case."""
+        increment = getattr(fn, "int64_increment", False)
         named = self._named
         if named is None or not self._probe.is_open:
             raise StoreClosedError(f"state store {self.name!r} is not open")
@@ -633,17 +639,30 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         value = None
         hits = 0
         i = 0
+        # the run's stream time so far, written to the clock before anything that could look
+        # at it runs (fn, an eviction, a read-through) and at the end
+        newest = clock.stream_time if clock is not None else 0
         lock.acquire()
         try:
             for key, timestamp in zip(keys, timestamps):
-                if clock is not None and timestamp > clock.stream_time:
-                    clock.stream_time = timestamp
+                if timestamp > newest:
+                    newest = timestamp
                 entry = entries.get(key)
                 if entry is not None:
                     # get: a hit; put: the entry rewritten in place and made MRU (the cache holds it,
                     # so the zero-size bypass below cannot apply)
                     hits += 1
-                    value = fn(entry.value)
+                    if increment:
+                        try:
+                            value = _pack_int64(_unpack_int64(entry.value)[0] + 1)
+                        except Exception:  # None, not 8 bytes, overflow: fn decides
+                            if clock is not None:
+                                clock.stream_time = newest
+                            value = fn(entry.value)
+                    else:
+                        if clock is not None:
+                            clock.stream_time = newest
+                        value = fn(entry.value)
                     if value is not None and type(value) is not bytes:
                         check_value(self.name, value)
                     size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
@@ -663,8 +682,12 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                         named.size_bytes += delta
                         cache._total_bytes += delta
                     if cache._total_bytes > cache.max_bytes:
+                        if clock is not None:
+                            clock.stream_time = newest
                         cache._maybe_evict(named)
                 else:
+                    if clock is not None:
+                        clock.stream_time = newest
                     value = self._update_missed(named, cache, key, fn, timestamp)
                 i += 1
             return value
@@ -673,6 +696,8 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
             raise
         finally:
             named.hits += hits
+            if clock is not None and newest > clock.stream_time:
+                clock.stream_time = newest
             lock.release()
 
     def _update_missed(self, named: NamedCache, cache: ThreadCache, key: bytes,

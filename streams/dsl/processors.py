@@ -315,6 +315,7 @@ class _CachedCount:
                     return pack(unpack(old)[0] + 1)
                 except Exception:
                     return value_serialize(value_deserialize(old) + 1)
+            add_one.int64_increment = True  # the caching layer may do the first line itself
         else:
             def add_one(old: Optional[bytes]) -> bytes:
                 return one if old is None else value_serialize(value_deserialize(old) + 1)

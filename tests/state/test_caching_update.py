@@ -131,3 +131,44 @@ def test_a_counted_key_flushes_without_reading_the_store(tmp_path):
     assert _CountingStore.reads == 0
     assert flushed == [(b"a", b"3", None), (b"a", b"4", b"3")]
     store.close()
+
+
+def _int64_add_one(old):
+    if old is None:
+        return (1).to_bytes(8, "big", signed=True)
+    if len(old) != 8:
+        return b"odd:" + old
+    n = int.from_bytes(old, "big", signed=True)
+    return b"overflow" if n == 2 ** 63 - 1 else (n + 1).to_bytes(8, "big", signed=True)
+
+
+def test_update_many_inlines_an_int64_increment_and_leaves_every_odd_case_to_fn(tmp_path):
+    marked = lambda old: _int64_add_one(old)  # noqa: E731
+    marked.int64_increment = True
+    big = (2 ** 63 - 1).to_bytes(8, "big", signed=True)
+    results = []
+    for name, fn in (("plain", _int64_add_one), ("marked", marked)):
+        store, inner, flushed = _store("memory", tmp_path / name / "0_0", 10_000_000)
+        for key, value in ((b"n", (41).to_bytes(8, "big")), (b"short", b"abc"), (b"max", big), (b"gone", None)):
+            store.put(key, value, 1)  # cached (dirty) entries: the hit path
+        last = store.update_many([b"n", b"short", b"max", b"gone", b"n", b"new"], fn, [2, 3, 4, 5, 6, 7])
+        store.flush()
+        results.append((last, sorted(inner.all()), flushed))
+        store.close()
+    assert results[0] == results[1]
+    stored = dict(results[1][1])
+    assert int.from_bytes(stored[b"n"], "big") == 43 and stored[b"short"] == b"odd:abc"
+    assert stored[b"max"] == b"overflow" and int.from_bytes(stored[b"gone"], "big") == 1
+
+
+def test_update_many_reports_how_far_it_got_when_fn_fails(tmp_path):
+    store, _, _ = _store("memory", tmp_path / "0_0", 10_000_000)
+
+    def fn(old):
+        if old == b"x":
+            raise ValueError("boom")
+        return _add_one(old)
+    store.put(b"b", b"x", 1)
+    with pytest.raises(ValueError) as err:
+        store.update_many([b"a", b"a", b"b", b"c"], fn, [1, 2, 3, 4])
+    assert err.value.updates_done == 2 and store.get(b"a") == b"2" and store.get(b"c") is None
