@@ -1,6 +1,6 @@
 """Benchmark: restoring a RocksDB store from its changelog on the embedded cluster.
 
-    python bench/restore.py [--records 1000000] [--overwrites 0.3] [--profile] [--no-bulk]
+    python bench/restore.py [--records 1000000] [--overwrites 0.3] [--repeat N] [--profile] [--no-bulk]
         [--bulk-write-buffer-mb N] [--bulk-write-buffers N]
 
 1. A changelog topic (compacted, one partition, replication factor 3) on an embedded 3-broker
@@ -15,10 +15,11 @@
    1,000-record `WriteBatch`es, WAL off, (a) with the store's own options
    (`state.rocksdb_kv.rocksdb_options()`, the fair comparison) and (b) with rocksdict's default
    options. The ratio is restore rate / baseline (a). Target: >= 0.5. The restore itself runs
-   the store's bulk loading mode, which the baselines do not: from 100k restored records on the
-   store is reopened with a vector memtable, 6 write buffers and automatic compactions off, and
-   when the reader completes the changelog it flushes and reopens in normal mode. Both switches
-   are inside the restore's measured time (their share is printed).
+   the store's bulk loading mode, which the baselines do not: a restore of at least 100k
+   records starts with the store reopened with a vector memtable, 24 write buffers of 4 MiB,
+   two flush threads and automatic compactions off (`state.rocksdb_kv.BULK_LOAD_*`), and when
+   the reader completes the changelog the store flushes and reopens in normal mode. Both
+   switches are inside the restore's measured time (their share is printed).
 
 The restored store is checked against the latest value of every key (outside the clock).
 ``--profile`` runs the restore under cProfile and prints where the time goes (by function and
@@ -37,6 +38,7 @@ import os
 import pstats
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -125,13 +127,32 @@ def thread_cpu_seconds(thread: threading.Thread | None) -> float:
         return 0.0
 
 
+def threads_cpu() -> dict[str, float]:
+    """CPU seconds so far of every thread of this process, summed by thread name (Linux /proc:
+    Python threads by their Python name, RocksDB's native ones as rocksdb:low / rocksdb:high)."""
+    totals: dict[str, float] = collections.defaultdict(float)
+    tick = os.sysconf("SC_CLK_TCK")
+    python_names = {t.native_id: t.name.rstrip("0123456789-_ ") for t in threading.enumerate()}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                head, tail = fh.read().rsplit(")", 1)
+        except OSError:
+            continue
+        fields = tail.split()
+        name = python_names.get(int(tid)) or head.split("(", 1)[1].rstrip("0123456789-_ ")
+        totals[name] += (int(fields[11]) + int(fields[12])) / tick
+    return totals
+
+
 def fetcher_thread() -> threading.Thread | None:
     return next((t for t in threading.enumerate() if t.name.startswith("consumer-fetcher-")), None)
 
 
-def restore(backend, state_dir: str, consumer_conf: dict) -> tuple[float, int, ProcessorStateManager, float]:
+def restore(backend, state_dir: str, consumer_conf: dict) -> tuple[float, int, ProcessorStateManager, float, float]:
     """Restore the changelog into an empty store; returns (records/s, records restored, manager,
-    CPU seconds of the restore thread plus the consumer's fetcher thread)."""
+    CPU seconds of the restore thread plus the consumer's fetcher thread, CPU seconds of the
+    whole process: RocksDB's flush and compaction threads and the brokers' included)."""
     directory = StateDirectory(state_dir, APP)
     manager = ProcessorStateManager(TASK, TaskType.ACTIVE, False, directory)
     register_state_stores(manager, [ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))])
@@ -140,6 +161,8 @@ def restore(backend, state_dir: str, consumer_conf: dict) -> tuple[float, int, P
     tp = TopicPartition(TOPIC, 0)
     fetcher = fetcher_thread()
     cpu_start = time.thread_time() + thread_cpu_seconds(fetcher)
+    process_cpu_start = time.process_time()
+    threads_start = threads_cpu()
     start = time.perf_counter()
     reader.register(tp, manager)
     restore_step = reader.restore
@@ -148,10 +171,13 @@ def restore(backend, state_dir: str, consumer_conf: dict) -> tuple[float, int, P
         restore_step()
     elapsed = time.perf_counter() - start
     cpu = time.thread_time() + thread_cpu_seconds(fetcher) - cpu_start
+    process_cpu = time.process_time() - process_cpu_start
+    threads_end = threads_cpu()
+    by_thread = {name: threads_end[name] - threads_start.get(name, 0.0) for name in threads_end}
     restored = reader.total_restored(tp)
     reader.unregister([tp])
     consumer.close()
-    return restored / elapsed, restored, manager, cpu
+    return restored / elapsed, restored, manager, cpu, process_cpu, by_thread
 
 
 def consume_only(backend, end: int) -> float:
@@ -270,6 +296,10 @@ def main() -> None:
                         help="override state.rocksdb_kv.BULK_LOAD_WRITE_BUFFER_SIZE (MiB)")
     parser.add_argument("--bulk-write-buffers", type=int, default=None,
                         help="override state.rocksdb_kv.BULK_LOAD_MAX_WRITE_BUFFERS")
+    parser.add_argument("--bulk-background-jobs", type=int, default=None,
+                        help="override state.rocksdb_kv.BULK_LOAD_MAX_BACKGROUND_JOBS")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="restore (and run baseline (a)) this many times on the same changelog; min/median/max")
     parser.add_argument("--no-bulk", action="store_true", help="restore without bulk loading mode")
     args = parser.parse_args()
     import state.rocksdb_kv as kv
@@ -277,6 +307,8 @@ def main() -> None:
         kv.BULK_LOAD_WRITE_BUFFER_SIZE = args.bulk_write_buffer_mb * kv.MiB
     if args.bulk_write_buffers is not None:
         kv.BULK_LOAD_MAX_WRITE_BUFFERS = args.bulk_write_buffers
+    if args.bulk_background_jobs is not None:
+        kv.BULK_LOAD_MAX_BACKGROUND_JOBS = args.bulk_background_jobs
     if args.no_bulk:
         kv.BULK_LOAD_MIN_RECORDS = 1 << 62
     switches = time_mode_switches(kv.RocksDBKeyValueStore)
@@ -300,11 +332,12 @@ def main() -> None:
             gc.disable()
         if profiler is not None:
             profiler.enable()
-        restore_rate, restored, manager, restore_cpu = restore(backend, os.path.join(work_dir, "state"),
+        restore_rate, restored, manager, restore_cpu, process_cpu, by_thread = restore(backend, os.path.join(work_dir, "state"),
                                                                consumer_conf)
         if profiler is not None:
             profiler.disable()
         gc.enable()
+        restore_switches = {what: tuple(entry) for what, entry in switches.items()}
         consumer_rate = consume_only(backend, restored)
         decode_rate = decode_only(backend, restored)
         records = make_records(args.records, args.overwrites)  # deterministic: the same records
@@ -332,7 +365,7 @@ def main() -> None:
               f"decode_messages, no client; Messages {'filled via their layout' if filled else 'constructed'})")
         print(f"  restore_batch alone       {store_rate:12,.0f} records/s  (RocksDBKeyValueStore.restore_batch, "
               "1,000-record lists)")
-        for what, (count, seconds) in switches.items():
+        for what, (count, seconds) in restore_switches.items():
             if count:
                 print(f"  {what:26s}{seconds:12.3f} s   ({count}x, inside the restore's time)")
         print(f"ratio vs store options      {restore_rate / fair:12.3f}   (target >= 0.5)")
@@ -341,8 +374,31 @@ def main() -> None:
             # restore's two GIL-sharing threads against the baseline's one.
             print(f"  by CPU time               {fair_cpu / restore_cpu:12.3f}   (restore {restore_cpu / restored * 1e6:.2f} "
                   f"us/record in the restore + fetcher threads, baseline (a) {fair_cpu / restored * 1e6:.2f})")
+        print(f"  process CPU               {process_cpu / restored * 1e6:12.2f}   us/record during the restore, every "
+              "thread (RocksDB's flushes, the brokers)")
+        busiest = sorted(by_thread.items(), key=lambda item: -item[1])[:8]
+        print("    " + ", ".join(f"{name} {seconds / restored * 1e6:.2f}" for name, seconds in busiest if seconds > 0))
         print(f"ratio vs default options    {restore_rate / default:12.3f}")
         print(f"vs 160,000 records/s        {restore_rate / 160_000:12.2f}x  (target 5x)")
+
+        if args.repeat > 1:
+            rounds = [(restore_rate, fair)]
+            for i in range(1, args.repeat):
+                rate, count, manager, _, _, _ = restore(backend, os.path.join(work_dir, f"state-{i}"), consumer_conf)
+                store = manager.get_store(STORE)
+                with store.all() as it:
+                    assert count == len(records) and dict(it) == latest, "restored store differs"
+                close_state_manager(manager, dirty=False)
+                base, _ = baseline(os.path.join(work_dir, f"baseline-{i}"), records, rocksdb_options())
+                rounds.append((rate, base))
+                print(f"round {i + 1}: restore {rate:,.0f} records/s, rocksdict (store options) {base:,.0f}, "
+                      f"ratio {rate / base:.3f}")
+            for name, values in (("restore", [r for r, _ in rounds]), ("rocksdict (store options)", [b for _, b in rounds]),
+                                 ("ratio", [r / b for r, b in rounds])):
+                values.sort()
+                fmt = "{:,.3f}" if name == "ratio" else "{:,.0f}"
+                print(f"{name:26s} min {fmt.format(values[0])}  median {fmt.format(statistics.median(values))}  "
+                      f"max {fmt.format(values[-1])}  ({len(values)} rounds)")
 
         if profiler is not None:
             out = io.StringIO()

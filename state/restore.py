@@ -382,6 +382,10 @@ class StoreChangelogReader:
                     c.store_name, c.state_manager.task_id, _tp_str(c.tp), c.start_offset, end,
                 )
                 self._call(self.listener.on_restore_start, "on_restore_start", c.tp, c.store_name, c.start_offset, end)
+                start_bulk_loading = self._store_hook(c, "start_bulk_loading")
+                if start_bulk_loading is not None:
+                    # at most this many records: compaction and transaction markers leave gaps
+                    start_bulk_loading(end - c.start_offset)
                 self._progress.started(c)
             else:
                 self._call(self.standby_listener.on_update_start, "on_update_start", c.tp, c.store_name, c.start_offset)
@@ -552,13 +556,21 @@ class StoreChangelogReader:
         """The store's restore is complete: a store that loads restores in a bulk mode (RocksDB:
         a memtable that reads must not see) leaves it now, before its task serves reads, as
         Kafka's RocksDBStore did in onRestoreEnd."""
+        end = self._store_hook(c, "end_bulk_loading")
+        if end is not None:
+            end()
+
+    @staticmethod
+    def _store_hook(c: _Changelog, name: str) -> Optional[Callable]:
+        """The store's bulk-loading method `name`, looked up through the wrappers (change
+        logging, caching) of the registered store; None for stores without one."""
         store = c.state_manager.store_metadata(c.tp).store
-        while store is not None:  # the registered store may wrap it (change logging, caching)
-            end = getattr(store, "end_bulk_loading", None)
-            if end is not None:
-                end()
-                return
+        while store is not None:
+            hook = getattr(store, name, None)
+            if hook is not None:
+                return hook
             store = getattr(store, "wrapped", None)
+        return None
 
     def _restored_to_end(self, c: _Changelog, idle: bool) -> bool:
         end = c.end_offset

@@ -69,11 +69,11 @@ class ModeAtEnd(StateRestoreListener):
 
     def __init__(self):
         self.store = None
-        self.bulk_seen = False
+        self.modes = []
         self.mode_at_end = None
 
     def on_batch_restored(self, tp, store_name, batch_end_offset, num_restored):
-        self.bulk_seen = self.bulk_seen or self.store.bulk_loading
+        self.modes.append(self.store.bulk_loading)
 
     def on_restore_end(self, tp, store_name, total_restored):
         self.mode_at_end = (self.store.bulk_loading, options_value(self.store.path, "memtable_factory"))
@@ -100,7 +100,8 @@ def test_a_bulk_restore_ends_in_normal_mode_and_serves_reads(changelog, tmp_path
             reader.restore()
         assert reader.changelog_state(TP) is ChangelogState.COMPLETED
         assert reader.total_restored(TP) == RECORDS
-        assert listener.bulk_seen, "the restore never bulk loaded"
+        # the reader announced a restore of 6,000 records (>= 2,000): bulk loading from the start
+        assert listener.modes and all(listener.modes)
         assert listener.mode_at_end == (False, "SkipListFactory")
         assert options_value(inner.path, "disable_auto_compactions") == "false"
         store = manager.get_store(STORE)
@@ -118,3 +119,30 @@ def test_a_bulk_restore_ends_in_normal_mode_and_serves_reads(changelog, tmp_path
         close_state_manager(manager, dirty=False)
     # the checkpoint covers everything: reopening restores nothing
     assert manager.checkpoint_file.read() == {TP: RECORDS - 1}
+
+
+def test_a_small_restore_never_bulk_loads(changelog, tmp_path, monkeypatch):
+    backend, expected = changelog
+    monkeypatch.setattr(kv, "BULK_LOAD_MIN_RECORDS", RECORDS + 1)
+    manager = ProcessorStateManager(TASK, TaskType.ACTIVE, False, StateDirectory(tmp_path / "state", APP))
+    inner = RocksDBKeyValueStore(STORE)
+    register_state_stores(manager, [ChangeLoggingKeyValueStore(inner)])
+    listener = ModeAtEnd()
+    listener.store = inner
+    consumer = backend.consumer({**restore_consumer_config(False), "client.id": f"{APP}-restore-small"})
+    reader = StoreChangelogReader(consumer, listener, admin=backend.admin({}), progress_bar=False)
+    try:
+        reader.register(TP, manager)
+        for _ in range(10_000):
+            if reader.all_changelogs_completed():
+                break
+            reader.restore()
+        assert reader.total_restored(TP) == RECORDS
+        assert listener.modes and not any(listener.modes)
+        assert listener.mode_at_end == (False, "SkipListFactory")
+        with manager.get_store(STORE).all() as it:
+            assert dict(it) == expected
+    finally:
+        reader.unregister([TP])
+        consumer.close()
+        close_state_manager(manager, dirty=False)

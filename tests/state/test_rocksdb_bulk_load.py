@@ -179,6 +179,23 @@ def test_a_store_left_in_bulk_loading_by_a_crash_reopens_in_normal_mode(tmp_path
         reopened.close()
 
 
+def test_a_restore_announced_large_enough_starts_in_bulk_loading(small_bulk, store, tmp_path):
+    store.start_bulk_loading(1_999)
+    assert not store.bulk_loading
+    store.start_bulk_loading(2_000)
+    assert store.bulk_loading and memtable(tmp_path / "bulk").startswith("{id=VectorRepFactory")
+    store.start_bulk_loading(5_000)  # already on: nothing changes
+    store.restore_batch(batch(0, 10))
+    assert store.bulk_loading
+    store.end_bulk_loading()
+    store.start_bulk_loading(5_000)  # ended for this restore: stays off until the next flush
+    assert not store.bulk_loading
+    store.flush()
+    store.start_bulk_loading(5_000)
+    assert store.bulk_loading
+    assert store.get(b"key-00000009") == b"v9"
+
+
 def test_bulk_loading_ends_when_the_changelog_reader_completes_the_restore(small_bulk, store, tmp_path):
     store.restore_batch(batch(0, 3_000))
     assert store.bulk_loading
