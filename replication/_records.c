@@ -1516,6 +1516,114 @@ done:
     return result;
 }
 
+/* ---- consumed changelog messages to restore records ------------------------------------------ */
+
+PyDoc_STRVAR(changelog_records_doc,
+"changelog_records(messages) -> (topic, partition, [(key, value), ...]) or None\n\n"
+"The restore's common case in one pass: the (key, value) pairs of consumed messages that all\n"
+"come from one partition and all have a key, read from the fields of messages of the layout\n"
+"type (set_message_layout); a None value (a tombstone) stays None. None when there is no\n"
+"layout, the list is empty, a message is of another type, the messages span partitions, or\n"
+"one has no key (null-key records and consumer events, which carry no key): the caller then\n"
+"takes its general path.");
+
+static inline PyObject *layout_get_obj(PyObject *m, Py_ssize_t off)
+{
+    PyObject *obj;
+    memcpy(&obj, (char *)m + off, sizeof(obj));
+    return obj; /* borrowed; NULL for None */
+}
+
+static inline int32_t layout_get_i32(PyObject *m, Py_ssize_t off)
+{
+    int32_t v;
+    memcpy(&v, (char *)m + off, sizeof(v));
+    return v;
+}
+
+static PyObject *changelog_records(PyObject *self, PyObject *msgs)
+{
+    if (!PyList_Check(msgs)) {
+        PyErr_Format(PyExc_TypeError, "changelog_records: messages must be a list, not %.100s",
+                     Py_TYPE(msgs)->tp_name);
+        return NULL;
+    }
+    PyTypeObject *type = msg_layout.type;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    if (type == NULL || n == 0)
+        Py_RETURN_NONE;
+    /* A copy: an allocation below can run a collection, and with it code that changes the layout. */
+    const Py_ssize_t topic_off = msg_layout.topic, partition_off = msg_layout.partition;
+    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value;
+    Py_INCREF(type);
+    PyObject *result = Py_None;
+    PyObject *list = NULL;
+    PyObject *topic = NULL;
+    PyObject *first = PyList_GET_ITEM(msgs, 0);
+    if (Py_TYPE(first) != type)
+        goto none;
+    topic = layout_get_obj(first, topic_off);
+    if (topic == NULL || !PyUnicode_CheckExact(topic))
+        goto none;
+    Py_INCREF(topic);
+    const int32_t partition = layout_get_i32(first, partition_off);
+    /* Check everything before allocating anything. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        if (Py_TYPE(m) != type || layout_get_obj(m, key_off) == NULL ||
+            layout_get_i32(m, partition_off) != partition)
+            goto none;
+        PyObject *t = layout_get_obj(m, topic_off);
+        if (t != topic && (t == NULL || !PyUnicode_CheckExact(t) || PyUnicode_Compare(t, topic) != 0)) {
+            if (PyErr_Occurred())
+                goto fail;
+            goto none;
+        }
+    }
+    list = PyList_New(n);
+    if (list == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_New(2);
+        if (pair == NULL)
+            goto fail;
+        /* Read after the allocation, and check again: nothing runs between here and the increfs. */
+        if (i >= PyList_GET_SIZE(msgs)) {
+            Py_DECREF(pair);
+            goto none;
+        }
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        PyObject *key = Py_TYPE(m) == type ? layout_get_obj(m, key_off) : NULL;
+        if (key == NULL) {
+            Py_DECREF(pair);
+            goto none;
+        }
+        PyObject *value = layout_get_obj(m, value_off);
+        if (value == NULL)
+            value = Py_None;
+        Py_INCREF(key);
+        Py_INCREF(value);
+        PyTuple_SET_ITEM(pair, 0, key);
+        PyTuple_SET_ITEM(pair, 1, value);
+        PyObject_GC_UnTrack(pair); /* bytes and None: never part of a cycle */
+        PyList_SET_ITEM(list, i, pair);
+    }
+    result = Py_BuildValue("(OiN)", topic, (int)partition, list);
+    list = NULL;
+    goto done;
+none:
+    result = Py_None;
+    Py_INCREF(result);
+    goto done;
+fail:
+    result = NULL;
+done:
+    Py_XDECREF(list);
+    Py_XDECREF(topic);
+    Py_DECREF(type);
+    return result;
+}
+
 /* ---- crc32c --------------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(crc32c_doc, "crc32c(data, value=0) -> int: CRC-32C of data, continuing from value.");
@@ -1547,6 +1655,7 @@ static PyMethodDef module_methods[] = {
      decode_messages_doc},
     {"crc32c", py_crc32c, METH_VARARGS, crc32c_doc},
     {"set_message_layout", set_message_layout, METH_VARARGS, set_message_layout_doc},
+    {"changelog_records", changelog_records, METH_O, changelog_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

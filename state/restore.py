@@ -59,6 +59,23 @@ _PARTITION = Message.partition
 _OUT_OF_RANGE_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 
 
+def _load_changelog_records() -> Optional[Callable[[list], Any]]:
+    """The C `changelog_records` (replication/_records.c) once confluent_kafka.Message's field
+    layout is verified; None (the Python path) without the accelerator or the layout."""
+    from replication import records
+
+    if not records.ACCELERATED or not hasattr(records._accel, "changelog_records"):
+        return None
+    if not records.enable_message_layout(Message):
+        return None
+    return records._accel.changelog_records
+
+
+# One pass in C over a consumed batch: [(key, value)] when the whole batch is keyed records of
+# one partition (the restore's common case), None otherwise.
+_changelog_records = _load_changelog_records()
+
+
 def restore_consumer_config(eos_enabled: bool, *, group_id: str = "eddy-restore-consumer") -> dict:
     """The settings a restore consumer needs (add bootstrap.servers and client.id).
 
@@ -443,6 +460,13 @@ class StoreChangelogReader:
     # ---------------------------------------------------------------- applying
 
     def _apply(self, msgs: list) -> int:
+        if _changelog_records is not None:
+            fast = _changelog_records(msgs)
+            if fast is not None:
+                topic, partition, records = fast
+                c = self._changelogs.get((topic, partition))
+                # no events in the batch (they carry no key): nothing to log for unknown ones
+                return self._apply_changelog(c, msgs, records) if c is not None else 0
         n = len(msgs)
         # list.count compares by identity first: one topic str and one partition int repeated
         # make these two C-level scans (no per-record tuple).
@@ -474,13 +498,18 @@ class StoreChangelogReader:
                 logger.warning("restore consumer error (%s-%s): %s", m.topic(), m.partition(), err)
         return 0
 
-    def _apply_changelog(self, c: _Changelog, msgs: list) -> int:
+    def _apply_changelog(self, c: _Changelog, msgs: list, records: Optional[list] = None) -> int:
+        """Apply one partition's consumed messages; `records`, when given, are their (key,
+        value) pairs, all keyed (no events among the messages)."""
         if c.state is not ChangelogState.RESTORING:
             return 0  # completed actives ignore what arrives after their end; stale fetches
-        keys = list(map(_KEY, msgs))
+        if records is not None:
+            keys = None
+        else:
+            keys = list(map(_KEY, msgs))
         # all() is a cheap truth scan; only a falsy key (None, or an empty key) pays for the
         # exact None check.
-        if not all(keys) and None in keys:
+        if keys is not None and not all(keys) and None in keys:
             # Slow path: consumer events (end of partition, errors) and null-key records.
             data = []
             for m in msgs:
@@ -515,12 +544,15 @@ class StoreChangelogReader:
             if limit < len(data):
                 data = data[:limit]
                 keys = None
+                if records is not None:
+                    records = records[:limit]
             if not data:
                 return 0
             last_offset = offsets[limit - 1]
-        if keys is None:
-            keys = list(map(_KEY, data))
-        records = list(zip(keys, map(_VALUE, data)))
+        if records is None:
+            if keys is None:
+                keys = list(map(_KEY, data))
+            records = list(zip(keys, map(_VALUE, data)))
         c.state_manager.restore(c.tp, records, last_offset)
         count = len(records)
         c.total_restored += count
