@@ -225,7 +225,10 @@ class SinkNode(ProcessorNode):
                 except BaseException:
                     failed()
                     raise
-            return sink_stage_unchecked
+            make_direct = getattr(self.collector, "sink_stage", None)
+            direct = None if make_direct is None else make_direct(
+                topic, key_unchecked, value_unchecked, sink_stage_unchecked, failed, drop_null_keys)
+            return direct or sink_stage_unchecked
 
         def sink_stage(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if key is None and drop_null_keys:

@@ -51,7 +51,7 @@ from replication.clients.common import (
     ClientConfig, ClientConfigError, Metadata, check_bootstrap, cluster_metadata, kafka_error,
     kafka_exception,
 )
-from replication.clients.partitioner import PARTITIONERS, make_partitioner
+from replication.clients.partitioner import PARTITIONERS, make_partitioner, murmur2_partition
 from replication.errors import ReplicationError, TransportError
 from replication.names import is_valid_topic_name
 from replication.protocol import Errors, ProduceRequest, TopicPartition
@@ -91,6 +91,7 @@ class _TxnState:
 
 
 _NEVER = 1 << 62  # a queue length never reached: no kick
+_KEY_PARTITIONS_MAX = 100_000  # keys an appender remembers the partition of
 _KEY = itemgetter(0)
 _VALUE = itemgetter(1)
 _RECORD = itemgetter(0, 1, 2, 3)
@@ -238,6 +239,7 @@ class Producer:
         if partitioner not in PARTITIONERS:
             raise ClientConfigError(f"producer configuration 'partitioner' must be one of {list(PARTITIONERS)}, "
                                     f"got {partitioner!r}")
+        self._partitioner_name = partitioner
         self._partitioner = make_partitioner(partitioner, config.get_int("sticky.partitioning.linger.ms", 10, 0))
         self._default_dr = config.get_callable("on_delivery") or config.get_callable("delivery.report.cb")
         self._dr_only_error = config.get_bool("delivery.report.only.error", False)
@@ -317,23 +319,35 @@ class Producer:
         if len(entries) >= queue.kick_at:
             self._kick(queue)
 
-    def appender(self, topic: str, on_delivery: Callable) -> Callable[[bytes | None, bytes | None, int, int], bool]:
-        """A per-topic shortcut of produce() for a caller that passes bytes (or None), an explicit
-        partition and no headers, always with the same callback: ``append(key, value, partition,
-        timestamp)`` queues the record exactly as ``produce(topic, value, key, partition,
-        on_delivery, timestamp=timestamp)`` would and returns True, or does nothing and returns
-        False whenever produce() has anything to check (no metadata yet, a partition out of
-        range, a full queue, no open transaction, a fatal error, the queue's first callback not
-        set yet); the caller then calls produce(). An extension of this client (confluent-kafka
-        has no such call)."""
+    def appender(self, topic: str, on_delivery: Callable) -> Callable[[bytes, bytes | None, int], bool] | None:
+        """A per-topic shortcut of produce() for a caller that passes a bytes key, a bytes (or
+        None) value and no headers, always with the same callback: ``append(key, value,
+        timestamp)`` queues the record exactly as ``produce(topic, value, key,
+        on_delivery=on_delivery, timestamp=timestamp)`` would (the partition is the murmur2
+        partition of the key, remembered per key) and returns True, or does nothing and returns
+        False whenever produce() has anything to check (no metadata yet, a full queue, no open
+        transaction, a fatal error, the queue's first callback not set yet); the caller then
+        calls produce(). None unless the partitioner is murmur2 or murmur2_random (the only ones
+        whose choice for a key is fixed). An extension of this client: confluent-kafka has no
+        such call."""
+        if self._partitioner_name not in ("murmur2", "murmur2_random"):
+            return None
         producer = self
         now_ns = _time_ns
         kick = self._kick
+        partitions: dict[bytes, int] = {}
+        counted = [0]  # the partition count the remembered partitions are for
 
-        def append(key: bytes | None, value: bytes | None, partition: int, timestamp: int) -> bool:
+        def append(key: bytes, value: bytes | None, timestamp: int) -> bool:
             queues = producer._fast.get(topic)
-            if queues is None or partition < 0 or partition >= len(queues):
+            if queues is None:
                 return False
+            partition = partitions.get(key)
+            if partition is None or counted[0] != len(queues):
+                if counted[0] != len(queues) or len(partitions) >= _KEY_PARTITIONS_MAX:
+                    partitions.clear()
+                    counted[0] = len(queues)
+                partition = partitions[key] = murmur2_partition(key, len(queues))
             queue = queues[partition]
             if queue.cb is not on_delivery:
                 return False

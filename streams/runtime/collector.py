@@ -182,28 +182,23 @@ class RecordCollector:
             cache = self._key_partitions[topic] = {}
         on_delivery = self._on_sink_delivery
         collector = self
-        make_appender = getattr(self.producer, "appender", None)
-        # the embedded producer's shortcut for bytes records with a known partition
-        append = make_appender(topic, on_delivery) if make_appender is not None else None
+        append = self.appender(topic)
 
         def send(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if collector._error is not None:
                 collector.check_error()
             if collector.eos_enabled and not collector.in_transaction:
                 collector.begin_transaction()
+            if (append is not None and not headers and key.__class__ is bytes
+                    and (value.__class__ is bytes or value is None) and append(key, value, timestamp)):
+                collector.count_send()
+                return
             if murmur2 and key is not None:
                 part = cache.get(key, -1)
                 if part < 0:
                     if len(cache) >= _KEY_CACHE_MAX:
                         cache.clear()
                     part = cache[key] = partition_for_key(key, collector.partitions_for(topic))
-                if (append is not None and not headers and key.__class__ is bytes
-                        and (value.__class__ is bytes or value is None) and append(key, value, part, timestamp)):
-                    collector._since_poll += 1
-                    if collector._since_poll >= _POLL_EVERY:
-                        collector._since_poll = 0
-                        collector.producer.poll(0)
-                    return
             else:
                 part = -1
             try:
@@ -222,6 +217,62 @@ class RecordCollector:
                 collector._since_poll = 0
                 collector.producer.poll(0)
         return send
+
+    def appender(self, topic: str) -> Optional[Callable[[bytes, Optional[bytes], int], bool]]:
+        """The producer's shortcut for sinks (the embedded producer's `appender`), or None:
+        `append(key_bytes, value_bytes, timestamp)` queues the record with the default
+        partitioning (the same partition `send` picks) and returns True, or returns False and
+        the caller must `send` it."""
+        make_appender = getattr(self.producer, "appender", None)
+        return make_appender(topic, self._on_sink_delivery) if make_appender is not None else None
+
+    def sink_stage(self, topic: str, key_serialize: Callable[[Any], bytes], value_serialize: Callable[[Any], bytes],
+                   slow: Callable[[Any, Any, int, Any], None], failed: Callable[[], None],
+                   drop_null_keys: bool) -> Optional[Callable[[Any, Any, int, Any], None]]:
+        """A sink's whole per-record work as one function, when the producer has an appender:
+        `stage(key, value, timestamp, headers)` serializes with the given serializers (C
+        functions that raise on anything they do not take) and appends the record to the
+        producer's queue. Whatever that path does not cover (a None key, headers, a pending
+        delivery failure, a serializer error, an append the producer declines) goes to `slow`,
+        the sink's own stage, which does all of it the ordinary way. None without an appender."""
+        append = self.appender(topic)
+        if append is None:
+            return None
+        collector = self
+        producer = self.producer
+        same_serializer = key_serialize is value_serialize
+
+        def sink_direct(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key is None or headers or collector._error is not None:
+                if key is None and drop_null_keys:
+                    return
+                return slow(key, value, timestamp, headers)
+            try:
+                try:
+                    key_bytes = key_serialize(key)
+                    if value is key and same_serializer:
+                        value_bytes = key_bytes
+                    else:
+                        value_bytes = None if value is None else value_serialize(value)
+                except Exception:
+                    return slow(key, value, timestamp, headers)
+                if not append(key_bytes, value_bytes, timestamp):
+                    return slow(key, value, timestamp, headers)
+                collector._since_poll += 1
+                if collector._since_poll >= _POLL_EVERY:
+                    collector._since_poll = 0
+                    producer.poll(0)
+            except BaseException:
+                failed()
+                raise
+        return sink_direct
+
+    def count_send(self) -> None:
+        """One more record sent: serve delivery reports now and then."""
+        self._since_poll += 1
+        if self._since_poll >= _POLL_EVERY:
+            self._since_poll = 0
+            self.producer.poll(0)
 
     def _send_failed(self, topic: str, exc: KafkaException) -> None:
         if is_fenced(exc):

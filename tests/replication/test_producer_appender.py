@@ -9,6 +9,7 @@ from contextlib import closing
 import pytest
 
 from replication.cluster import LocalCluster
+from replication.clients.partitioner import murmur2_partition
 
 from test_producer import FAST, Reports, batches_of
 
@@ -25,20 +26,26 @@ def _records(cluster, topic, partition):
             if not b.is_control for r in b.records()]
 
 
+def _key_on(partition, n=2):
+    """A key whose murmur2 partition (of n) is `partition`."""
+    return next(k for k in (b"key-%d" % i for i in range(1000)) if murmur2_partition(k, n) == partition)
+
+
 def test_appended_records_equal_produced_ones(cluster):
     reports = Reports()
+    k0, k1 = _key_on(0), _key_on(1)
     with closing(cluster.producer({"linger.ms": 5})) as producer:
         append = producer.appender("t", reports)
-        assert append(b"k0", b"v0", 0, 10) is False  # the queue's callback is not set yet
-        producer.produce("t", b"v0", b"k0", 0, reports, timestamp=10)
-        producer.produce("t", b"w0", b"j0", 1, reports, timestamp=11)
-        assert append(b"k1", b"v1", 0, 12) is True
-        assert append(None, None, 0, 13) is True
-        assert append(b"j1", b"w1", 1, 0) is True  # 0: stamped now, as produce() does
+        assert append(k0, b"v0", 10) is False  # the queue's callback is not set yet
+        producer.produce("t", b"v0", k0, on_delivery=reports, timestamp=10)
+        producer.produce("t", b"w0", k1, on_delivery=reports, timestamp=11)
+        assert append(k0, b"v1", 12) is True
+        assert append(k0, None, 13) is True
+        assert append(k1, b"w1", 0) is True  # 0: stamped now, as produce() does
         assert producer.flush(30) == 0
-    assert _records(cluster, "t", 0) == [(b"k0", b"v0", 10), (b"k1", b"v1", 12), (None, None, 13)]
+    assert _records(cluster, "t", 0) == [(k0, b"v0", 10), (k0, b"v1", 12), (k0, None, 13)]
     p1 = _records(cluster, "t", 1)
-    assert p1[0] == (b"j0", b"w0", 11) and p1[1][:2] == (b"j1", b"w1") and p1[1][2] > 1_000_000_000_000
+    assert p1[0] == (k1, b"w0", 11) and p1[1][:2] == (k1, b"w1") and p1[1][2] > 1_000_000_000_000
     # per partition in order (reports of different partitions may interleave either way)
     assert sorted((p, o, e) for e, p, o, _k, _v in reports.items) == [
         (0, 0, None), (0, 1, None), (0, 2, None), (1, 0, None), (1, 1, None)]
@@ -46,27 +53,45 @@ def test_appended_records_equal_produced_ones(cluster):
 
 def test_the_appender_declines_whatever_produce_must_check(cluster):
     reports, other = Reports(), Reports()
+    k0 = _key_on(0)
     with closing(cluster.producer({"linger.ms": 5})) as producer:
-        producer.produce("t", b"v", b"k", 0, reports)
-        append = producer.appender("t", reports)
-        assert append(b"k", b"v", 2, 1) is False  # no such partition
-        assert append(b"k", b"v", -1, 1) is False  # the partitioner's choice: produce() makes it
-        assert producer.appender("t", other)(b"k", b"v", 0, 1) is False  # not the queue's callback
-        assert producer.appender("no-such-topic", reports)(b"k", b"v", 0, 1) is False
+        producer.produce("t", b"v", k0, on_delivery=reports)
+        assert producer.appender("t", other)(k0, b"v", 1) is False  # not the queue's callback
+        assert producer.appender("no-such-topic", reports)(k0, b"v", 1) is False
         assert producer.flush(30) == 0
     assert len(_records(cluster, "t", 0)) == 1
+    with closing(cluster.producer({"partitioner": "consistent_random"})) as producer:
+        assert producer.appender("t", reports) is None  # only murmur2's choice is remembered
     cluster.create_topic("tx", partitions=1, replication_factor=3)
     with closing(cluster.producer({"transactional.id": "tx-1"})) as producer:
         producer.init_transactions(30)
         producer.begin_transaction()
-        producer.produce("tx", b"v", b"k", 0, reports)
+        producer.produce("tx", b"v", b"k", on_delivery=reports)
         producer.commit_transaction(30)
         # between transactions produce() raises _STATE: the appender must not queue silently
-        assert producer.appender("tx", reports)(b"k", b"v", 0, 1) is False
+        assert producer.appender("tx", reports)(b"k", b"v", 1) is False
         producer.begin_transaction()
-        assert producer.appender("tx", reports)(b"k2", b"v2", 0, 1) is True
+        assert producer.appender("tx", reports)(b"k2", b"v2", 1) is True
         producer.commit_transaction(30)
     assert [k for k, _v, _t in _records(cluster, "tx", 0)] == [b"k", b"k2"]
+
+
+def test_the_appender_follows_a_growing_partition_count(cluster):
+    reports = Reports()
+    with closing(cluster.producer({"linger.ms": 0, "topic.metadata.refresh.interval.ms": 10})) as producer:
+        key = next(k for k in (b"key-%d" % i for i in range(1000))
+                   if murmur2_partition(k, 2) != murmur2_partition(k, 5))
+        producer.produce("t", b"v", key, on_delivery=reports)
+        append = producer.appender("t", reports)
+        assert append(key, b"a", 1) is True
+        cluster.controller.create_partitions("t", 5)
+        producer.produce("t", b"v", key, partition=4, on_delivery=reports)  # grows its queues
+        for p in range(5):
+            producer.produce("t", b"v", key, partition=p, on_delivery=reports)
+        assert append(key, b"b", 2) is True
+        assert producer.flush(30) == 0
+    want = murmur2_partition(key, 5)
+    assert (key, b"b", 2) in _records(cluster, "t", want)
 
 
 def test_a_failures_only_callback_hears_failures_and_nothing_else(cluster):

@@ -1,0 +1,99 @@
+"""A sink's direct path (RecordCollector.sink_stage over the embedded producer's appender)
+writes exactly what its ordinary stage writes: same partitions, keys, values, timestamps and
+headers, and the same errors (a serializer failure naming the sink, a delivery failure raised
+at the next send)."""
+
+from __future__ import annotations
+
+from contextlib import closing
+
+import pytest
+
+from replication.cluster import LocalCluster
+from replication.records import decode_batches
+from streams import serdes
+from streams.errors import SerializationError
+from streams.processing import SinkNode
+from streams.runtime.collector import RecordCollector
+from streams.runtime.errors import ProductionError
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with LocalCluster(tmp_path / "cluster", num_brokers=1) as c:
+        for topic in ("direct", "ordinary"):
+            c.create_topic(topic, partitions=3, replication_factor=1)
+        yield c
+
+
+def _written(cluster, topic):
+    out = []
+    for p in range(3):
+        lg = cluster.partition_on(cluster.leader(topic, p), topic, p).log
+        offset = lg.log_start_offset
+        while offset < lg.log_end_offset:
+            got = decode_batches(lg.read(offset, 1 << 20).buffer)
+            out.extend((p, r.key, r.value, r.timestamp, tuple(r.headers or ()))
+                       for b in got if not b.is_control for r in b.records())
+            offset = got[-1].next_offset
+    return sorted(out, key=lambda row: (row[0], row[3]))
+
+
+def _stage(collector, topic, key_serde, value_serde, failed=lambda: None, drop_null_keys=False):
+    sink = SinkNode(f"sink-{topic}", topic, key_serde, value_serde, None, collector)
+    return sink.stage(failed, drop_null_keys=drop_null_keys)
+
+
+RECORDS = [("a", "a", 1, ()), ("b", "x", 2, ()), ("a", None, 3, ()), (None, "n", 4, ()),
+           ("c", "h", 5, (("h1", b"1"),)), ("dd", "dd", 6, ()), ("é", "ü", 7, ())]
+
+
+def test_the_direct_path_writes_what_the_ordinary_stage_writes(cluster):
+    with closing(cluster.producer({"linger.ms": 1})) as producer:
+        collector = RecordCollector(producer, murmur2_partitioning=True)
+        direct = _stage(collector, "direct", serdes.STRING, serdes.STRING)
+        assert direct.__name__ == "sink_direct", "the embedded producer must offer the direct path"
+        ordinary_collector = RecordCollector(producer, murmur2_partitioning=True)
+        ordinary_collector.appender = lambda topic: None  # no appender: the ordinary stage
+        ordinary = _stage(ordinary_collector, "ordinary", serdes.STRING, serdes.STRING)
+        assert ordinary.__name__ != "sink_direct"
+        for _ in range(3):
+            for key, value, ts, headers in RECORDS:
+                direct(key, value, ts, headers)
+                ordinary(key, value, ts, headers)
+        collector.flush()
+        ordinary_collector.flush()
+    got, want = _written(cluster, "direct"), _written(cluster, "ordinary")
+    assert got == want and len(got) == 3 * len(RECORDS)
+
+
+def test_the_direct_path_drops_null_keys_when_told_and_names_the_sink_on_a_serializer_error(cluster):
+    failed = []
+    with closing(cluster.producer({"linger.ms": 1})) as producer:
+        collector = RecordCollector(producer, murmur2_partitioning=True)
+        stage = _stage(collector, "direct", serdes.STRING, serdes.INT64,
+                       failed=lambda: failed.append(True), drop_null_keys=True)
+        assert stage.__name__ == "sink_direct"
+        stage(None, 1, 1, ())
+        stage("k", 5, 2, ())
+        with pytest.raises(SerializationError, match="sink 'sink-direct'.*topic 'direct'"):
+            stage("k", "not a number", 3, ())
+        assert failed
+        collector.flush()
+    assert [(k, v) for _p, k, v, _t, _h in _written(cluster, "direct")] == [(b"k", (5).to_bytes(8, "big"))]
+
+
+def test_a_delivery_failure_is_raised_by_the_next_send_on_the_direct_path(cluster):
+    with closing(cluster.producer({"linger.ms": 0, "message.max.bytes": 10_000_000})) as producer:
+        collector = RecordCollector(producer, murmur2_partitioning=True)
+        stage = _stage(collector, "direct", serdes.STRING, serdes.STRING)
+        stage("k", "ok", 1, ())
+        assert producer.flush(30) == 0
+        stage("k", "x" * 2_000_000, 2, ())  # over the topic's max.message.bytes
+        assert producer.flush(30) == 0  # serves the failed report: the collector keeps it
+        assert collector._error is not None
+        with pytest.raises(ProductionError, match="topic 'direct'"):
+            stage("k", "after", 3, ())
+        collector_error_cleared = collector._error is None
+    assert collector_error_cleared
+    assert [v for _p, _k, v, _t, _h in _written(cluster, "direct")] == [b"ok"]
