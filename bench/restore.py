@@ -16,7 +16,7 @@
    (`state.rocksdb_kv.rocksdb_options()`, the fair comparison) and (b) with rocksdict's default
    options. The ratio is restore rate / baseline (a). Target: >= 0.5. The restore itself runs
    the store's bulk loading mode, which the baselines do not: a restore of at least 100k
-   records starts with the store reopened with a vector memtable, 24 write buffers of 4 MiB,
+   records starts with the store reopened with a vector memtable, 12 write buffers of 4 MiB,
    two flush threads and automatic compactions off (`state.rocksdb_kv.BULK_LOAD_*`), and when
    the reader completes the changelog the store flushes and reopens in normal mode. Both
    switches are inside the restore's measured time (their share is printed).

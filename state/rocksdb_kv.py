@@ -58,10 +58,9 @@ BLOOM_BITS_PER_KEY = 10
 #   reads by sorting a copy of itself, so nothing reads the store in this mode: every read (and
 #   every write other than restore_batch) first ends it;
 # - small write buffers (4 MiB: cheaper, cache-friendly sorts), flushed four at a time into one
-#   16 MiB level-0 file, up to 24 of them (96 MiB, twice the normal 3 x 16 MiB) so that the
-#   restore does not stall while the flush threads sort, and two flush threads
-#   (max_background_jobs 8): the sorts that are still queued when the mode ends, which the
-#   store waits for, run on both cores.
+#   16 MiB level-0 file, up to 12 of them (48 MiB, the same memory as the normal 3 x 16 MiB), and
+#   two flush threads (max_background_jobs 8): the flushes keep up better, and the sorts still
+#   queued when the mode ends, which the store waits for, run on both cores.
 # The memtable kind cannot change on an open DB, so the mode starts and ends with a flush, close
 # and reopen. It starts when the changelog reader begins a restore of at least
 # BULK_LOAD_MIN_RECORDS records (start_bulk_loading), or once that many were restored since the
@@ -74,7 +73,7 @@ BULK_LOAD_MIN_RECORDS = 100_000  # a restore (or records since the last flush) t
 BULK_LOAD_MAX_L0_FILES = 12
 BULK_LOAD_CHECK_EVERY = 16  # restored batches between two looks at the level-0 file count
 BULK_LOAD_WRITE_BUFFER_SIZE = 4 * MiB
-BULK_LOAD_MAX_WRITE_BUFFERS = 24
+BULK_LOAD_MAX_WRITE_BUFFERS = 12
 BULK_LOAD_BUFFERS_TO_MERGE = 4
 BULK_LOAD_MAX_BACKGROUND_JOBS = 8  # RocksDB runs max(1, jobs / 4) flushes at once
 _BULK_OFF, _BULK_ON, _BULK_DONE = 0, 1, 2  # _BULK_DONE: ended early, stays off until flush()
