@@ -239,7 +239,8 @@ class RocksDBKeyValueStore(KeyValueStore):
     """A persistent bytes key-value store in `<task_dir>/rocksdb/<name>/`.
 
     Iterators returned by range/reverse_range/prefix_scan/all must be exhausted or closed (they
-    are context managers); closing the store invalidates open iterators.
+    are context managers); closing the store invalidates open iterators, and so does the start of
+    bulk loading (a restore, during which nothing iterates).
     """
 
     persistent = True
