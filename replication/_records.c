@@ -1624,6 +1624,174 @@ done:
     return result;
 }
 
+/* ---- consumed messages to stream-processing rows --------------------------------------------- */
+
+static inline int64_t layout_get_i64(PyObject *m, Py_ssize_t off)
+{
+    int64_t v;
+    memcpy(&v, (char *)m + off, sizeof(v));
+    return v;
+}
+
+PyDoc_STRVAR(message_rows_doc,
+"message_rows(messages) -> [(key, value, timestamp, headers, offset), ...] or None\n\n"
+"What a stream task processes, one tuple per message: key, value, timestamp() [1], headers()\n"
+"and offset() of each, read from the fields of messages of the layout type (set_message_layout);\n"
+"headers() is called only when the headers field is empty (librdkafka's messages convert their\n"
+"headers on that call). None when there is no layout or a message is of another type: the\n"
+"caller then calls the methods.");
+
+static PyObject *message_rows(PyObject *self, PyObject *msgs)
+{
+    if (!PyList_Check(msgs)) {
+        PyErr_Format(PyExc_TypeError, "message_rows: messages must be a list, not %.100s", Py_TYPE(msgs)->tp_name);
+        return NULL;
+    }
+    static PyObject *headers_name = NULL;
+    if (headers_name == NULL && (headers_name = PyUnicode_InternFromString("headers")) == NULL)
+        return NULL;
+    PyTypeObject *type = msg_layout.type;
+    if (type == NULL)
+        Py_RETURN_NONE;
+    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value, headers_off = msg_layout.headers;
+    const Py_ssize_t ts_off = msg_layout.timestamp, offset_off = msg_layout.offset;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (Py_TYPE(PyList_GET_ITEM(msgs, i)) != type)
+            Py_RETURN_NONE;
+    Py_INCREF(type);
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i >= PyList_GET_SIZE(msgs))
+            goto none; /* the list shrank under a collection run by an allocation */
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        Py_INCREF(m);
+        if (Py_TYPE(m) != type) {
+            Py_DECREF(m);
+            goto none;
+        }
+        PyObject *headers = layout_get_obj(m, headers_off);
+        if (headers == NULL) {
+            headers = PyObject_CallMethodNoArgs(m, headers_name);
+            if (headers == NULL) {
+                Py_DECREF(m);
+                goto fail;
+            }
+        } else {
+            Py_INCREF(headers);
+        }
+        PyObject *ts = PyLong_FromLongLong(layout_get_i64(m, ts_off));
+        PyObject *offset = PyLong_FromLongLong(layout_get_i64(m, offset_off));
+        PyObject *row = PyTuple_New(5);
+        if (ts == NULL || offset == NULL || row == NULL) {
+            Py_XDECREF(ts);
+            Py_XDECREF(offset);
+            Py_XDECREF(row);
+            Py_DECREF(headers);
+            Py_DECREF(m);
+            goto fail;
+        }
+        PyObject *key = layout_get_obj(m, key_off);
+        PyObject *value = layout_get_obj(m, value_off);
+        if (key == NULL)
+            key = Py_None;
+        if (value == NULL)
+            value = Py_None;
+        Py_INCREF(key);
+        Py_INCREF(value);
+        PyTuple_SET_ITEM(row, 0, key);
+        PyTuple_SET_ITEM(row, 1, value);
+        PyTuple_SET_ITEM(row, 2, ts);
+        PyTuple_SET_ITEM(row, 3, headers);
+        PyTuple_SET_ITEM(row, 4, offset);
+        if (headers == Py_None)
+            PyObject_GC_UnTrack(row); /* bytes, ints and None: never part of a cycle */
+        PyList_SET_ITEM(list, i, row);
+        Py_DECREF(m);
+    }
+    Py_DECREF(type);
+    return list;
+none:
+    Py_DECREF(list);
+    Py_DECREF(type);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(list);
+    Py_DECREF(type);
+    return NULL;
+}
+
+PyDoc_STRVAR(partition_runs_doc,
+"partition_runs(messages) -> [((topic, partition), [message, ...]), ...] or None\n\n"
+"The consumed messages cut into runs of consecutive messages of one partition (what\n"
+"itertools.groupby over (topic(), partition()) gives), read from the fields of messages of the\n"
+"layout type. None when there is no layout, or a message is of another type or has no topic.");
+
+static PyObject *partition_runs(PyObject *self, PyObject *msgs)
+{
+    if (!PyList_Check(msgs)) {
+        PyErr_Format(PyExc_TypeError, "partition_runs: messages must be a list, not %.100s", Py_TYPE(msgs)->tp_name);
+        return NULL;
+    }
+    PyTypeObject *type = msg_layout.type;
+    if (type == NULL)
+        Py_RETURN_NONE;
+    const Py_ssize_t topic_off = msg_layout.topic, partition_off = msg_layout.partition;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        PyObject *t = Py_TYPE(m) == type ? layout_get_obj(m, topic_off) : NULL;
+        if (t == NULL || !PyUnicode_CheckExact(t))
+            Py_RETURN_NONE;
+    }
+    PyObject *copy = PyList_GetSlice(msgs, 0, n); /* our own list: nothing can change it below */
+    if (copy == NULL)
+        return NULL;
+    Py_INCREF(type);
+    PyObject *runs = PyList_New(0);
+    if (runs == NULL)
+        goto fail;
+    Py_ssize_t start = 0;
+    while (start < n) {
+        PyObject *first = PyList_GET_ITEM(copy, start);
+        PyObject *topic = layout_get_obj(first, topic_off);
+        int32_t partition = layout_get_i32(first, partition_off);
+        Py_ssize_t end = start + 1;
+        while (end < n) {
+            PyObject *m = PyList_GET_ITEM(copy, end);
+            if (layout_get_i32(m, partition_off) != partition)
+                break;
+            PyObject *t = layout_get_obj(m, topic_off);
+            if (t != topic) {
+                int eq = PyUnicode_Compare(t, topic) == 0;
+                if (PyErr_Occurred())
+                    goto fail;
+                if (!eq)
+                    break;
+            }
+            end++;
+        }
+        PyObject *slice = PyList_GetSlice(copy, start, end);
+        PyObject *run = slice == NULL ? NULL : Py_BuildValue("((Oi)N)", topic, (int)partition, slice);
+        if (run == NULL || PyList_Append(runs, run) < 0) {
+            Py_XDECREF(run);
+            goto fail;
+        }
+        Py_DECREF(run);
+        start = end;
+    }
+    Py_DECREF(copy);
+    Py_DECREF(type);
+    return runs;
+fail:
+    Py_XDECREF(runs);
+    Py_DECREF(copy);
+    Py_DECREF(type);
+    return NULL;
+}
+
 /* ---- crc32c --------------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(crc32c_doc, "crc32c(data, value=0) -> int: CRC-32C of data, continuing from value.");
@@ -1656,6 +1824,8 @@ static PyMethodDef module_methods[] = {
     {"crc32c", py_crc32c, METH_VARARGS, crc32c_doc},
     {"set_message_layout", set_message_layout, METH_VARARGS, set_message_layout_doc},
     {"changelog_records", changelog_records, METH_O, changelog_records_doc},
+    {"message_rows", message_rows, METH_O, message_rows_doc},
+    {"partition_runs", partition_runs, METH_O, partition_runs_doc},
     {NULL, NULL, 0, NULL},
 };
 

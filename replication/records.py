@@ -25,7 +25,7 @@ import os
 import struct
 import sys
 import threading
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from crc32c import crc32c
 
@@ -924,6 +924,19 @@ def enable_message_layout(message_type: Any) -> bool:
     logger.debug("replication.records: %s messages are %s", getattr(message_type, "__name__", message_type),
                  "filled directly" if ok else "built by their constructor")
     return ok
+
+
+def message_layout_function(name: str) -> Callable[[list], Any] | None:
+    """The C function `name` of the accelerator that reads confluent_kafka.Message fields
+    directly (`message_rows`, `partition_runs`, `changelog_records`), once that type's layout is
+    verified; None (use the methods) without the accelerator, the function or the layout."""
+    if _accel is None or not hasattr(_accel, name):
+        return None
+    try:
+        from confluent_kafka import Message
+    except ImportError:
+        return None
+    return getattr(_accel, name) if enable_message_layout(Message) else None
 
 
 def _enable_message_layout(message_type: Any) -> bool:

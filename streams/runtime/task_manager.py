@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable, Iterable, Optional
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from replication.records import message_layout_function
 
 from state.errors import LockError, TaskCorruptedError
 from state.listener import SuspendReason
@@ -39,6 +40,8 @@ _TOPIC = Message.topic
 _PARTITION = Message.partition
 _FIRST = operator.itemgetter(0)
 _SECOND = operator.itemgetter(1)
+# Consumed messages cut into runs of one partition in one C pass (None: groupby over the methods).
+_partition_runs = message_layout_function("partition_runs")
 
 
 class TaskManager:
@@ -298,6 +301,13 @@ class TaskManager:
                     log.warning("consumer error: %s", err)
             msgs = [m for m in msgs if m.error() is None]
         task_of = self._task_of_tp
+        runs = _partition_runs(msgs) if _partition_runs is not None else None
+        if runs is not None:  # one C pass over the messages' fields
+            for tp, run in runs:
+                task = task_of.get(tp)
+                if task is not None:
+                    task.add_records(tp, run)
+            return
         # grouped by partition at C speed: ((topic, partition), message) pairs
         keyed = zip(zip(map(_TOPIC, msgs), map(_PARTITION, msgs)), msgs)
         for key, group in itertools.groupby(keyed, _FIRST):

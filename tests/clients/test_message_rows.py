@@ -1,0 +1,88 @@
+"""The stream runtime's C passes over consumed messages (replication/_records.c
+`message_rows`, `partition_runs`): the same rows and runs as the Message methods give, for
+filled and constructor-built messages, and None (the methods' path) for anything else."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import pytest
+from confluent_kafka import Message
+
+from replication import records
+from replication.records import decode_messages, encode_batch
+
+_records = pytest.importorskip(
+    "replication._records", reason="C accelerator not built (python setup.py build_ext --inplace)"
+)
+if not records.ACCELERATED:
+    pytest.skip("EDDY_RECORDS_PURE_PYTHON is set: records.py runs without the accelerator",
+                allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def layout():
+    assert records.enable_message_layout(Message) is True
+
+
+def _messages(topic="t", partition=0):
+    buf = b"".join([
+        encode_batch([(b"k", b"v", 1_700_000_000_000, None), (None, b"v2", 1_700_000_000_001, [("h", b"x")]),
+                      (b"", None, 5, [("a", None), ("b", b"")])], base_offset=0, partition_leader_epoch=-1),
+        encode_batch([(b"x" * 300, b"y" * 5000, 9, None)], base_offset=10, partition_leader_epoch=3,
+                     timestamp_type=1),
+    ])
+    msgs, _ = decode_messages(buf, topic, partition)
+    return msgs
+
+
+def _method_rows(msgs):
+    return [(m.key(), m.value(), m.timestamp()[1], m.headers(), m.offset()) for m in msgs]
+
+
+def test_rows_equal_what_the_methods_give():
+    filled = _messages()
+    built = [Message("t", 0, 7, b"bk", None, [("z", b"1")], None, (1, 42), -1.0, -1),
+             Message("t", 0, 8, None, b"bv", None, None, (0, -1), -1.0, -1)]
+    for msgs in (filled, built, filled + built, []):
+        assert _records.message_rows(msgs) == _method_rows(msgs)
+    big_key = filled[3].key()
+    before = sys.getrefcount(big_key)
+    rows = _records.message_rows(filled)
+    with_rows = sys.getrefcount(big_key)
+    assert with_rows == before + 1  # the row's reference
+    del rows
+    after = sys.getrefcount(big_key)
+    assert after == before  # no leak
+
+
+class _SubMessage(Message):
+    pass
+
+
+def test_other_types_and_a_missing_layout_give_none():
+    msgs = _messages()
+    sub = _SubMessage("t", 0, 1, b"k", b"v", None, None, (1, 1), -1.0, -1)
+    assert _records.message_rows(msgs + [sub]) is None
+    assert _records.partition_runs([sub] + msgs) is None
+    with pytest.raises(TypeError, match="must be a list"):
+        _records.message_rows(tuple(msgs))
+    _records.set_message_layout(None)
+    try:
+        assert _records.message_rows(msgs) is None and _records.partition_runs(msgs) is None
+    finally:
+        records._layout_checked.pop(Message, None)
+        assert records.enable_message_layout(Message) is True
+
+
+def test_runs_equal_groupby_over_topic_and_partition():
+    a0, a1, b0 = _messages("a", 0), _messages("a", 1), _messages("b", 0)
+    # equal topic strings that are different objects still make one run
+    other_a0 = _messages("".join(["a"]), 0)
+    mixed = a0[:2] + a1 + a0[2:] + other_a0 + b0 + a1[:1]
+    expected = [(tp, list(g)) for tp, g in itertools.groupby(mixed, lambda m: (m.topic(), m.partition()))]
+    got = _records.partition_runs(mixed)
+    assert [(tp, [id(m) for m in run]) for tp, run in got] == [(tp, [id(m) for m in run]) for tp, run in expected]
+    assert [tp for tp, _ in got] == [("a", 0), ("a", 1), ("a", 0), ("b", 0), ("a", 1)]
+    assert _records.partition_runs([]) == []
