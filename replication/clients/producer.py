@@ -91,7 +91,7 @@ class _TxnState:
 
 
 _NEVER = 1 << 62  # a queue length never reached: no kick
-_KEY_PARTITIONS_MAX = 100_000  # keys an appender remembers the partition of
+KEY_PARTITIONS_MAX = 100_000  # keys an appender remembers the partition of
 _KEY = itemgetter(0)
 _VALUE = itemgetter(1)
 _RECORD = itemgetter(0, 1, 2, 3)
@@ -118,6 +118,24 @@ class _Queue:
         self.kick_at = 1
         self.full_at = full_at  # records in a full batch, estimated from the sizes seen
         self.since = 0.0  # monotonic time the sender first saw the queued records (0: not yet)
+
+
+class QueueView:
+    """How a caller in this process may queue records without produce() (the stream runtime's
+    sinks do, once per record). ``topics`` maps a topic to its partitions' queues while
+    produce() has nothing to check (no full queue, an open transaction when transactional, no
+    fatal error), and is empty otherwise; then the caller uses produce(). A caller appends
+    ``(key, value, timestamp_ms, None)`` (key bytes, value bytes or None, timestamp > 0) to
+    ``queue.entries`` of partition ``murmur2_partition(key, len(queues))``, only when
+    ``queue.cb`` is its own delivery callback (produce() set it), and then calls
+    ``kick(queue)`` when ``len(queue.entries) >= queue.kick_at``. This is exactly what
+    produce() does for such a record."""
+
+    __slots__ = ("topics", "kick")
+
+    def __init__(self, topics: dict, kick: Callable[[_Queue], None]) -> None:
+        self.topics = topics
+        self.kick = kick
 
 
 def _entries_size(entries: list[tuple]) -> int:
@@ -259,6 +277,7 @@ class Producer:
         # queue full), so a single lookup checks the topic and the producer state.
         self._topics: dict[str, list[_Queue]] = {}
         self._fast: dict[str, list[_Queue]] = {}
+        self._view = QueueView(self._fast, self._kick)
         self._full = False
         self._active: dict[_Queue, None] = {}  # queues the sender watches
         self._ready: dict[TopicPartition, collections.deque[_Batch]] = {}
@@ -319,32 +338,37 @@ class Producer:
         if len(entries) >= queue.kick_at:
             self._kick(queue)
 
-    def appender(self, topic: str, on_delivery: Callable) -> Callable[[bytes, bytes | None, int], bool] | None:
-        """A per-topic shortcut of produce() for a caller that passes a bytes key, a bytes (or
-        None) value and no headers, always with the same callback: ``append(key, value,
-        timestamp)`` queues the record exactly as ``produce(topic, value, key,
-        on_delivery=on_delivery, timestamp=timestamp)`` would (the partition is the murmur2
-        partition of the key, remembered per key) and returns True, or does nothing and returns
-        False whenever produce() has anything to check (no metadata yet, a full queue, no open
-        transaction, a fatal error, the queue's first callback not set yet); the caller then
-        calls produce(). None unless the partitioner is murmur2 or murmur2_random (the only ones
-        whose choice for a key is fixed). An extension of this client: confluent-kafka has no
-        such call."""
+    def queue_view(self) -> "QueueView | None":
+        """The in-process append protocol (see QueueView), or None unless the partitioner is
+        murmur2 or murmur2_random (the only ones whose choice for a key is fixed, so a caller may
+        remember it). An extension of this client: confluent-kafka has no such call."""
         if self._partitioner_name not in ("murmur2", "murmur2_random"):
             return None
-        producer = self
+        return self._view
+
+    def appender(self, topic: str, on_delivery: Callable) -> Callable[[bytes, bytes | None, int], bool] | None:
+        """``append(key, value, timestamp)``: the QueueView protocol as a function, for a caller
+        that passes a bytes key, a bytes (or None) value and no headers, always with the same
+        callback. It queues the record exactly as ``produce(topic, value, key,
+        on_delivery=on_delivery, timestamp=timestamp)`` would (the murmur2 partition of the key,
+        remembered per key) and returns True, or does nothing and returns False whenever
+        produce() has anything to check; the caller then calls produce(). None when
+        `queue_view()` is None."""
+        view = self.queue_view()
+        if view is None:
+            return None
         now_ns = _time_ns
-        kick = self._kick
+        kick = view.kick
         partitions: dict[bytes, int] = {}
         counted = [0]  # the partition count the remembered partitions are for
 
         def append(key: bytes, value: bytes | None, timestamp: int) -> bool:
-            queues = producer._fast.get(topic)
+            queues = view.topics.get(topic)
             if queues is None:
                 return False
             partition = partitions.get(key)
             if partition is None or counted[0] != len(queues):
-                if counted[0] != len(queues) or len(partitions) >= _KEY_PARTITIONS_MAX:
+                if counted[0] != len(queues) or len(partitions) >= KEY_PARTITIONS_MAX:
                     partitions.clear()
                     counted[0] = len(queues)
                 partition = partitions[key] = murmur2_partition(key, len(queues))
@@ -457,6 +481,7 @@ class Producer:
         allowed = (self._fatal is None and not self._full
                    and (self._transactional_id is None or self._txn_state == _TxnState.IN_TRANSACTION))
         self._fast = self._topics if allowed else {}
+        self._view.topics = self._fast
 
     def _outstanding_locked(self, exact: bool = False) -> int:
         """Records produced and not yet served (``exact``: counting every queue)."""

@@ -11,6 +11,7 @@ the producer's transaction before the first record of each transaction.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Optional
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -229,21 +230,29 @@ class RecordCollector:
     def sink_stage(self, topic: str, key_serialize: Callable[[Any], bytes], value_serialize: Callable[[Any], bytes],
                    slow: Callable[[Any, Any, int, Any], None], failed: Callable[[], None],
                    drop_null_keys: bool) -> Optional[Callable[[Any, Any, int, Any], None]]:
-        """A sink's whole per-record work as one function, when the producer has an appender:
-        `stage(key, value, timestamp, headers)` serializes with the given serializers (C
-        functions that raise on anything they do not take) and appends the record to the
-        producer's queue. Whatever that path does not cover (a None key, headers, a pending
-        delivery failure, a serializer error, an append the producer declines) goes to `slow`,
-        the sink's own stage, which does all of it the ordinary way. None without an appender."""
-        append = self.appender(topic)
-        if append is None:
+        """A sink's whole per-record work as one function, when the producer offers its queues
+        (the embedded producer's `queue_view`): `stage(key, value, timestamp, headers)`
+        serializes with the given serializers (C functions that raise on anything they do not
+        take) and appends the record to its partition's queue. Whatever that path does not
+        cover (a None key, headers, a pending delivery failure, a serializer error, a queue
+        produce() must check) goes to `slow`, the sink's own stage, which does it the ordinary
+        way. None when the producer has no queue view."""
+        queue_view = getattr(self.producer, "queue_view", None)
+        view = queue_view() if queue_view is not None else None
+        if view is None:
             return None
         collector = self
         producer = self.producer
+        on_delivery = self._on_sink_delivery
         same_serializer = key_serialize is value_serialize
+        partitions: dict[bytes, int] = {}
+        counted = [0]  # the partition count the remembered partitions are for
+        kick = view.kick
+        now_ns = time.time_ns
 
         def sink_direct(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            if key is None or headers or collector._error is not None:
+            queues = view.topics.get(topic)
+            if queues is None or key is None or headers or collector._error is not None:
                 if key is None and drop_null_keys:
                     return
                 return slow(key, value, timestamp, headers)
@@ -256,8 +265,20 @@ class RecordCollector:
                         value_bytes = None if value is None else value_serialize(value)
                 except Exception:
                     return slow(key, value, timestamp, headers)
-                if not append(key_bytes, value_bytes, timestamp):
-                    return slow(key, value, timestamp, headers)
+                # the producer's appender, inlined (QueueView protocol)
+                partition = partitions.get(key_bytes)
+                if partition is None or counted[0] != len(queues):
+                    if counted[0] != len(queues) or len(partitions) >= _KEY_CACHE_MAX:
+                        partitions.clear()
+                        counted[0] = len(queues)
+                    partition = partitions[key_bytes] = partition_for_key(key_bytes, len(queues))
+                queue = queues[partition]
+                if queue.cb is not on_delivery:  # produce() to the partition chosen (it sets cb)
+                    return collector._send_sink(topic, key_bytes, value_bytes, partition, timestamp)
+                entries = queue.entries
+                entries.append((key_bytes, value_bytes, timestamp or now_ns() // 1_000_000, None))
+                if len(entries) >= queue.kick_at:
+                    kick(queue)
                 collector._since_poll += 1
                 if collector._since_poll >= _POLL_EVERY:
                     collector._since_poll = 0
@@ -266,6 +287,18 @@ class RecordCollector:
                 failed()
                 raise
         return sink_direct
+
+    def _send_sink(self, topic: str, key: bytes, value: Optional[bytes], partition: int, timestamp: int) -> None:
+        """`send` of a sink record to a partition already chosen, with the sinks' callback."""
+        on_delivery = self._on_sink_delivery
+        try:
+            self._produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,
+                          timestamp=timestamp)
+        except BufferError:
+            self._produce_when_room(topic, value, key, partition, timestamp, None, on_delivery)
+        except KafkaException as exc:
+            self._send_failed(topic, exc)
+        self.count_send()
 
     def count_send(self) -> None:
         """One more record sent: serve delivery reports now and then."""

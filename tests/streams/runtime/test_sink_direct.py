@@ -54,7 +54,7 @@ def test_the_direct_path_writes_what_the_ordinary_stage_writes(cluster):
         direct = _stage(collector, "direct", serdes.STRING, serdes.STRING)
         assert direct.__name__ == "sink_direct", "the embedded producer must offer the direct path"
         ordinary_collector = RecordCollector(producer, murmur2_partitioning=True)
-        ordinary_collector.appender = lambda topic: None  # no appender: the ordinary stage
+        ordinary_collector.sink_stage = lambda *args: None  # no direct stage: the ordinary one
         ordinary = _stage(ordinary_collector, "ordinary", serdes.STRING, serdes.STRING)
         assert ordinary.__name__ != "sink_direct"
         for _ in range(3):
@@ -97,3 +97,27 @@ def test_a_delivery_failure_is_raised_by_the_next_send_on_the_direct_path(cluste
         collector_error_cleared = collector._error is None
     assert collector_error_cleared
     assert [v for _p, _k, v, _t, _h in _written(cluster, "direct")] == [b"ok"]
+
+
+def test_the_direct_path_follows_a_growing_partition_count(cluster):
+    from eddy.murmur2 import murmur2_partition
+
+    key = next(k for k in (f"key-{i}" for i in range(1000))
+               if murmur2_partition(k.encode(), 3) != murmur2_partition(k.encode(), 5))
+    with closing(cluster.producer({"linger.ms": 1})) as producer:
+        collector = RecordCollector(producer, murmur2_partitioning=True)
+        stage = _stage(collector, "direct", serdes.STRING, serdes.STRING)
+        stage(key, "before", 1, ())
+        stage(key, "before", 2, ())
+        collector.flush()
+        cluster.controller.create_partitions("direct", 5)
+        for p in range(5):  # the producer learns the new count
+            producer.produce("direct", b"x", b"x", partition=p)
+        assert producer.flush(30) == 0
+        stage(key, "after", 3, ())
+        stage(key, "after", 4, ())
+        collector.flush()
+    lg = cluster.partition_on(cluster.leader("direct", murmur2_partition(key.encode(), 5)), "direct",
+                              murmur2_partition(key.encode(), 5)).log
+    values = [r.value for b in decode_batches(lg.read(lg.log_start_offset, 1 << 20).buffer) for r in b.records()]
+    assert values.count(b"after") == 2
