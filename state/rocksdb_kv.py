@@ -66,9 +66,10 @@ BLOOM_BITS_PER_KEY = 10
 # BULK_LOAD_MIN_RECORDS records (start_bulk_loading), or once that many were restored since the
 # last flush (a standby catching up). It ends when the reader completes the store's restore
 # (end_bulk_loading), at flush() (the state manager flushes at every checkpoint), at the first
-# read, at close(), or once level 0 holds BULK_LOAD_MAX_L0_FILES files, below the slowdown
-# trigger (20) that applies again when compactions are back. A process that dies in the mode
-# leaves its options in RocksDB's OPTIONS file; open() always passes the store's own options.
+# read, or at close(). Once level 0 holds BULK_LOAD_MAX_L0_FILES files (below the slowdown
+# trigger, 20, that applies with compactions on) automatic compactions come back on for the rest
+# of the mode. A process that dies in the mode leaves its options in RocksDB's OPTIONS file;
+# open() always passes the store's own options.
 BULK_LOAD_MIN_RECORDS = 100_000  # a restore (or records since the last flush) that turns it on
 BULK_LOAD_MAX_L0_FILES = 12
 BULK_LOAD_CHECK_EVERY = 16  # restored batches between two looks at the level-0 file count
@@ -77,6 +78,7 @@ BULK_LOAD_MAX_WRITE_BUFFERS = 12
 BULK_LOAD_BUFFERS_TO_MERGE = 4
 BULK_LOAD_MAX_BACKGROUND_JOBS = 8  # RocksDB runs max(1, jobs / 4) flushes at once
 _BULK_OFF, _BULK_ON, _BULK_DONE = 0, 1, 2  # _BULK_DONE: ended early, stays off until flush()
+_BULK_COMPACTING = 3  # still bulk loading, with automatic compactions back on (level 0 was full)
 _L0_FILES = "rocksdb.num-files-at-level0"
 
 LAYOUT_FILE = "EDDY_STORE_LAYOUT"
@@ -381,6 +383,21 @@ class RocksDBKeyValueStore(KeyValueStore):
             log.debug("state store %s: bulk loading on", self.name)
             return bulk_db
 
+    def _compact_while_bulk_loading(self, db: Rdict) -> None:
+        """Level 0 is full: automatic compactions back on, in the background, while the restore
+        goes on into the vector memtable (compactions read files, never the memtable)."""
+        try:
+            db.set_options({"disable_auto_compactions": "false"})
+        except Exception as exc:  # noqa: BLE001 - the end of the mode switches them on anyway
+            log.warning("state store %s: cannot switch compactions back on while bulk loading: %s",
+                        self.name, exc)
+            with self._mode_lock:
+                if self._bulk_db is db:
+                    self._end_bulk_loading(_BULK_DONE)
+            return
+        self._bulk = _BULK_COMPACTING
+        log.debug("state store %s: level 0 is full; compacting while bulk loading", self.name)
+
     def _end_bulk_loading(self, then: int) -> None:
         """Flush the bulk-load memtables, close and reopen with the store's own options (under
         _mode_lock). A failure leaves the store closed and raises StateError."""
@@ -513,9 +530,7 @@ class RocksDBKeyValueStore(KeyValueStore):
             self._bulk_batches += 1
             if (self._bulk_batches % BULK_LOAD_CHECK_EVERY == 0
                     and (db.property_int_value(_L0_FILES) or 0) >= BULK_LOAD_MAX_L0_FILES):
-                with self._mode_lock:
-                    if self._bulk_db is db:
-                        self._end_bulk_loading(_BULK_DONE)
+                self._compact_while_bulk_loading(db)
         elif bulk == _BULK_OFF:
             self._restored_since_flush += len(records)
             if self._restored_since_flush >= BULK_LOAD_MIN_RECORDS:

@@ -7,12 +7,11 @@ option change, and the number of level-0 files (which compactions would otherwis
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
 import sys
-import textwrap
 import threading
+import time
 
 import pytest
 
@@ -86,29 +85,43 @@ def test_small_restores_between_flushes_never_toggle(small_bulk, store, tmp_path
     assert not auto_compactions_disabled(tmp_path / "bulk")
 
 
-def test_level0_files_pile_up_while_bulk_loading_and_end_it_at_the_limit(small_bulk, monkeypatch, tmp_path):
+def wait_for(predicate, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        pause.wait(0.02)
+    return True
+
+
+def test_level0_files_pile_up_while_bulk_loading_then_compactions_resume_in_the_mode(small_bulk, monkeypatch, tmp_path):
     monkeypatch.setattr(kv, "BULK_LOAD_WRITE_BUFFER_SIZE", 64 * 1024)  # many small memtable flushes
     monkeypatch.setattr(kv, "BULK_LOAD_MAX_L0_FILES", 6)
+    path = tmp_path / "l0"
     s = RocksDBKeyValueStore("l0")
-    s.open(tmp_path / "l0")
+    s.open(path)
     try:
         s.restore_batch(batch(0, 2_000, b"x" * 100))
-        assert s.bulk_loading
+        assert s.bulk_loading and auto_compactions_disabled(path)
         seen = 0
         i = 2_000
-        while s.bulk_loading:
+        while auto_compactions_disabled(path):
             s.restore_batch(batch(i, 1_000, b"x" * 100))
             i += 1_000
             seen = max(seen, l0_files(s))
-            assert i < 400_000, "bulk loading never ended"
+            assert i < 400_000, "compactions never came back"
         # compactions would have kept level 0 below the universal trigger (4 files by default)
         assert seen >= 6
-        assert not auto_compactions_disabled(tmp_path / "l0")
-        assert memtable(tmp_path / "l0") == "SkipListFactory"
-        # ended early: stays off for the rest of this restore
+        # still bulk loading (vector memtable), now with compactions merging level 0 meanwhile
+        assert s.bulk_loading and memtable(path).startswith("{id=VectorRepFactory")
         s.restore_batch(batch(i, 1_000, b"x" * 100))
-        assert not s.bulk_loading
+        assert wait_for(lambda: l0_files(s) < 6), f"level 0 still holds {l0_files(s)} files"
+        assert s.bulk_loading
+        s.end_bulk_loading()
+        assert not auto_compactions_disabled(path) and memtable(path) == "SkipListFactory"
         assert s.get(b"key-%08d" % (i + 999)) == b"x" * 100 + b"%d" % (i + 999)
+        assert _all(s) == i + 1_000
     finally:
         s.close()
 
