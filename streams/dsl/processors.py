@@ -146,6 +146,9 @@ class KeySelectProcessor(_Forwarding):
         if down is None:  # no child: nothing to fuse with
             return None
         fn = self.fn
+        with_key_selector = getattr(down, "with_key_selector", None)
+        if with_key_selector is not None:  # the next stage selects the key itself: one call less
+            return with_key_selector(fn, failed)
 
         def key_select(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             try:

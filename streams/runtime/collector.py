@@ -229,14 +229,19 @@ class RecordCollector:
 
     def sink_stage(self, topic: str, key_serialize: Callable[[Any], bytes], value_serialize: Callable[[Any], bytes],
                    slow: Callable[[Any, Any, int, Any], None], failed: Callable[[], None],
-                   drop_null_keys: bool) -> Optional[Callable[[Any, Any, int, Any], None]]:
+                   drop_null_keys: bool, key_selector: Optional[Callable[[Any, Any], Any]] = None,
+                   selector_failed: Optional[Callable[[], None]] = None) -> Optional[Callable[[Any, Any, int, Any], None]]:
         """A sink's whole per-record work as one function, when the producer offers its queues
         (the embedded producer's `queue_view`): `stage(key, value, timestamp, headers)`
         serializes with the given serializers (C functions that raise on anything they do not
         take) and appends the record to its partition's queue. Whatever that path does not
         cover (a None key, headers, a pending delivery failure, a serializer error, a queue
         produce() must check) goes to `slow`, the sink's own stage, which does it the ordinary
-        way. None when the producer has no queue view."""
+        way. None when the producer has no queue view.
+
+        `key_selector`: the work of a key-selecting node right before the sink, done first
+        (`key = key_selector(key, value)`; its failure calls `selector_failed`, which names
+        that node)."""
         queue_view = getattr(self.producer, "queue_view", None)
         view = queue_view() if queue_view is not None else None
         if view is None:
@@ -251,6 +256,12 @@ class RecordCollector:
         now_ns = time.time_ns
 
         def sink_direct(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key_selector is not None:
+                try:
+                    key = key_selector(key, value)
+                except BaseException:
+                    selector_failed()
+                    raise
             queues = view.topics.get(topic)
             if queues is None or key is None or headers or collector._error is not None:
                 if key is None and drop_null_keys:
@@ -286,6 +297,12 @@ class RecordCollector:
             except BaseException:
                 failed()
                 raise
+        if key_selector is None:
+            def with_key_selector(select: Callable[[Any, Any], Any], select_failed: Callable[[], None]) -> Any:
+                return self.sink_stage(topic, key_serialize, value_serialize, slow, failed, drop_null_keys,
+                                       select, select_failed)
+            # a key selection right before this sink may be done by it (KeySelectProcessor.fuse)
+            sink_direct.with_key_selector = with_key_selector  # type: ignore[attr-defined]
         return sink_direct
 
     def _send_sink(self, topic: str, key: bytes, value: Optional[bytes], partition: int, timestamp: int) -> None:

@@ -121,3 +121,30 @@ def test_the_direct_path_follows_a_growing_partition_count(cluster):
                               murmur2_partition(key.encode(), 5)).log
     values = [r.value for b in decode_batches(lg.read(lg.log_start_offset, 1 << 20).buffer) for r in b.records()]
     assert values.count(b"after") == 2
+
+
+def test_a_key_selection_done_by_the_direct_stage_equals_selecting_first(cluster):
+    marks = []
+    with closing(cluster.producer({"linger.ms": 1})) as producer:
+        collector = RecordCollector(producer, murmur2_partitioning=True)
+        plain = _stage(collector, "ordinary", serdes.STRING, serdes.STRING, drop_null_keys=True)
+        direct = _stage(collector, "direct", serdes.STRING, serdes.STRING,
+                        failed=lambda: marks.append("sink"), drop_null_keys=True)
+
+        def select(key, value):
+            if value == "boom":
+                raise ValueError("selector failed")
+            return None if value.startswith("n") else value[:1]
+        selecting = direct.with_key_selector(select, lambda: marks.append("selector"))
+        assert not hasattr(selecting, "with_key_selector")
+        for key, value in (("a", "xy"), (None, "yz"), ("b", "no key"), ("c", "xq"), ("d", "é")):
+            selecting(key, value, 5, ())
+            selected = select(key, value)
+            plain(selected, value, 5, ())
+        with pytest.raises(ValueError, match="selector failed"):
+            selecting("k", "boom", 6, ())
+        assert marks == ["selector"]  # the selector's node is named, not the sink
+        collector.flush()
+    assert [(p, k, v) for p, k, v, _t, _h in _written(cluster, "direct")] == \
+        [(p, k, v) for p, k, v, _t, _h in _written(cluster, "ordinary")]
+    assert len(_written(cluster, "direct")) == 4
