@@ -108,7 +108,11 @@ def rocksdb_options(bulk_loading: bool = False) -> Options:
     opts.set_max_write_buffer_number(MAX_WRITE_BUFFERS)
     opts.set_compaction_style(DBCompactionStyle.universal())
     opts.set_compression_type(DBCompressionType.none())
-    opts.increase_parallelism(max(os.cpu_count() or 2, 2))
+    # What increase_parallelism(cores) sets, without its side effect: it also shrinks the
+    # process-wide flush thread pool to one thread whenever any store builds its options, which
+    # would take the second flush thread from a store that is bulk loading. RocksDB grows the
+    # pools to what an opened DB's max_background_jobs needs.
+    opts.set_max_background_jobs(max(os.cpu_count() or 2, 2))
     opts.set_keep_log_file_num(2)
     table = BlockBasedOptions()
     table.set_block_cache(_block_cache())
