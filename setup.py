@@ -1,4 +1,4 @@
-"""Build hook for the optional C accelerator of replication/records.py.
+"""Build hook for the optional C accelerators of replication/records.py and eddy/murmur2.py.
 
 Everything else lives in pyproject.toml. The extension is optional: without a compiler the
 install still succeeds and records.py falls back to its pure-Python code.
@@ -14,6 +14,12 @@ setup(
             optional=True,
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],
-        )
+        ),
+        Extension(
+            "eddy._murmur2",
+            ["eddy/_murmur2.c"],
+            optional=True,
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
     ]
 )

@@ -3,6 +3,7 @@ runtime's key routing, so both place a key exactly where Kafka's default partiti
 
 from __future__ import annotations
 
+import os
 import struct
 
 __all__ = ["murmur2", "murmur2_partition"]
@@ -41,3 +42,11 @@ def murmur2(data: bytes) -> int:
 def murmur2_partition(key: bytes, num_partitions: int) -> int:
     """The partition Kafka's default partitioner picks for a non-null key (``toPositive % n``)."""
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+py_murmur2, py_murmur2_partition = murmur2, murmur2_partition
+if not os.environ.get("EDDY_RECORDS_PURE_PYTHON"):  # the same switch as replication/records.py
+    try:
+        from eddy._murmur2 import murmur2, murmur2_partition  # noqa: F811 - the C versions
+    except ImportError:  # no compiler at install time: the Python versions above
+        pass
