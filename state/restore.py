@@ -10,11 +10,17 @@ offsets can be fetched, one `consume()`, apply the records batch by batch, detec
 The restore consumer must be created with `restore_consumer_config(eos_enabled)` merged into its
 configuration (bootstrap.servers etc. added by the caller).
 
-Hot path: per consumed batch the keys and values are taken with C-level `map()` calls, null-key
-records and consumer events (end of partition, errors) are detected with one `None in keys` scan
-(events carry no key), and each changelog's records go to the store in ONE `restore_batch` call
-(one RocksDB WriteBatch). Per-record offsets are only read for the rare batch that crosses the
-restore end offset.
+Hot path: a consumed batch of keyed records of one partition (the common case) becomes the
+store's (key, value) records in one C pass (`replication._records.changelog_records`, reading the
+fields of confluent_kafka.Message objects through their verified layout); otherwise keys and
+values are taken with C-level `map()` calls, and null-key records and consumer events (end of
+partition, errors) are found with one `None in keys` scan (events carry no key). Each changelog's
+records go to the store in ONE `restore_batch` call (one RocksDB WriteBatch). Per-record offsets
+are only read for the rare batch that crosses the restore end offset.
+
+Bulk loading: a store with `start_bulk_loading(records_expected)` / `end_bulk_loading()` (found
+through its wrappers) is told when an active restore starts, with its size, and when it
+completes, before the task serves reads (RocksDB: a vector memtable while restoring).
 """
 
 from __future__ import annotations
