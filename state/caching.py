@@ -659,6 +659,20 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                             if clock is not None:
                                 clock.stream_time = newest
                             value = fn(entry.value)
+                        else:
+                            # 8 bytes for 8 bytes: the sizes (and so no eviction) do not change
+                            if entry.dirty:
+                                if key in dirty:
+                                    del dirty[key]
+                            else:
+                                entry.old = entry.value  # a clean entry holds the store's value
+                                entry.dirty = True
+                            dirty[key] = None
+                            entry.value = value
+                            entry.timestamp = timestamp
+                            entries.move_to_end(key)
+                            i += 1
+                            continue
                     else:
                         if clock is not None:
                             clock.stream_time = newest
