@@ -146,3 +146,33 @@ def test_a_small_restore_never_bulk_loads(changelog, tmp_path, monkeypatch):
         reader.unregister([TP])
         consumer.close()
         close_state_manager(manager, dirty=False)
+
+
+def test_a_standby_catching_up_bulk_loads_until_its_checkpoint(changelog, tmp_path, monkeypatch):
+    backend, expected = changelog
+    monkeypatch.setattr(kv, "BULK_LOAD_MIN_RECORDS", 2_000)
+    manager = ProcessorStateManager(TASK, TaskType.STANDBY, False, StateDirectory(tmp_path / "state", APP))
+    inner = RocksDBKeyValueStore(STORE)
+    register_state_stores(manager, [ChangeLoggingKeyValueStore(inner)])
+    consumer = backend.consumer({**restore_consumer_config(False), "client.id": f"{APP}-standby"})
+    reader = StoreChangelogReader(consumer, admin=backend.admin({}), progress_bar=False)
+    try:
+        reader.register(TP, manager)
+        reader.transit_to_update_standby()
+        for _ in range(10_000):  # a standby never completes: run until it has everything
+            if reader.changelog_state(TP) is ChangelogState.RESTORING and reader.total_restored(TP) == RECORDS:
+                break
+            reader.restore()
+        assert reader.total_restored(TP) == RECORDS
+        # no restore size for a standby: the mode came from the records since the last flush
+        assert inner.bulk_loading
+        assert manager.checkpoint(force=True)
+        assert not inner.bulk_loading
+        assert options_value(inner.path, "memtable_factory") == "SkipListFactory"
+        assert manager.checkpoint_file.read() == {TP: RECORDS - 1}
+        with manager.get_store(STORE).all() as it:
+            assert dict(it) == expected
+    finally:
+        reader.unregister([TP])
+        consumer.close()
+        close_state_manager(manager, dirty=False)
