@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequ
 from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError
 from state.logging_store import ChangeLoggingKeyValueStore
 from state.session import decode_session_changelog_key, session_changelog_key
-from state.rocksdb_kv import key_after, prefix_upper_bound
+from state.rocksdb_kv import RocksDBKeyValueStore, key_after, prefix_upper_bound
 from state.store import (
     KeyValueIterator,
     KeyValueStore,
@@ -157,7 +157,7 @@ class NamedCache:
         if owner._total_bytes > owner.max_bytes:
             owner._maybe_evict(self)
 
-    def _take_dirty(self, first: Optional[DirtyEntry]) -> list:
+    def _take_dirty(self, first: Optional[DirtyEntry]) -> tuple[list, list]:
         flushed = [first] if first is not None else []
         append = flushed.append
         entries = self.entries
@@ -170,18 +170,26 @@ class NamedCache:
             if value is None:
                 tombstones.append(key)
         self.dirty = {}
-        # A flushed delete has done its job; keeping it would only shadow the store.
+        return flushed, tombstones
+
+    def _drop_tombstones(self, tombstones: list) -> None:
+        """After a flush (as Kafka does, once the listener ran): a flushed delete has done its
+        job, keeping it would only shadow the store. One written again meanwhile stays."""
+        entries = self.entries
         for key in tombstones:
-            self._resize(-entries.pop(key).size)
-        return flushed
+            entry = entries.get(key)
+            if entry is not None and entry.value is None and not entry.dirty:
+                self._resize(-entries.pop(key).size)
 
     def flush(self, first: Optional[DirtyEntry] = None) -> int:
         if first is None and not self.dirty:
             return 0
         if self.listener is None:
             raise StateError(f"cache {self.name!r} has dirty entries but no flush listener")
-        flushed = self._take_dirty(first)
+        flushed, tombstones = self._take_dirty(first)
         self.listener(flushed)
+        if tombstones:
+            self._drop_tombstones(tombstones)
         return len(flushed)
 
     def evict_eldest(self) -> int:
@@ -457,7 +465,11 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         if type(wrapped) is ChangeLoggingKeyValueStore and wrapped._log_change is not None and listener is not None:
             # ChangeLoggingKeyValueStore.put inlined (an entry always has its timestamp): the
             # inner store's put, then the changelog record
-            self._write_down_logged(entries, wrapped.wrapped.put, wrapped._log_change, wrapped.name, listener)
+            inner = wrapped.wrapped
+            if type(inner) is RocksDBKeyValueStore:
+                self._write_down_batched(entries, inner.put_all, wrapped._log_change, wrapped.name, listener)
+            else:
+                self._write_down_logged(entries, inner.put, wrapped._log_change, wrapped.name, listener)
             return
         put = wrapped.put
         if listener is None:
@@ -472,6 +484,30 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
             if value is None and old is None:
                 continue
             put(key, value, timestamp)
+            listener(key, value, old, timestamp)
+
+    def _write_down_batched(self, entries: list, put_all: Callable, log_change: Callable, name: str,
+                            listener: Callable) -> None:
+        """_write_down_logged with the inner store's writes in one WriteBatch, written before the
+        first changelog record and forward. Through this store nobody can tell: every flushed
+        key is still cached (a read returns its new value either way) except an evicted one,
+        which is written and forwarded first in both orders."""
+        get = self._reader.get
+        unknown = UNKNOWN
+        changed = []
+        for entry in entries:
+            key, value, timestamp, old = entry
+            if old is unknown:
+                old = get(key)
+                entry = (key, value, timestamp, old)
+            if value is None and old is None:
+                continue
+            changed.append(entry)
+        if not changed:
+            return
+        put_all([(key, value) for key, value, _ts, _old in changed])
+        for key, value, timestamp, old in changed:
+            log_change(name, key, value, timestamp)
             listener(key, value, old, timestamp)
 
     def _write_down_logged(self, entries: list, put: Callable, log_change: Callable, name: str,

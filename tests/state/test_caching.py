@@ -379,3 +379,38 @@ def test_typed_windowed_flush_listener_through_builder(ctx):
     store.flush()
     assert out == [(Windowed("k", Window(0, 1000)), "v2", None, 2)]
     store.close()
+
+
+@pytest.mark.parametrize("max_bytes", [10_000, 3 * (2 + 2 + 64)])
+def test_a_logged_rocksdb_flush_in_one_batch_equals_entry_by_entry(tmp_path, max_bytes):
+    """Over RocksDB the flush writes the store in one WriteBatch before logging and forwarding;
+    the changelog, the forwarded updates and what a forward reads back through the store are
+    those of the in-memory store's entry-by-entry flush."""
+    seen = {}
+    for kind in ("rocksdb", "memory"):
+        inner = RocksDBKeyValueStore("c") if kind == "rocksdb" else InMemoryKeyValueStore("c")
+        ctx = RecordingContext(tmp_path / kind / "0_1")
+        store = CachingKeyValueStore(ChangeLoggingKeyValueStore(inner), ThreadCache(max_bytes))
+        store.init(ctx)
+        inner.put(b"x0", b"old", 0)  # a stored value: the first flush reads it as `old`
+        forwarded = []
+
+        def listener(key, new, old, ts, store=store, forwarded=forwarded):
+            forwarded.append((key, new, old, ts, [store.get(k) for k in (b"x0", b"x1", b"x2", b"x3")]))
+        store.set_flush_listener(listener)
+        for ts, (key, value) in enumerate([(b"x0", b"a"), (b"x1", b"b"), (b"x2", None), (b"x1", b"c"),
+                                           (b"x3", b"d"), (b"x0", None), (b"x2", b"e")], start=1):
+            store.put(key, value, ts)
+            if ts == 4:
+                store.flush()
+        store.flush()
+        seen[kind] = (ctx.logged_changes, forwarded, sorted(inner.all()))
+        store.close()
+    assert seen["rocksdb"] == seen["memory"]
+    logged, forwarded, stored = seen["rocksdb"]
+    assert (b"x2", None, None) not in [(k, n, o) for k, n, o, _t, _r in forwarded]  # deleting nothing: skipped
+    assert stored == [(b"x1", b"c"), (b"x2", b"e"), (b"x3", b"d")]
+    # as in Kafka, a flushed delete leaves the cache only after the forwards: a read made while
+    # forwarding x3 (before x0's delete is forwarded) sees x0 deleted, not the stored b"a"
+    reads_while_forwarding_x3 = next(reads for k, _n, _o, _t, reads in forwarded if k == b"x3")
+    assert reads_while_forwarding_x3[0] is None
