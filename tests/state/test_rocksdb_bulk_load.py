@@ -212,14 +212,16 @@ def test_a_restore_announced_large_enough_starts_in_bulk_loading(small_bulk, sto
 def test_bulk_loading_ends_when_the_changelog_reader_completes_the_restore(small_bulk, store, tmp_path):
     store.restore_batch(batch(0, 3_000))
     assert store.bulk_loading
+    store.restore_batch(batch(3_000, 500))  # into the vector memtable
     store.end_bulk_loading()
     assert not store.bulk_loading and memtable(tmp_path / "bulk") == "SkipListFactory"
     assert not auto_compactions_disabled(tmp_path / "bulk")
     store.end_bulk_loading()  # a no-op now
     # ended for this restore: later batches (until the next flush) stay in normal mode
-    store.restore_batch(batch(3_000, 3_000))
+    store.restore_batch(batch(3_500, 3_000))
     assert not store.bulk_loading
-    assert store.get(b"key-00005999") == b"v5999"
+    assert store.get(b"key-00003499") == b"v3499" and store.get(b"key-00006499") == b"v6499"
+    assert _all(store) == 6_500
 
 
 def _range(store):
@@ -266,9 +268,9 @@ READS = {
 @pytest.mark.parametrize("read", sorted(READS))
 def test_a_read_or_write_during_bulk_loading_ends_it_first_and_sees_everything(small_bulk, store, tmp_path, read):
     op, expected = READS[read]
-    store.restore_batch(batch(0, 1_500))
-    store.restore_batch(batch(1_500, 1_500) + [(b"key-00000003", None)])
+    store.restore_batch(batch(0, 2_000))  # reaches the threshold: bulk loading from here on
     assert store.bulk_loading
+    store.restore_batch(batch(2_000, 1_000) + [(b"key-00000003", None)])  # into the vector memtable
     assert op(store) == expected
     assert not store.bulk_loading and memtable(tmp_path / "bulk") == "SkipListFactory"
 
@@ -276,6 +278,7 @@ def test_a_read_or_write_during_bulk_loading_ends_it_first_and_sees_everything(s
 def test_readers_on_other_threads_end_bulk_loading_once(small_bulk, store, tmp_path, monkeypatch):
     store.restore_batch(batch(0, 3_000))
     assert store.bulk_loading
+    store.restore_batch(batch(3_000, 10))  # into the vector memtable
     ends = []
     original = RocksDBKeyValueStore._end_bulk_loading
     monkeypatch.setattr(RocksDBKeyValueStore, "_end_bulk_loading",
@@ -286,7 +289,7 @@ def test_readers_on_other_threads_end_bulk_loading_once(small_bulk, store, tmp_p
     def read(i):
         try:
             start.wait(10)
-            results.append(store.get(b"key-%08d" % i))
+            results.append(store.get(b"key-%08d" % (3_000 + i)))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -296,7 +299,7 @@ def test_readers_on_other_threads_end_bulk_loading_once(small_bulk, store, tmp_p
     for t in threads:
         t.join(30)
     assert not errors
-    assert sorted(results) == [b"v1", b"v2", b"v3", b"v4"]
+    assert sorted(results) == [b"v3001", b"v3002", b"v3003", b"v3004"]
     assert len(ends) == 1 and not store.bulk_loading
 
 
@@ -376,3 +379,41 @@ def test_store_options_hold_after_reopen_not_the_persisted_ones(tmp_path, monkey
         assert s.get(b"a") == b"1"
     finally:
         s.close()
+
+
+def test_interactive_queries_on_a_store_left_bulk_loading_read_everything(small_bulk, tmp_path):
+    # A store the reader did not end the mode of (a hook-less wrapper, say) and that a query
+    # thread reads: the first read ends the mode, every answer is complete.
+    from state.task_id import TaskId
+    from streams.runtime.queries import ReadOnlyKeyValueView
+
+    stores = {}
+    for partition in (0, 1):
+        s = RocksDBKeyValueStore("iq")
+        s.open(tmp_path / f"iq-{partition}")
+        records = [(b"p%d-%05d" % (partition, i), b"v%d" % i) for i in range(3_000)]
+        s.restore_batch(records[:2_000])
+        assert s.bulk_loading
+        s.restore_batch(records[2_000:])  # into the vector memtable
+        stores[TaskId(0, partition)] = s
+    view = ReadOnlyKeyValueView("iq", 0, 2, lambda: stores, lambda: None)
+    answers = {}
+
+    def query():
+        answers["get"] = (view.get(b"p0-00042"), view.get(b"p1-02999"), view.get(b"nope"))
+        answers["range"] = list(view.range(b"p0-02998", b"p1-00001"))
+        answers["count"] = view.approximate_num_entries() > 0
+        answers["all"] = sum(1 for _ in view.all())
+
+    t = threading.Thread(target=query)
+    t.start()
+    t.join(30)
+    try:
+        assert answers["get"] == (b"v42", b"v2999", None)
+        assert answers["range"] == [(b"p0-02998", b"v2998"), (b"p0-02999", b"v2999"),
+                                    (b"p1-00000", b"v0"), (b"p1-00001", b"v1")]
+        assert answers["count"] and answers["all"] == 6_000
+        assert not any(s.bulk_loading for s in stores.values())
+    finally:
+        for s in stores.values():
+            s.close()
