@@ -126,7 +126,9 @@ class QueueView:
     produce() has nothing to check (no full queue, an open transaction when transactional, no
     fatal error), and is empty otherwise; then the caller uses produce(). A caller appends
     ``(key, value, timestamp_ms, None)`` (key bytes, value bytes or None, timestamp > 0) to
-    ``queue.entries`` of partition ``murmur2_partition(key, len(queues))``, only when
+    ``queue.entries`` of partition ``murmur2_partition(key, len(queues))`` (what produce()
+    picks for a keyed record without a partition; or any partition in range the caller
+    names, with a bytes or None key), only when
     ``queue.cb`` is its own delivery callback (produce() set it), and then calls
     ``kick(queue)`` when ``len(queue.entries) >= queue.kick_at``. This is exactly what
     produce() does for such a record."""
@@ -558,6 +560,14 @@ class Producer:
                 getattr(common, "delivery_report_only_error", False):
             # every record's callback wants failures only (an extension of this client: a
             # callable with delivery_report_only_error=True, as the config does producer-wide)
+            return len(entries)
+        if error is None and base_offset >= 0 and common is not None and batch.records is entries and \
+                getattr(common, "delivery_report_last_only", False) and min(map(len, entries)) == 4:
+            # a callback that only keeps the latest delivered offset (this client's extension,
+            # delivery_report_last_only=True) hears about the batch's last record only
+            key, value, ts = entries[-1][:3]
+            common(None, Message(batch.tp[0], batch.tp[1], base_offset + len(entries) - 1, key, value, None, None,
+                                 (1, ts), -1.0, -1))
             return len(entries)
         topic, partition = batch.tp
         ok = error is None and base_offset >= 0

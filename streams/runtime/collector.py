@@ -77,7 +77,9 @@ class RecordCollector:
         self._partition_counts: dict[str, int] = {}
         self._since_poll = 0
         self._produce = producer.produce
-        self._on_delivery = self._delivered
+        self._on_delivery = self._delivery_callback()
+        queue_view = getattr(producer, "queue_view", None)
+        self._view = queue_view() if queue_view is not None else None
         self._on_sink_delivery = self._sink_delivery_callback()  # one object: the producer's per-queue callback
         # With the producer on Kafka's default partitioner (murmur2), keyed records are routed
         # here, remembering each key's partition: the same choice, made once per distinct key.
@@ -108,6 +110,18 @@ class RecordCollector:
             log.warning("production exception handler chose to continue after: %s", error)
             return
         self._error = error
+
+    def _delivery_callback(self) -> Callable[[Any, Any], None]:
+        """`send`'s delivery callback. A delivered record only moves its partition's offset
+        forward, so of a delivered batch only the last record matters: the callback says so
+        with `delivery_report_last_only`, which the embedded producer honours (one Message per
+        delivered batch instead of one per record); confluent-kafka calls it for every record."""
+        delivered = self._delivered
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            delivered(err, msg)
+        on_delivery.delivery_report_last_only = True  # type: ignore[attr-defined]
+        return on_delivery
 
     def _sink_delivery_callback(self) -> Callable[[Any, Any], None]:
         """The sinks' delivery callback: failures only. It says so with
@@ -145,6 +159,19 @@ class RecordCollector:
             self.begin_transaction()
         if partition is not None:
             part = partition
+            view = self._view
+            if view is not None and not headers:  # changelog writes: the QueueView protocol
+                queues = view.topics.get(topic)
+                if queues is not None and 0 <= part < len(queues):
+                    queue = queues[part]
+                    if (queue.cb is self._on_delivery and (key is None or key.__class__ is bytes)
+                            and (value is None or value.__class__ is bytes)):
+                        entries = queue.entries
+                        entries.append((key, value, timestamp or time.time_ns() // 1_000_000, None))
+                        if len(entries) >= queue.kick_at:
+                            view.kick(queue)
+                        self.count_send()
+                        return
         elif key is not None and self._murmur2:
             cache = self._key_partitions.get(topic)
             if cache is None:

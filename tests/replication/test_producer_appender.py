@@ -111,3 +111,21 @@ def test_a_failures_only_callback_hears_failures_and_nothing_else(cluster):
     assert len(failures) == 1
     err, topic, partition, size = failures[0]
     assert err is not None and (topic, partition, size) == ("t", 0, 2_000_000)
+
+
+def test_a_last_only_callback_hears_each_delivered_batch_once_and_every_failure(cluster):
+    heard = []
+
+    def on_delivery(err, msg):
+        heard.append((err is None, msg.partition(), msg.offset(), msg.value()[:5]))
+    on_delivery.delivery_report_last_only = True
+    with closing(cluster.producer({"linger.ms": 50, "message.max.bytes": 10_000_000})) as producer:
+        for i in range(5):
+            producer.produce("t", b"v%d" % i, b"k", partition=0, on_delivery=on_delivery)
+        assert producer.flush(30) == 0
+        assert heard == [(True, 0, 4, b"v4")]  # one batch: its last record, at its offset
+        heard.clear()
+        producer.produce("t", b"x" * 2_000_000, b"k", partition=0, on_delivery=on_delivery)
+        producer.produce("t", b"y" * 2_000_000, b"k", partition=0, on_delivery=on_delivery)
+        assert producer.flush(30) == 0
+    assert [(ok, p, v) for ok, p, _o, v in heard] == [(False, 0, b"xxxxx"), (False, 0, b"yyyyy")]

@@ -9,6 +9,8 @@ from contextlib import closing
 
 import pytest
 
+from confluent_kafka import TopicPartition
+
 from replication.cluster import LocalCluster
 from replication.records import decode_batches
 from streams import serdes
@@ -148,3 +150,17 @@ def test_a_key_selection_done_by_the_direct_stage_equals_selecting_first(cluster
     assert [(p, k, v) for p, k, v, _t, _h in _written(cluster, "direct")] == \
         [(p, k, v) for p, k, v, _t, _h in _written(cluster, "ordinary")]
     assert len(_written(cluster, "direct")) == 4
+
+
+def test_changelog_sends_to_a_named_partition_land_in_order_and_report_the_last_offset(cluster):
+    with closing(cluster.producer({"linger.ms": 1})) as producer:
+        collector = RecordCollector(producer, murmur2_partitioning=True)
+        assert collector._view is not None  # the embedded producer's queues are used
+        for i in range(50):
+            collector.send("direct", b"k%d" % (i % 7), None if i % 10 == 9 else b"v%d" % i,
+                           partition=2, timestamp=100 + i)
+        collector.flush()
+        offsets = collector.offsets()
+    rows = [(k, v, t) for p, k, v, t, _h in _written(cluster, "direct") if p == 2]
+    assert rows == [(b"k%d" % (i % 7), None if i % 10 == 9 else b"v%d" % i, 100 + i) for i in range(50)]
+    assert collector.offset_of("direct", 2) == 49 and offsets[TopicPartition("direct", 2)] == 49
