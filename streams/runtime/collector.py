@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from streams.errors import ConfigError
 from streams.runtime.errors import ProductionError, TaskMigratedError
 from eddy.murmur2 import murmur2_partition as partition_for_key
+from streams.runtime.direct_sink import direct_sink_stage
 
 log = logging.getLogger(__name__)
 
@@ -256,81 +257,16 @@ class RecordCollector:
 
     def sink_stage(self, topic: str, key_serialize: Callable[[Any], bytes], value_serialize: Callable[[Any], bytes],
                    slow: Callable[[Any, Any, int, Any], None], failed: Callable[[], None],
-                   drop_null_keys: bool, key_selector: Optional[Callable[[Any, Any], Any]] = None,
-                   selector_failed: Optional[Callable[[], None]] = None) -> Optional[Callable[[Any, Any, int, Any], None]]:
+                   drop_null_keys: bool) -> Optional[Callable[[Any, Any, int, Any], None]]:
         """A sink's whole per-record work as one function, when the producer offers its queues
-        (the embedded producer's `queue_view`): `stage(key, value, timestamp, headers)`
-        serializes with the given serializers (C functions that raise on anything they do not
-        take) and appends the record to its partition's queue. Whatever that path does not
-        cover (a None key, headers, a pending delivery failure, a serializer error, a queue
-        produce() must check) goes to `slow`, the sink's own stage, which does it the ordinary
-        way. None when the producer has no queue view.
-
-        `key_selector`: the work of a key-selecting node right before the sink, done first
-        (`key = key_selector(key, value)`; its failure calls `selector_failed`, which names
-        that node)."""
+        (the embedded producer's `queue_view`): see streams/runtime/direct_sink.py. `slow` is the
+        sink's own stage, for whatever the direct path does not cover. None when the producer
+        has no queue view."""
         queue_view = getattr(self.producer, "queue_view", None)
         view = queue_view() if queue_view is not None else None
         if view is None:
             return None
-        collector = self
-        producer = self.producer
-        on_delivery = self._on_sink_delivery
-        same_serializer = key_serialize is value_serialize
-        partitions: dict[bytes, int] = {}
-        counted = [0]  # the partition count the remembered partitions are for
-        kick = view.kick
-        now_ns = time.time_ns
-
-        def sink_direct(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            if key_selector is not None:
-                try:
-                    key = key_selector(key, value)
-                except BaseException:
-                    selector_failed()
-                    raise
-            queues = view.topics.get(topic)
-            if queues is None or key is None or headers or collector._error is not None:
-                if key is None and drop_null_keys:
-                    return
-                return slow(key, value, timestamp, headers)
-            try:
-                try:
-                    key_bytes = key_serialize(key)
-                    if value is key and same_serializer:
-                        value_bytes = key_bytes
-                    else:
-                        value_bytes = None if value is None else value_serialize(value)
-                except Exception:
-                    return slow(key, value, timestamp, headers)
-                # the producer's appender, inlined (QueueView protocol)
-                partition = partitions.get(key_bytes)
-                if partition is None or counted[0] != len(queues):
-                    if counted[0] != len(queues) or len(partitions) >= _KEY_CACHE_MAX:
-                        partitions.clear()
-                        counted[0] = len(queues)
-                    partition = partitions[key_bytes] = partition_for_key(key_bytes, len(queues))
-                queue = queues[partition]
-                if queue.cb is not on_delivery:  # produce() to the partition chosen (it sets cb)
-                    return collector._send_sink(topic, key_bytes, value_bytes, partition, timestamp)
-                entries = queue.entries
-                entries.append((key_bytes, value_bytes, timestamp or now_ns() // 1_000_000, None))
-                if len(entries) >= queue.kick_at:
-                    kick(queue)
-                collector._since_poll += 1
-                if collector._since_poll >= _POLL_EVERY:
-                    collector._since_poll = 0
-                    producer.poll(0)
-            except BaseException:
-                failed()
-                raise
-        if key_selector is None:
-            def with_key_selector(select: Callable[[Any, Any], Any], select_failed: Callable[[], None]) -> Any:
-                return self.sink_stage(topic, key_serialize, value_serialize, slow, failed, drop_null_keys,
-                                       select, select_failed)
-            # a key selection right before this sink may be done by it (KeySelectProcessor.fuse)
-            sink_direct.with_key_selector = with_key_selector  # type: ignore[attr-defined]
-        return sink_direct
+        return direct_sink_stage(self, view, topic, key_serialize, value_serialize, slow, failed, drop_null_keys)
 
     def _send_sink(self, topic: str, key: bytes, value: Optional[bytes], partition: int, timestamp: int) -> None:
         """`send` of a sink record to a partition already chosen, with the sinks' callback."""

@@ -164,3 +164,51 @@ def test_changelog_sends_to_a_named_partition_land_in_order_and_report_the_last_
     rows = [(k, v, t) for p, k, v, t, _h in _written(cluster, "direct") if p == 2]
     assert rows == [(b"k%d" % (i % 7), None if i % 10 == 9 else b"v%d" % i, 100 + i) for i in range(50)]
     assert collector.offset_of("direct", 2) == 49 and offsets[TopicPartition("direct", 2)] == 49
+
+
+def test_a_flat_map_values_folded_into_the_direct_stage_keeps_order_and_names_the_failing_node(cluster):
+    marks = []
+
+    def words(line):
+        for i, word in enumerate(line.split()):
+            if word == "BREAK":
+                raise ValueError("iterator failed")
+            yield word
+
+    def select(key, word):
+        if word == "boom":
+            raise ValueError("selector failed")
+        return None if word.startswith("n") else word
+
+    with closing(cluster.producer({"linger.ms": 1})) as producer:
+        collector = RecordCollector(producer, murmur2_partitioning=True)
+        plain = _stage(collector, "ordinary", serdes.STRING, serdes.STRING, drop_null_keys=True)
+        direct = _stage(collector, "direct", serdes.STRING, serdes.INT64,
+                        failed=lambda: marks.append("sink"), drop_null_keys=True)
+        assert _stage(collector, "direct", serdes.STRING, serdes.STRING).with_values_from  # offered
+        fused = _stage(collector, "direct", serdes.STRING, serdes.STRING, failed=lambda: marks.append("sink"),
+                       drop_null_keys=True).with_key_selector(select, lambda: marks.append("selector"))
+        fused = fused.with_values_from(words, lambda: marks.append("flat_map"))
+        for line, ts in (("a b no a", 1), ("", 2), ("c é", 3)):
+            fused("line-key", line, ts, ())
+            for word in line.split():
+                plain(select("line-key", word), word, ts, ())
+        with pytest.raises(ValueError, match="iterator failed"):
+            fused("k", "x BREAK y", 4, ())
+        assert marks == ["flat_map"]
+        marks.clear()
+        with pytest.raises(ValueError, match="selector failed"):
+            fused("k", "z boom w", 5, ())
+        assert marks[0] == "selector"  # innermost first (outer markers then find the node already named)
+        marks.clear()
+        with pytest.raises(SerializationError):
+            direct.with_key_selector(select, lambda: marks.append("selector")).with_values_from(
+                words, lambda: marks.append("flat_map"))("k", "q", 6, ())  # INT64 cannot take "q"
+        assert marks[0] == "sink"
+        collector.flush()
+    got = [(p, k, v, t) for p, k, v, t, _h in _written(cluster, "direct")]
+    want = [(p, k, v, t) for p, k, v, t, _h in _written(cluster, "ordinary")]
+    # what ran before each failure was written, in order; nothing after it
+    assert got == sorted(want + [(next(p for p, k, *_ in got if k == b"x"), b"x", b"x", 4),
+                                 (next(p for p, k, *_ in got if k == b"z"), b"z", b"z", 5)],
+                         key=lambda row: (row[0], row[3]))

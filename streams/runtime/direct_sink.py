@@ -1,0 +1,134 @@
+"""A sink's per-record work as one Python function over the embedded producer's queues.
+
+The stateless DSL nodes before a sink already run fused (one stage call per node). Each call
+still costs a Python frame, and on this path the frame is most of the cost, so a sink whose
+producer offers a `QueueView` (replication/clients/producer.py) gets its whole work as one
+generated function: serialize (C serializers), pick the murmur2 partition (remembered per key),
+append to the partition's queue. Two nodes commonly found right before a repartition sink are
+folded into the same function (group_by's key selection, a flat_map_values before it), so word
+count's first sub-topology runs one frame per input line plus the user's functions.
+
+The function is generated from one template (`_BODY`) for each combination, so the body exists
+once. Anything off the common path (a None key, headers, a pending delivery failure, a
+serializer error, a queue produce() must check first) goes to `slow`, the sink's ordinary
+stage. Failures call the marker of the node they belong to (`values_failed`,
+`selector_failed`, `failed`), innermost first, exactly as the separate stages do.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional
+
+from eddy.murmur2 import murmur2_partition
+
+_POLL_EVERY = 4096  # as RecordCollector: serve delivery reports regularly
+_KEY_PARTITIONS_MAX = 100_000
+
+# The sink's work for one record (key, value). `SKIP` ends this record's work ("return" in
+# the plain function, "continue" inside a flat_map_values loop).
+_BODY = """\
+k = key
+if key_selector is not None:
+    try:
+        k = key_selector(key, value)
+    except BaseException:
+        selector_failed()
+        raise
+queues = view.topics.get(topic)
+if queues is None or k is None or headers or collector._error is not None:
+    if k is None and drop_null_keys:
+        SKIP
+    slow(k, value, timestamp, headers)
+    SKIP
+try:
+    try:
+        key_bytes = key_serialize(k)
+        if value is k and same_serializer:
+            value_bytes = key_bytes
+        else:
+            value_bytes = None if value is None else value_serialize(value)
+    except Exception:
+        slow(k, value, timestamp, headers)
+        SKIP
+    partition = partitions.get(key_bytes)
+    if partition is None or counted[0] != len(queues):
+        if counted[0] != len(queues) or len(partitions) >= KEY_PARTITIONS_MAX:
+            partitions.clear()
+            counted[0] = len(queues)
+        partition = partitions[key_bytes] = murmur2_partition(key_bytes, len(queues))
+    queue = queues[partition]
+    if queue.cb is not on_delivery:  # produce() to the partition chosen (it sets cb)
+        collector._send_sink(topic, key_bytes, value_bytes, partition, timestamp)
+        SKIP
+    entries = queue.entries
+    entries.append((key_bytes, value_bytes, timestamp or now_ns() // 1_000_000, None))
+    if len(entries) >= queue.kick_at:
+        kick(queue)
+    collector._since_poll += 1
+    if collector._since_poll >= POLL_EVERY:
+        collector._since_poll = 0
+        producer.poll(0)
+except BaseException:
+    failed()
+    raise
+"""
+
+
+def _indent(text: str, spaces: int) -> str:
+    pad = " " * spaces
+    return "".join(pad + line if line.strip() else line for line in text.splitlines(True))
+
+
+def _source(flat: bool) -> str:
+    if not flat:
+        return "def sink_direct(key, value, timestamp, headers):\n" + _indent(_BODY.replace("SKIP", "return"), 4)
+    return ("def sink_direct(key, line, timestamp, headers):\n"
+            "    try:\n"
+            "        for value in values_fn(line):\n"
+            + _indent(_BODY.replace("SKIP", "continue"), 12)
+            + "    except BaseException:\n"
+            "        values_failed()\n"
+            "        raise\n")
+
+
+_CODE = {flat: compile(_source(flat), f"<direct sink{' (flat)' if flat else ''}>", "exec") for flat in (False, True)}
+
+
+def direct_sink_stage(collector: Any, view: Any, topic: str, key_serialize: Callable[[Any], bytes],
+                      value_serialize: Callable[[Any], bytes], slow: Callable[[Any, Any, int, Any], None],
+                      failed: Callable[[], None], drop_null_keys: bool, *,
+                      key_selector: Optional[Callable[[Any, Any], Any]] = None,
+                      selector_failed: Optional[Callable[[], None]] = None,
+                      values_fn: Optional[Callable[[Any], Any]] = None,
+                      values_failed: Optional[Callable[[], None]] = None) -> Callable[[Any, Any, int, Any], None]:
+    """The stage `stage(key, value, timestamp, headers)` of a sink on `topic` (see the module
+    docstring). With `key_selector`, it first does a key-select node's work; with `values_fn`,
+    a flat_map_values node's before that (then the stage's `value` is the node's input)."""
+    namespace = {
+        "collector": collector, "producer": collector.producer, "view": view, "topic": topic,
+        "on_delivery": collector._on_sink_delivery, "kick": view.kick, "now_ns": time.time_ns,
+        "key_serialize": key_serialize, "value_serialize": value_serialize,
+        "same_serializer": key_serialize is value_serialize, "slow": slow, "failed": failed,
+        "drop_null_keys": drop_null_keys, "key_selector": key_selector, "selector_failed": selector_failed,
+        "values_fn": values_fn, "values_failed": values_failed, "partitions": {}, "counted": [0],
+        "murmur2_partition": murmur2_partition, "KEY_PARTITIONS_MAX": _KEY_PARTITIONS_MAX,
+        "POLL_EVERY": _POLL_EVERY, "BaseException": BaseException, "Exception": Exception, "len": len,
+    }
+    exec(_CODE[values_fn is not None], namespace)  # noqa: S102 - our own template, compiled once
+    stage = namespace["sink_direct"]
+
+    # The nodes before the sink that may fold into it, outermost last: a key selection, then a
+    # flat_map_values before that (KeySelectProcessor.fuse / FlatMapValuesProcessor.fuse ask).
+    if key_selector is None and values_fn is None:
+        def with_key_selector(select: Callable[[Any, Any], Any], select_failed: Callable[[], None]) -> Any:
+            return direct_sink_stage(collector, view, topic, key_serialize, value_serialize, slow, failed,
+                                     drop_null_keys, key_selector=select, selector_failed=select_failed)
+        stage.with_key_selector = with_key_selector
+    if values_fn is None:
+        def with_values_from(fn: Callable[[Any], Any], fn_failed: Callable[[], None]) -> Any:
+            return direct_sink_stage(collector, view, topic, key_serialize, value_serialize, slow, failed,
+                                     drop_null_keys, key_selector=key_selector, selector_failed=selector_failed,
+                                     values_fn=fn, values_failed=fn_failed)
+        stage.with_values_from = with_values_from
+    return stage
