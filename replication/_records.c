@@ -1792,6 +1792,50 @@ fail:
     return NULL;
 }
 
+/* ---- producer queue entries ------------------------------------------------------------------ */
+
+PyDoc_STRVAR(queue_append_doc,
+"queue_append(entries, key, value, timestamp) -> int\n\n"
+"entries.append((key, value, timestamp, None)) and return len(entries): the embedded producer's\n"
+"queue entry (replication/clients/producer.py QueueView). key and value are bytes or None and\n"
+"timestamp an int, so the tuple can never be part of a reference cycle: it is created untracked\n"
+"by the garbage collector (queued records are many and live until their batch is cut).");
+
+static PyObject *queue_append(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "queue_append expects 4 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *entries = args[0], *key = args[1], *value = args[2], *ts = args[3];
+    if (!PyList_CheckExact(entries)) {
+        PyErr_Format(PyExc_TypeError, "queue_append: entries must be a list, not %.100s", Py_TYPE(entries)->tp_name);
+        return NULL;
+    }
+    if ((key != Py_None && !PyBytes_CheckExact(key)) || (value != Py_None && !PyBytes_CheckExact(value)) ||
+        !PyLong_CheckExact(ts)) {
+        PyErr_SetString(PyExc_TypeError, "queue_append: key and value must be bytes or None, timestamp an int");
+        return NULL;
+    }
+    PyObject *entry = PyTuple_New(4);
+    if (entry == NULL)
+        return NULL;
+    Py_INCREF(key);
+    Py_INCREF(value);
+    Py_INCREF(ts);
+    Py_INCREF(Py_None);
+    PyTuple_SET_ITEM(entry, 0, key);
+    PyTuple_SET_ITEM(entry, 1, value);
+    PyTuple_SET_ITEM(entry, 2, ts);
+    PyTuple_SET_ITEM(entry, 3, Py_None);
+    PyObject_GC_UnTrack(entry);
+    int rc = PyList_Append(entries, entry);
+    Py_DECREF(entry);
+    if (rc < 0)
+        return NULL;
+    return PyLong_FromSsize_t(PyList_GET_SIZE(entries));
+}
+
 /* ---- crc32c --------------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(crc32c_doc, "crc32c(data, value=0) -> int: CRC-32C of data, continuing from value.");
@@ -1825,6 +1869,7 @@ static PyMethodDef module_methods[] = {
     {"set_message_layout", set_message_layout, METH_VARARGS, set_message_layout_doc},
     {"changelog_records", changelog_records, METH_O, changelog_records_doc},
     {"message_rows", message_rows, METH_O, message_rows_doc},
+    {"queue_append", (PyCFunction)(void (*)(void))queue_append, METH_FASTCALL, queue_append_doc},
     {"partition_runs", partition_runs, METH_O, partition_runs_doc},
     {NULL, NULL, 0, NULL},
 };

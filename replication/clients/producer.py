@@ -55,6 +55,7 @@ from replication.clients.partitioner import PARTITIONERS, make_partitioner, murm
 from replication.errors import ReplicationError, TransportError
 from replication.names import is_valid_topic_name
 from replication.protocol import Errors, ProduceRequest, TopicPartition
+from replication import records as _records
 from replication.records import encode_batch
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,17 @@ class _Queue:
         self.since = 0.0  # monotonic time the sender first saw the queued records (0: not yet)
 
 
+def _py_queue_append(entries: list, key: bytes | None, value: bytes | None, timestamp: int) -> int:
+    entries.append((key, value, timestamp, None))
+    return len(entries)
+
+
+#: ``queue_append(entries, key, value, timestamp) -> len(entries)``: append a queue entry; the C
+#: version creates the tuple untracked by the garbage collector (it holds bytes and ints only).
+queue_append = (_records._accel.queue_append
+                if _records.ACCELERATED and hasattr(_records._accel, "queue_append") else _py_queue_append)
+
+
 class QueueView:
     """How a caller in this process may queue records without produce() (the stream runtime's
     sinks do, once per record). ``topics`` maps a topic to its partitions' queues while
@@ -128,16 +140,17 @@ class QueueView:
     ``(key, value, timestamp_ms, None)`` (key bytes, value bytes or None, timestamp > 0) to
     ``queue.entries`` of partition ``murmur2_partition(key, len(queues))`` (what produce()
     picks for a keyed record without a partition; or any partition in range the caller
-    names, with a bytes or None key), only when
-    ``queue.cb`` is its own delivery callback (produce() set it), and then calls
-    ``kick(queue)`` when ``len(queue.entries) >= queue.kick_at``. This is exactly what
-    produce() does for such a record."""
+    names, with a bytes or None key), with ``append(entries, key, value, timestamp)`` (which
+    returns the new length), only when ``queue.cb`` is its own delivery callback (produce()
+    set it), and then calls ``kick(queue)`` when that length is ``>= queue.kick_at``. This is
+    exactly what produce() does for such a record."""
 
-    __slots__ = ("topics", "kick")
+    __slots__ = ("topics", "kick", "append")
 
     def __init__(self, topics: dict, kick: Callable[[_Queue], None]) -> None:
         self.topics = topics
         self.kick = kick
+        self.append = queue_append
 
 
 def _entries_size(entries: list[tuple]) -> int:
@@ -361,6 +374,7 @@ class Producer:
             return None
         now_ns = _time_ns
         kick = view.kick
+        append_entry = view.append
         partitions: dict[bytes, int] = {}
         counted = [0]  # the partition count the remembered partitions are for
 
@@ -377,9 +391,7 @@ class Producer:
             queue = queues[partition]
             if queue.cb is not on_delivery:
                 return False
-            entries = queue.entries
-            entries.append((key, value, timestamp or now_ns() // 1_000_000, None))
-            if len(entries) >= queue.kick_at:
+            if append_entry(queue.entries, key, value, timestamp or now_ns() // 1_000_000) >= queue.kick_at:
                 kick(queue)
             return True
         return append

@@ -167,9 +167,8 @@ class RecordCollector:
                     queue = queues[part]
                     if (queue.cb is self._on_delivery and (key is None or key.__class__ is bytes)
                             and (value is None or value.__class__ is bytes)):
-                        entries = queue.entries
-                        entries.append((key, value, timestamp or time.time_ns() // 1_000_000, None))
-                        if len(entries) >= queue.kick_at:
+                        if view.append(queue.entries, key, value,
+                                       timestamp or time.time_ns() // 1_000_000) >= queue.kick_at:
                             view.kick(queue)
                         self.count_send()
                         return

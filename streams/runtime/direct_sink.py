@@ -61,9 +61,7 @@ try:
     if queue.cb is not on_delivery:  # produce() to the partition chosen (it sets cb)
         collector._send_sink(topic, key_bytes, value_bytes, partition, timestamp)
         SKIP
-    entries = queue.entries
-    entries.append((key_bytes, value_bytes, timestamp or now_ns() // 1_000_000, None))
-    if len(entries) >= queue.kick_at:
+    if append_entry(queue.entries, key_bytes, value_bytes, timestamp or now_ns() // 1_000_000) >= queue.kick_at:
         kick(queue)
     collector._since_poll += 1
     if collector._since_poll >= POLL_EVERY:
@@ -107,7 +105,8 @@ def direct_sink_stage(collector: Any, view: Any, topic: str, key_serialize: Call
     a flat_map_values node's before that (then the stage's `value` is the node's input)."""
     namespace = {
         "collector": collector, "producer": collector.producer, "view": view, "topic": topic,
-        "on_delivery": collector._on_sink_delivery, "kick": view.kick, "now_ns": time.time_ns,
+        "on_delivery": collector._on_sink_delivery, "kick": view.kick, "append_entry": view.append,
+        "now_ns": time.time_ns,
         "key_serialize": key_serialize, "value_serialize": value_serialize,
         "same_serializer": key_serialize is value_serialize, "slow": slow, "failed": failed,
         "drop_null_keys": drop_null_keys, "key_selector": key_selector, "selector_failed": selector_failed,

@@ -129,3 +129,22 @@ def test_a_last_only_callback_hears_each_delivered_batch_once_and_every_failure(
         producer.produce("t", b"y" * 2_000_000, b"k", partition=0, on_delivery=on_delivery)
         assert producer.flush(30) == 0
     assert [(ok, p, v) for ok, p, _o, v in heard] == [(False, 0, b"xxxxx"), (False, 0, b"yyyyy")]
+
+
+def test_queue_append_builds_the_entry_produce_would_untracked_by_the_collector():
+    import gc
+
+    from replication.clients import producer as producer_module
+
+    entries_c, entries_py = [], []
+    for key, value, ts in ((b"k", b"v", 5), (None, None, 6), (b"", b"x" * 1000, 2 ** 45)):
+        assert producer_module.queue_append(entries_c, key, value, ts) == len(entries_c)
+        assert producer_module._py_queue_append(entries_py, key, value, ts) == len(entries_py)
+    assert entries_c == entries_py == [(b"k", b"v", 5, None), (None, None, 6, None), (b"", b"x" * 1000, 2 ** 45, None)]
+    if producer_module.queue_append is not producer_module._py_queue_append:  # the C version
+        assert not any(gc.is_tracked(e) for e in entries_c)
+        for bad in (("k", b"v", 1), (b"k", bytearray(b"v"), 1), (b"k", b"v", 1.5)):
+            with pytest.raises(TypeError, match="queue_append"):
+                producer_module.queue_append([], *bad)
+        with pytest.raises(TypeError, match="entries must be a list"):
+            producer_module.queue_append((), b"k", b"v", 1)
