@@ -114,14 +114,15 @@ class NamedCache:
         self.size_bytes += delta
         self.owner._total_bytes += delta
 
-    def put_dirty(self, key: bytes, value: Optional[bytes], timestamp: int) -> None:
+    def put_dirty(self, key: bytes, value: Optional[bytes], timestamp: int, old: object = UNKNOWN) -> None:
         """A write: replaces any cached entry (reusing its object), becomes MRU and last dirty.
+        `old`: the wrapped store's value for a key not cached, when the caller read it.
         CachingKeyValueStore.put inlines this body; keep the two in step."""
         size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
         entries = self.entries
         entry = entries.get(key)
         if entry is None:
-            entries[key] = CacheEntry(value, True, timestamp, size)
+            entries[key] = CacheEntry(value, True, timestamp, size, old)
             delta = size
         else:
             delta = size - entry.size
@@ -755,14 +756,12 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         """update() of a key the cache does not hold (the lock is held): read through, write dirty."""
         entries = named.entries
         named.misses += 1
-        entry = None
         old = self._reader.get(key)
         if old is not None:
             if cache.max_bytes < ENTRY_OVERHEAD and not entries:
                 named.evictions += 1
             else:
-                named.put_clean(key, old)
-                entry = entries.get(key)  # None if evicted at once
+                named.put_clean(key, old)  # then dirtied below (it keeps `old`), unless evicted at once
         value = fn(old)
         if value is not None and type(value) is not bytes:
             check_value(self.name, value)
@@ -773,29 +772,7 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                 raise StateError(f"cache {named.name!r} has dirty entries but no flush listener")
             flush([_new_tuple(DirtyEntry, (key, value, timestamp, old))])
             return value
-        # NamedCache.put_dirty, inlined (as in put).
-        size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
-        if entry is None:
-            entries[key] = CacheEntry(value, True, timestamp, size, old)
-            delta = size
-        else:
-            delta = size - entry.size
-            if not entry.dirty:
-                entry.old = entry.value  # a clean entry holds the store's value
-                entry.dirty = True
-            entry.value = value
-            entry.timestamp = timestamp
-            entry.size = size
-            entries.move_to_end(key)
-        dirty = named.dirty
-        if key in dirty:
-            del dirty[key]
-        dirty[key] = None
-        if delta:
-            named.size_bytes += delta
-            cache._total_bytes += delta
-        if cache._total_bytes > cache.max_bytes:
-            cache._maybe_evict(named)
+        named.put_dirty(key, value, timestamp, old)
         return value
 
     def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):

@@ -208,7 +208,6 @@ class RecordCollector:
         cache = self._key_partitions.get(topic)
         if cache is None:
             cache = self._key_partitions[topic] = {}
-        on_delivery = self._on_sink_delivery
         collector = self
         append = self.appender(topic)
 
@@ -229,21 +228,7 @@ class RecordCollector:
                     part = cache[key] = partition_for_key(key, collector.partitions_for(topic))
             else:
                 part = -1
-            try:
-                if headers:
-                    collector._produce(topic, value=value, key=key, partition=part, on_delivery=on_delivery,
-                                       timestamp=timestamp, headers=headers)
-                else:
-                    collector._produce(topic, value=value, key=key, partition=part, on_delivery=on_delivery,
-                                       timestamp=timestamp)
-            except BufferError:
-                collector._produce_when_room(topic, value, key, part, timestamp, headers, on_delivery)
-            except KafkaException as exc:
-                collector._send_failed(topic, exc)
-            collector._since_poll += 1
-            if collector._since_poll >= _POLL_EVERY:
-                collector._since_poll = 0
-                collector.producer.poll(0)
+            collector._send_sink(topic, key, value, part, timestamp, headers)
         return send
 
     def appender(self, topic: str) -> Optional[Callable[[bytes, Optional[bytes], int], bool]]:
@@ -267,14 +252,20 @@ class RecordCollector:
             return None
         return direct_sink_stage(self, view, topic, key_serialize, value_serialize, slow, failed, drop_null_keys)
 
-    def _send_sink(self, topic: str, key: bytes, value: Optional[bytes], partition: int, timestamp: int) -> None:
-        """`send` of a sink record to a partition already chosen, with the sinks' callback."""
+    def _send_sink(self, topic: str, key: Optional[bytes], value: Optional[bytes], partition: int, timestamp: int,
+                   headers: Any = None) -> None:
+        """`send` of a sink record to a partition already chosen (-1: the producer's choice),
+        with the sinks' callback."""
         on_delivery = self._on_sink_delivery
         try:
-            self._produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,
-                          timestamp=timestamp)
+            if headers:
+                self._produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,
+                              timestamp=timestamp, headers=headers)
+            else:
+                self._produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,
+                              timestamp=timestamp)
         except BufferError:
-            self._produce_when_room(topic, value, key, partition, timestamp, None, on_delivery)
+            self._produce_when_room(topic, value, key, partition, timestamp, headers, on_delivery)
         except KafkaException as exc:
             self._send_failed(topic, exc)
         self.count_send()
