@@ -4,6 +4,7 @@ normal mode when the reader completes its changelog, before anything reads it.""
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 
 import pytest
@@ -79,6 +80,27 @@ class ModeAtEnd(StateRestoreListener):
         self.mode_at_end = (self.store.bulk_loading, options_value(self.store.path, "memtable_factory"))
 
 
+@contextlib.contextmanager
+def restored_to_the_end(backend, manager, inner, client_id):
+    """An active restore of TP into `manager`'s stores, looped until the changelog completed:
+    yields the reader and a ModeAtEnd listener on `inner`; closes the manager afterwards."""
+    listener = ModeAtEnd()
+    listener.store = inner
+    consumer = backend.consumer({**restore_consumer_config(False), "client.id": client_id})
+    reader = StoreChangelogReader(consumer, listener, admin=backend.admin({}), progress_bar=False)
+    try:
+        reader.register(TP, manager)
+        for _ in range(10_000):
+            if reader.all_changelogs_completed():
+                break
+            reader.restore()
+        yield reader, listener
+    finally:
+        reader.unregister([TP])
+        consumer.close()
+        close_state_manager(manager, dirty=False)
+
+
 @pytest.mark.parametrize("caching", [False, True], ids=["logged", "cached+logged"])
 def test_a_bulk_restore_ends_in_normal_mode_and_serves_reads(changelog, tmp_path, monkeypatch, caching):
     backend, expected = changelog
@@ -88,16 +110,7 @@ def test_a_bulk_restore_ends_in_normal_mode_and_serves_reads(changelog, tmp_path
     inner = RocksDBKeyValueStore(STORE)
     outer = ChangeLoggingKeyValueStore(inner)
     register_state_stores(manager, [CachingKeyValueStore(outer) if caching else outer])
-    listener = ModeAtEnd()
-    listener.store = inner
-    consumer = backend.consumer({**restore_consumer_config(False), "client.id": f"{APP}-restore"})
-    reader = StoreChangelogReader(consumer, listener, admin=backend.admin({}), progress_bar=False)
-    try:
-        reader.register(TP, manager)
-        for _ in range(10_000):
-            if reader.all_changelogs_completed():
-                break
-            reader.restore()
+    with restored_to_the_end(backend, manager, inner, f"{APP}-restore") as (reader, listener):
         assert reader.changelog_state(TP) is ChangelogState.COMPLETED
         assert reader.total_restored(TP) == RECORDS
         # the reader announced a restore of 6,000 records (>= 2,000): bulk loading from the start
@@ -113,10 +126,6 @@ def test_a_bulk_restore_ends_in_normal_mode_and_serves_reads(changelog, tmp_path
             assert list(it) == [(k, expected[k]) for k in (b"key-000100", b"key-000101", b"key-000102")
                                 if k in expected]
         assert not inner.bulk_loading
-    finally:
-        reader.unregister([TP])
-        consumer.close()
-        close_state_manager(manager, dirty=False)
     # the checkpoint covers everything: reopening restores nothing
     assert manager.checkpoint_file.read() == {TP: RECORDS - 1}
 
@@ -127,25 +136,12 @@ def test_a_small_restore_never_bulk_loads(changelog, tmp_path, monkeypatch):
     manager = ProcessorStateManager(TASK, TaskType.ACTIVE, False, StateDirectory(tmp_path / "state", APP))
     inner = RocksDBKeyValueStore(STORE)
     register_state_stores(manager, [ChangeLoggingKeyValueStore(inner)])
-    listener = ModeAtEnd()
-    listener.store = inner
-    consumer = backend.consumer({**restore_consumer_config(False), "client.id": f"{APP}-restore-small"})
-    reader = StoreChangelogReader(consumer, listener, admin=backend.admin({}), progress_bar=False)
-    try:
-        reader.register(TP, manager)
-        for _ in range(10_000):
-            if reader.all_changelogs_completed():
-                break
-            reader.restore()
+    with restored_to_the_end(backend, manager, inner, f"{APP}-restore-small") as (reader, listener):
         assert reader.total_restored(TP) == RECORDS
         assert listener.modes and not any(listener.modes)
         assert listener.mode_at_end == (False, "SkipListFactory")
         with manager.get_store(STORE).all() as it:
             assert dict(it) == expected
-    finally:
-        reader.unregister([TP])
-        consumer.close()
-        close_state_manager(manager, dirty=False)
 
 
 def test_a_standby_catching_up_bulk_loads_until_its_checkpoint(changelog, tmp_path, monkeypatch):
