@@ -747,7 +747,6 @@ class TaskEngine:
         timestamps: list = []
         start = 0  # rows[start:] from here on are the ones in keys/timestamps
         done = 0
-        odd = None
 
         def count_pending() -> int:
             if not keys:
@@ -783,8 +782,7 @@ class TaskEngine:
                 done += count_pending()
                 keys.clear()
                 timestamps.clear()
-                odd = rows[i]
-                done += self._process_rows(source, topic, partition, (odd,))
+                done += self._process_rows(source, topic, partition, (rows[i],))
                 start = i + 1
             done += count_pending()
         finally:
