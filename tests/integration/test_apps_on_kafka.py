@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import importlib.util
 import json
+import os
 import random
 import shutil
 import signal
@@ -341,7 +342,10 @@ def test_word_count_at_least_once_end_to_end(cluster: Cluster, tmp_path: Path) -
 
 
 def start_instance(cluster: Cluster, app_id: str, lines_topic: str, counts_topic: str, state_dir: Path,
-                   status_file: Path, dump_file: Path | None = None, **extra: Any) -> subprocess.Popen:
+                   status_file: Path, dump_file: Path | None = None, log_file: Path | None = None,
+                   **extra: Any) -> subprocess.Popen:
+    """`log_file`: the instance logs there at INFO (assignments, restores, commits), for a
+    failure message to show (see `log_tail`); else its stderr is the test's."""
     config = app_config(cluster, app_id, state_dir, **extra)
     args = [sys.executable, str(INSTANCE_SCRIPT), "--bootstrap-servers", cluster.bootstrap,
             "--application-id", app_id, "--input", lines_topic, "--output", counts_topic,
@@ -350,7 +354,20 @@ def start_instance(cluster: Cluster, app_id: str, lines_topic: str, counts_topic
                                     if k not in ("application.id", "bootstrap.servers", "state.dir")})]
     if dump_file is not None:
         args += ["--dump-file", str(dump_file)]
-    return subprocess.Popen(args, cwd=REPO, stdin=subprocess.DEVNULL)
+    if log_file is None:
+        return subprocess.Popen(args, cwd=REPO, stdin=subprocess.DEVNULL)
+    env = {**os.environ, "WORDCOUNT_INSTANCE_LOG_LEVEL": os.environ.get("WORDCOUNT_INSTANCE_LOG_LEVEL", "INFO")}
+    with open(log_file, "ab") as log:
+        return subprocess.Popen(args, cwd=REPO, stdin=subprocess.DEVNULL, stderr=log, env=env)
+
+
+def log_tail(log_file: Path, lines: int = 80) -> str:
+    """The last `lines` lines of an instance's log, for a failure message."""
+    try:
+        text = log_file.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return f"(no log at {log_file})"
+    return f"--- {log_file.name} (last {min(lines, len(text))} of {len(text)} lines) ---\n" + "\n".join(text[-lines:])
 
 
 def read_status(status_file: Path) -> dict | None:
@@ -483,8 +500,11 @@ def test_two_instances_share_partitions_and_rebalance_when_one_stops(cluster: Cl
     all_tasks = {f"{sub}_{p}" for sub in (0, 1) for p in range(partitions)}
     status = {name: tmp_path / f"status-{name}.json" for name in ("a", "b")}
     dump = tmp_path / "dump-a.json"
-    a = start_instance(cluster, app_id, lines_topic, counts_topic, tmp_path / "state-a", status["a"], dump)
-    b = start_instance(cluster, app_id, lines_topic, counts_topic, tmp_path / "state-b", status["b"])
+    logs = {name: tmp_path / f"instance-{name}.log" for name in ("a", "b")}
+    a = start_instance(cluster, app_id, lines_topic, counts_topic, tmp_path / "state-a", status["a"], dump,
+                       log_file=logs["a"])
+    b = start_instance(cluster, app_id, lines_topic, counts_topic, tmp_path / "state-b", status["b"],
+                       log_file=logs["b"])
     try:
         def shared() -> bool:
             sa, sb = read_status(status["a"]), read_status(status["b"])
@@ -520,7 +540,12 @@ def test_two_instances_share_partitions_and_rebalance_when_one_stops(cluster: Cl
     assert a.returncode == 0
     expected = word_counts(first + second)
     store = json.loads(dump.read_text())  # a's store after the takeover
-    assert store == expected, cluster.explain_counts(app_id, counts_topic, partitions, store, expected)
+    # on a mismatch: b's last checkpoints (what it had written when it left) and both logs (what a
+    # restored on taking over: its "offsets 0 to N" must reach b's checkpointed offset + 1)
+    checkpoints = "\n".join(f"{path.relative_to(tmp_path)}: {path.read_text().split()}"
+                            for path in sorted((tmp_path / "state-b").rglob(".checkpoint")))
+    assert store == expected, "\n".join([cluster.explain_counts(app_id, counts_topic, partitions, store, expected),
+                                         "b's checkpoints:", checkpoints, log_tail(logs["b"]), log_tail(logs["a"])])
     cluster.assert_table(counts_topic, partitions, expected)
     assert set(before["a"]) != all_tasks and set(before["b"]) != all_tasks
 
