@@ -689,34 +689,21 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                     # get: a hit; put: the entry rewritten in place and made MRU (the cache holds it,
                     # so the zero-size bypass below cannot apply)
                     hits += 1
+                    resized = True
                     if increment:
                         try:
                             value = _pack_int64(_unpack_int64(entry.value)[0] + 1)
+                            resized = False  # 8 bytes for 8 bytes: no size change, so no eviction
                         except Exception:  # None, not 8 bytes, overflow: fn decides
                             if clock is not None:
                                 clock.stream_time = newest
                             value = fn(entry.value)
-                        else:
-                            # 8 bytes for 8 bytes: the sizes (and so no eviction) do not change
-                            if entry.dirty:
-                                if key in dirty:
-                                    del dirty[key]
-                            else:
-                                entry.old = entry.value  # a clean entry holds the store's value
-                                entry.dirty = True
-                            dirty[key] = None
-                            entry.value = value
-                            entry.timestamp = timestamp
-                            entries.move_to_end(key)
-                            i += 1
-                            continue
                     else:
                         if clock is not None:
                             clock.stream_time = newest
                         value = fn(entry.value)
-                    if value is not None and type(value) is not bytes:
+                    if resized and value is not None and type(value) is not bytes:
                         check_value(self.name, value)
-                    size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
                     if entry.dirty:
                         if key in dirty:
                             del dirty[key]
@@ -727,15 +714,16 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                     entry.value = value
                     entry.timestamp = timestamp
                     entries.move_to_end(key)
-                    delta = size - entry.size
-                    if delta:
-                        entry.size = size
-                        named.size_bytes += delta
-                        cache._total_bytes += delta
-                    if cache._total_bytes > cache.max_bytes:
-                        if clock is not None:
-                            clock.stream_time = newest
-                        cache._maybe_evict(named)
+                    if resized:
+                        delta = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD - entry.size
+                        if delta:
+                            entry.size += delta
+                            named.size_bytes += delta
+                            cache._total_bytes += delta
+                        if cache._total_bytes > cache.max_bytes:
+                            if clock is not None:
+                                clock.stream_time = newest
+                            cache._maybe_evict(named)
                 else:
                     if clock is not None:
                         clock.stream_time = newest
