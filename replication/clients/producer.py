@@ -51,7 +51,7 @@ from replication.clients.common import (
     ClientConfig, ClientConfigError, Metadata, check_bootstrap, cluster_metadata, kafka_error,
     kafka_exception,
 )
-from replication.clients.partitioner import PARTITIONERS, make_partitioner, murmur2_partition
+from replication.clients.partitioner import PARTITIONERS, make_partitioner
 from replication.errors import ReplicationError, TransportError
 from replication.names import is_valid_topic_name
 from replication.protocol import Errors, ProduceRequest, TopicPartition
@@ -92,7 +92,6 @@ class _TxnState:
 
 
 _NEVER = 1 << 62  # a queue length never reached: no kick
-KEY_PARTITIONS_MAX = 100_000  # keys an appender remembers the partition of
 _KEY = itemgetter(0)
 _VALUE = itemgetter(1)
 _RECORD = itemgetter(0, 1, 2, 3)
@@ -360,41 +359,6 @@ class Producer:
         if self._partitioner_name not in ("murmur2", "murmur2_random"):
             return None
         return self._view
-
-    def appender(self, topic: str, on_delivery: Callable) -> Callable[[bytes, bytes | None, int], bool] | None:
-        """``append(key, value, timestamp)``: the QueueView protocol as a function, for a caller
-        that passes a bytes key, a bytes (or None) value and no headers, always with the same
-        callback. It queues the record exactly as ``produce(topic, value, key,
-        on_delivery=on_delivery, timestamp=timestamp)`` would (the murmur2 partition of the key,
-        remembered per key) and returns True, or does nothing and returns False whenever
-        produce() has anything to check; the caller then calls produce(). None when
-        `queue_view()` is None."""
-        view = self.queue_view()
-        if view is None:
-            return None
-        now_ns = _time_ns
-        kick = view.kick
-        append_entry = view.append
-        partitions: dict[bytes, int] = {}
-        counted = [0]  # the partition count the remembered partitions are for
-
-        def append(key: bytes, value: bytes | None, timestamp: int) -> bool:
-            queues = view.topics.get(topic)
-            if queues is None:
-                return False
-            partition = partitions.get(key)
-            if partition is None or counted[0] != len(queues):
-                if counted[0] != len(queues) or len(partitions) >= KEY_PARTITIONS_MAX:
-                    partitions.clear()
-                    counted[0] = len(queues)
-                partition = partitions[key] = murmur2_partition(key, len(queues))
-            queue = queues[partition]
-            if queue.cb is not on_delivery:
-                return False
-            if append_entry(queue.entries, key, value, timestamp or now_ns() // 1_000_000) >= queue.kick_at:
-                kick(queue)
-            return True
-        return append
 
     def _kick(self, queue: _Queue) -> None:
         """Wake the sender for ``queue`` (checked again under the lock: it may have seen it)."""

@@ -209,17 +209,12 @@ class RecordCollector:
         if cache is None:
             cache = self._key_partitions[topic] = {}
         collector = self
-        append = self.appender(topic)
 
         def send(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if collector._error is not None:
                 collector.check_error()
             if collector.eos_enabled and not collector.in_transaction:
                 collector.begin_transaction()
-            if (append is not None and not headers and key.__class__ is bytes
-                    and (value.__class__ is bytes or value is None) and append(key, value, timestamp)):
-                collector.count_send()
-                return
             if murmur2 and key is not None:
                 part = cache.get(key, -1)
                 if part < 0:
@@ -230,14 +225,6 @@ class RecordCollector:
                 part = -1
             collector._send_sink(topic, key, value, part, timestamp, headers)
         return send
-
-    def appender(self, topic: str) -> Optional[Callable[[bytes, Optional[bytes], int], bool]]:
-        """The producer's shortcut for sinks (the embedded producer's `appender`), or None:
-        `append(key_bytes, value_bytes, timestamp)` queues the record with the default
-        partitioning (the same partition `send` picks) and returns True, or returns False and
-        the caller must `send` it."""
-        make_appender = getattr(self.producer, "appender", None)
-        return make_appender(topic, self._on_sink_delivery) if make_appender is not None else None
 
     def sink_stage(self, topic: str, key_serialize: Callable[[Any], bytes], value_serialize: Callable[[Any], bytes],
                    slow: Callable[[Any, Any, int, Any], None], failed: Callable[[], None],

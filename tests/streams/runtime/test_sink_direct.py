@@ -1,4 +1,4 @@
-"""A sink's direct path (RecordCollector.sink_stage over the embedded producer's appender)
+"""A sink's direct path (RecordCollector.sink_stage over the embedded producer's QueueView)
 writes exactly what its ordinary stage writes: same partitions, keys, values, timestamps and
 headers, and the same errors (a serializer failure naming the sink, a delivery failure raised
 at the next send)."""
