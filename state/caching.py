@@ -477,22 +477,14 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
             for key, value, timestamp, _old in entries:
                 put(key, value, timestamp)
             return
-        get = self._reader.get
-        unknown = UNKNOWN
-        for key, value, timestamp, old in entries:
-            if old is unknown:
-                old = get(key)
-            if value is None and old is None:
-                continue
+        for key, value, timestamp, old in self._changes(entries):
             put(key, value, timestamp)
             listener(key, value, old, timestamp)
 
-    def _write_down_batched(self, entries: list, put_all: Callable, log_change: Callable, name: str,
-                            listener: Callable) -> None:
-        """_write_down_logged with the inner store's writes in one WriteBatch, written before the
-        first changelog record and forward. Through this store nobody can tell: every flushed
-        key is still cached (a read returns its new value either way) except an evicted one,
-        which is written and forwarded first in both orders."""
+    def _changes(self, entries: list) -> list:
+        """The entries to write down, each with the store's old value (read now where the cache
+        did not know it), without deletes of keys the store does not hold. The keys of one
+        flush are distinct, so reading every old value first reads what entry-by-entry would."""
         get = self._reader.get
         unknown = UNKNOWN
         changed = []
@@ -504,6 +496,15 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
             if value is None and old is None:
                 continue
             changed.append(entry)
+        return changed
+
+    def _write_down_batched(self, entries: list, put_all: Callable, log_change: Callable, name: str,
+                            listener: Callable) -> None:
+        """_write_down_logged with the inner store's writes in one WriteBatch, written before the
+        first changelog record and forward. Through this store nobody can tell: every flushed
+        key is still cached (a read returns its new value either way) except an evicted one,
+        which is written and forwarded first in both orders."""
+        changed = self._changes(entries)
         if not changed:
             return
         put_all([(key, value) for key, value, _ts, _old in changed])
@@ -513,13 +514,7 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
 
     def _write_down_logged(self, entries: list, put: Callable, log_change: Callable, name: str,
                            listener: Callable) -> None:
-        get = self._reader.get
-        unknown = UNKNOWN
-        for key, value, timestamp, old in entries:
-            if old is unknown:
-                old = get(key)
-            if value is None and old is None:
-                continue
+        for key, value, timestamp, old in self._changes(entries):
             put(key, value, timestamp)
             log_change(name, key, value, timestamp)
             listener(key, value, old, timestamp)
