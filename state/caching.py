@@ -193,6 +193,15 @@ class NamedCache:
             self._drop_tombstones(tombstones)
         return len(flushed)
 
+    def write_through(self, key: bytes, value: Optional[bytes], timestamp: int, old: object) -> None:
+        """A write no entry can hold (the cache is smaller than one entry and empty): inserting
+        it and evicting it at once would flush it alone, which is NamedCache.flush(first) with
+        nothing else to take; this does exactly that, counted as an eviction."""
+        self.evictions += 1
+        if self.listener is None:
+            raise StateError(f"cache {self.name!r} has dirty entries but no flush listener")
+        self.listener([_new_tuple(DirtyEntry, (key, value, timestamp, old))])
+
     def evict_eldest(self) -> int:
         key, entry = self.entries.popitem(last=False)
         size = entry.size
@@ -601,13 +610,7 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         try:
             entries = named.entries
             if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-                # No entry can stay: evicting it would flush it alone (nothing else is dirty),
-                # which is NamedCache.flush(first) with nothing to take: inlined.
-                named.evictions += 1
-                flush = named.listener
-                if flush is None:
-                    raise StateError(f"cache {named.name!r} has dirty entries but no flush listener")
-                flush([_new_tuple(DirtyEntry, (key, value, timestamp, UNKNOWN))])
+                named.write_through(key, value, timestamp, UNKNOWN)
                 return
             # NamedCache.put_dirty, inlined.
             size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
@@ -749,11 +752,7 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         if value is not None and type(value) is not bytes:
             check_value(self.name, value)
         if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-            named.evictions += 1
-            flush = named.listener
-            if flush is None:
-                raise StateError(f"cache {named.name!r} has dirty entries but no flush listener")
-            flush([_new_tuple(DirtyEntry, (key, value, timestamp, old))])
+            named.write_through(key, value, timestamp, old)
             return value
         named.put_dirty(key, value, timestamp, old)
         return value
