@@ -1,7 +1,8 @@
-"""Build hook for the optional C accelerators of replication/records.py and eddy/murmur2.py.
+"""Build hook for the optional C accelerators of replication/records.py, eddy/murmur2.py,
+state/caching.py and streams/runtime/direct_sink.py.
 
-Everything else lives in pyproject.toml. The extension is optional: without a compiler the
-install still succeeds and records.py falls back to its pure-Python code.
+Everything else lives in pyproject.toml. The extensions are optional: without a compiler the
+install still succeeds and each module falls back to its pure-Python code.
 """
 
 from setuptools import Extension, setup
@@ -20,6 +21,20 @@ setup(
             ["eddy/_murmur2.c"],
             optional=True,
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
+        Extension(
+            "state._cache",
+            ["state/_cache.c"],
+            optional=True,
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-Wno-missing-field-initializers"],
+        ),
+        Extension(
+            "streams.runtime._sink",
+            ["streams/runtime/_sink.c"],
+            optional=True,
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-Wno-missing-field-initializers"],
         ),
     ]
 )
