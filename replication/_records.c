@@ -1723,6 +1723,87 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(keyed_run_doc,
+"keyed_run(messages, start, key_check, value_check) -> (keys, timestamps, stop) or None\n\n"
+"The keys and timestamps of messages[start:stop], read from the fields of messages of the layout\n"
+"type (set_message_layout): the longest stretch from `start` in which every message has a key,\n"
+"a timestamp >= 0, and passes key_check(key) and (for a non-None value) value_check(value)\n"
+"without an Exception. `stop` is the first message that does not (len(messages) when all do);\n"
+"a check's Exception is cleared (the caller processes that message on its own), any other\n"
+"BaseException propagates. None when there is no layout. A stream task counting raw keys\n"
+"uses this instead of message_rows: no row is built for a message it takes.");
+
+static PyObject *keyed_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "keyed_run expects 4 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *msgs = args[0], *key_check = args[2], *value_check = args[3];
+    if (!PyList_Check(msgs)) {
+        PyErr_Format(PyExc_TypeError, "keyed_run: messages must be a list, not %.100s", Py_TYPE(msgs)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    if (start < 0) {
+        PyErr_Format(PyExc_ValueError, "keyed_run: start must be >= 0, not %zd", start);
+        return NULL;
+    }
+    PyTypeObject *type = msg_layout.type;
+    if (type == NULL)
+        Py_RETURN_NONE;
+    /* A copy: the checks run Python code, and with it possibly code that changes the layout. */
+    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value, ts_off = msg_layout.timestamp;
+    Py_INCREF(type);
+    PyObject *keys = PyList_New(0), *timestamps = PyList_New(0);
+    Py_ssize_t i = start;
+    if (keys == NULL || timestamps == NULL)
+        goto fail;
+    /* The list is re-read on every step: a check can run any code, even code that edits it. */
+    for (; i < PyList_GET_SIZE(msgs); i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        if (Py_TYPE(m) != type)
+            break;
+        PyObject *key = layout_get_obj(m, key_off);
+        int64_t ts = layout_get_i64(m, ts_off);
+        if (key == NULL || ts < 0)
+            break;
+        Py_INCREF(m); /* keeps key and value alive through the checks */
+        PyObject *value = layout_get_obj(m, value_off);
+        PyObject *checked = PyObject_CallOneArg(key_check, key);
+        if (checked != NULL) {
+            Py_DECREF(checked);
+            checked = value == NULL ? Py_None : PyObject_CallOneArg(value_check, value);
+            if (checked != NULL && value != NULL)
+                Py_DECREF(checked);
+        }
+        if (checked == NULL) {
+            Py_DECREF(m);
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                goto fail;
+            PyErr_Clear(); /* the caller processes message i alone, where its handler decides */
+            break;
+        }
+        PyObject *ts_obj = PyLong_FromLongLong(ts);
+        int rc = ts_obj == NULL ? -1 : PyList_Append(keys, key);
+        if (rc == 0)
+            rc = PyList_Append(timestamps, ts_obj);
+        Py_XDECREF(ts_obj);
+        Py_DECREF(m);
+        if (rc < 0)
+            goto fail;
+    }
+    Py_DECREF(type);
+    return Py_BuildValue("(NNn)", keys, timestamps, i);
+fail:
+    Py_XDECREF(keys);
+    Py_XDECREF(timestamps);
+    Py_DECREF(type);
+    return NULL;
+}
+
 PyDoc_STRVAR(partition_runs_doc,
 "partition_runs(messages) -> [((topic, partition), [message, ...]), ...] or None\n\n"
 "The consumed messages cut into runs of consecutive messages of one partition (what\n"
@@ -1871,6 +1952,7 @@ static PyMethodDef module_methods[] = {
     {"message_rows", message_rows, METH_O, message_rows_doc},
     {"queue_append", (PyCFunction)(void (*)(void))queue_append, METH_FASTCALL, queue_append_doc},
     {"partition_runs", partition_runs, METH_O, partition_runs_doc},
+    {"keyed_run", (PyCFunction)(void (*)(void))keyed_run, METH_FASTCALL, keyed_run_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import enum
 import logging
-import operator
 from typing import Any, Callable, Optional
 
 from confluent_kafka import Message, TopicPartition
-from replication.records import message_layout_function
 
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
@@ -37,9 +35,6 @@ _KEY = Message.key
 _VALUE = Message.value
 _TIMESTAMP = Message.timestamp
 _HEADERS = Message.headers
-_TS_MS = operator.itemgetter(1)  # Message.timestamp() is (type, ms)
-# One C pass from messages to rows, reading confluent_kafka.Message's fields (None: the methods).
-_message_rows = message_layout_function("message_rows")
 
 
 class TaskState(enum.Enum):
@@ -235,16 +230,11 @@ class StreamTask:
         """Process up to `max_records` buffered records in timestamp order; returns the count."""
         if self.state is not TaskState.RUNNING or not self.partition_group.buffered:
             return 0
-        process_batch = self.engine.process_batch
+        process_messages = self.engine.process_messages
         consumed = self.consumed
         n = 0
         for tp, run in self.partition_group.runs(max_records):
-            # the rows (key, value, timestamp, headers, offset) at C speed
-            rows = _message_rows(run) if _message_rows is not None else None
-            if rows is None:
-                rows = zip(map(_KEY, run), map(_VALUE, run), map(_TS_MS, map(_TIMESTAMP, run)),
-                           map(_HEADERS, run), map(_OFFSET, run))
-            process_batch(tp[0], tp[1], rows)
+            process_messages(tp[0], tp[1], run)
             consumed[tp] = _OFFSET(run[-1])
             n += len(run)
         if n:

@@ -1,9 +1,14 @@
 """A cached count right after its source takes whole runs of serialized keys
 (TaskEngine.process_batch -> CachingKeyValueStore.update_many): the store, the forwarded
 updates (evictions included), the stream and partition times, the skipped records and the
-errors are exactly those of processing the same records one at a time."""
+errors are exactly those of processing the same records one at a time. Each test runs twice:
+over rows (process_batch) and over consumed messages (process_messages, which reads the keys
+straight from the messages with the C `keyed_run` when it is built)."""
 
 import pytest
+from confluent_kafka import Message
+
+from streams import processing
 
 from streams import StreamsBuilder, serdes
 from streams.errors import StreamsException
@@ -47,6 +52,24 @@ def _rows(n_keys=7, n=60):
     return rows
 
 
+def _messages(rows, topic="words", partition=0):
+    return [Message(topic, partition, offset, key, value, headers, None, (1 if ts >= 0 else 0, ts), -1.0, -1)
+            for key, value, ts, headers, offset in rows]
+
+
+@pytest.fixture(params=["rows", "messages", "messages-without-C"])
+def process(request, monkeypatch):
+    """`process(engine, rows)`: the rows through process_batch, or as messages through
+    process_messages (with and without the C pass)."""
+    if request.param == "rows":
+        return lambda engine, rows: engine.process_batch("words", 0, rows)
+    if request.param == "messages-without-C":
+        monkeypatch.setattr(processing, "_keyed_run", None)
+    elif processing._keyed_run is None:
+        pytest.skip("replication._records (keyed_run) not built")
+    return lambda engine, rows: engine.process_messages("words", 0, _messages(rows))
+
+
 def _engine(driver):
     engine = driver._engine_for_topic["words"]
     assert getattr(engine.fused_entry(engine.sources_by_topic["words"].children[0]), "key_bytes_run", None), \
@@ -63,11 +86,11 @@ def _state(driver, engine):
 
 
 @pytest.mark.parametrize("cache_bytes", [10_000_000, 150, 0])
-def test_a_run_counts_exactly_as_record_at_a_time(cache_bytes):
+def test_a_run_counts_exactly_as_record_at_a_time(cache_bytes, process):
     rows = _rows()
     with _driver(_topology(), cache_bytes) as bulk, _driver(_topology(), cache_bytes) as single:
         bulk_engine, single_engine = _engine(bulk), _engine(single)
-        done = bulk_engine.process_batch("words", 0, rows)
+        done = process(bulk_engine, rows)
         done_single = sum(single_engine.process_batch("words", 0, [row]) for row in rows)
         assert done == done_single == len(rows) - 2  # the two rows that do not deserialize are skipped
         got, expected = _state(bulk, bulk_engine), _state(single, single_engine)
@@ -79,7 +102,7 @@ def test_a_run_counts_exactly_as_record_at_a_time(cache_bytes):
         assert len(out) > 7  # evictions forwarded in the middle of the run
 
 
-def test_the_stream_time_is_raised_record_by_record_for_what_an_eviction_forwards():
+def test_the_stream_time_is_raised_record_by_record_for_what_an_eviction_forwards(process):
     seen = []
     b = StreamsBuilder()
     table = b.stream("words", key_serde=S, value_serde=S).group_by_key().count(store="counts")
@@ -89,32 +112,32 @@ def test_the_stream_time_is_raised_record_by_record_for_what_an_eviction_forward
         engine = _engine(driver)
         engine_box.append(engine)
         rows = [(f"k{i % 5}".encode(), b"w", 10 + i, None, i) for i in range(20)]
-        engine.process_batch("words", 0, rows)
+        process(engine, rows)
     assert seen, "the tiny cache must evict during the run"
     # an eviction happens while record i is counted: stream time is i's timestamp, not the run's
     assert [t for _, _, t in seen] != [29] * len(seen)
     assert all(10 <= t <= 29 for _, _, t in seen)
 
 
-def test_a_negative_timestamp_fails_after_the_rows_before_it_were_counted():
+def test_a_negative_timestamp_fails_after_the_rows_before_it_were_counted(process):
     rows = [(b"a", b"w", 5, None, 0), (b"b", b"w", 6, None, 1), (b"a", b"w", -1, None, 2), (b"c", b"w", 7, None, 3)]
     with _driver(_topology(), 10_000_000, handler="log_and_fail") as driver:
         engine = _engine(driver)
         with pytest.raises(StreamsException) as err:
-            engine.process_batch("words", 0, rows)
+            process(engine, rows)
         assert "offset 2" in str(err.value) or "offset=2" in str(err.value)
         store = driver.get_key_value_store("counts")
         assert (store.get("a"), store.get("b"), store.get("c")) == (1, 1, None)
 
 
-def test_a_failure_while_counting_names_the_count_and_the_record_being_counted():
+def test_a_failure_while_counting_names_the_count_and_the_record_being_counted(process):
     # the sink after the count cannot serialize the count: the first eviction fails
     bad = serdes.Serde.from_functions(lambda v: (_ for _ in ()).throw(ValueError("no")), lambda b: b)
     with _driver(_topology(out_value=bad), 150) as driver:
         engine = _engine(driver)
         rows = [(f"k{i}".encode(), b"w", 10 + i, None, 100 + i) for i in range(20)]
         with pytest.raises(StreamsException) as err:
-            engine.process_batch("words", 0, rows)
+            process(engine, rows)
     message = str(err.value)
     assert "processor=KSTREAM-AGGREGATE-" in message or "count" in message.lower()
     offset = int(message.split("offset=")[1].split(":")[0].split(",")[0])
@@ -137,12 +160,12 @@ class CaseFoldingString(serdes.Serde):
         return data.decode().lower()
 
 
-def test_only_round_tripping_key_serdes_take_the_bulk_path():
+def test_only_round_tripping_key_serdes_take_the_bulk_path(process):
     assert serdes.round_trips(serdes.STRING) and serdes.round_trips(serdes.INT64)
     assert not serdes.round_trips(serdes.JSON) and not serdes.round_trips(serdes.DOUBLE)
     folding = CaseFoldingString()
     with _driver(_topology(key_serde=folding, out_value=I64), 10_000_000) as driver:
         engine = driver._engine_for_topic["words"]
         # the count re-serializes the key it read: b"A" and b"a" are one key
-        engine.process_batch("words", 0, [(b"A", b"w", 1, None, 0), (b"a", b"w", 2, None, 1)])
+        process(engine, [(b"A", b"w", 1, None, 0), (b"a", b"w", 2, None, 1)])
         assert driver.get_key_value_store("counts").get("a") == 2
