@@ -1804,6 +1804,137 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(dispatch_run_doc,
+"dispatch_run(messages, start, key_check, value_check, fn, context, first, engine, topic, partition, times) -> stop\n\n"
+"A stream task's per-record loop over messages[start:] of one partition, read from the fields of\n"
+"messages of the layout type (set_message_layout): for each message with no headers and a\n"
+"timestamp >= 0 whose key and value deserialize (key_check/value_check, None for None) it sets\n"
+"context.current_node = first (once) and context.metadata = (topic, partition, offset), raises\n"
+"times[0] (the partition time) and engine.stream_time to the timestamp, and calls\n"
+"fn(key, value, timestamp, ()). Returns the index of the first message it did not take\n"
+"(len(messages) when it took all), which the caller processes on its own; a deserializer's\n"
+"Exception is cleared for that. An exception from fn propagates, context.metadata naming its\n"
+"record. None when there is no layout.");
+
+static PyObject *dispatch_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 11) {
+        PyErr_Format(PyExc_TypeError, "dispatch_run expects 11 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *msgs = args[0], *key_check = args[2], *value_check = args[3], *fn = args[4];
+    PyObject *ctx = args[5], *first = args[6], *engine = args[7], *topic = args[8], *partition = args[9];
+    PyObject *times = args[10];
+    if (!PyList_Check(msgs) || !PyList_Check(times) || PyList_GET_SIZE(times) != 1) {
+        PyErr_SetString(PyExc_TypeError, "dispatch_run: messages must be a list and times a list of one int");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    if (start < 0) {
+        PyErr_Format(PyExc_ValueError, "dispatch_run: start must be >= 0, not %zd", start);
+        return NULL;
+    }
+    static PyObject *headers_name, *metadata_name, *current_node_name, *stream_time_name;
+    if (headers_name == NULL) {
+        headers_name = PyUnicode_InternFromString("headers");
+        metadata_name = PyUnicode_InternFromString("metadata");
+        current_node_name = PyUnicode_InternFromString("current_node");
+        stream_time_name = PyUnicode_InternFromString("stream_time");
+        if (!headers_name || !metadata_name || !current_node_name || !stream_time_name)
+            return NULL;
+    }
+    PyTypeObject *type = msg_layout.type;
+    if (type == NULL)
+        Py_RETURN_NONE;
+    /* A copy: fn runs Python code, and with it possibly code that changes the layout. */
+    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value, ts_off = msg_layout.timestamp;
+    const Py_ssize_t headers_off = msg_layout.headers, offset_off = msg_layout.offset;
+    Py_INCREF(type);
+    int64_t partition_time = PyLong_AsLongLong(PyList_GET_ITEM(times, 0));
+    PyObject *st = PyObject_GetAttr(engine, stream_time_name);
+    int64_t stream_time = st == NULL ? -1 : PyLong_AsLongLong(st);
+    Py_XDECREF(st);
+    if (PyErr_Occurred() || PyObject_SetAttr(ctx, current_node_name, first) < 0) {
+        Py_DECREF(type);
+        return NULL;
+    }
+    Py_ssize_t i = start;
+    PyObject *m = NULL;
+    /* The list is re-read on every step: fn can run any code, even code that edits it. */
+    for (; i < PyList_GET_SIZE(msgs); i++) {
+        m = PyList_GET_ITEM(msgs, i);
+        if (Py_TYPE(m) != type)
+            break;
+        int64_t ts = layout_get_i64(m, ts_off);
+        if (ts < 0 || layout_get_obj(m, headers_off) != NULL)
+            break;
+        Py_INCREF(m); /* keeps its fields alive through the calls */
+        /* librdkafka's messages hold their headers unconverted until headers() is called */
+        PyObject *h = PyObject_CallMethodNoArgs(m, headers_name);
+        if (h == NULL)
+            goto fail_m;
+        Py_DECREF(h);
+        if (h != Py_None) {
+            Py_DECREF(m);
+            break;
+        }
+        PyObject *key = layout_get_obj(m, key_off), *value = layout_get_obj(m, value_off);
+        PyObject *k = key == NULL ? Py_NewRef(Py_None) : PyObject_CallOneArg(key_check, key);
+        if (k == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                goto fail_m;
+            PyErr_Clear(); /* the caller processes message i alone: its serde's errors decide */
+            Py_DECREF(m);
+            break;
+        }
+        PyObject *v = value == NULL ? Py_NewRef(Py_None) : PyObject_CallOneArg(value_check, value);
+        if (v == NULL) {
+            Py_DECREF(k);
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                goto fail_m;
+            PyErr_Clear();
+            Py_DECREF(m);
+            break;
+        }
+        PyObject *ts_obj = PyLong_FromLongLong(ts);
+        PyObject *offset_obj = PyLong_FromLongLong(layout_get_i64(m, offset_off));
+        PyObject *metadata = ts_obj && offset_obj ? PyTuple_Pack(3, topic, partition, offset_obj) : NULL;
+        Py_XDECREF(offset_obj);
+        Py_DECREF(m);
+        int rc = metadata == NULL ? -1 : PyObject_SetAttr(ctx, metadata_name, metadata);
+        Py_XDECREF(metadata);
+        if (rc == 0 && ts > partition_time) {
+            partition_time = ts;
+            Py_INCREF(ts_obj);
+            rc = PyList_SetItem(times, 0, ts_obj);
+        }
+        if (rc == 0 && ts > stream_time) {
+            stream_time = ts;
+            rc = PyObject_SetAttr(engine, stream_time_name, ts_obj);
+        }
+        PyObject *r = NULL;
+        if (rc == 0) {
+            PyObject *call_args[4] = {k, v, ts_obj, empty_tuple};
+            r = PyObject_Vectorcall(fn, call_args, 4, NULL);
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
+        Py_XDECREF(ts_obj);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
+    Py_DECREF(type);
+    return PyLong_FromSsize_t(i);
+fail_m:
+    Py_DECREF(m);
+fail:
+    Py_DECREF(type);
+    return NULL;
+}
+
 PyDoc_STRVAR(partition_runs_doc,
 "partition_runs(messages) -> [((topic, partition), [message, ...]), ...] or None\n\n"
 "The consumed messages cut into runs of consecutive messages of one partition (what\n"
@@ -1953,6 +2084,7 @@ static PyMethodDef module_methods[] = {
     {"queue_append", (PyCFunction)(void (*)(void))queue_append, METH_FASTCALL, queue_append_doc},
     {"partition_runs", partition_runs, METH_O, partition_runs_doc},
     {"keyed_run", (PyCFunction)(void (*)(void))keyed_run, METH_FASTCALL, keyed_run_doc},
+    {"dispatch_run", (PyCFunction)(void (*)(void))dispatch_run, METH_FASTCALL, dispatch_run_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -60,6 +60,7 @@ _new_record = object.__new__  # Record._make inlined on the hot path (fields alr
 # one C pass each, reading the type's verified field layout (None without it: the methods).
 _message_rows = message_layout_function("message_rows")
 _keyed_run = message_layout_function("keyed_run")
+_dispatch_run = message_layout_function("dispatch_run")
 _TS_MS = operator.itemgetter(1)  # Message.timestamp() is (type, ms)
 _OFFSET = Message.offset
 
@@ -754,7 +755,57 @@ class TaskEngine:
             run = self._key_bytes_run(source)
             if run is not None:
                 return self._process_keyed_messages(source, topic, partition, messages, run, source.children[0])
+        if (source is not None and _dispatch_run is not None and len(source.children) == 1
+                and source.timestamp_extractor is None and source.key_deserialize_unchecked is not None
+                and source.value_deserialize_unchecked is not None):
+            fused = self.fused_entry(source.children[0])
+            if fused is not None:
+                return self._process_fused_messages(source, topic, partition, messages, fused)
         return self.process_batch(topic, partition, message_rows(messages))
+
+    def _process_fused_messages(self, source: SourceNode, topic: str, partition: int, messages: list,
+                                fused: Callable[[Any, Any, int, Any], None]) -> int:
+        """_process_rows over messages when the source's only child starts a fused chain: the
+        common record (no headers, a timestamp, a key and value its C deserializers take) goes
+        through C `dispatch_run`, which does what the per-record loop does for it; any other
+        record goes through the per-record loop alone, in order."""
+        tp = (topic, partition)
+        times = [self.partition_times.get(tp, UNKNOWN_TIME)]
+        start_time = times[0]
+        ctx = self.context
+        first = source.children[0]
+        n = len(messages)
+        start = 0
+        done = 0
+        try:
+            while start < n:
+                try:
+                    stop = _dispatch_run(messages, start, source.key_deserialize_unchecked,
+                                         source.value_deserialize_unchecked, fused, ctx, first, self,
+                                         topic, partition, times)
+                except (RecordDeserializationError, InvalidTimestampError):
+                    raise
+                except Exception as exc:
+                    metadata = ctx.metadata  # set by dispatch_run before it calls the chain
+                    self._raise_process_error(exc, ctx, source, topic, partition,
+                                              metadata[2] if metadata else -1)
+                if stop is None:  # the layout went away: the rows way
+                    return done + self._process_rows(source, topic, partition, message_rows(messages[start:]))
+                done += stop - start
+                if stop >= n:
+                    break
+                # the per-record loop reads the partition time from the engine: hand it over
+                if times[0] != start_time:
+                    self.partition_times[tp] = start_time = times[0]
+                done += self._process_rows(source, topic, partition, message_rows(messages[stop:stop + 1]))
+                times[0] = start_time = self.partition_times.get(tp, UNKNOWN_TIME)
+                start = stop + 1
+        finally:
+            ctx.current_node = None
+            ctx.metadata = None
+            if times[0] != start_time:
+                self.partition_times[tp] = times[0]
+        return done
 
     def _key_bytes_run(self, source: SourceNode) -> Optional[Callable[[list, list, Any], None]]:
         """The `run(keys, timestamps, clock)` of the source's only child when it counts runs of
