@@ -1,8 +1,291 @@
-/* C accelerator of state/caching.py's hot loops (optional: caching.py falls back to Python). */
+/*
+ * C accelerator of state/caching.py's hot loop (optional: caching.py falls back to Python).
+ *
+ * increment_run is the common case of CachingKeyValueStore.update_many for a count: the key
+ * is cached and its value is a big-endian signed 8-byte integer that does not overflow when
+ * one is added. That case calls no user code, changes no entry size and so evicts nothing,
+ * which is why it can run here without the clock: every effect is on the cache's own dicts
+ * and entries, done in the order the Python loop does them. Any other key (a miss, another
+ * value, an overflow, a key or timestamp of an unexpected type) stops the run; the Python
+ * loop handles that one key and calls back from the next index.
+ */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+
+/* CacheEntry's type and the byte offsets of its __slots__ in an instance, read from the
+ * slots' member descriptors by set_entry_layout. Writing a slot directly is what the
+ * descriptor's __set__ does for a T_OBJECT_EX member (swap the pointer, drop the old value),
+ * minus two attribute lookups per field. */
+static PyTypeObject *entry_type = NULL;
+static Py_ssize_t off_value, off_dirty, off_timestamp, off_old;
+static PyObject *str_move_to_end = NULL;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* Replaces a slot's value with a new reference (stolen). The previous value is dropped
+ * after the store, as the slot descriptor does, so a finalizer it triggers sees the entry
+ * already updated. */
+static inline void slot_set(PyObject *obj, Py_ssize_t off, PyObject *value)
+{
+    PyObject *prev = SLOT(obj, off);
+    SLOT(obj, off) = value;
+    Py_XDECREF(prev);
+}
+
+static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
+{
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, name);  /* borrowed */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
+        || ((PyDescrObject *)descr)->d_type != type) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member of that type",
+                     type->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX || (member->flags & READONLY)) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a writable object slot", type->tp_name, name);
+        return -1;
+    }
+    *offset = member->offset;
+    return 0;
+}
+
+static PyObject *set_entry_layout(PyObject *self, PyObject *type_obj)
+{
+    if (!PyType_Check(type_obj)) {
+        PyErr_Format(PyExc_TypeError, "set_entry_layout() wants the CacheEntry type, got %R", type_obj);
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)type_obj;
+    /* Slots are written directly below, so the type must not intercept attribute access. */
+    if (type->tp_setattro != PyObject_GenericSetAttr || type->tp_getattro != PyObject_GenericGetAttr) {
+        PyErr_Format(PyExc_TypeError, "%s customizes attribute access; its slots cannot be written directly",
+                     type->tp_name);
+        return NULL;
+    }
+    Py_ssize_t value, dirty, timestamp, old;
+    if (slot_offset(type, "value", &value) < 0 || slot_offset(type, "dirty", &dirty) < 0
+        || slot_offset(type, "timestamp", &timestamp) < 0 || slot_offset(type, "old", &old) < 0)
+        return NULL;
+    Py_INCREF(type);
+    Py_XSETREF(entry_type, type);
+    off_value = value;
+    off_dirty = dirty;
+    off_timestamp = timestamp;
+    off_old = old;
+    Py_RETURN_NONE;
+}
+
+static inline PyObject *seq_item(PyObject *seq, Py_ssize_t i)  /* borrowed, NULL past the end */
+{
+    /* Sizes are re-read on every key: a finalizer run by a decref could in theory shrink a list. */
+    if (PyList_CheckExact(seq))
+        return i < PyList_GET_SIZE(seq) ? PyList_GET_ITEM(seq, i) : NULL;
+    return i < PyTuple_GET_SIZE(seq) ? PyTuple_GET_ITEM(seq, i) : NULL;
+}
+
+/* The value packed as update_many's fn would: big-endian, two's complement. */
+static inline int64_t load_be64(const unsigned char *p)
+{
+    uint64_t u = 0;
+    for (int k = 0; k < 8; k++)
+        u = (u << 8) | p[k];
+    return (int64_t)u;
+}
+
+static inline void store_be64(unsigned char *p, int64_t v)
+{
+    uint64_t u = (uint64_t)v;
+    for (int k = 7; k >= 0; k--) {
+        p[k] = (unsigned char)(u & 0xFF);
+        u >>= 8;
+    }
+}
+
+/* One hot key, entry known to be hot: the Python loop's effects in its order. Returns 0, or -1
+ * with an exception set (the effects before the failing step stay done, as in Python). */
+static int increment_one(PyObject *entries_move_to_end, PyObject *dirty, PyObject *key,
+                         PyObject *entry, PyObject *value, int is_dirty, int64_t count,
+                         PyObject *timestamp)
+{
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, 8);
+    if (packed == NULL)
+        return -1;
+    store_be64((unsigned char *)PyBytes_AS_STRING(packed), count + 1);
+    if (is_dirty) {
+        /* re-dirtied: moves to the end of the write order */
+        int present = PyDict_Contains(dirty, key);
+        if (present < 0 || (present && PyDict_DelItem(dirty, key) < 0)) {
+            Py_DECREF(packed);
+            return -1;
+        }
+    } else {
+        /* a clean entry holds the store's value: it becomes the old value the flush hands on */
+        Py_INCREF(value);
+        slot_set(entry, off_old, value);
+        Py_INCREF(Py_True);
+        slot_set(entry, off_dirty, Py_True);
+    }
+    if (PyDict_SetItem(dirty, key, Py_None) < 0) {
+        Py_DECREF(packed);
+        return -1;
+    }
+    slot_set(entry, off_value, packed);
+    Py_INCREF(timestamp);
+    slot_set(entry, off_timestamp, timestamp);
+    PyObject *r = PyObject_Vectorcall(entries_move_to_end, &key, 1, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "increment_run() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *entries = args[0], *dirty = args[1], *keys = args[2], *timestamps = args[3];
+    if (entry_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "increment_run() before set_entry_layout()");
+        return NULL;
+    }
+    /* Exact types only: a subclass could override lookups or move_to_end with Python code. */
+    if (!PyODict_CheckExact(entries)) {
+        PyErr_Format(PyExc_TypeError, "increment_run() entries must be an OrderedDict, got %.100s",
+                     Py_TYPE(entries)->tp_name);
+        return NULL;
+    }
+    if (!PyDict_CheckExact(dirty)) {
+        PyErr_Format(PyExc_TypeError, "increment_run() dirty must be a dict, got %.100s",
+                     Py_TYPE(dirty)->tp_name);
+        return NULL;
+    }
+    if (!(PyList_CheckExact(keys) || PyTuple_CheckExact(keys))
+        || !(PyList_CheckExact(timestamps) || PyTuple_CheckExact(timestamps))) {
+        PyErr_SetString(PyExc_TypeError, "increment_run() keys and timestamps must be lists or tuples");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[4]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    if (start < 0) {
+        PyErr_Format(PyExc_ValueError, "increment_run() start must be >= 0, got %zd", start);
+        return NULL;
+    }
+    PyObject *newest = args[5];
+    Py_INCREF(newest);
+    int64_t newest_ms = 0;
+    int newest_ok = 0;  /* the stream time must be a plain int64 to be compared here */
+    if (PyLong_CheckExact(newest)) {
+        int overflow;
+        newest_ms = PyLong_AsLongLongAndOverflow(newest, &overflow);
+        newest_ok = !overflow;  /* an exact int cannot fail otherwise */
+    }
+
+    Py_ssize_t i = start, hits = 0;
+    PyObject *last = NULL, *error = NULL, *move_to_end = NULL;
+    if (!newest_ok)
+        goto done;
+    /* the bound method once per run; OrderedDict offers no C API for it */
+    move_to_end = PyObject_GetAttr(entries, str_move_to_end);
+    if (move_to_end == NULL)
+        goto fail;
+    for (;; i++) {
+        PyObject *key = seq_item(keys, i), *ts_obj = seq_item(timestamps, i);
+        if (key == NULL || ts_obj == NULL)
+            break;
+        /* exact bytes: hashing and comparing run no Python code; exact int: compared here */
+        if (!PyBytes_CheckExact(key) || !PyLong_CheckExact(ts_obj))
+            break;
+        int overflow;
+        int64_t ts = PyLong_AsLongLongAndOverflow(ts_obj, &overflow);
+        if (overflow)
+            break;
+        PyObject *entry = PyDict_GetItemWithError(entries, key);  /* borrowed */
+        if (entry == NULL) {
+            if (PyErr_Occurred())
+                goto fail;
+            break;  /* a miss: read-through and fn in Python */
+        }
+        if (!Py_IS_TYPE(entry, entry_type))
+            break;
+        PyObject *value = SLOT(entry, off_value), *dirty_flag = SLOT(entry, off_dirty);
+        if (value == NULL || !PyBytes_CheckExact(value) || PyBytes_GET_SIZE(value) != 8)
+            break;  /* None (a cached delete), another size, unset: fn decides */
+        if (dirty_flag != Py_True && dirty_flag != Py_False)
+            break;
+        int64_t count = load_be64((const unsigned char *)PyBytes_AS_STRING(value));
+        if (count == INT64_MAX)
+            break;  /* adding one overflows int64: fn decides */
+        /* From here the key is updated, so its timestamp counts and it is a hit, as in Python
+         * even if a step below fails. */
+        if (ts > newest_ms) {
+            newest_ms = ts;
+            Py_INCREF(ts_obj);
+            Py_SETREF(newest, ts_obj);
+        }
+        hits++;
+        /* Strong references for the update: dropping an old value could run a finalizer. */
+        Py_INCREF(key);
+        Py_INCREF(entry);
+        Py_INCREF(value);
+        Py_INCREF(ts_obj);
+        int rc = increment_one(move_to_end, dirty, key, entry, value, dirty_flag == Py_True, count, ts_obj);
+        if (rc == 0) {
+            PyObject *written = SLOT(entry, off_value);
+            Py_XINCREF(written);
+            Py_XSETREF(last, written);
+        }
+        Py_DECREF(ts_obj);
+        Py_DECREF(value);
+        Py_DECREF(entry);
+        Py_DECREF(key);
+        if (rc < 0)
+            goto fail;
+    }
+    goto done;
+
+fail:
+    /* Handed back, not raised: the caller must still learn how far the run got. */
+    {
+        PyObject *type, *tb;
+        PyErr_Fetch(&type, &error, &tb);
+        PyErr_NormalizeException(&type, &error, &tb);
+        if (tb != NULL && error != NULL)
+            PyException_SetTraceback(error, tb);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+    }
+done:
+    Py_XDECREF(move_to_end);
+    {
+        PyObject *result = Py_BuildValue("(nnNNN)", i, hits, newest,
+                                         last != NULL ? last : Py_NewRef(Py_None),
+                                         error != NULL ? error : Py_NewRef(Py_None));
+        return result;
+    }
+}
 
 static PyMethodDef module_methods[] = {
+    {"set_entry_layout", (PyCFunction)set_entry_layout, METH_O,
+     "set_entry_layout(entry_type)\n--\n\n"
+     "Registers CacheEntry: checks that value, dirty, timestamp and old are writable object\n"
+     "slots of that type and keeps their offsets for increment_run. Raises TypeError otherwise."},
+    {"increment_run", (PyCFunction)(void (*)(void))increment_run, METH_FASTCALL,
+     "increment_run(entries, dirty, keys, timestamps, start, newest)\n--\n\n"
+     "CachingKeyValueStore.update_many's hot case for keys[start:] with an int64 add-one fn:\n"
+     "while the key is cached with an 8-byte value that does not overflow, write value + 1 as\n"
+     "update_many does (dirty order, old value, timestamp, LRU order). Stops at the first key\n"
+     "that is not that case, or at once if newest is not an int64.\n"
+     "Returns (stop, hits, newest, last_value, error): stop is the index of the first key not\n"
+     "updated (len when all were), hits the keys updated plus the failed one, newest the\n"
+     "largest of newest and their timestamps, last_value the last value written (None if\n"
+     "none) and error None or the exception a key's update failed with (not raised, so the\n"
+     "caller can account for the keys done before it)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -16,5 +299,10 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__cache(void)
 {
+    if (str_move_to_end == NULL) {
+        str_move_to_end = PyUnicode_InternFromString("move_to_end");
+        if (str_move_to_end == NULL)
+            return NULL;
+    }
     return PyModule_Create(&module_def);
 }

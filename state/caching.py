@@ -87,6 +87,17 @@ class DirtyEntry(NamedTuple):
 
 
 DirtyEntryFlushListener = Callable[[list], None]
+
+try:  # update_many's hot case in C (state/_cache.c); the Python loop does the same without it
+    from state import _cache as _cache_c
+except ImportError:  # pragma: no cover - the accelerator is optional
+    _cache_c = None
+if _cache_c is not None:
+    _cache_c.set_entry_layout(CacheEntry)
+    _increment_run: Optional[Callable] = _cache_c.increment_run
+else:  # pragma: no cover
+    _increment_run = None
+_LIST_OR_TUPLE = (list, tuple)
 # DirtyEntry(k, v, ts) goes through a Python-level __new__; this builds the same tuple for less.
 _new_tuple = tuple.__new__
 
@@ -460,6 +471,10 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
     it again would do (same listener calls, changelog and stats), as Kafka bypasses a zero cache.
     """
 
+    # update_many's C loop for an int64 increment's hot case, None without state._cache (a
+    # store's own attribute set to None makes it use the Python loop, as tests do)
+    _increment_run: Optional[Callable] = _increment_run
+
     def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
         super().__init__(wrapped, cache)
         # The store whose get answers `wrapped.get`: a change-logging layer's get only
@@ -670,16 +685,34 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         cache = self._cache
         lock = cache.lock
         entries = named.entries
-        dirty = named.dirty
         value = None
         hits = 0
         i = 0
+        n = min(len(keys), len(timestamps))
+        # An increment's cached int64 values are updated by C, the run stopping at the first
+        # other key (a miss, another value, an overflow): the loop body below does that one.
+        run = self._increment_run if (increment and type(keys) in _LIST_OR_TUPLE
+                                      and type(timestamps) in _LIST_OR_TUPLE) else None
         # the run's stream time so far, written to the clock before anything that could look
         # at it runs (fn, an eviction, a read-through) and at the end
         newest = clock.stream_time if clock is not None else 0
         lock.acquire()
         try:
-            for key, timestamp in zip(keys, timestamps):
+            while i < n:
+                if run is not None:
+                    stop, run_hits, newest, run_value, error = run(entries, named.dirty, keys, timestamps, i, newest)
+                    hits += run_hits
+                    if stop != i:
+                        value = run_value
+                        i = stop
+                    if error is not None:
+                        raise error
+                    if i >= n:
+                        break
+                key = keys[i]
+                timestamp = timestamps[i]
+                # read per key: a flush (an eviction's, or one done by fn) replaces the dict
+                dirty = named.dirty
                 if timestamp > newest:
                     newest = timestamp
                 entry = entries.get(key)
