@@ -115,11 +115,14 @@ static int increment_one(PyObject *entries_move_to_end, PyObject *dirty, PyObjec
         return -1;
     store_be64((unsigned char *)PyBytes_AS_STRING(packed), count + 1);
     if (is_dirty) {
-        /* re-dirtied: moves to the end of the write order */
-        int present = PyDict_Contains(dirty, key);
-        if (present < 0 || (present && PyDict_DelItem(dirty, key) < 0)) {
-            Py_DECREF(packed);
-            return -1;
+        /* re-dirtied: moves to the end of the write order. Python's `if key in dirty: del`;
+         * one lookup instead of two, the key being there in all but theory. */
+        if (PyDict_DelItem(dirty, key) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
+                Py_DECREF(packed);
+                return -1;
+            }
+            PyErr_Clear();
         }
     } else {
         /* a clean entry holds the store's value: it becomes the old value the flush hands on */

@@ -677,7 +677,8 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         record (`fn`, a read-through, an eviction forwarding downstream) and at the end. If an update raises, the exception carries
         `updates_done`, the number of keys fully updated before it. A `fn` with the attribute
         `int64_increment` set says it adds one to a big-endian 8-byte signed integer: that is
-        done here for cached values (no call), `fn` still deciding every other case."""
+        done here for cached values (no call; by state._cache.increment_run in C when it is
+        built, for runs of such keys), `fn` still deciding every other case."""
         increment = getattr(fn, "int64_increment", False)
         named = self._named
         if named is None or not self._probe.is_open:
