@@ -5,8 +5,11 @@ old values, timestamps, sizes, LRU and write order, counters), forward the same 
 same stream time in fn and the listener, and raise the same errors with the same updates_done.
 Values and flushes are also checked against get-then-put, the semantics update_many stands for."""
 
+import os
 import random
 import struct
+import subprocess
+import sys
 from collections import OrderedDict
 
 import pytest
@@ -399,3 +402,30 @@ def test_an_error_in_the_middle_of_a_hot_key_leaves_the_same_state(tmp_path):
     snapshot, stream_time, _ = results[0]
     assert stream_time == 6 and snapshot[2]["hits"] == 4  # the failed key was a hit
     assert [k for k, *_ in snapshot[0]] == [b"k0"] and snapshot[1] == [b"k0", b"k1"]
+
+
+def test_without_the_accelerator_the_python_loop_counts(tmp_path):
+    """state._cache missing (ImportError): caching.py imports and update_many counts in Python."""
+    code = f"""
+import struct, sys
+sys.modules["state._cache"] = None  # import state._cache raises ImportError
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+from state import caching
+from state.memory_kv import InMemoryKeyValueStore
+from recording_context import RecordingContext
+assert caching._cache_c is None and caching.CachingKeyValueStore._increment_run is None
+inner = InMemoryKeyValueStore("c")
+store = caching.CachingKeyValueStore(inner, caching.ThreadCache(1_000_000))
+store.init(RecordingContext(__import__("pathlib").Path({str(tmp_path)!r}) / "0_0"))
+p = struct.Struct(">q")
+def add_one(old):
+    return p.pack(1 if old is None else p.unpack(old)[0] + 1)
+add_one.int64_increment = True
+store.update_many([b"a", b"b", b"a", b"a"], add_one, [1, 2, 3, 4])
+store.flush()
+print(sorted((k, p.unpack(v)[0]) for k, v in inner.all()))
+"""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[(b'a', 3), (b'b', 1)]"
