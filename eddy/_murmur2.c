@@ -4,35 +4,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "murmur2.h"
+
+/* The hash itself lives in murmur2.h, shared with streams/runtime/_sink.c. */
 static int32_t kafka_murmur2(const uint8_t *data, Py_ssize_t length)
 {
-    const uint32_t m = 0x5bd1e995u;
-    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
-    Py_ssize_t n4 = length & ~(Py_ssize_t)3;
-    for (Py_ssize_t i = 0; i < n4; i += 4) {
-        uint32_t k = (uint32_t)data[i] | ((uint32_t)data[i + 1] << 8) | ((uint32_t)data[i + 2] << 16) |
-                     ((uint32_t)data[i + 3] << 24);
-        k *= m;
-        k ^= k >> 24;
-        k *= m;
-        h *= m;
-        h ^= k;
-    }
-    switch (length & 3) {
-    case 3:
-        h ^= (uint32_t)data[n4 + 2] << 16;
-        /* fall through */
-    case 2:
-        h ^= (uint32_t)data[n4 + 1] << 8;
-        /* fall through */
-    case 1:
-        h ^= (uint32_t)data[n4];
-        h *= m;
-    }
-    h ^= h >> 13;
-    h *= m;
-    h ^= h >> 15;
-    return (int32_t)h;
+    return eddy_murmur2(data, (size_t)length);
 }
 
 PyDoc_STRVAR(murmur2_doc, "murmur2(data) -> int: Kafka's Utils.murmur2 of a bytes-like object, as a signed 32-bit int.");

@@ -1,6 +1,575 @@
-/* C accelerator of streams/runtime/direct_sink.py's hot loops (optional: caching.py falls back to Python). */
+/* C accelerator of streams/runtime/direct_sink.py: the direct sink stage as one C callable.
+ *
+ * direct_sink.py generates the stage from a Python template (_BODY) and, when this module is
+ * built, wraps the same namespace in a DirectSink object instead. Per value, DirectSink does
+ * the template's common path itself (key selection, the two serializer calls, the murmur2
+ * partition, the untracked queue entry, the kick and the poll every POLL_EVERY records), and
+ * hands every other case to a part of the same template, so the uncommon cases exist once, in
+ * Python:
+ *
+ *   sink_rest(k, value, timestamp, headers)            the body after the key selection
+ *                                                       (no queues, a None key, headers, a
+ *                                                       pending delivery failure, ...)
+ *   sink_tail(key_bytes, value_bytes, queues, timestamp) the body after serialization (a
+ *                                                       serializer result that is not bytes,
+ *                                                       an unusual timestamp, no partitions)
+ *
+ * Both are handed the work before it has any effect, so nothing is done twice. Everything
+ * else the template calls (slow, kick, producer.poll, collector._send_sink and the failure
+ * markers) is called from here, in the template's order, with the same exception being
+ * handled while a marker or `slow` runs (sys.exc_info() and __context__ are as in Python).
+ *
+ * One deliberate difference: collector._since_poll is counted in a C variable while only the
+ * user's functions (selector, serializers, values iterator) run, and written back before any
+ * other call out and when the stage returns; nothing but the collector itself reads it.
+ */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
+
+#include "../../eddy/murmur2.h"
+
+/* interned attribute names */
+static PyObject *str_topics, *str_error, *str_since_poll, *str_cb, *str_entries, *str_kick_at, *str_poll,
+    *str_send_sink;
+static PyObject *int_zero, *int_million;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *collector, *producer, *view, *topic, *on_delivery, *kick, *append_entry, *now_ns;
+    PyObject *key_serialize, *value_serialize, *slow, *failed;
+    PyObject *key_selector, *selector_failed, *values_fn, *values_failed; /* NULL when absent */
+    PyObject *rest, *tail, *py_stage;
+    PyObject *dict;
+    int same_serializer;
+    long poll_every;
+    vectorcallfunc vectorcall;
+} DirectSink;
+
+/* collector._since_poll while this call counts it (see the module comment) */
+typedef struct {
+    long since;
+    int loaded; /* since holds the attribute's value (plus what was counted since) */
+    int dirty;  /* since differs from the attribute */
+} Run;
+
+/* Write the count back (before calling out, and at the end). Keeps a pending exception. */
+static int flush_since(DirectSink *s, Run *r)
+{
+    r->loaded = 0;
+    if (!r->dirty)
+        return 0;
+    r->dirty = 0;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *n = PyLong_FromLong(r->since);
+    int rc = n == NULL ? -1 : PyObject_SetAttr(s->collector, str_since_poll, n);
+    Py_XDECREF(n);
+    if (type != NULL) {
+        if (rc < 0)
+            PyErr_Clear(); /* the pending exception is the one the caller propagates */
+        PyErr_Restore(type, value, tb);
+    }
+    return rc;
+}
+
+/* Call fn(*args) as the body of an `except` clause handling the pending exception: that
+ * exception is the handled one while fn runs, so fn sees it in sys.exc_info() and whatever fn
+ * raises gets it as __context__, as in the template. `reraise`: on success the pending
+ * exception is raised again (`marker(); raise`); otherwise the clause ends and it is dropped.
+ * The handled exception lives in the thread state's current exc_info item; it is swapped in
+ * and back exactly as the interpreter does for an except block (the public
+ * PyErr_SetHandledException would leave a lower frame's exception in the current item). */
+static PyObject *call_in_except(PyObject *fn, PyObject *const *args, size_t nargs, int reraise)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    _PyErr_StackItem *item = PyThreadState_Get()->exc_info;
+    PyObject *outer = item->exc_value; /* the item's reference moves here for the call */
+    Py_XINCREF(value);
+    item->exc_value = value;
+    PyObject *res = PyObject_Vectorcall(fn, args, nargs, NULL);
+    item = PyThreadState_Get()->exc_info;
+    PyObject *ours = item->exc_value;
+    item->exc_value = outer;
+    Py_XDECREF(ours);
+    if (res != NULL && reraise) {
+        PyErr_Restore(type, value, tb);
+        return res;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return res;
+}
+
+/* `except BaseException: marker(); raise`. Always -1, with an exception set. */
+static int call_marker(PyObject *marker)
+{
+    PyObject *res = call_in_except(marker, NULL, 0, 1);
+    Py_XDECREF(res);
+    return -1;
+}
+
+/* `collector._since_poll += 1; if collector._since_poll >= POLL_EVERY: collector._since_poll = 0;
+ * producer.poll(0)`, counting in r while no one else can look (see the module comment). */
+static int count_send(DirectSink *s, Run *r)
+{
+    if (!r->loaded) {
+        PyObject *v = PyObject_GetAttr(s->collector, str_since_poll);
+        if (v == NULL)
+            return -1;
+        int overflow = 1;
+        long x = PyLong_CheckExact(v) ? PyLong_AsLongAndOverflow(v, &overflow) : 0;
+        if (overflow || x >= LONG_MAX - 1) {
+            /* not a plain int: the template's object arithmetic, once */
+            PyObject *one = PyLong_FromLong(1);
+            PyObject *n = one == NULL ? NULL : PyNumber_Add(v, one);
+            Py_XDECREF(one);
+            Py_DECREF(v);
+            if (n == NULL || PyObject_SetAttr(s->collector, str_since_poll, n) < 0) {
+                Py_XDECREF(n);
+                return -1;
+            }
+            PyObject *limit = PyLong_FromLong(s->poll_every);
+            int due = limit == NULL ? -1 : PyObject_RichCompareBool(n, limit, Py_GE);
+            Py_XDECREF(limit);
+            Py_DECREF(n);
+            if (due <= 0)
+                return due;
+            goto poll;
+        }
+        Py_DECREF(v);
+        r->since = x;
+        r->loaded = 1;
+    }
+    r->since += 1;
+    r->dirty = 1;
+    if (r->since < s->poll_every)
+        return 0;
+poll:
+    r->dirty = 0;
+    r->loaded = 0;
+    if (PyObject_SetAttr(s->collector, str_since_poll, int_zero) < 0)
+        return -1;
+    PyObject *args[2] = {s->producer, int_zero};
+    PyObject *res = PyObject_VectorcallMethod(str_poll, args, 2, NULL);
+    if (res == NULL)
+        return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+/* The template's body for one record (key, value): 0 when done, -1 with an exception set and
+ * the markers the body calls (selector_failed, failed) already called. */
+static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyObject *ts, PyObject *headers)
+{
+    PyObject *k, *queues = NULL, *key_bytes = NULL, *value_bytes = NULL, *queue = NULL, *entries = NULL,
+             *tsv = NULL, *kick_at = NULL, *new_len = NULL, *res;
+    int rc = -1;
+
+    if (s->key_selector != NULL) {
+        PyObject *args[2] = {key, value};
+        k = PyObject_Vectorcall(s->key_selector, args, 2, NULL);
+        if (k == NULL) {
+            flush_since(s, r);
+            return call_marker(s->selector_failed);
+        }
+    } else {
+        k = Py_NewRef(key);
+    }
+
+    /* queues = view.topics.get(topic), then the checks before the template's try: a failure
+     * here names no node (as in the template), and any case off the common path is rest's */
+    PyObject *topics = PyObject_GetAttr(s->view, str_topics);
+    if (topics == NULL)
+        goto done;
+    if (!PyDict_CheckExact(topics)) {
+        Py_DECREF(topics);
+        goto rest;
+    }
+    queues = PyDict_GetItemWithError(topics, s->topic);
+    Py_XINCREF(queues); /* the user's serializers may let the sender thread replace it */
+    Py_DECREF(topics);
+    if (queues == NULL && PyErr_Occurred())
+        goto done;
+    if (queues == NULL || k == Py_None || !PyList_CheckExact(queues))
+        goto rest;
+    int has_headers = PyObject_IsTrue(headers);
+    if (has_headers < 0)
+        goto done;
+    if (has_headers)
+        goto rest;
+    PyObject *error = PyObject_GetAttr(s->collector, str_error);
+    if (error == NULL)
+        goto done;
+    Py_DECREF(error);
+    if (error != Py_None) /* only compared: the collector still holds it */
+        goto rest;
+
+    key_bytes = PyObject_Vectorcall(s->key_serialize, &k, 1, NULL);
+    if (key_bytes == NULL)
+        goto serialize_failed;
+    if (value == k && s->same_serializer) {
+        value_bytes = Py_NewRef(key_bytes);
+    } else if (value == Py_None) {
+        value_bytes = Py_NewRef(Py_None);
+    } else {
+        value_bytes = PyObject_Vectorcall(s->value_serialize, &value, 1, NULL);
+        if (value_bytes == NULL)
+            goto serialize_failed;
+    }
+
+    /* from here the template's body is sink_tail's: anything unusual goes there */
+    if (!PyBytes_CheckExact(key_bytes) || (value_bytes != Py_None && !PyBytes_CheckExact(value_bytes)))
+        goto tail;
+    Py_ssize_t n = PyList_GET_SIZE(queues); /* read now: the list may have grown meanwhile */
+    if (n <= 0)
+        goto tail;
+    size_t partition = eddy_murmur2_partition((const uint8_t *)PyBytes_AS_STRING(key_bytes),
+                                              (size_t)PyBytes_GET_SIZE(key_bytes), (size_t)n);
+    queue = Py_NewRef(PyList_GET_ITEM(queues, (Py_ssize_t)partition));
+
+    PyObject *cb = PyObject_GetAttr(queue, str_cb);
+    if (cb == NULL)
+        goto failed;
+    int ours = cb == s->on_delivery;
+    Py_DECREF(cb);
+    if (!ours) { /* produce() to the partition chosen (it sets cb); it counts the send itself */
+        flush_since(s, r);
+        PyObject *p = PyLong_FromSize_t(partition);
+        if (p == NULL)
+            goto failed;
+        PyObject *args[6] = {s->collector, s->topic, key_bytes, value_bytes, p, ts};
+        res = PyObject_VectorcallMethod(str_send_sink, args, 6, NULL);
+        Py_DECREF(p);
+        if (res == NULL)
+            goto failed;
+        Py_DECREF(res);
+        rc = 0;
+        goto done;
+    }
+
+    entries = PyObject_GetAttr(queue, str_entries);
+    if (entries == NULL)
+        goto failed;
+    int ts_set = PyObject_IsTrue(ts); /* `timestamp or now_ns() // 1_000_000` */
+    if (ts_set < 0)
+        goto failed;
+    if (ts_set) {
+        tsv = Py_NewRef(ts);
+    } else {
+        PyObject *ns = PyObject_CallNoArgs(s->now_ns);
+        if (ns == NULL)
+            goto failed;
+        tsv = PyNumber_FloorDivide(ns, int_million);
+        Py_DECREF(ns);
+        if (tsv == NULL)
+            goto failed;
+    }
+    Py_ssize_t length = 0;
+    if (PyList_CheckExact(entries) && PyLong_CheckExact(tsv)) {
+        /* what replication/_records.c queue_append does: bytes, None and an int cannot form a
+         * cycle, so the tuple is untracked (queued records are many) */
+        PyObject *entry = PyTuple_New(4);
+        if (entry == NULL)
+            goto failed;
+        PyTuple_SET_ITEM(entry, 0, Py_NewRef(key_bytes));
+        PyTuple_SET_ITEM(entry, 1, Py_NewRef(value_bytes));
+        PyTuple_SET_ITEM(entry, 2, Py_NewRef(tsv));
+        PyTuple_SET_ITEM(entry, 3, Py_NewRef(Py_None));
+        PyObject_GC_UnTrack(entry);
+        int appended = PyList_Append(entries, entry);
+        Py_DECREF(entry);
+        if (appended < 0)
+            goto failed;
+        length = PyList_GET_SIZE(entries);
+    } else { /* the protocol's append gives whatever answer (or TypeError) it gives */
+        flush_since(s, r);
+        PyObject *args[4] = {entries, key_bytes, value_bytes, tsv};
+        new_len = PyObject_Vectorcall(s->append_entry, args, 4, NULL);
+        if (new_len == NULL)
+            goto failed;
+    }
+
+    kick_at = PyObject_GetAttr(queue, str_kick_at);
+    if (kick_at == NULL)
+        goto failed;
+    int kick;
+    if (new_len == NULL && PyLong_CheckExact(kick_at)) {
+        int overflow;
+        long long at = PyLong_AsLongLongAndOverflow(kick_at, &overflow);
+        if (at == -1 && PyErr_Occurred())
+            goto failed;
+        kick = overflow > 0 ? 0 : overflow < 0 ? 1 : (long long)length >= at;
+    } else {
+        if (new_len == NULL && (new_len = PyLong_FromSsize_t(length)) == NULL)
+            goto failed;
+        kick = PyObject_RichCompareBool(new_len, kick_at, Py_GE);
+        if (kick < 0)
+            goto failed;
+    }
+    if (kick) {
+        flush_since(s, r);
+        res = PyObject_Vectorcall(s->kick, &queue, 1, NULL);
+        if (res == NULL)
+            goto failed;
+        Py_DECREF(res);
+    }
+    if (count_send(s, r) < 0)
+        goto failed;
+    rc = 0;
+    goto done;
+
+serialize_failed:
+    /* `except Exception: slow(k, value, timestamp, headers)`, inside the try that calls failed();
+     * a BaseException that is not an Exception goes straight to failed() */
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        goto failed;
+    flush_since(s, r);
+    {
+        PyObject *args[4] = {k, value, ts, headers};
+        res = call_in_except(s->slow, args, 4, 0);
+    }
+    if (res == NULL)
+        goto failed;
+    Py_DECREF(res);
+    rc = 0;
+    goto done;
+
+failed:
+    flush_since(s, r);
+    call_marker(s->failed);
+    goto done;
+
+rest:
+    flush_since(s, r);
+    {
+        PyObject *args[4] = {k, value, ts, headers};
+        res = PyObject_Vectorcall(s->rest, args, 4, NULL);
+    }
+    if (res != NULL) {
+        Py_DECREF(res);
+        rc = 0;
+    }
+    goto done;
+
+tail:
+    flush_since(s, r);
+    {
+        PyObject *args[4] = {key_bytes, value_bytes, queues, ts};
+        res = PyObject_Vectorcall(s->tail, args, 4, NULL);
+    }
+    if (res != NULL) {
+        Py_DECREF(res);
+        rc = 0;
+    }
+    goto done;
+
+done:
+    Py_DECREF(k);
+    Py_XDECREF(queues);
+    Py_XDECREF(key_bytes);
+    Py_XDECREF(value_bytes);
+    Py_XDECREF(queue);
+    Py_XDECREF(entries);
+    Py_XDECREF(tsv);
+    Py_XDECREF(kick_at);
+    Py_XDECREF(new_len);
+    return rc;
+}
+
+/* The end of a call: write the count back. Its failure is a failure of the sink's body. */
+static int finish(DirectSink *s, Run *r)
+{
+    if (flush_since(s, r) == 0)
+        return 0;
+    return call_marker(s->failed);
+}
+
+/* stage(key, value, timestamp, headers), or with values_fn stage(key, line, timestamp, headers) */
+static PyObject *sink_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    DirectSink *s = (DirectSink *)self;
+    if (PyVectorcall_NARGS(nargsf) != 4 || kwnames != NULL) /* keywords, or a TypeError: Python's */
+        return PyObject_Vectorcall(s->py_stage, args, nargsf, kwnames);
+    PyObject *key = args[0], *value = args[1], *ts = args[2], *headers = args[3];
+    Run r = {0, 0, 0};
+    if (s->values_fn == NULL) {
+        if (sink_value(s, &r, key, value, ts, headers) < 0) {
+            flush_since(s, &r);
+            return NULL;
+        }
+        return finish(s, &r) < 0 ? NULL : Py_NewRef(Py_None);
+    }
+
+    /* `for value in values_fn(line)`: a list by index, re-reading its length each time as the
+     * list iterator does; any other iterable lazily, one value processed before the next is
+     * asked for */
+    PyObject *values = PyObject_Vectorcall(s->values_fn, &value, 1, NULL);
+    if (values == NULL)
+        return call_marker(s->values_failed), NULL;
+    if (PyList_CheckExact(values)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+            PyObject *v = Py_NewRef(PyList_GET_ITEM(values, i));
+            int rc = sink_value(s, &r, key, v, ts, headers);
+            Py_DECREF(v);
+            if (rc < 0)
+                goto fail;
+        }
+    } else {
+        PyObject *it = PyObject_GetIter(values);
+        if (it == NULL)
+            goto fail;
+        PyObject *v;
+        while ((v = PyIter_Next(it)) != NULL) {
+            int rc = sink_value(s, &r, key, v, ts, headers);
+            Py_DECREF(v);
+            if (rc < 0) {
+                Py_DECREF(it);
+                goto fail;
+            }
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred())
+            goto fail;
+    }
+    Py_DECREF(values);
+    if (flush_since(s, &r) < 0) {
+        call_marker(s->failed);
+        return call_marker(s->values_failed), NULL;
+    }
+    Py_RETURN_NONE;
+
+fail:
+    Py_DECREF(values);
+    flush_since(s, &r);
+    return call_marker(s->values_failed), NULL;
+}
+
+/* ---- the type ------------------------------------------------------------------------------- */
+
+static PyObject *ns_get(PyObject *ns, const char *name, int optional)
+{
+    PyObject *v = PyDict_GetItemString(ns, name);
+    if (v == NULL) {
+        PyErr_Format(PyExc_TypeError, "DirectSink: the namespace has no %s", name);
+        return NULL;
+    }
+    if (optional && v == Py_None)
+        return NULL;
+    if (!optional && v != Py_None && strcmp(name, "topic") != 0 && strcmp(name, "collector") != 0 &&
+        strcmp(name, "producer") != 0 && strcmp(name, "view") != 0 && !PyCallable_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "DirectSink: %s must be callable, not %.100s", name, Py_TYPE(v)->tp_name);
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
+static PyObject *sink_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *ns;
+    if (!PyArg_ParseTuple(args, "O!:DirectSink", &PyDict_Type, &ns))
+        return NULL;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "DirectSink takes no keyword arguments");
+        return NULL;
+    }
+    DirectSink *s = (DirectSink *)type->tp_alloc(type, 0);
+    if (s == NULL)
+        return NULL;
+    s->vectorcall = sink_call;
+    struct {
+        PyObject **field;
+        const char *name;
+        int optional;
+    } fields[] = {
+        {&s->collector, "collector", 0}, {&s->producer, "producer", 0}, {&s->view, "view", 0},
+        {&s->topic, "topic", 0}, {&s->on_delivery, "on_delivery", 0}, {&s->kick, "kick", 0},
+        {&s->append_entry, "append_entry", 0}, {&s->now_ns, "now_ns", 0},
+        {&s->key_serialize, "key_serialize", 0}, {&s->value_serialize, "value_serialize", 0},
+        {&s->slow, "slow", 0}, {&s->failed, "failed", 0}, {&s->rest, "sink_rest", 0},
+        {&s->tail, "sink_tail", 0}, {&s->py_stage, "sink_direct", 0},
+        {&s->key_selector, "key_selector", 1}, {&s->selector_failed, "selector_failed", 1},
+        {&s->values_fn, "values_fn", 1}, {&s->values_failed, "values_failed", 1},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        *fields[i].field = ns_get(ns, fields[i].name, fields[i].optional);
+        if (*fields[i].field == NULL && PyErr_Occurred())
+            goto fail;
+    }
+    if ((s->key_selector != NULL && s->selector_failed == NULL) || (s->values_fn != NULL && s->values_failed == NULL)) {
+        PyErr_SetString(PyExc_TypeError, "DirectSink: a key_selector needs selector_failed, a values_fn values_failed");
+        goto fail;
+    }
+    PyObject *same = PyDict_GetItemString(ns, "same_serializer");
+    PyObject *every = PyDict_GetItemString(ns, "POLL_EVERY");
+    if (same == NULL || every == NULL || !PyLong_Check(every)) {
+        PyErr_SetString(PyExc_TypeError, "DirectSink: the namespace needs same_serializer and an int POLL_EVERY");
+        goto fail;
+    }
+    if ((s->same_serializer = PyObject_IsTrue(same)) < 0)
+        goto fail;
+    s->poll_every = PyLong_AsLong(every);
+    if (s->poll_every == -1 && PyErr_Occurred())
+        goto fail;
+    if (s->poll_every <= 0) {
+        PyErr_Format(PyExc_ValueError, "DirectSink: POLL_EVERY must be positive, got %ld", s->poll_every);
+        goto fail;
+    }
+    return (PyObject *)s;
+fail:
+    Py_DECREF(s);
+    return NULL;
+}
+
+#define SINK_FIELDS(X)                                                                                      \
+    X(collector) X(producer) X(view) X(topic) X(on_delivery) X(kick) X(append_entry) X(now_ns)             \
+    X(key_serialize) X(value_serialize) X(slow) X(failed) X(key_selector) X(selector_failed) X(values_fn) \
+    X(values_failed) X(rest) X(tail) X(py_stage) X(dict)
+
+/* GC support: the stage holds the user's functions and the collector, which may refer back to it */
+static int sink_traverse(DirectSink *s, visitproc visit, void *arg)
+{
+#define VISIT(f) Py_VISIT(s->f);
+    SINK_FIELDS(VISIT)
+#undef VISIT
+    return 0;
+}
+
+static int sink_clear(DirectSink *s)
+{
+#define CLEAR(f) Py_CLEAR(s->f);
+    SINK_FIELDS(CLEAR)
+#undef CLEAR
+    return 0;
+}
+
+static void sink_dealloc(DirectSink *s)
+{
+    PyObject_GC_UnTrack(s);
+    sink_clear(s);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyTypeObject DirectSinkType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "streams.runtime._sink.DirectSink",
+    .tp_doc = "DirectSink(namespace): the direct sink stage of streams/runtime/direct_sink.py as one C callable,\n"
+              "stage(key, value, timestamp, headers), built from the namespace of its Python template.",
+    .tp_basicsize = sizeof(DirectSink),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = sink_new,
+    .tp_dealloc = (destructor)sink_dealloc,
+    .tp_traverse = (traverseproc)sink_traverse,
+    .tp_clear = (inquiry)sink_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(DirectSink, vectorcall),
+    .tp_dictoffset = offsetof(DirectSink, dict), /* the stage's attributes (with_key_selector, ...) */
+};
 
 static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
@@ -9,12 +578,37 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "streams.runtime._sink",
-    .m_doc = "C implementation of the hot loops of streams.runtime.direct_sink.",
+    .m_doc = "C implementation of the direct sink stage of streams.runtime.direct_sink.",
     .m_size = -1,
     .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__sink(void)
 {
-    return PyModule_Create(&module_def);
+    struct {
+        PyObject **where;
+        const char *text;
+    } names[] = {
+        {&str_topics, "topics"}, {&str_error, "_error"}, {&str_since_poll, "_since_poll"}, {&str_cb, "cb"},
+        {&str_entries, "entries"}, {&str_kick_at, "kick_at"}, {&str_poll, "poll"}, {&str_send_sink, "_send_sink"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (*names[i].where == NULL && (*names[i].where = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return NULL;
+    if (int_zero == NULL && (int_zero = PyLong_FromLong(0)) == NULL)
+        return NULL;
+    if (int_million == NULL && (int_million = PyLong_FromLong(1000000)) == NULL)
+        return NULL;
+    if (PyType_Ready(&DirectSinkType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&DirectSinkType);
+    if (PyModule_AddObject(m, "DirectSink", (PyObject *)&DirectSinkType) < 0) {
+        Py_DECREF(&DirectSinkType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -13,6 +13,13 @@ once. Anything off the common path (a None key, headers, a pending delivery fail
 serializer error, a queue produce() must check first) goes to `slow`, the sink's ordinary
 stage. Failures call the marker of the node they belong to (`values_failed`,
 `selector_failed`, `failed`), innermost first, exactly as the separate stages do.
+
+When the C module `streams.runtime._sink` is built, the stage is its `DirectSink` instead, made
+from the same namespace: it runs the common path per value in C (the values of a line, the
+selector, the serializers, the murmur2 partition, the queue entry, kick and poll) and hands any
+other case to two functions generated from the template's parts (`sink_rest`: after the key
+selection; `sink_tail`: after serialization), so the uncommon cases still exist once. The
+generated function stays the stage without the C module.
 """
 
 from __future__ import annotations
@@ -21,13 +28,22 @@ import time
 from typing import Any, Callable, Optional
 
 from eddy.murmur2 import murmur2_partition
+from replication.clients.producer import queue_append
+
+try:  # the C stage (optional: without a compiler the template's function is the stage)
+    from streams.runtime import _sink as _accel
+except ImportError:  # pragma: no cover - depends on the build
+    _accel = None
 
 _POLL_EVERY = 4096  # as RecordCollector: serve delivery reports regularly
 _KEY_PARTITIONS_MAX = 100_000
 
-# The sink's work for one record (key, value). `SKIP` ends this record's work ("return" in
-# the plain function, "continue" inside a flat_map_values loop).
-_BODY = """\
+# The sink's work for one record (key, value), in three parts: the key selection, the checks
+# and serialization, and what follows serialization. `SKIP` ends this record's work ("return"
+# in the plain function, "continue" inside a flat_map_values loop). The C stage (_sink.c) runs
+# the common path itself and hands the rest of a record to the last two parts (`sink_rest`,
+# `sink_tail`), so each uncommon case is written once, here.
+_SELECT = """\
 k = key
 if key_selector is not None:
     try:
@@ -35,6 +51,8 @@ if key_selector is not None:
     except BaseException:
         selector_failed()
         raise
+"""
+_REST = """\
 queues = view.topics.get(topic)
 if queues is None or k is None or headers or collector._error is not None:
     if k is None and drop_null_keys:
@@ -51,31 +69,38 @@ try:
     except Exception:
         slow(k, value, timestamp, headers)
         SKIP
-    partition = partitions.get(key_bytes)
-    if partition is None or counted[0] != len(queues):
-        if counted[0] != len(queues) or len(partitions) >= KEY_PARTITIONS_MAX:
-            partitions.clear()
-            counted[0] = len(queues)
-        partition = partitions[key_bytes] = murmur2_partition(key_bytes, len(queues))
-    queue = queues[partition]
-    if queue.cb is not on_delivery:  # produce() to the partition chosen (it sets cb)
-        collector._send_sink(topic, key_bytes, value_bytes, partition, timestamp)
-        SKIP
-    if append_entry(queue.entries, key_bytes, value_bytes, timestamp or now_ns() // 1_000_000) >= queue.kick_at:
-        kick(queue)
-    collector._since_poll += 1
-    if collector._since_poll >= POLL_EVERY:
-        collector._since_poll = 0
-        producer.poll(0)
+TAIL
 except BaseException:
     failed()
     raise
+"""
+_TAIL = """\
+partition = partitions.get(key_bytes)
+if partition is None or counted[0] != len(queues):
+    if counted[0] != len(queues) or len(partitions) >= KEY_PARTITIONS_MAX:
+        partitions.clear()
+        counted[0] = len(queues)
+    partition = partitions[key_bytes] = murmur2_partition(key_bytes, len(queues))
+queue = queues[partition]
+if queue.cb is not on_delivery:  # produce() to the partition chosen (it sets cb)
+    collector._send_sink(topic, key_bytes, value_bytes, partition, timestamp)
+    SKIP
+if append_entry(queue.entries, key_bytes, value_bytes, timestamp or now_ns() // 1_000_000) >= queue.kick_at:
+    kick(queue)
+collector._since_poll += 1
+if collector._since_poll >= POLL_EVERY:
+    collector._since_poll = 0
+    producer.poll(0)
 """
 
 
 def _indent(text: str, spaces: int) -> str:
     pad = " " * spaces
     return "".join(pad + line if line.strip() else line for line in text.splitlines(True))
+
+
+_REST_BODY = _REST.replace("TAIL\n", _indent(_TAIL, 4))
+_BODY = _SELECT + _REST_BODY
 
 
 def _source(flat: bool) -> str:
@@ -90,7 +115,17 @@ def _source(flat: bool) -> str:
             "        raise\n")
 
 
+# The C stage's two Python parts: one record's work after the key selection (k chosen), and
+# after serialization (queues as looked up before serializing).
+_PARTS = ("def sink_rest(k, value, timestamp, headers):\n" + _indent(_REST_BODY.replace("SKIP", "return"), 4)
+          + "\n\ndef sink_tail(key_bytes, value_bytes, queues, timestamp):\n"
+          "    try:\n" + _indent(_TAIL.replace("SKIP", "return"), 8)
+          + "    except BaseException:\n"
+          "        failed()\n"
+          "        raise\n")
+
 _CODE = {flat: compile(_source(flat), f"<direct sink{' (flat)' if flat else ''}>", "exec") for flat in (False, True)}
+_PARTS_CODE = compile(_PARTS, "<direct sink parts>", "exec")
 
 
 def direct_sink_stage(collector: Any, view: Any, topic: str, key_serialize: Callable[[Any], bytes],
@@ -116,6 +151,11 @@ def direct_sink_stage(collector: Any, view: Any, topic: str, key_serialize: Call
     }
     exec(_CODE[values_fn is not None], namespace)  # noqa: S102 - our own template, compiled once
     stage = namespace["sink_direct"]
+    # The C stage appends entries itself the way the C queue_append does, so only over that.
+    if _accel is not None and view.append is queue_append and queue_append.__module__ == "replication._records":
+        exec(_PARTS_CODE, namespace)  # noqa: S102 - the same template's parts
+        stage = _accel.DirectSink(namespace)
+        stage.__name__ = "sink_direct"
 
     # The nodes before the sink that may fold into it, outermost last: a key selection, then a
     # flat_map_values before that (KeySelectProcessor.fuse / FlatMapValuesProcessor.fuse ask).

@@ -18,6 +18,17 @@ from streams.errors import SerializationError
 from streams.processing import SinkNode
 from streams.runtime.collector import RecordCollector
 from streams.runtime.errors import ProductionError
+from streams.runtime import direct_sink
+
+IMPLS = ["python"] + (["c"] if direct_sink._accel is not None else [])
+
+
+@pytest.fixture(params=IMPLS)
+def impl(request, monkeypatch):
+    """The direct stage's implementation: "c" (DirectSink) or "python" (the template)."""
+    if request.param == "python":
+        monkeypatch.setattr(direct_sink, "_accel", None)
+    return request.param
 
 
 @pytest.fixture
@@ -50,7 +61,7 @@ RECORDS = [("a", "a", 1, ()), ("b", "x", 2, ()), ("a", None, 3, ()), (None, "n",
            ("c", "h", 5, (("h1", b"1"),)), ("dd", "dd", 6, ()), ("é", "ü", 7, ())]
 
 
-def test_the_direct_path_writes_what_the_ordinary_stage_writes(cluster):
+def test_the_direct_path_writes_what_the_ordinary_stage_writes(cluster, impl):
     with closing(cluster.producer({"linger.ms": 1})) as producer:
         collector = RecordCollector(producer, murmur2_partitioning=True)
         direct = _stage(collector, "direct", serdes.STRING, serdes.STRING)
@@ -69,7 +80,7 @@ def test_the_direct_path_writes_what_the_ordinary_stage_writes(cluster):
     assert got == want and len(got) == 3 * len(RECORDS)
 
 
-def test_the_direct_path_drops_null_keys_when_told_and_names_the_sink_on_a_serializer_error(cluster):
+def test_the_direct_path_drops_null_keys_when_told_and_names_the_sink_on_a_serializer_error(cluster, impl):
     failed = []
     with closing(cluster.producer({"linger.ms": 1})) as producer:
         collector = RecordCollector(producer, murmur2_partitioning=True)
@@ -85,7 +96,7 @@ def test_the_direct_path_drops_null_keys_when_told_and_names_the_sink_on_a_seria
     assert [(k, v) for _p, k, v, _t, _h in _written(cluster, "direct")] == [(b"k", (5).to_bytes(8, "big"))]
 
 
-def test_a_delivery_failure_is_raised_by_the_next_send_on_the_direct_path(cluster):
+def test_a_delivery_failure_is_raised_by_the_next_send_on_the_direct_path(cluster, impl):
     with closing(cluster.producer({"linger.ms": 0, "message.max.bytes": 10_000_000})) as producer:
         collector = RecordCollector(producer, murmur2_partitioning=True)
         stage = _stage(collector, "direct", serdes.STRING, serdes.STRING)
@@ -101,7 +112,7 @@ def test_a_delivery_failure_is_raised_by_the_next_send_on_the_direct_path(cluste
     assert [v for _p, _k, v, _t, _h in _written(cluster, "direct")] == [b"ok"]
 
 
-def test_the_direct_path_follows_a_growing_partition_count(cluster):
+def test_the_direct_path_follows_a_growing_partition_count(cluster, impl):
     from eddy.murmur2 import murmur2_partition
 
     key = next(k for k in (f"key-{i}" for i in range(1000))
@@ -125,7 +136,7 @@ def test_the_direct_path_follows_a_growing_partition_count(cluster):
     assert values.count(b"after") == 2
 
 
-def test_a_key_selection_done_by_the_direct_stage_equals_selecting_first(cluster):
+def test_a_key_selection_done_by_the_direct_stage_equals_selecting_first(cluster, impl):
     marks = []
     with closing(cluster.producer({"linger.ms": 1})) as producer:
         collector = RecordCollector(producer, murmur2_partitioning=True)
@@ -166,7 +177,7 @@ def test_changelog_sends_to_a_named_partition_land_in_order_and_report_the_last_
     assert collector.offset_of("direct", 2) == 49 and offsets[TopicPartition("direct", 2)] == 49
 
 
-def test_a_flat_map_values_folded_into_the_direct_stage_keeps_order_and_names_the_failing_node(cluster):
+def test_a_flat_map_values_folded_into_the_direct_stage_keeps_order_and_names_the_failing_node(cluster, impl):
     marks = []
 
     def words(line):
@@ -212,3 +223,372 @@ def test_a_flat_map_values_folded_into_the_direct_stage_keeps_order_and_names_th
     assert got == sorted(want + [(next(p for p, k, *_ in got if k == b"x"), b"x", b"x", 4),
                                  (next(p for p, k, *_ in got if k == b"z"), b"z", b"z", 5)],
                          key=lambda row: (row[0], row[3]))
+
+
+# ---- the stage over a QueueView of our own queues (the protocol's real classes) ----------------
+
+from replication.clients.producer import QueueView, _NEVER, _Queue  # noqa: E402
+from eddy.murmur2 import py_murmur2_partition  # noqa: E402
+
+
+class Bench:
+    """A real collector (on the cluster's producer) and a QueueView over queues the test owns,
+    so a test can set a queue's `cb` and `kick_at`, grow the partition list and read the
+    entries; `calls` logs every call the stage makes outside the user's functions, in order."""
+
+    def __init__(self, producer, partitions=3, topic="direct"):
+        self.collector = RecordCollector(producer, murmur2_partitioning=True)
+        self.calls = []
+        self.topic = topic
+        self.queues = [self.new_queue(p) for p in range(partitions)]
+        self.view = QueueView({topic: self.queues}, lambda queue: self.calls.append(("kick", queue.tp.partition)))
+
+    def new_queue(self, partition):
+        queue = _Queue(TopicPartition(self.topic, partition), 1000)
+        queue.cb = self.collector._on_sink_delivery  # as produce() leaves it
+        queue.kick_at = _NEVER
+        return queue
+
+    def stage(self, key_serialize=serdes.STRING.serialize_unchecked, value_serialize=None, drop_null_keys=False,
+              selector=None, values_fn=None):
+        calls = self.calls
+
+        def slow(k, value, timestamp, headers):
+            calls.append(("slow", k, value, timestamp, headers))
+
+        stage = direct_sink.direct_sink_stage(
+            self.collector, self.view, self.topic, key_serialize, value_serialize or key_serialize, slow,
+            lambda: calls.append(("failed", _handled())), drop_null_keys)
+        if selector is not None:
+            stage = stage.with_key_selector(selector, lambda: calls.append(("selector_failed", _handled())))
+        if values_fn is not None:
+            stage = stage.with_values_from(values_fn, lambda: calls.append(("values_failed", _handled())))
+        return stage
+
+    def entries(self):
+        return [list(queue.entries) for queue in self.queues]
+
+
+def _handled():
+    """The exception a marker sees as handled (it runs inside the node's `except`)."""
+    import sys
+    exc = sys.exc_info()[1]
+    return None if exc is None else f"{type(exc).__name__}: {exc}"
+
+
+@pytest.fixture
+def producer(cluster):
+    with closing(cluster.producer({"linger.ms": 1})) as p:
+        yield p
+
+
+def test_the_c_stage_is_the_direct_stage_when_built(producer):
+    if direct_sink._accel is None:
+        pytest.skip("streams.runtime._sink is not built")
+    bench = Bench(producer)
+    stage = bench.stage(selector=lambda k, v: v, values_fn=str.split)
+    assert type(stage).__name__ == "DirectSink" and stage.__name__ == "sink_direct"
+    assert not hasattr(stage, "with_values_from")
+
+
+def test_entries_are_untracked_four_tuples_in_the_murmur2_partition(producer, impl):
+    import gc
+    import random
+
+    rng = random.Random(7)
+    for partitions in (1, 2, 3, 7, 16, 31):
+        bench = Bench(producer, partitions)
+        stage = bench.stage(serdes.BYTES.serialize_unchecked)
+        keys = [rng.randbytes(rng.randint(0, 40)) for _ in range(200)]
+        for i, key in enumerate(keys):
+            stage(key, b"v%d" % i, 1000 + i, ())
+        for p, entries in enumerate(bench.entries()):
+            for key, value, ts, cb in entries:
+                assert py_murmur2_partition(key, partitions) == p
+                assert value == b"v%d" % (ts - 1000) and cb is None
+        assert sorted(e for q in bench.entries() for e in q) == sorted(
+            (k, b"v%d" % i, 1000 + i, None) for i, k in enumerate(keys))
+        assert not any(gc.is_tracked(e) for q in bench.entries() for e in q)
+        assert bench.calls == []
+
+
+def test_the_common_path_counts_sends_and_polls_every_4096(producer, impl):
+    bench = Bench(producer)
+    polls = []
+    real_producer = bench.collector.producer
+
+    class Polling:  # the real producer, its polls recorded
+        def poll(self, timeout):
+            polls.append((timeout, bench.collector._since_poll))
+            return real_producer.poll(timeout)
+    bench.collector.producer = Polling()
+    stage = bench.stage(selector=lambda k, w: w, values_fn=str.split)
+    bench.collector._since_poll = 4090
+    stage(None, "a b c", 5, ())
+    assert bench.collector._since_poll == 4093 and polls == []
+    stage(None, "d e f g h", 5, ())  # the 4096th send polls once, the count restarts at 0
+    assert polls == [(0, 0)] and bench.collector._since_poll == 2
+    assert sum(map(len, bench.entries())) == 8
+
+
+def test_a_queue_reaching_kick_at_is_kicked_after_the_append(producer, impl):
+    bench = Bench(producer, 1)
+    bench.queues[0].kick_at = 3
+    stage = bench.stage()
+    kicked_at = []
+    for i in range(4):
+        stage("k", "v%d" % i, 1, ())
+        kicked_at.append(len(bench.calls))
+    assert kicked_at == [0, 0, 1, 2]  # at length 3 and 4 (kick_at is the sender's to move)
+    assert bench.calls == [("kick", 0), ("kick", 0)]
+    assert len(bench.entries()[0]) == 4
+
+
+def test_a_foreign_callback_on_the_queue_goes_through_produce(cluster, producer, impl):
+    bench = Bench(producer)
+    sent = []
+    send_sink = bench.collector._send_sink
+
+    def recording(*args):
+        sent.append(args)
+        return send_sink(*args)
+    bench.collector._send_sink = recording
+    p = py_murmur2_partition(b"k", 3)
+    bench.queues[p].cb = object()  # produce() has not set our callback yet
+    stage = bench.stage()
+    stage("k", "v", 0, ())
+    assert sent == [("direct", b"k", b"v", p, 0)] and bench.entries()[p] == []
+    assert bench.collector._since_poll == 1  # counted by the collector's send
+    bench.collector.flush()
+    assert [(q, k, v) for q, k, v, _t, _h in _written(cluster, "direct")] == [(p, b"k", b"v")]
+
+
+def test_records_off_the_common_path_go_to_the_sinks_ordinary_stage(producer, impl):
+    bench = Bench(producer)
+    stage = bench.stage()
+    stage(None, "no key", 1, ())
+    stage("k", "headers", 2, (("h", b"1"),))
+    bench.collector._error = ProductionError("pending")
+    stage("k", "error", 3, ())
+    bench.collector._error = None
+    bench.view.topics.clear()  # produce() has something to check
+    stage("k", "closed", 4, [])
+    assert bench.calls == [("slow", None, "no key", 1, ()), ("slow", "k", "headers", 2, (("h", b"1"),)),
+                           ("slow", "k", "error", 3, ()), ("slow", "k", "closed", 4, [])]
+    assert bench.entries() == [[], [], []]
+    bench.calls.clear()
+    bench.view.topics["direct"] = bench.queues
+    bench.stage(drop_null_keys=True)(None, "dropped", 5, ())
+    assert bench.calls == [] and bench.entries() == [[], [], []]
+
+
+def test_a_serializer_error_goes_to_the_ordinary_stage_once_and_a_failure_there_names_the_sink(producer, impl):
+    bench = Bench(producer)
+    serialized = []
+
+    def picky(obj):
+        serialized.append(obj)
+        if obj == "bad":
+            raise ValueError("cannot serialize")
+        return obj.encode()
+    stage = bench.stage(picky)
+    stage("bad", "v", 1, ())
+    stage("k", "bad", 2, ())
+    assert bench.calls == [("slow", "bad", "v", 1, ()), ("slow", "k", "bad", 2, ())]
+    assert serialized == ["bad", "k", "bad"]  # each serializer called once by the stage
+    bench.calls.clear()
+
+    def failing_slow(k, value, timestamp, headers):
+        raise SerializationError("sink 'x' cannot serialize")
+    stage = direct_sink.direct_sink_stage(bench.collector, bench.view, "direct", picky, picky, failing_slow,
+                                          lambda: bench.calls.append(("failed", _handled())), False)
+    with pytest.raises(SerializationError) as info:
+        stage("bad", "v", 1, ())
+    assert isinstance(info.value.__context__, ValueError)  # raised while the serializer's error was handled
+    assert bench.calls == [("failed", "SerializationError: sink 'x' cannot serialize")]
+
+
+def test_a_base_exception_from_a_serializer_is_not_the_ordinary_stages(producer, impl):
+    class Stop(BaseException):
+        pass
+
+    def stopping(obj):
+        raise Stop("stop")
+    bench = Bench(producer)
+    with pytest.raises(Stop):
+        bench.stage(stopping)("k", "v", 1, ())
+    assert bench.calls == [("failed", "Stop: stop")]
+
+
+@pytest.mark.parametrize("value_serialize, error", [
+    (lambda v: bytearray(v.encode()), TypeError),  # not bytes: the protocol's append refuses it
+    (lambda v: v, TypeError),
+])
+def test_a_serializer_result_that_is_not_bytes_fails_as_in_the_template(producer, impl, value_serialize, error):
+    bench = Bench(producer)
+    with pytest.raises(error, match="bytes or None"):
+        bench.stage(value_serialize=value_serialize)("k", "v", 1, ())
+    assert bench.calls == [("failed", "TypeError: queue_append: key and value must be bytes or None, "
+                                      "timestamp an int")]
+
+
+def test_no_timestamp_means_now_and_a_bad_one_fails_naming_the_sink(producer, impl):
+    import time
+
+    bench = Bench(producer, 1)
+    stage = bench.stage()
+    before = time.time_ns() // 1_000_000
+    stage("k", "zero", 0, ())
+    stage("k", "none", None, ())
+    after = time.time_ns() // 1_000_000
+    assert [before <= ts <= after for _k, _v, ts, _ in bench.entries()[0]] == [True, True]
+    with pytest.raises(TypeError):
+        stage("k", "float", 1.5, ())
+    assert [c[0] for c in bench.calls] == ["failed"] and len(bench.entries()[0]) == 2
+
+
+def test_markers_name_the_failing_node_innermost_first_while_its_error_is_handled(producer, impl):
+    bench = Bench(producer)
+
+    def select(key, word):
+        if word == "boom":
+            raise ValueError("selector failed")
+        return word
+    stage = bench.stage(selector=select, values_fn=str.split)
+    with pytest.raises(ValueError, match="selector failed"):
+        stage(None, "a boom b", 1, ())
+    assert bench.calls == [("selector_failed", "ValueError: selector failed"),
+                           ("values_failed", "ValueError: selector failed")]
+    assert sum(map(len, bench.entries())) == 1  # "a" before the failure, "b" never
+    bench.calls.clear()
+
+    def no_values(line):
+        raise KeyError(line)
+    with pytest.raises(KeyError):
+        bench.stage(selector=select, values_fn=no_values)(None, "x", 1, ())
+    assert bench.calls == [("values_failed", "KeyError: 'x'")]
+    bench.calls.clear()
+
+    def not_iterable(line):
+        return 5
+    with pytest.raises(TypeError):
+        bench.stage(selector=select, values_fn=not_iterable)(None, "x", 1, ())
+    assert bench.calls == [("values_failed", "TypeError: 'int' object is not iterable")]
+    bench.calls.clear()
+    with pytest.raises(ProductionError):  # kick() failing is the sink's failure, then the flat map's
+        bench.queues[0].kick_at = 0
+        broken = direct_sink.direct_sink_stage(
+            bench.collector, QueueView({"direct": bench.queues[:1]}, _raise_production_error), "direct",
+            serdes.STRING.serialize_unchecked, serdes.STRING.serialize_unchecked, None,
+            lambda: bench.calls.append(("failed", _handled())), False).with_values_from(
+                str.split, lambda: bench.calls.append(("values_failed", _handled())))
+        broken("k", "w", 1, ())
+    assert bench.calls == [("failed", "ProductionError: kick"), ("values_failed", "ProductionError: kick")]
+
+
+def _raise_production_error(queue):
+    raise ProductionError("kick")
+
+
+def test_a_generator_of_values_is_consumed_lazily_one_record_at_a_time(producer, impl):
+    bench = Bench(producer)
+    order = []
+
+    def words(line):
+        for word in line.split():
+            order.append(("next", word))
+            if word == "BREAK":
+                raise RuntimeError("iterator failed")
+            yield word
+
+    def select(key, word):
+        order.append(("select", word))
+        return word
+    stage = bench.stage(selector=select, values_fn=words)
+    stage(None, "a b", 1, ())
+    assert order == [("next", "a"), ("select", "a"), ("next", "b"), ("select", "b")]
+    with pytest.raises(RuntimeError):
+        stage(None, "c BREAK d", 2, ())
+    assert bench.calls == [("values_failed", "RuntimeError: iterator failed")]
+    assert sum(map(len, bench.entries())) == 3
+
+
+def test_values_appended_or_removed_while_a_line_runs_are_seen_as_a_python_loop_sees_them(producer, impl):
+    bench = Bench(producer, 1)
+    values = ["a", "b", "c"]
+
+    def select(key, word):
+        if word == "a":
+            values.append("z")
+        if word == "b":
+            del values[2:]  # "c" and "z" are gone before the loop reaches them
+            values.append("y")
+        return word
+    bench.stage(selector=select, values_fn=lambda line: values)(None, "ignored", 1, ())
+    assert [k for k, *_ in bench.entries()[0]] == [b"a", b"b", b"y"]
+
+
+def test_a_partition_list_growing_during_a_line_routes_each_value_by_the_count_it_sees(producer, impl):
+    bench = Bench(producer, 1)
+    key = next(k for k in (f"key-{i}" for i in range(1000)) if py_murmur2_partition(k.encode(), 4) == 3)
+
+    def select(k, word):
+        if word == "grow":
+            bench.queues.extend(bench.new_queue(p) for p in range(1, 4))  # the producer learnt 4 partitions
+        return key
+    bench.stage(selector=select, values_fn=str.split)(None, "before grow after", 1, ())
+    assert [[v for _k, v, *_ in q] for q in bench.entries()] == [[b"before"], [], [], [b"grow", b"after"]]
+
+
+def test_keyword_calls_and_a_wrong_argument_count_behave_as_the_template(producer, impl):
+    bench = Bench(producer, 1)
+    stage = bench.stage()
+    stage(key="k", value="v", timestamp=3, headers=())
+    assert bench.entries()[0] == [(b"k", b"v", 3, None)]
+    with pytest.raises(TypeError):
+        stage("k", "v", 3)
+
+
+def test_both_implementations_make_the_same_entries_and_calls(producer, monkeypatch):
+    """A seeded mix of records over every path, run by each implementation on its own bench."""
+    import random
+
+    if direct_sink._accel is None:
+        pytest.skip("streams.runtime._sink is not built")
+    results = []
+    for accel in (direct_sink._accel, None):
+        monkeypatch.setattr(direct_sink, "_accel", accel)
+        rng = random.Random(3)
+        bench = Bench(producer, 5)
+        bench.queues[2].cb = None  # this partition's records go through produce()
+        bench.queues[1].kick_at = 4
+        sent = []
+        bench.collector._send_sink = lambda *args: sent.append(args)
+
+        def select(key, word):
+            return None if word.startswith("n") else word[:2]
+        serializer = serdes.STRING.serialize_unchecked
+        stages = [bench.stage(selector=select, values_fn=str.split, drop_null_keys=rng.random() < 0.5),
+                  bench.stage(selector=select, values_fn=lambda line: iter(line.split())),
+                  bench.stage(value_serialize=serdes.INT64.serialize_unchecked), bench.stage()]
+        for i in range(3000):
+            words = " ".join(rng.choice(["ab", "abc", "né", "nx", "q", "é€", "zz" * 20]) for _ in range(rng.randint(0, 4)))
+            which = rng.randrange(4)
+            headers = (("h", b"x"),) if rng.random() < 0.05 else ()
+            ts = rng.choice([0, 5, 10**12 + i])
+            if which < 2:
+                stages[which]("line", words, ts, headers)
+            elif which == 2:
+                stages[2](words[:1] or None, rng.choice([1, -7, None, "not an int"]), ts, headers)
+            else:
+                stages[3](words[:3] or None, rng.choice([words, None, words[:3] or None]), ts, headers)
+            if i % 500 == 0:
+                bench.collector._error = ProductionError("x")
+            elif i % 500 == 1:
+                bench.collector._error = None
+        normalized = [[(k, v, "now" if ts > 1.5e12 else ts, cb) for k, v, ts, cb in q] for q in bench.entries()]
+        results.append((normalized, bench.calls, sent, bench.collector._since_poll))
+    assert results[0][0] == results[1][0] and sum(map(len, results[0][0])) > 1000
+    assert results[0][1:] == results[1][1:]
+    assert [c[0] for c in results[0][1]].count("slow") > 100 and results[0][2]
+    del serializer
