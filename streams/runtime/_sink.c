@@ -25,6 +25,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 
 #include "../../eddy/murmur2.h"
@@ -34,6 +35,38 @@ static PyObject *str_topics, *str_error, *str_since_poll, *str_cb, *str_entries,
     *str_send_sink;
 static PyObject *int_zero, *int_million;
 
+/* Where one __slots__ attribute of one exact type lives, learnt at first sight. The queue and
+ * the view are __slots__ objects read four times a record; reading the slot directly skips the
+ * generic attribute lookup, which is most of the cost of each read. */
+typedef struct {
+    PyTypeObject *type;   /* strong: the address cannot be reused while learnt; NULL: not learnt */
+    unsigned int version; /* the type's version tag then: any change to the type forgets the slot */
+    Py_ssize_t offset;
+} Slot;
+
+/* getattr(obj, name), through `slot` when obj's type is the one learnt and unchanged. */
+static inline PyObject *slot_get(PyObject *obj, PyObject *name, Slot *slot)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type == slot->type && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && type->tp_version_tag == slot->version) {
+        PyObject *v = *(PyObject **)((char *)obj + slot->offset);
+        if (v != NULL)
+            return Py_NewRef(v);
+    } else if (type->tp_getattro == PyObject_GenericGetAttr) {
+        /* a member descriptor is a data descriptor: generic getattr reads exactly this slot */
+        PyObject *descr = _PyType_Lookup(type, name);
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+            ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX &&
+            (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) {
+            Py_INCREF(type);
+            Py_XSETREF(slot->type, type);
+            slot->version = type->tp_version_tag;
+            slot->offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+        }
+    }
+    return PyObject_GetAttr(obj, name); /* and the AttributeError of an empty slot */
+}
+
 typedef struct {
     PyObject_HEAD
     PyObject *collector, *producer, *view, *topic, *on_delivery, *kick, *append_entry, *now_ns;
@@ -41,6 +74,7 @@ typedef struct {
     PyObject *key_selector, *selector_failed, *values_fn, *values_failed; /* NULL when absent */
     PyObject *rest, *tail, *py_stage;
     PyObject *dict;
+    Slot topics_slot, cb_slot, entries_slot, kick_at_slot;
     int same_serializer;
     long poll_every;
     vectorcallfunc vectorcall;
@@ -184,7 +218,7 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
 
     /* queues = view.topics.get(topic), then the checks before the template's try: a failure
      * here names no node (as in the template), and any case off the common path is rest's */
-    PyObject *topics = PyObject_GetAttr(s->view, str_topics);
+    PyObject *topics = slot_get(s->view, str_topics, &s->topics_slot);
     if (topics == NULL)
         goto done;
     if (!PyDict_CheckExact(topics)) {
@@ -233,7 +267,7 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
                                               (size_t)PyBytes_GET_SIZE(key_bytes), (size_t)n);
     queue = Py_NewRef(PyList_GET_ITEM(queues, (Py_ssize_t)partition));
 
-    PyObject *cb = PyObject_GetAttr(queue, str_cb);
+    PyObject *cb = slot_get(queue, str_cb, &s->cb_slot);
     if (cb == NULL)
         goto failed;
     int ours = cb == s->on_delivery;
@@ -253,7 +287,7 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
         goto done;
     }
 
-    entries = PyObject_GetAttr(queue, str_entries);
+    entries = slot_get(queue, str_entries, &s->entries_slot);
     if (entries == NULL)
         goto failed;
     int ts_set = PyObject_IsTrue(ts); /* `timestamp or now_ns() // 1_000_000` */
@@ -295,7 +329,7 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
             goto failed;
     }
 
-    kick_at = PyObject_GetAttr(queue, str_kick_at);
+    kick_at = slot_get(queue, str_kick_at, &s->kick_at_slot);
     if (kick_at == NULL)
         goto failed;
     int kick;
@@ -536,6 +570,7 @@ static int sink_traverse(DirectSink *s, visitproc visit, void *arg)
 {
 #define VISIT(f) Py_VISIT(s->f);
     SINK_FIELDS(VISIT)
+    VISIT(topics_slot.type) VISIT(cb_slot.type) VISIT(entries_slot.type) VISIT(kick_at_slot.type)
 #undef VISIT
     return 0;
 }
@@ -544,6 +579,7 @@ static int sink_clear(DirectSink *s)
 {
 #define CLEAR(f) Py_CLEAR(s->f);
     SINK_FIELDS(CLEAR)
+    CLEAR(topics_slot.type) CLEAR(cb_slot.type) CLEAR(entries_slot.type) CLEAR(kick_at_slot.type)
 #undef CLEAR
     return 0;
 }
@@ -564,6 +600,7 @@ static PyTypeObject DirectSinkType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = sink_new,
     .tp_dealloc = (destructor)sink_dealloc,
+    .tp_free = PyObject_GC_Del,
     .tp_traverse = (traverseproc)sink_traverse,
     .tp_clear = (inquiry)sink_clear,
     .tp_call = PyVectorcall_Call,
