@@ -592,3 +592,40 @@ def test_both_implementations_make_the_same_entries_and_calls(producer, monkeypa
     assert results[0][1:] == results[1][1:]
     assert [c[0] for c in results[0][1]].count("slow") > 100 and results[0][2]
     del serializer
+
+
+def test_queue_attributes_are_read_as_getattr_reads_them_when_the_queue_class_changes(producer, impl):
+    class Queue:  # a queue of the protocol's shape, its class ours to change
+        __slots__ = ("tp", "entries", "cb", "kick_at")
+
+    class Deferring(Queue):  # a subclass whose cb is never the sink's callback
+        __slots__ = ()
+        cb = property(lambda self: None)
+
+    bench = Bench(producer, 1)
+    sent = []
+    bench.collector._send_sink = lambda *args: sent.append(args)
+    queue = Queue()
+    queue.tp, queue.entries, queue.cb, queue.kick_at = TopicPartition("direct", 0), [], bench.collector._on_sink_delivery, 2
+    bench.queues[0] = queue
+    stage = bench.stage()
+    stage("k", "v1", 1, ())
+    stage("k", "v2", 2, ())
+    assert queue.entries == [(b"k", b"v1", 1, None), (b"k", b"v2", 2, None)] and bench.calls == [("kick", 0)]
+    bench.queues[0] = Queue()  # no slot set: getattr's AttributeError, naming the sink
+    with pytest.raises(AttributeError, match="cb"):
+        stage("k", "v3", 3, ())
+    assert bench.calls[-1][0] == "failed"
+    other = Deferring()
+    other.tp, other.entries, other.kick_at = TopicPartition("direct", 0), [], _NEVER
+    bench.queues[0] = other
+    stage("k", "v4", 4, ())
+    assert sent == [("direct", b"k", b"v4", 0, 4)] and other.entries == []
+    bench.queues[0] = queue
+    bench.calls.clear()
+    Queue.kick_at = property(lambda self: 1)  # the class changed: its kick_at is no longer the slot
+    stage("k", "v5", 5, ())
+    assert bench.calls == [("kick", 0)] and len(queue.entries) == 3
+    Queue.cb = property(lambda self: None)
+    stage("k", "v6", 6, ())
+    assert sent[-1] == ("direct", b"k", b"v6", 0, 6) and len(queue.entries) == 3
