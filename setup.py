@@ -19,6 +19,7 @@ setup(
         Extension(
             "eddy._murmur2",
             ["eddy/_murmur2.c"],
+            depends=["eddy/murmur2.h"],
             optional=True,
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
@@ -32,6 +33,7 @@ setup(
         Extension(
             "streams.runtime._sink",
             ["streams/runtime/_sink.c"],
+            depends=["eddy/murmur2.h"],
             optional=True,
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],
