@@ -2,7 +2,9 @@
 
 States (Kafka's KafkaStreams.State): CREATED -> REBALANCING <-> RUNNING -> PENDING_SHUTDOWN ->
 NOT_RUNNING, and PENDING_ERROR -> ERROR when a thread dies and the uncaught exception handler
-says to shut the client down.
+says to shut the client down (SHUTDOWN_CLIENT, the default) or the whole application
+(SHUTDOWN_APPLICATION: every running instance ends in ERROR, see `shutdown_requests`);
+REPLACE_THREAD starts a new thread in the dead one's place.
 
 Task placement: the group's assignor (cooperative-sticky, or range when a sub-topology reads
 several topics, since only range keeps co-partitioned topics together) hands out source
@@ -37,6 +39,7 @@ from streams.runtime.config import StreamsConfig
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.internal import plan_internal_topics
 from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
+from streams.runtime.shutdown_requests import ShutdownRequests, shutdown_topic_name, shutdown_topic_spec
 from streams.runtime.standby_placement import owners_from_members, place_standbys
 from streams.runtime.task import TaskState
 from streams.runtime.thread import StreamThread, ThreadState
@@ -79,6 +82,8 @@ _PROCESS_FILE = "eddy-process-metadata"
 #: How often the standby placement is recomputed from the group's membership (besides on every
 #: local task change): other instances joining or leaving do not always rebalance this one.
 STANDBY_REFRESH_S = 3.0
+#: How often the maintenance thread looks for another instance's SHUTDOWN_APPLICATION request.
+SHUTDOWN_POLL_S = 1.0
 
 
 def _load_process_id(app_dir: str) -> str:
@@ -129,6 +134,8 @@ class App:
         self._standby_wakeup = threading.Event()
         self._maintenance: Optional[threading.Thread] = None
         self._placed_standbys: Optional[set[TaskId]] = None  # None: membership unknown
+        self._shutdown_requests: Optional[ShutdownRequests] = None
+        self._responses: dict[StreamThread, StreamThreadExceptionResponse] = {}  # failed thread -> handler's answer
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -202,6 +209,9 @@ class App:
             self._state_directory = StateDirectory(cfg.state_dir, self.application_id)
             self._state_directory.lock_application()
             self.process_id = _load_process_id(str(self._state_directory.app_dir))
+            self._shutdown_requests = ShutdownRequests(self._backend, self._admin, self.application_id,
+                                                       self.process_id)
+            self._shutdown_requests.start()
         except BaseException:
             if self._state_directory is not None:
                 self._state_directory.close()
@@ -228,7 +238,8 @@ class App:
                     if t.error is None and t.partitions}
         plan = plan_internal_topics(self.topology, self.subtopologies, self.application_id, existing,
                                     self.config.replication_factor)
-        InternalTopicManager(self._admin).make_ready(plan.specs)
+        InternalTopicManager(self._admin).make_ready({
+            **plan.specs, shutdown_topic_name(self.application_id): shutdown_topic_spec(self.config.replication_factor)})
         return plan
 
     def _new_thread(self, index: int) -> StreamThread:
@@ -238,7 +249,8 @@ class App:
             process_id=self.process_id, source_topics=self._plan.source_topics,
             restore_listener=self._restore_listener, on_state_change=self._on_thread_state,
             on_error=self._on_thread_error, on_tasks_changed=self._on_tasks_changed,
-            assignment_strategy=self._assignment_strategy)
+            assignment_strategy=self._assignment_strategy, on_failure=self._on_thread_failure,
+            shutdown_requested=self._shutdown_requested)
         if self._fault_injector is not None:
             injector = self._fault_injector
             thread.fault_injector = lambda point, th=thread: injector(th, point)
@@ -270,28 +282,52 @@ class App:
         self._standby_wakeup.set()
 
     def _maintenance_loop(self) -> None:
-        """Off the stream threads (both need broker round trips or disk scans): recompute this
-        instance's standbys from the group's membership (see the module doc), and every
-        state.cleanup.delay.ms delete the directories of tasks this instance no longer has."""
+        """Off the stream threads (all need broker round trips or disk scans): look for another
+        instance's shutdown request every SHUTDOWN_POLL_S; recompute this instance's standbys from
+        the group's membership (see the module doc) on every local task change and every
+        STANDBY_REFRESH_S; and every state.cleanup.delay.ms delete the directories of tasks this
+        instance no longer has."""
         standbys = self.config.num_standby_replicas >= 1
         cleanup_delay_s = max(0.0, float(self.config.raw.get("state.cleanup.delay.ms", 600000)) / 1000.0)
-        next_cleanup = time.monotonic() + cleanup_delay_s
+        now = time.monotonic()
+        next_cleanup = now + cleanup_delay_s
+        next_shutdown_poll = now + SHUTDOWN_POLL_S
+        next_standbys = now + STANDBY_REFRESH_S if standbys else float("inf")
         while self._state.is_running_or_rebalancing():
-            wait = max(0.0, next_cleanup - time.monotonic())
-            if standbys:
-                wait = min(wait, STANDBY_REFRESH_S)
-            self._standby_wakeup.wait(wait)
+            due = min(next_cleanup, next_shutdown_poll, next_standbys)
+            woken = self._standby_wakeup.wait(max(0.0, due - time.monotonic()))
             self._standby_wakeup.clear()
             if not self._state.is_running_or_rebalancing():
                 break
-            if standbys:
+            now = time.monotonic()
+            if now >= next_shutdown_poll:
+                if self._shutdown_requested():
+                    break
+                next_shutdown_poll = time.monotonic() + SHUTDOWN_POLL_S
+            if standbys and (woken or now >= next_standbys):
                 placed = self._standbys_from_membership()
                 if placed != self._placed_standbys:
                     self._placed_standbys = placed
                     self._update_standbys()
-            if time.monotonic() >= next_cleanup:
+                next_standbys = time.monotonic() + STANDBY_REFRESH_S
+            if now >= next_cleanup:
                 self._clean_removed_tasks(cleanup_delay_s)
                 next_cleanup = time.monotonic() + cleanup_delay_s
+
+    def _shutdown_requested(self) -> bool:
+        """True if this instance is stopping, or some instance asked the application to shut
+        down since this one started (this one then stops to ERROR). Asked by the maintenance
+        thread and by stream threads on every assignment."""
+        if not self._state.is_running_or_rebalancing():
+            return True
+        requests = self._shutdown_requests
+        request = requests.poll() if requests is not None else None
+        if request is None:
+            return False
+        if self._begin_error_shutdown():
+            log.error("application %s: shutdown requested (%s); shutting this instance down",
+                      self.application_id, request.describe())
+        return True
 
     def _clean_removed_tasks(self, cleanup_delay_s: float) -> None:
         directory = self._state_directory
@@ -354,7 +390,11 @@ class App:
                 if t.desired_standbys != frozenset(wanted[t.index]):
                     t.set_desired_standbys(frozenset(wanted[t.index]))
 
-    def _on_thread_error(self, thread: StreamThread, exc: BaseException) -> None:
+    def _on_thread_failure(self, thread: StreamThread, exc: BaseException) -> None:
+        """On the failing thread, before it closes its tasks and leaves the group (where Kafka
+        Streams asks its handler): ask the uncaught exception handler, and for
+        SHUTDOWN_APPLICATION write the request before the group rebalances the thread's
+        partitions to another instance, which checks for requests on every assignment."""
         handler = self._exception_handler
         response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
         if handler is not None:
@@ -365,6 +405,19 @@ class App:
             if not isinstance(response, StreamThreadExceptionResponse):
                 log.error("uncaught exception handler returned %r; shutting the client down", response)
                 response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+        self._responses[thread] = response
+        if response is StreamThreadExceptionResponse.SHUTDOWN_APPLICATION and self._state.is_running_or_rebalancing():
+            log.error("%s failed (%r): asking every instance of %s to shut down", thread.name, exc,
+                      self.application_id)
+            requests = self._shutdown_requests
+            if requests is None or not requests.send(thread.name, exc):
+                log.error("the other instances of %s could not be asked to shut down; only this one stops",
+                          self.application_id)
+            self._begin_error_shutdown()
+
+    def _on_thread_error(self, thread: StreamThread, exc: BaseException) -> None:
+        """Once the failed thread is dead: replace it or shut down, as its handler answered."""
+        response = self._responses.pop(thread, StreamThreadExceptionResponse.SHUTDOWN_CLIENT)
         if response is StreamThreadExceptionResponse.REPLACE_THREAD and self._state.is_running_or_rebalancing():
             log.warning("replacing %s after: %r", thread.name, exc)
             with self._lock:
@@ -372,10 +425,18 @@ class App:
                 self.threads[self.threads.index(thread)] = replacement
             replacement.start()
             return
-        log.error("%s died (%r): shutting the client down", thread.name, exc)
-        if self._set_state(AppState.PENDING_ERROR):
-            threading.Thread(target=self._shutdown_after_error, name=f"{self.application_id}-shutdown",
-                             daemon=True).start()
+        if response is not StreamThreadExceptionResponse.SHUTDOWN_APPLICATION:
+            log.error("%s died (%r): shutting the client down", thread.name, exc)
+        self._begin_error_shutdown()
+
+    def _begin_error_shutdown(self) -> bool:
+        """PENDING_ERROR, then (off the calling thread) stop every thread and end in ERROR;
+        False if the app was already stopping."""
+        if not self._set_state(AppState.PENDING_ERROR):
+            return False
+        threading.Thread(target=self._shutdown_after_error, name=f"{self.application_id}-shutdown",
+                         daemon=True).start()
+        return True
 
     def _shutdown_after_error(self) -> None:
         for t in self.threads:

@@ -74,7 +74,14 @@ class StreamThread(threading.Thread):
                  restore_listener: Any = None, on_state_change: Callable[["StreamThread", ThreadState, ThreadState], None],
                  on_error: Callable[["StreamThread", BaseException], None],
                  on_tasks_changed: Callable[["StreamThread"], None],
-                 assignment_strategy: str = "cooperative-sticky") -> None:
+                 assignment_strategy: str = "cooperative-sticky",
+                 on_failure: Optional[Callable[["StreamThread", BaseException], None]] = None,
+                 shutdown_requested: Optional[Callable[[], bool]] = None) -> None:
+        """`on_failure` runs when the loop fails, before the thread closes its tasks and leaves
+        the group (where Kafka Streams calls its uncaught exception handler); `on_error` runs
+        once the thread is dead. `shutdown_requested` is asked on every non-empty assignment:
+        True means the application is shutting down, and the thread stops without processing
+        what it was given."""
         super().__init__(name=f"{config.application_id}-StreamThread-{index}", daemon=True)
         self.index = index
         self.topology = topology
@@ -96,6 +103,8 @@ class StreamThread(threading.Thread):
         self._cooperative = "cooperative" in assignment_strategy
         self._on_state_change = on_state_change
         self._on_error = on_error
+        self._on_failure = on_failure
+        self._shutdown_requested = shutdown_requested
         self._on_tasks_changed = on_tasks_changed
         self.state = ThreadState.CREATED
         self._state_lock = threading.Lock()
@@ -211,6 +220,8 @@ class StreamThread(threading.Thread):
         if self._abandoned:
             return
         log.info("%s: assigned %s", self.name, [f"{tp.topic}-{tp.partition}" for tp in partitions])
+        if partitions and self._shutdown_requested is not None and self._shutdown_requested():
+            self._stop_event.set()
         self.task_manager.handle_assignment(partitions)
         self._set_state(ThreadState.PARTITIONS_ASSIGNED)
 
@@ -275,6 +286,11 @@ class StreamThread(threading.Thread):
             self._abandon()
         except BaseException as exc:  # noqa: BLE001 - reported to the App's handler
             log.exception("%s failed", self.name)
+            if self._on_failure is not None:
+                try:
+                    self._on_failure(self, exc)
+                except BaseException:  # noqa: BLE001
+                    log.exception("%s: failure hook failed", self.name)
             try:
                 if self.state is not ThreadState.PENDING_SHUTDOWN:
                     self._set_state(ThreadState.PENDING_SHUTDOWN)
@@ -304,6 +320,8 @@ class StreamThread(threading.Thread):
         tm.apply_pauses()
         if msgs:
             tm.add_records(msgs)
+        if self._stop_event.is_set():
+            return  # an application shutdown seen in this consume()'s assignment: process nothing more
         if tm.tasks or tm.standbys or tm.desired_standbys:
             all_running = tm.initialize_and_restore()
         else:
