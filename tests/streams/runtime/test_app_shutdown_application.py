@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from streams import App, AppState, Processor, StreamThreadExceptionResponse, Topology, serdes
+from streams.backend_errors import InternalTopicPartitionMismatchError
 from streams.internal_topics import InternalTopicManager
 from streams.runtime.shutdown_requests import ShutdownRequests, shutdown_topic_name, shutdown_topic_spec
 
@@ -156,4 +157,20 @@ def test_shutdown_requests_count_only_requests_made_after_start(backend_config):
         second = wait_for(late.poll, 30, "the second request seen")
         assert second.offset == 1 and second.details["process_id"] == "process-2"
     finally:
+        cluster.close()
+
+
+def test_a_shutdown_topic_with_the_wrong_partition_count_fails_the_start_naming_it(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    src, sink, app_id = unique("in"), unique("out"), unique("bad-topic")
+    cluster.create_topics(1, src, sink)
+    cluster.create_topics(2, shutdown_topic_name(app_id))
+    app = App(_topology(src, sink, PassThrough), {**cluster.config, "application.id": app_id,
+                                                  "state.dir": str(tmp_path)})
+    try:
+        with pytest.raises(InternalTopicPartitionMismatchError) as caught:
+            app.start()
+        assert shutdown_topic_name(app_id) in str(caught.value) and "partition" in str(caught.value)
+    finally:
+        app.close(timeout=30)
         cluster.close()
