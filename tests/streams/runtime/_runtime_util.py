@@ -12,7 +12,7 @@ from typing import Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from streams import StreamsBuilder, serdes
+from streams import Processor, StreamsBuilder, Topology, serdes
 from streams.backends import for_config
 
 _pause = threading.Event()  # never set: waited on for short, bounded pauses
@@ -91,6 +91,27 @@ class Cluster:
         if self._producer is not None:
             self._producer.flush(10)
         self.backend.close()
+
+
+class Exploding(Processor):
+    """Passes records through, and fails on the value "boom"."""
+
+    def init(self, context):
+        self.context = context
+
+    def process(self, record):
+        if record.value == "boom":
+            raise ValueError("bad record")
+        self.context.forward(record)
+
+
+def pass_through_topology(src: str, sink: str, processor: type) -> Topology:
+    """source `src` -> `processor` -> sink `sink`, string keys and values."""
+    topo = Topology()
+    topo.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.STRING)
+    topo.add_processor("p", processor, "s")
+    topo.add_sink("k", sink, "p", key_serde=serdes.STRING, value_serde=serdes.STRING)
+    return topo
 
 
 def wordcount_topology(lines: str, out: str, store: str = "counts"):

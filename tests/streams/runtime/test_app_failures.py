@@ -7,9 +7,10 @@ import threading
 
 import pytest
 
-from streams import App, AppState, Processor, StreamThreadExceptionResponse, Topology, serdes
+from streams import App, AppState, Processor, StreamThreadExceptionResponse
 
-from _runtime_util import Cluster, count_sequences, last_counts, make_lines, unique, wait_for, wordcount_topology
+from _runtime_util import (Cluster, Exploding, count_sequences, last_counts, make_lines, pass_through_topology, unique,
+                           wait_for, wordcount_topology)
 
 
 @pytest.mark.needs_faithful_broker(reason="aborted transactional data is visible to read_committed consumers")
@@ -41,25 +42,11 @@ def test_fenced_producer_tasks_revived_exactly_once(backend_config, tmp_path):
         cluster.close()
 
 
-class Exploding(Processor):
-    def init(self, context):
-        self.context = context
-
-    def process(self, record):
-        if record.value == "boom":
-            raise ValueError("bad record")
-        self.context.forward(record)
-
-
 def _pass_through_app(cluster: Cluster, processor: type, tmp_path) -> tuple[App, str, str]:
     """source -> `processor` -> sink on fresh one-partition topics; (app, source, sink)."""
     src, sink = unique("in"), unique("out")
     cluster.create_topics(1, src, sink)
-    topo = Topology()
-    topo.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.STRING)
-    topo.add_processor("p", processor, "s")
-    topo.add_sink("k", sink, "p", key_serde=serdes.STRING, value_serde=serdes.STRING)
-    return App(topo, {**cluster.config, "application.id": unique("err"), "state.dir": str(tmp_path)}), src, sink
+    return App(pass_through_topology(src, sink, processor), {**cluster.config, "application.id": unique("err"), "state.dir": str(tmp_path)}), src, sink
 
 
 def test_processor_error_goes_to_the_handler_and_the_app_ends_in_error(backend_config, tmp_path):

@@ -11,22 +11,12 @@ import pytest
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from streams import App, AppState, Processor, StreamThreadExceptionResponse, Topology, serdes
+from streams import App, AppState, Processor, StreamThreadExceptionResponse
 from streams.backend_errors import InternalTopicPartitionMismatchError
 from streams.internal_topics import InternalTopicManager
 from streams.runtime.shutdown_requests import ShutdownRequests, shutdown_topic_name, shutdown_topic_spec
 
-from _runtime_util import Cluster, unique, wait_for
-
-
-class Exploding(Processor):
-    def init(self, context):
-        self.context = context
-
-    def process(self, record):
-        if record.value == "boom":
-            raise ValueError("bad record")
-        self.context.forward(record)
+from _runtime_util import Cluster, Exploding, pass_through_topology, unique, wait_for
 
 
 class PassThrough(Processor):
@@ -35,14 +25,6 @@ class PassThrough(Processor):
 
     def process(self, record):
         self.context.forward(record)
-
-
-def _topology(src: str, sink: str, processor: type) -> Topology:
-    topo = Topology()
-    topo.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.STRING)
-    topo.add_processor("p", processor, "s")
-    topo.add_sink("k", sink, "p", key_serde=serdes.STRING, value_serde=serdes.STRING)
-    return topo
 
 
 def _read_requests(cluster: Cluster, app_id: str, expected: int) -> list:
@@ -92,7 +74,7 @@ def _two_instances_fail(cluster: Cluster, tmp_path, src: str, sink: str, app_id:
     name of partition 0's owner; the apps are left for the caller to close."""
     apps, handled, states = {}, {}, {}
     for name in ("a", "b"):
-        app = App(_topology(src, sink, Exploding), {**cluster.config, "application.id": app_id,
+        app = App(pass_through_topology(src, sink, Exploding), {**cluster.config, "application.id": app_id,
                                                     "state.dir": str(tmp_path / name)})
         handled[name], states[name] = [], []
         app.set_uncaught_exception_handler(
@@ -122,7 +104,7 @@ def test_a_later_run_is_not_stopped_by_an_old_request(backend_config, tmp_path):
     finally:
         for app in apps.values():
             assert app.close(timeout=60)
-    again = App(_topology(src, sink, PassThrough), {**cluster.config, "application.id": app_id,
+    again = App(pass_through_topology(src, sink, PassThrough), {**cluster.config, "application.id": app_id,
                                                     "state.dir": str(tmp_path / "a")})
     try:
         again.start()
@@ -166,7 +148,7 @@ def test_a_shutdown_topic_with_the_wrong_partition_count_fails_the_start_naming_
     src, sink, app_id = unique("in"), unique("out"), unique("bad-topic")
     cluster.create_topics(1, src, sink)
     cluster.create_topics(2, shutdown_topic_name(app_id))
-    app = App(_topology(src, sink, PassThrough), {**cluster.config, "application.id": app_id,
+    app = App(pass_through_topology(src, sink, PassThrough), {**cluster.config, "application.id": app_id,
                                                   "state.dir": str(tmp_path)})
     try:
         with pytest.raises(InternalTopicPartitionMismatchError) as caught:
