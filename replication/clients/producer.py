@@ -443,6 +443,8 @@ class Producer:
                 queue.kick_at = _NEVER
                 self._active[queue] = None
                 self._wake.notify()
+                if self._max_messages > 0:
+                    self._limit_kicks_locked()  # as _kick does: the fast path after this must kick in time
 
     def _grow_topic(self, topic: str, n: int) -> list[_Queue]:
         """The queues of ``topic``, extended to ``n`` partitions (a partition count only grows)."""

@@ -113,6 +113,26 @@ def test_message_commit_stores_the_next_offset(backend, admin) -> None:
 # -- bad inputs: the errors a confluent-kafka user sees ------------------------------------
 
 
+@pytest.mark.parametrize("limit", [3, 50])
+def test_a_full_queue_refuses_the_next_record_and_keeps_the_accepted_ones(backend, admin, limit) -> None:
+    """queue.buffering.max.messages: produce() raises BufferError("Queue full") at the limit,
+    as librdkafka does, even while every record lingers; what was accepted is delivered."""
+    topic = create_topic(admin, partitions=3)
+    producer = backend.producer({"queue.buffering.max.messages": limit, "linger.ms": 60000})
+    reports: list = []
+    accepted = 0
+    with pytest.raises(BufferError, match="Queue full"):
+        for i in range(limit * 10):
+            producer.produce(topic, key=str(i).encode(), value=str(i).encode(),
+                             on_delivery=lambda err, msg: reports.append((err, msg.value())))
+            accepted += 1
+    assert accepted == limit
+    assert producer.flush(15) == 0
+    assert sorted(int(v) for err, v in reports if err is None) == list(range(limit))
+    producer.produce(topic, value=b"room again")  # flushed: the queue takes records again
+    assert producer.flush(15) == 0
+
+
 def test_produce_to_unknown_topic_fails_delivery(backend) -> None:
     producer = backend.producer({"allow.auto.create.topics": False, "topic.metadata.propagation.max.ms": 1000,
                                  "message.timeout.ms": 10000})
