@@ -67,7 +67,10 @@ class RecordCollector:
 
     def __init__(self, producer: Any, *, eos_enabled: bool = False,
                  production_handler: Optional[Callable[[Exception, Any], str]] = None,
-                 flush_timeout_s: float = 60.0, murmur2_partitioning: bool = False) -> None:
+                 flush_timeout_s: float = 60.0, murmur2_partitioning: bool = False,
+                 metadata_refresh_ms: int = 300000) -> None:
+        """`metadata_refresh_ms` (librdkafka's topic.metadata.refresh.interval.ms): how often
+        `refresh_partition_counts` looks again at the partition counts it routes keys by."""
         self.producer = producer
         self.eos_enabled = eos_enabled
         self.in_transaction = False
@@ -76,6 +79,8 @@ class RecordCollector:
         self._offsets: dict[tuple[str, int], int] = {}
         self._error: Optional[BaseException] = None
         self._partition_counts: dict[str, int] = {}
+        self._metadata_refresh_s = max(0, metadata_refresh_ms) / 1000.0
+        self._next_refresh = time.monotonic() + self._metadata_refresh_s
         self._since_poll = 0
         self._produce = producer.produce
         self._on_delivery = self._delivery_callback()
@@ -292,6 +297,30 @@ class RecordCollector:
                 raise ProductionError(f"cannot find the partitions of topic {topic!r}")
             count = self._partition_counts[topic] = len(info.partitions)
         return count
+
+    def refresh_partition_counts(self) -> None:
+        """Once per metadata refresh interval (the caller may ask more often): re-read the
+        partition count of every topic keys are routed to; where it grew, forget the remembered
+        key partitions, so keyed records go where a Kafka producer puts them after its own
+        metadata refresh. The caches are cleared in place: senders hold them."""
+        now = time.monotonic()
+        if now < self._next_refresh or not self._partition_counts:
+            return
+        self._next_refresh = now + self._metadata_refresh_s
+        for topic, count in list(self._partition_counts.items()):
+            try:
+                info = self.producer.list_topics(topic, timeout=10).topics.get(topic)
+            except KafkaException as exc:
+                log.debug("cannot refresh the partition count of %s: %s", topic, exc)
+                continue
+            if info is None or info.error is not None or len(info.partitions) <= count:
+                continue  # a count only grows; a topic without metadata keeps the known one
+            log.info("topic %s grew from %d to %d partitions: keyed records follow", topic, count,
+                     len(info.partitions))
+            self._partition_counts[topic] = len(info.partitions)
+            cache = self._key_partitions.get(topic)
+            if cache is not None:
+                cache.clear()
 
     def poll(self) -> None:
         """Serve delivery reports without blocking."""

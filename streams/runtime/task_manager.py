@@ -364,6 +364,7 @@ class TaskManager:
             task.post_commit(per_task[task.id])
         for standby in self.standbys.values():
             standby.commit()
+        self.collector.refresh_partition_counts()
         return len(tasks)
 
     def _positions(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:

@@ -200,7 +200,9 @@ class StreamThread(threading.Thread):
         self.producer = self._new_producer()
         self.collector = RecordCollector(self.producer, eos_enabled=cfg.eos_enabled,
                                          production_handler=production_handler_from_config(cfg.raw),
-                                         murmur2_partitioning=uses_murmur2(cfg.raw))
+                                         murmur2_partitioning=uses_murmur2(cfg.raw),
+                                         metadata_refresh_ms=int(cfg.raw.get("topic.metadata.refresh.interval.ms",
+                                                                             300000)))
         reader = StoreChangelogReader(self.restore_consumer, self.restore_listener, eos_enabled=cfg.eos_enabled,
                                       admin=self.admin, poll_ms=cfg.poll_ms, task_timeout_ms=cfg.task_timeout_ms)
         self.task_manager = TaskManager(
