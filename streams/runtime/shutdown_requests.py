@@ -7,10 +7,12 @@ request on a one-partition internal topic, `<application.id>-shutdown-requests`,
 changelog and repartition topics:
 
 - a request is one record: key the requesting process id, value a JSON object naming the
-  process, the stream thread and the error;
+  process, the stream thread and the error. The failing thread writes it before it leaves the
+  group, so the rebalance that hands its partitions to another instance comes after it;
 - every instance notes the topic's end offset when it starts (`ShutdownRequests.start`) and
-  polls it from its maintenance thread; an end offset past that note means a request was made
-  while the instance ran, and the instance shuts down to ERROR;
+  reads it again every second (maintenance thread) and on every assignment a stream thread
+  receives, before processing anything assigned; an end offset past that note means a request
+  was made while the instance ran, and the instance shuts down to ERROR;
 - a request made before an instance started does not stop it, just as a Kafka Streams client
   that joins after the shutdown rebalance runs normally.
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from streams.internal_topics import InternalTopicSpec
 
@@ -70,8 +73,6 @@ class ShutdownRequests:
         self._baseline: Optional[int] = None
 
     def _end_offset(self) -> Optional[int]:
-        from confluent_kafka.admin import OffsetSpec
-
         try:
             future = self.admin.list_offsets({self._tp: OffsetSpec.latest()},
                                              request_timeout=_REQUEST_TIMEOUT_S)[self._tp]
