@@ -51,6 +51,8 @@ class StreamsConfig:
     max_task_idle_ms: int
     buffered_records_per_partition: int
     task_timeout_ms: int
+    #: librdkafka's topic.metadata.refresh.interval.ms, which the record collector follows too.
+    metadata_refresh_ms: int = 300_000
 
     @property
     def eos_enabled(self) -> bool:
@@ -102,6 +104,7 @@ class StreamsConfig:
             max_task_idle_ms=_int(raw, "max.task.idle.ms", 0, -1),
             buffered_records_per_partition=_int(raw, "buffered.records.per.partition", 1000, 1),
             task_timeout_ms=_int(raw, "task.timeout.ms", 300_000, 0),
+            metadata_refresh_ms=_int(raw, "topic.metadata.refresh.interval.ms", 300_000, 0),
         )
 
     def backend_config(self) -> dict:

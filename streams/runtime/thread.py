@@ -201,8 +201,7 @@ class StreamThread(threading.Thread):
         self.collector = RecordCollector(self.producer, eos_enabled=cfg.eos_enabled,
                                          production_handler=production_handler_from_config(cfg.raw),
                                          murmur2_partitioning=uses_murmur2(cfg.raw),
-                                         metadata_refresh_ms=int(cfg.raw.get("topic.metadata.refresh.interval.ms",
-                                                                             300000)))
+                                         metadata_refresh_ms=cfg.metadata_refresh_ms)
         reader = StoreChangelogReader(self.restore_consumer, self.restore_listener, eos_enabled=cfg.eos_enabled,
                                       admin=self.admin, poll_ms=cfg.poll_ms, task_timeout_ms=cfg.task_timeout_ms)
         self.task_manager = TaskManager(
@@ -323,7 +322,8 @@ class StreamThread(threading.Thread):
         if msgs:
             tm.add_records(msgs)
         if self._stop_event.is_set():
-            return  # an application shutdown seen in this consume()'s assignment: process nothing more
+            return  # a stop asked during this consume() (close(), or an application shutdown seen in
+            # its assignment): process nothing more; what was added is committed from its first offset
         if tm.tasks or tm.standbys or tm.desired_standbys:
             all_running = tm.initialize_and_restore()
         else:

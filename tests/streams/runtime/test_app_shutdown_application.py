@@ -9,8 +9,6 @@ import json
 
 import pytest
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
 from streams import App, AppState, Processor, StreamThreadExceptionResponse
 from streams.backend_errors import InternalTopicPartitionMismatchError
 from streams.internal_topics import InternalTopicManager
@@ -27,22 +25,6 @@ class PassThrough(Processor):
         self.context.forward(record)
 
 
-def _read_requests(cluster: Cluster, app_id: str, expected: int) -> list:
-    topic = shutdown_topic_name(app_id)
-    c = cluster.backend.consumer({"group.id": unique("reader"), "enable.auto.commit": False})
-    try:
-        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        got: list = []
-
-        def read():
-            got.extend(m for m in c.consume(100, 0.2) if m.error() is None)
-            return len(got) >= expected
-        wait_for(read, 30, f"{expected} request(s) on {topic}")
-        return got
-    finally:
-        c.close()
-
-
 def test_shutdown_application_stops_every_instance(backend_config, tmp_path):
     cluster = Cluster(backend_config)
     src, sink, app_id = unique("in"), unique("out"), unique("shutdown-app")
@@ -56,7 +38,7 @@ def test_shutdown_application_stops_every_instance(backend_config, tmp_path):
         assert len(handled[owner]) == 1 and "bad record" in str(handled[owner][0])
         assert handled[other] == []
         assert states[other][-2:] == [AppState.PENDING_ERROR, AppState.ERROR]
-        [request] = _read_requests(cluster, app_id, 1)
+        [request] = cluster.read_all(shutdown_topic_name(app_id), 1, until=lambda got: len(got) >= 1)
         assert request.key().decode() == apps[owner].process_id
         details = json.loads(request.value())
         assert details["process_id"] == apps[owner].process_id and "bad record" in details["error"]
@@ -74,8 +56,8 @@ def _two_instances_fail(cluster: Cluster, tmp_path, src: str, sink: str, app_id:
     name of partition 0's owner; the apps are left for the caller to close."""
     apps, handled, states = {}, {}, {}
     for name in ("a", "b"):
-        app = App(pass_through_topology(src, sink, Exploding), {**cluster.config, "application.id": app_id,
-                                                    "state.dir": str(tmp_path / name)})
+        app = App(pass_through_topology(src, sink, Exploding),
+                  {**cluster.config, "application.id": app_id, "state.dir": str(tmp_path / name)})
         handled[name], states[name] = [], []
         app.set_uncaught_exception_handler(
             lambda exc, seen=handled[name]: seen.append(exc) or StreamThreadExceptionResponse.SHUTDOWN_APPLICATION)
@@ -104,8 +86,8 @@ def test_a_later_run_is_not_stopped_by_an_old_request(backend_config, tmp_path):
     finally:
         for app in apps.values():
             assert app.close(timeout=60)
-    again = App(pass_through_topology(src, sink, PassThrough), {**cluster.config, "application.id": app_id,
-                                                    "state.dir": str(tmp_path / "a")})
+    again = App(pass_through_topology(src, sink, PassThrough),
+                {**cluster.config, "application.id": app_id, "state.dir": str(tmp_path / "a")})
     try:
         again.start()
         assert again.wait_for_state(AppState.RUNNING, timeout=60)
@@ -148,8 +130,8 @@ def test_a_shutdown_topic_with_the_wrong_partition_count_fails_the_start_naming_
     src, sink, app_id = unique("in"), unique("out"), unique("bad-topic")
     cluster.create_topics(1, src, sink)
     cluster.create_topics(2, shutdown_topic_name(app_id))
-    app = App(pass_through_topology(src, sink, PassThrough), {**cluster.config, "application.id": app_id,
-                                                  "state.dir": str(tmp_path)})
+    app = App(pass_through_topology(src, sink, PassThrough),
+              {**cluster.config, "application.id": app_id, "state.dir": str(tmp_path)})
     try:
         with pytest.raises(InternalTopicPartitionMismatchError) as caught:
             app.start()

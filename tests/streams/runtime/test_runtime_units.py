@@ -45,6 +45,12 @@ def test_config_defaults_and_errors():
         StreamsConfig.parse({"application.id": "a", "bootstrap.servers": "x:1", "num.stream.threads": 0})
     with pytest.raises(ConfigError, match="bootstrap.servers"):
         StreamsConfig.parse({"application.id": "a"})
+    assert cfg.metadata_refresh_ms == 300_000
+    assert StreamsConfig.parse({"application.id": "a", "bootstrap.servers": "x:1",
+                                "topic.metadata.refresh.interval.ms": "1000"}).metadata_refresh_ms == 1000
+    with pytest.raises(ConfigError, match="topic.metadata.refresh.interval.ms"):
+        StreamsConfig.parse({"application.id": "a", "bootstrap.servers": "x:1",
+                             "topic.metadata.refresh.interval.ms": "soon"})
     with pytest.raises(ConfigError, match="Topology"):
         App("not a topology", {"application.id": "a", "bootstrap.servers": "x:1"})
 
