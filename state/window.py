@@ -50,15 +50,22 @@ META_OBSERVED_STREAM_TIME = META_PREFIX + b"observed_stream_time"
 
 
 class Window(NamedTuple):
+    """A window's bounds in ms (the one definition; streams.dsl re-exports it). Time windows are
+    [start, end); sliding and session windows include both ends."""
+
     start: int
     end: int
 
 
 class Windowed(NamedTuple):
-    """A key with the window (or session) it belongs to."""
+    """A key with the window (or session) it belongs to; equal and hashable by value."""
 
     key: Any
     window: Window
+
+    def __str__(self) -> str:
+        # Kafka's Windowed.toString
+        return f"[{self.key}@{self.window.start}/{self.window.end}]"
 
 
 # ------------------------------------------------------------------------------ key schemas

@@ -2,9 +2,13 @@
 
 from streams import serdes
 from streams.dsl import StreamsBuilder
+from streams.dsl.branched import Branched
+from streams.dsl.windows import EmitStrategy, JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
 from streams.processor import Processor, ProcessorContext, PunctuationType, Record
 from streams.runtime import App, AppState, StreamThreadExceptionResponse
 from streams.topology import Topology
 
 __all__ = ["Topology", "StreamsBuilder", "serdes", "Record", "Processor", "ProcessorContext",
-           "PunctuationType", "App", "AppState", "StreamThreadExceptionResponse"]
+           "PunctuationType", "App", "AppState", "StreamThreadExceptionResponse",
+           "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
+           "Window", "Windowed"]

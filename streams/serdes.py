@@ -391,3 +391,109 @@ class ConfigDefaultSerde(Serde):
 
     def deserialize(self, data: bytes | None) -> Any:
         return self._get().deserialize(data)
+
+
+# ---- windowed key serdes (Kafka's TimeWindowedSerde / SessionWindowedSerde bytes) ------------
+
+_WINDOW_TS = struct.Struct(">q")
+_MAX_TIME_MS = (1 << 63) - 1
+
+
+def _windowed_inner(inner: Any, where: str) -> Serde:
+    serde = resolve_serde(inner, where)
+    if serde is None:
+        raise SerializationError(f"{where}: needs the serde of the key inside the window, got None")
+    return serde
+
+
+def _check_windowed(obj: Any, where: str) -> Any:
+    from state.window import Windowed  # the one Windowed type (streams.dsl re-exports it)
+
+    if not isinstance(obj, Windowed):
+        raise SerializationError(f"{where} serializes Windowed(key, window) keys, got {type(obj).__name__} {obj!r}")
+    return obj
+
+
+class TimeWindowedSerde(Serde):
+    """Kafka's TimeWindowedSerde: inner key bytes + 8-byte big-endian window start. The end is not
+    in the bytes: it is start + window_size (Long.MAX_VALUE on overflow, as Kafka)."""
+
+    def __init__(self, inner: Any, window_size: Any) -> None:
+        from streams.dsl.windows import duration_ms
+
+        self.inner = _windowed_inner(inner, "serdes.time_windowed")
+        if window_size is None:
+            raise SerializationError("serdes.time_windowed: window_size must be set (the end is start + window_size)")
+        size = duration_ms(window_size, "window_size")
+        if size <= 0:
+            raise SerializationError(f"serdes.time_windowed: window_size must be positive, got {size} ms")
+        self.window_size_ms = size
+        self.name = f"time_windowed({getattr(self.inner, 'name', 'custom')}, {size})"
+
+    def serialize(self, obj: Any) -> bytes | None:
+        if obj is None:
+            return None
+        _check_windowed(obj, "serdes.time_windowed")
+        key = self.inner.serialize(obj.key)
+        if key is None:
+            raise SerializationError(f"serdes.time_windowed: key {obj.key!r} serialized to None")
+        return key + _WINDOW_TS.pack(obj.window.start)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        from state.window import Window, Windowed
+
+        if len(data) < 8:
+            raise SerializationError(
+                f"serdes.time_windowed: {len(data)} bytes is too short for key + 8-byte window start: {_preview(data)}")
+        start = _WINDOW_TS.unpack_from(data, len(data) - 8)[0]
+        end = start + self.window_size_ms
+        return Windowed(self.inner.deserialize(data[:-8]), Window(start, end if end <= _MAX_TIME_MS else _MAX_TIME_MS))
+
+
+class SessionWindowedSerde(Serde):
+    """Kafka's SessionWindowedSerde (SessionKeySchema): inner key bytes + 8-byte big-endian end +
+    8-byte big-endian start."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = _windowed_inner(inner, "serdes.session_windowed")
+        self.name = f"session_windowed({getattr(self.inner, 'name', 'custom')})"
+
+    def serialize(self, obj: Any) -> bytes | None:
+        if obj is None:
+            return None
+        from state.session import session_changelog_key  # the one SessionKeySchema encoding
+
+        _check_windowed(obj, "serdes.session_windowed")
+        key = self.inner.serialize(obj.key)
+        if key is None:
+            raise SerializationError(f"serdes.session_windowed: key {obj.key!r} serialized to None")
+        return session_changelog_key(key, obj.window.start, obj.window.end)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        from state.window import Window, Windowed
+
+        if len(data) < 16:
+            raise SerializationError(
+                f"serdes.session_windowed: {len(data)} bytes is too short for key + 16 bytes of end and start: "
+                f"{_preview(data)}")
+        n = len(data) - 16
+        end = _WINDOW_TS.unpack_from(data, n)[0]
+        start = _WINDOW_TS.unpack_from(data, n + 8)[0]
+        return Windowed(self.inner.deserialize(data[:n]), Window(start, end))
+
+
+def time_windowed(inner: Any, window_size: Any) -> TimeWindowedSerde:
+    """Serde of `Windowed` keys of time windows of `window_size` (int ms or timedelta)."""
+    return TimeWindowedSerde(inner, window_size)
+
+
+def session_windowed(inner: Any) -> SessionWindowedSerde:
+    """Serde of `Windowed` keys of session windows."""
+    return SessionWindowedSerde(inner)
+
+
+__all__ += ["TimeWindowedSerde", "SessionWindowedSerde", "time_windowed", "session_windowed"]

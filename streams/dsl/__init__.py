@@ -1,7 +1,19 @@
-"""The DSL (word-count subset): StreamsBuilder -> KStream -> KGroupedStream -> KTable."""
+"""The DSL: StreamsBuilder -> KStream -> KGroupedStream -> KTable, windows, suppress, Branched."""
 
+from streams.dsl.branched import Branched
 from streams.dsl.kstream import KGroupedStream, KStream, KTable, StreamsBuilder
 from streams.dsl.materialized import Materialized
 from streams.dsl.processors import Change
+from streams.dsl.windows import (
+    EmitStrategy,
+    JoinWindows,
+    SessionWindows,
+    SlidingWindows,
+    TimeWindows,
+    Window,
+    Windowed,
+)
 
-__all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "Materialized", "Change"]
+__all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "Materialized", "Change",
+           "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
+           "Window", "Windowed"]
