@@ -17,6 +17,7 @@ from state.memory_kv import InMemoryKeyValueStore
 from state.rocksdb_kv import RocksDBKeyValueStore
 from state.store import StateStore
 from state.session import InMemorySessionStore, RocksDBSessionStore
+from state.timestamped import TimestampedKeyValueStore
 from state.typed import TypedKeyValueStore, TypedSessionStore, TypedWindowStore
 from state.window import InMemoryWindowStore, RocksDBWindowStore
 
@@ -99,10 +100,15 @@ def segment_interval_for(retention_ms: int) -> int:
 class StoreBuilder:
     """Builds the layered, typed store for one supplier."""
 
-    def __init__(self, supplier: StoreSupplier, key_serde=None, value_serde=None) -> None:
+    def __init__(self, supplier: StoreSupplier, key_serde=None, value_serde=None, *,
+                 timestamped: bool = False) -> None:
         if not isinstance(supplier, StoreSupplier):
             raise InvalidStoreArgumentError(f"a store builder needs a store supplier, got {type(supplier).__name__}")
+        if timestamped and supplier.kind != "key_value":
+            raise InvalidStoreArgumentError(f"store {supplier.name!r}: only key-value stores can be timestamped here")
         self.supplier = supplier
+        # Values are ValueAndTimestamp (state/timestamped.py), as Kafka's TimestampedKeyValueStore.
+        self.timestamped = timestamped
         self.key_serde = key_serde
         self.value_serde = value_serde
         self._caching = False
@@ -174,6 +180,8 @@ class StoreBuilder:
                 store = ChangeLoggingKeyValueStore(store)
             if self._caching:
                 store = CachingKeyValueStore(store, self._cache)
+            if self.timestamped:
+                return TimestampedKeyValueStore(store, self.key_serde, self.value_serde)
             return TypedKeyValueStore(store, self.key_serde, self.value_serde)
         if kind == "window":
             store = ChangeLoggingWindowStore(inner) if self._logging else inner
@@ -255,6 +263,15 @@ class Stores:
         if not isinstance(supplier, KeyValueBytesStoreSupplier):
             raise InvalidStoreArgumentError(f"key_value_store_builder needs a key-value supplier, got {supplier!r}")
         return StoreBuilder(supplier, key_serde, value_serde)
+
+    @staticmethod
+    def timestamped_key_value_store_builder(supplier: KeyValueBytesStoreSupplier, key_serde=None,
+                                            value_serde=None) -> StoreBuilder:
+        """A key-value store of ValueAndTimestamp values (Kafka's timestampedKeyValueStoreBuilder)."""
+        if not isinstance(supplier, KeyValueBytesStoreSupplier):
+            raise InvalidStoreArgumentError(
+                f"timestamped_key_value_store_builder needs a key-value supplier, got {supplier!r}")
+        return StoreBuilder(supplier, key_serde, value_serde, timestamped=True)
 
     @staticmethod
     def window_store_builder(supplier: WindowBytesStoreSupplier, key_serde=None, value_serde=None) -> StoreBuilder:
