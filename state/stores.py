@@ -115,6 +115,7 @@ class StoreBuilder:
         self._logging = True
         self._log_config: dict = {}
         self._cache: Optional[ThreadCache] = None
+        self._additional_retention_ms = WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
 
     @property
     def name(self) -> str:
@@ -149,6 +150,12 @@ class StoreBuilder:
         self._log_config = {}
         return self
 
+    def with_additional_changelog_retention(self, additional_retention_ms: int) -> "StoreBuilder":
+        """Kafka's windowstore.changelog.additional.retention.ms: added to a windowed store's
+        retention for its changelog's retention.ms (default 1 day)."""
+        self._additional_retention_ms = _check_ms("additional_retention_ms", additional_retention_ms, self.name)
+        return self
+
     @property
     def caching_enabled(self) -> bool:
         return self._caching
@@ -167,7 +174,7 @@ class StoreBuilder:
         retention = getattr(self.supplier, "retention_ms", None)
         if retention is not None:
             config["cleanup.policy"] = "compact,delete"
-            config["retention.ms"] = str(retention + WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS)
+            config["retention.ms"] = str(retention + self._additional_retention_ms)
         config.update(self._log_config)
         return config
 

@@ -2,6 +2,7 @@
 
 from streams import serdes
 from streams.dsl import StreamsBuilder
+from streams.dsl import BufferConfig, Materialized, Suppressed
 from streams.dsl.branched import Branched
 from streams.dsl.windows import EmitStrategy, JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
 from streams.processor import Processor, ProcessorContext, PunctuationType, Record
@@ -11,4 +12,4 @@ from streams.topology import Topology
 __all__ = ["Topology", "StreamsBuilder", "serdes", "Record", "Processor", "ProcessorContext",
            "PunctuationType", "App", "AppState", "StreamThreadExceptionResponse",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
-           "Window", "Windowed"]
+           "Window", "Windowed", "Suppressed", "BufferConfig", "Materialized"]

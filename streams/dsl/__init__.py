@@ -4,6 +4,7 @@ from streams.dsl.branched import Branched
 from streams.dsl.kstream import KGroupedStream, KStream, KTable, StreamsBuilder
 from streams.dsl.materialized import Materialized
 from streams.dsl.processors import Change
+from streams.dsl.suppressed import BufferConfig, Suppressed
 from streams.dsl.windows import (
     EmitStrategy,
     JoinWindows,
@@ -16,4 +17,4 @@ from streams.dsl.windows import (
 
 __all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "Materialized", "Change",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
-           "Window", "Windowed"]
+           "Window", "Windowed", "Suppressed", "BufferConfig"]

@@ -1,4 +1,5 @@
-"""`Materialized`: how a DSL table is stored (name, serdes, caching, logging, store type)."""
+"""`Materialized`: how a DSL table is stored (name, serdes, caching, logging, store type, retention),
+and the store builders the windowed and session aggregations make from it (Kafka's rules)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from streams.errors import TopologyError
+
+WINDOW_CHANGELOG_ADDITIONAL_RETENTION_CONFIG = "windowstore.changelog.additional.retention.ms"
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,7 @@ class Materialized:
     log_config: Optional[dict] = None
     in_memory: bool = False
     store_supplier: Any = None
+    retention_ms: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.store_name is not None and (not isinstance(self.store_name, str) or not self.store_name):
@@ -53,6 +57,8 @@ class Materialized:
         return replace(self, caching_enabled=False)
 
     def with_logging_enabled(self, config: Optional[dict] = None) -> "Materialized":
+        if config is not None and not isinstance(config, dict):
+            raise TopologyError(f"Materialized.with_logging_enabled: config must be a dict, got {type(config).__name__}")
         return replace(self, logging_enabled=True, log_config=dict(config or {}))
 
     def with_logging_disabled(self) -> "Materialized":
@@ -60,6 +66,16 @@ class Materialized:
 
     def with_in_memory_store(self) -> "Materialized":
         return replace(self, in_memory=True)
+
+    def with_retention(self, retention: Any) -> "Materialized":
+        """How long a window or session store keeps windows (int ms or timedelta); the default is
+        window size + grace (sliding: 2 x time difference + grace; session: gap + grace)."""
+        from streams.dsl.windows import duration_ms
+
+        ms = duration_ms(retention, "retention")
+        if ms < 0:
+            raise TopologyError(f"Materialized.with_retention: retention must not be negative, got {ms} ms")
+        return replace(self, retention_ms=ms)
 
 
 def as_materialized(store: Any, where: str) -> Materialized:
@@ -70,3 +86,101 @@ def as_materialized(store: Any, where: str) -> Materialized:
     if isinstance(store, str):
         return Materialized.as_(store)
     raise TopologyError(f"{where}: store must be a name or a Materialized, got {store!r}")
+
+
+# ------------------------------------------------------------------------------ store builders
+def _finish(builder: Any, mat: Materialized, config: Optional[dict]) -> Any:
+    builder = builder.with_caching_enabled() if mat.caching_enabled else builder.with_caching_disabled()
+    if mat.logging_enabled:
+        builder = builder.with_logging_enabled(mat.log_config)
+    else:
+        builder = builder.with_logging_disabled()
+    extra = (config or {}).get(WINDOW_CHANGELOG_ADDITIONAL_RETENTION_CONFIG)
+    if extra is not None:
+        try:
+            extra = int(extra)
+        except (TypeError, ValueError):
+            raise TopologyError(
+                f"config {WINDOW_CHANGELOG_ADDITIONAL_RETENTION_CONFIG!r} must be an int (ms), got {extra!r}") from None
+        builder = builder.with_additional_changelog_retention(extra)
+    return builder
+
+
+def _supplier_of_kind(mat: Materialized, kind: str, where: str) -> Any:
+    supplier = mat.store_supplier
+    if supplier is not None and getattr(supplier, "kind", None) != kind:
+        raise TopologyError(
+            f"{where}: store {mat.store_name!r} needs a {kind.replace('_', '-')} store supplier, got {supplier!r}")
+    return supplier
+
+
+def key_value_store_builder(mat: Materialized, store_name: str, key_serde: Any = None, value_serde: Any = None,
+                            *, timestamped: bool = False, config: Optional[dict] = None) -> Any:
+    """The StoreBuilder of a table's key-value store (Materialized's serdes win over the given ones)."""
+    from state.stores import Stores
+
+    name = mat.store_name or store_name
+    supplier = _supplier_of_kind(mat, "key_value", "key-value store")
+    if supplier is None:
+        supplier = (Stores.in_memory_key_value_store(name) if mat.in_memory
+                    else Stores.persistent_key_value_store(name))
+    make = Stores.timestamped_key_value_store_builder if timestamped else Stores.key_value_store_builder
+    return _finish(make(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde), mat, config)
+
+
+def window_store_builder(mat: Materialized, store_name: str, windows: Any, key_serde: Any = None,
+                         value_serde: Any = None, *, config: Optional[dict] = None) -> Any:
+    """The StoreBuilder of a time- or sliding-windowed aggregation's window store (Kafka's
+    TimeWindowedKStreamImpl / SlidingWindowedKStreamImpl.materialize)."""
+    from state.stores import Stores
+    from streams.dsl.windows import SlidingWindows, TimeWindows
+
+    name = mat.store_name or store_name
+    supplier = _supplier_of_kind(mat, "window", "windowed aggregation")
+    if supplier is None:
+        if isinstance(windows, TimeWindows):
+            size, grace = windows.size_ms, windows.grace_ms
+            minimum = size + grace
+            retention = mat.retention_ms if mat.retention_ms is not None else minimum
+            if retention < minimum:
+                raise TopologyError(
+                    f"The retention period of the window store {name} must be no smaller than its window size "
+                    f"plus the grace period. Got size=[{size}], grace=[{grace}], retention=[{retention}]")
+        elif isinstance(windows, SlidingWindows):
+            size, grace = windows.time_difference_ms, windows.grace_ms
+            minimum = 2 * size + grace
+            retention = mat.retention_ms if mat.retention_ms is not None else minimum
+            if retention < minimum:
+                raise TopologyError(
+                    f"The retention period of the window store {name} must be no smaller than 2 * time difference "
+                    f"plus the grace period. Got time difference=[{size}], grace=[{grace}], retention=[{retention}]")
+        else:
+            raise TopologyError(f"window store {name!r}: windows must be TimeWindows or SlidingWindows, got {windows!r}")
+        make = Stores.in_memory_window_store if mat.in_memory else Stores.persistent_window_store
+        supplier = make(name, retention_ms=retention, window_size_ms=size)
+    return _finish(Stores.window_store_builder(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde),
+                   mat, config)
+
+
+def session_store_builder(mat: Materialized, store_name: str, windows: Any, key_serde: Any = None,
+                          value_serde: Any = None, *, config: Optional[dict] = None) -> Any:
+    """The StoreBuilder of a session-windowed aggregation's session store (Kafka's
+    SessionWindowedKStreamImpl.materialize)."""
+    from state.stores import Stores
+    from streams.dsl.windows import SessionWindows
+
+    name = mat.store_name or store_name
+    if not isinstance(windows, SessionWindows):
+        raise TopologyError(f"session store {name!r}: windows must be SessionWindows, got {windows!r}")
+    supplier = _supplier_of_kind(mat, "session", "session-windowed aggregation")
+    if supplier is None:
+        gap, grace = windows.gap_ms, windows.grace_ms
+        retention = mat.retention_ms if mat.retention_ms is not None else gap + grace
+        if retention < gap + grace:
+            raise TopologyError(
+                f"The retention period of the session store {name} must be no smaller than the session inactivity "
+                f"gap plus the grace period. Got gap=[{gap}], grace=[{grace}], retention=[{retention}]")
+        make = Stores.in_memory_session_store if mat.in_memory else Stores.persistent_session_store
+        supplier = make(name, retention_ms=retention)
+    return _finish(Stores.session_store_builder(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde),
+                   mat, config)
