@@ -121,6 +121,14 @@ class ReadOnlyKeyValueView(_View):
 
 
 class ReadOnlyWindowView(_View):
+    """Timestamped window stores show plain values unless `timestamped=True` (Kafka's
+    windowStore() vs timestampedWindowStore() query types)."""
+
+    def __init__(self, stores: Any, name: Optional[str] = None, *, timestamped: bool = False) -> None:
+        super().__init__(stores, name)
+        self._map = None if timestamped else _unwrap
+        self.timestamped = timestamped
+
     def fetch(self, key: Any, time_from: Any, time_to: Any = None) -> Any:
         """`fetch(key, window_start)` -> value or None; `fetch(key, t0, t1)` -> (window_start, value)
         for the windows of `key` starting in [t0, t1]."""
@@ -131,28 +139,28 @@ class ReadOnlyWindowView(_View):
             for store in self._open_stores():
                 value = store.fetch(key, t0)
                 if value is not None:
-                    return value
+                    return value.value if self._map and isinstance(value, ValueAndTimestamp) else value
             return None
         t1 = time_ms(time_to, "time_to")
-        return self._chain(store.fetch(key, t0, t1) for store in self._open_stores())
+        return self._chain((store.fetch(key, t0, t1) for store in self._open_stores()), self._map)
 
     def backward_fetch(self, key: Any, time_from: Any, time_to: Any) -> KeyValueIterator:
         t0, t1 = time_ms(time_from, "time_from"), time_ms(time_to, "time_to")
-        return self._chain(store.backward_fetch(key, t0, t1) for store in self._open_stores())
+        return self._chain((store.backward_fetch(key, t0, t1) for store in self._open_stores()), self._map)
 
     def fetch_range(self, key_from: Any, key_to: Any, time_from: Any, time_to: Any) -> KeyValueIterator:
         t0, t1 = time_ms(time_from, "time_from"), time_ms(time_to, "time_to")
-        return self._chain(store.fetch_range(key_from, key_to, t0, t1) for store in self._open_stores())
+        return self._chain((store.fetch_range(key_from, key_to, t0, t1) for store in self._open_stores()), self._map)
 
     def fetch_all(self, time_from: Any, time_to: Any) -> KeyValueIterator:
         t0, t1 = time_ms(time_from, "time_from"), time_ms(time_to, "time_to")
-        return self._chain(store.fetch_all(t0, t1) for store in self._open_stores())
+        return self._chain((store.fetch_all(t0, t1) for store in self._open_stores()), self._map)
 
     def all(self) -> KeyValueIterator:
-        return self._chain(store.all() for store in self._open_stores())
+        return self._chain((store.all() for store in self._open_stores()), self._map)
 
     def backward_all(self) -> KeyValueIterator:
-        return self._chain(store.backward_all() for store in self._open_stores())
+        return self._chain((store.backward_all() for store in self._open_stores()), self._map)
 
 
 class ReadOnlySessionView(_View):
@@ -192,7 +200,7 @@ def read_only_view(stores: Any, name: Optional[str] = None, *, timestamped: bool
     if hasattr(first, "find_sessions"):
         return ReadOnlySessionView(stores, name)
     if hasattr(first, "fetch_all"):
-        return ReadOnlyWindowView(stores, name)
+        return ReadOnlyWindowView(stores, name, timestamped=timestamped)
     if hasattr(first, "get") and hasattr(first, "range"):
         return ReadOnlyKeyValueView(stores, name, timestamped=timestamped)
     raise InvalidStateStoreError(f"store {name or getattr(first, 'name', first)!r} cannot be queried: "

@@ -280,6 +280,14 @@ class SuppressProcessorLogic:
                         self._ser(self.value_serde, old), context)
         self._enforce_constraints()
 
+    def view_value(self, key: Any, parent_get: Any) -> Any:
+        """What the suppressed table shows for `key` (Kafka's suppress value getter): the prior
+        value while the key is buffered (what downstream last saw), else the parent's value."""
+        buffered, prior = self.buffer.prior_value_for_buffered(self._ser(self.key_serde, key))
+        if buffered:
+            return self._de(self.value_serde, prior)
+        return parent_get(key)
+
     def _over_capacity(self) -> bool:
         buffer = self.buffer
         return ((self.max_records is not None and buffer.num_records() > self.max_records)

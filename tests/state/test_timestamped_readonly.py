@@ -138,3 +138,23 @@ def test_not_queryable():
         read_only_view([])
     with pytest.raises(InvalidStateStoreError, match="cannot be queried"):
         read_only_view(object(), "x")
+
+
+def test_timestamped_window_store_view_unwraps(tmp_path):
+    from streams.dsl import Materialized, TimeWindows
+    from streams.dsl.materialized import window_store_builder
+
+    builder = window_store_builder(Materialized.as_("tw").with_in_memory_store().with_caching_disabled(), "gen",
+                                   TimeWindows.of_size_with_no_grace(10), serdes.STRING, serdes.INT64,
+                                   timestamped=True)
+    store, ctx = build(builder, tmp_path)
+    store.put("a", ValueAndTimestamp(4, 7), 0)
+    # the changelog value is Kafka's timestamped format: 8-byte timestamp + value
+    assert ctx.logged_changes[0][2] == (7).to_bytes(8, "big") + (4).to_bytes(8, "big")
+    assert list(store.fetch("a", 0, 0)) == [(0, ValueAndTimestamp(4, 7))]
+    view = read_only_view(store)
+    assert list(view.fetch("a", 0, 10)) == [(0, 4)]
+    assert view.fetch("a", 0) == 4
+    assert list(view.all()) == [(Windowed("a", Window(0, 10)), 4)]
+    assert list(read_only_view(store, timestamped=True).fetch("a", 0, 10)) == [(0, ValueAndTimestamp(4, 7))]
+    store.close()

@@ -145,3 +145,14 @@ def test_final_results_need_windowed_keys():
                           key_serde=serdes.STRING)
     with pytest.raises(InvalidSuppressedError, match="Windowed"):
         logic.process("plain", 1, None, c(1))
+
+
+def test_view_value_shows_prior_while_buffered():
+    logic, out = make_logic(Suppressed.until_time_limit(10, BufferConfig.unbounded()), key_serde=serdes.STRING)
+    parent = {"a": 5, "b": 9}
+    logic.process("a", 5, 1, c(0))
+    logic.process("a", 6, 5, c(1))
+    assert logic.view_value("a", parent.get) == 1  # downstream has seen 1 (the prior value) so far
+    assert logic.view_value("b", parent.get) == 9  # not buffered: the parent's value
+    logic.process("b", 1, None, c(10))  # "a" emitted
+    assert logic.view_value("a", parent.get) == 5
