@@ -21,7 +21,7 @@ from streams.errors import TopologyError
 
 __all__ = [
     "InvalidWindowsError", "TimeWindows", "SlidingWindows", "SessionWindows", "JoinWindows",
-    "EmitStrategy", "Window", "Windowed", "duration_ms",
+    "EmitStrategy", "Window", "Windowed", "duration_ms", "LateRecordReporter", "window_closed",
 ]
 
 MAX_TIME_MS = (1 << 63) - 1
@@ -244,3 +244,38 @@ class EmitStrategy(_Spec):
     @property
     def emits_on_close(self) -> bool:
         return self.type == self.ON_WINDOW_CLOSE
+
+
+class LateRecordReporter:
+    """Counts and logs records dropped for arriving after their window closed (window end + grace
+    <= stream time): every drop increments `sensor.count` (dropped-records); the WARN is logged
+    once per task and window, remembering the last `max_remembered` windows per task."""
+
+    def __init__(self, sensor: Any, task_id: Any, *, logger: Any = None, max_remembered: int = 10_000) -> None:
+        import logging
+        from collections import OrderedDict
+
+        self.sensor = sensor
+        self.task_id = task_id
+        self.log = logger or logging.getLogger(__name__)
+        self._logged: "OrderedDict[tuple, None]" = OrderedDict()
+        self._max = max_remembered
+
+    def report(self, key: Any, timestamp: int, window: Window, close_time: int, stream_time: int,
+               topic: str = "", partition: int = -1, offset: int = -1) -> None:
+        self.sensor.count += 1
+        marker = (window.start, window.end)
+        if marker in self._logged:
+            return
+        self._logged[marker] = None
+        if len(self._logged) > self._max:
+            self._logged.popitem(last=False)
+        self.log.warning(
+            "task %s: skipping record for expired window. key=[%r] topic=[%s] partition=[%d] offset=[%d] "
+            "timestamp=[%d] window=[%d,%d) expiration=[%d] streamTime=[%d]",
+            self.task_id, key, topic, partition, offset, timestamp, window.start, window.end, close_time, stream_time)
+
+
+def window_closed(window_end: int, grace_ms: int, stream_time: int) -> bool:
+    """Kafka's rule for time windows: a window is closed once window end + grace <= stream time."""
+    return window_end + grace_ms <= stream_time

@@ -115,3 +115,28 @@ def test_one_window_definition():
     import streams.dsl
     assert streams.dsl.Window is state.window.Window is streams.Window
     assert streams.dsl.Windowed is state.window.Windowed is streams.Windowed
+
+
+def test_window_closed_rule():
+    # [0,10) with grace 5 closes when stream time reaches 15
+    from streams.dsl.windows import window_closed
+    assert not window_closed(10, 5, 14)
+    assert window_closed(10, 5, 15)
+
+
+def test_late_record_reporter_counts_every_drop_and_warns_once_per_window(caplog):
+    import logging
+
+    from streams.dsl.windows import LateRecordReporter
+    from streams.metrics import MetricsRegistry, task_dropped_records_sensor
+
+    reg = MetricsRegistry()
+    reporter = LateRecordReporter(task_dropped_records_sensor(reg, "t1", "0_0"), "0_0")
+    with caplog.at_level(logging.WARNING, logger="streams.dsl.windows"):
+        reporter.report("a", 3, Window(0, 10), 10, 20)
+        reporter.report("b", 4, Window(0, 10), 10, 20)
+        reporter.report("a", 12, Window(10, 20), 20, 30)
+    assert reg.value("dropped-records-total", task_id="0_0") == 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert "window=[0,10)" in warnings[0] and "streamTime=[20]" in warnings[0]
