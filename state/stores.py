@@ -220,7 +220,7 @@ class Stores:
     def _window_supplier(name, retention_ms, window_size_ms, retain_duplicates, persistent):
         _check_name(name)
         _check_ms("retention_ms", retention_ms, name)
-        _check_ms("window_size_ms", window_size_ms, name, minimum=1)
+        _check_ms("window_size_ms", window_size_ms, name)  # >= 0, as Kafka
         if window_size_ms > retention_ms:
             raise InvalidStoreArgumentError(
                 f"store {name!r}: retention_ms ({retention_ms}) must be >= window_size_ms ({window_size_ms})"

@@ -336,9 +336,10 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
                  retain_duplicates: bool = False, persistent: bool) -> None:
         super().__init__(name, retention_ms=retention_ms, segment_interval_ms=segment_interval_ms,
                          persistent=persistent)
-        if not isinstance(window_size_ms, int) or window_size_ms <= 0:
+        # 0 is valid (Kafka): sliding windows of time difference 0 and join windows of 0 are [t, t]
+        if not isinstance(window_size_ms, int) or isinstance(window_size_ms, bool) or window_size_ms < 0:
             raise InvalidStoreArgumentError(
-                f"state store {name!r}: window_size_ms must be a positive int, got {window_size_ms!r}"
+                f"state store {name!r}: window_size_ms must be a non-negative int, got {window_size_ms!r}"
             )
         self.window_size_ms = window_size_ms
         self.retain_duplicates = retain_duplicates

@@ -212,7 +212,9 @@ def test_window_supplier_validation():
     with pytest.raises(InvalidStoreArgumentError, match="retention_ms"):
         Stores.persistent_window_store("w", retention_ms=10, window_size_ms=100)
     with pytest.raises(InvalidStoreArgumentError, match="window_size_ms"):
-        Stores.in_memory_window_store("w", retention_ms=10, window_size_ms=0)
+        Stores.in_memory_window_store("w", retention_ms=10, window_size_ms=-1)
+    # Kafka accepts a window size of 0 (sliding/join windows of time difference 0)
+    assert Stores.in_memory_window_store("w", retention_ms=10, window_size_ms=0).window_size_ms == 0
     assert Stores.persistent_window_store("w", 10 * MIN, 1000).segment_interval_ms == 5 * MIN
     assert Stores.persistent_window_store("w", MIN, 1000).segment_interval_ms == MIN
 
@@ -221,4 +223,16 @@ def test_restore_batch_rejects_malformed_changelog_key(cls, ctx):
     store = make(cls, ctx)
     with pytest.raises(StateError, match="'w'.*malformed changelog key b'short'"):
         store.restore_batch([(window_changelog_key(b"a", 0, 0), b"1"), (b"short", b"2")])
+    store.close()
+
+
+def test_zero_size_windows(tmp_path):
+    from streams import serdes
+
+    store = Stores.window_store_builder(Stores.in_memory_window_store("z", retention_ms=100, window_size_ms=0),
+                                        serdes.STRING, serdes.INT64).with_logging_disabled().build()
+    store.init(RecordingContext(tmp_path / "0_0"))
+    store.put("a", 1, 5)
+    assert list(store.fetch("a", 5, 5)) == [(5, 1)]
+    assert list(store.all()) == [(Windowed("a", Window(5, 5)), 1)]  # [t, t]
     store.close()

@@ -91,3 +91,8 @@ def test_key_value_builder(tmp_path):
     b = key_value_store_builder(Materialized.as_("kv").with_in_memory_store(), "gen", serdes.STRING, serdes.INT64,
                                 timestamped=True)
     assert b.timestamped and b.name == "kv" and b.changelog_topic_config() == {"cleanup.policy": "compact"}
+
+
+def test_sliding_windows_of_zero_difference_get_a_store():
+    b = window_store_builder(Materialized.as_("z"), "gen", SlidingWindows.of_time_difference_and_grace(0, 4))
+    assert b.supplier.window_size_ms == 0 and b.supplier.retention_ms == 4
