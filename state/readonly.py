@@ -17,7 +17,6 @@ milliseconds or `datetime.datetime` / `datetime.timedelta` since the epoch.
 from __future__ import annotations
 
 import datetime
-from itertools import chain
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from state.errors import InvalidStoreArgumentError, InvalidStateStoreError
