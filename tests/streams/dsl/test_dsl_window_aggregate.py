@@ -1,0 +1,204 @@
+"""Windowed aggregation logic on real in-memory stores, with expected outputs derived by hand from
+Kafka's KStreamWindowAggregate / KStreamSessionWindowAggregate rules."""
+
+import pytest
+
+from streams import serdes
+from streams.dsl import EmitStrategy, Materialized, SessionWindows, TimeWindows, Window, Windowed
+from streams.dsl.materialized import session_store_builder, window_store_builder
+from streams.dsl.window_aggregate import SessionWindowAggregateLogic, TimeWindowAggregateLogic
+from streams.dsl.windows import LateRecordReporter
+from streams.metrics import MetricsRegistry, task_dropped_records_sensor
+
+
+
+class Context:
+    """The StoreContext an in-memory, unlogged store needs."""
+
+    application_id = "app"
+    config = {}
+
+    def __init__(self, task_dir):
+        self.task_dir = task_dir
+        self.registered = []
+
+    def store_dir(self, name):
+        return self.task_dir / name
+
+    def register(self, store, restore_callback, *, logged):
+        self.registered.append(store.name)
+
+    def log_change(self, *args, **kwargs):
+        raise AssertionError("unlogged stores must not log")
+
+
+@pytest.fixture
+def reg():
+    return MetricsRegistry()
+
+
+def opened(builder, tmp_path):
+    store = builder.build()
+    store.init(Context(tmp_path))
+    return store
+
+
+def count_logic(tmp_path, reg, windows, retention=None, **kw):
+    mat = Materialized.as_("agg").with_in_memory_store().with_caching_disabled().with_logging_disabled()
+    if retention is not None:
+        mat = mat.with_retention(retention)
+    store = opened(window_store_builder(mat, "agg", windows, serdes.STRING, serdes.INT64, timestamped=True), tmp_path)
+    out = []
+    late = LateRecordReporter(task_dropped_records_sensor(reg, "t", "0_0"), "0_0")
+    logic = TimeWindowAggregateLogic(windows, store, lambda: 0, lambda k, v, agg: agg + 1,
+                                     lambda k, new, old, ts: out.append((k, new, old, ts)), late=late, **kw)
+    return logic, out, store
+
+
+def W(key, start, end):
+    return Windowed(key, Window(start, end))
+
+
+def test_tumbling_count_out_of_order_and_late(tmp_path, reg):
+    logic, out, _ = count_logic(tmp_path, reg, TimeWindows.of_size_and_grace(10, 5), send_old_values=True)
+    for key, ts in [("a", 1), ("a", 3), ("a", 12), ("a", 2), ("b", 16), ("a", 9)]:
+        logic.process(key, "x", ts)
+    assert out == [
+        (W("a", 0, 10), 1, 0, 1),   # a new window's old value is the initializer's (Kafka)
+        (W("a", 0, 10), 2, 1, 3),
+        (W("a", 10, 20), 1, 0, 12),
+        (W("a", 0, 10), 3, 2, 3),   # out of order but before end + grace (close time 7): kept, ts stays 3
+        (W("b", 10, 20), 1, 0, 16),
+        # a@9: stream time 16, close time 11 >= end 10: dropped
+    ]
+    assert reg.value("dropped-records-total", task_id="0_0") == 1
+
+
+def test_window_end_plus_grace_boundary(tmp_path, reg):
+    logic, out, _ = count_logic(tmp_path, reg, TimeWindows.of_size_and_grace(10, 5))
+    logic.process("a", "x", 15)   # close time 10: [0,10) is closed exactly at end + grace
+    logic.process("a", "x", 9)
+    logic.process("b", "x", 14)   # close time still 10 < end 20: accepted
+    assert out == [(W("a", 10, 20), 1, None, 15), (W("b", 10, 20), 1, None, 15 - 1)]
+    assert reg.value("dropped-records-total", task_id="0_0") == 1
+
+
+def test_hopping_updates_every_window(tmp_path, reg):
+    logic, out, store = count_logic(tmp_path, reg, TimeWindows.of_size_with_no_grace(10).advance_by(5))
+    logic.process("a", "x", 7)
+    logic.process("a", "x", 12)
+    assert out == [(W("a", 0, 10), 1, None, 7), (W("a", 5, 15), 1, None, 7),
+                   (W("a", 5, 15), 2, None, 12), (W("a", 10, 20), 1, None, 12)]
+    # retention = size + grace = 10: the store no longer returns [0,10) once it has seen start 10
+    # (Kafka: nothing starting at or before observed - retention); that window is closed anyway
+    assert [(w.window.start, v.value) for w, v in store.all()] == [(5, 2), (10, 1)]
+
+
+def test_emit_on_window_close_emits_each_window_once(tmp_path, reg):
+    logic, out, _ = count_logic(tmp_path, reg, TimeWindows.of_size_and_grace(10, 5),
+                                emit_strategy=EmitStrategy.on_window_close())
+    logic.process("a", "x", 1)
+    logic.process("a", "x", 3)
+    logic.process("b", "x", 12)   # close time 7: nothing closed
+    assert out == []
+    logic.process("c", "x", 15)   # close time 10: [0,10) closes
+    assert out == [(W("a", 0, 10), 2, None, 3)]
+    logic.process("a", "x", 17)   # close time 12: no new window closed
+    assert len(out) == 1
+    logic.process("a", "x", 4)    # late for [0,10): dropped, not emitted again
+    logic.process("a", "x", 25)   # close time 20: [10,20) closes for a, b, c
+    assert out[1:] == [(W("a", 10, 20), 1, None, 17), (W("b", 10, 20), 1, None, 12), (W("c", 10, 20), 1, None, 15)]
+    assert reg.value("dropped-records-total", task_id="0_0") == 1
+
+
+def test_emit_interval_throttles_by_wall_clock(tmp_path, reg):
+    now = {"t": 0}
+    logic, out, _ = count_logic(tmp_path, reg, TimeWindows.of_size_with_no_grace(10), retention=1000,
+                                emit_strategy=EmitStrategy.on_window_close(), emit_interval_ms=1000,
+                                wall_clock=lambda: now["t"])
+    logic.process("a", "x", 1)   # uses the scan of wall-clock interval [0, 1000): nothing closed yet
+    now["t"] = 1000
+    logic.process("a", "x", 10)  # [0,10) closed
+    assert out == [(W("a", 0, 10), 1, None, 1)]
+    logic.process("a", "x", 20)  # [10,20) closed but the interval has not passed
+    assert len(out) == 1
+    now["t"] = 2000
+    logic.process("a", "x", 21)
+    assert out[1:] == [(W("a", 10, 20), 1, None, 10)]
+
+
+def test_throttled_scan_is_forced_before_retention_drops_a_window(tmp_path, reg):
+    now = {"t": 0}
+    logic, out, _ = count_logic(tmp_path, reg, TimeWindows.of_size_with_no_grace(10),  # retention 10
+                                emit_strategy=EmitStrategy.on_window_close(), emit_interval_ms=1000,
+                                wall_clock=lambda: now["t"])
+    logic.process("a", "x", 1)
+    logic.process("a", "x", 20)  # throttled, but the put at start 20 would expire [0,10): emitted now
+    assert out == [(W("a", 0, 10), 1, None, 1)]
+
+
+def test_emit_on_close_survives_a_jump_past_retention(tmp_path, reg):
+    logic, out, _ = count_logic(tmp_path, reg, TimeWindows.of_size_and_grace(10, 5),
+                                emit_strategy=EmitStrategy.on_window_close())
+    logic.process("a", "x", 1)
+    logic.process("a", "x", 100)  # far past [0,10)'s retention: its final result is still emitted
+    assert out == [(W("a", 0, 10), 1, None, 1)]
+
+
+def session_logic(tmp_path, reg, windows, **kw):
+    mat = Materialized.as_("sess").with_in_memory_store().with_caching_disabled().with_logging_disabled()
+    store = opened(session_store_builder(mat, "sess", windows, serdes.STRING, serdes.INT64), tmp_path)
+    out = []
+    late = LateRecordReporter(task_dropped_records_sensor(reg, "t", "0_0"), "0_0")
+    logic = SessionWindowAggregateLogic(windows, store, lambda: 0, lambda k, v, agg: agg + 1,
+                                        lambda k, a, b: a + b, lambda k, new, old, ts: out.append((k, new, old, ts)),
+                                        late=late, **kw)
+    return logic, out, store
+
+
+def test_sessions_merge_with_tombstones(tmp_path, reg):
+    logic, out, store = session_logic(tmp_path, reg, SessionWindows.of_inactivity_gap_and_grace(5, 100),
+                                      send_old_values=True)
+    logic.process("a", "x", 0)
+    logic.process("a", "x", 3)   # within the gap: [0,0] merges into [0,3]
+    logic.process("a", "x", 20)  # a new session
+    logic.process("a", "x", 10)  # a new session [10,10]
+    logic.process("a", "x", 14)  # bridges [10,10] and... [20,20] is 6 away: only [10,10]
+    logic.process("a", "x", 17)  # bridges [10,14] and [20,20]
+    assert out == [
+        (W("a", 0, 0), 1, None, 0),
+        (W("a", 0, 0), None, 1, 0),       # tombstone of the merged-away session, at its end
+        (W("a", 0, 3), 2, None, 3),
+        (W("a", 20, 20), 1, None, 20),
+        (W("a", 10, 10), 1, None, 10),
+        (W("a", 10, 10), None, 1, 10),
+        (W("a", 10, 14), 2, None, 14),
+        (W("a", 10, 14), None, 2, 14),
+        (W("a", 20, 20), None, 1, 20),
+        (W("a", 10, 20), 4, None, 20),
+    ]
+    assert list(store.fetch("a")) == [(W("a", 0, 3), 2), (W("a", 10, 20), 4)]
+
+
+def test_session_same_timestamp_updates_in_place_and_late_sessions_drop(tmp_path, reg):
+    logic, out, _ = session_logic(tmp_path, reg, SessionWindows.of_inactivity_gap_with_no_grace(5))
+    logic.process("a", "x", 0)
+    logic.process("a", "x", 0)   # same window: no tombstone, updated
+    logic.process("a", "x", 20)
+    logic.process("a", "x", 10)  # [10,10] ends before stream time 20 - grace 0: dropped
+    logic.process("a", "x", 16)  # merges with [20,20] (end 20 >= 16 - 5 ... start 20 <= 21)
+    assert out == [(W("a", 0, 0), 1, None, 0), (W("a", 0, 0), 2, None, 0), (W("a", 20, 20), 1, None, 20),
+                   (W("a", 20, 20), None, None, 20), (W("a", 16, 20), 2, None, 20)]
+    assert reg.value("dropped-records-total", task_id="0_0") == 1
+
+
+def test_sessions_emit_on_close(tmp_path, reg):
+    logic, out, _ = session_logic(tmp_path, reg, SessionWindows.of_inactivity_gap_with_no_grace(5),
+                                  emit_strategy=EmitStrategy.on_window_close())
+    logic.process("a", "x", 0)
+    logic.process("a", "x", 3)   # merged into [0,3]; no tombstones with emit-on-close
+    assert out == []
+    logic.process("a", "x", 10)  # close time 10: [0,3] ended
+    assert out == [(W("a", 0, 3), 2, None, 3)]
+    logic.process("b", "x", 20)  # close time 20: [10,10] ended
+    assert out[1:] == [(W("a", 10, 10), 1, None, 10)]
