@@ -19,9 +19,9 @@ from typing import Any, Callable, Optional
 
 from state.timestamped import ValueAndTimestamp
 from state.window import MAX_TIMESTAMP, Window, Windowed
-from streams.dsl.windows import EmitStrategy, LateRecordReporter, SessionWindows, TimeWindows
+from streams.dsl.windows import EmitStrategy, LateRecordReporter, SessionWindows, SlidingWindows, TimeWindows
 
-__all__ = ["TimeWindowAggregateLogic", "SessionWindowAggregateLogic"]
+__all__ = ["TimeWindowAggregateLogic", "SessionWindowAggregateLogic", "SlidingWindowAggregateLogic"]
 
 NO_TIMESTAMP = -1
 Forward = Callable[[Windowed, Any, Any, int], None]
@@ -233,3 +233,144 @@ class SessionWindowAggregateLogic:
                     closed.append((session, agg))
         closed.sort(key=lambda pair: pair[0].window.end)  # Kafka's store is ordered by end time
         return closed
+
+
+class SlidingWindowAggregateLogic:
+    """Sliding window aggregation over a typed window store of ValueAndTimestamp (Kafka's
+    KStreamSlidingWindowAggregate, forward-iterator form): each record updates the windows that
+    contain it, creates its left window [t - d, t], its right window [t + 1, t + 1 + d] when a
+    later record falls in it, and the previous record's right window when this record falls in it.
+    Records earlier than d share the window [0, d]. Windows are [start, start + d], ends inclusive;
+    a window is closed once its end < stream time - grace."""
+
+    def __init__(self, windows: SlidingWindows, store: Any, initializer: Callable[[], Any],
+                 aggregator: Callable[[Any, Any, Any], Any], forward: Forward, *,
+                 late: LateRecordReporter, send_old_values: bool = False) -> None:
+        self.windows = windows
+        self.diff = windows.time_difference_ms
+        self.store = store
+        self.initializer = initializer
+        self.aggregator = aggregator
+        self.forward = forward
+        self.late = late
+        self.send_old_values = send_old_values
+        self.observed_stream_time = NO_TIMESTAMP
+        self._where: tuple = ("", -1, -1)
+
+    def process(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
+                offset: int = -1) -> None:
+        """Aggregate one record; a None value is dropped and counted here, as Kafka does for
+        sliding windows (a None key is the caller's)."""
+        self._where = (topic, partition, offset)
+        if timestamp > self.observed_stream_time:
+            self.observed_stream_time = timestamp
+        close_time = self.observed_stream_time - self.windows.grace_ms
+        diff = self.diff
+        if value is None or timestamp + 1 + diff <= close_time:
+            self.late.report(key, timestamp, Window(max(0, timestamp - diff), timestamp), close_time,
+                             self.observed_stream_time, topic, partition, offset)
+            return
+        if timestamp < diff:
+            self._process_early(key, value, timestamp, close_time)
+        else:
+            self._process_in_order(key, value, timestamp, close_time)
+
+    def _existing(self, key: Any, time_from: int, time_to: int) -> list:
+        with self.store.fetch_range(key, key, time_from, time_to) as it:
+            return list(it)
+
+    def _process_in_order(self, key: Any, value: Any, t: int, close_time: int) -> None:
+        diff = self.diff
+        starts = set()
+        left_agg = right_agg = None
+        left_created = right_created = False
+        previous = None
+        for windowed, vat in self._existing(key, max(0, t - 2 * diff), t + 1):
+            start = windowed.window.start
+            starts.add(start)
+            end = start + diff
+            if end < t:
+                left_agg = vat
+                previous = vat.timestamp
+            elif end == t:
+                left_created = True
+                if vat.timestamp < t:
+                    previous = vat.timestamp
+                self._update(windowed.window, vat, key, value, close_time, t)
+            elif start <= t:  # end > t: a window containing t
+                right_agg = vat
+                self._update(windowed.window, vat, key, value, close_time, t)
+            elif start == t + 1:
+                right_created = True
+            else:  # pragma: no cover - the fetch bounds exclude it
+                raise AssertionError(f"unexpected sliding window start {start} for a record at {t}")
+        self._create_windows(key, value, t, close_time, starts, right_agg, left_agg, left_created,
+                             right_created, previous)
+
+    def _process_early(self, key: Any, value: Any, t: int, close_time: int) -> None:
+        """0 <= t < d: the record goes into [0, d] (no negative starts), as Kafka's processEarly."""
+        diff = self.diff
+        combined = None
+        right_agg = None
+        right_created = False
+        starts = set()
+        previous = None
+        for windowed, vat in self._existing(key, 0, t + 1):
+            start = windowed.window.start
+            starts.add(start)
+            if start == 0:
+                combined = (windowed, vat)
+                if vat.timestamp < t:
+                    previous = vat.timestamp
+            elif start <= t:
+                right_agg = vat
+                self._update(windowed.window, vat, key, value, close_time, t)
+            elif start == t + 1:
+                right_created = True
+            else:  # pragma: no cover - the fetch bounds exclude it
+                raise AssertionError(f"unexpected sliding window start {start} for a record at {t}")
+        if right_agg is None and combined is not None and combined[1].timestamp > t:
+            right_agg = combined[1]
+        if not right_created and right_agg is not None and right_agg.timestamp > t:
+            self._create_right_window(key, t, right_agg)
+        if previous is not None and previous + 1 not in starts:
+            self._update(Window(previous + 1, previous + 1 + diff), ValueAndTimestamp(self.initializer(), t),
+                         key, value, close_time, t)
+        if combined is None:
+            self._update(Window(0, diff), ValueAndTimestamp(self.initializer(), t), key, value, close_time, t)
+        else:
+            self._update(combined[0].window, combined[1], key, value, close_time, t)
+
+    def _create_windows(self, key: Any, value: Any, t: int, close_time: int, starts: set, right_agg: Any,
+                        left_agg: Any, left_created: bool, right_created: bool, previous: Optional[int]) -> None:
+        diff = self.diff
+        if previous is not None:
+            previous_right_start = previous + 1
+            if previous_right_start not in starts and previous_right_start + diff >= t:
+                self._update(Window(previous_right_start, previous_right_start + diff),
+                             ValueAndTimestamp(self.initializer(), t), key, value, close_time, t)
+        if not left_created:
+            if previous is not None and t - diff <= previous:  # the left window holds the previous record
+                initial = ValueAndTimestamp(left_agg.value, t)
+            else:
+                initial = ValueAndTimestamp(self.initializer(), t)
+            self._update(Window(t - diff, t), initial, key, value, close_time, t)
+        if not right_created and right_agg is not None and right_agg.timestamp > t:
+            self._create_right_window(key, t, right_agg)
+
+    def _create_right_window(self, key: Any, t: int, right_agg: ValueAndTimestamp) -> None:
+        window = Window(t + 1, t + 1 + self.diff)
+        self.store.put(key, right_agg, window.start, right_agg.timestamp)
+        self.forward(Windowed(key, window), right_agg.value, None, right_agg.timestamp)
+
+    def _update(self, window: Window, vat: Optional[ValueAndTimestamp], key: Any, value: Any,
+                close_time: int, t: int) -> None:
+        if window.end >= close_time:
+            old_agg = None if vat is None else vat.value
+            new_agg = self.aggregator(key, value, old_agg)
+            new_ts = t if old_agg is None else max(t, vat.timestamp)
+            self.store.put(key, ValueAndTimestamp(new_agg, new_ts), window.start, new_ts)
+            self.forward(Windowed(key, window), new_agg, old_agg if self.send_old_values else None, new_ts)
+        else:
+            topic, partition, offset = self._where
+            self.late.report(key, t, window, close_time, self.observed_stream_time, topic, partition, offset)

@@ -202,3 +202,61 @@ def test_sessions_emit_on_close(tmp_path, reg):
     assert out == [(W("a", 0, 3), 2, None, 3)]
     logic.process("b", "x", 20)  # close time 20: [10,10] ended
     assert out[1:] == [(W("a", 10, 10), 1, None, 10)]
+
+
+def sliding_logic(tmp_path, reg, windows, **kw):
+    from streams.dsl.window_aggregate import SlidingWindowAggregateLogic
+
+    mat = Materialized.as_("slide").with_in_memory_store().with_caching_disabled().with_logging_disabled()
+    store = opened(window_store_builder(mat, "slide", windows, serdes.STRING, serdes.INT64, timestamped=True),
+                   tmp_path)
+    out = []
+    late = LateRecordReporter(task_dropped_records_sensor(reg, "t", "0_0"), "0_0")
+    logic = SlidingWindowAggregateLogic(windows, store, lambda: 0, lambda k, v, agg: agg + 1,
+                                        lambda k, new, old, ts: out.append((k, new, ts)), late=late, **kw)
+    return logic, out, store
+
+
+def test_sliding_left_and_right_windows(tmp_path, reg):
+    from streams.dsl import SlidingWindows
+
+    logic, out, store = sliding_logic(tmp_path, reg, SlidingWindows.of_time_difference_and_grace(10, 100))
+    logic.process("a", "x", 15)
+    assert out == [(W("a", 5, 15), 1, 15)]            # left window of 15
+    out.clear()
+    logic.process("a", "x", 20)
+    assert out == [(W("a", 16, 26), 1, 20),           # right window of 15 (holds 20)
+                   (W("a", 10, 20), 2, 20)]           # left window of 20 (holds 15 and 20)
+    out.clear()
+    logic.process("a", "x", 18)                       # out of order
+    assert out == [(W("a", 10, 20), 3, 20),           # windows containing 18 are updated
+                   (W("a", 16, 26), 2, 20),
+                   (W("a", 8, 18), 2, 18),            # left window of 18: 15 and 18
+                   (W("a", 19, 29), 1, 20)]           # right window of 18: holds 20
+    got = {(w.window.start, w.window.end): (v.value, v.timestamp) for w, v in store.all()}
+    assert got == {(5, 15): (1, 15), (8, 18): (2, 18), (10, 20): (3, 20), (16, 26): (2, 20), (19, 29): (1, 20)}
+
+
+def test_sliding_early_records_share_the_first_window(tmp_path, reg):
+    from streams.dsl import SlidingWindows
+
+    logic, out, _ = sliding_logic(tmp_path, reg, SlidingWindows.of_time_difference_and_grace(10, 100))
+    logic.process("a", "x", 3)
+    logic.process("a", "x", 5)
+    assert out == [(W("a", 0, 10), 1, 3),
+                   (W("a", 4, 14), 1, 5),             # right window of 3 holds 5
+                   (W("a", 0, 10), 2, 5)]
+
+
+def test_sliding_late_records_are_dropped(tmp_path, reg):
+    from streams.dsl import SlidingWindows
+
+    logic, out, _ = sliding_logic(tmp_path, reg, SlidingWindows.of_time_difference_with_no_grace(10))
+    logic.process("a", "x", 30)
+    out.clear()
+    logic.process("a", "x", 19)   # 19 + 1 + 10 <= 30: every window of it is closed
+    assert out == []
+    logic.process("a", "x", 20)   # its left window [10,20] ends before close time 30: dropped;
+    # its right window [21,31] (holding 30) is created and [20,30] (30's left window) updated
+    assert out == [(W("a", 20, 30), 2, 30), (W("a", 21, 31), 1, 30)]
+    assert reg.value("dropped-records-total", task_id="0_0") == 2
