@@ -66,6 +66,7 @@ from replication.protocol import (
     IsolationLevel,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
+    MemoryRecords,
     OffsetForLeaderPartition,
     OffsetsForLeaderEpochRequest,
     TopicPartition,
@@ -254,6 +255,9 @@ class PartitionFetchState:
     state: ReplicaState
     last_fetched_epoch: int | None
     push_session_id: int = -1
+    #: Why the last fetch of this partition failed to apply (corrupt records from the leader),
+    #: None after a fetch that applied: a stuck follower says why.
+    error: str | None = None
 
     def is_delayed(self, now: float | None = None) -> bool:
         if self.delay is None:
@@ -1037,6 +1041,29 @@ class ReplicaFetcherThread(threading.Thread):
                 return
         self._process_fetch_request(request)
 
+    def _on_corrupt_records(self, tp: TopicPartition, st: PartitionFetchState, data: FetchPartitionResponse,
+                            error: ReplicationError) -> None:
+        """Append the valid batches before a corrupt one and mark the partition's fetch state
+        with the error; log it at ERROR once per offset (then at DEBUG on each retry)."""
+        fetch_offset = st.fetch_offset
+        position = getattr(error, "position", -1)
+        if position > 0:
+            try:
+                prefix = dataclasses.replace(data, records=MemoryRecords(data.records.buffer[:position]))
+                info = self.replicas.process_partition_data(tp, fetch_offset, prefix)
+                if info is not None and info.valid_bytes > 0:
+                    fetch_offset = info.last_offset + 1
+            except ReplicationError as e2:
+                self._debug("could not append the records before the corrupt batch of %s: %s", tp, e2)
+        reason = (f"corrupt records from leader {getattr(self.leader, 'leader_id', '?')} for {tp.topic}-{tp.partition} at offset "
+                  f"{fetch_offset}: {error}")
+        if st.error != reason:
+            self._error("%s; the replica stays at offset %d and retries", reason, fetch_offset)
+        else:
+            self._debug("%s (again)", reason)
+        self._put(tp, st.updated(fetch_offset=fetch_offset, error=reason,
+                                 last_fetched_epoch=st.last_fetched_epoch))
+
     def _idle_wait_s(self, now: float) -> float:
         """Wait out the backoff, but no longer than the earliest delayed partition needs."""
         wait = self.config.backoff_s
@@ -1083,9 +1110,10 @@ class ReplicaFetcherThread(threading.Thread):
                     try:
                         info = self.replicas.process_partition_data(tp, st.fetch_offset, data)
                     except (CorruptRecordError, InvalidRecordError) as e:
-                        # Possibly transient (a torn read at the leader): retry later, and do not
-                        # hold up the other partitions of this thread.
-                        self._error("invalid records for %s at offset %d: %s", tp, st.fetch_offset, e)
+                        # Keep what precedes the bad batch, note the error in the fetch state
+                        # and retry later (a torn read at the leader heals; a damaged file
+                        # does not, and then the state and the log say why the replica lags).
+                        self._on_corrupt_records(tp, st, data, e)
                         with_error.add(tp)
                         continue
                     except KafkaStorageError:
