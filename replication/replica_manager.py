@@ -322,8 +322,8 @@ class ReplicaManager:
 
     # -- fetch ---------------------------------------------------------------------------------
 
-    def read_partitions(self, request: FetchRequest) -> dict[TopicPartition, FetchPartitionResponse]:
-        out: dict[TopicPartition, FetchPartitionResponse] = {}
+    def read_partitions(self, request: FetchRequest) -> FetchResponse:
+        out = FetchResponse()
         remaining = request.max_bytes
         for tp, fp in request.partitions.items():
             partition = self.partitions.get(tp)
