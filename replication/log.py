@@ -77,8 +77,9 @@ from replication.epoch import (
 )
 from replication.errors import (
     CorruptIndexError, CorruptRecordError, IllegalStateError, InvalidConfigurationError,
-    InvalidOffsetError, LogClosedError, OffsetOutOfRangeError, OffsetsOutOfOrderError,
-    RecordBatchTooLargeError, RecordTooLargeError, TruncationLoopError, UnexpectedAppendOffsetError,
+    InvalidOffsetError, KafkaStorageError, LogClosedError, OffsetOutOfRangeError,
+    OffsetsOutOfOrderError, RecordBatchTooLargeError, RecordTooLargeError, TruncationLoopError,
+    UnexpectedAppendOffsetError,
 )
 from replication.records import BatchHeader, MemoryRecords, iter_batch_headers
 from replication.producer_state import ProducerStateManager
@@ -392,12 +393,17 @@ class Log:
         #: What opening the log did: {"recovered_segments": [...], "bytes_truncated": n,
         #: "rebuilt_indexes": [...], "clean_shutdown": bool}
         self.load_stats: dict[str, object] = {}
-        os.makedirs(self.dir, exist_ok=True)
-        self.leader_epoch_cache = LeaderEpochFileCache(os.path.join(self.dir, CHECKPOINT_FILE_NAME))
-        #: Producer ids, sequences, open transactions and the aborted transactions index.
-        self.producer_state = ProducerStateManager(self.dir)
-        self._load()
-        self.producer_state.load(self)
+        try:
+            os.makedirs(self.dir, exist_ok=True)
+            self.leader_epoch_cache = LeaderEpochFileCache(os.path.join(self.dir, CHECKPOINT_FILE_NAME))
+            #: Producer ids, sequences, open transactions and the aborted transactions index.
+            self.producer_state = ProducerStateManager(self.dir)
+            self._load()
+            self.producer_state.load(self)
+        except OSError as e:
+            for seg in self._segments:
+                seg.close()
+            raise KafkaStorageError(f"cannot open log {self.dir}: {e}") from e
         self.first_unstable_offset = self.producer_state.first_unstable_offset()
         self._last_flush_ms = self._clock()
 
@@ -538,7 +544,7 @@ class Log:
         recovery_point = state.get("recovery_point", 0)
         stats: dict[str, object] = {"recovered_segments": [], "bytes_truncated": 0,
                                     "rebuilt_indexes": [], "clean_shutdown": clean,
-                                    "epoch_cache_rebuilt": False,
+                                    "epoch_cache_rebuilt": False, "tail_bytes_dropped": 0,
                                     "swaps_completed": [], "swaps_rolled_back": []}
         self.load_stats = stats
         names = sorted(os.listdir(self.dir))
@@ -608,12 +614,18 @@ class Log:
         first_unflushed = len(self._segments)
         if not clean:
             first_unflushed = max(0, bisect_right(self._bases, recovery_point) - 1)
-        for i, seg in enumerate(self._segments[:first_unflushed]):
+        if first_unflushed == len(self._segments):
+            # Not recovered below: check the active segment's tail, the only place a cleanly
+            # closed log can end in bytes that do not parse.
+            dropped = self._segments[-1].check_tail()
+            stats["bytes_truncated"] += dropped
+            stats["tail_bytes_dropped"] = dropped
+        for seg in self._segments[:first_unflushed]:
             try:
                 if seg.index_files_created:
                     raise CorruptIndexError(f"missing index files for {seg.log_path}")
                 seg.sanity_check()
-            except CorruptIndexError as e:
+            except (CorruptIndexError, CorruptRecordError) as e:
                 log.warning("rebuilding the indexes of %s: %s", seg.log_path, e)
                 truncated = seg.recover()
                 stats["rebuilt_indexes"].append(seg.base_offset)
