@@ -144,10 +144,10 @@ def _follower_stops(cluster, rng, partitions):
     return f"stop:{rng.choice(followers)}"
 
 
-@pytest.mark.parametrize("seed", [5, 17])
-def test_follower_stops_and_restarts_keep_every_acknowledged_write(tmp_path, seed):
+@pytest.mark.parametrize("replication,seed", [("pull", 5), ("pull", 17), ("push", 29)])
+def test_follower_stops_and_restarts_keep_every_acknowledged_write(tmp_path, replication, seed):
     config = dict(FAST, **{"replica.lag.time.max.ms": 2000, "replica.fetch.wait.max.ms": 100})
-    with LocalCluster(tmp_path / "c", num_brokers=3, config=config) as cluster:
+    with LocalCluster(tmp_path / "c", num_brokers=3, replication=replication, config=config) as cluster:
         outcome = run_fault_workload(cluster, seed, partitions=2, steps=20, acks_per_step=10,
                                      pick_action=_follower_stops)
         for p in range(2):
