@@ -10,6 +10,11 @@ Elections are clean only: a new leader comes from the live members of the ISR. W
 member is alive, trading safety for availability as in Kafka. Every leader change bumps the
 leader epoch; every ISR change bumps the partition epoch, which leaders must quote when they
 ask for an ISR change (``alter_partition``), so stale requests are rejected.
+
+States reach brokers in the order the controller made them, as Kafka's metadata log orders
+them: each change is queued under the controller lock and one thread at a time delivers the
+queue. A broker ignores a state older than the partition epoch it holds
+(`Partition.is_stale_state`), and a refused AlterPartition sends the requester the current state.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ Layout of a log directory ``<data dir>/<topic>-<partition>/``::
 
 Public API (all thread-safe; offsets are ints)
 -----------------------------------------------
-``Log(dir, config=None, *, clock=None, rng=None)``  open or create; recovers on open.
+``Log(dir, config=None, *, clock=None, rng=None)``  open or create; recovers on open. Every
+  open also cuts bytes that do not parse after the active segment's last batch, and
+  cross-checks the leader epoch cache with the batch headers (rebuilt when they disagree).
   ``config`` is a :class:`LogConfig` or a dict of Kafka keys (``LogConfig.from_dict``).
 Properties: ``log_start_offset``, ``log_end_offset``, ``high_watermark``,
   ``last_stable_offset``, ``recovery_point``, ``latest_epoch``, ``leader_epoch_cache``
@@ -391,7 +393,8 @@ class Log:
         self._below_hw_truncations = (-1, 0)
         self._truncation_loop_reported = False
         #: What opening the log did: {"recovered_segments": [...], "bytes_truncated": n,
-        #: "rebuilt_indexes": [...], "clean_shutdown": bool}
+        #: "rebuilt_indexes": [...], "clean_shutdown": bool, "tail_bytes_dropped": n (garbage
+        #: cut after the active segment's last batch), "epoch_cache_rebuilt": bool}
         self.load_stats: dict[str, object] = {}
         try:
             os.makedirs(self.dir, exist_ok=True)
