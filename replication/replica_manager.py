@@ -222,6 +222,8 @@ class ReplicaManager:
             elif info.get("config_only"):
                 partition.config = self._partition_config(info["config"])
                 partition.log.update_config(self._log_config(info["config"]))
+        if partition.is_stale_state(state.partition_epoch, "leader %d" % state.leader, state.leader_epoch):
+            return  # arrived after a newer state: no role change, no fetcher change
         if state.leader == self.broker_id:
             changed = partition.make_leader(state.leader_epoch, state.partition_epoch, state.replicas, state.isr)
             self.on_become_leader(partition, changed)

@@ -56,8 +56,14 @@ def read_log(cluster: LocalCluster, broker: int, partition: int, upto: int) -> l
 
 
 def run_fault_workload(cluster: LocalCluster, seed: int, *, partitions: int = 3, steps: int = 12,
-                       acks_per_step: int = 20, step_timeout_s: float = 10.0) -> FaultOutcome:
-    """Drive producers, a consumer and random broker faults; returns the outcome to check."""
+                       acks_per_step: int = 20, step_timeout_s: float = 10.0,
+                       pick_action=None) -> FaultOutcome:
+    """Drive producers, a consumer and random broker faults; returns the outcome to check.
+
+    ``pick_action(cluster, rng, partitions)`` chooses each fault ("stop:1", "crash:0",
+    "start:2"); by default any broker is stopped or crashed and restarted at random.
+    """
+    pick_action = pick_action or _pick_action
     rng = random.Random(seed)
     out = FaultOutcome(seed=seed, acked={p: {} for p in range(partitions)},
                        consumed={p: {} for p in range(partitions)})
@@ -132,7 +138,7 @@ def run_fault_workload(cluster: LocalCluster, seed: int, *, partitions: int = 3,
         for step in range(steps):
             target = acked_count[0] + acks_per_step
             _wait(lambda: acked_count[0] >= target or _all_offline(cluster, partitions), step_timeout_s)
-            action = _pick_action(cluster, rng, partitions)
+            action = pick_action(cluster, rng, partitions)
             out.actions.append(action)
             kind, broker = action.split(":")
             broker = int(broker)
