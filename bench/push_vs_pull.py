@@ -94,6 +94,12 @@ def run(mode: str, pushers: int, partitions: int, rate: float, seconds: float) -
         single = encode_batch([(None, VALUE, 1)])
         for p in range(partitions):
             assert cluster.produce(TOPIC, p, single, acks=-1).error is Errors.NONE
+        # Measure the steady state: every follower holds the warm-up record first (its first
+        # append of a partition writes the leader-epoch checkpoint, an fsync per partition).
+        def warmed_up():
+            return all(cluster.log_end_offset(b, TOPIC, p) >= 1
+                       for p in range(partitions) for b in cluster.replicas(TOPIC, p))
+        cluster.wait_until(warmed_up, 120, "every replica holds the warm-up record")
         if mode.startswith("push"):
             def all_pushing():
                 return sum(b.push.metrics()["PushPartitionsCount"] for b in cluster.brokers.values()) \

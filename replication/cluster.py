@@ -84,46 +84,65 @@ class LocalCluster:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> "LocalCluster":
+        """Start the controller, every broker and the coordinators.
+
+        If anything fails, what was started is stopped again before the error propagates: a
+        half-started cluster never keeps brokers running.
+        """
         with self._lock:
             if self._started:
                 return self
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            broker_ids = list(range(self.num_brokers))
-            unclean = str(self.config.get("unclean.leader.election.enable", False)).lower() == "true"
-            self.controller = Controller(self.data_dir, broker_ids, unclean_leader_election=unclean)
-            for b in broker_ids:
-                self.brokers[b] = Broker(b, self.data_dir, self.config, self.controller, self.transport)
-            for b in broker_ids:
-                self.brokers[b].start()
-            from replication.group_coordinator import GroupCoordinator
-
-            self.group_coordinator = GroupCoordinator(self, self.config)
-            self.group_coordinator.start()
-            from replication.txn_coordinator import TransactionCoordinator, WriteTxnMarkersRequest
-
-            for broker in self.brokers.values():
-                broker.extra_handlers[WriteTxnMarkersRequest] = (
-                    lambda source, body, respond, broker=broker:
-                    broker.replica_manager.handle_write_txn_markers(body, respond))
-            self.txn_coordinator = TransactionCoordinator(self)
-            self._started = True
-            self.txn_coordinator.start()
+            try:
+                self._start()
+            except BaseException:
+                log.error("cluster %s failed to start; stopping the brokers already started",
+                          self.data_dir)
+                self._stop_all()
+                raise
             return self
 
+    def _start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        broker_ids = list(range(self.num_brokers))
+        unclean = str(self.config.get("unclean.leader.election.enable", False)).lower() == "true"
+        self.controller = Controller(self.data_dir, broker_ids, unclean_leader_election=unclean)
+        self.brokers = {b: Broker(b, self.data_dir, self.config, self.controller, self.transport)
+                        for b in broker_ids}
+        for b in broker_ids:
+            self.brokers[b].start()
+        from replication.group_coordinator import GroupCoordinator
+
+        self.group_coordinator = GroupCoordinator(self, self.config)
+        self.group_coordinator.start()
+        from replication.txn_coordinator import TransactionCoordinator, WriteTxnMarkersRequest
+
+        for broker in self.brokers.values():
+            broker.extra_handlers[WriteTxnMarkersRequest] = (
+                lambda source, body, respond, broker=broker:
+                broker.replica_manager.handle_write_txn_markers(body, respond))
+        self.txn_coordinator = TransactionCoordinator(self)
+        self._started = True
+        self.txn_coordinator.start()
+
+    def _stop_all(self) -> None:
+        """Stop the coordinators and every running broker (fetchers first)."""
+        if self.txn_coordinator is not None:
+            self.txn_coordinator.close()
+        if self.group_coordinator is not None:
+            self.group_coordinator.close()
+        # Fetchers first, so no broker sees its peers vanish while it is still replicating.
+        for broker in self.brokers.values():
+            if broker.fetcher_manager is not None and broker.is_running:
+                broker.fetcher_manager.close_all_fetchers()
+        for broker in self.brokers.values():
+            broker.stop()
+        self._started = False
+
     def close(self) -> None:
+        """Stop every broker (also after a failed start) and release the transport."""
         with self._lock:
-            if not self._started:
-                return
-            if self.txn_coordinator is not None:
-                self.txn_coordinator.close()
-            # Fetchers first, so no broker sees its peers vanish while it is still replicating.
-            for broker in self.brokers.values():
-                if broker.fetcher_manager is not None and broker.is_running:
-                    broker.fetcher_manager.close_all_fetchers()
-            for broker in self.brokers.values():
-                broker.stop()
+            self._stop_all()
             self.transport.close()
-            self._started = False
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -10,6 +10,11 @@ Elections are clean only: a new leader comes from the live members of the ISR. W
 member is alive, trading safety for availability as in Kafka. Every leader change bumps the
 leader epoch; every ISR change bumps the partition epoch, which leaders must quote when they
 ask for an ISR change (``alter_partition``), so stale requests are rejected.
+
+States reach brokers in the order the controller made them, as Kafka's metadata log orders
+them: each change is queued under the controller lock and one thread at a time delivers the
+queue. A broker ignores a state older than the partition epoch it holds
+(`Partition.is_stale_state`), and a refused AlterPartition sends the requester the current state.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 import os
 import threading
 import zlib
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -70,6 +76,11 @@ class Controller:
         self.broker_epochs: dict[int, int] = {b: 0 for b in broker_ids}
         self._lock = threading.RLock()
         self._listeners: dict[int, Listener] = {}
+        # Partition states waiting to reach brokers, in the order they were made (appended
+        # under `_lock`). One thread at a time drains it (`_delivery_lock`), so a broker never
+        # sees an older state of a partition after a newer one (Kafka's metadata log order).
+        self._outbox: deque[tuple[int, TopicPartition, PartitionState, dict]] = deque()
+        self._delivery_lock = threading.Lock()
         self._load()
 
     # -- persistence -------------------------------------------------------------------------
@@ -139,7 +150,8 @@ class Controller:
                     changed.append((TopicPartition(topic.name, p), state))
             self._persist()
             epoch = self.broker_epochs[broker_id]
-        self._notify(changed)
+            self._enqueue(changed)
+        self._deliver()
         return epoch
 
     def broker_stopped(self, broker_id: int) -> None:
@@ -163,7 +175,8 @@ class Controller:
                     if touched:
                         changed.append((TopicPartition(topic.name, p), state))
             self._persist()
-        self._notify(changed)
+            self._enqueue(changed)
+        self._deliver()
 
     def _unclean_allowed(self, topic: TopicMetadata) -> bool:
         """The topic's unclean.leader.election.enable, else the cluster's."""
@@ -210,7 +223,8 @@ class Controller:
             self.topics[name] = topic
             self._persist()
             changed = [(TopicPartition(name, p), s) for p, s in enumerate(states)]
-        self._notify(changed, extra={"config": topic.config, "new": True})
+            self._enqueue(changed, extra={"config": topic.config, "new": True})
+        self._deliver()
         return topic
 
     def _new_partition_state(self, start: int, p: int, rf: int) -> PartitionState:
@@ -244,7 +258,8 @@ class Controller:
             topic.partitions.extend(added)
             self._persist()
             changed = [(TopicPartition(name, current + i), s) for i, s in enumerate(added)]
-        self._notify(changed, extra={"config": topic.config, "new": True})
+            self._enqueue(changed, extra={"config": topic.config, "new": True})
+        self._deliver()
 
     def delete_topic(self, name: str) -> None:
         with self._lock:
@@ -252,7 +267,8 @@ class Controller:
             del self.topics[name]
             self._persist()
             changed = [(TopicPartition(name, p), s) for p, s in enumerate(topic.partitions)]
-        self._notify(changed, extra={"deleted": True})
+            self._enqueue(changed, extra={"deleted": True})
+        self._deliver()
 
     def alter_topic_config(self, name: str, config: dict[str, str | None]) -> None:
         with self._lock:
@@ -272,9 +288,9 @@ class Controller:
                             elected.append((TopicPartition(name, p), state))
             self._persist()
             changed = [(TopicPartition(name, p), s) for p, s in enumerate(topic.partitions)]
-        self._notify(changed, extra={"config": dict(topic.config), "config_only": True})
-        if elected:
-            self._notify(elected)
+            self._enqueue(changed, extra={"config": dict(topic.config), "config_only": True})
+            self._enqueue(elected)
+        self._deliver()
 
     def _topic(self, name: str) -> TopicMetadata:
         topic = self.topics.get(name)
@@ -302,50 +318,90 @@ class Controller:
 
     def alter_partition(self, tp: TopicPartition, leader_id: int, leader_epoch: int,
                         partition_epoch: int, new_isr: list[int]) -> PartitionState | None:
-        """Apply an ISR change requested by the leader; None if the request is stale."""
+        """Apply an ISR change requested by the leader; None if the request is refused.
+
+        A request quoting a stale leader or partition epoch (Kafka's FENCED_LEADER_EPOCH /
+        INVALID_UPDATE_VERSION) is refused, and the requester is sent the current state again:
+        a leader whose view went stale would otherwise quote the old epoch for ever.
+        """
+        result = None
         with self._lock:
             topic = self.topics.get(tp.topic)
             if topic is None or tp.partition >= len(topic.partitions):
                 return None
             state = topic.partitions[tp.partition]
+            isr = [b for b in new_isr if b in state.replicas]
             if (state.leader != leader_id or state.leader_epoch != leader_epoch
                     or state.partition_epoch != partition_epoch):
+                log.info("%s: refused AlterPartition from broker %d (leader epoch %d, partition "
+                         "epoch %d): the current state is leader %d, leader epoch %d, partition "
+                         "epoch %d, ISR %s; sending it to the broker", tp, leader_id, leader_epoch,
+                         partition_epoch, state.leader, state.leader_epoch, state.partition_epoch,
+                         state.isr)
+                self._enqueue([(tp, state)], only=leader_id)
+            elif leader_id not in isr:
                 return None
-            isr = [b for b in new_isr if b in state.replicas]
-            if leader_id not in isr:
-                return None
-            if any(b not in self.live_brokers for b in isr if b not in state.isr):
+            elif any(b not in self.live_brokers for b in isr if b not in state.isr):
                 return None  # never add a broker that is down
-            state.isr = isr
-            state.partition_epoch += 1
-            self._persist()
-            result = state.copy()
-        self._notify([(tp, state)])
+            else:
+                state.isr = isr
+                state.partition_epoch += 1
+                self._persist()
+                result = state.copy()
+                self._enqueue([(tp, state)])
+        # The leader may hold its partition lock here: it never waits for a delivery another
+        # thread is making (that thread may need the same lock); it applies `result` itself.
+        self._deliver(wait=False)
         return result
 
     # -- propagation -------------------------------------------------------------------------
 
-    def _notify(self, changed: list[tuple[TopicPartition, PartitionState]], *,
-                extra: dict | None = None) -> None:
-        """Send the new states to the live replicas (applying a known state again is a no-op)."""
-        if not changed:
-            return
-        with self._lock:
-            listeners = dict(self._listeners)
-            live = set(self.live_brokers)
-            updates = []
-            for tp, state in changed:
-                topic = self.topics.get(tp.topic)
-                config = dict(topic.config) if topic else {}
-                info = {"config": config}
-                if extra:
-                    info.update(extra)
-                targets = [b for b in state.replicas if b in live]
-                # Leaders learn first so followers find a leader ready to answer.
-                targets.sort(key=lambda b: b != state.leader)
-                updates.append((tp, state.copy(), info, targets))
-        for tp, state, info, targets in updates:
+    def _enqueue(self, changed: list[tuple[TopicPartition, PartitionState]], *,
+                 extra: dict | None = None, only: int | None = None) -> None:
+        """Queue copies of the new states for their live replicas (`only`: for that broker).
+
+        Called with `_lock` held, so the queue order is the order the states were made.
+        """
+        live = self.live_brokers
+        for tp, state in changed:
+            topic = self.topics.get(tp.topic)
+            info = {"config": dict(topic.config) if topic else {}}
+            if extra:
+                info.update(extra)
+            targets = [b for b in state.replicas if b in live and (only is None or b == only)]
+            # Leaders learn first so followers find a leader ready to answer.
+            targets.sort(key=lambda b: b != state.leader)
+            snapshot = state.copy()
             for b in targets:
-                listener = listeners.get(b)
-                if listener is not None:
-                    listener(b, tp, state, info)
+                self._outbox.append((b, tp, snapshot, info))
+
+    def _deliver(self, wait: bool = True) -> None:
+        """Hand queued states to the brokers' listeners, in queue order, outside `_lock`.
+
+        With `wait`, returns once everything queued before the call is delivered. Without it,
+        returns at once if another thread is delivering: that thread delivers what we queued
+        (it looks at the queue again after letting go of the delivery lock).
+        """
+        while True:
+            if not self._delivery_lock.acquire(blocking=wait):
+                return
+            try:
+                while True:
+                    with self._lock:
+                        if not self._outbox:
+                            break
+                        broker_id, tp, state, info = self._outbox.popleft()
+                        listener = self._listeners.get(broker_id)
+                    if listener is None:
+                        continue
+                    try:
+                        listener(broker_id, tp, state, info)
+                    except Exception:
+                        # One broker failing to apply a state must not hold back the others.
+                        log.exception("broker %d failed to apply the state of %s: %s",
+                                      broker_id, tp, state)
+            finally:
+                self._delivery_lock.release()
+            with self._lock:
+                if not self._outbox:
+                    return

@@ -295,6 +295,17 @@ class LeaderEpochFileCache:
             log.info("leader epoch cache %s: truncated from start to %d", self.path, start_offset)
             self._write()
 
+    def replace_all(self, entries: list[EpochEntry]) -> None:
+        """Replace every entry (a rebuild from the log's batches); written through once."""
+        entries = [EpochEntry(int(e), int(o)) for e, o in entries]
+        for prev, cur in zip(entries, entries[1:], strict=False):
+            if cur.epoch <= prev.epoch or cur.start_offset <= prev.start_offset:
+                raise InvalidEpochEntryError(
+                    f"leader epoch cache {self.path}: entry {cur} does not follow {prev}")
+        with self._lock:
+            self._entries = entries
+            self._write()
+
     def clear(self) -> None:
         with self._lock:
             self._entries = []

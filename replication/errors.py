@@ -101,6 +101,12 @@ class InvalidEpochEntryError(ReplicationError):
     """A leader epoch cache entry with a negative epoch or start offset (rule 11)."""
 
 
+class TruncationLoopError(ReplicationError):
+    """A follower log was truncated below its high watermark to the same offset again and again:
+    its leader epochs and the leader's disagree (e.g. a wrong ``leader-epoch-checkpoint``), so
+    every refetch of the committed records would be truncated once more."""
+
+
 class CorruptCheckpointError(ReplicationError):
     """A checkpoint file (e.g. ``leader-epoch-checkpoint``) is malformed.
 

@@ -55,6 +55,9 @@ from replication.errors import (
 )
 from replication.protocol import (
     EARLIEST_TIMESTAMP,
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
     LATEST_TIMESTAMP,
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
@@ -66,6 +69,7 @@ from replication.protocol import (
     IsolationLevel,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
+    MemoryRecords,
     OffsetForLeaderPartition,
     OffsetsForLeaderEpochRequest,
     TopicPartition,
@@ -139,6 +143,9 @@ class FetcherConfig:
     replica_fetch_response_max_bytes: int = 10 << 20
     replica_fetch_backoff_ms: int = 1000
     replica_socket_timeout_ms: int = 30000
+    #: Incremental fetch sessions (KIP-227). Off under push replication, whose leader judges
+    #: every follower fetch of every partition to decide the switch to push.
+    fetch_sessions: bool = True
 
     @classmethod
     def from_mapping(cls, config: "Mapping[str, object] | FetcherConfig | None") -> "FetcherConfig":
@@ -159,6 +166,8 @@ class FetcherConfig:
                 config, "replica.fetch.response.max.bytes", 10 << 20, 0),
             replica_fetch_backoff_ms=_int_key(config, "replica.fetch.backoff.ms", 1000, 0),
             replica_socket_timeout_ms=_int_key(config, "replica.socket.timeout.ms", 30000, 1),
+            fetch_sessions=_bool_key(config, "replica.fetch.sessions.enable",
+                                     str(config.get("replication.mode", "pull")).lower() != "push"),
         )
         # Kafka's KafkaConfig check: the socket timeout must outlast the leader's long poll.
         if out.replica_socket_timeout_ms < out.replica_fetch_wait_max_ms:
@@ -171,6 +180,15 @@ class FetcherConfig:
     @property
     def backoff_s(self) -> float:
         return self.replica_fetch_backoff_ms / 1000.0
+
+
+def _bool_key(config: Mapping[str, object], key: str, default: bool) -> bool:
+    value = config.get(key, default)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise InvalidConfigurationError(f"{key} must be true or false, got {value!r}", key=key)
 
 
 # --- fetcher id (rule 22) -------------------------------------------------------------------
@@ -254,6 +272,9 @@ class PartitionFetchState:
     state: ReplicaState
     last_fetched_epoch: int | None
     push_session_id: int = -1
+    #: Why the last fetch of this partition failed to apply (corrupt records from the leader),
+    #: None after a fetch that applied: a stuck follower says why.
+    error: str | None = None
 
     def is_delayed(self, now: float | None = None) -> bool:
         if self.delay is None:
@@ -351,6 +372,11 @@ class LeaderEndPoint(abc.ABC):
     def fetch(self, request: FetchRequest) -> dict[TopicPartition, FetchPartitionResponse]:
         """Send the fetch; raises (e.g. TransportError) when the request as a whole failed."""
 
+    def fetched_partitions(self, request: FetchRequest) -> Mapping[TopicPartition, FetchPartition]:
+        """Every partition ``request`` fetches, as the leader sees them: an incremental
+        session request names only the changed ones."""
+        return request.partitions
+
     @abc.abstractmethod
     def fetch_epoch_end_offsets(
         self, partitions: Mapping[TopicPartition, OffsetForLeaderPartition]
@@ -373,6 +399,95 @@ class LeaderEndPoint(abc.ABC):
 
 
 _PENDING = object()
+
+
+class _LogStartOffsets:
+    """The follower's log start offsets, read only for the partitions a request names (an
+    incremental fetch names few); -1 where the log is offline (its fetch then fails)."""
+
+    __slots__ = ("replicas",)
+
+    def __init__(self, replicas: "FollowerReplicaOps") -> None:
+        self.replicas = replicas
+
+    def get(self, tp: TopicPartition, default: int = -1) -> int:
+        try:
+            return self.replicas.log_start_offset(tp)
+        except KafkaStorageError:
+            return default
+
+
+class FetchSessionHandler:
+    """The follower's side of a fetch session with one leader (Kafka's FetchSessionHandler).
+
+    ``build`` turns the partitions ready to fetch into the next request: all of them to open a
+    session, else only those whose fetch position changed, plus the ones no longer fetched
+    (``forgotten``). ``view`` is what the leader's session holds after that request. A session
+    error, a failed request or a reset starts over with a full fetch."""
+
+    __slots__ = ("leader_id", "session_id", "next_epoch", "view", "_states", "_pending", "built")
+
+    def __init__(self, leader_id: int) -> None:
+        self.leader_id = leader_id
+        self.session_id = INVALID_SESSION_ID
+        self.next_epoch = INITIAL_EPOCH
+        self.view: dict[TopicPartition, FetchPartition] = {}
+        self._states: dict[TopicPartition, PartitionFetchState] = {}  # the states ``view`` was made from
+        self._pending: tuple | None = None  # (view, states) of the request in flight
+        self.built: FetchRequest | None = None  # the last request built
+
+    @property
+    def pending_view(self) -> dict[TopicPartition, FetchPartition] | None:
+        """What the leader's session holds once the request in flight is applied."""
+        return self._pending[0] if self._pending is not None else None
+
+    def reset(self) -> None:
+        self.next_epoch = INITIAL_EPOCH  # keeps session_id: the leader closes it when opening the next
+        self.view = {}
+        self._states = {}
+
+    def build(self, ready: Mapping[TopicPartition, PartitionFetchState],
+              make: Callable[[TopicPartition, PartitionFetchState], FetchPartition]):
+        """(partitions to send, forgotten, session id, epoch) for the next request."""
+        if self.next_epoch == INITIAL_EPOCH:
+            parts = {tp: make(tp, st) for tp, st in ready.items()}
+            self._pending = (parts, dict(ready))
+            return parts, (), self.session_id, INITIAL_EPOCH
+        old_view, old_states = self.view, self._states
+        parts = {}
+        view = dict(old_view)
+        for tp, st in ready.items():
+            prev = old_states.get(tp)
+            if prev is st:
+                continue
+            if (prev is not None and prev.fetch_offset == st.fetch_offset
+                    and prev.current_leader_epoch == st.current_leader_epoch
+                    and prev.last_fetched_epoch == st.last_fetched_epoch
+                    and prev.push_session_id == st.push_session_id):
+                continue  # a new state object, the same fetch position
+            parts[tp] = view[tp] = make(tp, st)
+        forgotten = tuple(tp for tp in old_view if tp not in ready)
+        for tp in forgotten:
+            del view[tp]
+        self._pending = (view, dict(ready))
+        return parts, forgotten, self.session_id, self.next_epoch
+
+    def handle_response(self, request: FetchRequest, response: object) -> None:
+        error = getattr(response, "error", Errors.NONE)
+        pending, self._pending = self._pending, None
+        if error != Errors.NONE or pending is None:
+            log.info("fetch session %d with leader %d ends (%s): the next fetch is a full one",
+                     self.session_id, self.leader_id, getattr(error, "name", error))
+            self.reset()
+            return
+        if request.session_epoch == INITIAL_EPOCH:
+            self.session_id = getattr(response, "session_id", INVALID_SESSION_ID)
+            if self.session_id == INVALID_SESSION_ID:
+                return  # the leader keeps no sessions: every fetch stays a full one
+            self.next_epoch = 1
+        else:
+            self.next_epoch = self.next_epoch + 1 if self.next_epoch < 0x7FFFFFFF else 1
+        self.view, self._states = pending
 
 
 def _partition_map(response: object, what: str) -> Mapping:
@@ -405,27 +520,36 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         self._closed = False
         self._lock = threading.Lock()
         self._in_flight: set[threading.Event] = set()
+        self._session = FetchSessionHandler(leader_id) if self.config.fetch_sessions else None
 
     def __repr__(self) -> str:
         return f"RemoteLeaderEndPoint({self.source_broker_id} -> {self.leader_id})"
 
+    def _fetch_partition(self, tp: TopicPartition, st: PartitionFetchState, log_start_offsets) -> FetchPartition:
+        return FetchPartition(
+            fetch_offset=st.fetch_offset,
+            current_leader_epoch=st.current_leader_epoch,
+            last_fetched_epoch=UNDEFINED_EPOCH if st.last_fetched_epoch is None else st.last_fetched_epoch,
+            log_start_offset=-1 if log_start_offsets is None else log_start_offsets.get(tp, -1),
+            max_bytes=self.config.replica_fetch_max_bytes,
+            push_session_id=st.push_session_id,
+        )
+
     def build_fetch(self, partitions, log_start_offsets=None):
         cfg = self.config
-        parts: dict[TopicPartition, FetchPartition] = {}
-        for tp, st in partitions.items():
-            if st.state is not ReplicaState.FETCHING:
-                continue
-            parts[tp] = FetchPartition(
-                fetch_offset=st.fetch_offset,
-                current_leader_epoch=st.current_leader_epoch,
-                last_fetched_epoch=UNDEFINED_EPOCH if st.last_fetched_epoch is None else st.last_fetched_epoch,
-                log_start_offset=-1 if log_start_offsets is None else log_start_offsets.get(tp, -1),
-                max_bytes=cfg.replica_fetch_max_bytes,
-                push_session_id=st.push_session_id,
-            )
-        if not parts:
+        ready = {tp: st for tp, st in partitions.items() if st.state is ReplicaState.FETCHING}
+        if not ready:
+            if self._session is not None and self._session.session_id != INVALID_SESSION_ID:
+                self._session.reset()  # nothing to fetch: the next fetch opens a new session
             return None
-        return FetchRequest(
+        forgotten: tuple[TopicPartition, ...] = ()
+        session_id, epoch = INVALID_SESSION_ID, FINAL_EPOCH
+        if self._session is None:
+            parts = {tp: self._fetch_partition(tp, st, log_start_offsets) for tp, st in ready.items()}
+        else:
+            parts, forgotten, session_id, epoch = self._session.build(
+                ready, lambda tp, st: self._fetch_partition(tp, st, log_start_offsets))
+        request = FetchRequest(
             replica_id=self.source_broker_id,
             replica_epoch=self.broker_epoch_fn(),
             max_wait_ms=cfg.replica_fetch_wait_max_ms,
@@ -433,7 +557,20 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
             max_bytes=cfg.replica_fetch_response_max_bytes,
             isolation_level=IsolationLevel.LOG_END,
             partitions=parts,
+            session_id=session_id,
+            session_epoch=epoch,
+            forgotten=forgotten,
         )
+        if self._session is not None:
+            self._session.built = request
+        return request
+
+    def fetched_partitions(self, request):
+        session = self._session
+        if session is not None and request.is_incremental and session.built is request \
+                and session.pending_view is not None:
+            return session.pending_view
+        return request.partitions
 
     def _request(self, body: object) -> object:
         # As transport.request, but close() can fail the wait at once: a dropped request would
@@ -467,7 +604,16 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
 
     def fetch(self, request):
         # The leader parks the request up to max_wait_ms, so the timeout covers both.
-        return dict(_partition_map(self._request(request), "Fetch"))
+        session = self._session if request.session_epoch != FINAL_EPOCH else None
+        try:
+            response = self._request(request)
+        except Exception:
+            if session is not None:
+                session.reset()  # the leader may or may not have applied it: start over
+            raise
+        if session is not None:
+            session.handle_response(request, response)
+        return dict(_partition_map(response, "Fetch"))
 
     def fetch_epoch_end_offsets(self, partitions):
         if not partitions:
@@ -1015,20 +1161,11 @@ class ReplicaFetcherThread(threading.Thread):
     def _maybe_fetch(self) -> None:
         with self._cond:
             now = self.clock.monotonic()
-            ready: dict[TopicPartition, PartitionFetchState] = {}
-            log_starts: dict[TopicPartition, int] = {}
-            with_error: list[TopicPartition] = []
-            for tp, st in self._states.items():
-                if st.is_ready_for_fetch(now):
-                    try:
-                        log_starts[tp] = self.replicas.log_start_offset(tp)
-                    except KafkaStorageError:
-                        with_error.append(tp)
-                        continue
-                    ready[tp] = st
-            if with_error:
-                self.delay_partitions(with_error)
-            request = self.leader.build_fetch(ready, log_starts) if ready else None
+            fetching = ReplicaState.FETCHING
+            # (is_ready_for_fetch inlined: this runs over every partition on every round)
+            ready = {tp: st for tp, st in self._states.items()
+                     if st.state is fetching and (st.delay is None or st.delay <= now)}
+            request = self.leader.build_fetch(ready, _LogStartOffsets(self.replicas)) if ready else None
             if request is None:
                 if self._running:
                     timeout = self._idle_wait_s(now)
@@ -1036,6 +1173,29 @@ class ReplicaFetcherThread(threading.Thread):
                     self.clock.wait(self._cond, timeout)
                 return
         self._process_fetch_request(request)
+
+    def _on_corrupt_records(self, tp: TopicPartition, st: PartitionFetchState, data: FetchPartitionResponse,
+                            error: ReplicationError) -> None:
+        """Append the valid batches before a corrupt one and mark the partition's fetch state
+        with the error; log it at ERROR once per offset (then at DEBUG on each retry)."""
+        fetch_offset = st.fetch_offset
+        position = getattr(error, "position", -1)
+        if position > 0:
+            try:
+                prefix = dataclasses.replace(data, records=MemoryRecords(data.records.buffer[:position]))
+                info = self.replicas.process_partition_data(tp, fetch_offset, prefix)
+                if info is not None and info.valid_bytes > 0:
+                    fetch_offset = info.last_offset + 1
+            except ReplicationError as e2:
+                self._debug("could not append the records before the corrupt batch of %s: %s", tp, e2)
+        reason = (f"corrupt records from leader {getattr(self.leader, 'leader_id', '?')} for {tp.topic}-{tp.partition} at offset "
+                  f"{fetch_offset}: {error}")
+        if st.error != reason:
+            self._error("%s; the replica stays at offset %d and retries", reason, fetch_offset)
+        else:
+            self._debug("%s (again)", reason)
+        self._put(tp, st.updated(fetch_offset=fetch_offset, error=reason,
+                                 last_fetched_epoch=st.last_fetched_epoch))
 
     def _idle_wait_s(self, now: float) -> float:
         """Wait out the backoff, but no longer than the earliest delayed partition needs."""
@@ -1046,13 +1206,14 @@ class ReplicaFetcherThread(threading.Thread):
         return wait
 
     def _process_fetch_request(self, request: FetchRequest) -> None:
+        fetched = self.leader.fetched_partitions(request)
         try:
             self._debug("sending fetch for %d partitions", len(request.partitions))
             response = self.leader.fetch(request)
         except Exception as e:
             if self._running:
-                self._warn("fetch for %s failed: %r", list(request.partitions), e)
-                self.delay_partitions(request.partitions)
+                self._warn("fetch for %d partitions failed: %r", len(fetched), e)
+                self.delay_partitions(fetched)
             return
 
         with_error: set[TopicPartition] = set()
@@ -1068,7 +1229,7 @@ class ReplicaFetcherThread(threading.Thread):
                 st = self._states.get(tp)
                 if st is None:
                     continue
-                req = request.partitions.get(tp)
+                req = fetched.get(tp)
                 # The partition may have been removed, re-added or truncated while the fetch was
                 # in flight: apply the answer only to the state it was asked for.
                 if req is None or req.fetch_offset != st.fetch_offset or not st.is_ready_for_fetch(now):
@@ -1083,9 +1244,10 @@ class ReplicaFetcherThread(threading.Thread):
                     try:
                         info = self.replicas.process_partition_data(tp, st.fetch_offset, data)
                     except (CorruptRecordError, InvalidRecordError) as e:
-                        # Possibly transient (a torn read at the leader): retry later, and do not
-                        # hold up the other partitions of this thread.
-                        self._error("invalid records for %s at offset %d: %s", tp, st.fetch_offset, e)
+                        # Keep what precedes the bad batch, note the error in the fetch state
+                        # and retry later (a torn read at the leader heals; a damaged file
+                        # does not, and then the state and the log say why the replica lags).
+                        self._on_corrupt_records(tp, st, data, e)
                         with_error.add(tp)
                         continue
                     except KafkaStorageError:

@@ -10,7 +10,9 @@ Layout of a log directory ``<data dir>/<topic>-<partition>/``::
 
 Public API (all thread-safe; offsets are ints)
 -----------------------------------------------
-``Log(dir, config=None, *, clock=None, rng=None)``  open or create; recovers on open.
+``Log(dir, config=None, *, clock=None, rng=None)``  open or create; recovers on open. Every
+  open also cuts bytes that do not parse after the active segment's last batch, and
+  cross-checks the leader epoch cache with the batch headers (rebuilt when they disagree).
   ``config`` is a :class:`LogConfig` or a dict of Kafka keys (``LogConfig.from_dict``).
 Properties: ``log_start_offset``, ``log_end_offset``, ``high_watermark``,
   ``last_stable_offset``, ``recovery_point``, ``latest_epoch``, ``leader_epoch_cache``
@@ -72,11 +74,14 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from replication.epoch import CHECKPOINT_FILE_NAME, LeaderEpochFileCache, write_checkpoint_atomically
+from replication.epoch import (
+    CHECKPOINT_FILE_NAME, EpochEntry, LeaderEpochFileCache, write_checkpoint_atomically,
+)
 from replication.errors import (
-    CorruptIndexError, IllegalStateError, InvalidConfigurationError, InvalidOffsetError,
-    LogClosedError, OffsetOutOfRangeError, OffsetsOutOfOrderError, RecordBatchTooLargeError,
-    RecordTooLargeError, UnexpectedAppendOffsetError,
+    CorruptIndexError, CorruptRecordError, IllegalStateError, InvalidConfigurationError,
+    InvalidOffsetError, KafkaStorageError, LogClosedError, OffsetOutOfRangeError,
+    OffsetsOutOfOrderError, RecordBatchTooLargeError, RecordTooLargeError, TruncationLoopError,
+    UnexpectedAppendOffsetError,
 )
 from replication.records import BatchHeader, MemoryRecords, iter_batch_headers
 from replication.producer_state import ProducerStateManager
@@ -109,6 +114,8 @@ _DAY_MS = 24 * 60 * 60 * 1000
 # leader append rewrites (the CRC starts after them).
 _STAMP = struct.Struct(">qii")
 _STAMPED = 16
+# The same truncation below the high watermark this many times in a row is a loop.
+TRUNCATION_LOOP_LIMIT = 3
 
 
 def _now_ms() -> int:
@@ -382,15 +389,24 @@ class Log:
         self._positions: dict[int, tuple[int, int]] = {}  # read bound offset -> (segment, position)
         self._closed = False
         self.first_unstable_offset: int | None = None
+        # (offset, times in a row) of truncations below the HW, and whether a loop was reported.
+        self._below_hw_truncations = (-1, 0)
+        self._truncation_loop_reported = False
         #: What opening the log did: {"recovered_segments": [...], "bytes_truncated": n,
-        #: "rebuilt_indexes": [...], "clean_shutdown": bool}
+        #: "rebuilt_indexes": [...], "clean_shutdown": bool, "tail_bytes_dropped": n (garbage
+        #: cut after the active segment's last batch), "epoch_cache_rebuilt": bool}
         self.load_stats: dict[str, object] = {}
-        os.makedirs(self.dir, exist_ok=True)
-        self.leader_epoch_cache = LeaderEpochFileCache(os.path.join(self.dir, CHECKPOINT_FILE_NAME))
-        #: Producer ids, sequences, open transactions and the aborted transactions index.
-        self.producer_state = ProducerStateManager(self.dir)
-        self._load()
-        self.producer_state.load(self)
+        try:
+            os.makedirs(self.dir, exist_ok=True)
+            self.leader_epoch_cache = LeaderEpochFileCache(os.path.join(self.dir, CHECKPOINT_FILE_NAME))
+            #: Producer ids, sequences, open transactions and the aborted transactions index.
+            self.producer_state = ProducerStateManager(self.dir)
+            self._load()
+            self.producer_state.load(self)
+        except OSError as e:
+            for seg in self._segments:
+                seg.close()
+            raise KafkaStorageError(f"cannot open log {self.dir}: {e}") from e
         self.first_unstable_offset = self.producer_state.first_unstable_offset()
         self._last_flush_ms = self._clock()
 
@@ -531,6 +547,7 @@ class Log:
         recovery_point = state.get("recovery_point", 0)
         stats: dict[str, object] = {"recovered_segments": [], "bytes_truncated": 0,
                                     "rebuilt_indexes": [], "clean_shutdown": clean,
+                                    "epoch_cache_rebuilt": False, "tail_bytes_dropped": 0,
                                     "swaps_completed": [], "swaps_rolled_back": []}
         self.load_stats = stats
         names = sorted(os.listdir(self.dir))
@@ -600,12 +617,18 @@ class Log:
         first_unflushed = len(self._segments)
         if not clean:
             first_unflushed = max(0, bisect_right(self._bases, recovery_point) - 1)
-        for i, seg in enumerate(self._segments[:first_unflushed]):
+        if first_unflushed == len(self._segments):
+            # Not recovered below: check the active segment's tail, the only place a cleanly
+            # closed log can end in bytes that do not parse.
+            dropped = self._segments[-1].check_tail()
+            stats["bytes_truncated"] += dropped
+            stats["tail_bytes_dropped"] = dropped
+        for seg in self._segments[:first_unflushed]:
             try:
                 if seg.index_files_created:
                     raise CorruptIndexError(f"missing index files for {seg.log_path}")
                 seg.sanity_check()
-            except CorruptIndexError as e:
+            except (CorruptIndexError, CorruptRecordError) as e:
                 log.warning("rebuilding the indexes of %s: %s", seg.log_path, e)
                 truncated = seg.recover()
                 stats["rebuilt_indexes"].append(seg.base_offset)
@@ -651,11 +674,91 @@ class Log:
             self._truncate_fully(self._log_start, self._log_start)
         cache.truncate_from_end(self._leo)
         cache.truncate_from_start(self._log_start)
+        self._check_epoch_cache(stats)
         self._hw = min(max(state.get("high_watermark", 0), self._log_start), self._leo)
         self._write_state(clean_shutdown=False)
         log.info("loaded log %s: log start %d, log end %d, high watermark %d, %d segment(s), "
                  "recovered %s", self.dir, self._log_start, self._leo, self._hw,
                  len(self._segments), stats["recovered_segments"])
+
+    def _batch_epoch_at(self, offset: int) -> tuple[int, int] | None:
+        """(base offset, leader epoch) of the first batch whose last offset is >= ``offset``."""
+        for seg in self._segments[max(0, bisect_right(self._bases, offset) - 1):]:
+            found = seg.translate_offset(offset)
+            if found is not None:
+                base, _length, epoch = _STAMP.unpack(seg.read_bytes(found.position, _STAMPED))
+                return base, epoch
+        return None
+
+    def _epoch_cache_mismatch(self) -> str | None:
+        """Why the epoch cache disagrees with the batch headers, or None if it agrees.
+
+        Each batch carries the leader epoch it was written in, so a correct cache has: the
+        last batch's epoch as its latest epoch; for every entry ``(epoch, start)``, the batch at
+        ``start`` in that epoch, starting there (unless ``start`` is the log start), and the
+        batch just before it in the previous entry's epoch (no epoch before the first entry).
+        A few index lookups per entry: no scan of the log.
+        """
+        entries = self.leader_epoch_cache.entries()
+        if self._leo <= self._log_start:
+            return None
+        last = self._batch_epoch_at(self._leo - 1)
+        last_epoch = last[1] if last is not None else -1
+        if not entries:
+            if last_epoch >= 0:
+                return f"it is empty but the last batch carries epoch {last_epoch}"
+            return None
+        if entries[-1].epoch != last_epoch:
+            return (f"its latest epoch is {entries[-1].epoch} (from offset {entries[-1].start_offset}) "
+                    f"but the last batch (below offset {self._leo}) carries epoch {last_epoch}")
+        previous_epoch = -1
+        for epoch, start in entries:
+            found = self._batch_epoch_at(start)
+            if found is None or found[1] != epoch:
+                return (f"epoch {epoch} starts at offset {start} but the batch there carries "
+                        f"epoch {found[1] if found else None}")
+            base = found[0]
+            if base < start and start != self._log_start:
+                return f"epoch {epoch} starts at offset {start}, inside the batch starting at {base}"
+            if base > self._log_start:
+                before = self._batch_epoch_at(base - 1)
+                # A gap (compaction removed the batches before) has no batch to compare with.
+                if before is not None and before[0] < base and before[1] != previous_epoch:
+                    return (f"epoch {epoch} starts at offset {start} but the batch before it "
+                            f"carries epoch {before[1]}, not {previous_epoch}")
+            previous_epoch = epoch
+        return None
+
+    def _check_epoch_cache(self, stats: dict) -> None:
+        """Cross-check the loaded epoch cache with the batch headers; rebuild it if they disagree.
+
+        A wrong ``leader-epoch-checkpoint`` (say "epoch 0 covers everything", or an epoch that
+        never wrote here) would make this replica answer OffsetsForLeaderEpoch and diverging
+        epochs wrongly: followers truncating committed records in a loop, or a follower never
+        matching the leader.
+        """
+        cache = self.leader_epoch_cache
+        why = self._epoch_cache_mismatch()
+        if why is None:
+            return
+        old = cache.entries()
+        rebuilt: list[tuple[int, int]] = []
+        try:
+            for seg in self._segments:
+                if seg.next_offset <= self._log_start:
+                    continue
+                for h in seg.batches():
+                    epoch = h.partition_leader_epoch
+                    if h.last_offset >= self._log_start and epoch >= 0 and (
+                            not rebuilt or epoch > rebuilt[-1][0]):
+                        rebuilt.append((epoch, max(h.base_offset, self._log_start)))
+        except CorruptRecordError as e:
+            log.error("log %s: rebuilding the leader epoch cache stopped at a corrupt batch: %s",
+                      self.dir, e)
+        log.warning("leader epoch checkpoint %s disagrees with the log's batches: %s; rebuilt it "
+                    "from the batch headers: %s -> %s", cache.path, why, old, rebuilt)
+        cache.replace_all([EpochEntry(e, o) for e, o in rebuilt])
+        stats["epoch_cache_rebuilt"] = True
 
     # -- append -------------------------------------------------------------------------------
 
@@ -1083,6 +1186,7 @@ class Log:
                 return False
             log.info("log %s: truncating to offset %d (log end offset %d)", self.dir,
                      target_offset, self._leo)
+            self._check_truncation_loop(target_offset)
             if self._bases[0] > target_offset:
                 self._truncate_fully(target_offset, target_offset)
                 return True
@@ -1102,6 +1206,35 @@ class Log:
             self.producer_state.rebuild(self)
             self.first_unstable_offset = self.producer_state.first_unstable_offset()
             return True
+
+    def _check_truncation_loop(self, target_offset: int) -> None:
+        """Refuse the same truncation below the high watermark a third time in a row.
+
+        Truncating below the HW happens once after an unclean election or a lost flush; doing
+        it again to the same offset, after the records came back, means this replica's leader
+        epochs and the leader's disagree: every refetch would be cut again, for ever, and the
+        follower would never rejoin the ISR. Raises TruncationLoopError (logged once per log)
+        naming the offsets and the epoch cache, instead of looping silently.
+        """
+        if target_offset >= self._hw:
+            self._below_hw_truncations = (target_offset, 0)
+            return
+        last_target, count = self._below_hw_truncations
+        count = count + 1 if last_target == target_offset else 1
+        self._below_hw_truncations = (target_offset, count)
+        if count < TRUNCATION_LOOP_LIMIT:
+            log.warning("log %s: truncating to %d, below the high watermark %d", self.dir,
+                        target_offset, self._hw)
+            return
+        error = TruncationLoopError(
+            f"log {self.dir}: truncation to offset {target_offset}, below the high watermark "
+            f"{self._hw}, asked {count} times in a row after the records were fetched again: this "
+            f"replica's leader epochs {self.leader_epoch_cache.entries()} and the leader's "
+            f"disagree about where an epoch ends (check {self.leader_epoch_cache.path} on both)")
+        if not self._truncation_loop_reported:
+            self._truncation_loop_reported = True
+            log.error("%s", error)
+        raise error
 
     def truncate_fully_and_start_at(self, new_offset: int, log_start_offset: int | None = None) -> None:
         """Rule 9: delete everything; one empty segment at ``new_offset``; the epoch cache is

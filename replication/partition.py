@@ -149,10 +149,31 @@ class Partition:
 
     # -- role changes --------------------------------------------------------------------------
 
+    def is_stale_state(self, partition_epoch: int, role: str = "", leader_epoch: int = -1) -> bool:
+        """True if a partition state with this partition epoch is older than the one held.
+
+        The controller bumps the partition epoch with every leader or ISR change, so an older
+        one is a state that arrived late; applying it would give this replica a view behind
+        the controller's (a leader would then quote a refused epoch for ever). Re-applying the
+        same epoch is harmless: it is the same state.
+        """
+        with self.lock:
+            if partition_epoch >= self.partition_epoch:
+                return False
+            log.info("%s: broker %d ignores a stale state (%s, leader epoch %d, partition epoch "
+                     "%d): it holds partition epoch %d", self.tp, self.broker_id, role or "?",
+                     leader_epoch, partition_epoch, self.partition_epoch)
+            return True
+
     def make_leader(self, leader_epoch: int, partition_epoch: int, replicas: list[int],
                     isr: list[int]) -> bool:
-        """Become (or stay) leader; returns True if this is a new leadership (new epoch)."""
+        """Become (or stay) leader; returns True if this is a new leadership (new epoch).
+
+        A state older than the one held (lower partition epoch) changes nothing.
+        """
         with self.lock:
+            if self.is_stale_state(partition_epoch, "leader", leader_epoch):
+                return False
             now = self._clock_ms()
             new_epoch = leader_epoch != self.leader_epoch or not self.is_leader
             self.replicas = list(replicas)
@@ -184,8 +205,13 @@ class Partition:
 
     def make_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int,
                       replicas: list[int], isr: list[int]) -> bool:
-        """Become (or stay) follower; True if the leader or epoch changed (refetch needed)."""
+        """Become (or stay) follower; True if the leader or epoch changed (refetch needed).
+
+        A state older than the one held (lower partition epoch) changes nothing.
+        """
         with self.lock:
+            if self.is_stale_state(partition_epoch, f"follower of {leader_id}", leader_epoch):
+                return False
             changed = leader_id != self.leader_id or leader_epoch != self.leader_epoch
             self.replicas = list(replicas)
             self.isr = set(isr)
@@ -315,7 +341,13 @@ class Partition:
 
     def _submit_isr(self, new_isr: list[int]) -> None:
         state = self._alter_isr(self.tp, self.broker_id, self.leader_epoch, self.partition_epoch, new_isr)
-        if state is not None:
+        if state is None:
+            # Refused (Kafka: INVALID_UPDATE_VERSION / FENCED_LEADER_EPOCH, or a broker that is
+            # down): the controller sends a refused requester its current state, which replaces
+            # this view (it may already have, if it was delivered on this thread).
+            log.info("%s: AlterPartition to ISR %s at partition epoch %d refused", self.tp,
+                     new_isr, self.partition_epoch)
+        elif state.partition_epoch > self.partition_epoch:
             # The controller also notifies us; applying here keeps this call's view current.
             self.isr = set(state.isr)
             self.partition_epoch = state.partition_epoch

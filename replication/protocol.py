@@ -56,6 +56,8 @@ class Errors(enum.IntEnum):
     PRODUCER_FENCED = 90
     KAFKA_STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     OFFSET_NOT_AVAILABLE = 78
@@ -115,8 +117,19 @@ class FetchPartition:
     push_session_id: int = -1  # push replication: the follower's current session id
 
 
+#: Fetch session epochs (KIP-227): INITIAL_EPOCH with session id 0 opens a session (a full
+#: fetch); FINAL_EPOCH closes one, and with id 0 is a fetch without a session (the default).
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+INVALID_SESSION_ID = 0
+
+
 @dataclass(slots=True)
 class FetchRequest:
+    """A Fetch. In an incremental fetch (``session_id`` and an epoch >= 1) ``partitions`` holds
+    only the partitions added or changed since the last request of the session, and
+    ``forgotten`` the ones it no longer fetches."""
+
     replica_id: int  # broker id of a follower, or FOLLOWER_REPLICA_ID_NONE for consumers
     replica_epoch: int  # the follower broker's epoch (bumped on every restart); -1 for consumers
     max_wait_ms: int
@@ -124,6 +137,27 @@ class FetchRequest:
     max_bytes: int
     isolation_level: IsolationLevel
     partitions: dict[TopicPartition, FetchPartition]
+    session_id: int = INVALID_SESSION_ID
+    session_epoch: int = FINAL_EPOCH
+    forgotten: tuple[TopicPartition, ...] = ()
+
+    @property
+    def is_incremental(self) -> bool:
+        return self.session_id != INVALID_SESSION_ID and self.session_epoch > INITIAL_EPOCH
+
+
+class FetchResponse(dict):
+    """A Fetch answer: ``tp -> FetchPartitionResponse`` (a dict, as sessionless callers read it),
+    plus the session fields. An incremental answer holds only the partitions with records, an
+    error, or a high watermark, last stable offset or log start offset that changed since the
+    session last told them; ``error`` is a session error (then no partition is included)."""
+
+    __slots__ = ("error", "session_id")
+
+    def __init__(self, partitions=(), error: "Errors" = None, session_id: int = INVALID_SESSION_ID) -> None:
+        super().__init__(partitions)
+        self.error = Errors.NONE if error is None else error
+        self.session_id = session_id
 
 
 @dataclass(slots=True)

@@ -25,14 +25,19 @@ from replication.errors import (
     RecordTooLargeError,
     ReplicationError,
 )
+from replication.fetch_session import FetchSession, FetchSessionCache
 from replication.log import Log, LogConfig
 from replication.names import partition_dir_name
 from replication.partition import Partition
 from replication.protocol import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
     EpochEndOffset,
     Errors,
     FetchPartitionResponse,
     FetchRequest,
+    FetchResponse,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     OffsetsForLeaderEpochRequest,
@@ -71,6 +76,32 @@ class DelayedFetch(DelayedOperation):
 
     def on_complete(self) -> None:
         self.respond(self.manager.read_partitions(self.request))
+
+
+class DelayedSessionFetch(DelayedOperation):
+    """An incremental session fetch waiting for a change of one of the session's partitions:
+    it watches the session's key only, however many partitions the session has."""
+
+    __slots__ = ("manager", "session", "request", "respond", "answer")
+
+    def __init__(self, manager: "ReplicaManager", session: FetchSession, request: FetchRequest, respond,
+                 answer: FetchResponse) -> None:
+        super().__init__(request.max_wait_ms)
+        self.manager = manager
+        self.session = session
+        self.request = request
+        self.respond = respond
+        self.answer = answer  # what the first read found (high-watermark moves): answered too
+
+    def try_complete(self) -> bool:
+        if self.manager.fetch_sessions.has_changes(self.session):
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        answer = self.answer
+        answer.update(self.manager.read_session(self.session, self.request, full=False))
+        self.respond(answer)
 
 
 class DelayedProduce(DelayedOperation):
@@ -125,6 +156,12 @@ class ReplicaManager:
         self.logs: dict[TopicPartition, Log] = {}
         self._lock = threading.RLock()
         self.fetch_purgatory = DelayedOperationPurgatory(f"fetch-{broker_id}")
+        lag_ms = int(config.get("replica.lag.time.max.ms", 30000))
+        self.fetch_sessions = FetchSessionCache(
+            max_slots=int(config.get("max.incremental.fetch.session.cache.slots", 1000)),
+            # read every partition of a session a few times per lag window: the follower's
+            # caught-up time stays fresh for the ISR without a change to fetch
+            refresh_s=max(0.05, lag_ms / 4000.0))
         self.produce_purgatory = DelayedOperationPurgatory(f"produce-{broker_id}")
         # Set by the broker: called for partitions that must (re)start or stop fetching.
         self.on_become_follower: Callable[[Partition, bool], None] = lambda p, changed: None
@@ -185,6 +222,8 @@ class ReplicaManager:
             elif info.get("config_only"):
                 partition.config = self._partition_config(info["config"])
                 partition.log.update_config(self._log_config(info["config"]))
+        if partition.is_stale_state(state.partition_epoch, "leader %d" % state.leader, state.leader_epoch):
+            return  # arrived after a newer state: no role change, no fetcher change
         if state.leader == self.broker_id:
             changed = partition.make_leader(state.leader_epoch, state.partition_epoch, state.replicas, state.isr)
             self.on_become_leader(partition, changed)
@@ -217,6 +256,24 @@ class ReplicaManager:
         """Wake parked fetches and produces of `tp` (after an append or a HW/role change)."""
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
+        self._notify_sessions(tp, wake=True)
+
+    def parked_fetches(self, tp: TopicPartition) -> int:
+        """Fetches parked in purgatory that an append to `tp` would answer (sessionless ones
+        watching `tp`, and session fetches whose session holds it)."""
+        count = self.fetch_purgatory.watched(tp)
+        for session in self.fetch_sessions.sessions_of(tp):
+            count += self.fetch_purgatory.watched(session.key)
+        return count
+
+    def _notify_sessions(self, tp: TopicPartition, wake: bool) -> None:
+        """A change of `tp` for the fetch sessions that hold it; ``wake`` completes their parked
+        fetches (records or a role change; a high-watermark move alone waits for the next
+        answer, as Kafka's delayed fetch completes on bytes)."""
+        keys = self.fetch_sessions.mark_changed(tp, wake)
+        if wake:
+            for key in keys:
+                self.fetch_purgatory.check_and_complete(key)
 
     # -- produce -------------------------------------------------------------------------------
 
@@ -267,8 +324,8 @@ class ReplicaManager:
 
     # -- fetch ---------------------------------------------------------------------------------
 
-    def read_partitions(self, request: FetchRequest) -> dict[TopicPartition, FetchPartitionResponse]:
-        out: dict[TopicPartition, FetchPartitionResponse] = {}
+    def read_partitions(self, request: FetchRequest) -> FetchResponse:
+        out = FetchResponse()
         remaining = request.max_bytes
         for tp, fp in request.partitions.items():
             partition = self.partitions.get(tp)
@@ -284,9 +341,76 @@ class ReplicaManager:
             if partition.hw_changed():
                 self.produce_purgatory.check_and_complete(tp)
                 self.fetch_purgatory.check_and_complete(tp)
+                self._notify_sessions(tp, wake=False)
         return out
 
+    def read_session(self, session: FetchSession, request: FetchRequest, full: bool) -> FetchResponse:
+        """Read a session's changed partitions (``full``: all of them) and answer those the
+        follower must hear about (``full``: all)."""
+        if full:
+            self.fetch_sessions.take_changed(session, time.monotonic())
+            tps = list(session.partitions)
+        else:
+            tps = self.fetch_sessions.take_changed(session, time.monotonic())
+        parts = session.partitions
+        selected = {}
+        for tp in tps:
+            fp = parts.get(tp)
+            if fp is not None:
+                selected[tp] = fp
+        out = FetchResponse(session_id=session.id)
+        if not selected:
+            return out
+        read = self.read_partitions(FetchRequest(
+            request.replica_id, request.replica_epoch, request.max_wait_ms, request.min_bytes, request.max_bytes,
+            request.isolation_level, selected))
+        answer_needed = session.answer_needed
+        for tp, resp in read.items():
+            if answer_needed(tp, resp) or full:
+                out[tp] = resp
+        return out
+
+    def _handle_session_fetch(self, request: FetchRequest, respond) -> None:
+        """KIP-227: open, continue or close a fetch session (see `replication.fetch_session`)."""
+        sessions = self.fetch_sessions
+        if request.session_epoch == FINAL_EPOCH:
+            sessions.remove(request.session_id)
+            self.handle_fetch(FetchRequest(request.replica_id, request.replica_epoch, request.max_wait_ms,
+                                           request.min_bytes, request.max_bytes, request.isolation_level,
+                                           request.partitions), respond)
+            return
+        if request.session_epoch == INITIAL_EPOCH:
+            session = sessions.create(request.replica_id, request.partitions, replaces=request.session_id)
+            respond(self.read_session(session, request, full=True))
+            return
+        session = sessions.get(request.session_id)
+        if session is None:
+            respond(FetchResponse(error=Errors.FETCH_SESSION_ID_NOT_FOUND))
+            return
+        if not sessions.update(session, request.session_epoch, request.partitions, request.forgotten):
+            respond(FetchResponse(error=Errors.INVALID_FETCH_SESSION_EPOCH, session_id=session.id))
+            return
+        response = self.read_session(session, request, full=False)
+        if request.max_wait_ms <= 0 or self._fetch_satisfied(response, request.min_bytes):
+            respond(response)
+            return
+        op = DelayedSessionFetch(self, session, request, respond, response)
+        self.fetch_purgatory.try_complete_else_watch(op, [session.key])
+
+    @staticmethod
+    def _fetch_satisfied(response: dict, min_bytes: int) -> bool:
+        """An answer to give now: min_bytes of records, or a partition to report at once."""
+        readable = 0
+        for resp in response.values():
+            if resp.error is not Errors.NONE or resp.diverging_epoch is not None or resp.switch_to_push:
+                return True
+            readable += len(resp.records)
+        return readable >= min_bytes
+
     def handle_fetch(self, request: FetchRequest, respond) -> None:
+        if request.session_id != INVALID_SESSION_ID or request.session_epoch != FINAL_EPOCH:
+            self._handle_session_fetch(request, respond)
+            return
         responses = self.read_partitions(request)
         readable = 0
         for resp in responses.values():
@@ -385,6 +509,7 @@ class ReplicaManager:
                 self.complete_delayed(tp)
 
     def shutdown(self, crash: bool = False) -> None:
+        self.fetch_sessions.clear()
         self.fetch_purgatory.shutdown()
         self.produce_purgatory.shutdown()
         with self._lock:

@@ -486,6 +486,53 @@ class LogSegment:
         self.index_files_created = False
         return truncated
 
+    def check_tail(self) -> int:
+        """Cut what does not parse after the last valid batch; returns the bytes dropped.
+
+        One scan from the last offset index entry to the end, checking each batch (torn, CRC,
+        offsets that do not follow). A cleanly closed segment is never recovered on open, so
+        this is what catches garbage written after its last batch (a torn write the OS kept,
+        a stray copy of a batch, zeros from a preallocated file). An index entry that does not
+        point at its batch is not trusted: the scan then starts at the segment's beginning.
+        """
+        idx = self.offset_index
+        start = idx.last_position if idx.entries else 0
+        valid, next_offset, error = self._valid_prefix(start, idx.last_offset if start else None)
+        if error is not None and valid == start and start > 0:
+            valid, next_offset, error = self._valid_prefix(0, None)
+        if error is None:
+            return 0
+        dropped = self._file.size - valid
+        log.warning("log segment %s: dropping %d bytes from position %d, after the last valid "
+                    "batch (next offset %d): %s", self._file.path, dropped, valid, next_offset, error)
+        self._file.truncate(valid)
+        self._file.fsync()
+        self._next_offset = None
+        return dropped
+
+    def _valid_prefix(self, start: int, first_last_offset: int | None
+                      ) -> tuple[int, int, CorruptRecordError | None]:
+        """(end position, next offset) of the valid batches from ``start``, and the error that
+        ended them (None: valid to the end). ``first_last_offset``: what the first batch's last
+        offset must be (an index entry's offset)."""
+        valid = start
+        next_offset = self.base_offset
+        path = self._file.path
+        try:
+            for h in self.batches(start, validate_crc=True):
+                last = h.last_offset
+                if (h.base_offset < next_offset or last < h.base_offset
+                        or last - self.base_offset > INT32_MAX
+                        or (valid == start and first_last_offset is not None and last != first_last_offset)):
+                    raise CorruptRecordError(
+                        f"batch offsets {h.base_offset}..{last} at position {h.position} of {path} "
+                        f"do not follow offset {next_offset - 1}", path, h.position, h.base_offset)
+                valid = h.position + h.size
+                next_offset = last + 1
+        except CorruptRecordError as e:
+            return valid, next_offset, e
+        return valid, next_offset, None
+
     def sanity_check(self) -> None:
         """Raise CorruptIndexError if an index file is inconsistent with the log (rebuild it)."""
         idx = self.offset_index

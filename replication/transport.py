@@ -30,6 +30,11 @@ Handler = Callable[[int, object, Callable[[object], None]], None]
 Callback = Callable[[object, "TransportError | None"], None]
 
 
+class NotDeliveredError(TransportError):
+    """The request never reached the destination's handler (the broker was not registered):
+    the sender knows it had no effect, unlike a lost answer or a timeout."""
+
+
 @dataclass
 class LinkFaults:
     """Faults applied to requests from one broker to another (or any, with -1)."""
@@ -180,7 +185,7 @@ class Transport:
             if handler is not None:
                 self._in_flight[destination].add(flight)
         if handler is None:
-            callback(None, TransportError(f"broker {destination} is not available"))
+            callback(None, NotDeliveredError(f"broker {destination} is not available"))
             return
         faults = self.faults.for_link(source, destination) if self.faults.links else None
         if faults is None or not faults.applies_to(body):
@@ -235,7 +240,7 @@ class Transport:
 
     def _deliver(self, flight: _InFlight, handler: Handler | None, body: object) -> None:
         if handler is None or flight.done:
-            self._complete(flight, None, TransportError(f"broker {flight.destination} is not available"))
+            self._complete(flight, None, NotDeliveredError(f"broker {flight.destination} is not available"))
             return
         try:
             handler(flight.source, body, lambda response: self._complete(flight, response, None))

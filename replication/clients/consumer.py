@@ -50,7 +50,7 @@ from replication.clients.common import (
     make_topic_partition,
     kafka_exception,
 )
-from replication.errors import ReplicationError
+from replication.errors import CorruptRecordError, ReplicationError
 from replication.group_coordinator import (
     COOPERATIVE_ASSIGNORS,
     ILLEGAL_GENERATION,
@@ -986,12 +986,16 @@ class Consumer:
         key = state.key
         msgs: list = []
         next_offset = fetch_offset
+        corrupt: Message | None = None
         if buf:
             aborted = None
             if self._read_committed and resp.aborted_transactions:
                 aborted = self._aborted_ranges(resp.aborted_transactions, buf)
-            msgs, next_offset = decode_messages(buf, key.topic, key.partition, min_offset=fetch_offset,
-                                                aborted=aborted, partial_tail=True)
+            try:
+                msgs, next_offset = decode_messages(buf, key.topic, key.partition, min_offset=fetch_offset,
+                                                    aborted=aborted, partial_tail=True)
+            except CorruptRecordError as e:
+                msgs, next_offset, corrupt = self._corrupt_fetch(state, buf, fetch_offset, aborted, e)
         end = resp.last_stable_offset if self._read_committed else resp.high_watermark
         with self._lock:
             if state.version != version or self._parts.get(key) is not state:
@@ -1003,7 +1007,18 @@ class Consumer:
             if msgs:
                 self._queue.append([state, version, msgs, 0, next_offset])
                 state.buffered += len(msgs)
-            elif state.buffered == 0 and 0 <= state.position < next_offset:
+            if corrupt is not None:
+                # Fetching stops at the bad batch until the application seeks (past it): the
+                # position stays there, so nothing after it is skipped unnoticed.
+                state.stopped = True
+                if not msgs:
+                    state.delivered = True
+                    state.position = next_offset
+                self._queue.append([state, version, [corrupt], 0, -1])
+                state.buffered += 1
+                self._cv.notify_all()
+                return
+            if not msgs and state.buffered == 0 and 0 <= state.position < next_offset:
                 # Nothing to deliver (only markers or aborted records) and nothing queued:
                 # the application's position moves past them now.
                 state.position = next_offset
@@ -1021,6 +1036,25 @@ class Consumer:
                 state.buffered += 1
             if msgs or eof:
                 self._cv.notify_all()
+
+    def _corrupt_fetch(self, state: _Partition, buf: bytes, fetch_offset: int, aborted: Any,
+                       error: CorruptRecordError) -> tuple[list, int, Message]:
+        """The records before a corrupt batch, the offset it starts at, and the error message
+        the application gets after them (librdkafka's _BAD_MSG; the Java consumer raises a
+        CorruptRecordException naming partition and offset)."""
+        key = state.key
+        msgs: list = []
+        next_offset = fetch_offset
+        if error.position > 0:
+            msgs, next_offset = decode_messages(buf[:error.position], key.topic, key.partition,
+                                                min_offset=fetch_offset, aborted=aborted)
+        offset = error.base_offset if error.base_offset >= next_offset else next_offset
+        log.error("consumer %s: corrupt record batch in %s [%d] at offset %d from broker %d: %s",
+                  self.group_id, key.topic, key.partition, offset, state.leader, error)
+        reason = (f"Fetch from broker {state.leader}: corrupt record batch in {key.topic} [{key.partition}] at "
+                  f"offset {offset}: {error}; consumption of this partition stops here until it is seeked")
+        return msgs, offset, _error_message(kafka_error(KafkaError._BAD_MSG, reason), key.topic, key.partition,
+                                            offset)
 
     @staticmethod
     def _aborted_ranges(aborted: list, buf: bytes) -> list[tuple[int, int, int]]:

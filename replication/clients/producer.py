@@ -55,6 +55,7 @@ from replication.clients.partitioner import PARTITIONERS, make_partitioner
 from replication.errors import ReplicationError, TransportError
 from replication.names import is_valid_topic_name
 from replication.protocol import Errors, ProduceRequest, TopicPartition
+from replication.transport import NotDeliveredError
 from replication import records as _records
 from replication.records import encode_batch
 
@@ -76,6 +77,12 @@ _TRANSPORT = -1  # a transport failure (no answer), retried like a leader change
 _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
 _TXN_RETRIABLE = frozenset({15, 16, 51, 7})  # coordinator (not) available, concurrent txns, timeout
 _FENCING = frozenset({Errors.INVALID_PRODUCER_EPOCH, Errors.PRODUCER_FENCED})
+#: Answers after which the batch may be in the log although it failed (appended, then not
+#: replicated in time); a transport failure other than NotDeliveredError is one too.
+_MAYBE_WRITTEN = frozenset({Errors.REQUEST_TIMED_OUT, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                            Errors.KAFKA_STORAGE_ERROR})
+#: Answers that mean the broker's sequence state and ours disagree (idempotence is broken).
+_SEQUENCE_DESYNC = frozenset({Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, Errors.UNKNOWN_PRODUCER_ID})
 
 
 _time_ns = time.time_ns
@@ -166,7 +173,7 @@ class _Batch:
     """Records of one partition sent together."""
 
     __slots__ = ("tp", "entries", "cb", "records", "has_callbacks", "created", "deadline", "data", "base_sequence",
-                 "attempts", "retry_at", "sent_at", "generation", "leader")
+                 "attempts", "retry_at", "sent_at", "generation", "leader", "maybe_written")
 
     def __init__(self, tp: TopicPartition, now: float, deadline: float, entries: list[tuple],
                  cb: Any = None) -> None:
@@ -184,6 +191,7 @@ class _Batch:
         self.sent_at = 0.0
         self.generation = 0
         self.leader = -1
+        self.maybe_written = False  # an attempt ended without knowing whether the broker wrote it
 
     def prepare(self) -> None:
         """Split the entries into encodable records (one C pass when no record has a
@@ -305,6 +313,8 @@ class Producer:
         self._producer_epoch = -1
         self._closed = False
         self._fatal: KafkaError | None = None
+        self._errors: list[KafkaError] = []  # for error_cb, served by poll()
+        self._bump_epoch = False  # a transactional batch failed maybe written: bump at the abort
         # transactions
         self._txn_state = _TxnState.UNINIT
         self._txn_partitions: set[TopicPartition] = set()
@@ -487,6 +497,11 @@ class Producer:
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         if self._stats_cb is not None and self._stats_interval_s > 0 and time.monotonic() >= self._stats_next:
             self._emit_stats()
+        if self._errors:
+            with self._lock:
+                errors, self._errors = self._errors, []
+            for error in errors:
+                self._error_cb(error)
         with self._lock:
             while not self._reports:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -716,6 +731,7 @@ class Producer:
                     # No answer within request.timeout.ms: retry (a late answer is ignored).
                     batch.generation += 1
                     batch.sent_at = 0.0
+                    batch.maybe_written = True
                     self._count_request(batch.leader, "req_timeouts")
                     self._retry_or_fail_locked(batch, _TRANSPORT, "request timed out", now)
                     wait = 0.0
@@ -885,6 +901,8 @@ class Producer:
                     continue  # timed out and resent (or purged) meanwhile
                 batch.sent_at = 0.0
                 if error is not None:
+                    if not isinstance(error, NotDeliveredError):
+                        batch.maybe_written = True
                     self._retry_or_fail_locked(batch, _TRANSPORT, str(error), now)
                     continue
                 if response is None:  # acks=0
@@ -895,12 +913,22 @@ class Producer:
                 if code == Errors.NONE or code == Errors.DUPLICATE_SEQUENCE_NUMBER:
                     self._complete_locked(batch, None, result.base_offset)
                 elif code in RETRIABLE:
+                    if code in _MAYBE_WRITTEN:
+                        batch.maybe_written = True
                     if code == Errors.UNKNOWN_TOPIC_OR_PART and self._metadata.partition_count(tp.topic) is None:
                         self._fail_locked(batch, kafka_error(code, "Broker: Unknown topic or partition"))
                     else:
                         self._retry_or_fail_locked(batch, code, result.error_message or "", now)
                 elif code in _FENCING and self._idempotent:
                     self._fenced_locked(batch, code)
+                elif code in _SEQUENCE_DESYNC and self._idempotent:
+                    # librdkafka: the broker's sequence state and ours disagree; no later
+                    # write to this partition can keep the idempotence guarantee.
+                    self._set_fatal_locked(kafka_error(
+                        int(code), f"ProduceRequest for {tp.topic} [{tp.partition}] with base sequence "
+                        f"{batch.base_sequence} failed: sequence desynchronization with the broker "
+                        f"({Errors(code).name})", fatal=True))
+                    self._complete_locked(batch, self._fatal, -1)
                 else:
                     self._fail_locked(batch, kafka_error(int(code), result.error_message or None))
             self._wake.notify()
@@ -911,6 +939,8 @@ class Producer:
         self._reported.notify_all()
 
     def _fail_locked(self, batch: _Batch, error: KafkaError) -> None:
+        if self._idempotent and batch.base_sequence >= 0:
+            self._release_sequence_locked(batch, error)
         if self._transactional_id is not None and self._txn_error is None and not error.fatal():
             # librdkafka: a failed delivery inside a transaction makes it abortable only.
             self._txn_error = kafka_error(error.code(), error.str(), txn_requires_abort=True)
@@ -941,12 +971,43 @@ class Producer:
         else:
             self._fail_locked(batch, kafka_error(int(code)))
 
+    def _release_sequence_locked(self, batch: _Batch, error: KafkaError) -> None:
+        """A failed batch gives its sequence numbers back, as librdkafka does (KIP-360).
+
+        One batch per partition is in flight, so the failed batch is the last one that took
+        sequence numbers. When the broker surely did not write it, the next batch reuses its base
+        sequence and the partition goes on. When it may be in the log (an answer lost, appended
+        but not replicated in time), reusing the numbers could acknowledge other records as its
+        duplicates, and skipping them is refused as out of order: a fatal error."""
+        tp = batch.tp
+        if batch.maybe_written and self._transactional_id is not None:
+            # The transaction must abort (see _fail_locked); the abort then bumps the epoch
+            # (KIP-360), which starts every partition's sequence again.
+            self._bump_epoch = True
+        elif batch.maybe_written:
+            self._set_fatal_locked(kafka_error(
+                KafkaError._INCONSISTENT,
+                f"{len(batch.entries)} message(s) to {tp.topic} [{tp.partition}] (base sequence "
+                f"{batch.base_sequence}) failed ({error.str()}) and may have been written: the idempotent "
+                "producer cannot continue without risking duplicates or gaps", fatal=True))
+            return
+        if self._next_sequence.get(tp) == (batch.base_sequence + len(batch.entries)) & 0x7FFFFFFF:
+            self._next_sequence[tp] = batch.base_sequence
+            log.info("%s [%d]: %d message(s) failed unwritten (%s); the next batch reuses base sequence %d",
+                     tp.topic, tp.partition, len(batch.entries), error.str(), batch.base_sequence)
+        batch.base_sequence = -1
+
     def _set_fatal_locked(self, error: KafkaError) -> None:
+        """Record the first fatal error: produce() raises it from now on, error_cb hears it, and
+        what is still queued fails with it (librdkafka purges the queues of a fatal producer)."""
         if self._fatal is None:
             self._fatal = error
             self._txn_state = _TxnState.FATAL_ERROR
             self._refresh_gate_locked()
             log.error("producer fatal error: %s", error)
+            if self._error_cb is not None:
+                self._errors.append(error)
+            self._purge_queued_locked(error)
 
     # -- producer id ------------------------------------------------------------------------------
 
@@ -1100,6 +1161,14 @@ class Producer:
             self._txn_call(lambda: self._coordinator().end_txn(
                 self._transactional_id, self._producer_id, self._producer_epoch, commit),
                 timeout, "EndTxn")
+        if not commit and self._bump_epoch:
+            _e, pid, epoch = self._txn_call(
+                lambda: self._coordinator().init_producer_id(self._transactional_id, self._txn_timeout_ms),
+                timeout, "InitProducerId (epoch bump)")
+            with self._lock:
+                self._producer_id, self._producer_epoch = pid, epoch
+                self._next_sequence.clear()
+                self._bump_epoch = False
         with self._lock:
             self._txn_partitions = set()
             self._txn_has_offsets = False

@@ -238,8 +238,8 @@ def test_kip101_double_failover_never_leaves_divergent_committed_records(tmp_pat
         # b stops fetching; a takes writes only it holds (acks=1), flushed to disk.
         plan.set(b, a, LinkFaults(drop_probability=1.0, request_types=frozenset({"FetchRequest"})))
         # A fetch parked before the fault would still carry the next append to b: let it expire.
-        purgatory = cluster.brokers[a].replica_manager.fetch_purgatory
-        cluster.wait_until(lambda: purgatory.watched(("t", 0)) == 0, 10, "b's parked fetch expired")
+        rm = cluster.brokers[a].replica_manager
+        cluster.wait_until(lambda: rm.parked_fetches(("t", 0)) == 0, 10, "b's parked fetch expired")
         cluster.produce("t", 0, batch(b"a-only-1", b"a-only-2"), acks=1)
         cluster.partition_on(a, "t", 0).log.flush()
         cluster.crash_broker(a)
@@ -265,7 +265,7 @@ def test_consumer_fetch_long_polls_until_data_arrives(cluster):
     import threading
 
     cluster.create_topic("t", partitions=1, replication_factor=3)
-    purgatory = cluster.brokers[cluster.leader("t", 0)].replica_manager.fetch_purgatory
+    rm = cluster.brokers[cluster.leader("t", 0)].replica_manager
     result = {}
     done = threading.Event()
 
@@ -277,7 +277,7 @@ def test_consumer_fetch_long_polls_until_data_arrives(cluster):
     t.start()
     # Each follower has at most one fetch parked at the leader (one fetcher, one request in
     # flight), so a third watcher on the partition is the consumer's fetch.
-    cluster.wait_until(lambda: purgatory.watched(TopicPartition("t", 0)) == 3, 10, "consumer fetch parked")
+    cluster.wait_until(lambda: rm.parked_fetches(TopicPartition("t", 0)) == 3, 10, "consumer fetch parked")
     assert not done.is_set()
     cluster.produce("t", 0, batch(b"wake"), acks=-1)
     # Completed by the high watermark moving over the record, long before its 60 s max wait.

@@ -240,9 +240,9 @@ def test_parked_follower_fetches_complete_on_a_leader_append(tmp_path):
         cluster.create_topic("t", partitions=1, replication_factor=3)
         leader = cluster.leader("t", 0)
         followers = [b for b in range(3) if b != leader]
-        purgatory = cluster.brokers[leader].replica_manager.fetch_purgatory
+        rm = cluster.brokers[leader].replica_manager
         # Both followers are caught up (nothing to read): their fetches park at the leader.
-        cluster.wait_until(lambda: purgatory.watched(TP) == 2, 10, "both follower fetches parked")
+        cluster.wait_until(lambda: rm.parked_fetches(TP) == 2, 10, "both follower fetches parked")
         assert cluster.produce("t", 0, batch(b"wake"), acks=1).error is Errors.NONE
         # The deadline is a sixth of the fetch max wait: only the append's wake-up meets it.
         cluster.wait_until(lambda: all(cluster.log_end_offset(f, "t", 0) == 1 for f in followers), 10,

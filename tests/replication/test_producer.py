@@ -360,3 +360,48 @@ def test_statistics_count_request_timeouts(tmp_path):
         plan.clear()
         assert producer.flush(10) == 0
         assert [v for _o, v in values_of(cluster, "s")] == [b"warm-up", b"x"]
+
+
+def test_idempotent_batch_failed_maybe_written_is_a_fatal_error(tmp_path):
+    # Every answer is lost: the batch is in the log but the producer cannot know it. Reusing
+    # its sequence could acknowledge other records as its duplicates, skipping it is refused
+    # as out of order: librdkafka raises a fatal error, and so does this producer.
+    plan = FaultPlan(seed=5)
+    with LocalCluster(tmp_path / "fatal", num_brokers=3, config=FAST, faults=plan) as cluster:
+        cluster.create_topic("f", partitions=2)
+        errors = []
+        producer = cluster.producer({"enable.idempotence": True, "request.timeout.ms": 100,
+                                     "message.timeout.ms": 600, "retry.backoff.ms": 5, "linger.ms": 0,
+                                     "error_cb": errors.append})
+        reports = Reports()
+        producer.produce("f", value=b"ok", partition=0, on_delivery=reports)
+        assert producer.flush(10) == 0 and not reports.errors
+        plan.set(-1, -1, LinkFaults(drop_response_probability=1.0, request_types=frozenset({"ProduceRequest"})))
+        producer.produce("f", value=b"lost answer", partition=0, on_delivery=reports)
+        assert producer.flush(10) == 0
+        plan.clear()
+        assert reports.items[-1][0] is not None
+        producer.poll(0)  # serves error_cb
+        assert len(errors) == 1 and errors[0].fatal()
+        assert "f [0]" in errors[0].str()
+        with pytest.raises(KafkaException) as raised:
+            producer.produce("f", value=b"after", partition=1)
+        assert raised.value.args[0].fatal()
+        # the record really was written: a reset sequence would have risked a duplicate
+        assert [v for _o, v in values_of(cluster, "f")] == [b"ok", b"lost answer"]
+
+
+def test_sequence_desynchronization_is_fatal(cluster):
+    cluster.create_topic("d")
+    producer = cluster.producer({"enable.idempotence": True, "linger.ms": 0})
+    reports = Reports()
+    producer.produce("d", value=b"0", on_delivery=reports)
+    assert producer.flush(10) == 0 and not reports.errors
+    # a broker bug or lost state cannot be caused for real here: skip sequence numbers instead
+    producer._next_sequence[next(iter(producer._next_sequence))] += 5
+    producer.produce("d", value=b"1", on_delivery=reports)
+    assert producer.flush(10) == 0
+    error = reports.items[-1][0]
+    assert error.code() == KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER and error.fatal()
+    with pytest.raises(KafkaException):
+        producer.produce("d", value=b"2")

@@ -1,0 +1,382 @@
+"""The fault campaign of issue 20, run by tests/faults and by bench/faults.py.
+
+Three kinds of run, each seeded and each returning a `RunReport` whose ``anomalies`` name
+what broke (``"kind: detail"``; [] when the guarantees held):
+
+- ``writes``: `fault_workload.run_fault_workload` (acks=all writers recording every
+  acknowledged (partition, offset, value), a consumer, a high-watermark monitor) under the
+  campaign's nemesis, `campaign_action`: brokers crash, stop and restart, sometimes two at
+  once, sometimes the leader of a partition; pull or push replication. The checker is
+  `fault_workload.find_anomalies` (lost write, duplicate, inconsistent offsets, non-monotonic
+  offsets, replicas whose committed prefixes differ, writes that never succeed again after
+  healing, ...).
+- ``eos``: a word count with ``exactly_once_v2`` on the embedded cluster runs in a
+  subprocess (tests/integration/apps/wordcount_instance.py) that is SIGKILLed at random
+  points, several times; a last run finishes the input, and the committed output must hold
+  exactly the expected counts (each word's counts strictly increasing, ending at its total).
+- ``corruption``: the corruption matrix (`CORRUPTION_CASES`) for items 3, 4 and 5: a bit
+  flipped in a closed segment of the leader, wrong leader-epoch checkpoints, damaged tails.
+
+A failure message names the seed and the anomalies, so ``bench/faults.py --seed`` replays it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from corruption import flip_bit_in_batch
+from fault_workload import TOPIC, _wait, find_anomalies, run_fault_workload
+from replication.cluster import LocalCluster
+from replication.protocol import Errors
+
+REPO = Path(__file__).resolve().parents[2]
+INSTANCE_SCRIPT = REPO / "tests" / "integration" / "apps" / "wordcount_instance.py"
+
+#: Broker settings of the nemesis runs (as tests/replication/test_cluster_faults.py).
+CONFIG = {
+    "replica.fetch.backoff.ms": 20,
+    "replica.socket.timeout.ms": 1000,
+    "replica.lag.time.max.ms": 2000,
+    "replica.fetch.wait.max.ms": 100,
+}
+
+
+@dataclass
+class RunReport:
+    kind: str  # "writes" | "eos" | "corruption"
+    seed: int
+    detail: str  # replication mode, kill count or corruption case
+    anomalies: list[str] = field(default_factory=list)
+    acked: int = 0
+    actions: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        what = "ok" if not self.anomalies else "; ".join(self.anomalies[:5])
+        return f"{self.kind} {self.detail} seed {self.seed}: {what}"
+
+
+# -- the nemesis ---------------------------------------------------------------------------------
+
+
+def campaign_action(cluster: LocalCluster, rng: random.Random, partitions: int) -> str:
+    """The next fault: restart what is down, or stop / crash one or two brokers, chosen at
+    random or as the leader of a partition. A crash (a power cut: unflushed bytes are lost)
+    only hits brokers whose partitions keep a live ISR member outside the crashed set, Kafka's
+    durability premise (rule 30); a clean stop may hit any."""
+    live = cluster.live_brokers()
+    down = [b for b in range(cluster.num_brokers) if b not in live]
+    if down and (len(live) < 2 or rng.random() < 0.6):
+        if len(down) > 1 and rng.random() < 0.3:
+            return "start:" + "+".join(map(str, down))
+        return f"start:{rng.choice(down)}"
+    count = 2 if len(live) == 3 and rng.random() < 0.25 else 1
+    if rng.random() < 0.5:
+        leader = cluster.leader(TOPIC, rng.randrange(partitions))
+        first = leader if leader in live else rng.choice(live)
+    else:
+        first = rng.choice(live)
+    targets = [first] + rng.sample([b for b in live if b != first], count - 1)
+    kind = "crash" if rng.random() < 0.5 and _crash_is_safe(cluster, targets, partitions) else "stop"
+    return f"{kind}:" + "+".join(map(str, targets))
+
+
+def _crash_is_safe(cluster: LocalCluster, targets: list[int], partitions: int) -> bool:
+    live = set(cluster.live_brokers()) - set(targets)
+    return all(live & set(cluster.isr(TOPIC, p)) for p in range(partitions))
+
+
+def run_writes(seed: int, mode: str, workdir: Path, *, steps: int = 14, partitions: int = 3) -> RunReport:
+    """One nemesis run; ``mode`` is "pull" or "push"."""
+    started = time.monotonic()
+    with LocalCluster(workdir / f"writes-{mode}-{seed}", num_brokers=3, replication=mode, config=CONFIG) as cluster:
+        out = run_fault_workload(cluster, seed, partitions=partitions, steps=steps, acks_per_step=20,
+                                 step_timeout_s=6.0, pick_action=campaign_action, heal_timeout_s=20.0,
+                                 raise_on_stuck=False, replicated_timeout_s=30.0)
+    return RunReport("writes", seed, mode, find_anomalies(out), sum(len(a) for a in out.acked.values()),
+                     out.actions, time.monotonic() - started)
+
+
+# -- the exactly-once app, killed ------------------------------------------------------------------
+
+
+def _wait_file(path: Path, predicate, timeout_s: float, process: subprocess.Popen) -> dict | None:
+    deadline = time.monotonic() + timeout_s
+    idle = threading.Event()
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return None
+        try:
+            status = json.loads(path.read_text())
+        except (OSError, ValueError):
+            status = None
+        if status is not None and predicate(status):
+            return status
+        idle.wait(0.05)
+    return None
+
+
+def _make_lines(n: int, rng: random.Random) -> tuple[list[tuple[bytes, bytes]], dict[str, int]]:
+    words = [f"w{i}" for i in range(30)]
+    records, expected = [], {}
+    for i in range(n):
+        line = [rng.choice(words) for _ in range(rng.randint(1, 5))]
+        for w in line:
+            expected[w] = expected.get(w, 0) + 1
+        records.append((str(i).encode(), " ".join(line).encode()))
+    return records, expected
+
+
+def run_eos(seed: int, workdir: Path, *, kills: int = 3, lines: int = 20000) -> RunReport:
+    """Word count with exactly_once_v2 in a subprocess SIGKILLed ``kills`` times at random
+    points; the committed output must count every word exactly."""
+    from streams import App
+    from streams.backends import for_config
+
+    sys.path.insert(0, str(INSTANCE_SCRIPT.parent))
+    from wordcount_instance import STORE, build_topology
+
+    started = time.monotonic()
+    rng = random.Random(seed)
+    root = workdir / f"eos-{seed}"
+    servers = f"local://{root / 'cluster'}"
+    records, expected = _make_lines(lines, rng)
+    app_config = {"processing.guarantee": "exactly_once_v2", "commit.interval.ms": 50, "replication.factor": 3,
+                  "num.stream.threads": 1}
+    backend = for_config({"bootstrap.servers": servers})
+    try:
+        from confluent_kafka.admin import NewTopic
+
+        admin = backend.admin()
+        for f in admin.create_topics([NewTopic("lines", 2, 3), NewTopic("counts", 2, 3)]).values():
+            f.result(30)
+        producer = backend.producer({"enable.idempotence": True})
+        for key, value in records:
+            producer.produce("lines", key=key, value=value)
+        assert producer.flush(30) == 0
+    finally:
+        backend.close()
+
+    anomalies: list[str] = []
+    actions: list[str] = []
+    idle = threading.Event()
+    for kill in range(kills):
+        status_file = root / f"status-{kill}.json"
+        process = subprocess.Popen(
+            [sys.executable, str(INSTANCE_SCRIPT), "--bootstrap-servers", servers, "--application-id", "eos-wc",
+             "--input", "lines", "--output", "counts", "--state-dir", str(root / "state"),
+             "--status-file", str(status_file), "--config", json.dumps(app_config)],
+            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            running = _wait_file(status_file, lambda st: st["state"] == "RUNNING", 60, process)
+            if running is None:
+                anomalies.append(f"app-did-not-start: run {kill} ({_stderr_tail(process)})")
+                break
+            delay = rng.uniform(0.0, 1.0)
+            idle.wait(delay)  # a random point of the run is the thing under test
+            try:
+                processed = json.loads(status_file.read_text()).get("processed")
+            except (OSError, ValueError):
+                processed = "?"
+            actions.append(f"SIGKILL {delay:.2f}s after RUNNING ({processed} processed in this run)")
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+            if process.stderr is not None:
+                process.stderr.close()
+
+    if not anomalies:
+        app = App(build_topology("lines", "counts"),
+                  {**app_config, "application.id": "eos-wc", "bootstrap.servers": servers,
+                   "state.dir": str(root / "state")})
+        app.start()
+        try:
+            store = app.store(STORE)
+            if not _wait(lambda: all(store.get(w) == n for w, n in expected.items()), 90):
+                wrong = {w: (store.get(w), n) for w, n in expected.items() if store.get(w) != n}
+                anomalies.append(f"wrong-counts: {len(wrong)} words differ, e.g. {sorted(wrong.items())[:3]}")
+        finally:
+            app.close(timeout=60)
+        anomalies += _check_eos_output(servers, expected)
+    return RunReport("eos", seed, f"{kills} kills", anomalies, lines, actions, time.monotonic() - started)
+
+
+def _stderr_tail(process: subprocess.Popen) -> str:
+    try:
+        return process.stderr.read().decode(errors="replace")[-300:] if process.stderr else ""
+    except (OSError, ValueError):
+        return ""
+
+
+def _check_eos_output(servers: str, expected: dict[str, int]) -> list[str]:
+    """Committed counts per word strictly increase and end at the expected total."""
+    from streams import serdes
+    from streams.backends import for_config
+
+    backend = for_config({"bootstrap.servers": servers})
+    found: list[str] = []
+    try:
+        consumer = backend.consumer({"group.id": "eos-check", "isolation.level": "read_committed",
+                                     "enable.auto.commit": False})
+        consumer.assign([TopicPartition("counts", p, 0) for p in range(2)])
+        seqs: dict[str, list[int]] = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(seqs.get(w, [0])[-1] != n for w, n in expected.items()):
+            for m in consumer.consume(2000, 0.2):
+                if m.error() is None:
+                    seqs.setdefault(m.key().decode(), []).append(serdes.INT64.deserialize(m.value()))
+        consumer.close()
+        for word, n in sorted(expected.items()):
+            seq = seqs.get(word, [])
+            if seq != sorted(set(seq)):
+                repeated = [c for i, c in enumerate(seq) if i and c <= seq[i - 1]]
+                found.append(f"duplicate-output: {word} counts not increasing (e.g. {repeated[:3]})")
+            if not seq or seq[-1] != n:
+                found.append(f"wrong-final-count: {word} ends at {seq[-1] if seq else None}, expected {n}")
+    finally:
+        backend.close()
+    return found
+
+
+# -- the corruption matrix -------------------------------------------------------------------------
+
+
+def _cluster_with_acked(root: Path, n: int = 20, config: dict | None = None) -> list[bytes]:
+    from test_cluster import FAST, batch, wait_replicated
+
+    with LocalCluster(root, num_brokers=3, config=FAST) as cluster:
+        cluster.create_topic("t", partitions=1, replication_factor=3,
+                             config={"min.insync.replicas": "2", **(config or {})})
+        acked = []
+        for i in range(n):
+            value = b"v%d" % i
+            if cluster.produce("t", 0, batch(value), acks=-1).error is Errors.NONE:
+                acked.append(value)
+        wait_replicated(cluster)
+    return acked
+
+
+def _heals_with_everything(root: Path, acked: list[bytes]) -> list[str]:
+    """Start the cluster again: it must start, get a full ISR, keep every acknowledged record on
+    every replica, and take a new write."""
+    from test_cluster import FAST, batch, records_on
+
+    found: list[str] = []
+    try:
+        cluster = LocalCluster(root, num_brokers=3, config=FAST)
+        cluster.start()
+    except Exception as e:  # the anomaly is the failed start itself
+        return [f"start-failed: {type(e).__name__}: {e}"]
+    try:
+        if not _wait(lambda: cluster.leader("t", 0) >= 0 and sorted(cluster.isr("t", 0)) == [0, 1, 2], 30):
+            found.append(f"isr-stuck: ISR {cluster.isr('t', 0)} leader {cluster.leader('t', 0)}")
+        resp = cluster.produce("t", 0, batch(b"after"), acks=-1, timeout_ms=10_000)
+        if resp.error is not Errors.NONE:
+            found.append(f"no-write-after-heal: {Errors(resp.error).name}")
+        else:
+            acked = acked + [b"after"]
+        leo = lambda b: cluster.log_end_offset(b, "t", 0)  # noqa: E731
+        _wait(lambda: len({leo(b) for b in cluster.live_brokers()}) == 1, 20)
+        for b in range(3):
+            values = [v for _, v in records_on(cluster, b)]
+            missing = [v for v in acked if v not in values]
+            if missing:
+                found.append(f"lost-write: broker {b} lacks {len(missing)} acknowledged records, e.g. {missing[:2]}")
+            if len(values) != len(set(values)):
+                found.append(f"duplicate: broker {b} holds a record twice")
+    finally:
+        cluster.close()
+    return found
+
+
+def _case_flipped_bit(root: Path, rng: random.Random) -> list[str]:
+    """Item 3: one bit flipped in a record of a closed segment on the leader."""
+    acked = _cluster_with_acked(root, 30, {"segment.bytes": "400"})
+    found: list[str] = []
+    with LocalCluster(root, num_brokers=3, config=CONFIG) as cluster:
+        cluster.wait_until(lambda: cluster.leader("t", 0) >= 0, 20, "a leader")
+        log = cluster.partition_on(cluster.leader("t", 0), "t", 0).log
+        closed_end = log.segments[-1].base_offset
+        bad = rng.randrange(closed_end)
+        flip_bit_in_batch(log, bad, bit=rng.randrange(8))
+        consumer = cluster.consumer({"group.id": "corrupt", "enable.auto.commit": False})
+        consumer.assign([TopicPartition("t", 0, 0)])
+        got: list = []
+        _wait(lambda: got.extend(consumer.consume(100, 0.1)) or any(m.error() for m in got), 20)
+        values = [m.value() for m in got if m.error() is None]
+        errors = [m for m in got if m.error() is not None]
+        if not errors:
+            found.append(f"silent-stall: no error for the corrupt batch at offset {bad} ({len(values)} records)")
+        elif errors[0].error().code() != KafkaError._BAD_MSG or errors[0].offset() != bad:
+            found.append(f"wrong-error: {errors[0].error()} at offset {errors[0].offset()}, expected _BAD_MSG at {bad}")
+        if values != acked[:bad]:
+            found.append(f"records-before-withheld: got {len(values)} records before the corrupt batch at {bad}")
+        position = consumer.position([TopicPartition("t", 0)])[0].offset
+        if errors and position != bad:
+            found.append(f"wrong-position: {position}, expected {bad}")
+        consumer.close()
+    return found
+
+
+def _case_epoch_checkpoint(root: Path, rng: random.Random, kind: str) -> list[str]:
+    """Item 4: a plausible but wrong leader-epoch-checkpoint after a clean shutdown."""
+    from replication.epoch import CHECKPOINT_FILE_NAME, EpochEntry, format_epoch_checkpoint
+    from test_epoch_checkpoint_load import _cluster_with_history
+
+    acked = _cluster_with_history(root)
+    state = json.loads((root / "cluster-metadata.json").read_text())["topics"][0]["partitions"][0]
+    damaged = state["isr"] if rng.random() < 0.5 else rng.sample([0, 1, 2], rng.randint(1, 3))
+    for b in damaged:
+        if kind == "epoch-0-covers-everything":
+            bad = [EpochEntry(0, 0)]
+        else:
+            bad = [EpochEntry(0, 0), EpochEntry(state["leader_epoch"] + rng.randint(1, 99), rng.randint(1, 12))]
+        (root / f"broker-{b}" / "t-0" / CHECKPOINT_FILE_NAME).write_text(format_epoch_checkpoint(bad))
+    return _heals_with_everything(root, acked)
+
+
+def _case_damaged_tail(root: Path, rng: random.Random, kind: str) -> list[str]:
+    """Item 5: garbage after the last batch of a cleanly closed segment."""
+    from test_damaged_tail import _append_to_active_segment
+
+    acked = _cluster_with_acked(root)
+    for b in rng.sample([0, 1, 2], rng.randint(1, 3)):
+        _append_to_active_segment(root / f"broker-{b}" / "t-0", kind)
+    return _heals_with_everything(root, acked)
+
+
+#: case name -> (issue item, function(root, rng) -> anomalies)
+CORRUPTION_CASES = {
+    "flipped-bit-closed-segment": (3, _case_flipped_bit),
+    "epoch-checkpoint-epoch-0-covers-everything": (
+        4, lambda root, rng: _case_epoch_checkpoint(root, rng, "epoch-0-covers-everything")),
+    "epoch-checkpoint-future-epoch": (4, lambda root, rng: _case_epoch_checkpoint(root, rng, "future-epoch")),
+    **{f"damaged-tail-{kind}": (5, lambda root, rng, kind=kind: _case_damaged_tail(root, rng, kind))
+       for kind in ("random-bytes", "zeros", "huge-length", "torn-copy")},
+}
+
+
+def run_corruption(case: str, seed: int, workdir: Path) -> RunReport:
+    started = time.monotonic()
+    _item, fn = CORRUPTION_CASES[case]
+    root = workdir / f"corrupt-{case}-{seed}"
+    anomalies = fn(root, random.Random(seed))
+    return RunReport("corruption", seed, case, anomalies, 0, [], time.monotonic() - started)
+
+
+def seeds(base: int, count: int) -> list[int]:
+    return [base + i for i in range(count)]
+
+
+__all__ = ["CONFIG", "CORRUPTION_CASES", "RunReport", "campaign_action", "run_corruption", "run_eos",
+           "run_writes", "seeds"]

@@ -1,0 +1,31 @@
+"""The fault campaign in the suite: a few seeded runs of each kind (bench/faults.py runs more).
+
+Each run prints its seed; a failure names the seed and the anomalies (replay one with
+``python bench/faults.py --seed N --only writes-pull`` and the like)."""
+
+from __future__ import annotations
+
+import pytest
+
+from campaign import CORRUPTION_CASES, run_corruption, run_eos, run_writes
+
+
+def _check(report) -> None:
+    print(f"campaign run: {report.describe()} ({report.seconds:.1f}s, actions {report.actions})")
+    assert not report.anomalies, f"seed {report.seed} ({report.kind} {report.detail}): {report.anomalies}"
+
+
+@pytest.mark.parametrize("mode,seed", [("pull", 101), ("push", 202)])
+def test_nemesis_keeps_every_acknowledged_write(tmp_path, mode, seed):
+    report = run_writes(seed, mode, tmp_path)
+    assert report.acked > 0
+    _check(report)
+
+
+def test_exactly_once_app_killed_at_random_points_counts_exactly(tmp_path):
+    _check(run_eos(303, tmp_path, kills=3))
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTION_CASES))
+def test_corruption_matrix(tmp_path, case):
+    _check(run_corruption(case, 404, tmp_path))
