@@ -41,6 +41,17 @@ class RecordDeserializationError(SerializationError):
         self.value = value
 
 
+class DeserializationHandlerError(StreamsException):
+    """The deserialization exception handler itself raised (or answered something that is not a
+    DeserializationHandlerResponse) for an input record it was asked about; names the record."""
+
+    def __init__(self, message: str, *, topic: str, partition: int, offset: int) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
 class InvalidTimestampError(StreamsException):
     """A timestamp extractor met a record with an invalid (negative) timestamp."""
 

@@ -7,9 +7,9 @@ from typing import Any, Callable, Iterable, Optional
 from streams import serdes as _serdes
 from streams.dsl.graph import Graph, GraphNode
 from streams.dsl.materialized import Materialized, as_materialized
-from streams.dsl.processors import (CountProcessor, FilterProcessor, FlatMapValuesProcessor,
+from streams.dsl.processors import (AggregateProcessor, FilterProcessor, FlatMapValuesProcessor,
                                     KeySelectProcessor, MapValuesProcessor, NullKeyFilterProcessor,
-                                    PeekProcessor, ToStreamProcessor)
+                                    PeekProcessor, ToStreamProcessor, count_adder, count_initializer)
 from streams.errors import TopologyError
 from streams.processor import TimestampExtractor
 from streams.topology import Topology
@@ -223,7 +223,8 @@ class KGroupedStream:
         def write(topo: Topology) -> None:
             if isinstance(key_serde, _serdes.ConfigDefaultSerde):
                 topo.add_deferred_serde(key_serde)
-            topo.add_processor(agg, lambda: CountProcessor(store_name, caching), parent)
+            topo.add_processor(agg, lambda: AggregateProcessor(store_name, caching, count_initializer, count_adder),
+                               parent)
             topo.add_state_store(_store_builder(mat, store_name, key_serde, value_serde), agg)
 
         graph.add(GraphNode(agg, (parent,), write, attrs={"store": store_name}))

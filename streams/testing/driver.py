@@ -28,7 +28,7 @@ from state.directory import StateDirectory
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
 from streams.errors import ConfigError, EmptyTopicError, StoreAccessError, StreamsException, UnknownTopicError
-from streams.processing import TaskEngine
+from streams.engine import TaskEngine
 from streams.processor import _normalize_headers
 from streams.runtime.config import StreamsConfig
 from streams.topology import Topology, changelog_topic_name

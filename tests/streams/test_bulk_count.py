@@ -1,14 +1,14 @@
 """A cached count right after its source takes whole runs of serialized keys
-(TaskEngine.process_batch -> CachingKeyValueStore.update_many): the store, the forwarded
+(the accelerated route, streams/engine/accelerated.py -> CachingKeyValueStore.update_many): the store, the forwarded
 updates (evictions included), the stream and partition times, the skipped records and the
 errors are exactly those of processing the same records one at a time. Each test runs twice:
-over rows (process_batch) and over consumed messages (process_messages, which reads the keys
+over rows (process_batch, the Python route) and over consumed messages (process_messages, which reads the keys
 straight from the messages with the C `keyed_run` when it is built)."""
 
 import pytest
 from confluent_kafka import Message
 
-from streams import processing
+from streams.engine import accelerated
 
 from streams import StreamsBuilder, serdes
 from streams.errors import StreamsException
@@ -64,9 +64,9 @@ def process(request, monkeypatch):
     if request.param == "rows":
         return lambda engine, rows: engine.process_batch("words", 0, rows)
     if request.param == "messages-without-C":
-        monkeypatch.setattr(processing, "_keyed_run", None)
-    elif processing._keyed_run is None:
-        pytest.skip("replication._records (keyed_run) not built")
+        monkeypatch.setattr(accelerated, "_keyed_run", None)
+    elif accelerated._keyed_run is None:
+        pytest.skip("eddy._messages (keyed_run) not built")
     return lambda engine, rows: engine.process_messages("words", 0, _messages(rows))
 
 

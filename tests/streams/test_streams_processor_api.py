@@ -1,7 +1,7 @@
 import pytest
 
 from streams import Processor, PunctuationType, Record, Topology, serdes
-from streams.errors import (ConfigError, InvalidRecordError, InvalidTimestampError, RecordDeserializationError,
+from streams.errors import (ConfigError, DeserializationHandlerError, InvalidRecordError, InvalidTimestampError, RecordDeserializationError,
                             StreamsException, UnknownProcessorError, UnknownTopicError)
 from streams.processor import UsePartitionTimeOnInvalidTimestamp
 from streams.testing import TopologyTestDriver
@@ -200,6 +200,37 @@ def test_deserialization_log_and_continue_skips():
         out = driver.create_output_topic("out", S, serdes.INT64)
         assert out.read_key_values_to_list() == [("a", 1), ("c", 3)]
         assert [m.offset for _, m, _ in Recorder.seen] == [0, 2]
+
+
+def _handler_topology():
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=serdes.INT64)
+    t.add_processor("rec", Recorder, "src")
+    t.add_sink("out", "out", "rec", key_serde=S, value_serde=serdes.INT64)
+    return t
+
+
+def test_a_deserialization_handler_that_raises_is_named_with_its_record():
+    def handler(error):
+        raise RuntimeError("handler bug")
+
+    with TopologyTestDriver(_handler_topology(), {"default.deserialization.exception.handler": handler}) as driver:
+        driver.pipe_raw("in", b"a", serdes.INT64.serialize(1), 0)
+        with pytest.raises(DeserializationHandlerError) as err:
+            driver.pipe_raw("in", b"b", b"garbage", 1)
+    msg = str(err.value)
+    assert "deserialization exception handler failed" in msg
+    assert "topic 'in' partition 0 offset 1" in msg and "handler bug" in msg
+    assert (err.value.topic, err.value.partition, err.value.offset) == ("in", 0, 1)
+    assert isinstance(err.value.__cause__, RuntimeError)
+
+
+def test_a_deserialization_handler_answering_nonsense_is_named_with_its_record():
+    with TopologyTestDriver(_handler_topology(),
+                            {"default.deserialization.exception.handler": lambda error: "continue"}) as driver:
+        with pytest.raises(DeserializationHandlerError, match="returned 'continue' for the record from topic 'in' "
+                                                              "partition 0 offset 0"):
+            driver.pipe_raw("in", b"b", b"garbage", 1)
 
 
 def test_processor_exception_is_wrapped_with_context():
