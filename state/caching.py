@@ -672,9 +672,10 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         """`update(key, fn, timestamp)` for each key (bytes) and timestamp in order, holding the
         cache lock once; returns the last value written. A run of a count's records in one call.
 
-        `clock`: an object whose `stream_time` attribute is the caller's stream time: it is
-        raised to each record's timestamp before anything that could read it runs for that
-        record (`fn`, a read-through, an eviction forwarding downstream) and at the end. If an update raises, the exception carries
+        `clock`: the owner of the caller's stream time (the task engine): this store reads
+        `clock.stream_time` and asks `clock.advance_stream_time(t)` to raise it to each record's
+        timestamp before anything that could read it runs for that record (`fn`, a read-through,
+        an eviction forwarding downstream) and at the end; it never sets it. If an update raises, the exception carries
         `updates_done`, the number of keys fully updated before it. A `fn` with the attribute
         `int64_increment` set says it adds one to a big-endian 8-byte signed integer: that is
         done here for cached values (no call; by state._cache.increment_run in C when it is
@@ -694,7 +695,7 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         # other key (a miss, another value, an overflow): the loop body below does that one.
         run = self._increment_run if (increment and type(keys) in _LIST_OR_TUPLE
                                       and type(timestamps) in _LIST_OR_TUPLE) else None
-        # the run's stream time so far, written to the clock before anything that could look
+        # the run's stream time so far, handed to the clock before anything that could look
         # at it runs (fn, an eviction, a read-through) and at the end
         newest = clock.stream_time if clock is not None else 0
         lock.acquire()
@@ -728,11 +729,11 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                             resized = False  # 8 bytes for 8 bytes: no size change, so no eviction
                         except Exception:  # None, not 8 bytes, overflow: fn decides
                             if clock is not None:
-                                clock.stream_time = newest
+                                clock.advance_stream_time(newest)
                             value = fn(entry.value)
                     else:
                         if clock is not None:
-                            clock.stream_time = newest
+                            clock.advance_stream_time(newest)
                         value = fn(entry.value)
                     if resized and value is not None and type(value) is not bytes:
                         check_value(self.name, value)
@@ -754,11 +755,11 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
                             cache._total_bytes += delta
                         if cache._total_bytes > cache.max_bytes:
                             if clock is not None:
-                                clock.stream_time = newest
+                                clock.advance_stream_time(newest)
                             cache._maybe_evict(named)
                 else:
                     if clock is not None:
-                        clock.stream_time = newest
+                        clock.advance_stream_time(newest)
                     value = self._update_missed(named, cache, key, fn, timestamp)
                 i += 1
             return value
@@ -768,7 +769,7 @@ class CachingKeyValueStore(_CachingStore, KeyValueStore):
         finally:
             named.hits += hits
             if clock is not None and newest > clock.stream_time:
-                clock.stream_time = newest
+                clock.advance_stream_time(newest)
             lock.release()
 
     def _update_missed(self, named: NamedCache, cache: ThreadCache, key: bytes,

@@ -190,6 +190,13 @@ class TaskEngine:
                           (0 if timestamp < 0 else 1, timestamp), -1.0, -1)
         return self.process_messages(topic, partition, [message]) == 1
 
+    def advance_stream_time(self, timestamp: int) -> None:
+        """Raise the stream time to `timestamp` (never lowers it). The engine owns stream time:
+        its routes raise it record by record, and a store running a bulk update for the engine
+        (`update_many(..., clock=engine)`) asks for it here; stores only read it."""
+        if timestamp > self.stream_time:
+            self.stream_time = timestamp
+
     def has_custom_timestamp_extractor(self) -> bool:
         return any(source.timestamp_extractor is not None for source in self.sources_by_topic.values())
 

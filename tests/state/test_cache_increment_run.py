@@ -40,7 +40,13 @@ def _i(n: int) -> bytes:
 
 
 class Clock:
+    """The stream time's owner, as the task engine is: the store reads it and asks to raise it."""
+
     stream_time = 0
+
+    def advance_stream_time(self, timestamp):
+        if timestamp > self.stream_time:
+            self.stream_time = timestamp
 
 
 class Log:
