@@ -12,8 +12,6 @@ from streams.processor import Processor, Record
 if TYPE_CHECKING:
     from streams.engine.context import ProcessorContextImpl
 
-_new_record = object.__new__  # Record._make inlined on the hot path (fields already validated)
-
 
 class RecordCollector(Protocol):
     """Where sinks (and the change-logging layer, via the state manager) send records."""
@@ -83,8 +81,12 @@ class SourceNode(ProcessorNode):
 
 
 class SinkNode(ProcessorNode):
+    """Serializes a record and sends it to its topic: one implementation (`stage`), which the
+    record path (`process`) and fused chains both use; the collector may offer a direct stage
+    for the same work (`sink_stage`, the embedded producer's queues) behind that one seam."""
+
     __slots__ = ("topic", "key_serialize", "value_serialize", "key_serialize_unchecked", "value_serialize_unchecked",
-                 "partitioner", "collector", "send")
+                 "partitioner", "collector")
 
     def __init__(self, name: str, topic: str, key_serde: Any, value_serde: Any,
                  partitioner: Any, collector: RecordCollector) -> None:
@@ -96,130 +98,93 @@ class SinkNode(ProcessorNode):
         self.value_serialize_unchecked = _serdes.unchecked_serializer(value_serde)
         self.partitioner = partitioner
         self.collector = collector
-        self.send = collector.send if collector is not None else None
-        self.process = self._process if partitioner is not None or collector is None else self._sender()
-
-    def _sender(self) -> Callable[[Record], None]:
-        """`_process` without a partitioner, as a closure over what it reads (once per record)."""
-        name, topic = self.name, self.topic
-        key_serialize, value_serialize, send = self.key_serialize, self.value_serialize, self.send
-        make_sender = getattr(self.collector, "sender", None)
-        if make_sender is not None:  # the runtime's collector: one positional call per record
-            to_topic = make_sender(topic)
-
-            def process_fast(record: Record) -> None:
-                try:
-                    key = key_serialize(record.key)
-                    value = value_serialize(record.value)
-                except SerializationError as exc:
-                    raise SerializationError(
-                        f"sink {name!r} could not serialize a record for topic {topic!r}: {exc}") from exc
-                headers = record.headers
-                to_topic(key, value, record.timestamp, list(headers) if headers else None)
-            return process_fast
+        sink = self._sink(_no_failure_mark)
 
         def process(record: Record) -> None:
-            try:
-                key = key_serialize(record.key)
-                value = value_serialize(record.value)
-            except SerializationError as exc:
-                raise SerializationError(
-                    f"sink {name!r} could not serialize a record for topic {topic!r}: {exc}") from exc
-            headers = record.headers
-            send(topic, key, value, partition=None, timestamp=record.timestamp,
-                 headers=list(headers) if headers else None)
-        return process
+            sink(record.key, record.value, record.timestamp, record.headers)
+        self.process = process
 
     def stage(self, failed: Callable[[], None], drop_null_keys: bool = False) -> Callable[[Any, Any, int, Any], None]:
         """The sink as a fused stage: `stage(key, value, timestamp, headers)` does what
         `process(Record(key, value, timestamp, headers))` does; `failed()` is called on any error
         (it names this sink as the failing node). `drop_null_keys`: the stage also does the
-        work of a null-key filter right before the sink (records with a None key are dropped)."""
-        if self.partitioner is not None or self.collector is None:
-            process = self.process
+        work of a null-key filter right before the sink (records with a None key are dropped).
+        The collector's direct stage (`sink_stage`) stands in for it where it is offered."""
+        sink = self._sink(failed, drop_null_keys)
+        key_unchecked, value_unchecked = self.key_serialize_unchecked, self.value_serialize_unchecked
+        make_direct = getattr(self.collector, "sink_stage", None)
+        if make_direct is None or self.partitioner is not None or key_unchecked is None or value_unchecked is None:
+            return sink
+        direct = make_direct(self.topic, key_unchecked, value_unchecked, sink, failed, drop_null_keys)
+        return direct or sink
 
-            def via_record(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-                if key is None and drop_null_keys:
-                    return
-                rec = _new_record(Record)
-                rec.key = key
-                rec.value = value
-                rec.timestamp = timestamp
-                rec.headers = headers
-                try:
-                    process(rec)
-                except BaseException:
-                    failed()
-                    raise
-            return via_record
+    def _to_topic(self) -> Callable[[Any, Any, Any, Any, int, Any], None]:
+        """`send(key, value, key_bytes, value_bytes, timestamp, headers)` through the collector:
+        its per-topic sender where it offers one, else `send` (with this sink's partitioner)."""
+        topic, collector, partitioner = self.topic, self.collector, self.partitioner
+        if collector is None:
+            raise StreamsException(f"sink {self.name!r} has no record collector to send to")
+        if partitioner is not None:
+            send = collector.send
+
+            def to_partition(key: Any, value: Any, key_bytes: Any, value_bytes: Any, timestamp: int,
+                             headers: Any) -> None:
+                partition = partitioner(topic, key, value, collector.partitions_for(topic))
+                send(topic, key_bytes, value_bytes, partition=partition, timestamp=timestamp, headers=headers)
+            return to_partition
+        make_sender = getattr(collector, "sender", None)
+        if make_sender is not None:  # the runtime's collector: one positional call per record
+            sender = make_sender(topic)
+
+            def to_sender(key: Any, value: Any, key_bytes: Any, value_bytes: Any, timestamp: int,
+                          headers: Any) -> None:
+                sender(key_bytes, value_bytes, timestamp, headers)
+            return to_sender
+        send = collector.send
+
+        def to_send(key: Any, value: Any, key_bytes: Any, value_bytes: Any, timestamp: int, headers: Any) -> None:
+            send(topic, key_bytes, value_bytes, partition=None, timestamp=timestamp, headers=headers)
+        return to_send
+
+    def _sink(self, failed: Callable[[], None], drop_null_keys: bool = False) -> Callable[[Any, Any, int, Any], None]:
+        """The sink's work for one record: serialize (the serdes' C serializers first where they
+        have them; on any error their own calls decide, result or error) and send."""
         name, topic = self.name, self.topic
         key_serialize, value_serialize = self.key_serialize, self.value_serialize
-        make_sender = getattr(self.collector, "sender", None)
-        if make_sender is not None:
-            to_topic = make_sender(topic)
-        else:
-            send = self.send
-
-            def to_topic(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-                send(topic, key, value, partition=None, timestamp=timestamp, headers=headers)
-
         key_unchecked, value_unchecked = self.key_serialize_unchecked, self.value_serialize_unchecked
-        if key_unchecked is not None and value_unchecked is not None:
-            def sink_stage_unchecked(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-                if key is None and drop_null_keys:
-                    return
-                try:
-                    try:  # C serializers; on any error the serdes' own calls decide (result or error)
-                        key_bytes = None if key is None else key_unchecked(key)
-                        value_bytes = None if value is None else value_unchecked(value)
-                    except Exception:
-                        try:
-                            key_bytes = key_serialize(key)
-                            value_bytes = value_serialize(value)
-                        except SerializationError as exc:
-                            raise SerializationError(
-                                f"sink {name!r} could not serialize a record for topic {topic!r}: {exc}") from exc
-                    to_topic(key_bytes, value_bytes, timestamp, list(headers) if headers else None)
-                except BaseException:
-                    failed()
-                    raise
-            make_direct = getattr(self.collector, "sink_stage", None)
-            direct = None if make_direct is None else make_direct(
-                topic, key_unchecked, value_unchecked, sink_stage_unchecked, failed, drop_null_keys)
-            return direct or sink_stage_unchecked
+        unchecked = key_unchecked is not None and value_unchecked is not None
+        to_topic = self._to_topic() if self.collector is not None else None
 
-        def sink_stage(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        def checked(key: Any, value: Any) -> tuple:
+            try:
+                return key_serialize(key), value_serialize(value)
+            except SerializationError as exc:
+                raise SerializationError(
+                    f"sink {name!r} could not serialize a record for topic {topic!r}: {exc}") from exc
+
+        def sink(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if key is None and drop_null_keys:
                 return
             try:
-                try:
-                    key = key_serialize(key)
-                    value = value_serialize(value)
-                except SerializationError as exc:
-                    raise SerializationError(
-                        f"sink {name!r} could not serialize a record for topic {topic!r}: {exc}") from exc
-                to_topic(key, value, timestamp, list(headers) if headers else None)
+                if unchecked:
+                    try:
+                        key_bytes = None if key is None else key_unchecked(key)
+                        value_bytes = None if value is None else value_unchecked(value)
+                    except Exception:
+                        key_bytes, value_bytes = checked(key, value)
+                else:
+                    key_bytes, value_bytes = checked(key, value)
+                if to_topic is None:
+                    raise StreamsException(f"sink {name!r} has no record collector to send to")
+                to_topic(key, value, key_bytes, value_bytes, timestamp, list(headers) if headers else None)
             except BaseException:
                 failed()
                 raise
-        return sink_stage
+        return sink
 
     def add_child(self, child: ProcessorNode) -> None:  # pragma: no cover - Topology forbids it
         raise StreamsException(f"sink {self.name!r} cannot have children")
 
-    def _process(self, record: Record) -> None:
-        try:
-            key = self.key_serialize(record.key)
-            value = self.value_serialize(record.value)
-        except SerializationError as exc:
-            raise SerializationError(
-                f"sink {self.name!r} could not serialize a record for topic {self.topic!r}: {exc}") from exc
-        headers = record.headers
-        if self.partitioner is None:
-            self.send(self.topic, key, value, partition=None, timestamp=record.timestamp,
-                      headers=list(headers) if headers else None)
-        else:
-            partition = self.partitioner(self.topic, record.key, record.value,
-                                         self.collector.partitions_for(self.topic))
-            self.send(self.topic, key, value, partition=partition, timestamp=record.timestamp,
-                      headers=list(headers) if headers else None)
+
+def _no_failure_mark() -> None:
+    """As a node the sink is already the current node when it fails (forward set it)."""
