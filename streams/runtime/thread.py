@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from state.caching import ThreadCache
+from state.cache import ThreadCache
 from state.errors import TaskCorruptedError
 from state.restore import StoreChangelogReader, restore_consumer_config
 from streams.errors import StreamsException

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from confluent_kafka import TopicPartition
 
-from state.caching import ThreadCache
+from state.cache import ThreadCache
 from state.directory import StateDirectory
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
