@@ -9,7 +9,7 @@ from typing import Any, Callable, NamedTuple, Optional
 from state.typed import TypedKeyValueStore
 
 from streams import serdes as _serdes
-from streams.errors import StreamsException
+from streams.errors import ProcessingError
 from streams.engine.stages import Stage, StageOperator
 from streams.processor import ProcessorContext
 
@@ -326,7 +326,7 @@ class ToStreamProcessor(StageOperator):
         def to_stream(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             try:
                 if type(value) is not Change and not isinstance(value, Change):
-                    raise StreamsException(f"KTable.to_stream expected a table update (Change), got {value!r}")
+                    raise ProcessingError(f"KTable.to_stream expected a table update (Change), got {value!r}")
                 down(key, value.new_value, timestamp, headers)
             except BaseException:
                 failed()

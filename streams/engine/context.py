@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streams.engine.nodes import ProcessorNode, SinkNode
-from streams.errors import StoreAccessError, StreamsException, UnknownProcessorError
+from streams.errors import StoreAccessError, ProcessingError, UnknownProcessorError
 from streams.processor import Cancellable, ProcessorContext, PunctuationType, Record, RecordMetadata
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class ProcessorContextImpl(ProcessorContext):
     def forward(self, record: Record, child_name: str | None = None) -> None:
         node = self.current_node
         if node is None:
-            raise StreamsException("forward() called outside of process(), a punctuation or a store flush")
+            raise ProcessingError("forward() called outside of process(), a punctuation or a store flush")
         if child_name is None:
             only = node.only_child
             if only is not None:
@@ -125,12 +125,12 @@ class ProcessorContextImpl(ProcessorContext):
     def schedule(self, interval_ms: int, punctuation_type: PunctuationType,
                  callback: Callable[[int], None]) -> Cancellable:
         if isinstance(interval_ms, bool) or not isinstance(interval_ms, int) or interval_ms < 1:
-            raise StreamsException(f"punctuation interval must be a positive int of ms, got {interval_ms!r}")
+            raise ProcessingError(f"punctuation interval must be a positive int of ms, got {interval_ms!r}")
         if not callable(callback):
-            raise StreamsException(f"punctuation callback must be callable, got {callback!r}")
+            raise ProcessingError(f"punctuation callback must be callable, got {callback!r}")
         node = self.current_node
         if node is None:
-            raise StreamsException("schedule() must be called from a processor (init, process or punctuate)")
+            raise ProcessingError("schedule() must be called from a processor (init, process or punctuate)")
         return self._engine.schedule(node, interval_ms, punctuation_type, callback)
 
     def get_state_store(self, name: str) -> Any:
@@ -166,7 +166,7 @@ class ProcessorContextImpl(ProcessorContext):
         """Wrap `fn` to run as the current node later (used by cache flush listeners)."""
         node = self.current_node
         if node is None:
-            raise StreamsException("scoped() must be called from a processor")
+            raise ProcessingError("scoped() must be called from a processor")
         ctx = self
 
         def call(*args: Any) -> Any:  # run_as inlined: once per flushed cache entry

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Protocol
 
 from streams import serdes as _serdes
-from streams.errors import SerializationError, StreamsException
+from streams.errors import SerializationError, ProcessingError
 from streams.processor import Processor, Record
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class SinkNode(ProcessorNode):
         its per-topic sender where it offers one, else `send` (with this sink's partitioner)."""
         topic, collector, partitioner = self.topic, self.collector, self.partitioner
         if collector is None:
-            raise StreamsException(f"sink {self.name!r} has no record collector to send to")
+            raise ProcessingError(f"sink {self.name!r} has no record collector to send to")
         if partitioner is not None:
             send = collector.send
 
@@ -175,7 +175,7 @@ class SinkNode(ProcessorNode):
                 else:
                     key_bytes, value_bytes = checked(key, value)
                 if to_topic is None:
-                    raise StreamsException(f"sink {name!r} has no record collector to send to")
+                    raise ProcessingError(f"sink {name!r} has no record collector to send to")
                 to_topic(key, value, key_bytes, value_bytes, timestamp, list(headers) if headers else None)
             except BaseException:
                 failed()
@@ -183,7 +183,7 @@ class SinkNode(ProcessorNode):
         return sink
 
     def add_child(self, child: ProcessorNode) -> None:  # pragma: no cover - Topology forbids it
-        raise StreamsException(f"sink {self.name!r} cannot have children")
+        raise ProcessingError(f"sink {self.name!r} cannot have children")
 
 
 def _no_failure_mark() -> None:

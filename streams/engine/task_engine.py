@@ -48,7 +48,7 @@ from streams.engine.fusion import FusedChains, Stage
 from streams.engine.nodes import ProcessorNode, RecordCollector, SinkNode, SourceNode
 from streams.engine.punctuation import PunctuationQueue, PunctuationSchedule
 from streams.errors import (ConfigError, DeserializationHandlerError, InvalidTimestampError,
-                            RecordDeserializationError, SerializationError, StreamsError, StreamsException)
+                            RecordDeserializationError, SerializationError, StreamsError, ProcessingError)
 from streams.processor import Cancellable, ConsumerRecord, FailOnInvalidTimestamp, PunctuationType, Record
 from streams.topology import ProcessorSpec, SinkSpec, SourceSpec, Subtopology, Topology
 
@@ -132,7 +132,7 @@ class TaskEngine:
                 assert isinstance(spec, ProcessorSpec)
                 processor = spec.supplier()
                 if not callable(getattr(processor, "process", None)):
-                    raise StreamsException(
+                    raise ProcessingError(
                         f"processor {name!r}: supplier returned {processor!r}, which has no process(record)")
                 node = ProcessorNode(name, processor, spec.stores)
             self.nodes[name] = node
@@ -165,7 +165,7 @@ class TaskEngine:
             except StreamsError:
                 raise
             except Exception as exc:
-                raise StreamsException(
+                raise ProcessingError(
                     f"task {self.task_id}: processor {node.name!r} failed in init(): {exc!r}") from exc
         ctx.current_node = None
         self._initialized = True
@@ -236,7 +236,7 @@ class TaskEngine:
     def _source(self, topic: str) -> SourceNode:
         source = self.sources_by_topic.get(topic)
         if source is None:
-            raise StreamsException(f"task {self.task_id} has no source node for topic {topic!r}")
+            raise ProcessingError(f"task {self.task_id} has no source node for topic {topic!r}")
         return source
 
     def process_rows(self, source: SourceNode, topic: str, partition: int, rows: Iterable[tuple]) -> int:
@@ -332,10 +332,10 @@ class TaskEngine:
 
     def raise_process_error(self, exc: Exception, source: SourceNode, topic: str, partition: int,
                             offset: int) -> None:
-        """Raise `exc` as a StreamsException naming the task, the failing node and the record."""
+        """Raise `exc` as a ProcessingError naming the task, the failing node and the record."""
         ctx = self.context
         failed = ctx.current_node.name if ctx.current_node is not None else source.name
-        raise StreamsException(
+        raise ProcessingError(
             f"exception caught in process: task_id={self.task_id}, processor={failed}, topic={topic}, "
             f"partition={partition}, offset={offset}: {exc!r}") from exc
 
@@ -371,7 +371,7 @@ class TaskEngine:
             sched = PunctuationSchedule(node, self.clock_ms() + interval_ms, interval_ms, callback)
             self.wall_clock_queue.schedule(sched)
         else:
-            raise StreamsException(f"unknown punctuation type {punctuation_type!r}")
+            raise ProcessingError(f"unknown punctuation type {punctuation_type!r}")
         return sched
 
     def _punctuate(self, sched: PunctuationSchedule, now: int) -> None:
@@ -384,7 +384,7 @@ class TaskEngine:
             raise
         except Exception as exc:
             failed = ctx.current_node.name if ctx.current_node is not None else sched.node.name
-            raise StreamsException(
+            raise ProcessingError(
                 f"exception caught while punctuating: task_id={self.task_id}, processor={failed}, "
                 f"timestamp={now}: {exc!r}") from exc
         finally:
@@ -440,4 +440,4 @@ class TaskEngine:
                     log.exception("task %s: store %r failed in close()", self.task_id, getattr(store, "name", store))
                     first_error = first_error or exc
         if first_error is not None:
-            raise StreamsException(f"task {self.task_id}: errors while closing: {first_error!r}") from first_error
+            raise ProcessingError(f"task {self.task_id}: errors while closing: {first_error!r}") from first_error

@@ -9,7 +9,7 @@ from confluent_kafka import Message
 
 from streams import StreamsBuilder, serdes
 from streams.engine import accelerated
-from streams.errors import RecordDeserializationError, StreamsException
+from streams.errors import RecordDeserializationError, ProcessingError
 from streams.testing import TopologyTestDriver
 
 S = serdes.STRING
@@ -109,7 +109,7 @@ def test_a_failing_function_names_its_node_and_the_record_and_keeps_the_times(di
             (b"k", b"d", 40, None, 103)]
     with _driver(_topology(explode)) as driver:
         engine = driver._engine_for_topic["lines"]
-        with pytest.raises(StreamsException) as err:
+        with pytest.raises(ProcessingError) as err:
             engine.process_messages("lines", 0, _messages(rows))
         message = str(err.value)
         assert "offset=102" in message and "FLATMAPVALUES" in message.upper()
@@ -123,7 +123,7 @@ def test_a_negative_timestamp_fails_after_the_records_before_it(dispatch):
     rows = [(b"k", b"a", 5, None, 0), (b"k", b"b", -1, None, 1), (b"k", b"c", 7, None, 2)]
     with _driver(_topology(), handler="log_and_fail") as driver:
         engine = driver._engine_for_topic["lines"]
-        with pytest.raises(StreamsException) as err:
+        with pytest.raises(ProcessingError) as err:
             engine.process_messages("lines", 0, _messages(rows))
         assert "-1" in str(err.value)
         out = driver.create_output_topic("out", S, S).read_records_to_list()

@@ -2,7 +2,7 @@ import pytest
 
 from streams import Processor, PunctuationType, Record, Topology, serdes
 from streams.errors import (ConfigError, DeserializationHandlerError, InvalidRecordError, InvalidTimestampError, RecordDeserializationError,
-                            StreamsException, UnknownProcessorError, UnknownTopicError)
+                            ProcessingError, UnknownProcessorError, UnknownTopicError)
 from streams.processor import UsePartitionTimeOnInvalidTimestamp
 from streams.testing import TopologyTestDriver
 
@@ -60,7 +60,7 @@ def test_forward_to_unknown_child_is_an_error_naming_it():
     t.add_processor("bad", Bad, "src")
     t.add_sink("out", "out", "bad", key_serde=S, value_serde=S)
     with TopologyTestDriver(t) as driver:
-        with pytest.raises(StreamsException, match="processor=bad") as err:
+        with pytest.raises(ProcessingError, match="processor=bad") as err:
             driver.create_input_topic("in", S, S).pipe_input("k", "v")
         assert isinstance(err.value.__cause__, UnknownProcessorError)
         assert "no child named 'nope'" in str(err.value.__cause__)
@@ -244,7 +244,7 @@ def test_processor_exception_is_wrapped_with_context():
     t.add_processor("boom", Boom, "fwd")
     with TopologyTestDriver(t) as driver:
         inp = driver.create_input_topic("in", S, S)
-        with pytest.raises(StreamsException) as err:
+        with pytest.raises(ProcessingError) as err:
             inp.pipe_input("k", "v", timestamp=1)
         assert "task_id=0_0, processor=boom, topic=in, partition=0, offset=0" in str(err.value)
         assert isinstance(err.value.__cause__, ValueError)
@@ -296,7 +296,7 @@ def test_driver_input_errors():
         from streams.errors import EmptyTopicError
         with pytest.raises(EmptyTopicError, match="'out' is empty"):
             out.read_value()
-    with pytest.raises(StreamsException, match="closed"):
+    with pytest.raises(ProcessingError, match="closed"):
         driver.pipe_raw("in", None, None, 0)
 
 
@@ -361,7 +361,7 @@ def test_punctuation_can_cancel_itself_and_errors_are_wrapped():
         for ts in (0, 10, 20, 30):
             inp.pipe_input("k", "v", timestamp=ts)
         assert SelfCancel.instance.fired == 2
-        with pytest.raises(StreamsException, match="while punctuating: task_id=0_0, processor=sc, timestamp=100"):
+        with pytest.raises(ProcessingError, match="while punctuating: task_id=0_0, processor=sc, timestamp=100"):
             driver.advance_wall_clock_time(100)
 
 
@@ -376,7 +376,7 @@ def test_schedule_rejects_bad_interval():
     t = Topology()
     t.add_source("src", "in", key_serde=S, value_serde=S)
     t.add_processor("bad", BadSchedule, "src")
-    with pytest.raises(StreamsException, match="punctuation interval must be a positive int"):
+    with pytest.raises(ProcessingError, match="punctuation interval must be a positive int"):
         TopologyTestDriver(t)
 
 
@@ -440,7 +440,7 @@ def test_sink_partitioner_and_serialization_error():
     t.add_source("src", "in", key_serde=S, value_serde=S)
     t.add_sink("out", "out", "src", key_serde=S, value_serde=serdes.INT32, partitioner=partitioner)
     with TopologyTestDriver(t) as driver:
-        with pytest.raises(StreamsException):
+        with pytest.raises(ProcessingError):
             driver.pipe_raw("in", b"k", b"v", 0)
         assert calls == []  # serialization failed before partitioning
     t2 = Topology()
@@ -457,6 +457,6 @@ def test_sink_serialization_error_names_sink_and_topic():
     t.add_source("src", "in", key_serde=S, value_serde=S)
     t.add_sink("out", "numbers", "src", key_serde=S, value_serde=serdes.INT32)
     with TopologyTestDriver(t) as driver:
-        with pytest.raises(StreamsException, match="processor=out") as err:
+        with pytest.raises(ProcessingError, match="processor=out") as err:
             driver.pipe_raw("in", b"k", b"v", 0)
         assert "sink 'out' could not serialize a record for topic 'numbers'" in str(err.value)
