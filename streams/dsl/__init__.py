@@ -2,6 +2,6 @@
 
 from streams.dsl.kstream import KGroupedStream, KStream, KTable, StreamsBuilder
 from streams.dsl.materialized import Materialized
-from streams.dsl.processors import Change
+from streams.dsl.change import Change
 
 __all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "Materialized", "Change"]

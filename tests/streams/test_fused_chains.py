@@ -4,7 +4,7 @@ same error attribution as record-at-a-time forwarding through each node."""
 import pytest
 
 from streams import Processor, StreamsBuilder, Topology, serdes
-from streams.dsl.processors import FlatMapValuesProcessor, KeySelectProcessor, MapValuesProcessor
+from streams.dsl.ops.stateless import FlatMapValuesProcessor, KeySelectProcessor, MapValuesProcessor
 from streams.errors import ProcessingError
 from streams.testing import TopologyTestDriver
 

@@ -1,132 +1,21 @@
-"""Processors behind the DSL operations (one class per operation, as in Kafka's KStream* classes)."""
+"""Aggregations of a grouped stream (Kafka's KStreamAggregate): aggregate with an initializer and
+an adder; count() is aggregate with `count_initializer` and `count_adder`."""
 
 from __future__ import annotations
 
 import logging
 import struct
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
 from state.typed import TypedKeyValueStore
-
 from streams import serdes as _serdes
-from streams.errors import ProcessingError
+from streams.dsl.change import Change
 from streams.engine.stages import Stage, StageOperator
 from streams.processor import ProcessorContext
 
 log = logging.getLogger(__name__)
 
 _new_tuple = tuple.__new__  # Change(...) without NamedTuple's Python-level __new__
-
-
-class Change(NamedTuple):
-    """A table update flowing between KTable nodes: the new value and the previous one."""
-
-    new_value: Any
-    old_value: Any
-
-
-class MapValuesProcessor(StageOperator):
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
-
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        fn = self.fn
-
-        def map_values(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            try:
-                down(key, fn(value), timestamp, headers)
-            except BaseException:
-                failed()
-                raise
-        return map_values
-
-
-class FlatMapValuesProcessor(StageOperator):
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
-
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        fn = self.fn
-        with_values_from = getattr(down, "with_values_from", None)
-        if with_values_from is not None:  # the next stage loops over fn's values itself: one call less each
-            return with_values_from(fn, failed)
-
-        def flat_map_values(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            try:
-                for v in fn(value):
-                    down(key, v, timestamp, headers)
-            except BaseException:
-                failed()
-                raise
-        return flat_map_values
-
-
-class FilterProcessor(StageOperator):
-    def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool = False) -> None:
-        self.predicate = predicate
-        self.negate = negate
-
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        predicate, negate = self.predicate, self.negate
-
-        def filter_(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            try:
-                if bool(predicate(key, value)) is not negate:
-                    down(key, value, timestamp, headers)
-            except BaseException:
-                failed()
-                raise
-        return filter_
-
-
-class PeekProcessor(StageOperator):
-    def __init__(self, action: Callable[[Any, Any], None], forward: bool = True) -> None:
-        self.action = action
-        self.forwards = forward
-
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        action, forwards = self.action, self.forwards
-
-        def peek(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            try:
-                action(key, value)
-                if forwards:
-                    down(key, value, timestamp, headers)
-            except BaseException:
-                failed()
-                raise
-        return peek
-
-
-class KeySelectProcessor(StageOperator):
-    def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
-        self.fn = fn
-
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        fn = self.fn
-        with_key_selector = getattr(down, "with_key_selector", None)
-        if with_key_selector is not None:  # the next stage selects the key itself: one call less
-            return with_key_selector(fn, failed)
-
-        def key_select(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            try:
-                down(fn(key, value), value, timestamp, headers)
-            except BaseException:
-                failed()
-                raise
-        return key_select
-
-
-class NullKeyFilterProcessor(StageOperator):
-    """Drops null-key records before a repartition topic (they cannot be grouped)."""
-
-    null_key_filter = True  # a fused chain lets the sink after it drop the None keys itself
-
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        def null_key_filter(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            if key is not None:  # only `down` can fail here, and it names itself
-                down(key, value, timestamp, headers)
-        return null_key_filter
 
 
 def count_initializer() -> int:
@@ -319,16 +208,3 @@ class _BytesIncrement:
                 down(key, _new_tuple(Change, (None if new is None else value_deserialize(new),
                                               None if old is None else value_deserialize(old))), timestamp, ())
         self.below.set_flush_listener(scoped(on_flush))
-
-
-class ToStreamProcessor(StageOperator):
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        def to_stream(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            try:
-                if type(value) is not Change and not isinstance(value, Change):
-                    raise ProcessingError(f"KTable.to_stream expected a table update (Change), got {value!r}")
-                down(key, value.new_value, timestamp, headers)
-            except BaseException:
-                failed()
-                raise
-        return to_stream
