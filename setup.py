@@ -1,5 +1,5 @@
 """Build hook for the optional C accelerators of replication/records.py, eddy/murmur2.py,
-state/caching.py and streams/runtime/direct_sink.py.
+eddy/messages.py, state/cache/kv.py and streams/runtime/direct_sink.py.
 
 Everything else lives in pyproject.toml. The extensions are optional: without a compiler the
 install still succeeds and each module falls back to its pure-Python code.
@@ -12,6 +12,7 @@ setup(
         Extension(
             "replication._records",
             ["replication/_records.c"],
+            depends=["eddy/message_layout.h"],
             optional=True,
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],
@@ -24,8 +25,16 @@ setup(
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
         Extension(
-            "state._cache",
-            ["state/_cache.c"],
+            "eddy._messages",
+            ["eddy/_messages.c"],
+            depends=["eddy/message_layout.h"],
+            optional=True,
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-Wno-missing-field-initializers"],
+        ),
+        Extension(
+            "state.cache._cache",
+            ["state/cache/_cache.c"],
             optional=True,
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],

@@ -12,7 +12,7 @@ import argparse, os, pathlib, random, shutil, struct, sys, tempfile, time
 
 sys.path.insert(0, os.environ.get("EDDY_ROOT", os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from state.stores import Stores
-from state.caching import ThreadCache
+from state.cache import ThreadCache
 from state.task_id import TaskId
 
 

@@ -23,12 +23,12 @@ import enum
 import logging
 import os
 import struct
-import sys
 import threading
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from crc32c import crc32c
 
+from eddy import messages as _messages
 from replication.errors import CorruptRecordError
 
 logger = logging.getLogger(__name__)
@@ -804,85 +804,12 @@ def decode_messages(
 _layout_checked: dict = {}
 _layout_lock = threading.Lock()
 
-# Distinct probe values per field (all within the field's C type).
-_PROBE_INTS = {
-    "offset": (0x123456789AB, 0x2468ACE0246, 0x13579BDF135),
-    "timestamp": (0x3456789ABCD, 0x1A2B3C4D5E6, 0x2B3C4D5E6F7),
-    "partition": (0x1234567, 0x2345671, 0x3456712),
-    "leader_epoch": (0x2345678, 0x3456782, 0x4567823),
-    "tstype": (1, 2, 0),
-}
-_POINTER_FIELDS = ("topic", "value", "key", "headers")
-_INT_FIELDS = (("offset", 8), ("timestamp", 8), ("partition", 4), ("leader_epoch", 4), ("tstype", 4))
-
-
-def _probe_layout(message_type: Any) -> tuple[bytes, dict] | None:
-    """Where the constructor puts each field of `message_type`: (background, offsets) or None.
-
-    Three probe messages with distinct values: an object field must sit at the one 8-byte
-    slot holding that object's address in all three, an int field at the one slot holding its
-    value in all three; the remaining bytes (the background) must be the same in all three and
-    hold no pointer. Anything else and the layout is not used.
-    """
-    import ctypes
-
-    size = message_type.__basicsize__
-    header = object.__basicsize__
-    probes = []
-    for i in range(3):
-        objs = {
-            "topic": f"eddy-layout-probe-{i}",
-            "value": b"probe-value-%d" % i,
-            "key": b"probe-key-%d" % i,
-            "headers": [("probe", b"%d" % i)],
-        }
-        ints = {name: vals[i] for name, vals in _PROBE_INTS.items()}
-        msg = message_type(objs["topic"], ints["partition"], ints["offset"], objs["key"], objs["value"],
-                           objs["headers"], None, (ints["tstype"], ints["timestamp"]), -1.0,
-                           ints["leader_epoch"])
-        probes.append((ctypes.string_at(id(msg), size), objs, ints, msg))
-    order = sys.byteorder
-
-    def slots(width: int, want: list) -> list[int]:
-        return [
-            off for off in range(header, size - width + 1, width)
-            if all(int.from_bytes(body[off:off + width], order, signed=True) == w
-                   for (body, *_), w in zip(probes, want))
-        ]
-
-    offsets = {}
-    for name in _POINTER_FIELDS:
-        found = slots(8, [id(objs[name]) for _, objs, _, _ in probes])
-        if len(found) != 1:
-            return None
-        offsets[name] = found[0]
-    for name, width in _INT_FIELDS:
-        found = slots(width, [ints[name] for _, _, ints, _ in probes])
-        if len(found) != 1:
-            return None
-        offsets[name] = found[0]
-    backgrounds = set()
-    for body, *_ in probes:
-        b = bytearray(body)
-        for name, off in offsets.items():
-            width = 4 if name in ("partition", "leader_epoch", "tstype") else 8
-            b[off:off + width] = bytes(width)
-        backgrounds.add(bytes(b[header:]))
-    if len(backgrounds) != 1:
-        return None
-    background = backgrounds.pop()
-    for off in range(0, len(background) - 7, 8):
-        word = int.from_bytes(background[off:off + 8], order)
-        if (1 << 32) <= word < (1 << 64) - (1 << 32):  # looks like an address: refuse to copy it
-            return None
-    return background, offsets
-
 
 def _layout_matches_constructor(message_type: Any) -> bool:
     """Decode sample batches with the layout on; every message must be byte-identical (after the
     object header) to one the constructor builds from its accessors' results, and answer every
     accessor the same."""
-    import ctypes
+    import ctypes  # noqa: PLC0415 - only the check needs it
 
     size = message_type.__basicsize__
     header = object.__basicsize__
@@ -926,32 +853,14 @@ def enable_message_layout(message_type: Any) -> bool:
     return ok
 
 
-def message_layout_function(name: str) -> Callable[[list], Any] | None:
-    """The C function `name` of the accelerator that reads confluent_kafka.Message fields
-    directly (`message_rows`, `partition_runs`, `changelog_records`), once that type's layout is
-    verified; None (use the methods) without the accelerator, the function or the layout."""
-    if _accel is None or not hasattr(_accel, name):
-        return None
-    try:
-        from confluent_kafka import Message
-    except ImportError:
-        return None
-    return getattr(_accel, name) if enable_message_layout(Message) else None
-
-
 def _enable_message_layout(message_type: Any) -> bool:
+    """Hand the layout eddy.messages verified to the C decoder, and check the decoder with it."""
     ok = False
-    try:
-        from confluent_kafka import Message
-    except ImportError:
-        Message = None
-    if _accel is not None and hasattr(_accel, "set_message_layout") and message_type is Message:
+    if _accel is not None and hasattr(_accel, "set_message_layout"):
+        layout = _messages.probed_layout(message_type)
         try:
-            probed = _probe_layout(message_type)
-            if probed is not None:
-                background, offsets = probed
-                _accel.set_message_layout(message_type, background, *(offsets[n] for n in _POINTER_FIELDS),
-                                          *(offsets[n] for n, _ in _INT_FIELDS))
+            if layout is not None:
+                _accel.set_message_layout(*_messages.layout_arguments(message_type, layout))
                 ok = _layout_matches_constructor(message_type)
         except Exception as e:  # noqa: BLE001 - any surprise means: keep calling the constructor
             logger.debug("replication.records: message layout of %r not usable: %s", message_type, e)

@@ -1,6 +1,6 @@
 """Eddy's state layer: stores, change logging, caching, checkpoints and restore."""
 
-from state.caching import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
+from state.cache import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
 from state.checkpoint import OffsetCheckpoint
 from state.directory import StateDirectory
 from state.errors import (

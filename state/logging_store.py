@@ -38,8 +38,26 @@ class _ChangeLoggingMixin:
 
 
 class ChangeLoggingKeyValueStore(_ChangeLoggingMixin, WrappedStateStore, KeyValueStore):
+    @property
+    def reads_from(self):
+        """The store this layer's reads come from (it only logs writes): a layer above may read
+        there directly."""
+        return self.wrapped
+
     def get(self, key):
         return self.wrapped.get(key)
+
+    def write_changes(self, changes: list) -> None:
+        """Write `(key, value, timestamp)` changes of distinct keys, as `put` of each would: the
+        inner store's writes in one `put_all` (one WriteBatch on RocksDB), then one changelog
+        record each, in order. A caching layer writes its flush down through this."""
+        log_change = self._log_change
+        if log_change is None:
+            raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
+        self.wrapped.put_all([(key, value) for key, value, _timestamp in changes])
+        name = self.name
+        for key, value, timestamp in changes:
+            log_change(name, key, value, timestamp)
 
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
         # The hot path of every write-down: _log inlined.

@@ -84,7 +84,7 @@ class ProcessorStateManager:
         config: Optional[dict] = None,
         thread_cache: Any = None,
     ) -> None:
-        """`thread_cache` is the stream thread's `state.caching.ThreadCache`, shared by the caching
+        """`thread_cache` is the stream thread's `state.cache.ThreadCache`, shared by the caching
         stores of every task of that thread; caching stores read it from here when they are
         initialised (without one each caching store gets a private cache)."""
         if not isinstance(task_id, TaskId):

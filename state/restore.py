@@ -11,7 +11,7 @@ The restore consumer must be created with `restore_consumer_config(eos_enabled)`
 configuration (bootstrap.servers etc. added by the caller).
 
 Hot path: a consumed batch of keyed records of one partition (the common case) becomes the
-store's (key, value) records in one C pass (`replication._records.changelog_records`, reading the
+store's (key, value) records in one C pass (`eddy._messages.changelog_records`, reading the
 fields of confluent_kafka.Message objects through their verified layout); otherwise keys and
 values are taken with C-level `map()` calls, and null-key records and consumer events (end of
 partition, errors) are found with one `None in keys` scan (events carry no key). Each changelog's
@@ -40,6 +40,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from eddy.messages import message_function
 from state.errors import (
     IllegalStateTransitionError,
     RestoreListenerError,
@@ -65,21 +66,9 @@ _PARTITION = Message.partition
 _OUT_OF_RANGE_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 
 
-def _load_changelog_records() -> Optional[Callable[[list], Any]]:
-    """The C `changelog_records` (replication/_records.c) once confluent_kafka.Message's field
-    layout is verified; None (the Python path) without the accelerator or the layout."""
-    from replication import records
-
-    if not records.ACCELERATED or not hasattr(records._accel, "changelog_records"):
-        return None
-    if not records.enable_message_layout(Message):
-        return None
-    return records._accel.changelog_records
-
-
 # One pass in C over a consumed batch: [(key, value)] when the whole batch is keyed records of
 # one partition (the restore's common case), None otherwise.
-_changelog_records = _load_changelog_records()
+_changelog_records = message_function("changelog_records")
 
 
 def restore_consumer_config(eos_enabled: bool, *, group_id: str = "eddy-restore-consumer") -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
-from state.caching import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
+from state.cache import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
 from state.errors import InvalidStoreArgumentError
 from state.logging_store import ChangeLoggingKeyValueStore, ChangeLoggingSessionStore, ChangeLoggingWindowStore
 from state.memory_kv import InMemoryKeyValueStore

@@ -14,7 +14,7 @@ import tempfile
 import threading
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-from streams.backend_errors import BackendError
+from streams.errors import BackendError
 
 logger = logging.getLogger(__name__)
 

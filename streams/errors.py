@@ -1,4 +1,5 @@
-"""Typed errors of the streams layer. Every class subclasses `eddy.errors.EddyError`."""
+"""Typed errors of the streams layer (the runtime's own are in streams/runtime/errors.py). Every
+class subclasses `StreamsError`, the layer's one base (itself an `eddy.errors.EddyError`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ class TopologyError(StreamsError):
     """An invalid topology; the message names the offending node, store or topic."""
 
 
-class StreamsException(StreamsError):
-    """A failure while processing (a processor raised, a store was misused, ...).
+class ProcessingError(StreamsError):
+    """A failure while processing a record (a processor raised, a store was misused, ...).
 
     When raised by the processing core it names the task, the processor node and the
     input record's topic, partition and offset.
@@ -41,7 +42,18 @@ class RecordDeserializationError(SerializationError):
         self.value = value
 
 
-class InvalidTimestampError(StreamsException):
+class DeserializationHandlerError(ProcessingError):
+    """The deserialization exception handler itself raised (or answered something that is not a
+    DeserializationHandlerResponse) for an input record it was asked about; names the record."""
+
+    def __init__(self, message: str, *, topic: str, partition: int, offset: int) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class InvalidTimestampError(ProcessingError):
     """A timestamp extractor met a record with an invalid (negative) timestamp."""
 
 
@@ -49,11 +61,11 @@ class InvalidRecordError(StreamsError, ValueError):
     """A `Record` was built with invalid fields (e.g. a negative timestamp)."""
 
 
-class UnknownProcessorError(StreamsException):
+class UnknownProcessorError(ProcessingError):
     """`forward(record, child_name)` named a node that is not a child of the current processor."""
 
 
-class StoreAccessError(StreamsException):
+class StoreAccessError(ProcessingError):
     """A processor asked for a state store that does not exist or is not connected to it."""
 
 
@@ -67,3 +79,28 @@ class UnknownTopicError(StreamsError):
 
 class EmptyTopicError(StreamsError):
     """A test driver output topic has no more records to read."""
+
+
+class BackendError(StreamsError):
+    """No backend can be built for a configuration, or a backend is unavailable."""
+
+
+class InternalTopicError(BackendError):
+    """An internal (changelog or repartition) topic cannot be created or validated."""
+
+    def __init__(self, message: str, topic: str | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic
+
+
+class InternalTopicPartitionMismatchError(InternalTopicError):
+    """An existing internal topic has a different partition count than the topology needs."""
+
+    def __init__(self, topic: str, expected_partitions: int, actual_partitions: int) -> None:
+        super().__init__(
+            f"internal topic {topic!r} has {actual_partitions} partitions but the topology "
+            f"needs {expected_partitions}; delete the topic (or reset the application) to recreate it",
+            topic,
+        )
+        self.expected_partitions = expected_partitions
+        self.actual_partitions = actual_partitions

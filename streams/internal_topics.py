@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
-from streams.backend_errors import InternalTopicError, InternalTopicPartitionMismatchError
+from streams.errors import InternalTopicError, InternalTopicPartitionMismatchError
 
 logger = logging.getLogger(__name__)
 

@@ -140,7 +140,7 @@ class Cancellable(ABC):
 
 
 class ProcessorContext(ABC):
-    """What a processor sees of its task. Implemented by `streams.processing.ProcessorContextImpl`."""
+    """What a processor sees of its task. Implemented by `streams.engine.ProcessorContextImpl`."""
 
     @property
     @abstractmethod

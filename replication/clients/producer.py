@@ -149,14 +149,21 @@ class QueueView:
     names, with a bytes or None key), with ``append(entries, key, value, timestamp)`` (which
     returns the new length), only when ``queue.cb`` is its own delivery callback (produce()
     set it), and then calls ``kick(queue)`` when that length is ``>= queue.kick_at``. This is
-    exactly what produce() does for such a record."""
+    exactly what produce() does for such a record.
 
-    __slots__ = ("topics", "kick", "append")
+    ``untracked_entries`` is the capability a caller in C asks for before building entries
+    itself: when True, ``append`` appends exactly the tuple ``(key, value, timestamp, None)``
+    (for bytes or None key and value and an int timestamp) untracked by the garbage collector,
+    so the caller may append that same tuple without calling ``append``; otherwise it must
+    call ``append``."""
+
+    __slots__ = ("topics", "kick", "append", "untracked_entries")
 
     def __init__(self, topics: dict, kick: Callable[[_Queue], None]) -> None:
         self.topics = topics
         self.kick = kick
         self.append = queue_append
+        self.untracked_entries = queue_append is not _py_queue_append
 
 
 def _entries_size(entries: list[tuple]) -> int:

@@ -3,7 +3,7 @@
 from streams.dsl.branched import Branched
 from streams.dsl.kstream import KGroupedStream, KStream, KTable, StreamsBuilder
 from streams.dsl.materialized import Materialized
-from streams.dsl.processors import Change
+from streams.dsl.change import Change
 from streams.dsl.suppressed import BufferConfig, Suppressed
 from streams.dsl.windows import (
     EmitStrategy,

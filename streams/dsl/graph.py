@@ -1,7 +1,11 @@
-"""The DSL's logical graph: nodes recorded by StreamsBuilder/KStream/KTable, replayed into a Topology.
+"""The DSL's logical graph: typed nodes recorded by StreamsBuilder/KStream/KTable, replayed into a
+Topology (Kafka's GraphNode family: StreamSourceNode, ProcessorGraphNode, StatefulProcessorNode,
+OptimizableRepartitionNode, StreamSinkNode).
 
 Keeping the graph separate from the Topology lets `build()` run more than once and leaves room for
-graph rewrites (repartition merging, key-changing optimizations) when the full DSL lands.
+graph rewrites (repartition merging, key-changing optimizations): each node says what it is, so a
+rewrite can look at the graph. A new kind of step (a table source, a join, a suppression) is a new
+node class with its own `write`.
 """
 
 from __future__ import annotations
@@ -9,24 +13,99 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from streams import serdes as _serdes
 from streams.topology import Topology
 
 
 @dataclass
 class GraphNode:
-    """One DSL step. `write(topology)` adds its topology node(s), stores and internal topics."""
+    """One DSL step: `write(topology)` adds its topology node(s), stores and internal topics."""
 
     name: str
     parents: tuple[str, ...]
-    write: Callable[[Topology], None]
-    kind: str = "processor"
-    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def write(self, topology: Topology) -> None:
+        raise NotImplementedError
 
 
+def _defer(topology: Topology, *serdes: Any) -> None:
+    """Serdes standing for the config's defaults are bound when the app config is known."""
+    for serde in serdes:
+        if isinstance(serde, _serdes.ConfigDefaultSerde):
+            topology.add_deferred_serde(serde)
+
+
+@dataclass
+class StreamSourceNode(GraphNode):
+    topics: tuple[str, ...] = ()
+    key_serde: Any = None
+    value_serde: Any = None
+    timestamp_extractor: Any = None
+    offset_reset: Optional[str] = None
+
+    def write(self, topology: Topology) -> None:
+        topology.add_source(self.name, *self.topics, key_serde=self.key_serde, value_serde=self.value_serde,
+                            timestamp_extractor=self.timestamp_extractor, offset_reset=self.offset_reset)
+
+
+@dataclass
+class ProcessorGraphNode(GraphNode):
+    supplier: Callable[[], Any] = None  # type: ignore[assignment]
+
+    def write(self, topology: Topology) -> None:
+        topology.add_processor(self.name, self.supplier, *self.parents)
+
+
+@dataclass
+class StatefulProcessorNode(ProcessorGraphNode):
+    """A processor with the store it owns (the store's builder, added with the processor)."""
+
+    store_builder: Any = None
+    store_name: str = ""
+    deferred_serdes: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        _defer(topology, *self.deferred_serdes)
+        super().write(topology)
+        topology.add_state_store(self.store_builder, self.name)
+
+
+@dataclass
+class RepartitionNode(GraphNode):
+    """Null-key filter -> sink to the internal `topic` | source reading it (the node's name)."""
+
+    topic: str = ""
+    filter_name: str = ""
+    sink_name: str = ""
+    filter_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    key_serde: Any = None
+    value_serde: Any = None
+
+    def write(self, topology: Topology) -> None:
+        topology.add_internal_topic(self.topic)
+        _defer(topology, self.key_serde, self.value_serde)
+        topology.add_processor(self.filter_name, self.filter_supplier, *self.parents)
+        topology.add_sink(self.sink_name, self.topic, self.filter_name, key_serde=self.key_serde,
+                          value_serde=self.value_serde)
+        topology.add_source(self.name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde)
+
+
+@dataclass
+class StreamSinkNode(GraphNode):
+    topic: str = ""
+    key_serde: Any = None
+    value_serde: Any = None
+    partitioner: Any = None
+
+    def write(self, topology: Topology) -> None:
+        topology.add_sink(self.name, self.topic, *self.parents, key_serde=self.key_serde,
+                          value_serde=self.value_serde, partitioner=self.partitioner)
+
+
+@dataclass
 class Graph:
-    def __init__(self) -> None:
-        self.nodes: list[GraphNode] = []
-        self._index = 0
+    nodes: list[GraphNode] = field(default_factory=list)
+    _index: int = 0
 
     def next_index(self) -> int:
         index = self._index

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Optional
 
 from streams import serdes as _serdes
-from streams.dsl.graph import Graph, GraphNode
+from streams.dsl.graph import (Graph, ProcessorGraphNode, RepartitionNode, StatefulProcessorNode, StreamSinkNode,
+                               StreamSourceNode)
 from streams.dsl.materialized import Materialized, as_materialized
-from streams.dsl.processors import (CountProcessor, FilterProcessor, FlatMapValuesProcessor,
-                                    KeySelectProcessor, MapValuesProcessor, NullKeyFilterProcessor,
-                                    PeekProcessor, ToStreamProcessor)
+from streams.dsl.ops.aggregate import AggregateProcessor, count_adder, count_initializer
+from streams.dsl.ops.stateless import (FilterProcessor, FlatMapValuesProcessor, KeySelectProcessor,
+                                       MapValuesProcessor, NullKeyFilterProcessor, PeekProcessor)
+from streams.dsl.ops.table import ToStreamProcessor
 from streams.errors import TopologyError
 from streams.processor import TimestampExtractor
 from streams.topology import Topology
@@ -58,12 +60,8 @@ class StreamsBuilder:
             self._source_topics[t] = name
         key_serde = _serdes.resolve_serde(key_serde, f"stream({topic_list}) key_serde")
         value_serde = _serdes.resolve_serde(value_serde, f"stream({topic_list}) value_serde")
-
-        def write(topo: Topology) -> None:
-            topo.add_source(name, *topic_list, key_serde=key_serde, value_serde=value_serde,
-                            timestamp_extractor=timestamp_extractor, offset_reset=offset_reset)
-
-        self._graph.add(GraphNode(name, (), write, kind="source"))
+        self._graph.add(StreamSourceNode(name, (), tuple(topic_list), key_serde, value_serde, timestamp_extractor,
+                                         offset_reset))
         return KStream(self, name, key_serde, value_serde)
 
     def build(self) -> Topology:
@@ -93,7 +91,7 @@ class KStream:
         graph = self._builder._graph
         name = graph.new_name(prefix)
         parent = self._node
-        graph.add(GraphNode(name, (parent,), lambda topo: topo.add_processor(name, supplier, parent)))
+        graph.add(ProcessorGraphNode(name, (parent,), supplier))
         return KStream(self._builder, name, key_serde, value_serde,
                        self._repartition_required if repartition_required is None else repartition_required)
 
@@ -144,8 +142,7 @@ class KStream:
         graph = self._builder._graph
         name = graph.new_name(SINK)
         parent = self._node
-        graph.add(GraphNode(name, (parent,), lambda topo: topo.add_sink(
-            name, topic, parent, key_serde=ks, value_serde=vs, partitioner=partitioner), kind="sink"))
+        graph.add(StreamSinkNode(name, (parent,), topic, ks, vs, partitioner))
 
     def group_by(self, fn: Callable[[Any, Any], Any], *, key_serde: Any = None,
                  value_serde: Any = None) -> "KGroupedStream":
@@ -191,17 +188,7 @@ class KGroupedStream:
             key_serde = _serdes.ConfigDefaultSerde(_serdes.DEFAULT_KEY_SERDE_CONFIG, where)
         if value_serde is None:
             value_serde = _serdes.ConfigDefaultSerde(_serdes.DEFAULT_VALUE_SERDE_CONFIG, where)
-
-        def write(topo: Topology) -> None:
-            topo.add_internal_topic(topic)
-            for s in (key_serde, value_serde):
-                if isinstance(s, _serdes.ConfigDefaultSerde):
-                    topo.add_deferred_serde(s)
-            topo.add_processor(filt, NullKeyFilterProcessor, parent)
-            topo.add_sink(sink, topic, filt, key_serde=key_serde, value_serde=value_serde)
-            topo.add_source(source, topic, key_serde=key_serde, value_serde=value_serde)
-
-        graph.add(GraphNode(source, (parent,), write, kind="repartition", attrs={"topic": topic}))
+        graph.add(RepartitionNode(source, (parent,), topic, filt, sink, NullKeyFilterProcessor, key_serde, value_serde))
         self.key_serde, self.value_serde = key_serde, value_serde
         return source
 
@@ -219,14 +206,10 @@ class KGroupedStream:
             key_serde = _serdes.ConfigDefaultSerde(_serdes.DEFAULT_KEY_SERDE_CONFIG, f"store {store_name!r}")
         value_serde = mat.value_serde or _serdes.INT64
         caching = mat.caching_enabled
-
-        def write(topo: Topology) -> None:
-            if isinstance(key_serde, _serdes.ConfigDefaultSerde):
-                topo.add_deferred_serde(key_serde)
-            topo.add_processor(agg, lambda: CountProcessor(store_name, caching), parent)
-            topo.add_state_store(_store_builder(mat, store_name, key_serde, value_serde), agg)
-
-        graph.add(GraphNode(agg, (parent,), write, attrs={"store": store_name}))
+        graph.add(StatefulProcessorNode(
+            agg, (parent,), lambda: AggregateProcessor(store_name, caching, count_initializer, count_adder),
+            store_builder=_MaterializedStoreBuilder(mat, store_name, key_serde, value_serde), store_name=store_name,
+            deferred_serdes=(key_serde,)))
         return KTable(self._builder, agg, key_serde, value_serde, store_name)
 
 
@@ -266,10 +249,6 @@ class _MaterializedStoreBuilder:
         return self.store_builder().build()
 
 
-def _store_builder(mat: Materialized, store_name: str, key_serde: Any, value_serde: Any) -> Any:
-    return _MaterializedStoreBuilder(mat, store_name, key_serde, value_serde)
-
-
 class KTable:
     """A changelog stream materialized in a store; `to_stream()` emits its updates."""
 
@@ -289,5 +268,5 @@ class KTable:
         graph = self._builder._graph
         name = graph.new_name(TOSTREAM)
         parent = self._node
-        graph.add(GraphNode(name, (parent,), lambda topo: topo.add_processor(name, ToStreamProcessor, parent)))
+        graph.add(ProcessorGraphNode(name, (parent,), ToStreamProcessor))
         return KStream(self._builder, name, self.key_serde, self.value_serde)

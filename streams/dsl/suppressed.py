@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from streams.dsl.windows import duration_ms
-from streams.errors import StreamsException, TopologyError
+from streams.errors import ProcessingError, TopologyError
 
 __all__ = ["BufferConfig", "Suppressed", "BufferFullStrategy", "InvalidSuppressedError",
            "SuppressProcessorLogic", "SuppressionBufferFullError"]
@@ -29,7 +29,7 @@ class InvalidSuppressedError(TopologyError, ValueError):
 
 class BufferFullStrategy:
     EMIT = "EMIT"            # emit the oldest records early to make room
-    SHUT_DOWN = "SHUT_DOWN"  # stop the application (a StreamsException)
+    SHUT_DOWN = "SHUT_DOWN"  # stop the application (a ProcessingError)
 
 
 def _limit(value: Any, what: str) -> int:
@@ -224,8 +224,8 @@ class Suppressed:
         return f"Suppressed.until_time_limit({self.time_to_wait_ms}, {self.buffer_config!r})"
 
 
-class SuppressionBufferFullError(StreamsException):
-    """A `shut_down_when_full()` suppression buffer went over its limit (Kafka's StreamsException)."""
+class SuppressionBufferFullError(ProcessingError):
+    """A `shut_down_when_full()` suppression buffer went over its limit (Kafka throws a StreamsException)."""
 
 
 class SuppressProcessorLogic:

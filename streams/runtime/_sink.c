@@ -306,7 +306,7 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
     }
     Py_ssize_t length = 0;
     if (PyList_CheckExact(entries) && PyLong_CheckExact(tsv)) {
-        /* what replication/_records.c queue_append does: bytes, None and an int cannot form a
+        /* what the view's append does (its untracked_entries capability): bytes, None and an int cannot form a
          * cycle, so the tuple is untracked (queued records are many) */
         PyObject *entry = PyTuple_New(4);
         if (entry == NULL)

@@ -28,7 +28,6 @@ import time
 from typing import Any, Callable, Optional
 
 from eddy.murmur2 import murmur2_partition
-from replication.clients.producer import queue_append
 
 try:  # the C stage (optional: without a compiler the template's function is the stage)
     from streams.runtime import _sink as _accel
@@ -151,8 +150,9 @@ def direct_sink_stage(collector: Any, view: Any, topic: str, key_serialize: Call
     }
     exec(_CODE[values_fn is not None], namespace)  # noqa: S102 - our own template, compiled once
     stage = namespace["sink_direct"]
-    # The C stage appends entries itself the way the C queue_append does, so only over that.
-    if _accel is not None and view.append is queue_append and queue_append.__module__ == "replication._records":
+    # The C stage appends queue entries itself: only where the producer says it may (the view's
+    # `untracked_entries` capability, see QueueView).
+    if _accel is not None and getattr(view, "untracked_entries", False):
         exec(_PARTS_CODE, namespace)  # noqa: S102 - the same template's parts
         stage = _accel.DirectSink(namespace)
         stage.__name__ = "sink_direct"

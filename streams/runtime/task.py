@@ -21,7 +21,7 @@ from confluent_kafka import Message, TopicPartition
 
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
-from streams.processing import TaskEngine
+from streams.engine import TaskEngine
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.partition_group import PartitionGroup
 from streams.topology import Subtopology, Topology, changelog_topic_name

@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable, Iterable, Optional
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
-from replication.records import message_layout_function
+from eddy.messages import message_function
 
 from state.errors import LockError, TaskCorruptedError
 from state.listener import SuspendReason
@@ -41,7 +41,7 @@ _PARTITION = Message.partition
 _FIRST = operator.itemgetter(0)
 _SECOND = operator.itemgetter(1)
 # Consumed messages cut into runs of one partition in one C pass (None: groupby over the methods).
-_partition_runs = message_layout_function("partition_runs")
+_partition_runs = message_function("partition_runs")
 
 
 class TaskManager:

@@ -17,10 +17,10 @@ from typing import Any, Callable, Optional
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from state.caching import ThreadCache
+from state.cache import ThreadCache
 from state.errors import TaskCorruptedError
 from state.restore import StoreChangelogReader, restore_consumer_config
-from streams.errors import StreamsException
+from streams.errors import ProcessingError
 from streams.runtime.collector import RecordCollector, production_handler_from_config, uses_murmur2
 from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
 from streams.runtime.errors import TaskMigratedError
@@ -267,7 +267,7 @@ class StreamThread(threading.Thread):
                             next_purge = now + self.purge_interval_s
                 except TaskMigratedError as exc:
                     self.task_manager.handle_migrated(exc)
-                except StreamsException as exc:
+                except ProcessingError as exc:
                     # the processing core wraps what a sink's send raised
                     cause = exc.__cause__
                     if isinstance(cause, TaskMigratedError):

@@ -23,12 +23,12 @@ from typing import Any, Iterable, Mapping, Optional
 
 from confluent_kafka import TopicPartition
 
-from state.caching import ThreadCache
+from state.cache import ThreadCache
 from state.directory import StateDirectory
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
-from streams.errors import ConfigError, EmptyTopicError, StoreAccessError, StreamsException, UnknownTopicError
-from streams.processing import TaskEngine
+from streams.errors import ConfigError, EmptyTopicError, StoreAccessError, ProcessingError, UnknownTopicError
+from streams.engine import TaskEngine
 from streams.processor import _normalize_headers
 from streams.runtime.config import StreamsConfig
 from streams.topology import Topology, changelog_topic_name
@@ -86,7 +86,7 @@ class _Collector:
              timestamp: int, headers: Any = None) -> None:
         partition = partition or 0
         if partition != 0:
-            raise StreamsException(
+            raise ProcessingError(
                 f"record for topic {topic!r} sent to partition {partition}; the test driver has one partition per topic")
         offset = self.next_offset(topic, partition)
         self._last_offset[(topic, partition)] = offset
@@ -104,7 +104,7 @@ class TopologyTestDriver:
     def __init__(self, topology: Topology, config: Optional[Mapping[str, Any]] = None, *,
                  initial_wall_clock_time_ms: int = 0) -> None:
         if not isinstance(topology, Topology):
-            raise StreamsException(f"TopologyTestDriver needs a Topology, got {type(topology).__name__}")
+            raise ProcessingError(f"TopologyTestDriver needs a Topology, got {type(topology).__name__}")
         if config is not None and not isinstance(config, Mapping):
             raise ConfigError(f"TopologyTestDriver config must be a dict, got {type(config).__name__}")
         raw = dict(config or {})
@@ -173,7 +173,7 @@ class TopologyTestDriver:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StreamsException("the TopologyTestDriver is closed")
+            raise ProcessingError("the TopologyTestDriver is closed")
 
     def _on_produced(self, record: ProducerRecord) -> None:
         self._outputs[record.topic].append(record)
@@ -226,7 +226,7 @@ class TopologyTestDriver:
         """Move the mock wall clock forward and fire due wall-clock punctuations."""
         self._check_open()
         if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
-            raise StreamsException(f"advance_wall_clock_time needs a non-negative int of ms, got {ms!r}")
+            raise ProcessingError(f"advance_wall_clock_time needs a non-negative int of ms, got {ms!r}")
         self._wall_clock_ms += ms
         for engine in self._engines:
             engine.maybe_punctuate_system_time()
@@ -347,7 +347,7 @@ class TestInputTopic:
 
     def advance_time(self, ms: int) -> None:
         if ms < 0:
-            raise StreamsException(f"advance_time needs a non-negative duration, got {ms}")
+            raise ProcessingError(f"advance_time needs a non-negative duration, got {ms}")
         self._current_time += ms
 
     def _next_time(self, timestamp: Optional[int]) -> int:
@@ -420,7 +420,7 @@ class TestOutputTopic:
         result: dict[Any, Any] = {}
         for r in self.read_records_to_list():
             if r.key is None:
-                raise StreamsException(
+                raise ProcessingError(
                     f"output topic {self.name!r}: read_key_values_to_map does not allow None keys")
             result[r.key] = r.value
         return result

@@ -8,7 +8,7 @@ from confluent_kafka import OFFSET_STORED, KafkaError, TopicPartition
 
 from connectors.errors import KafkaBackendError
 from connectors.kafka import KafkaBackend
-from streams.backend_errors import BackendError
+from streams.errors import BackendError
 from streams.backends import Backend, for_config
 
 

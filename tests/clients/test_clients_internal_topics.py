@@ -8,7 +8,7 @@ import pytest
 from _clients_util import create_topic, unique
 from confluent_kafka.admin import ConfigResource
 
-from streams.backend_errors import InternalTopicError, InternalTopicPartitionMismatchError
+from streams.errors import InternalTopicError, InternalTopicPartitionMismatchError
 from streams.internal_topics import (
     WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS,
     InternalTopicManager,

@@ -1,5 +1,5 @@
-"""The C decoder filling confluent_kafka.Message objects directly (replication/_records.c
-`set_message_layout`, replication/records.py `enable_message_layout`).
+"""The C decoder filling confluent_kafka.Message objects directly (the layout eddy/messages.py
+probes, replication/_records.c `set_message_layout`, replication/records.py `enable_message_layout`).
 
 Messages filled through the probed layout must be indistinguishable from constructor-built ones
 (every accessor, byte for byte after the object header, reference counts), the decoder must fall
@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Message
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from eddy import messages
 from replication import records
 from replication.records import decode_messages, encode_batch
 
@@ -82,7 +83,7 @@ def sample_buffer() -> bytes:
 
 
 def test_layout_is_found_for_confluent_kafka_message(layout):
-    probed = records._probe_layout(Message)
+    probed = messages._probe_layout(Message)
     assert probed is not None
     background, offsets = probed
     assert len(background) == SIZE - HEADER

@@ -1,5 +1,5 @@
-"""The stream runtime's C passes over consumed messages (replication/_records.c
-`message_rows`, `partition_runs`): the same rows and runs as the Message methods give, for
+"""The C passes over consumed messages (eddy/_messages.c `message_rows`, `partition_runs`,
+`keyed_run`): the same rows and runs as the Message methods give, for
 filled and constructor-built messages, and None (the methods' path) for anything else."""
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ import sys
 import pytest
 from confluent_kafka import Message
 
+from eddy import messages
 from replication import records
 from replication.records import decode_messages, encode_batch
 
 _records = pytest.importorskip(
-    "replication._records", reason="C accelerator not built (python setup.py build_ext --inplace)"
+    "eddy._messages", reason="C accelerator not built (python setup.py build_ext --inplace)"
 )
-if not records.ACCELERATED:
-    pytest.skip("EDDY_RECORDS_PURE_PYTHON is set: records.py runs without the accelerator",
+if messages.probed_layout(Message) is None:
+    pytest.skip("the Message layout is not verified (or EDDY_MESSAGES_PURE_PYTHON is set)",
                 allow_module_level=True)
 
 
@@ -72,8 +73,7 @@ def test_other_types_and_a_missing_layout_give_none():
     try:
         assert _records.message_rows(msgs) is None and _records.partition_runs(msgs) is None
     finally:
-        records._layout_checked.pop(Message, None)
-        assert records.enable_message_layout(Message) is True
+        _records.set_message_layout(*messages.layout_arguments(Message, messages.probed_layout(Message)))
 
 
 def test_runs_equal_groupby_over_topic_and_partition():

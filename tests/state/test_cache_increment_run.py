@@ -1,5 +1,5 @@
 """CachingKeyValueStore.update_many's int64-increment hot case, done in C by
-state._cache.increment_run when it is built: every test runs with the C loop and with the pure
+state.cache._cache.increment_run when it is built: every test runs with the C loop and with the pure
 Python loop (the fallback), and the two must leave the cache in exactly the same state (values,
 old values, timestamps, sizes, LRU and write order, counters), forward the same flushes, see the
 same stream time in fn and the listener, and raise the same errors with the same updates_done.
@@ -14,21 +14,21 @@ from collections import OrderedDict
 
 import pytest
 
-from state import caching
-from state.caching import ENTRY_OVERHEAD, UNKNOWN, CacheEntry, CachingKeyValueStore, ThreadCache
+from state.cache import kv as caching
+from state.cache import ENTRY_OVERHEAD, UNKNOWN, CacheEntry, CachingKeyValueStore, ThreadCache
 from state.memory_kv import InMemoryKeyValueStore
 
 from recording_context import RecordingContext
 
 try:
-    from state import _cache
+    from state.cache import _cache
 except ImportError:  # pragma: no cover - the accelerator is optional
     _cache = None
 
 IMPLEMENTATIONS = [pytest.param(None, id="python")]
 if _cache is not None:
     IMPLEMENTATIONS.append(pytest.param(_cache.increment_run, id="c"))
-needs_c = pytest.mark.skipif(_cache is None, reason="state._cache is not built")
+needs_c = pytest.mark.skipif(_cache is None, reason="state.cache._cache is not built")
 
 I64 = struct.Struct(">q")
 INT64_MAX = 2**63 - 1
@@ -40,7 +40,13 @@ def _i(n: int) -> bytes:
 
 
 class Clock:
+    """The stream time's owner, as the task engine is: the store reads it and asks to raise it."""
+
     stream_time = 0
+
+    def advance_stream_time(self, timestamp):
+        if timestamp > self.stream_time:
+            self.stream_time = timestamp
 
 
 class Log:
@@ -175,7 +181,7 @@ def test_set_entry_layout_rejects_types_it_cannot_write_directly():
         _cache.set_entry_layout(NoSlots)
     with pytest.raises(TypeError, match="customizes attribute access"):
         _cache.set_entry_layout(Guarded)
-    # a failed registration keeps the one caching.py made
+    # a failed registration keeps the one state/cache/kv.py made
     entries = OrderedDict([(b"a", CacheEntry(_i(1), True, 0, ENTRY))])
     assert _cache.increment_run(entries, {b"a": None}, [b"a"], [1], 0, 0)[:2] == (1, 1)
     assert entries[b"a"].value == _i(2)
@@ -405,17 +411,17 @@ def test_an_error_in_the_middle_of_a_hot_key_leaves_the_same_state(tmp_path):
 
 
 def test_without_the_accelerator_the_python_loop_counts(tmp_path):
-    """state._cache missing (ImportError): caching.py imports and update_many counts in Python."""
+    """state.cache._cache missing (ImportError): state/cache/kv.py imports and update_many counts in Python."""
     code = f"""
 import struct, sys
-sys.modules["state._cache"] = None  # import state._cache raises ImportError
+sys.modules["state.cache._cache"] = None  # import state.cache._cache raises ImportError
 sys.path.insert(0, {os.path.dirname(__file__)!r})
-from state import caching
+from state.cache import ThreadCache, kv as caching
 from state.memory_kv import InMemoryKeyValueStore
 from recording_context import RecordingContext
 assert caching._cache_c is None and caching.CachingKeyValueStore._increment_run is None
 inner = InMemoryKeyValueStore("c")
-store = caching.CachingKeyValueStore(inner, caching.ThreadCache(1_000_000))
+store = caching.CachingKeyValueStore(inner, ThreadCache(1_000_000))
 store.init(RecordingContext(__import__("pathlib").Path({str(tmp_path)!r}) / "0_0"))
 p = struct.Struct(">q")
 def add_one(old):

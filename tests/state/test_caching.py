@@ -2,7 +2,7 @@
 
 import pytest
 
-from state.caching import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
+from state.cache import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
 from state.errors import InvalidStoreArgumentError, StoreClosedError
 from state.logging_store import ChangeLoggingKeyValueStore, ChangeLoggingSessionStore, ChangeLoggingWindowStore
 from state.memory_kv import InMemoryKeyValueStore
@@ -245,7 +245,7 @@ def test_dirty_close_drops_cached_writes(inner, ctx):
 
 
 # ------------------------------------------------------------------------------ windowed caching
-from state.caching import CachingSessionStore, CachingWindowStore  # noqa: E402
+from state.cache import CachingSessionStore, CachingWindowStore  # noqa: E402
 from state.session import InMemorySessionStore, RocksDBSessionStore, session_changelog_key  # noqa: E402
 from state.window import InMemoryWindowStore, RocksDBWindowStore, Window, Windowed, window_changelog_key  # noqa: E402
 

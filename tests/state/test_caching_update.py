@@ -2,7 +2,7 @@
 
 import pytest
 
-from state.caching import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
+from state.cache import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
 from state.errors import InvalidStoreArgumentError, StoreClosedError
 from state.memory_kv import InMemoryKeyValueStore
 from state.rocksdb_kv import RocksDBKeyValueStore

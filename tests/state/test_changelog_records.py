@@ -1,4 +1,4 @@
-"""The restore reader's C fast path: `changelog_records` (replication/_records.c) turns a batch of
+"""The restore reader's C fast path: `changelog_records` (eddy/_messages.c) turns a batch of
 consumed messages into the store's (key, value) records in one pass, or answers None so that the
 reader takes its general path (events, null keys, several partitions, unknown message types)."""
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from state.caching import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
+from state.cache import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
 from state.errors import InvalidStoreArgumentError, StoreClosedError
 from state.logging_store import ChangeLoggingKeyValueStore
 from state.memory_kv import InMemoryKeyValueStore

@@ -28,7 +28,7 @@ from state.errors import (
     TaskCorruptedError,
 )
 from state.listener import StandbyUpdateListener, StateRestoreListener, SuspendReason
-from state.caching import CachingKeyValueStore, ThreadCache
+from state.cache import CachingKeyValueStore, ThreadCache
 from state.logging_store import ChangeLoggingKeyValueStore
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.restore import (

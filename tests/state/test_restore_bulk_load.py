@@ -12,7 +12,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
 import state.rocksdb_kv as kv
-from state.caching import CachingKeyValueStore
+from state.cache import CachingKeyValueStore
 from state.directory import StateDirectory
 from state.listener import StateRestoreListener
 from state.logging_store import ChangeLoggingKeyValueStore

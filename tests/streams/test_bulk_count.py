@@ -1,17 +1,17 @@
 """A cached count right after its source takes whole runs of serialized keys
-(TaskEngine.process_batch -> CachingKeyValueStore.update_many): the store, the forwarded
+(the accelerated route, streams/engine/accelerated.py -> CachingKeyValueStore.update_many): the store, the forwarded
 updates (evictions included), the stream and partition times, the skipped records and the
 errors are exactly those of processing the same records one at a time. Each test runs twice:
-over rows (process_batch) and over consumed messages (process_messages, which reads the keys
+over rows (process_batch, the Python route) and over consumed messages (process_messages, which reads the keys
 straight from the messages with the C `keyed_run` when it is built)."""
 
 import pytest
 from confluent_kafka import Message
 
-from streams import processing
+from streams.engine import accelerated
 
 from streams import StreamsBuilder, serdes
-from streams.errors import StreamsException
+from streams.errors import ProcessingError
 from streams.testing import TopologyTestDriver
 
 S = serdes.STRING
@@ -64,9 +64,9 @@ def process(request, monkeypatch):
     if request.param == "rows":
         return lambda engine, rows: engine.process_batch("words", 0, rows)
     if request.param == "messages-without-C":
-        monkeypatch.setattr(processing, "_keyed_run", None)
-    elif processing._keyed_run is None:
-        pytest.skip("replication._records (keyed_run) not built")
+        monkeypatch.setattr(accelerated, "_keyed_run", None)
+    elif accelerated._keyed_run is None:
+        pytest.skip("eddy._messages (keyed_run) not built")
     return lambda engine, rows: engine.process_messages("words", 0, _messages(rows))
 
 
@@ -123,7 +123,7 @@ def test_a_negative_timestamp_fails_after_the_rows_before_it_were_counted(proces
     rows = [(b"a", b"w", 5, None, 0), (b"b", b"w", 6, None, 1), (b"a", b"w", -1, None, 2), (b"c", b"w", 7, None, 3)]
     with _driver(_topology(), 10_000_000, handler="log_and_fail") as driver:
         engine = _engine(driver)
-        with pytest.raises(StreamsException) as err:
+        with pytest.raises(ProcessingError) as err:
             process(engine, rows)
         assert "offset 2" in str(err.value) or "offset=2" in str(err.value)
         store = driver.get_key_value_store("counts")
@@ -136,7 +136,7 @@ def test_a_failure_while_counting_names_the_count_and_the_record_being_counted(p
     with _driver(_topology(out_value=bad), 150) as driver:
         engine = _engine(driver)
         rows = [(f"k{i}".encode(), b"w", 10 + i, None, 100 + i) for i in range(20)]
-        with pytest.raises(StreamsException) as err:
+        with pytest.raises(ProcessingError) as err:
             process(engine, rows)
     message = str(err.value)
     assert "processor=KSTREAM-AGGREGATE-" in message or "count" in message.lower()

@@ -4,8 +4,8 @@ same error attribution as record-at-a-time forwarding through each node."""
 import pytest
 
 from streams import Processor, StreamsBuilder, Topology, serdes
-from streams.dsl.processors import FlatMapValuesProcessor, KeySelectProcessor, MapValuesProcessor
-from streams.errors import StreamsException
+from streams.dsl.ops.stateless import FlatMapValuesProcessor, KeySelectProcessor, MapValuesProcessor
+from streams.errors import ProcessingError
 from streams.testing import TopologyTestDriver
 
 S = serdes.STRING
@@ -61,7 +61,7 @@ def _failing_chain(where):
 def test_errors_name_the_failing_node_of_a_fused_chain(where, node):
     with TopologyTestDriver(_failing_chain(where)) as driver:
         inp = driver.create_input_topic("in", S, S)
-        with pytest.raises(StreamsException) as err:
+        with pytest.raises(ProcessingError) as err:
             inp.pipe_input("k", "one two three", timestamp=1)
         assert f"processor={node}," in str(err.value)
         out = driver.create_output_topic("out", S, S)
@@ -109,7 +109,7 @@ def test_failure_in_a_processor_after_a_fused_chain_names_it():
     t.add_processor("boom", Boom, "split")
     with TopologyTestDriver(t) as driver:
         inp = driver.create_input_topic("in", S, S)
-        with pytest.raises(StreamsException) as err:
+        with pytest.raises(ProcessingError) as err:
             inp.pipe_input("k", "a b", timestamp=1)
         assert "processor=boom," in str(err.value)
         assert isinstance(err.value.__cause__, RuntimeError)

@@ -1,14 +1,15 @@
 """A stream task hands consumed messages to its engine (TaskEngine.process_messages). When the
 source's only child starts a fused chain, the common record goes through the C loop
-`dispatch_run` (replication/_records.c) and every other record through the per-record loop:
+`dispatch_run` (eddy/_messages.c) and every other record through the per-record loop:
 the output, the stores, the stream and partition times, the skipped records and the errors
 must be exactly those of processing the same records as rows (process_batch)."""
 
 import pytest
 from confluent_kafka import Message
 
-from streams import StreamsBuilder, processing, serdes
-from streams.errors import RecordDeserializationError, StreamsException
+from streams import StreamsBuilder, serdes
+from streams.engine import accelerated
+from streams.errors import RecordDeserializationError, ProcessingError
 from streams.testing import TopologyTestDriver
 
 S = serdes.STRING
@@ -55,9 +56,9 @@ def _rows(n=40):
 @pytest.fixture(params=["C", "without-C"])
 def dispatch(request, monkeypatch):
     if request.param == "without-C":
-        monkeypatch.setattr(processing, "_dispatch_run", None)
-    elif processing._dispatch_run is None:
-        pytest.skip("replication._records (dispatch_run) not built")
+        monkeypatch.setattr(accelerated, "_dispatch_run", None)
+    elif accelerated._dispatch_run is None:
+        pytest.skip("eddy._messages (dispatch_run) not built")
     return request.param
 
 
@@ -79,13 +80,13 @@ def test_messages_give_exactly_what_rows_give(dispatch):
         assert engine_m.fused_entry(engine_m.sources_by_topic["lines"].children[0]) is not None, \
             "the chain must fuse, or this test tests nothing"
         per_record = []
-        loop = engine_m._process_rows
+        loop = engine_m.process_rows
 
         def counted(source, topic, partition, rows_):
             rows_ = list(rows_)
             per_record.extend(r[4] for r in rows_)
             return loop(source, topic, partition, rows_)
-        engine_m._process_rows = counted
+        engine_m.process_rows = counted
         done_m = engine_m.process_messages("lines", 0, _messages(rows))
         # with C, only headers and undecodable bytes take the per-record loop (None keys and values do not)
         assert per_record == ([5, 13, 17] if dispatch == "C" else [r[4] for r in rows])
@@ -108,7 +109,7 @@ def test_a_failing_function_names_its_node_and_the_record_and_keeps_the_times(di
             (b"k", b"d", 40, None, 103)]
     with _driver(_topology(explode)) as driver:
         engine = driver._engine_for_topic["lines"]
-        with pytest.raises(StreamsException) as err:
+        with pytest.raises(ProcessingError) as err:
             engine.process_messages("lines", 0, _messages(rows))
         message = str(err.value)
         assert "offset=102" in message and "FLATMAPVALUES" in message.upper()
@@ -122,7 +123,7 @@ def test_a_negative_timestamp_fails_after_the_records_before_it(dispatch):
     rows = [(b"k", b"a", 5, None, 0), (b"k", b"b", -1, None, 1), (b"k", b"c", 7, None, 2)]
     with _driver(_topology(), handler="log_and_fail") as driver:
         engine = driver._engine_for_topic["lines"]
-        with pytest.raises(StreamsException) as err:
+        with pytest.raises(ProcessingError) as err:
             engine.process_messages("lines", 0, _messages(rows))
         assert "-1" in str(err.value)
         out = driver.create_output_topic("out", S, S).read_records_to_list()
@@ -139,9 +140,9 @@ def test_a_value_that_does_not_deserialize_fails_with_log_and_fail(dispatch):
         assert [r.value for r in out] == ["A"]
 
 
-@pytest.mark.skipif(processing._dispatch_run is None, reason="replication._records not built")
+@pytest.mark.skipif(accelerated._dispatch_run is None, reason="eddy._messages not built")
 def test_dispatch_run_rejects_bad_arguments():
-    run = processing._dispatch_run
+    run = accelerated._dispatch_run
     with pytest.raises(TypeError, match="expects 11 arguments"):
         run([], 0)
     with pytest.raises(TypeError, match="times a list of one int"):

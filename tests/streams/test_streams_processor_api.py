@@ -1,8 +1,8 @@
 import pytest
 
 from streams import Processor, PunctuationType, Record, Topology, serdes
-from streams.errors import (ConfigError, InvalidRecordError, InvalidTimestampError, RecordDeserializationError,
-                            StreamsException, UnknownProcessorError, UnknownTopicError)
+from streams.errors import (ConfigError, DeserializationHandlerError, InvalidRecordError, InvalidTimestampError, RecordDeserializationError,
+                            ProcessingError, UnknownProcessorError, UnknownTopicError)
 from streams.processor import UsePartitionTimeOnInvalidTimestamp
 from streams.testing import TopologyTestDriver
 
@@ -60,7 +60,7 @@ def test_forward_to_unknown_child_is_an_error_naming_it():
     t.add_processor("bad", Bad, "src")
     t.add_sink("out", "out", "bad", key_serde=S, value_serde=S)
     with TopologyTestDriver(t) as driver:
-        with pytest.raises(StreamsException, match="processor=bad") as err:
+        with pytest.raises(ProcessingError, match="processor=bad") as err:
             driver.create_input_topic("in", S, S).pipe_input("k", "v")
         assert isinstance(err.value.__cause__, UnknownProcessorError)
         assert "no child named 'nope'" in str(err.value.__cause__)
@@ -202,6 +202,37 @@ def test_deserialization_log_and_continue_skips():
         assert [m.offset for _, m, _ in Recorder.seen] == [0, 2]
 
 
+def _handler_topology():
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=serdes.INT64)
+    t.add_processor("rec", Recorder, "src")
+    t.add_sink("out", "out", "rec", key_serde=S, value_serde=serdes.INT64)
+    return t
+
+
+def test_a_deserialization_handler_that_raises_is_named_with_its_record():
+    def handler(error):
+        raise RuntimeError("handler bug")
+
+    with TopologyTestDriver(_handler_topology(), {"default.deserialization.exception.handler": handler}) as driver:
+        driver.pipe_raw("in", b"a", serdes.INT64.serialize(1), 0)
+        with pytest.raises(DeserializationHandlerError) as err:
+            driver.pipe_raw("in", b"b", b"garbage", 1)
+    msg = str(err.value)
+    assert "deserialization exception handler failed" in msg
+    assert "topic 'in' partition 0 offset 1" in msg and "handler bug" in msg
+    assert (err.value.topic, err.value.partition, err.value.offset) == ("in", 0, 1)
+    assert isinstance(err.value.__cause__, RuntimeError)
+
+
+def test_a_deserialization_handler_answering_nonsense_is_named_with_its_record():
+    with TopologyTestDriver(_handler_topology(),
+                            {"default.deserialization.exception.handler": lambda error: "continue"}) as driver:
+        with pytest.raises(DeserializationHandlerError, match="returned 'continue' for the record from topic 'in' "
+                                                              "partition 0 offset 0"):
+            driver.pipe_raw("in", b"b", b"garbage", 1)
+
+
 def test_processor_exception_is_wrapped_with_context():
     class Boom(Processor):
         def process(self, record):
@@ -213,7 +244,7 @@ def test_processor_exception_is_wrapped_with_context():
     t.add_processor("boom", Boom, "fwd")
     with TopologyTestDriver(t) as driver:
         inp = driver.create_input_topic("in", S, S)
-        with pytest.raises(StreamsException) as err:
+        with pytest.raises(ProcessingError) as err:
             inp.pipe_input("k", "v", timestamp=1)
         assert "task_id=0_0, processor=boom, topic=in, partition=0, offset=0" in str(err.value)
         assert isinstance(err.value.__cause__, ValueError)
@@ -265,7 +296,7 @@ def test_driver_input_errors():
         from streams.errors import EmptyTopicError
         with pytest.raises(EmptyTopicError, match="'out' is empty"):
             out.read_value()
-    with pytest.raises(StreamsException, match="closed"):
+    with pytest.raises(ProcessingError, match="closed"):
         driver.pipe_raw("in", None, None, 0)
 
 
@@ -330,7 +361,7 @@ def test_punctuation_can_cancel_itself_and_errors_are_wrapped():
         for ts in (0, 10, 20, 30):
             inp.pipe_input("k", "v", timestamp=ts)
         assert SelfCancel.instance.fired == 2
-        with pytest.raises(StreamsException, match="while punctuating: task_id=0_0, processor=sc, timestamp=100"):
+        with pytest.raises(ProcessingError, match="while punctuating: task_id=0_0, processor=sc, timestamp=100"):
             driver.advance_wall_clock_time(100)
 
 
@@ -345,7 +376,7 @@ def test_schedule_rejects_bad_interval():
     t = Topology()
     t.add_source("src", "in", key_serde=S, value_serde=S)
     t.add_processor("bad", BadSchedule, "src")
-    with pytest.raises(StreamsException, match="punctuation interval must be a positive int"):
+    with pytest.raises(ProcessingError, match="punctuation interval must be a positive int"):
         TopologyTestDriver(t)
 
 
@@ -409,7 +440,7 @@ def test_sink_partitioner_and_serialization_error():
     t.add_source("src", "in", key_serde=S, value_serde=S)
     t.add_sink("out", "out", "src", key_serde=S, value_serde=serdes.INT32, partitioner=partitioner)
     with TopologyTestDriver(t) as driver:
-        with pytest.raises(StreamsException):
+        with pytest.raises(ProcessingError):
             driver.pipe_raw("in", b"k", b"v", 0)
         assert calls == []  # serialization failed before partitioning
     t2 = Topology()
@@ -426,6 +457,6 @@ def test_sink_serialization_error_names_sink_and_topic():
     t.add_source("src", "in", key_serde=S, value_serde=S)
     t.add_sink("out", "numbers", "src", key_serde=S, value_serde=serdes.INT32)
     with TopologyTestDriver(t) as driver:
-        with pytest.raises(StreamsException, match="processor=out") as err:
+        with pytest.raises(ProcessingError, match="processor=out") as err:
             driver.pipe_raw("in", b"k", b"v", 0)
         assert "sink 'out' could not serialize a record for topic 'numbers'" in str(err.value)

@@ -2,7 +2,7 @@ import pytest
 
 from streams import Processor, PunctuationType, Record, StreamsBuilder, Topology, serdes
 from streams.dsl import Materialized
-from streams.errors import StoreAccessError, StreamsException
+from streams.errors import StoreAccessError, ProcessingError
 from streams.testing import TopologyTestDriver
 
 from state.stores import Stores
@@ -123,7 +123,7 @@ def test_processor_api_state_store_and_punctuation():
 
 
 def test_unconnected_store_access_is_an_error():
-    with pytest.raises(StreamsException, match="processor 'counter' has no access to state store 'kv'"):
+    with pytest.raises(ProcessingError, match="processor 'counter' has no access to state store 'kv'"):
         TopologyTestDriver(kv_topology(connect=False))
 
 

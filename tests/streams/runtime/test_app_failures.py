@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from streams import App, AppState, Processor, StreamThreadExceptionResponse
+from streams import App, AppState, Processor, StreamThreadExceptionResponse, Topology, serdes
+from streams.errors import DeserializationHandlerError
 
 from _runtime_util import (Cluster, Exploding, count_sequences, last_counts, make_lines, pass_through_topology, unique,
                            wait_for, wordcount_topology)
@@ -76,6 +77,42 @@ def test_processor_error_goes_to_the_handler_and_the_app_ends_in_error(backend_c
         assert app.close(timeout=60)
         cluster.close()
     assert app.state is AppState.NOT_RUNNING
+
+
+def test_a_failing_deserialization_handler_ends_the_app_in_error_naming_the_record(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    src, sink = unique("in"), unique("out")
+    cluster.create_topics(1, src, sink)
+    topology = Topology()
+    topology.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.INT64)
+    topology.add_sink("o", sink, "s", key_serde=serdes.STRING, value_serde=serdes.INT64)
+
+    def broken_handler(error):
+        raise RuntimeError("handler bug")
+
+    app = App(topology, {**cluster.config, "application.id": unique("deser"), "state.dir": str(tmp_path),
+                         "default.deserialization.exception.handler": broken_handler})
+    seen = []
+
+    def on_uncaught(exc):
+        seen.append(exc)
+        return StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+
+    app.set_uncaught_exception_handler(on_uncaught)
+    try:
+        cluster.produce(src, [(b"a", serdes.INT64.serialize(1)), (b"b", b"not an int64")])
+        app.start()
+        assert app.wait_for_state(AppState.ERROR, timeout=60)
+        assert len(seen) == 1
+        error = seen[0]
+        while error is not None and not isinstance(error, DeserializationHandlerError):
+            error = error.__cause__
+        assert error is not None, repr(seen[0])
+        assert (error.topic, error.partition, error.offset) == (src, 0, 1)
+        assert f"topic {src!r} partition 0 offset 1" in str(error) and "handler bug" in str(error)
+    finally:
+        assert app.close(timeout=60)
+        cluster.close()
 
 
 class ExplodingOnce(Processor):

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from streams import App, AppState, Processor, StreamThreadExceptionResponse
-from streams.backend_errors import InternalTopicPartitionMismatchError
+from streams.errors import InternalTopicPartitionMismatchError
 from streams.internal_topics import InternalTopicManager
 from streams.runtime.shutdown_requests import ShutdownRequests, shutdown_topic_name, shutdown_topic_spec
 

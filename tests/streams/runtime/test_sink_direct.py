@@ -15,7 +15,7 @@ from replication.cluster import LocalCluster
 from replication.records import decode_batches
 from streams import serdes
 from streams.errors import SerializationError
-from streams.processing import SinkNode
+from streams.engine import SinkNode
 from streams.runtime.collector import RecordCollector
 from streams.runtime.errors import ProductionError
 from streams.runtime import direct_sink
@@ -289,6 +289,17 @@ def test_the_c_stage_is_the_direct_stage_when_built(producer):
     stage = bench.stage(selector=lambda k, v: v, values_fn=str.split)
     assert type(stage).__name__ == "DirectSink" and stage.__name__ == "sink_direct"
     assert not hasattr(stage, "with_values_from")
+
+
+def test_the_c_stage_needs_the_views_untracked_entries_capability(producer):
+    """The C stage builds queue entries itself only where the producer offers that (QueueView
+    `untracked_entries`); a view without it gets the template's function, which calls append."""
+    bench = Bench(producer)
+    bench.view.untracked_entries = False
+    stage = bench.stage()
+    assert type(stage).__name__ == "function"
+    stage("k", "v", 5, ())
+    assert [e for entries in bench.entries() for e in entries] == [(b"k", b"v", 5, None)]
 
 
 def test_entries_are_untracked_four_tuples_in_the_murmur2_partition(producer, impl):

@@ -1,5 +1,5 @@
 /*
- * C accelerator of state/caching.py's hot loop (optional: caching.py falls back to Python).
+ * C accelerator of state/cache/kv.py's hot loop (optional: kv.py falls back to Python).
  *
  * increment_run is the common case of CachingKeyValueStore.update_many for a count: the key
  * is cached and its value is a big-endian signed 8-byte integer that does not overflow when
@@ -294,8 +294,8 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "state._cache",
-    .m_doc = "C implementation of the hot loops of state.caching.",
+    .m_name = "state.cache._cache",
+    .m_doc = "C implementation of the hot loops of state.cache.kv.",
     .m_size = -1,
     .m_methods = module_methods,
 };

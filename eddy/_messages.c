@@ -1,0 +1,550 @@
+/*
+ * C passes over consumed confluent_kafka.Message objects (eddy/messages.py): they read the
+ * messages' fields at the layout eddy/messages.py verified (message_layout.h) instead of calling
+ * eight methods per message. Shared by the restore loop (state/restore.py), the stream task's
+ * partition cut (streams/runtime/task_manager.py) and the engine's record path (streams/engine/).
+ * Every function answers None when there is no layout or a message is of another type: the
+ * caller then takes its Python path, which the tests compare these to.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "message_layout.h"
+
+static PyObject *empty_tuple;
+static MessageLayout msg_layout;
+
+PyDoc_STRVAR(set_message_layout_doc, SET_MESSAGE_LAYOUT_DOC);
+
+static PyObject *set_message_layout(PyObject *self, PyObject *args)
+{
+    return layout_set(&msg_layout, args);
+}
+
+PyDoc_STRVAR(fill_message_doc,
+"fill_message(topic, partition, offset, key, value, headers, leader_epoch, timestamp, tstype) -> Message\n\n"
+"A message of the layout type with its fields set directly (what the decoder does): the layout's\n"
+"verification compares it byte for byte to a constructor-built one. None without a layout.");
+
+static PyObject *fill_message(PyObject *self, PyObject *args)
+{
+    PyObject *topic, *key, *value, *headers;
+    int partition, leader_epoch, tstype;
+    long long offset, timestamp;
+    if (!PyArg_ParseTuple(args, "UiLOOOiLi:fill_message", &topic, &partition, &offset, &key, &value, &headers,
+                          &leader_epoch, &timestamp, &tstype))
+        return NULL;
+    if (msg_layout.type == NULL)
+        Py_RETURN_NONE;
+    Py_INCREF(key);
+    Py_INCREF(value);
+    Py_INCREF(headers);
+    return layout_message(&msg_layout, topic, partition, offset, key, value, headers, leader_epoch, timestamp,
+                          tstype);
+}
+
+/* ---- consumed changelog messages to restore records ------------------------------------------ */
+
+PyDoc_STRVAR(changelog_records_doc,
+"changelog_records(messages) -> (topic, partition, [(key, value), ...]) or None\n\n"
+"The restore's common case in one pass: the (key, value) pairs of consumed messages that all\n"
+"come from one partition and all have a key, read from the fields of messages of the layout\n"
+"type (set_message_layout); a None value (a tombstone) stays None. None when there is no\n"
+"layout, the list is empty, a message is of another type, the messages span partitions, or\n"
+"one has no key (null-key records and consumer events, which carry no key): the caller then\n"
+"takes its general path.");
+
+
+
+static PyObject *changelog_records(PyObject *self, PyObject *msgs)
+{
+    if (!PyList_Check(msgs)) {
+        PyErr_Format(PyExc_TypeError, "changelog_records: messages must be a list, not %.100s",
+                     Py_TYPE(msgs)->tp_name);
+        return NULL;
+    }
+    PyTypeObject *type = msg_layout.type;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    if (type == NULL || n == 0)
+        Py_RETURN_NONE;
+    /* A copy: an allocation below can run a collection, and with it code that changes the layout. */
+    const Py_ssize_t topic_off = msg_layout.topic, partition_off = msg_layout.partition;
+    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value;
+    Py_INCREF(type);
+    PyObject *result = Py_None;
+    PyObject *list = NULL;
+    PyObject *topic = NULL;
+    PyObject *first = PyList_GET_ITEM(msgs, 0);
+    if (Py_TYPE(first) != type)
+        goto none;
+    topic = layout_get_obj(first, topic_off);
+    if (topic == NULL || !PyUnicode_CheckExact(topic))
+        goto none;
+    Py_INCREF(topic);
+    const int32_t partition = layout_get_i32(first, partition_off);
+    /* Check everything before allocating anything. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        if (Py_TYPE(m) != type || layout_get_obj(m, key_off) == NULL ||
+            layout_get_i32(m, partition_off) != partition)
+            goto none;
+        PyObject *t = layout_get_obj(m, topic_off);
+        if (t != topic && (t == NULL || !PyUnicode_CheckExact(t) || PyUnicode_Compare(t, topic) != 0)) {
+            if (PyErr_Occurred())
+                goto fail;
+            goto none;
+        }
+    }
+    list = PyList_New(n);
+    if (list == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_New(2);
+        if (pair == NULL)
+            goto fail;
+        /* Read after the allocation, and check again: nothing runs between here and the increfs. */
+        if (i >= PyList_GET_SIZE(msgs)) {
+            Py_DECREF(pair);
+            goto none;
+        }
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        PyObject *key = Py_TYPE(m) == type ? layout_get_obj(m, key_off) : NULL;
+        if (key == NULL) {
+            Py_DECREF(pair);
+            goto none;
+        }
+        PyObject *value = layout_get_obj(m, value_off);
+        if (value == NULL)
+            value = Py_None;
+        Py_INCREF(key);
+        Py_INCREF(value);
+        PyTuple_SET_ITEM(pair, 0, key);
+        PyTuple_SET_ITEM(pair, 1, value);
+        PyObject_GC_UnTrack(pair); /* bytes and None: never part of a cycle */
+        PyList_SET_ITEM(list, i, pair);
+    }
+    result = Py_BuildValue("(OiN)", topic, (int)partition, list);
+    list = NULL;
+    goto done;
+none:
+    result = Py_None;
+    Py_INCREF(result);
+    goto done;
+fail:
+    result = NULL;
+done:
+    Py_XDECREF(list);
+    Py_XDECREF(topic);
+    Py_DECREF(type);
+    return result;
+}
+
+/* ---- consumed messages to stream-processing rows --------------------------------------------- */
+
+
+PyDoc_STRVAR(message_rows_doc,
+"message_rows(messages) -> [(key, value, timestamp, headers, offset), ...] or None\n\n"
+"What a stream task processes, one tuple per message: key, value, timestamp() [1], headers()\n"
+"and offset() of each, read from the fields of messages of the layout type (set_message_layout);\n"
+"headers() is called only when the headers field is empty (librdkafka's messages convert their\n"
+"headers on that call). None when there is no layout or a message is of another type: the\n"
+"caller then calls the methods.");
+
+static PyObject *message_rows(PyObject *self, PyObject *msgs)
+{
+    if (!PyList_Check(msgs)) {
+        PyErr_Format(PyExc_TypeError, "message_rows: messages must be a list, not %.100s", Py_TYPE(msgs)->tp_name);
+        return NULL;
+    }
+    static PyObject *headers_name = NULL;
+    if (headers_name == NULL && (headers_name = PyUnicode_InternFromString("headers")) == NULL)
+        return NULL;
+    PyTypeObject *type = msg_layout.type;
+    if (type == NULL)
+        Py_RETURN_NONE;
+    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value, headers_off = msg_layout.headers;
+    const Py_ssize_t ts_off = msg_layout.timestamp, offset_off = msg_layout.offset;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (Py_TYPE(PyList_GET_ITEM(msgs, i)) != type)
+            Py_RETURN_NONE;
+    Py_INCREF(type);
+    PyObject *list = PyList_New(n);
+    if (list == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i >= PyList_GET_SIZE(msgs))
+            goto none; /* the list shrank under a collection run by an allocation */
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        Py_INCREF(m);
+        if (Py_TYPE(m) != type) {
+            Py_DECREF(m);
+            goto none;
+        }
+        PyObject *headers = layout_get_obj(m, headers_off);
+        if (headers == NULL) {
+            headers = PyObject_CallMethodNoArgs(m, headers_name);
+            if (headers == NULL) {
+                Py_DECREF(m);
+                goto fail;
+            }
+        } else {
+            Py_INCREF(headers);
+        }
+        PyObject *ts = PyLong_FromLongLong(layout_get_i64(m, ts_off));
+        PyObject *offset = PyLong_FromLongLong(layout_get_i64(m, offset_off));
+        PyObject *row = PyTuple_New(5);
+        if (ts == NULL || offset == NULL || row == NULL) {
+            Py_XDECREF(ts);
+            Py_XDECREF(offset);
+            Py_XDECREF(row);
+            Py_DECREF(headers);
+            Py_DECREF(m);
+            goto fail;
+        }
+        PyObject *key = layout_get_obj(m, key_off);
+        PyObject *value = layout_get_obj(m, value_off);
+        if (key == NULL)
+            key = Py_None;
+        if (value == NULL)
+            value = Py_None;
+        Py_INCREF(key);
+        Py_INCREF(value);
+        PyTuple_SET_ITEM(row, 0, key);
+        PyTuple_SET_ITEM(row, 1, value);
+        PyTuple_SET_ITEM(row, 2, ts);
+        PyTuple_SET_ITEM(row, 3, headers);
+        PyTuple_SET_ITEM(row, 4, offset);
+        if (headers == Py_None)
+            PyObject_GC_UnTrack(row); /* bytes, ints and None: never part of a cycle */
+        PyList_SET_ITEM(list, i, row);
+        Py_DECREF(m);
+    }
+    Py_DECREF(type);
+    return list;
+none:
+    Py_DECREF(list);
+    Py_DECREF(type);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(list);
+    Py_DECREF(type);
+    return NULL;
+}
+
+PyDoc_STRVAR(keyed_run_doc,
+"keyed_run(messages, start, key_check, value_check) -> (keys, timestamps, stop) or None\n\n"
+"The keys and timestamps of messages[start:stop], read from the fields of messages of the layout\n"
+"type (set_message_layout): the longest stretch from `start` in which every message has a key,\n"
+"a timestamp >= 0, and passes key_check(key) and (for a non-None value) value_check(value)\n"
+"without an Exception. `stop` is the first message that does not (len(messages) when all do);\n"
+"a check's Exception is cleared (the caller processes that message on its own), any other\n"
+"BaseException propagates. None when there is no layout. A stream task counting raw keys\n"
+"uses this instead of message_rows: no row is built for a message it takes.");
+
+static PyObject *keyed_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "keyed_run expects 4 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *msgs = args[0], *key_check = args[2], *value_check = args[3];
+    if (!PyList_Check(msgs)) {
+        PyErr_Format(PyExc_TypeError, "keyed_run: messages must be a list, not %.100s", Py_TYPE(msgs)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    if (start < 0) {
+        PyErr_Format(PyExc_ValueError, "keyed_run: start must be >= 0, not %zd", start);
+        return NULL;
+    }
+    PyTypeObject *type = msg_layout.type;
+    if (type == NULL)
+        Py_RETURN_NONE;
+    /* A copy: the checks run Python code, and with it possibly code that changes the layout. */
+    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value, ts_off = msg_layout.timestamp;
+    Py_INCREF(type);
+    PyObject *keys = PyList_New(0), *timestamps = PyList_New(0);
+    Py_ssize_t i = start;
+    if (keys == NULL || timestamps == NULL)
+        goto fail;
+    /* The list is re-read on every step: a check can run any code, even code that edits it. */
+    for (; i < PyList_GET_SIZE(msgs); i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        if (Py_TYPE(m) != type)
+            break;
+        PyObject *key = layout_get_obj(m, key_off);
+        int64_t ts = layout_get_i64(m, ts_off);
+        if (key == NULL || ts < 0)
+            break;
+        Py_INCREF(m); /* keeps key and value alive through the checks */
+        PyObject *value = layout_get_obj(m, value_off);
+        PyObject *checked = PyObject_CallOneArg(key_check, key);
+        if (checked != NULL) {
+            Py_DECREF(checked);
+            checked = value == NULL ? Py_None : PyObject_CallOneArg(value_check, value);
+            if (checked != NULL && value != NULL)
+                Py_DECREF(checked);
+        }
+        if (checked == NULL) {
+            Py_DECREF(m);
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                goto fail;
+            PyErr_Clear(); /* the caller processes message i alone, where its handler decides */
+            break;
+        }
+        PyObject *ts_obj = PyLong_FromLongLong(ts);
+        int rc = ts_obj == NULL ? -1 : PyList_Append(keys, key);
+        if (rc == 0)
+            rc = PyList_Append(timestamps, ts_obj);
+        Py_XDECREF(ts_obj);
+        Py_DECREF(m);
+        if (rc < 0)
+            goto fail;
+    }
+    Py_DECREF(type);
+    return Py_BuildValue("(NNn)", keys, timestamps, i);
+fail:
+    Py_XDECREF(keys);
+    Py_XDECREF(timestamps);
+    Py_DECREF(type);
+    return NULL;
+}
+
+PyDoc_STRVAR(dispatch_run_doc,
+"dispatch_run(messages, start, key_check, value_check, fn, context, first, engine, topic, partition, times) -> stop\n\n"
+"A stream task's per-record loop over messages[start:] of one partition, read from the fields of\n"
+"messages of the layout type (set_message_layout): for each message with no headers and a\n"
+"timestamp >= 0 whose key and value deserialize (key_check/value_check, None for None) it sets\n"
+"context.current_node = first (once) and context.metadata = (topic, partition, offset), raises\n"
+"times[0] (the partition time) and engine.stream_time to the timestamp, and calls\n"
+"fn(key, value, timestamp, ()). Returns the index of the first message it did not take\n"
+"(len(messages) when it took all), which the caller processes on its own; a deserializer's\n"
+"Exception is cleared for that. An exception from fn propagates, context.metadata naming its\n"
+"record. None when there is no layout.");
+
+static PyObject *dispatch_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 11) {
+        PyErr_Format(PyExc_TypeError, "dispatch_run expects 11 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *msgs = args[0], *key_check = args[2], *value_check = args[3], *fn = args[4];
+    PyObject *ctx = args[5], *first = args[6], *engine = args[7], *topic = args[8], *partition = args[9];
+    PyObject *times = args[10];
+    if (!PyList_Check(msgs) || !PyList_Check(times) || PyList_GET_SIZE(times) != 1) {
+        PyErr_SetString(PyExc_TypeError, "dispatch_run: messages must be a list and times a list of one int");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    if (start < 0) {
+        PyErr_Format(PyExc_ValueError, "dispatch_run: start must be >= 0, not %zd", start);
+        return NULL;
+    }
+    static PyObject *headers_name, *metadata_name, *current_node_name, *stream_time_name;
+    if (headers_name == NULL) {
+        headers_name = PyUnicode_InternFromString("headers");
+        metadata_name = PyUnicode_InternFromString("metadata");
+        current_node_name = PyUnicode_InternFromString("current_node");
+        stream_time_name = PyUnicode_InternFromString("stream_time");
+        if (!headers_name || !metadata_name || !current_node_name || !stream_time_name)
+            return NULL;
+    }
+    PyTypeObject *type = msg_layout.type;
+    if (type == NULL)
+        Py_RETURN_NONE;
+    /* A copy: fn runs Python code, and with it possibly code that changes the layout. */
+    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value, ts_off = msg_layout.timestamp;
+    const Py_ssize_t headers_off = msg_layout.headers, offset_off = msg_layout.offset;
+    Py_INCREF(type);
+    int64_t partition_time = PyLong_AsLongLong(PyList_GET_ITEM(times, 0));
+    PyObject *st = PyObject_GetAttr(engine, stream_time_name);
+    int64_t stream_time = st == NULL ? -1 : PyLong_AsLongLong(st);
+    Py_XDECREF(st);
+    if (PyErr_Occurred() || PyObject_SetAttr(ctx, current_node_name, first) < 0) {
+        Py_DECREF(type);
+        return NULL;
+    }
+    Py_ssize_t i = start;
+    PyObject *m = NULL;
+    /* The list is re-read on every step: fn can run any code, even code that edits it. */
+    for (; i < PyList_GET_SIZE(msgs); i++) {
+        m = PyList_GET_ITEM(msgs, i);
+        if (Py_TYPE(m) != type)
+            break;
+        int64_t ts = layout_get_i64(m, ts_off);
+        if (ts < 0 || layout_get_obj(m, headers_off) != NULL)
+            break;
+        Py_INCREF(m); /* keeps its fields alive through the calls */
+        /* librdkafka's messages hold their headers unconverted until headers() is called */
+        PyObject *h = PyObject_CallMethodNoArgs(m, headers_name);
+        if (h == NULL)
+            goto fail_m;
+        Py_DECREF(h);
+        if (h != Py_None) {
+            Py_DECREF(m);
+            break;
+        }
+        PyObject *key = layout_get_obj(m, key_off), *value = layout_get_obj(m, value_off);
+        PyObject *k = key == NULL ? Py_NewRef(Py_None) : PyObject_CallOneArg(key_check, key);
+        if (k == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                goto fail_m;
+            PyErr_Clear(); /* the caller processes message i alone: its serde's errors decide */
+            Py_DECREF(m);
+            break;
+        }
+        PyObject *v = value == NULL ? Py_NewRef(Py_None) : PyObject_CallOneArg(value_check, value);
+        if (v == NULL) {
+            Py_DECREF(k);
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                goto fail_m;
+            PyErr_Clear();
+            Py_DECREF(m);
+            break;
+        }
+        PyObject *ts_obj = PyLong_FromLongLong(ts);
+        PyObject *offset_obj = PyLong_FromLongLong(layout_get_i64(m, offset_off));
+        PyObject *metadata = ts_obj && offset_obj ? PyTuple_Pack(3, topic, partition, offset_obj) : NULL;
+        Py_XDECREF(offset_obj);
+        Py_DECREF(m);
+        int rc = metadata == NULL ? -1 : PyObject_SetAttr(ctx, metadata_name, metadata);
+        Py_XDECREF(metadata);
+        if (rc == 0 && ts > partition_time) {
+            partition_time = ts;
+            Py_INCREF(ts_obj);
+            rc = PyList_SetItem(times, 0, ts_obj);
+        }
+        if (rc == 0 && ts > stream_time) {
+            stream_time = ts;
+            rc = PyObject_SetAttr(engine, stream_time_name, ts_obj);
+        }
+        PyObject *r = NULL;
+        if (rc == 0) {
+            PyObject *call_args[4] = {k, v, ts_obj, empty_tuple};
+            r = PyObject_Vectorcall(fn, call_args, 4, NULL);
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
+        Py_XDECREF(ts_obj);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
+    Py_DECREF(type);
+    return PyLong_FromSsize_t(i);
+fail_m:
+    Py_DECREF(m);
+fail:
+    Py_DECREF(type);
+    return NULL;
+}
+
+PyDoc_STRVAR(partition_runs_doc,
+"partition_runs(messages) -> [((topic, partition), [message, ...]), ...] or None\n\n"
+"The consumed messages cut into runs of consecutive messages of one partition (what\n"
+"itertools.groupby over (topic(), partition()) gives), read from the fields of messages of the\n"
+"layout type. None when there is no layout, or a message is of another type or has no topic.");
+
+static PyObject *partition_runs(PyObject *self, PyObject *msgs)
+{
+    if (!PyList_Check(msgs)) {
+        PyErr_Format(PyExc_TypeError, "partition_runs: messages must be a list, not %.100s", Py_TYPE(msgs)->tp_name);
+        return NULL;
+    }
+    PyTypeObject *type = msg_layout.type;
+    if (type == NULL)
+        Py_RETURN_NONE;
+    const Py_ssize_t topic_off = msg_layout.topic, partition_off = msg_layout.partition;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        PyObject *t = Py_TYPE(m) == type ? layout_get_obj(m, topic_off) : NULL;
+        if (t == NULL || !PyUnicode_CheckExact(t))
+            Py_RETURN_NONE;
+    }
+    PyObject *copy = PyList_GetSlice(msgs, 0, n); /* our own list: nothing can change it below */
+    if (copy == NULL)
+        return NULL;
+    Py_INCREF(type);
+    PyObject *runs = PyList_New(0);
+    if (runs == NULL)
+        goto fail;
+    Py_ssize_t start = 0;
+    while (start < n) {
+        PyObject *first = PyList_GET_ITEM(copy, start);
+        PyObject *topic = layout_get_obj(first, topic_off);
+        int32_t partition = layout_get_i32(first, partition_off);
+        Py_ssize_t end = start + 1;
+        while (end < n) {
+            PyObject *m = PyList_GET_ITEM(copy, end);
+            if (layout_get_i32(m, partition_off) != partition)
+                break;
+            PyObject *t = layout_get_obj(m, topic_off);
+            if (t != topic) {
+                int eq = PyUnicode_Compare(t, topic) == 0;
+                if (PyErr_Occurred())
+                    goto fail;
+                if (!eq)
+                    break;
+            }
+            end++;
+        }
+        PyObject *slice = PyList_GetSlice(copy, start, end);
+        PyObject *run = slice == NULL ? NULL : Py_BuildValue("((Oi)N)", topic, (int)partition, slice);
+        if (run == NULL || PyList_Append(runs, run) < 0) {
+            Py_XDECREF(run);
+            goto fail;
+        }
+        Py_DECREF(run);
+        start = end;
+    }
+    Py_DECREF(copy);
+    Py_DECREF(type);
+    return runs;
+fail:
+    Py_XDECREF(runs);
+    Py_DECREF(copy);
+    Py_DECREF(type);
+    return NULL;
+}
+
+/* ---- module ------------------------------------------------------------------------------ */
+
+static PyMethodDef module_methods[] = {
+    {"set_message_layout", set_message_layout, METH_VARARGS, set_message_layout_doc},
+    {"fill_message", fill_message, METH_VARARGS, fill_message_doc},
+    {"changelog_records", changelog_records, METH_O, changelog_records_doc},
+    {"message_rows", message_rows, METH_O, message_rows_doc},
+    {"partition_runs", partition_runs, METH_O, partition_runs_doc},
+    {"keyed_run", (PyCFunction)(void (*)(void))keyed_run, METH_FASTCALL, keyed_run_doc},
+    {"dispatch_run", (PyCFunction)(void (*)(void))dispatch_run, METH_FASTCALL, dispatch_run_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "eddy._messages",
+    .m_doc = "C passes over consumed confluent_kafka.Message objects (see eddy.messages).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__messages(void)
+{
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    empty_tuple = PyTuple_New(0);
+    if (empty_tuple == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

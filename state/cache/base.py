@@ -1,0 +1,100 @@
+"""The base of the caching stores: binds a store wrapper to its named cache in a ThreadCache."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from state.cache.thread_cache import CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_BYTES, NamedCache, ThreadCache
+from state.errors import StateError, StoreClosedError
+from state.store import StoreContext, WrappedStateStore, open_probe
+
+FlushListener = Callable[[bytes, Optional[bytes], Optional[bytes], int], None]
+
+
+class CachingStore(WrappedStateStore):
+    """Binds a wrapper to its named cache in a `ThreadCache`.
+
+    The `ThreadCache` is the one passed in (or set with `set_cache`) before `init`; otherwise the
+    context's `thread_cache` attribute if it has one; otherwise a private cache sized by the
+    context's `statestore.cache.max.bytes`.
+    """
+
+    def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
+        super().__init__(wrapped)
+        self._cache = cache
+        self._namespace: Optional[str] = None
+        self._named: Optional[NamedCache] = None  # set while open
+        self._flush_listener: Optional[Callable] = None
+        # `self._probe.is_open` is `self.wrapped.is_open` without the delegation chain.
+        self._probe = open_probe(wrapped)
+
+    def set_cache(self, cache: ThreadCache) -> None:
+        if self._namespace is not None:
+            raise StateError(f"state store {self.name!r}: cannot change the cache after init")
+        self._cache = cache
+
+    @property
+    def cache(self) -> Optional[ThreadCache]:
+        return self._cache
+
+    @property
+    def namespace(self) -> Optional[str]:
+        return self._namespace
+
+    def init(self, context: StoreContext) -> None:
+        super().init(context)
+        if self._cache is None:
+            cache = getattr(context, "thread_cache", None)
+            if cache is None:
+                config = getattr(context, "config", None) or {}
+                cache = ThreadCache(int(config.get(CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_BYTES)))
+            self._cache = cache
+        self._namespace = f"{getattr(context, 'task_id', 'none')}-{self.name}"
+        self._cache.add_dirty_entry_flush_listener(self._namespace, self._write_down)
+        self._named = self._cache.named_cache(self._namespace)
+
+    def set_flush_listener(self, listener: Optional[Callable]) -> bool:
+        """`listener(key, new_value, old_value, timestamp)` for each entry written down."""
+        self._flush_listener = listener
+        return True
+
+    def _write_down(self, entries: list) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _check(self) -> ThreadCache:
+        if self._named is None or not self._probe.is_open:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        return self._cache
+
+    def flush_cache(self) -> None:
+        """Write dirty entries down (and forward them) without flushing the wrapped store."""
+        self._check().flush(self._namespace)
+
+    def flush(self) -> None:
+        self.flush_cache()
+        self.wrapped.flush()
+
+    def close(self, dirty: bool = False) -> None:
+        """Clean close flushes the cache first (like Kafka); dirty close drops dirty entries."""
+        if self._namespace is None:
+            self.wrapped.close(dirty)
+            return
+        errors = []
+        try:
+            if self.wrapped.is_open and not dirty:
+                self._cache.flush(self._namespace)
+        except Exception as exc:  # close the rest anyway; re-raise below
+            errors.append(exc)
+        self._cache.close(self._namespace)
+        self._namespace = None
+        self._named = None
+        try:
+            self.wrapped.close(dirty)
+        except Exception as exc:
+            errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    @property
+    def is_open(self) -> bool:
+        return self._named is not None and self._probe.is_open

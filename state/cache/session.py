@@ -1,0 +1,122 @@
+"""The caching session store: dedups updates of a session between commits."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from state.cache.base import CachingStore
+from state.cache.merge import merge_sorted_by
+from state.errors import InvalidStoreArgumentError
+from state.rocksdb_kv import key_after
+from state.session import decode_session_changelog_key, session_changelog_key
+from state.store import KeyValueIterator, check_key, check_value
+from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp
+
+
+class CachingSessionStore(CachingStore):
+    """Caching for session stores: dedups updates of a session between commits.
+
+    Cache keys are the session changelog keys. The flush listener receives
+    `(Windowed(key, Window(start, end)), new, old, timestamp)`.
+    """
+
+    def _write_down(self, entries: list) -> None:
+        wrapped = self.wrapped
+        listener = self._flush_listener
+        for changelog_key, value, timestamp, _old in entries:
+            key, start, end = decode_session_changelog_key(changelog_key)
+            if listener is None:
+                wrapped.put(key, start, end, value, timestamp)
+                continue
+            old = wrapped.fetch_session(key, start, end)
+            if value is None and old is None:
+                continue
+            wrapped.put(key, start, end, value, timestamp)
+            listener(Windowed(key, Window(start, end)), value, old, timestamp)
+
+    def put(self, key: bytes, session_start: int, session_end: int, value: Optional[bytes],
+            timestamp: Optional[int] = None) -> None:
+        cache = self._check()
+        check_key(self.name, key)
+        check_value(self.name, value)
+        check_timestamp(self.name, "session_start", session_start)
+        check_timestamp(self.name, "session_end", session_end)
+        if session_end < session_start:
+            raise InvalidStoreArgumentError(
+                f"state store {self.name!r}: session_end ({session_end}) < session_start ({session_start})"
+            )
+        if timestamp is None:
+            timestamp = self._timestamp_supplier()
+        cache.put(self._namespace, session_changelog_key(key, session_start, session_end), value,
+                  dirty=True, timestamp=timestamp)
+
+    def remove(self, key: bytes, session_start: int, session_end: int, timestamp: Optional[int] = None) -> None:
+        self.put(key, session_start, session_end, None, timestamp)
+
+    def fetch_session(self, key: bytes, session_start: int, session_end: int) -> Optional[bytes]:
+        cache = self._check()
+        check_key(self.name, key)
+        entry = cache.get(self._namespace, session_changelog_key(key, session_start, session_end))
+        if entry is not None:
+            if session_end < self.inner_most()._actual_from(0):
+                return None
+            return entry.value
+        return self.wrapped.fetch_session(key, session_start, session_end)
+
+    def _sessions(self, key_from, key_to, exact, earliest_end, latest_start, reverse, store_iter) -> KeyValueIterator:
+        segments = self.inner_most()
+        interval = segments.segment_interval_ms
+        actual_from = segments._actual_from(earliest_end)
+        if exact:
+            lower, upper = key_from, key_after(key_from + b"\xff" * 16)
+        else:
+            lower, upper = None, None
+        cached = []
+        for ck, v in self._cache.range_snapshot(self._namespace, lower, upper):
+            key, start, end = decode_session_changelog_key(ck)
+            if end < actual_from or start > latest_start:
+                continue
+            if exact and key != key_from:
+                continue
+            if not exact and ((key_from is not None and key < key_from) or (key_to is not None and key > key_to)):
+                continue
+            item = (Windowed(key, Window(start, end)), v) if v is not None else None
+            cached.append(((end // interval, ck), item))
+        cached.sort(key=lambda c: c[0], reverse=reverse)
+
+        def store_sort_key(item):
+            w = item[0]
+            return w.window.end // interval, session_changelog_key(w.key, w.window.start, w.window.end)
+
+        return KeyValueIterator(merge_sorted_by(cached, store_iter, store_sort_key, reverse), self.name)
+
+    def find_sessions(self, key: bytes, earliest_session_end_time: int, latest_session_start_time: int) -> KeyValueIterator:
+        self._check()
+        it = self.wrapped.find_sessions(key, earliest_session_end_time, latest_session_start_time)
+        return self._sessions(key, key, True, earliest_session_end_time, latest_session_start_time, False, it)
+
+    def backward_find_sessions(self, key: bytes, earliest_session_end_time: int,
+                               latest_session_start_time: int) -> KeyValueIterator:
+        self._check()
+        it = self.wrapped.backward_find_sessions(key, earliest_session_end_time, latest_session_start_time)
+        return self._sessions(key, key, True, earliest_session_end_time, latest_session_start_time, True, it)
+
+    def find_sessions_range(self, key_from, key_to, earliest_session_end_time: int,
+                            latest_session_start_time: int) -> KeyValueIterator:
+        self._check()
+        it = self.wrapped.find_sessions_range(key_from, key_to, earliest_session_end_time, latest_session_start_time)
+        if key_from is not None and key_to is not None and key_from > key_to:
+            return it
+        return self._sessions(key_from, key_to, False, earliest_session_end_time, latest_session_start_time, False, it)
+
+    def fetch(self, key: bytes) -> KeyValueIterator:
+        return self.find_sessions(key, 0, MAX_TIMESTAMP)
+
+    def backward_fetch(self, key: bytes) -> KeyValueIterator:
+        return self.backward_find_sessions(key, 0, MAX_TIMESTAMP)
+
+    def fetch_range(self, key_from, key_to) -> KeyValueIterator:
+        return self.find_sessions_range(key_from, key_to, 0, MAX_TIMESTAMP)
+
+    def all(self) -> KeyValueIterator:
+        return self.find_sessions_range(None, None, 0, MAX_TIMESTAMP)

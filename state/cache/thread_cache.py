@@ -1,0 +1,311 @@
+"""The record cache of a stream thread: `ThreadCache` and its named caches (one per store).
+
+Semantics follow Kafka's ThreadCache / NamedCache / CachingKeyValueStore:
+
+- One byte budget (`statestore.cache.max.bytes`) is shared by all the named caches of a thread
+  (one named cache per store of a task, named "<task id>-<store name>"). An entry costs its key
+  and value bytes plus `ENTRY_OVERHEAD`.
+- Writes go to the cache as dirty entries; repeated writes of a key between commits replace the
+  cached entry, so only the latest value is written down and forwarded (deduplication).
+- When the budget is exceeded after a put, the least recently used entries of the cache being
+  written are evicted (as in Kafka: the eviction and what it forwards happen in the context of the
+  store being written, never of another processor's store). Evicting a dirty entry flushes every
+  dirty entry of that named cache, evicted one first, then the others in write order, so that
+  downstream sees updates of one store in order.
+- `flush()` (on commit) writes all dirty entries down in the order of their latest write, then
+  flushes the wrapped store.
+- The flush listener `fn(key, new_value, old_value, timestamp)` is called for each entry written
+  down; `old_value` is read from the wrapped store just before the write. An entry whose new and
+  old values are both None (a delete of a key that never reached the store) is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import Callable, NamedTuple, Optional
+
+from state.errors import InvalidStoreArgumentError, StateError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
+CACHE_MAX_BYTES_CONFIG = "statestore.cache.max.bytes"
+# Approximate bookkeeping cost of one entry (entry object, LRU links, dict slots).
+ENTRY_OVERHEAD = 64
+
+
+# The old value of a dirty entry when the cache does not know what the wrapped store holds.
+UNKNOWN = object()
+
+
+class CacheEntry:
+    """A cached value. `old` is, while the entry is dirty, the wrapped store's value for the key
+    (known when the entry was clean - a read-through or a flushed write - or read through by
+    `update`, before it was dirtied), else UNKNOWN: every write to the wrapped store goes
+    through this cache, so the flush can hand it to the listener without reading the store."""
+
+    __slots__ = ("value", "dirty", "timestamp", "size", "old")
+
+    def __init__(self, value: Optional[bytes], dirty: bool, timestamp: int, size: int, old: object = UNKNOWN) -> None:
+        self.value = value
+        self.dirty = dirty
+        self.timestamp = timestamp
+        self.size = size
+        self.old = old
+
+
+class DirtyEntry(NamedTuple):
+    key: bytes
+    value: Optional[bytes]
+    timestamp: int
+    old_value: object = UNKNOWN  # the wrapped store's value if known (see CacheEntry.old)
+
+
+DirtyEntryFlushListener = Callable[[list], None]
+
+# DirtyEntry(k, v, ts) goes through a Python-level __new__; this builds the same tuple for less.
+_new_tuple = tuple.__new__
+
+
+class NamedCache:
+    """The LRU map of one store's cache; used only through `ThreadCache` (which holds the lock).
+
+    Sizes are kept incrementally (this cache's `size_bytes` and the owner's `_total_bytes`).
+    """
+
+    __slots__ = ("name", "owner", "entries", "dirty", "size_bytes", "listener", "hits", "misses", "evictions")
+
+    def __init__(self, name: str, owner: "ThreadCache") -> None:
+        self.name = name
+        self.owner = owner
+        self.entries: "OrderedDict[bytes, CacheEntry]" = OrderedDict()  # LRU first, MRU last
+        self.dirty: "dict[bytes, None]" = {}  # insertion order = order of latest write
+        self.size_bytes = 0
+        self.listener: Optional[DirtyEntryFlushListener] = None
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    def _resize(self, delta: int) -> None:
+        self.size_bytes += delta
+        self.owner._total_bytes += delta
+
+    def put_dirty(self, key: bytes, value: Optional[bytes], timestamp: int, old: object = UNKNOWN) -> None:
+        """A write: replaces any cached entry (reusing its object), becomes MRU and last dirty.
+        `old`: the wrapped store's value for a key not cached, when the caller read it.
+        CachingKeyValueStore.put inlines this body; keep the two in step."""
+        size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+        entries = self.entries
+        entry = entries.get(key)
+        if entry is None:
+            entries[key] = CacheEntry(value, True, timestamp, size, old)
+            delta = size
+        else:
+            delta = size - entry.size
+            if not entry.dirty:
+                entry.old = entry.value  # a clean entry holds the store's value
+                entry.dirty = True
+            entry.value = value
+            entry.timestamp = timestamp
+            entry.size = size
+            entries.move_to_end(key)
+        dirty = self.dirty
+        if key in dirty:
+            del dirty[key]
+        dirty[key] = None
+        owner = self.owner
+        if delta:
+            self.size_bytes += delta
+            owner._total_bytes += delta
+        if owner._total_bytes > owner.max_bytes:
+            owner._maybe_evict(self)
+
+    def put_clean(self, key: bytes, value: Optional[bytes], timestamp: int = -1) -> None:
+        """A read-through: never replaces what the cache holds (it may be a pending dirty write)."""
+        entries = self.entries
+        if key in entries:
+            entries.move_to_end(key)
+            return
+        size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+        entries[key] = CacheEntry(value, False, timestamp, size)
+        self.size_bytes += size
+        owner = self.owner
+        owner._total_bytes += size
+        if owner._total_bytes > owner.max_bytes:
+            owner._maybe_evict(self)
+
+    def _take_dirty(self, first: Optional[DirtyEntry]) -> tuple[list, list]:
+        flushed = [first] if first is not None else []
+        append = flushed.append
+        entries = self.entries
+        tombstones = []
+        for key in self.dirty:
+            entry = entries[key]
+            value = entry.value
+            append(_new_tuple(DirtyEntry, (key, value, entry.timestamp, entry.old)))
+            entry.dirty = False
+            if value is None:
+                tombstones.append(key)
+        self.dirty = {}
+        return flushed, tombstones
+
+    def _drop_tombstones(self, tombstones: list) -> None:
+        """After a flush (as Kafka does, once the listener ran): a flushed delete has done its
+        job, keeping it would only shadow the store. One written again meanwhile stays."""
+        entries = self.entries
+        for key in tombstones:
+            entry = entries.get(key)
+            if entry is not None and entry.value is None and not entry.dirty:
+                self._resize(-entries.pop(key).size)
+
+    def flush(self, first: Optional[DirtyEntry] = None) -> int:
+        if first is None and not self.dirty:
+            return 0
+        if self.listener is None:
+            raise StateError(f"cache {self.name!r} has dirty entries but no flush listener")
+        flushed, tombstones = self._take_dirty(first)
+        self.listener(flushed)
+        if tombstones:
+            self._drop_tombstones(tombstones)
+        return len(flushed)
+
+    def write_through(self, key: bytes, value: Optional[bytes], timestamp: int, old: object) -> None:
+        """A write no entry can hold (the cache is smaller than one entry and empty): inserting
+        it and evicting it at once would flush it alone, which is NamedCache.flush(first) with
+        nothing else to take; this does exactly that, counted as an eviction."""
+        self.evictions += 1
+        if self.listener is None:
+            raise StateError(f"cache {self.name!r} has dirty entries but no flush listener")
+        self.listener([_new_tuple(DirtyEntry, (key, value, timestamp, old))])
+
+    def evict_eldest(self) -> int:
+        key, entry = self.entries.popitem(last=False)
+        size = entry.size
+        self.size_bytes -= size
+        self.owner._total_bytes -= size
+        self.evictions += 1
+        if entry.dirty:
+            del self.dirty[key]
+            self.flush(_new_tuple(DirtyEntry, (key, entry.value, entry.timestamp, entry.old)))
+        return size
+
+
+class ThreadCache:
+    """A byte-bounded record cache shared by the caching stores of one stream thread."""
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> None:
+        self._check_max(max_bytes)
+        self.max_bytes = max_bytes
+        self._caches: dict[str, NamedCache] = {}
+        self._total_bytes = 0
+        self.lock = threading.RLock()
+
+    @staticmethod
+    def _check_max(max_bytes) -> None:
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+            raise InvalidStoreArgumentError(
+                f"{CACHE_MAX_BYTES_CONFIG} must be a non-negative int, got {max_bytes!r}"
+            )
+
+    @property
+    def size_bytes(self) -> int:
+        return self._total_bytes
+
+    def __len__(self) -> int:
+        return sum(len(c.entries) for c in self._caches.values())
+
+    def named_cache(self, namespace: str) -> NamedCache:
+        cache = self._caches.get(namespace)
+        if cache is None:
+            cache = self._caches[namespace] = NamedCache(namespace, self)
+        return cache
+
+    def add_dirty_entry_flush_listener(self, namespace: str, listener: DirtyEntryFlushListener) -> None:
+        with self.lock:
+            self.named_cache(namespace).listener = listener
+
+    def get(self, namespace: str, key: bytes) -> Optional[CacheEntry]:
+        """The entry of `key` (made MRU), or None. The entry's fields are valid until the next
+        write to the cache (a later put of the same key updates the entry in place)."""
+        lock = self.lock
+        lock.acquire()
+        try:
+            cache = self._caches.get(namespace)
+            if cache is None:
+                return None
+            entry = cache.entries.get(key)
+            if entry is None:
+                cache.misses += 1
+                return None
+            cache.hits += 1
+            cache.entries.move_to_end(key)
+            return entry
+        finally:
+            lock.release()
+
+    def put(self, namespace: str, key: bytes, value: Optional[bytes], *, dirty: bool, timestamp: int) -> None:
+        lock = self.lock
+        lock.acquire()
+        try:
+            cache = self._caches.get(namespace)
+            if cache is None:
+                cache = self.named_cache(namespace)
+            if dirty:
+                cache.put_dirty(key, value, timestamp)
+            else:
+                cache.put_clean(key, value, timestamp)
+        finally:
+            lock.release()
+
+    def _maybe_evict(self, cache: NamedCache) -> None:
+        max_bytes = self.max_bytes
+        entries = cache.entries
+        while self._total_bytes > max_bytes and entries:
+            cache.evict_eldest()
+
+    def range_snapshot(
+        self, namespace: str, lower: Optional[bytes], upper_exclusive: Optional[bytes]
+    ) -> list[tuple[bytes, Optional[bytes]]]:
+        """Sorted (key, value-or-None) pairs of the cached keys in [lower, upper_exclusive)."""
+        with self.lock:
+            cache = self._caches.get(namespace)
+            if cache is None:
+                return []
+            items = [
+                (k, e.value)
+                for k, e in cache.entries.items()
+                if (lower is None or k >= lower) and (upper_exclusive is None or k < upper_exclusive)
+            ]
+        items.sort()
+        return items
+
+    def flush(self, namespace: str) -> int:
+        """Write down every dirty entry of `namespace`; returns how many were flushed."""
+        with self.lock:
+            cache = self._caches.get(namespace)
+            return cache.flush() if cache is not None else 0
+
+    def close(self, namespace: str) -> None:
+        """Drop a named cache without flushing it (the caller flushed first if it wanted to)."""
+        with self.lock:
+            cache = self._caches.pop(namespace, None)
+            if cache is not None:
+                self._total_bytes -= cache.size_bytes
+
+    def resize(self, max_bytes: int) -> None:
+        self._check_max(max_bytes)
+        with self.lock:
+            self.max_bytes = max_bytes
+            for cache in list(self._caches.values()):
+                while cache.entries and self.size_bytes > max_bytes:
+                    cache.evict_eldest()
+
+    def stats(self, namespace: str) -> dict:
+        with self.lock:
+            c = self._caches.get(namespace)
+            if c is None:
+                return {}
+            return {"entries": len(c.entries), "dirty": len(c.dirty), "bytes": c.size_bytes,
+                    "hits": c.hits, "misses": c.misses, "evictions": c.evictions}

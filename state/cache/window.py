@@ -1,0 +1,153 @@
+"""The caching window store: dedups updates of a (key, window) between commits."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from state.cache.base import CachingStore
+from state.cache.merge import merge_sorted_by
+from state.cache.thread_cache import ThreadCache
+from state.rocksdb_kv import key_after
+from state.store import KeyValueIterator, check_key, check_value
+from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp, decode_window_changelog_key, window_changelog_key
+
+
+class CachingWindowStore(CachingStore):
+    """Caching for window stores: dedups updates of a (key, window) between commits.
+
+    Cache keys are the window changelog keys (sequence number 0). With `retain_duplicates` every
+    put must be kept, so writes go straight through and `set_flush_listener` returns False.
+    The flush listener receives `(Windowed(key, Window(start, end)), new, old, timestamp)`.
+    """
+
+    def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
+        super().__init__(wrapped, cache)
+        self.window_size_ms = wrapped.window_size_ms
+        self.retain_duplicates = wrapped.retain_duplicates
+
+    def set_flush_listener(self, listener) -> bool:
+        if self.retain_duplicates:
+            return False
+        return super().set_flush_listener(listener)
+
+    def _segments_of(self):
+        return self.inner_most()
+
+    def _write_down(self, entries: list) -> None:
+        wrapped = self.wrapped
+        listener = self._flush_listener
+        size = self.window_size_ms
+        for changelog_key, value, timestamp, _old in entries:
+            key, start, _ = decode_window_changelog_key(changelog_key)
+            if listener is None:
+                wrapped.put(key, value, start, timestamp)
+                continue
+            old = wrapped.fetch(key, start)
+            if value is None and old is None:
+                continue
+            wrapped.put(key, value, start, timestamp)
+            listener(Windowed(key, Window(start, start + size)), value, old, timestamp)
+
+    def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
+            timestamp: Optional[int] = None) -> Optional[int]:
+        cache = self._check()
+        if self.retain_duplicates:
+            return self.wrapped.put(key, value, window_start_timestamp, timestamp)
+        check_key(self.name, key)
+        check_value(self.name, value)
+        check_timestamp(self.name, "window_start_timestamp", window_start_timestamp)
+        if timestamp is None:
+            timestamp = self._timestamp_supplier()
+        cache.put(self._namespace, window_changelog_key(key, window_start_timestamp, 0), value,
+                  dirty=True, timestamp=timestamp)
+        return 0
+
+    def fetch(self, key: bytes, time_from: int, time_to: Optional[int] = None):
+        cache = self._check()
+        if self.retain_duplicates:
+            return self.wrapped.fetch(key, time_from, time_to)
+        check_key(self.name, key)
+        if time_to is None:
+            start = check_timestamp(self.name, "window_start", time_from)
+            if start < self._segments_of()._actual_from(0):
+                return None
+            entry = cache.get(self._namespace, window_changelog_key(key, start, 0))
+            if entry is not None:
+                return entry.value
+            return self.wrapped.fetch(key, start)
+        return self._fetch_key(key, time_from, time_to, False)
+
+    def backward_fetch(self, key: bytes, time_from: int, time_to: int) -> KeyValueIterator:
+        self._check()
+        if self.retain_duplicates:
+            return self.wrapped.backward_fetch(key, time_from, time_to)
+        check_key(self.name, key)
+        return self._fetch_key(key, time_from, time_to, True)
+
+    def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
+        store_iter = self.wrapped.backward_fetch(key, time_from, time_to) if reverse else \
+            self.wrapped.fetch(key, time_from, time_to)
+        actual_from = self._segments_of()._actual_from(time_from)
+        lower = window_changelog_key(key, max(actual_from, 0), 0)
+        upper = key_after(window_changelog_key(key, time_to, 0)) if time_to >= actual_from else lower
+        total = len(key) + 12
+        cached = []
+        for ck, v in self._cache.range_snapshot(self._namespace, lower, upper):
+            if len(ck) == total:  # same length within the bounds => same key
+                start = decode_window_changelog_key(ck)[1]
+                cached.append((start, (start, v) if v is not None else None))
+        if reverse:
+            cached.reverse()
+        return KeyValueIterator(merge_sorted_by(cached, store_iter, lambda item: item[0], reverse), self.name)
+
+    def _windows(self, key_from, key_to, time_from, time_to, reverse, store_iter) -> KeyValueIterator:
+        if self.retain_duplicates:
+            return store_iter
+        segments = self._segments_of()
+        interval = segments.segment_interval_ms
+        actual_from = segments._actual_from(time_from)
+        size = self.window_size_ms
+        cached = []
+        for ck, v in self._cache.range_snapshot(self._namespace, None, None):
+            key, start, _ = decode_window_changelog_key(ck)
+            if start < actual_from or start > time_to:
+                continue
+            if (key_from is not None and key < key_from) or (key_to is not None and key > key_to):
+                continue
+            item = (Windowed(key, Window(start, start + size)), v) if v is not None else None
+            cached.append(((start // interval, ck), item))
+        cached.sort(key=lambda c: c[0], reverse=reverse)
+
+        def store_sort_key(item):
+            start = item[0].window.start
+            return start // interval, window_changelog_key(item[0].key, start, 0)
+
+        return KeyValueIterator(merge_sorted_by(cached, store_iter, store_sort_key, reverse), self.name)
+
+    def fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
+        self._check()
+        it = self.wrapped.fetch_range(key_from, key_to, time_from, time_to)
+        if key_from is not None and key_to is not None and key_from > key_to:
+            return it
+        return self._windows(key_from, key_to, time_from, time_to, False, it)
+
+    def backward_fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
+        self._check()
+        it = self.wrapped.backward_fetch_range(key_from, key_to, time_from, time_to)
+        if key_from is not None and key_to is not None and key_from > key_to:
+            return it
+        return self._windows(key_from, key_to, time_from, time_to, True, it)
+
+    def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator:
+        self._check()
+        return self._windows(None, None, time_from, time_to, False, self.wrapped.fetch_all(time_from, time_to))
+
+    def backward_fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator:
+        self._check()
+        return self._windows(None, None, time_from, time_to, True, self.wrapped.backward_fetch_all(time_from, time_to))
+
+    def all(self) -> KeyValueIterator:
+        return self.fetch_all(0, MAX_TIMESTAMP)
+
+    def backward_all(self) -> KeyValueIterator:
+        return self.backward_fetch_all(0, MAX_TIMESTAMP)

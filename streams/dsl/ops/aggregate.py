@@ -1,0 +1,210 @@
+"""Aggregations of a grouped stream (Kafka's KStreamAggregate): aggregate with an initializer and
+an adder; count() is aggregate with `count_initializer` and `count_adder`."""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Any, Callable, Optional
+
+from state.typed import TypedKeyValueStore
+from streams import serdes as _serdes
+from streams.dsl.change import Change
+from streams.engine.stages import Stage, StageOperator
+from streams.processor import ProcessorContext
+
+log = logging.getLogger(__name__)
+
+_new_tuple = tuple.__new__  # Change(...) without NamedTuple's Python-level __new__
+
+
+def count_initializer() -> int:
+    return 0
+
+
+def count_adder(key: Any, value: Any, aggregate: int) -> int:
+    return aggregate + 1
+
+
+# The adder's capability the aggregate asks for: it adds this constant, whatever the key and the
+# value, so a run of keys is all it needs (the bulk capability below), and over INT64 bytes the
+# caching layer may add it itself.
+count_adder.constant_increment = 1  # type: ignore[attr-defined]
+
+
+class AggregateProcessor(StageOperator):
+    """KGroupedStream.aggregate() (and count(), as aggregate with `count_initializer` and
+    `count_adder`, as Kafka's GroupedStreamAggregateBuilder builds it): the per-key aggregate
+    `adder(key, value, old or initializer())` in a KV store. Records with a None key are dropped.
+
+    With caching, downstream sees the aggregate when the cache flushes or evicts the key (one
+    record per key per commit); without caching, on every update, as Change(new, old).
+
+    Over a typed store whose next layer updates bytes in place (a caching layer's `update` and
+    `update_many`) and an adder with a `constant_increment`, the update is done at the bytes
+    level, and the stage offers the bulk capability `key_bytes_run = (key_serde, run)`: `run(keys,
+    timestamps, clock)` is the stage for each serialized non-None key, in order (the value and
+    headers play no part)."""
+
+    def __init__(self, store_name: str, caching: bool, initializer: Callable[[], Any],
+                 adder: Callable[[Any, Any, Any], Any]) -> None:
+        self.store_name = store_name
+        self.caching = caching
+        self.initializer = initializer
+        self.adder = adder
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        store = context.get_state_store(self.store_name)
+        self.store = store
+        self.forward_on_update = True
+        self._bulk: Optional[_BytesIncrement] = None
+        if not self.caching:
+            return
+        scoped = getattr(context, "scoped", None)
+        set_listener = getattr(store, "set_flush_listener", None)
+        if scoped is None or set_listener is None:
+            return
+        to_children = self._to_children()
+        increment = getattr(self.adder, "constant_increment", None)
+        bulk = _BytesIncrement.of(store, increment) if increment is not None else None
+        if bulk is not None:
+            # the typed layer's serdes applied here, at the bytes level
+            bulk.attach_forwarding(to_children, scoped)
+            self.forward_on_update = False
+            self._bulk = bulk
+            return
+
+        def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
+            to_children(key, _new_tuple(Change, (new_value, old_value)), timestamp, ())
+        # a store without a cache layer says so by returning False
+        self.forward_on_update = set_listener(scoped(on_flush)) is False
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        store, name = self.store, self.store_name
+        get, put = store.get, store.put
+        initializer, adder = self.initializer, self.adder
+        forward_on_update = self.forward_on_update
+
+        def aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key is None:
+                log.debug("aggregate %s: dropping a record with a None key", name)
+                return
+            try:
+                old = get(key)
+                new = adder(key, value, initializer() if old is None else old)
+                put(key, new, timestamp)
+                if forward_on_update:
+                    down(key, _new_tuple(Change, (new, old)), timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+
+        bulk = self._bulk
+        if bulk is None:
+            return aggregate
+        key_bytes_of, update, add = bulk.key_unchecked, bulk.update, bulk.add
+
+        def aggregate_bytes(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key is None:
+                log.debug("aggregate %s: dropping a record with a None key", name)
+                return
+            try:
+                key_bytes = key_bytes_of(key)
+            except Exception:
+                key_bytes = None
+            if key_bytes is None:  # through the typed store: the same update, or its own error
+                aggregate(key, value, timestamp, headers)
+                return
+            try:
+                update(key_bytes, add, timestamp)
+            except BaseException:
+                failed()
+                raise
+
+        update_many = bulk.update_many
+
+        def run(keys: list, timestamps: list, clock: Any) -> None:
+            try:
+                update_many(keys, add, timestamps, clock)
+            except BaseException:
+                failed()
+                raise
+        aggregate_bytes.key_bytes_run = (bulk.key_serde, run)  # type: ignore[attr-defined]
+        return aggregate_bytes
+
+
+_INT64 = struct.Struct(">q")
+
+
+class _BytesIncrement:
+    """An aggregate adding a constant, done at the bytes level on the layer below a typed store
+    (`of(store, increment)`, else None): `update(key_bytes, add, timestamp)` is one
+    read-modify-write of the serialized aggregate, `update_many` the same for a run of keys, and
+    `attach_forwarding(down, scoped)` installs the flush listener, the typed layer's serdes
+    applied here (C-level where the serde offers it)."""
+
+    @classmethod
+    def of(cls, store: Any, increment: int) -> Optional["_BytesIncrement"]:
+        if not isinstance(store, TypedKeyValueStore) or store.key_serde is None or store.value_serde is None:
+            return None
+        below = store.wrapped
+        if not all(callable(getattr(below, m, None)) for m in ("update", "update_many", "set_flush_listener")):
+            return None
+        return cls(store, below, increment)
+
+    def __init__(self, store: TypedKeyValueStore, below: Any, increment: int) -> None:
+        self.below = below
+        key_serde, value_serde = store.key_serde, store.value_serde
+        self.key_serde, self.value_serde = key_serde, value_serde
+        self.key_unchecked = _serdes.unchecked_serializer(key_serde) or key_serde.serialize
+        value_serialize = value_serde.serialize
+        value_deserialize = value_serde.deserialize
+        self.update, self.update_many = below.update, below.update_many
+        first = value_serialize(increment)
+
+        if value_serde is _serdes.INT64:
+            pack, unpack = _INT64.pack, _INT64.unpack
+
+            def add(old: Optional[bytes]) -> bytes:
+                if old is None:
+                    return first
+                try:  # INT64's own format; any oddity (size, overflow) goes through the serde
+                    return pack(unpack(old)[0] + increment)
+                except Exception:
+                    return value_serialize(value_deserialize(old) + increment)
+            # the layer below may add one to a big-endian int64 itself (see update_many)
+            add.int64_increment = increment == 1  # type: ignore[attr-defined]
+        else:
+            def add(old: Optional[bytes]) -> bytes:
+                return first if old is None else value_serialize(value_deserialize(old) + increment)
+        self.add = add
+
+    def attach_forwarding(self, down: Stage, scoped: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        """The flush listener: decode the bytes, emit the Change to `down`, run by `scoped` as
+        the aggregate's node."""
+        key_deserialize = self.key_serde.deserialize
+        key_of = _serdes.unchecked_deserializer(self.key_serde) or key_deserialize
+        value_deserialize = self.value_serde.deserialize
+        if self.value_serde is _serdes.INT64:
+            unpack = _INT64.unpack
+
+            def on_flush(key: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
+                try:  # C-level decoding; on any error the serdes' own calls decide
+                    key = key_of(key)
+                    new = None if new is None else unpack(new)[0]
+                    old = None if old is None else unpack(old)[0]
+                except Exception:
+                    key = key_deserialize(key) if type(key) is bytes else key
+                    new = None if new is None or type(new) is int else value_deserialize(new)
+                    old = None if old is None or type(old) is int else value_deserialize(old)
+                down(key, _new_tuple(Change, (new, old)), timestamp, ())
+        else:
+            def on_flush(key: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
+                try:
+                    key = key_of(key)
+                except Exception:
+                    key = key_deserialize(key)
+                down(key, _new_tuple(Change, (None if new is None else value_deserialize(new),
+                                              None if old is None else value_deserialize(old))), timestamp, ())
+        self.below.set_flush_listener(scoped(on_flush))

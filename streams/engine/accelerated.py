@@ -1,0 +1,167 @@
+"""The accelerated record route: a run of consumed messages of one partition through C passes
+(eddy/_messages.c) that read the messages' fields directly, with the same effects as the Python
+route (`TaskEngine.process_batch` over `message_rows`), which every record these passes do not
+take goes through, alone and in order.
+
+Two shapes of the source's only child are accelerated:
+- a stage offering the bulk capability `key_bytes_run = (key_serde, run)`: `run(keys,
+  timestamps, clock)` does for a run of serialized non-None keys what the stage does for each
+  (value and headers play no part); C `keyed_run` collects the keys, no row is built;
+- any fused chain: C `dispatch_run` is the per-record loop for the common record (no headers, a
+  timestamp, a key and value the source's C deserializers take).
+
+`AcceleratedRoute.process` answers None when neither applies (or the accelerator is not built):
+the caller then takes the Python route.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from confluent_kafka import Message
+
+from eddy.messages import message_function, message_rows
+from streams import serdes as _serdes
+from streams.engine.nodes import ProcessorNode, SourceNode
+from streams.errors import InvalidTimestampError, RecordDeserializationError
+
+if TYPE_CHECKING:
+    from streams.engine.task_engine import TaskEngine
+
+# None without the accelerator or the verified Message layout (eddy/messages.py).
+_keyed_run = message_function("keyed_run")
+_dispatch_run = message_function("dispatch_run")
+_OFFSET = Message.offset
+UNKNOWN_TIME = -1
+
+KeyRun = Callable[[list, list, Any], None]
+
+
+class AcceleratedRoute:
+    """The accelerated route of one task engine (see the module doc)."""
+
+    def __init__(self, engine: "TaskEngine") -> None:
+        self.engine = engine
+
+    @staticmethod
+    def available() -> bool:
+        return _dispatch_run is not None
+
+    def process(self, source: SourceNode, topic: str, partition: int, messages: list) -> Optional[int]:
+        """Process `messages` (one partition, offset order); how many were processed, or None
+        when this route does not apply (nothing was done)."""
+        if (_dispatch_run is None or len(source.children) != 1 or source.timestamp_extractor is not None
+                or source.key_deserialize_unchecked is None or source.value_deserialize_unchecked is None):
+            return None
+        first = source.children[0]
+        fused = self.engine.chains.entry(first)
+        if fused is None:
+            return None
+        run = self._key_run(source, fused)
+        if run is not None and _keyed_run is not None:
+            return self._keyed(source, topic, partition, messages, run, first)
+        return self._dispatched(source, topic, partition, messages, fused)
+
+    @staticmethod
+    def _key_run(source: SourceNode, fused: Any) -> Optional[KeyRun]:
+        """The stage's run over serialized keys, when its key serde is the source's and its bytes
+        round-trip (so checking a key by deserializing it is all the serde does); else None."""
+        bulk = getattr(fused, "key_bytes_run", None)
+        if bulk is not None and bulk[0] is source.key_serde and _serdes.round_trips(bulk[0]):
+            return bulk[1]
+        return None
+
+    def _one(self, source: SourceNode, topic: str, partition: int, messages: list) -> int:
+        """The Python route for messages this route does not take."""
+        return self.engine.process_rows(source, topic, partition, message_rows(messages))
+
+    def _dispatched(self, source: SourceNode, topic: str, partition: int, messages: list, fused: Any) -> int:
+        """The common record through C `dispatch_run`, any other through the Python route alone."""
+        engine = self.engine
+        tp = (topic, partition)
+        times = [engine.partition_times.get(tp, UNKNOWN_TIME)]
+        start_time = times[0]
+        ctx = engine.context
+        first = source.children[0]
+        n = len(messages)
+        start = 0
+        done = 0
+        try:
+            while start < n:
+                try:
+                    stop = _dispatch_run(messages, start, source.key_deserialize_unchecked,
+                                         source.value_deserialize_unchecked, fused, ctx, first, engine,
+                                         topic, partition, times)
+                except (RecordDeserializationError, InvalidTimestampError):
+                    raise
+                except Exception as exc:
+                    metadata = ctx.metadata  # set by dispatch_run before it calls the chain
+                    engine.raise_process_error(exc, source, topic, partition, metadata[2] if metadata else -1)
+                if stop is None:  # the layout went away: the Python route
+                    return done + self._one(source, topic, partition, messages[start:])
+                done += stop - start
+                if stop >= n:
+                    break
+                # the Python route reads the partition time from the engine: hand it over
+                if times[0] != start_time:
+                    engine.partition_times[tp] = start_time = times[0]
+                done += self._one(source, topic, partition, messages[stop:stop + 1])
+                times[0] = start_time = engine.partition_times.get(tp, UNKNOWN_TIME)
+                start = stop + 1
+        finally:
+            ctx.current_node = None
+            ctx.metadata = None
+            if times[0] != start_time:
+                engine.partition_times[tp] = times[0]
+        return done
+
+    def _keyed(self, source: SourceNode, topic: str, partition: int, messages: list, run: KeyRun,
+               first: ProcessorNode) -> int:
+        """The keys of each stretch of messages the bulk run takes come straight from the messages
+        (C `keyed_run`); a message it does not take goes through the Python route alone, in order."""
+        key_check = source.key_deserialize_unchecked
+        value_check = source.value_deserialize_unchecked
+        ctx = self.engine.context
+        n = len(messages)
+        start = 0
+        done = 0
+        try:
+            while start < n:
+                taken = _keyed_run(messages, start, key_check, value_check)
+                if taken is None:  # the layout went away: the Python route
+                    return done + self._one(source, topic, partition, messages[start:])
+                keys, timestamps, stop = taken
+                if keys:
+                    base = start
+                    done += self._run_keys(run, first, source, topic, partition, keys, timestamps,
+                                           lambda i: _OFFSET(messages[base + i]))
+                if stop >= n:
+                    break
+                done += self._one(source, topic, partition, messages[stop:stop + 1])
+                start = stop + 1
+        finally:
+            ctx.current_node = None
+            ctx.metadata = None
+        return done
+
+    def _run_keys(self, run: KeyRun, first: ProcessorNode, source: SourceNode, topic: str, partition: int,
+                  keys: list, timestamps: list, offset_at: Callable[[int], int]) -> int:
+        """`run` over checked keys; an error names the offset of the record being handled
+        (`offset_at(i)` of the i-th key). The run raises the stream time record by record (it
+        gets the engine as its clock); the partition time is raised to the run's newest here."""
+        engine = self.engine
+        ctx = engine.context
+        ctx.current_node = first
+        ctx.metadata = None
+        try:
+            run(keys, timestamps, engine)
+        except (RecordDeserializationError, InvalidTimestampError):
+            raise
+        except Exception as exc:
+            engine.raise_process_error(exc, source, topic, partition, offset_at(getattr(exc, "updates_done", 0)))
+        finally:
+            newest = max(timestamps)
+            tp = (topic, partition)
+            if newest > engine.partition_times.get(tp, UNKNOWN_TIME):
+                engine.partition_times[tp] = newest
+        return len(keys)

@@ -1,0 +1,181 @@
+"""The processor context every node of one task shares: forwarding, store access, scheduling."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from streams.engine.nodes import ProcessorNode, SinkNode
+from streams.errors import StoreAccessError, ProcessingError, UnknownProcessorError
+from streams.processor import Cancellable, ProcessorContext, PunctuationType, Record, RecordMetadata
+
+if TYPE_CHECKING:
+    from streams.engine.task_engine import TaskEngine
+
+
+class ProcessorContextImpl(ProcessorContext):
+    """The context every processor of one task shares; tracks the current node and record."""
+
+    def __init__(self, engine: "TaskEngine") -> None:
+        self._engine = engine
+        self.current_node: Optional[ProcessorNode] = None
+        # (topic, partition, offset) of the input record as a plain tuple (cheap per record);
+        # None in punctuations and cache flushes
+        self.metadata: Optional[tuple[str, int, int]] = None
+        self.commit_requested = False
+
+    @property
+    def application_id(self) -> str:
+        return self._engine.application_id
+
+    @property
+    def task_id(self) -> Any:
+        return self._engine.task_id
+
+    @property
+    def app_config(self) -> dict:
+        return self._engine.config
+
+    @property
+    def current_stream_time_ms(self) -> int:
+        return self._engine.stream_time
+
+    @property
+    def current_system_time_ms(self) -> int:
+        return self._engine.clock_ms()
+
+    def forward(self, record: Record, child_name: str | None = None) -> None:
+        node = self.current_node
+        if node is None:
+            raise ProcessingError("forward() called outside of process(), a punctuation or a store flush")
+        if child_name is None:
+            only = node.only_child
+            if only is not None:
+                self.current_node = only
+                only.process(record)
+            else:
+                for child in node.children:
+                    self.current_node = child
+                    child.process(record)
+        else:
+            child = node.children_by_name.get(child_name)
+            if child is None:
+                raise UnknownProcessorError(
+                    f"processor {node.name!r} has no child named {child_name!r}; "
+                    f"children are {[c.name for c in node.children]}")
+            self.current_node = child
+            child.process(record)
+        # not restored in a finally: after an exception current_node names the failing node
+        self.current_node = node
+
+    def node_forward(self) -> Callable[..., None]:
+        """`forward` for the current node, for a processor to keep from init(): with exactly one
+        child it calls that child directly while this node is current (the per-record case) and
+        falls back to `forward` otherwise, so it behaves exactly like `forward`."""
+        node = self.current_node
+        generic = self.forward
+        only = node.only_child if node is not None else None
+        if only is None:
+            return generic
+        child_process = only.process
+        ctx = self
+        if isinstance(only, SinkNode):
+            # a sink never reads the context: current_node moves to it only if it fails (so
+            # errors name it, as with `forward`)
+            def forward_to_sink(record: Record, child_name: str | None = None) -> None:
+                if child_name is None and ctx.current_node is node:
+                    try:
+                        child_process(record)
+                    except BaseException:
+                        ctx.current_node = only
+                        raise
+                else:
+                    generic(record, child_name)
+            return forward_to_sink
+
+        chains = self._engine.chains
+        if chains.can_start(only):
+            # the child and the nodes after it run as one fused chain (streams/engine/fusion.py), built at
+            # the first forward: processors are initialised parent first, and a stage may need
+            # its processor initialised
+            entry: Any = None
+
+            def forward_fused(record: Record, child_name: str | None = None) -> None:
+                nonlocal entry
+                if child_name is None and ctx.current_node is node:
+                    if entry is None:
+                        entry = chains.entry(only)
+                    ctx.current_node = only
+                    entry(record.key, record.value, record.timestamp, record.headers)
+                    # not restored in a finally: after an exception current_node names the failing node
+                    ctx.current_node = node
+                else:
+                    generic(record, child_name)
+            return forward_fused
+
+        def forward(record: Record, child_name: str | None = None) -> None:
+            if child_name is None and ctx.current_node is node:
+                ctx.current_node = only
+                child_process(record)
+                # not restored in a finally: after an exception current_node names the failing node
+                ctx.current_node = node
+            else:
+                generic(record, child_name)
+        return forward
+
+    def schedule(self, interval_ms: int, punctuation_type: PunctuationType,
+                 callback: Callable[[int], None]) -> Cancellable:
+        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int) or interval_ms < 1:
+            raise ProcessingError(f"punctuation interval must be a positive int of ms, got {interval_ms!r}")
+        if not callable(callback):
+            raise ProcessingError(f"punctuation callback must be callable, got {callback!r}")
+        node = self.current_node
+        if node is None:
+            raise ProcessingError("schedule() must be called from a processor (init, process or punctuate)")
+        return self._engine.schedule(node, interval_ms, punctuation_type, callback)
+
+    def get_state_store(self, name: str) -> Any:
+        node = self.current_node
+        if node is None:
+            raise StoreAccessError(f"get_state_store({name!r}) called outside of a processor")
+        if name not in node.store_names:
+            if name in self._engine.stores:
+                raise StoreAccessError(
+                    f"processor {node.name!r} has no access to state store {name!r}: the store is not "
+                    f"connected to it (add_state_store(builder, {node.name!r}) or "
+                    "connect_processor_and_state_stores)")
+            raise StoreAccessError(f"processor {node.name!r}: unknown state store {name!r}")
+        return self._engine.stores[name]
+
+    def commit(self) -> None:
+        self.commit_requested = True
+
+    def record_metadata(self) -> RecordMetadata | None:
+        meta = self.metadata
+        return None if meta is None else RecordMetadata._make(meta)
+
+    def run_as(self, node: ProcessorNode, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run `fn` as if inside `node` with no input record (punctuations, cache flush listeners)."""
+        prev_node, prev_meta = self.current_node, self.metadata
+        self.current_node, self.metadata = node, None
+        try:
+            return fn(*args)
+        finally:
+            self.current_node, self.metadata = prev_node, prev_meta
+
+    def scoped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap `fn` to run as the current node later (used by cache flush listeners)."""
+        node = self.current_node
+        if node is None:
+            raise ProcessingError("scoped() must be called from a processor")
+        ctx = self
+
+        def call(*args: Any) -> Any:  # run_as inlined: once per flushed cache entry
+            prev_node, prev_meta = ctx.current_node, ctx.metadata
+            ctx.current_node = node
+            ctx.metadata = None
+            try:
+                return fn(*args)
+            finally:
+                ctx.current_node = prev_node
+                ctx.metadata = prev_meta
+        return call

@@ -1,0 +1,63 @@
+"""Stage operators: a DSL operator written once, as a stage.
+
+A stage is `stage(key, value, timestamp, headers)`; an operator builds it with
+`stage(down, failed)`: `down` is the next stage (records it emits go there), `failed()` is called
+before an error of the operator's own leaves the stage (it names the operator as the failing node
+in a fused chain). The engine derives everything else from that one form: in a fused chain
+(streams/engine/fusion.py) `down` is the next node's stage; called as a node (`process(record)`,
+when its node cannot be fused: several children, a parent that is no stage) `down` forwards a
+Record to the node's children through the context. Only user Processors implement `process`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from streams.processor import Processor, ProcessorContext, Record
+
+Stage = Callable[[Any, Any, int, Any], None]
+
+_new_record = object.__new__  # Record._make inlined (fields already validated)
+
+
+def _no_failure_mark() -> None:
+    """As a node the failing node is already current (the context names it)."""
+
+
+class StageOperator(Processor):
+    """Base of operators written as a stage (see the module doc). Subclasses implement `stage`."""
+
+    _entry: Any = None
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        raise NotImplementedError
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self._entry = None
+
+    def process(self, record: Record) -> None:
+        """The operator as a node: its stage, emitting to the node's children."""
+        entry = self._entry
+        if entry is None:
+            entry = self._entry = self.stage(self._to_children(), _no_failure_mark)
+        entry(record.key, record.value, record.timestamp, record.headers)
+
+    def _to_children(self) -> Stage:
+        context = self.context
+        node_forward = getattr(context, "node_forward", None)
+        forward = node_forward() if node_forward is not None else context.forward
+        new = _new_record
+
+        def to_children(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            rec = new(Record)
+            rec.key = key
+            rec.value = value
+            rec.timestamp = timestamp
+            rec.headers = headers
+            forward(rec)
+        return to_children
+
+
+def drop(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+    """The `down` of an operator with no child: what it emits goes nowhere."""
