@@ -113,7 +113,7 @@ class RunningApp:
             "bootstrap.servers": self.servers, "application.id": self.application_id,
             "state.dir": f"{directory}/state", "commit.interval.ms": 200, **(extra_config or {})})
         self.sent: list = []
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
 
     def start(self) -> "RunningApp":
         self.app.start()
