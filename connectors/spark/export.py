@@ -142,7 +142,7 @@ def export_snapshot(snapshot_dir: str, to: str, fmt: str = "parquet", *, engine:
         session = spark or _session()
         register(session)
         df = session.read.format("eddy_store").option("raw", str(raw).lower()).load(snapshot.path)
-        df.write.mode("overwrite").format(fmt).save(to)
+        _spark_write(df, fmt, to)
         rows = _spark_rows(to, fmt, df)
     else:
         schema = arrow_core.snapshot_schema(snapshot, raw=raw)
@@ -173,7 +173,7 @@ def export_changelog(bootstrap_servers: str, topic: str, to: str, fmt: str = "pa
         df = (session.read.format("eddy_changelog").option("bootstrap.servers", bootstrap_servers)
               .option("topic", topic).option("key_serde", key_serde).option("value_serde", value_serde)
               .option("latest_per_key", str(latest_per_key).lower()).load())
-        df.write.mode("overwrite").format(fmt).save(to)
+        _spark_write(df, fmt, to)
         rows = _spark_rows(to, fmt, df)
     else:
         schema = changelog_core.changelog_schema(source)
@@ -181,6 +181,13 @@ def export_changelog(bootstrap_servers: str, topic: str, to: str, fmt: str = "pa
                  for p in plan]
         rows = write_parts(parts, to, fmt, progress)
     return ExportSummary(rows, _dir_bytes(to), time.perf_counter() - start, chosen, fmt, to)
+
+
+def _spark_write(df: Any, fmt: str, to: str) -> None:
+    writer = df.write.mode("overwrite").format(fmt)
+    if fmt == "csv":
+        writer = writer.option("header", "true")  # as the pyarrow path writes it
+    writer.save(to)
 
 
 def _spark_rows(to: str, fmt: str, df: Any) -> int:
