@@ -32,7 +32,7 @@ from state.snapshot import (
     SnapshotError,
     capture_shard,
     new_snapshot_dir,
-    pre_flush,
+    pre_flush_all,
     prune_snapshots,
     serde_name,
     store_kind,
@@ -200,8 +200,7 @@ class AppSnapshots:
         created_ms = int(time.time() * 1000)
         try:
             stores = app._local_stores(store_name, sub)
-            for store in stores.values():
-                pre_flush(store)
+            pre_flush_all(list(stores.values()))
             sample = next(iter(stores.values()), None)
             threads = [t for t in list(app.threads) if t.is_alive() and not t.stopping]
             request = _Request(store_name, dest, threads)
