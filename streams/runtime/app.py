@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional
 from state.directory import StateDirectory
 from state.errors import InvalidStateStoreError
 from state.listener import StateRestoreListener
+from state.snapshot import Snapshot
 from state.task_id import TaskId
 from streams import backends
 from streams.errors import ConfigError, StreamsError
@@ -39,6 +40,7 @@ from streams.runtime.config import StreamsConfig
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.internal import plan_internal_topics
 from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
+from streams.runtime.snapshots import AppSnapshots
 from streams.runtime.shutdown_requests import ShutdownRequests, shutdown_topic_name, shutdown_topic_spec
 from streams.runtime.standby_placement import owners_from_members, place_standbys
 from streams.runtime.task import TaskState
@@ -136,6 +138,7 @@ class App:
         self._placed_standbys: Optional[set[TaskId]] = None  # None: membership unknown
         self._shutdown_requests: Optional[ShutdownRequests] = None
         self._responses: dict[StreamThread, StreamThreadExceptionResponse] = {}  # failed thread -> handler's answer
+        self._snapshots = AppSnapshots(self)
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -231,6 +234,7 @@ class App:
         self._maintenance = threading.Thread(target=self._maintenance_loop, daemon=True,
                                              name=f"{self.application_id}-maintenance")
         self._maintenance.start()
+        self._snapshots.start()
 
     def _prepare_topics(self) -> Any:
         metadata = self._admin.list_topics(timeout=30)
@@ -478,6 +482,7 @@ class App:
         return True
 
     def _release(self) -> None:
+        self._snapshots.stop()
         with self._lock:
             sd, self._state_directory = self._state_directory, None
             backend, self._backend = self._backend, None
@@ -545,6 +550,14 @@ class App:
                     if store is not None:
                         result[task_id] = store
         return result
+
+    # ---- snapshots --------------------------------------------------------------------------
+
+    def snapshot(self, store_name: str, dest: Optional[str] = None) -> "Snapshot":
+        """A consistent snapshot of every local shard of store `store_name`, taken at a commit
+        boundary, in `dest` (default: a new directory under `snapshot.dir`); see
+        `streams.runtime.snapshots`. Read it with `connectors.spark` or `state.snapshot`."""
+        return self._snapshots.take(store_name, dest)
 
     # ---- introspection ----------------------------------------------------------------------
 

@@ -17,6 +17,8 @@ _GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE_V2)
 #: of the main and restore consumers, as Kafka Streams' main.consumer. / restore.consumer.).
 MAIN_CONSUMER_PREFIX = "main.consumer."
 RESTORE_CONSUMER_PREFIX = "restore.consumer."
+#: The App's snapshot settings (streams.runtime.snapshots), never a client's.
+SNAPSHOT_PREFIX = "snapshot."
 
 
 def default_state_dir() -> str:
@@ -110,7 +112,7 @@ class StreamsConfig:
     def backend_config(self) -> dict:
         """The config handed to `streams.backends.for_config` (runtime-only prefixes removed)."""
         return {k: v for k, v in self.raw.items()
-                if not k.startswith((MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX))}
+                if not k.startswith((MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, SNAPSHOT_PREFIX))}
 
     def prefixed(self, prefix: str) -> dict:
         return {k[len(prefix):]: v for k, v in self.raw.items() if k.startswith(prefix)}

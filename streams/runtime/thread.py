@@ -24,6 +24,7 @@ from streams.errors import ProcessingError
 from streams.runtime.collector import RecordCollector, production_handler_from_config, uses_murmur2
 from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
 from streams.runtime.errors import TaskMigratedError
+from streams.runtime.snapshots import ThreadSnapshots
 from streams.runtime.task import check_transition
 from streams.runtime.standby_placement import consumer_client_id
 from streams.runtime.task_manager import TaskManager
@@ -121,6 +122,7 @@ class StreamThread(threading.Thread):
         self._standby_version = 0
         self._applied_standby_version = -1
         self.processed_total = 0
+        self.snapshots = ThreadSnapshots()  # store snapshots taken right after a commit
         self.transactional_id = f"{config.application_id}-{process_id}-{index}" if config.eos_enabled else None
 
     # ---- state ------------------------------------------------------------------------------
@@ -138,6 +140,11 @@ class StreamThread(threading.Thread):
     def set_desired_standbys(self, task_ids: frozenset) -> None:
         self.desired_standbys = task_ids
         self._standby_version += 1
+
+    @property
+    def stopping(self) -> bool:
+        """True once asked to stop (it commits no more loop turns)."""
+        return self._stop_event.is_set()
 
     def shutdown(self) -> None:
         """Ask the thread to stop after its current loop iteration (it commits and closes)."""
@@ -257,10 +264,12 @@ class StreamThread(threading.Thread):
                 try:
                     self._run_once()
                     now = time.monotonic()
-                    if now >= next_commit or self.task_manager.commit_requested():
+                    if now >= next_commit or self.task_manager.commit_requested() or self.snapshots.pending:
                         self._inject("before_commit")
                         self.task_manager.commit()
                         self._inject("after_commit")
+                        if self.snapshots.pending:
+                            self.snapshots.run(self)
                         next_commit = now + commit_interval_s
                         if self.repartition_topics and now >= next_purge:
                             self._purge_repartition_topics()
