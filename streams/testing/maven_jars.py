@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import shutil
@@ -158,3 +159,28 @@ def fetch_jars(name: str, artifacts: Sequence[tuple[str, str, str]] = BROKER_ART
 def class_path(directory: Path) -> str:
     """The ``-cp`` argument for the jars `fetch_jars` put in ``directory``."""
     return str(directory / "jars" / "*")
+
+
+def compile_java(sources: Sequence[Path], jars: Path) -> Path:
+    """Compile ``sources`` with ``javac`` against the jars of ``jars`` (a `fetch_jars` directory);
+    return the classes directory. Cached by the sources' content, under the same lock."""
+    digest = hashlib.sha256()
+    for source in sorted(sources):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    classes = jars / f"classes-{digest.hexdigest()[:16]}"
+    if (classes / _DONE_MARKER).is_file():
+        return classes
+    javac = shutil.which("javac")
+    if javac is None:
+        raise JarFetchError("no javac on PATH (a JDK 17+ is needed to build the Java helpers)")
+    with _locked(jars.parent / f".{jars.name}.lock"):
+        if (classes / _DONE_MARKER).is_file():
+            return classes
+        shutil.rmtree(classes, ignore_errors=True)
+        classes.mkdir(parents=True)
+        done = subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", class_path(jars),
+                               *map(str, sources)], capture_output=True, text=True, timeout=_MVN_TIMEOUT_S)
+        if done.returncode != 0:
+            raise JarFetchError(f"javac failed (exit {done.returncode}): {(done.stdout + done.stderr)[-3000:]}")
+        (classes / _DONE_MARKER).write_text("\n".join(map(str, sources)))
+    return classes
