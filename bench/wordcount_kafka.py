@@ -1,10 +1,12 @@
-"""Word count on a real Kafka-protocol broker: Eddy next to Quix Streams 3.28.1, same run.
+"""Word count on a real Kafka broker: Eddy next to Quix Streams 3.28.1 and Kafka Streams, same run.
 
     python bench/wordcount_kafka.py [--lines N] [--partitions P] [--bootstrap-servers HOST:PORT]
-                                    [--profile FILE] [--skip-quix]
+                                    [--broker kafka|tansu] [--profile FILE] [--skip-quix]
+                                    [--skip-kafka-streams]
 
-The broker is `--bootstrap-servers`, else `KAFKA_BOOTSTRAP_SERVERS`, else a local Tansu broker
-started as the integration tests start it (streams.testing.kafka_fixture.local_tansu_broker).
+The broker is `--bootstrap-servers`, else `KAFKA_BOOTSTRAP_SERVERS`, else one started locally as
+the integration tests start it: a real Apache Kafka broker from Maven Central jars
+(streams.testing.kafka_fixture.local_apache_kafka; `--broker tansu` for the Tansu broker instead).
 N text lines (seeded, Zipf-skewed words from a 5,000-word vocabulary, 3-9 words a line) are
 produced once to an input topic. Each framework then runs the same stateful job, one process,
 one thread, from the beginning of that topic with its own group: split lines into words,
@@ -17,7 +19,10 @@ the first mark in their split function and the last when every word has been cou
 its stream thread has processed every line and every repartitioned word; Quix: its count
 function has run once per word). Eddy's counts are checked against a plain count of the input.
 Quix Streams runs in its own virtualenv under bench/.work/ (created on first use; it pins
-confluent-kafka < 2.13) as the subprocess bench/quix_wordcount.py.
+confluent-kafka < 2.13) as the subprocess bench/quix_wordcount.py. Kafka Streams (at the broker's
+version) runs bench/kafka_streams/WordCount.java, compiled with javac against jars fetched from
+Maven Central as the test broker's are; it marks the first split and the moment its last word
+reaches the count (a peek right before count), and its store's counts are checked.
 
 Each framework keeps its defaults where they differ by design: Eddy, like Kafka Streams,
 caches the count store (statestore.cache.max.bytes 10 MB) so it writes one output and
@@ -212,17 +217,44 @@ def run_quix(python: str, bootstrap: str, input_topic: str, words: int, work: st
     return result
 
 
+# -- Kafka Streams ---------------------------------------------------------------------------
+
+
+def run_kafka_streams(bootstrap: str, input_topic: str, partitions: int, words: int, expected: dict,
+                      work: str, commit_interval_s: float) -> dict:
+    from pathlib import Path
+
+    from streams.testing.maven_jars import STREAMS_ARTIFACTS, class_path, compile_java, fetch_jars
+
+    jars = fetch_jars("streams", STREAMS_ARTIFACTS)
+    classes = compile_java([Path(REPO) / "bench" / "kafka_streams" / "WordCount.java"], jars)
+    suffix = uuid.uuid4().hex[:8]
+    output_topic = f"kstreams-counts-{suffix}"
+    create_topic(bootstrap, output_topic, partitions)
+    cmd = ["java", "-Xmx1g", "-cp", f"{classes}:{class_path(jars)}", "WordCount", bootstrap, input_topic,
+           output_topic, f"kstreams-wordcount-{suffix}", os.path.join(work, "kstreams-state"), str(words),
+           str(int(commit_interval_s * 1000))]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    result_lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not result_lines:
+        raise SystemExit(f"Kafka Streams failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    result = json.loads(result_lines[-1])
+    if (result["counted"], result["distinct"], result["total"]) != (words, len(expected), words):
+        raise SystemExit(f"Kafka Streams' counts are wrong: {result}")
+    return result
+
+
 # -- main ------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def broker(bootstrap: str | None):
+def broker(bootstrap: str | None, kind: str):
     if bootstrap:
         yield bootstrap, f"the broker at {bootstrap}"
         return
-    from streams.testing.kafka_fixture import local_tansu_broker
+    from streams.testing.kafka_fixture import local_apache_kafka, local_tansu_broker
 
-    with local_tansu_broker() as b:
+    with (local_tansu_broker() if kind == "tansu" else local_apache_kafka()) as b:
         yield b.bootstrap_servers, f"{b.description}, started locally on {b.bootstrap_servers}"
 
 
@@ -233,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval", type=float, default=5.0, help="seconds, both frameworks")
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None)
     parser.add_argument("--profile", default=None, help="cProfile Eddy's stream thread into this file")
+    parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
+                        help="the local broker to start when no bootstrap servers are given")
     parser.add_argument("--skip-quix", action="store_true")
+    parser.add_argument("--skip-kafka-streams", action="store_true")
     parser.add_argument("--eddy-cache-bytes", type=int, default=10 * 1024 * 1024,
                         help="Eddy's statestore.cache.max.bytes (0: one output record per word occurrence, as Quix)")
     args = parser.parse_args(argv)
@@ -245,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = generate_lines(args.lines)
         expected = dict(collections.Counter(w for line in lines for w in line.split()))
         words = sum(expected.values())
-        with broker(args.bootstrap_servers) as (bootstrap, description):
+        with broker(args.bootstrap_servers, args.broker) as (bootstrap, description):
             print(f"broker: {description}")
             input_topic = f"wordcount-lines-{uuid.uuid4().hex[:8]}"
             create_topic(bootstrap, input_topic, args.partitions)
@@ -259,13 +294,21 @@ def main(argv: list[str] | None = None) -> int:
             cache = "" if args.eddy_cache_bytes else ", no cache"
             print(f"Eddy{cache}:         {args.lines / eddy_s:>10,.0f} lines/s  {words / eddy_s:>10,.0f} words/s  "
                   f"({eddy_s:.2f}s processing; counts checked)", flush=True)
-            if python is None:
-                return 0
-            quix = run_quix(python, bootstrap, input_topic, words, work, args.commit_interval)
-            quix_s = quix["last"] - quix["first"]
-            print(f"Quix Streams: {args.lines / quix_s:>10,.0f} lines/s  {words / quix_s:>10,.0f} words/s  "
-                  f"({quix_s:.2f}s processing)")
-            print(f"ratio Eddy / Quix Streams: {quix_s / eddy_s:.2f}x (target >= 2x)")
+            if python is not None:
+                quix = run_quix(python, bootstrap, input_topic, words, work, args.commit_interval)
+                quix_s = quix["last"] - quix["first"]
+                print(f"Quix Streams: {args.lines / quix_s:>10,.0f} lines/s  {words / quix_s:>10,.0f} words/s  "
+                      f"({quix_s:.2f}s processing)", flush=True)
+            if not args.skip_kafka_streams:
+                kstreams = run_kafka_streams(bootstrap, input_topic, args.partitions, words, expected, work,
+                                             args.commit_interval)
+                kstreams_s = kstreams["last"] - kstreams["first"]
+                print(f"Kafka Streams: {args.lines / kstreams_s:>9,.0f} lines/s  {words / kstreams_s:>10,.0f} words/s  "
+                      f"({kstreams_s:.2f}s processing; counts checked)")
+            if python is not None:
+                print(f"ratio Eddy / Quix Streams: {quix_s / eddy_s:.2f}x (target >= 2x)")
+            if not args.skip_kafka_streams:
+                print(f"ratio Eddy / Kafka Streams: {kstreams_s / eddy_s:.2f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -34,6 +34,7 @@ STREAMS_ONLY_KEYS = frozenset({
     "max.warmup.replicas", "probing.rebalance.interval.ms", "task.timeout.ms",
     "rocksdb.config.setter", "upgrade.from", "built.in.metrics.version",
     "metrics.recording.level", "metrics.num.samples", "metrics.sample.window.ms",
+    "repartition.purge.interval.ms",
 })
 
 

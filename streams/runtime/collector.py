@@ -62,6 +62,14 @@ def is_fenced(error: Any) -> bool:
     return err.code() in _FENCED or bool(getattr(err, "fatal", lambda: False)())
 
 
+def breaks_transactional_producer(error: Any) -> bool:
+    """True when a transactional producer must be replaced: fenced, or librdkafka's _FATAL, which
+    produce() raises after a fatal error (on a transactional producer: a fencing seen elsewhere,
+    e.g. when a fencing InitProducerId retried by another instance lands after this one's)."""
+    err = error.args[0] if isinstance(error, KafkaException) and error.args else error
+    return is_fenced(err) or (isinstance(err, KafkaError) and err.code() == KafkaError._FATAL)
+
+
 class RecordCollector:
     """One per stream thread, shared by its active tasks (one producer per thread)."""
 
@@ -197,9 +205,7 @@ class RecordCollector:
         except BufferError:
             self._produce_when_room(topic, value, key, part, timestamp, headers)
         except KafkaException as exc:
-            if is_fenced(exc):
-                raise TaskMigratedError(f"producer fenced while sending to {topic!r}: {exc}") from exc
-            raise ProductionError(f"cannot send a record to topic {topic!r}: {exc}") from exc
+            self._send_failed(topic, exc)
         self._since_poll += 1
         if self._since_poll >= _POLL_EVERY:
             self._since_poll = 0
@@ -270,7 +276,7 @@ class RecordCollector:
             self.producer.poll(0)
 
     def _send_failed(self, topic: str, exc: KafkaException) -> None:
-        if is_fenced(exc):
+        if is_fenced(exc) or (self.eos_enabled and breaks_transactional_producer(exc)):
             raise TaskMigratedError(f"producer fenced while sending to {topic!r}: {exc}") from exc
         raise ProductionError(f"cannot send a record to topic {topic!r}: {exc}") from exc
 

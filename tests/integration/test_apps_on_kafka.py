@@ -654,9 +654,7 @@ def test_exactly_once_v2_kill_and_restart_outputs_each_count_once(cluster: Clust
 
 
 def test_local_tansu_broker_starts_a_broker_and_stops_it(kafka_broker: KafkaBroker) -> None:
-    if kafka_broker.kind != "tansu":
-        pytest.skip("this machine's broker source is not Tansu")
-    with local_tansu_broker() as broker:
+    with local_tansu_broker() as broker:  # its own Tansu, whatever the session's broker is
         assert broker.kind == "tansu" and not broker.faithful
         assert broker.bootstrap_servers != kafka_broker.bootstrap_servers
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})

