@@ -1,0 +1,192 @@
+"""Stream-stream join logic on real stores; every expected output is derived by hand from Kafka's
+KStreamKStreamJoin rules (windows [t - before, t + after], inner results at once with the larger
+timestamp, left/outer results only once t + after (+ before for the right side) + grace < stream
+time, right before left at one timestamp)."""
+
+import pytest
+
+from _join_util import opened
+from state.outer_join_store import OuterJoinStore, decode_key, decode_value_list, encode_key
+from streams import serdes
+from streams.dsl import JoinWindows
+from streams.dsl.joins.stream_stream import (
+    INNER, LEFT, OUTER, StreamStreamJoinLogic, join_window_store_builder, outer_join_store_builder)
+from streams.dsl.windows import LateRecordReporter
+from streams.errors import TopologyError
+from streams.metrics import MetricsRegistry, task_dropped_records_sensor
+
+
+def joiner(left, right):
+    return f"{left}+{right}"
+
+
+def make(tmp_path, windows, join_type=INNER, persistent=False, **kw):
+    reg = MetricsRegistry()
+    left = opened(join_window_store_builder("left", windows, serdes.STRING, serdes.STRING, in_memory=not persistent,
+                                            logging_enabled=False), tmp_path)
+    right = opened(join_window_store_builder("right", windows, serdes.STRING, serdes.STRING,
+                                             in_memory=not persistent, logging_enabled=False), tmp_path)
+    outer = None
+    if join_type != INNER:
+        raw = opened(outer_join_store_builder("outer", in_memory=not persistent, logging_enabled=False), tmp_path)
+        outer = OuterJoinStore(raw, serdes.STRING, serdes.STRING, serdes.STRING)
+    out = []
+    late = LateRecordReporter(task_dropped_records_sensor(reg, "t", "0_0"), "0_0")
+    logic = StreamStreamJoinLogic(windows, left, right, joiner, lambda k, v, ts: out.append((k, v, ts)),
+                                  join_type=join_type, outer_store=outer, late=late, **kw)
+    return logic, out, reg, outer
+
+
+def dropped(reg):
+    return reg.value("dropped-records-total", task_id="0_0")
+
+
+def test_inner_join_symmetric_window_and_late_record(tmp_path):
+    logic, out, reg, _ = make(tmp_path, JoinWindows.of_time_difference_with_no_grace(10))
+    logic.process_left("a", "A0", 0)
+    logic.process_right("a", "a5", 5)         # left in [0, 15]
+    logic.process_right("b", "b7", 7)
+    logic.process_left("a", "A12", 12)        # right in [2, 22]
+    logic.process_left("a", "A30", 30)        # right in [20, 40]: nothing
+    logic.process_right("a", "a15", 15)       # window end 25 < stream time 30: late
+    logic.process_right("a", "a21", 21)       # left in [11, 31]
+    assert out == [("a", "A0+a5", 5), ("a", "A12+a5", 12), ("a", "A12+a21", 21), ("a", "A30+a21", 30)]
+    assert dropped(reg) == 1
+
+
+def test_inner_join_before_after_asymmetry(tmp_path):
+    windows = JoinWindows.of_time_difference_and_grace(10, 10).before(0)   # left t joins right [t, t + 10]
+    logic, out, reg, _ = make(tmp_path, windows)
+    logic.process_left("k", "L10", 10)
+    logic.process_right("k", "R5", 5)         # left in [-5 -> 0, 5]: L10 is after it
+    logic.process_right("k", "R15", 15)       # left in [5, 15]
+    logic.process_right("k", "R25", 25)       # left in [15, 25]: nothing
+    logic.process_left("k", "L20", 20)        # right in [20, 30]: R25 only
+    assert out == [("k", "L10+R15", 15), ("k", "L20+R25", 25)]
+    assert dropped(reg) == 0
+
+
+def test_duplicates_on_one_side_all_join(tmp_path):
+    logic, out, _, _ = make(tmp_path, JoinWindows.of_time_difference_with_no_grace(5))
+    logic.process_left("a", "x", 3)
+    logic.process_left("a", "y", 3)
+    logic.process_right("a", "r", 4)
+    assert out == [("a", "x+r", 4), ("a", "y+r", 4)]
+
+
+def test_left_join_emits_unmatched_only_when_window_closes(tmp_path):
+    logic, out, reg, outer = make(tmp_path, JoinWindows.of_time_difference_with_no_grace(10), LEFT)
+    logic.process_left("a", "A0", 0)          # held
+    logic.process_left("b", "B3", 3)          # held
+    assert out == []
+    logic.process_right("b", "b8", 8)         # joins B3 and removes it from the outer store
+    assert out == [("b", "B3+b8", 8)]
+    assert outer.get("b", 3, True) is None
+    logic.process_left("c", "C11", 11)        # A0's window [0, 10] closed (10 < 11): emitted; C11 held
+    assert out[1:] == [("a", "A0+None", 0)]
+    logic.process_right("c", "c30", 30)       # C11 closes (21 < 30); c30 finds nothing, right is inner
+    assert out[2:] == [("c", "C11+None", 11)]
+    assert list(outer.all()) == []
+    assert dropped(reg) == 0
+
+
+def test_left_join_grace_holds_results_until_end_plus_grace(tmp_path):
+    logic, out, _, _ = make(tmp_path, JoinWindows.of_time_difference_and_grace(10, 5), LEFT)
+    logic.process_left("a", "A0", 0)
+    logic.process_left("z", "Z15", 15)        # A0: 0 + 10 + 5 >= 15: still open
+    assert out == []
+    logic.process_right("a", "a9", 9)         # within grace: joins, no spurious A0+None
+    assert out == [("a", "A0+a9", 9)]
+    logic.process_left("z", "Z40", 40)        # Z15 closes (30 < 40); A0 is gone
+    assert out[1:] == [("z", "Z15+None", 15)]
+
+
+def test_outer_join_both_sides_and_order_at_equal_timestamps(tmp_path):
+    windows = JoinWindows.of_time_difference_and_grace(5, 2)
+    logic, out, reg, outer = make(tmp_path, windows, OUTER, persistent=True)
+    logic.process_right("x", "r1", 1)         # held (right)
+    logic.process_left("y", "l2", 2)          # held (left)
+    logic.process_left("x", "l4", 4)          # right in [0, 9]: r1, removed from the outer store
+    logic.process_right("x", "r4b", 4)        # left in [0, 9]: l4
+    assert out == [("x", "l4+r1", 4), ("x", "l4+r4b", 4)]
+    logic.process_left("z", "l10", 10)        # y@2 closes (2 + 5 + 2 < 10); z held
+    assert out[2:] == [("y", "l2+None", 2)]
+    logic.process_right("w", "r9", 9)         # behind stream time: no scan; held
+    logic.process_right("v", "r17", 17)       # w@9 closes (16 < 17), z@10 open (17 >= 17); v held
+    assert out[3:] == [("w", "None+r9", 9)]
+    logic.process_left("u", "l9", 9)          # own window end 14 + 2 < 17: late, dropped
+    assert dropped(reg) == 1
+    logic.process_left("p", "l30", 30)        # z@10 and v@17 close
+    assert out[4:] == [("z", "l10+None", 10), ("v", "None+r17", 17)]
+    logic.process_right("q", "r30", 30)       # held, p@30 is still open
+    logic.process_left("s", "l40", 40)        # at 30 the right record comes before the left one
+    assert out[6:] == [("q", "None+r30", 30), ("p", "l30+None", 30)]
+    assert [(rec.key, rec.timestamp, rec.is_left) for _, rec in outer.all()] == [("s", 40, True)]
+
+
+def test_outer_store_bytes_are_kafkas(tmp_path):
+    windows = JoinWindows.of_time_difference_with_no_grace(5)
+    logic, _, _, outer = make(tmp_path, windows, OUTER, persistent=True)
+    logic.process_left("k", "v1", 7)
+    logic.process_left("k", "v2", 7)
+    logic.process_right("j", "w", 7)
+    with outer.store.all() as it:
+        raw = list(it)
+    # TimestampedKeyAndJoinSide: 8-byte BE timestamp, side byte (1 left, 0 right), key
+    assert [k for k, _ in raw] == [b"\x00" * 7 + b"\x07\x00j", b"\x00" * 7 + b"\x07\x01k"]
+    assert decode_key(raw[1][0]) == (7, True, b"k")
+    assert raw[1][0] == encode_key(7, True, b"k")
+    # ListSerde (variable size) of LeftOrRightValue: side byte + value, in arrival order
+    assert raw[1][1] == b"\x01" + b"\x00\x00\x00\x02" + b"\x00\x00\x00\x03\x01v1" + b"\x00\x00\x00\x03\x01v2"
+    assert decode_value_list(raw[0][1]) == [b"\x00w"]
+
+
+def test_emit_interval_throttles_the_outer_scan(tmp_path):
+    now = {"t": 0}
+    logic, out, _, _ = make(tmp_path, JoinWindows.of_time_difference_with_no_grace(10), LEFT,
+                            emit_interval_ms=1000, wall_clock=lambda: now["t"])
+    logic.process_left("a", "A0", 0)
+    logic.process_left("b", "B20", 20)        # scan at wall 0: A0 closed
+    assert out == [("a", "A0+None", 0)]
+    now["t"] = 500
+    logic.process_left("c", "C40", 40)        # B20 closed, but the next scan is due at wall 1000
+    assert out == [("a", "A0+None", 0)]
+    now["t"] = 1000
+    logic.process_left("d", "D41", 41)        # B20 closed; C40 open (50 >= 41)
+    assert out[1:] == [("b", "B20+None", 20)]
+
+
+def test_null_keys_and_values(tmp_path):
+    logic, out, reg, _ = make(tmp_path, JoinWindows.of_time_difference_with_no_grace(10), LEFT)
+    logic.process_left(None, "v", 1)          # left side of a left join: forwarded at once (KIP-962)
+    logic.process_right(None, "w", 2)         # right side of a left join: dropped
+    logic.process_left("k", None, 3)          # null value: dropped
+    assert out == [(None, "v+None", 1)]
+    assert dropped(reg) == 2
+    logic, out, reg, _ = make(tmp_path / "inner", JoinWindows.of_time_difference_with_no_grace(10))
+    logic.process_left(None, "v", 1)
+    assert out == [] and dropped(reg) == 1
+    logic, out, reg, _ = make(tmp_path / "outer", JoinWindows.of_time_difference_with_no_grace(10), OUTER)
+    logic.process_right(None, "w", 1)
+    assert out == [(None, "None+w", 1)]
+
+
+def test_restart_recovers_the_oldest_held_record(tmp_path):
+    windows = JoinWindows.of_time_difference_with_no_grace(10)
+    logic, _, _, outer = make(tmp_path, windows, LEFT)
+    logic.process_left("a", "A3", 3)
+    out = []
+    again = StreamStreamJoinLogic(windows, logic.left.this_store, logic.right.this_store, joiner,
+                                  lambda k, v, ts: out.append((k, v, ts)), join_type=LEFT, outer_store=outer,
+                                  late=logic.late)
+    assert again.min_time == 3
+    again.process_left("b", "B20", 20)
+    assert out == [("a", "A3+None", 3)]
+
+
+def test_bad_join_types_are_named(tmp_path):
+    windows = JoinWindows.of_time_difference_with_no_grace(10)
+    with pytest.raises(TopologyError, match="sideways"):
+        make(tmp_path, windows, "sideways")
+    with pytest.raises(TopologyError, match="left stream-stream join needs the shared outer store"):
+        StreamStreamJoinLogic(windows, None, None, joiner, print, join_type=LEFT, late=None)
