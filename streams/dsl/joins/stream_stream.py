@@ -37,6 +37,7 @@ Semantics (Kafka's, with the two deviations named below):
 from __future__ import annotations
 
 import logging
+from contextlib import closing
 from typing import Any, Callable, Optional
 
 from state.outer_join_store import OuterJoinStore
@@ -123,9 +124,10 @@ class StreamStreamJoinLogic:
 
     def _recover_min_time(self) -> None:
         """After a restart the outer store may hold records; start from the oldest one."""
-        for _, rec in self.outer_store.all():
-            self.min_time = rec.timestamp
-            break
+        with closing(self.outer_store.all()) as records:
+            for _, rec in records:
+                self.min_time = rec.timestamp
+                break
 
     def process_left(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                      offset: int = -1) -> None:
@@ -185,24 +187,9 @@ class StreamStreamJoinLogic:
             return
         if not self.throttle.ready():
             return
-        after, before = self.windows.after_ms, self.windows.before_ms
-        min_time = MAX_TIME
-        left_open = right_open = False
+        closed, self.min_time = self._closed_records(stream_time)
         emitted: list = []
-        for store_key, rec in self.outer_store.all():
-            if left_open and right_open:
-                if rec.timestamp < min_time:
-                    min_time = rec.timestamp
-                break
-            look_back = after if rec.is_left else before
-            if rec.timestamp + look_back + grace >= stream_time:
-                if rec.is_left:
-                    left_open = True
-                else:
-                    right_open = True
-                if rec.timestamp < min_time:
-                    min_time = rec.timestamp
-                continue
+        for store_key, rec in closed:
             if rec.is_left:
                 self.forward(rec.key, self.joiner(rec.value, None), rec.timestamp)
             else:
@@ -212,4 +199,27 @@ class StreamStreamJoinLogic:
         # deleted once forwarded (Kafka deletes each key after its whole list went out)
         for store_key in emitted:
             self.outer_store.delete_raw(store_key)
-        self.min_time = min_time
+
+    def _closed_records(self, stream_time: int) -> tuple[list, int]:
+        """The held records whose window has closed, in store order, and the smallest timestamp
+        of those that stay. The scan stops once both sides reached a record still open."""
+        grace = self.grace_ms
+        after, before = self.windows.after_ms, self.windows.before_ms
+        min_time = MAX_TIME
+        left_open = right_open = False
+        closed = []
+        with closing(self.outer_store.all()) as records:
+            for store_key, rec in records:
+                if left_open and right_open:
+                    min_time = min(min_time, rec.timestamp)
+                    break
+                look_back = after if rec.is_left else before
+                if rec.timestamp + look_back + grace >= stream_time:
+                    if rec.is_left:
+                        left_open = True
+                    else:
+                        right_open = True
+                    min_time = min(min_time, rec.timestamp)
+                    continue
+                closed.append((store_key, rec))
+        return closed, min_time

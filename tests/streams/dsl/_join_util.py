@@ -23,3 +23,26 @@ def opened(builder, tmp_path):
     store = builder.build()
     store.init(Context(tmp_path))
     return store
+
+
+class Table:
+    """An upstream table: stores the update, returns the Change a join processor receives."""
+
+    def __init__(self):
+        from state.timestamped import ValueAndTimestamp
+        from streams.dsl import Change
+
+        self._vat = ValueAndTimestamp
+        self._change = Change
+        self.rows = {}
+
+    def update(self, key, value, ts):
+        old = self.rows.get(key)
+        if value is None:
+            self.rows.pop(key, None)
+        else:
+            self.rows[key] = self._vat(value, ts)
+        return self._change(value, None if old is None else old.value)
+
+    def get(self, key):
+        return self.rows.get(key)

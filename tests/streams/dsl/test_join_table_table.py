@@ -3,7 +3,7 @@ Kafka's KTableKTableInnerJoin / LeftJoin / RightJoin / OuterJoin and KTableKTabl
 
 import pytest
 
-from _join_util import opened
+from _join_util import Table, opened
 from state.stores import Stores
 from state.timestamped import ValueAndTimestamp
 from streams import serdes
@@ -11,24 +11,6 @@ from streams.dsl import Change
 from streams.dsl.joins.table_table import INNER, LEFT, OUTER, TableTableJoinLogic
 from streams.errors import TopologyError
 from streams.metrics import MetricsRegistry, task_dropped_records_sensor
-
-
-class Table:
-    """An upstream table: stores the update, returns the Change the join processor receives."""
-
-    def __init__(self):
-        self.rows = {}
-
-    def update(self, key, value, ts):
-        old = self.rows.get(key)
-        if value is None:
-            self.rows.pop(key, None)
-        else:
-            self.rows[key] = ValueAndTimestamp(value, ts)
-        return Change(value, None if old is None else old.value)
-
-    def get(self, key):
-        return self.rows.get(key)
 
 
 def make(join_type, send_old_values=True, store=None):
