@@ -2,21 +2,28 @@
 
 
 class Context:
+    """With `record_logs`, change-log calls are kept in `logged_changes` (store name, key, value,
+    timestamp); otherwise a logging store is a test error."""
+
     application_id = "app"
     config = {}
 
-    def __init__(self, task_dir):
+    def __init__(self, task_dir, record_logs=False):
         self.task_dir = task_dir
+        self.record_logs = record_logs
         self.registered = []
+        self.logged_changes = []
 
     def store_dir(self, name):
         return self.task_dir / name
 
     def register(self, store, restore_callback, *, logged):
-        self.registered.append(store.name)
+        self.registered.append((store, restore_callback, logged))
 
-    def log_change(self, *args, **kwargs):
-        raise AssertionError("unlogged stores must not log")
+    def log_change(self, store_name, key, value, timestamp, headers=None):
+        if not self.record_logs:
+            raise AssertionError("unlogged stores must not log")
+        self.logged_changes.append((store_name, key, value, timestamp))
 
 
 def opened(builder, tmp_path):

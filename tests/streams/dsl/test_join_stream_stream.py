@@ -5,7 +5,7 @@ time, right before left at one timestamp)."""
 
 import pytest
 
-from _join_util import opened
+from _join_util import Context, opened
 from state.outer_join_store import OuterJoinStore, decode_key, decode_value_list, encode_key
 from streams import serdes
 from streams.dsl import JoinWindows
@@ -190,3 +190,48 @@ def test_bad_join_types_are_named(tmp_path):
         make(tmp_path, windows, "sideways")
     with pytest.raises(TopologyError, match="left stream-stream join needs the shared outer store"):
         StreamStreamJoinLogic(windows, None, None, joiner, print, join_type=LEFT, late=None)
+
+
+def test_logged_stores_restore_and_resume_emission(tmp_path):
+    windows = JoinWindows.of_time_difference_with_no_grace(10)
+
+    def build(task_dir):
+        ctx = Context(task_dir, record_logs=True)
+        stores = {}
+        for name in ("left", "right"):
+            stores[name] = join_window_store_builder(name, windows, serdes.STRING, serdes.STRING,
+                                                     in_memory=True).build()
+            stores[name].init(ctx)
+        raw = outer_join_store_builder("outer", in_memory=True).build()
+        raw.init(ctx)
+        return ctx, stores, OuterJoinStore(raw, serdes.STRING, serdes.STRING, serdes.STRING)
+
+    reg = MetricsRegistry()
+    late = LateRecordReporter(task_dropped_records_sensor(reg, "t", "0_0"), "0_0")
+    ctx, stores, outer = build(tmp_path / "0_0")
+    logic = StreamStreamJoinLogic(windows, stores["left"], stores["right"], joiner, lambda *r: None,
+                                  join_type=LEFT, outer_store=outer, late=late)
+    logic.process_left("a", "A1", 1)
+    logic.process_left("b", "B2", 2)
+    logic.process_right("b", "b3", 3)           # B2 joined: its held entry is deleted
+    outer_log = [(k, v) for name, k, v, _ in ctx.logged_changes if name == "outer"]
+    assert outer_log == [
+        (encode_key(1, True, b"a"), b"\x01\x00\x00\x00\x01\x00\x00\x00\x03\x01A1"),
+        (encode_key(2, True, b"b"), b"\x01\x00\x00\x00\x01\x00\x00\x00\x03\x01B2"),
+        (encode_key(2, True, b"b"), None),
+    ]
+    # a new task restores the changelogs and emits A1 once its window closes
+    ctx2, stores2, outer2 = build(tmp_path / "0_0b")
+    by_store = {}
+    for name, k, v, _ in ctx.logged_changes:
+        by_store.setdefault(name, []).append((k, v))
+    for store, restore, _ in ctx2.registered:
+        if store.name in by_store:
+            restore(by_store[store.name])
+    out = []
+    again = StreamStreamJoinLogic(windows, stores2["left"], stores2["right"], joiner,
+                                  lambda k, v, ts: out.append((k, v, ts)), join_type=LEFT, outer_store=outer2,
+                                  late=late)
+    assert again.min_time == 1
+    again.process_right("b", "b12", 12)         # left in [2, 22]: B2 (restored); A1 closed: 1 + 10 < 12
+    assert out == [("a", "A1+None", 1), ("b", "B2+b12", 12)]
