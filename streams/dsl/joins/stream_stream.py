@@ -21,7 +21,9 @@ Semantics (Kafka's, with the two deviations named below):
   timestamp, once its window has closed: left records when t + after + grace < stream time, right
   records when t + before + grace < stream time. A later match removes it from the store. The scan
   runs only for a record at stream time, only when the smallest held timestamp may have closed,
-  and at most once per emit interval of wall clock.
+  and at most once per emit interval of wall clock. As in Kafka, "may have closed" uses a hint, the
+  timestamp of the last record the previous scan visited, so a record can be emitted some time
+  after its window closed (never before).
 - Stream time is shared by both sides: the largest timestamp either has seen.
 - A null key or null value is dropped and counted (dropped-records), except that an outer side
   (the left of a left join, both of an outer join) forwards a null-key record with a value at once
@@ -201,8 +203,10 @@ class StreamStreamJoinLogic:
             self.outer_store.delete_raw(store_key)
 
     def _closed_records(self, stream_time: int) -> tuple[list, int]:
-        """The held records whose window has closed, in store order, and the smallest timestamp
-        of those that stay. The scan stops once both sides reached a record still open."""
+        """The held records whose window has closed, in store order, and Kafka's next min-time
+        hint: the timestamp of the last record this scan visited (so, as in Kafka, a scan that
+        went past open records defers the next one until the newest of them may have closed;
+        the scan stops once records of both sides were found open)."""
         grace = self.grace_ms
         after, before = self.windows.after_ms, self.windows.before_ms
         min_time = MAX_TIME
@@ -210,8 +214,8 @@ class StreamStreamJoinLogic:
         closed = []
         with closing(self.outer_store.all()) as records:
             for store_key, rec in records:
+                min_time = rec.timestamp
                 if left_open and right_open:
-                    min_time = min(min_time, rec.timestamp)
                     break
                 look_back = after if rec.is_left else before
                 if rec.timestamp + look_back + grace >= stream_time:
@@ -219,7 +223,6 @@ class StreamStreamJoinLogic:
                         left_open = True
                     else:
                         right_open = True
-                    min_time = min(min_time, rec.timestamp)
                     continue
                 closed.append((store_key, rec))
         return closed, min_time

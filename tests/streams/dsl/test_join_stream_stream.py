@@ -235,3 +235,17 @@ def test_logged_stores_restore_and_resume_emission(tmp_path):
     assert again.min_time == 1
     again.process_right("b", "b12", 12)         # left in [2, 22]: B2 (restored); A1 closed: 1 + 10 < 12
     assert out == [("a", "A1+None", 1), ("b", "B2+b12", 12)]
+
+
+def test_scan_hint_defers_emission_as_kafka(tmp_path):
+    """Kafka's minTime is the last record the previous scan visited: B5 closes at 15 but is only
+    emitted once stream time passes C8's close."""
+    logic, out, _, _ = make(tmp_path, JoinWindows.of_time_difference_with_no_grace(10), LEFT)
+    for key, ts in [("a", 0), ("b", 5), ("c", 8)]:
+        logic.process_left(key, key.upper(), ts)
+    logic.process_left("d", "D", 11)          # A0 emitted; B5, C8 visited open: hint 8
+    assert out == [("a", "A+None", 0)]
+    logic.process_left("e", "E", 16)          # 8 + 10 >= 16: no scan, though B5 closed at 15
+    assert len(out) == 1
+    logic.process_left("f", "F", 19)          # 8 + 10 < 19: B5 and C8 go out
+    assert out[1:] == [("b", "B+None", 5), ("c", "C+None", 8)]
