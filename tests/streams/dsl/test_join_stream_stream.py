@@ -249,3 +249,116 @@ def test_scan_hint_defers_emission_as_kafka(tmp_path):
     assert len(out) == 1
     logic.process_left("f", "F", 19)          # 8 + 10 < 19: B5 and C8 go out
     assert out[1:] == [("b", "B+None", 5), ("c", "C+None", 8)]
+
+
+def test_kafka_left_join_duplicates(tmp_path):
+    """Kafka's KStreamKStreamLeftJoinTest.testLeftJoinDuplicates, same inputs and outputs."""
+    logic, out, _, _ = make(tmp_path, JoinWindows.of_time_difference_and_grace(100, 10), LEFT)
+    logic.process_left("0", "A0", 0)
+    logic.process_left("0", "A0-0", 0)
+    logic.process_right("1", "a0", 111)
+    logic.process_right("2", "dummy", 500)
+    assert out == [("0", "A0+None", 0), ("0", "A0-0+None", 0)]
+    logic.process_left("2", "A2", 1000)
+    logic.process_left("2", "A2-0", 1000)
+    logic.process_right("2", "a2", 1001)
+    assert out[2:] == [("2", "A2+a2", 1001), ("2", "A2-0+a2", 1001)]
+    logic.process_right("3", "a3", 315)       # expired; A2, A2-0 were joined: nothing more
+    assert len(out) == 4
+
+
+def test_kafka_left_joined_records_with_zero_after_are_emitted(tmp_path):
+    """Kafka's KStreamKStreamLeftJoinTest.testLeftJoinedRecordsWithZeroAfterAreEmitted: a left
+    record's window [t - 100, t] closes at once, yet a right record inside it still joins it
+    while the right record's own window is open."""
+    windows = JoinWindows.of_time_difference_with_no_grace(100).after(0)
+    logic, out, _, _ = make(tmp_path, windows, LEFT)
+    keys = ["0", "1", "2", "3"]
+    for i, key in enumerate(keys):
+        logic.process_left(key, "A" + key, 1000 + i)
+    assert out == [("0", "A0+None", 1000), ("1", "A1+None", 1001), ("2", "A2+None", 1002)]
+    out.clear()
+    expected = {999: "0123", 1000: "0123", 1001: "123", 1002: "23", 1003: "3", 1100: ""}
+    for (ts, joined), prefix in zip(expected.items(), "abcdef", strict=True):
+        for key in keys:
+            logic.process_right(key, prefix + key, ts)
+        assert out == [(k, f"A{k}+{prefix}{k}", 1000 + int(k)) for k in joined], ts
+        out.clear()
+
+
+def test_kafka_grace_period(tmp_path):
+    """Kafka's KStreamKStreamLeftJoinTest.testGracePeriod."""
+    logic, out, _, _ = make(tmp_path, JoinWindows.of_time_difference_and_grace(100, 10), LEFT)
+    logic.process_left("0", "A0", 0)
+    logic.process_left("1", "A1", 0)
+    for key in "0123":
+        logic.process_right(key, "a" + key, 101)
+    assert out == []
+    logic.process_right("0", "dummy", 1201)
+    assert out == [("0", "A0+None", 0), ("1", "A1+None", 0)]
+
+
+def test_kafka_should_not_emit_left_join_result_for_asymmetric_window(tmp_path):
+    """Kafka's KStreamKStreamLeftJoinTest.shouldNotEmitLeftJoinResultForAsymmetricWindow."""
+    logic, out, _, _ = make(tmp_path, JoinWindows.of_time_difference_with_no_grace(100).before(0), LEFT)
+    logic.process_left("0", "A0", 0)
+    logic.process_left("1", "A1", 1)
+    assert out == []
+    logic.process_right("0", "a0", 100)
+    assert out == [("0", "A0+a0", 100)]
+    logic.process_right("1", "a1", 102)
+    assert out[1:] == [("1", "A1+None", 1)]
+
+
+def test_kafka_outer_join_duplicates(tmp_path):
+    """Kafka's KStreamKStreamOuterJoinTest.testOuterJoinDuplicates (right values as strings)."""
+    logic, out, _, _ = make(tmp_path, JoinWindows.of_time_difference_and_grace(100, 10), OUTER)
+    logic.process_left("0", "A0", 0)
+    logic.process_left("0", "A0-0", 0)
+    logic.process_right("1", "11", 0)
+    logic.process_right("1", "12", 0)
+    logic.process_right("1", "10", 111)
+    logic.process_right("3", "100", 211)
+    assert out == [("1", "None+11", 0), ("1", "None+12", 0), ("0", "A0+None", 0), ("0", "A0-0+None", 0)]
+    out.clear()
+    logic.process_left("2", "A2", 200)
+    logic.process_left("2", "A2-0", 200)
+    logic.process_right("2", "13", 201)
+    logic.process_right("2", "14", 201)
+    assert out == [("2", "A2+13", 201), ("2", "A2-0+13", 201), ("2", "A2+14", 201), ("2", "A2-0+14", 201)]
+    out.clear()
+    logic.process_right("3", "100", 1500)
+    assert out == [("1", "None+10", 111), ("3", "None+100", 211)]
+
+
+def test_kafka_outer_join_ordering_and_grace(tmp_path):
+    """Kafka's KStreamKStreamOuterJoinTest.testOrdering and testGracePeriod."""
+    logic, out, _, _ = make(tmp_path, JoinWindows.of_time_difference_with_no_grace(100), OUTER)
+    logic.process_left("0", "A0", 0)
+    logic.process_left("1", "A1", 100)
+    assert out == []
+    logic.process_right("1", "11", 110)
+    assert out == [("0", "A0+None", 0), ("1", "A1+11", 110)]
+    logic, out, _, _ = make(tmp_path / "grace", JoinWindows.of_time_difference_and_grace(100, 10), OUTER)
+    logic.process_left("0", "A0", 0)
+    logic.process_right("1", "11", 0)
+    logic.process_left("1", "A1", 101)
+    logic.process_right("0", "10", 101)
+    assert out == []
+    logic.process_right("0", "100", 112)
+    assert out == [("1", "None+11", 0), ("0", "A0+None", 0)]
+
+
+def test_kafka_emit_all_non_joined_results_for_asymmetric_window(tmp_path):
+    """Kafka's KStreamKStreamOuterJoinTest.testEmitAllNonJoinedResultsForAsymmetricWindow."""
+    windows = JoinWindows.of_time_difference_with_no_grace(5).after(20)
+    logic, out, _, _ = make(tmp_path, windows, OUTER)
+    logic.process_left("0", "A0", 29)
+    logic.process_left("1", "A1", 30)
+    logic.process_right("2", "12", 31)
+    logic.process_right("3", "13", 36)
+    assert out == []
+    logic.process_right("4", "14", 37)
+    assert out == [("2", "None+12", 31)]
+    logic.process_right("5", "15", 50)
+    assert out[1:] == [("0", "A0+None", 29), ("3", "None+13", 36), ("4", "None+14", 37)]
