@@ -12,7 +12,7 @@ typed window stores and an `OuterJoinStore` over the outer store. Results go to
 `__emit.interval.ms.kstreams.outer.join.spurious.results.fix__` (1000 in an App, 0 in the test
 driver) and `wall_clock` the task's cached system time in ms.
 
-Semantics (Kafka's, with the two deviations named below):
+Semantics (Kafka's; the test file replays Kafka's own join test cases):
 - Each record is stored in its side's window store (window start = its timestamp, duplicates
   kept) and joined with the other side's records in [t - before, t + after] (for the right side
   [t - after, t + before]); each match is forwarded at once with timestamp max(both timestamps).
@@ -28,12 +28,13 @@ Semantics (Kafka's, with the two deviations named below):
 - A null key or null value is dropped and counted (dropped-records), except that an outer side
   (the left of a left join, both of an outer join) forwards a null-key record with a value at once
   as joiner(value, None) (KIP-962, Kafka 3.7+).
-- Deviation 1 (Kafka's KAFKA-16123): a record whose own window has already closed
-  (t + after + grace < stream time; right side: t + before + grace) is dropped and counted through
-  the LateRecordReporter; Kafka <= 3.9 still joined it with what the other store held.
-- Deviation 2 (Kafka's KAFKA-19536): an unmatched record whose window end is behind stream time
-  but still within grace is held like any other; Kafka <= 3.9 forwarded it at once, which could
-  produce a spurious joiner(value, None) followed by a real match within the grace period.
+- Late records are Kafka's too: a record is always joined with what the other side's store still
+  retains (retention before + after + grace), even after its own window closed; when its own
+  side's store rejects it as expired (older than that store's observed time - retention, by
+  segment as Kafka) it is counted through the LateRecordReporter (dropped-records, WARN once per
+  window) as Kafka's store counts it. An unmatched record whose window end (t + after) is already
+  behind stream time is forwarded as joiner(value, None) at once instead of being held, as Kafka
+  (KAFKA-19536, still open, proposes waiting for the grace period).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def outer_join_store_builder(name: str, *, in_memory: bool = False, logging_enab
 
 
 class _Side:
-    __slots__ = ("is_left", "this_store", "other_store", "join_before", "join_after", "outer")
+    __slots__ = ("is_left", "this_store", "other_store", "join_before", "join_after", "outer", "this_inner")
 
     def __init__(self, is_left: bool, this_store: Any, other_store: Any, join_before: int, join_after: int,
                  outer: bool) -> None:
@@ -94,6 +95,8 @@ class _Side:
         self.join_before = join_before
         self.join_after = join_after
         self.outer = outer
+        # the bytes store under the layers: it counts the puts it skips as expired
+        self.this_inner = this_store.inner_most() if hasattr(this_store, "inner_most") else this_store
 
 
 class StreamStreamJoinLogic:
@@ -154,17 +157,12 @@ class StreamStreamJoinLogic:
                         topic, partition, offset)
             self.late.sensor.count += 1
             return
-        grace = self.grace_ms
         window_end = timestamp + side.join_after
-        if window_end + grace < self.stream_time:
-            self.late.report(key, timestamp, Window(max(0, timestamp - side.join_before), window_end),
-                             self.stream_time - grace, self.stream_time, topic, partition, offset)
-            return
         outer_store = self.outer_store
         if outer_store is not None and timestamp == self.stream_time:
             self._emit_non_joined(side)
         # Kafka's KStreamJoinWindow: every record starts its own window in its side's store
-        side.this_store.put(key, value, timestamp, timestamp)
+        self._put(side, key, value, timestamp, topic, partition, offset)
         time_from = max(0, timestamp - side.join_before)
         time_to = max(0, window_end)
         matched = False
@@ -176,9 +174,25 @@ class StreamStreamJoinLogic:
                 self.forward(key, self._joined(side, value, other_value),
                              timestamp if timestamp > other_ts else other_ts)
         if not matched and side.outer:
-            if timestamp < self.min_time:
-                self.min_time = timestamp
-            outer_store.put(key, timestamp, side.is_left, value)
+            if time_to < self.stream_time:
+                # out of order and its window already ended: nothing held for it (Kafka)
+                self.forward(key, self._joined(side, value, None), timestamp)
+            else:
+                if timestamp < self.min_time:
+                    self.min_time = timestamp
+                outer_store.put(key, timestamp, side.is_left, value)
+
+    def _put(self, side: _Side, key: Any, value: Any, timestamp: int, topic: str, partition: int,
+             offset: int) -> None:
+        """Store the record in its side's window store; a put the store skips as expired is
+        counted and logged as Kafka's segmented store does."""
+        inner = side.this_inner
+        expired_before = getattr(inner, "expired_records", 0)
+        side.this_store.put(key, value, timestamp, timestamp)
+        if getattr(inner, "expired_records", 0) != expired_before:
+            retention = self.windows.size() + self.grace_ms
+            self.late.report(key, timestamp, Window(max(0, timestamp - side.join_before), timestamp + side.join_after),
+                             inner.observed_stream_time - retention, self.stream_time, topic, partition, offset)
 
     def _emit_non_joined(self, side: _Side) -> None:
         """Forward and remove every held record whose window has closed (Kafka's

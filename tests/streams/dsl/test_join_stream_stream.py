@@ -41,17 +41,31 @@ def dropped(reg):
     return reg.value("dropped-records-total", task_id="0_0")
 
 
-def test_inner_join_symmetric_window_and_late_record(tmp_path):
+def test_inner_join_symmetric_window_and_out_of_order_records(tmp_path):
     logic, out, reg, _ = make(tmp_path, JoinWindows.of_time_difference_with_no_grace(10))
     logic.process_left("a", "A0", 0)
     logic.process_right("a", "a5", 5)         # left in [0, 15]
     logic.process_right("b", "b7", 7)
     logic.process_left("a", "A12", 12)        # right in [2, 22]
     logic.process_left("a", "A30", 30)        # right in [20, 40]: nothing
-    logic.process_right("a", "a15", 15)       # window end 25 < stream time 30: late
+    logic.process_right("a", "a15", 15)       # its window [5, 25] ended, A12 is still retained: joined
     logic.process_right("a", "a21", 21)       # left in [11, 31]
-    assert out == [("a", "A0+a5", 5), ("a", "A12+a5", 12), ("a", "A12+a21", 21), ("a", "A30+a21", 30)]
+    assert out == [("a", "A0+a5", 5), ("a", "A12+a5", 12), ("a", "A12+a15", 15), ("a", "A12+a21", 21),
+                   ("a", "A30+a21", 30)]
+    assert dropped(reg) == 0
+
+
+def test_expired_put_is_counted_and_still_joined(tmp_path):
+    # retention 20, segments of 60 s: a left record 3 segments behind the left store's time is
+    # skipped by the store (counted), and still joined with what the right store holds (Kafka)
+    logic, out, reg, _ = make(tmp_path, JoinWindows.of_time_difference_with_no_grace(10))
+    logic.process_right("a", "r", 100)
+    logic.process_left("z", "Z", 200_000)
+    logic.process_left("a", "L", 95)
+    assert out == [("a", "L+r", 100)]
     assert dropped(reg) == 1
+    logic.process_right("a", "r2", 99)         # the left store never kept L: nothing to join
+    assert len(out) == 1
 
 
 def test_inner_join_before_after_asymmetry(tmp_path):
@@ -114,13 +128,14 @@ def test_outer_join_both_sides_and_order_at_equal_timestamps(tmp_path):
     logic.process_right("w", "r9", 9)         # behind stream time: no scan; held
     logic.process_right("v", "r17", 17)       # w@9 closes (16 < 17), z@10 open (17 >= 17); v held
     assert out[3:] == [("w", "None+r9", 9)]
-    logic.process_left("u", "l9", 9)          # own window end 14 + 2 < 17: late, dropped
-    assert dropped(reg) == 1
+    logic.process_left("u", "l9", 9)          # window end 14 < 17 and no match: forwarded at once
+    assert out[4:] == [("u", "l9+None", 9)]
+    assert dropped(reg) == 0
     logic.process_left("p", "l30", 30)        # z@10 and v@17 close
-    assert out[4:] == [("z", "l10+None", 10), ("v", "None+r17", 17)]
+    assert out[5:] == [("z", "l10+None", 10), ("v", "None+r17", 17)]
     logic.process_right("q", "r30", 30)       # held, p@30 is still open
     logic.process_left("s", "l40", 40)        # at 30 the right record comes before the left one
-    assert out[6:] == [("q", "None+r30", 30), ("p", "l30+None", 30)]
+    assert out[7:] == [("q", "None+r30", 30), ("p", "l30+None", 30)]
     assert [(rec.key, rec.timestamp, rec.is_left) for _, rec in outer.all()] == [("s", 40, True)]
 
 
@@ -362,3 +377,20 @@ def test_kafka_emit_all_non_joined_results_for_asymmetric_window(tmp_path):
     assert out == [("2", "None+12", 31)]
     logic.process_right("5", "15", 50)
     assert out[1:] == [("0", "A0+None", 29), ("3", "None+13", 36), ("4", "None+14", 37)]
+
+
+def test_kafka_asymmetric_windowing_after(tmp_path):
+    """Kafka's KStreamKStreamJoinTest.testAsymmetricWindowingAfter: right records join left ones
+    in [t - 100, t] whatever the stream time, while the left store retains them."""
+    logic, out, reg, _ = make(tmp_path, JoinWindows.of_time_difference_with_no_grace(0).after(100))
+    keys = ["0", "1", "2", "3"]
+    for i, key in enumerate(keys):
+        logic.process_left(key, "A" + key, 1000 + i)
+    expected = {999: "", 1000: "0", 1001: "01", 1002: "012", 1003: "0123", 1100: "0123", 1101: "123",
+                1102: "23", 1103: "3", 1104: ""}
+    for (ts, joined), prefix in zip(expected.items(), "abcdefghij", strict=True):
+        for key in keys:
+            logic.process_right(key, prefix + key, ts)
+        assert out == [(k, f"A{k}+{prefix}{k}", ts) for k in joined], ts
+        out.clear()
+    assert dropped(reg) == 0
