@@ -394,3 +394,14 @@ def test_kafka_asymmetric_windowing_after(tmp_path):
         assert out == [(k, f"A{k}+{prefix}{k}", ts) for k in joined], ts
         out.clear()
     assert dropped(reg) == 0
+
+
+def test_store_builders_follow_kafkas_join_store_settings():
+    windows = JoinWindows.of_time_difference_and_grace(30, 7).after(50)
+    builder = join_window_store_builder("this", windows, serdes.STRING, serdes.STRING)
+    supplier = builder.supplier
+    assert (supplier.retention_ms, supplier.window_size_ms, supplier.retain_duplicates) == (30 + 50 + 7, 80, True)
+    assert supplier.persistent and not builder.caching_enabled and builder.logging_enabled
+    outer = outer_join_store_builder("outer", in_memory=True, logging_enabled=False)
+    assert outer.supplier.kind == "key_value" and not outer.supplier.persistent
+    assert not outer.caching_enabled and not outer.logging_enabled
