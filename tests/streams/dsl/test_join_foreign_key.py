@@ -50,7 +50,7 @@ def extract(value):
 class FkJoin:
     """The five processors wired as Kafka wires them; internal topics are queues of bytes."""
 
-    def __init__(self, tmp_path, left_join):
+    def __init__(self, tmp_path, left_join, joiner=None, extractor=extract):
         self.reg = MetricsRegistry()
         dropped = task_dropped_records_sensor(self.reg, "t", "0_0")
         self.left, self.right, self.out = Table(), Table(), []
@@ -66,11 +66,11 @@ class FkJoin:
         def to_response_topic(pk, response, ts):
             self.response_topic.append((pk, resp_serde.serialize(response), ts))
 
-        self.send = SubscriptionSendLogic(extract, S, S, to_subscription_topic, left_join=left_join, dropped=dropped)
+        self.send = SubscriptionSendLogic(extractor, S, S, to_subscription_topic, left_join=left_join, dropped=dropped)
         join = SubscriptionJoinLogic(self.right.get, to_response_topic)
         self.receive = SubscriptionReceiveLogic(self.store, schema, join.process, dropped=dropped)
         self.foreign = ForeignTableJoinLogic(self.store, schema, to_response_topic, dropped=dropped)
-        self.response = ResponseJoinLogic(self.left.get, S, lambda v, fv: f"{v}+{fv}",
+        self.response = ResponseJoinLogic(self.left.get, S, joiner or (lambda v, fv: f"{v}+{fv}"),
                                           lambda k, v, ts: self.out.append((k, v, ts)), left_join=left_join,
                                           dropped=dropped)
         self.auto = True
@@ -213,3 +213,66 @@ def test_bad_wrappers_are_named():
     response = ResponseJoinLogic(lambda k: None, S, print, out.append, left_join=False, dropped=None)
     with pytest.raises(UnsupportedVersionError):
         response.process("k", SubscriptionResponseWrapper(None, None, 1), 0)
+
+
+def kafka_extractor(value):
+    return value.split("|")[1]   # Kafka's test values are "value|foreign key"
+
+
+def kafka_joiner(value, foreign_value):
+    return f"({value},{'null' if foreign_value is None else foreign_value})"
+
+
+@pytest.mark.parametrize("left_join", [False, True])
+def test_kafka_join_should_produce_nulls_when_value_has_non_matching_foreign_key(tmp_path, left_join):
+    """Kafka's KTableKTableForeignKeyJoinIntegrationTest.joinShouldProduceNullsWhenValueHasNonMatchingForeignKey
+    (its assertions read the output as a map: the last value per key of each step)."""
+    j = FkJoin(tmp_path, left_join, kafka_joiner, kafka_extractor)
+
+    def step(table, key, value, ts):
+        j.out.clear()
+        (j.put_left if table == "left" else j.put_right)(key, value, ts)
+        return {k: v for k, v, _ in j.out}
+
+    left_only = {"lhs1": "(lhsValue1|rhs1,null)"} if left_join else {}
+    assert step("left", "lhs1", "lhsValue1|rhs1", 0) == left_only
+    assert step("left", "lhs1", "lhsValue1|rhs2", 1) == {"lhs1": "(lhsValue1|rhs2,null)" if left_join else None}
+    assert step("left", "lhs1", "lhsValue1|rhs3", 2) == {"lhs1": "(lhsValue1|rhs3,null)" if left_join else None}
+    assert step("right", "rhs1", "rhsValue1", 3) == {}
+    assert step("left", "lhs1", "lhsValue1|rhs1", 4) == {"lhs1": "(lhsValue1|rhs1,rhsValue1)"}
+    assert step("left", "lhs1", "lhsValue1|rhs2", 5) == {"lhs1": "(lhsValue1|rhs2,null)" if left_join else None}
+
+
+@pytest.mark.parametrize("left_join", [False, True])
+def test_kafka_tombstones_when_deleting_left_records(tmp_path, left_join):
+    """Kafka's shouldEmitTombstoneWhenDeletingNonJoiningRecords and
+    shouldNotEmitTombstonesWhenDeletingNonExistingRecords."""
+    j = FkJoin(tmp_path, left_join, kafka_joiner, kafka_extractor)
+    j.put_left("lhs0", None, 0)                 # never existed: nothing
+    assert j.out == []
+    j.put_left("lhs1", "lhsValue1|rhs1", 1)
+    assert j.out == ([("lhs1", "(lhsValue1|rhs1,null)", 1)] if left_join else [])
+    j.out.clear()
+    j.put_left("lhs1", None, 2)
+    assert {k: v for k, v, _ in j.out} == {"lhs1": None}
+    j.out.clear()
+    j.put_left("lhs1", None, 3)                 # already gone: nothing
+    assert j.out == []
+
+
+@pytest.mark.parametrize("left_join", [False, True])
+def test_kafka_should_unsubscribe_old_foreign_key_if_left_side_is_updated(tmp_path, left_join):
+    """Kafka's KTableKTableForeignKeyJoinIntegrationTest.shouldUnsubscribeOldForeignKeyIfLeftSideIsUpdated."""
+    j = FkJoin(tmp_path, left_join, kafka_joiner, kafka_extractor)
+
+    def step(put, key, value, ts):
+        j.out.clear()
+        put(key, value, ts)
+        return {k: v for k, v, _ in j.out}
+
+    assert step(j.put_right, "rhs1", "rhsValue1", 0) == {}
+    assert step(j.put_right, "rhs2", "rhsValue2", 1) == {}
+    assert step(j.put_left, "lhs1", "lhsValue1|rhs1", 2) == {"lhs1": "(lhsValue1|rhs1,rhsValue1)"}
+    assert step(j.put_left, "lhs1", "lhsValue1|rhs2", 3) == {"lhs1": "(lhsValue1|rhs2,rhsValue2)"}
+    assert step(j.put_right, "rhs1", "rhsValue1Delta", 4) == {}
+    assert j.subscribers() == [("rhs2", "lhs1")]
