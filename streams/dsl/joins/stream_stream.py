@@ -1,0 +1,242 @@
+"""Stream-stream join logic (Kafka's KStreamJoinWindow + KStreamKStreamJoinLeftSide/RightSide with
+the shared outer store of KIP-633 / Kafka 3.1+): inner, left and outer joins over `JoinWindows`.
+
+What the operator must call. One `StreamStreamJoinLogic` per task, shared by the two processors of
+the join (it holds Kafka's shared TimeTracker): the left input's processor calls
+`process_left(key, value, timestamp, topic=, partition=, offset=)`, the right input's
+`process_right(...)`. The operator builds three stores per task with the builders below
+(`join_window_store_builder` for each side, `outer_join_store_builder` for left/outer joins; names
+are the operator's, e.g. Kafka's KSTREAM-JOINTHIS-/JOINOTHER-/OUTERSHARED- names) and hands in the
+typed window stores and an `OuterJoinStore` over the outer store. Results go to
+`forward(key, joined_value, timestamp)`. `emit_interval_ms` is
+`__emit.interval.ms.kstreams.outer.join.spurious.results.fix__` (1000 in an App, 0 in the test
+driver) and `wall_clock` the task's cached system time in ms.
+
+Semantics (Kafka's; the test file replays Kafka's own join test cases):
+- Each record is stored in its side's window store (window start = its timestamp, duplicates
+  kept) and joined with the other side's records in [t - before, t + after] (for the right side
+  [t - after, t + before]); each match is forwarded at once with timestamp max(both timestamps).
+- A left-join left record, or an outer-join record of either side, that finds no match is held in
+  the outer store and forwarded as joiner(value, None) / joiner(None, value), with its own
+  timestamp, once its window has closed: left records when t + after + grace < stream time, right
+  records when t + before + grace < stream time. A later match removes it from the store. The scan
+  runs only for a record at stream time, only when the smallest held timestamp may have closed,
+  and at most once per emit interval of wall clock. As in Kafka, "may have closed" uses a hint, the
+  timestamp of the last record the previous scan visited, so a record can be emitted some time
+  after its window closed (never before).
+- Stream time is shared by both sides: the largest timestamp either has seen.
+- A null key or null value is dropped and counted (dropped-records), except that an outer side
+  (the left of a left join, both of an outer join) forwards a null-key record with a value at once
+  as joiner(value, None) (KIP-962, Kafka 3.7+).
+- Late records are Kafka's too: a record is always joined with what the other side's store still
+  retains (retention before + after + grace), even after its own window closed; when its own
+  side's store rejects it as expired (older than that store's observed time - retention, by
+  segment as Kafka) it is counted through the LateRecordReporter (dropped-records, WARN once per
+  window) as Kafka's store counts it. An unmatched record whose window end (t + after) is already
+  behind stream time is forwarded as joiner(value, None) at once instead of being held, as Kafka
+  (KAFKA-19536, still open, proposes waiting for the grace period).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import closing
+from typing import Any, Callable, Optional
+
+from state.outer_join_store import OuterJoinStore
+from streams.dsl.window_aggregate import _EmitThrottle
+from streams.dsl.windows import JoinWindows, LateRecordReporter, Window
+from streams.errors import TopologyError
+
+__all__ = ["StreamStreamJoinLogic", "join_window_store_builder", "outer_join_store_builder",
+           "INNER", "LEFT", "OUTER"]
+
+log = logging.getLogger(__name__)
+
+INNER, LEFT, OUTER = "inner", "left", "outer"
+NO_TIMESTAMP = -1
+MAX_TIME = (1 << 63) - 1
+Forward = Callable[[Any, Any, int], None]
+
+
+def join_window_store_builder(name: str, windows: JoinWindows, key_serde: Any = None, value_serde: Any = None, *,
+                              in_memory: bool = False, logging_enabled: bool = True,
+                              log_config: Optional[dict] = None) -> Any:
+    """The window store of one join side (Kafka's StreamJoinedStoreFactory): retention
+    before + after + grace, window size before + after, duplicates retained, no caching."""
+    from state.stores import Stores
+
+    retention = windows.size() + windows.grace_ms
+    make = Stores.in_memory_window_store if in_memory else Stores.persistent_window_store
+    supplier = make(name, retention_ms=retention, window_size_ms=windows.size(), retain_duplicates=True)
+    builder = Stores.window_store_builder(supplier, key_serde, value_serde).with_caching_disabled()
+    return builder.with_logging_enabled(log_config) if logging_enabled else builder.with_logging_disabled()
+
+
+def outer_join_store_builder(name: str, *, in_memory: bool = False, logging_enabled: bool = True,
+                             log_config: Optional[dict] = None) -> Any:
+    """The bytes key-value store behind the shared outer store (Kafka's OuterStreamJoinStoreFactory:
+    a list-value store, no caching); wrap the built store in `OuterJoinStore` with the serdes."""
+    from state.stores import Stores
+
+    supplier = Stores.in_memory_key_value_store(name) if in_memory else Stores.persistent_key_value_store(name)
+    builder = Stores.key_value_store_builder(supplier).with_caching_disabled()
+    return builder.with_logging_enabled(log_config) if logging_enabled else builder.with_logging_disabled()
+
+
+class _Side:
+    __slots__ = ("is_left", "this_store", "other_store", "join_before", "join_after", "outer", "this_inner")
+
+    def __init__(self, is_left: bool, this_store: Any, other_store: Any, join_before: int, join_after: int,
+                 outer: bool) -> None:
+        self.is_left = is_left
+        self.this_store = this_store
+        self.other_store = other_store
+        self.join_before = join_before
+        self.join_after = join_after
+        self.outer = outer
+        # the bytes store under the layers: it counts the puts it skips as expired
+        self.this_inner = this_store.inner_most() if hasattr(this_store, "inner_most") else this_store
+
+
+class StreamStreamJoinLogic:
+    """Both sides of one windowed stream-stream join in one task."""
+
+    def __init__(self, windows: JoinWindows, left_store: Any, right_store: Any,
+                 joiner: Callable[[Any, Any], Any], forward: Forward, *, join_type: str = INNER,
+                 outer_store: Optional[OuterJoinStore] = None, late: LateRecordReporter,
+                 emit_interval_ms: int = 0, wall_clock: Optional[Callable[[], int]] = None) -> None:
+        if join_type not in (INNER, LEFT, OUTER):
+            raise TopologyError(f"stream-stream join type must be one of inner, left, outer; got {join_type!r}")
+        if join_type != INNER and outer_store is None:
+            raise TopologyError(f"a {join_type} stream-stream join needs the shared outer store")
+        self.windows = windows
+        self.joiner = joiner
+        self.forward = forward
+        self.join_type = join_type
+        self.outer_store = outer_store if join_type != INNER else None
+        self.late = late
+        self.grace_ms = windows.grace_ms
+        self.left = _Side(True, left_store, right_store, windows.before_ms, windows.after_ms, join_type != INNER)
+        self.right = _Side(False, right_store, left_store, windows.after_ms, windows.before_ms, join_type == OUTER)
+        self.throttle = _EmitThrottle(emit_interval_ms, wall_clock)
+        # Kafka's TimeTracker: shared stream time, and the smallest held timestamp (a hint that
+        # lets most records skip the outer-store scan)
+        self.stream_time = NO_TIMESTAMP
+        self.min_time = MAX_TIME
+        if self.outer_store is not None:
+            self._recover_min_time()
+
+    def _recover_min_time(self) -> None:
+        """After a restart the outer store may hold records; start from the oldest one."""
+        with closing(self.outer_store.all()) as records:
+            for _, rec in records:
+                self.min_time = rec.timestamp
+                break
+
+    def process_left(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
+                     offset: int = -1) -> None:
+        self._process(self.left, key, value, timestamp, topic, partition, offset)
+
+    def process_right(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
+                      offset: int = -1) -> None:
+        self._process(self.right, key, value, timestamp, topic, partition, offset)
+
+    def _joined(self, side: _Side, this_value: Any, other_value: Any) -> Any:
+        return self.joiner(this_value, other_value) if side.is_left else self.joiner(other_value, this_value)
+
+    def _process(self, side: _Side, key: Any, value: Any, timestamp: int, topic: str, partition: int,
+                 offset: int) -> None:
+        if timestamp > self.stream_time:
+            self.stream_time = timestamp
+        if key is None or value is None:
+            if side.outer and key is None and value is not None:
+                self.forward(None, self._joined(side, value, None), timestamp)
+                return
+            log.warning("Skipping record due to null key or value. topic=[%s] partition=[%d] offset=[%d]",
+                        topic, partition, offset)
+            self.late.sensor.count += 1
+            return
+        window_end = timestamp + side.join_after
+        outer_store = self.outer_store
+        if outer_store is not None and timestamp == self.stream_time:
+            self._emit_non_joined(side)
+        # Kafka's KStreamJoinWindow: every record starts its own window in its side's store
+        self._put(side, key, value, timestamp, topic, partition, offset)
+        time_from = max(0, timestamp - side.join_before)
+        time_to = max(0, window_end)
+        matched = False
+        with side.other_store.fetch(key, time_from, time_to) as it:
+            for other_ts, other_value in it:
+                matched = True
+                if outer_store is not None:
+                    outer_store.remove_if_present(key, other_ts, not side.is_left)
+                self.forward(key, self._joined(side, value, other_value),
+                             timestamp if timestamp > other_ts else other_ts)
+        if not matched and side.outer:
+            if time_to < self.stream_time:
+                # out of order and its window already ended: nothing held for it (Kafka)
+                self.forward(key, self._joined(side, value, None), timestamp)
+            else:
+                if timestamp < self.min_time:
+                    self.min_time = timestamp
+                outer_store.put(key, timestamp, side.is_left, value)
+
+    def _put(self, side: _Side, key: Any, value: Any, timestamp: int, topic: str, partition: int,
+             offset: int) -> None:
+        """Store the record in its side's window store; a put the store skips as expired is
+        counted and logged as Kafka's segmented store does."""
+        inner = side.this_inner
+        expired_before = getattr(inner, "expired_records", 0)
+        side.this_store.put(key, value, timestamp, timestamp)
+        if getattr(inner, "expired_records", 0) != expired_before:
+            retention = self.windows.size() + self.grace_ms
+            self.late.report(key, timestamp, Window(max(0, timestamp - side.join_before), timestamp + side.join_after),
+                             inner.observed_stream_time - retention, self.stream_time, topic, partition, offset)
+
+    def _emit_non_joined(self, side: _Side) -> None:
+        """Forward and remove every held record whose window has closed (Kafka's
+        emitNonJoinedOuterRecords), in time order; right before left at one timestamp."""
+        grace = self.grace_ms
+        stream_time = self.stream_time
+        if self.min_time + side.join_after + grace >= stream_time:
+            return
+        if not self.throttle.ready():
+            return
+        closed, self.min_time = self._closed_records(stream_time)
+        emitted: list = []
+        for store_key, rec in closed:
+            if rec.is_left:
+                self.forward(rec.key, self.joiner(rec.value, None), rec.timestamp)
+            else:
+                self.forward(rec.key, self.joiner(None, rec.value), rec.timestamp)
+            if not emitted or emitted[-1] != store_key:
+                emitted.append(store_key)
+        # deleted once forwarded (Kafka deletes each key after its whole list went out)
+        for store_key in emitted:
+            self.outer_store.delete_raw(store_key)
+
+    def _closed_records(self, stream_time: int) -> tuple[list, int]:
+        """The held records whose window has closed, in store order, and Kafka's next min-time
+        hint: the timestamp of the last record this scan visited (so, as in Kafka, a scan that
+        went past open records defers the next one until the newest of them may have closed;
+        the scan stops once records of both sides were found open)."""
+        grace = self.grace_ms
+        after, before = self.windows.after_ms, self.windows.before_ms
+        min_time = MAX_TIME
+        left_open = right_open = False
+        closed = []
+        with closing(self.outer_store.all()) as records:
+            for store_key, rec in records:
+                min_time = rec.timestamp
+                if left_open and right_open:
+                    break
+                look_back = after if rec.is_left else before
+                if rec.timestamp + look_back + grace >= stream_time:
+                    if rec.is_left:
+                        left_open = True
+                    else:
+                        right_open = True
+                    continue
+                closed.append((store_key, rec))
+        return closed, min_time
