@@ -44,8 +44,8 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from state.timestamped import ValueAndTimestamp
 from streams.dsl.joins.murmur3 import hash128
-from streams.dsl.processors import Change
-from streams.errors import StreamsException
+from streams.dsl.change import Change
+from streams.errors import ProcessingError
 
 __all__ = [
     "Instruction", "SubscriptionWrapper", "SubscriptionResponseWrapper", "SubscriptionWrapperSerde",
@@ -64,7 +64,7 @@ _HASH = struct.Struct(">qq")
 _I32 = struct.Struct(">i")
 
 
-class UnsupportedVersionError(StreamsException):
+class UnsupportedVersionError(ProcessingError):
     """A subscription or response wrapper of a version this code does not know (Kafka's
     UnsupportedVersionException)."""
 
@@ -108,7 +108,7 @@ def value_hash(value_serde: Any, value: Any) -> Hash:
 def _serialize(serde: Any, obj: Any, what: str) -> bytes:
     data = obj if serde is None else serde.serialize(obj)
     if not isinstance(data, (bytes, bytearray)):
-        raise StreamsException(f"foreign-key join: {what} {obj!r} did not serialize to bytes (got {data!r})")
+        raise ProcessingError(f"foreign-key join: {what} {obj!r} did not serialize to bytes (got {data!r})")
     return bytes(data)
 
 
@@ -141,30 +141,30 @@ class SubscriptionWrapperSerde:
         if version == SUBSCRIPTION_VERSION_0:
             return head + pk
         if wrapper.primary_partition is None:
-            raise StreamsException("a version 1 SubscriptionWrapper needs the primary partition")
+            raise ProcessingError("a version 1 SubscriptionWrapper needs the primary partition")
         return head + pk + _I32.pack(wrapper.primary_partition)
 
     def deserialize(self, data: Optional[bytes]) -> Optional[SubscriptionWrapper]:
         if data is None:
             return None
         if len(data) < 2:
-            raise StreamsException(f"SubscriptionWrapper too short ({len(data)} bytes): {data!r}")
+            raise ProcessingError(f"SubscriptionWrapper too short ({len(data)} bytes): {data!r}")
         version = data[0] & 0x7F
         hash_is_null = bool(data[0] & 0x80)
         try:
             instruction = Instruction(data[1])
         except ValueError:
-            raise StreamsException(f"Unknown instruction byte value = {data[1]}") from None
+            raise ProcessingError(f"Unknown instruction byte value = {data[1]}") from None
         pos = 2
         hash_ = None
         if not hash_is_null:
             if len(data) < pos + 16:
-                raise StreamsException(f"SubscriptionWrapper too short for its hash ({len(data)} bytes)")
+                raise ProcessingError(f"SubscriptionWrapper too short for its hash ({len(data)} bytes)")
             hash_ = _HASH.unpack_from(data, pos)
             pos += 16
         end = len(data) - 4 if version > 0 else len(data)
         if end < pos:
-            raise StreamsException(f"SubscriptionWrapper too short for its primary partition ({len(data)} bytes)")
+            raise ProcessingError(f"SubscriptionWrapper too short for its primary partition ({len(data)} bytes)")
         raw_pk = data[pos:end]
         pk = raw_pk if self.primary_key_serde is None else self.primary_key_serde.deserialize(raw_pk)
         partition = _I32.unpack_from(data, end)[0] if version > 0 else None
@@ -195,13 +195,13 @@ class SubscriptionResponseWrapperSerde:
         if data is None:
             return None
         if not data:
-            raise StreamsException("SubscriptionResponseWrapper is empty")
+            raise ProcessingError("SubscriptionResponseWrapper is empty")
         version = data[0] & 0x7F
         pos = 1
         hash_ = None
         if not data[0] & 0x80:
             if len(data) < 17:
-                raise StreamsException(f"SubscriptionResponseWrapper too short for its hash ({len(data)} bytes)")
+                raise ProcessingError(f"SubscriptionResponseWrapper too short for its hash ({len(data)} bytes)")
             hash_ = _HASH.unpack_from(data, 1)
             pos = 17
         raw = data[pos:]
@@ -234,10 +234,10 @@ class CombinedKeySchema:
 
     def from_bytes(self, data: bytes) -> CombinedKey:
         if len(data) < 4:
-            raise StreamsException(f"combined key too short ({len(data)} bytes): {data!r}")
+            raise ProcessingError(f"combined key too short ({len(data)} bytes): {data!r}")
         n = _I32.unpack_from(data)[0]
         if n < 0 or 4 + n > len(data):
-            raise StreamsException(f"combined key {data[:32]!r}: foreign key length {n} runs past its end")
+            raise ProcessingError(f"combined key {data[:32]!r}: foreign key length {n} runs past its end")
         fk, pk = data[4:4 + n], data[4 + n:]
         fks, pks = self.foreign_key_serde, self.primary_key_serde
         return CombinedKey(fk if fks is None else fks.deserialize(fk), pk if pks is None else pks.deserialize(pk))
@@ -373,7 +373,7 @@ class SubscriptionJoinLogic:
     def process(self, combined_key: CombinedKey, change: Change, timestamp: int) -> None:
         subscription = change.new_value
         if subscription is None:
-            raise StreamsException("the subscription join never sees a subscription without a new value")
+            raise ProcessingError("the subscription join never sees a subscription without a new value")
         wrapper = subscription.value
         if wrapper.version > SUBSCRIPTION_CURRENT_VERSION:
             raise UnsupportedVersionError("SubscriptionWrapper is of an incompatible version.")

@@ -31,7 +31,7 @@ import logging
 from typing import Any, Callable, Optional
 
 from state.timestamped import ValueAndTimestamp
-from streams.dsl.processors import Change
+from streams.dsl.change import Change
 from streams.errors import TopologyError
 
 __all__ = ["TableTableJoinLogic", "INNER", "LEFT", "OUTER"]

@@ -14,7 +14,7 @@ from streams.dsl.joins.foreign_key import (
     SubscriptionReceiveLogic, SubscriptionResponseWrapper, SubscriptionResponseWrapperSerde, SubscriptionSendLogic,
     SubscriptionWrapper, SubscriptionWrapperSerde, UnsupportedVersionError, subscription_store_builder, value_hash)
 from streams.dsl.joins.murmur3 import DEFAULT_SEED, hash128
-from streams.errors import StreamsException
+from streams.errors import ProcessingError
 from streams.metrics import MetricsRegistry, task_dropped_records_sensor
 
 S = serdes.STRING
@@ -197,17 +197,17 @@ def test_combined_key_schema():
     assert schema.to_bytes("fk", "pk") == b"\x00\x00\x00\x02fkpk"
     assert schema.prefix_bytes("fk") == b"\x00\x00\x00\x02fk"
     assert schema.from_bytes(b"\x00\x00\x00\x02fkpk") == CombinedKey("fk", "pk")
-    with pytest.raises(StreamsException, match="runs past its end"):
+    with pytest.raises(ProcessingError, match="runs past its end"):
         schema.from_bytes(b"\x00\x00\x00\x09fk")
 
 
 def test_bad_wrappers_are_named():
     serde = SubscriptionWrapperSerde(S)
-    with pytest.raises(StreamsException, match="Unknown instruction byte value = 9"):
+    with pytest.raises(ProcessingError, match="Unknown instruction byte value = 9"):
         serde.deserialize(b"\x01\x09pk\x00\x00\x00\x00")
     with pytest.raises(UnsupportedVersionError):
         serde.serialize(SubscriptionWrapper(None, Instruction.DELETE_KEY_NO_PROPAGATE, "pk", 2, 0))
-    with pytest.raises(StreamsException, match="too short"):
+    with pytest.raises(ProcessingError, match="too short"):
         serde.deserialize(b"\x01")
     out = []
     response = ResponseJoinLogic(lambda k: None, S, print, out.append, left_join=False, dropped=None)
