@@ -109,7 +109,7 @@ def raw_floor(snap: Snapshot, to: str) -> int:
             chunk = list(itertools.islice(items, 65536))
             if not chunk:
                 break
-            keys, values = zip(*chunk)
+            keys, values = zip(*chunk, strict=True)
             longs = array.array("q")
             longs.frombytes(b"".join(values))
             longs.byteswap()

@@ -263,7 +263,7 @@ def _walk(log_dir: str, only_last: bool = False) -> tuple[list[_Batch], int]:
             if only_last:
                 segments = segments[-1:]
             batches: list[_Batch] = []
-            for base, path in segments:
+            for _base, path in segments:
                 with open(path, "rb") as fh:
                     data = fh.read()
                 batches += _headers(data, path)

@@ -10,7 +10,8 @@ conversion of the read schema, so they match it exactly. Readers are pickled to 
 they hold paths, names and options only; rocksdict and the Kafka client are imported in read().
 
 `eddy_store` options: `raw` (key and value as binary), `key_from` / `key_to` (a key range of a
-key-value store, in the key serde's byte order), `partitions` (e.g. "0,2"), `batch_rows`.
+key-value store, in the key serde's byte order), `partitions` (e.g. "0,2"), `batch_rows`,
+`max_rows_per_partition` (a larger shard is split by key range at its SST files' boundaries).
 A user schema (`.schema(...)`) decides the types, e.g. a struct for JSON values.
 """
 
@@ -70,10 +71,17 @@ def partition_subset(options: dict, available: list[int]) -> Optional[set[int]]:
     return wanted
 
 
+#: A shard with more entries than this (RocksDB's count from its files) is read by several
+#: Spark partitions, split by key range (option max_rows_per_partition).
+DEFAULT_MAX_ROWS_PER_PARTITION = 2_000_000
+
+
 class StorePartition(InputPartition):
-    def __init__(self, shard: ShardSnapshot) -> None:
+    def __init__(self, shard: ShardSnapshot, lower: Optional[bytes] = None, upper: Optional[bytes] = None) -> None:
         super().__init__(shard.partition)
         self.shard = shard
+        self.lower = lower
+        self.upper = upper
 
 
 class EddyStoreDataSource(DataSource):
@@ -104,6 +112,7 @@ class EddyStoreReader(DataSourceReader):
         wanted = partition_subset(options, [s.partition for s in snapshot.shards])
         self.shards = [s for s in snapshot.shards if wanted is None or s.partition in wanted]
         self.batch_rows = _int_option(options, "batch_rows", arrow_core.DEFAULT_BATCH_ROWS)
+        self.max_rows = _int_option(options, "max_rows_per_partition", DEFAULT_MAX_ROWS_PER_PARTITION)
         self.key_from = self._bound(options.get("key_from"))
         self.key_to = self._bound(options.get("key_to"))
         arrow_core.check_serde(snapshot.key_serde, "key") if self.key_from or self.key_to else None
@@ -112,9 +121,15 @@ class EddyStoreReader(DataSourceReader):
         return None if value is None else arrow_core.encode_key(value, self.snapshot.key_serde)
 
     def partitions(self) -> list[StorePartition]:
-        return [StorePartition(s) for s in self.shards]
+        out = []
+        for shard in self.shards:
+            points = arrow_core.split_points(self.snapshot, shard, self.max_rows)
+            bounds = [None, *points, None]
+            out += [StorePartition(shard, lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+        return out
 
     def read(self, partition: StorePartition) -> Iterator:
         target = to_arrow_schema(self.schema)
         yield from arrow_core.shard_batches(self.snapshot, partition.shard, target, key_from=self.key_from,
-                                            key_to=self.key_to, batch_rows=self.batch_rows)
+                                            key_to=self.key_to, batch_rows=self.batch_rows,
+                                            lower=partition.lower, upper=partition.upper)

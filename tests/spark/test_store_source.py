@@ -92,3 +92,32 @@ def test_user_schema_decides_json_struct(spark, snapshots):
           .load(taken["kv_json"].path))
     got = {r["key"]: (r["value"]["word"], r["value"]["n"]) for r in df.collect()}
     assert got == {k: (v["word"], v["n"]) for k, v in expected["kv_json"].items()}
+
+
+def test_large_shard_is_split_by_key_range(spark, tmp_path):
+    """A shard over max_rows_per_partition is read by several Spark partitions, every entry once."""
+    from state.rocksdb_kv import RocksDBKeyValueStore
+    from state.snapshot import ShardSnapshot, Snapshot, capture_shard, write_manifest
+
+    dest = tmp_path / "snap"
+    dest.mkdir()
+    store = RocksDBKeyValueStore("big")
+    store.open(tmp_path / "store")
+    for flush in range(4):  # four SST files
+        for i in range(500):
+            n = flush * 500 + i
+            store.put(b"key%06d" % n, n.to_bytes(8, "big", signed=True))
+        store.flush()
+    capture_shard(store, dest / "0_0")()
+    store.close()
+    snap = Snapshot(path=str(dest), application_id="t", store="big", store_kind="key_value", key_serde="STRING",
+                    value_serde="INT64", raw_mode=True, created_ms=0,
+                    shards=(ShardSnapshot(task_id="0_0", partition=0, directory="0_0"),))
+    write_manifest(snap)
+    whole = spark.read.format("eddy_store").load(str(dest))
+    split = spark.read.format("eddy_store").option("max_rows_per_partition", "600").load(str(dest))
+    assert whole.rdd.getNumPartitions() == 1
+    assert split.rdd.getNumPartitions() == 4  # one SST file of 500 entries each
+    rows = split.collect()
+    assert len(rows) == 2000 == len({r["key"] for r in rows})
+    assert sorted((r["key"], r["value"]) for r in rows) == sorted((r["key"], r["value"]) for r in whole.collect())
