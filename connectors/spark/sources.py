@@ -17,9 +17,20 @@ A user schema (`.schema(...)`) decides the types, e.g. a struct for JSON values.
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
+)
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -102,7 +113,10 @@ class EddyStoreDataSource(DataSource):
         return from_arrow_schema(arrow_core.snapshot_schema(snapshot, raw=_bool_option(self.options, "raw")))
 
     def reader(self, schema: StructType) -> "EddyStoreReader":
-        return EddyStoreReader(self._snapshot(), schema, dict(self.options))
+        # Spark refuses a reader with pushFilters unless spark.sql.python.filterPushdown.enabled
+        # is set, so filter pushdown is a separate reader, taken with option pushdown=true.
+        cls = EddyStorePushdownReader if _bool_option(self.options, "pushdown") else EddyStoreReader
+        return cls(self._snapshot(), schema, dict(self.options))
 
 
 class EddyStoreReader(DataSourceReader):
@@ -120,12 +134,19 @@ class EddyStoreReader(DataSourceReader):
     def _bound(self, value: Optional[str]) -> Optional[bytes]:
         return None if value is None else arrow_core.encode_key(value, self.snapshot.key_serde)
 
+    lower: Optional[bytes] = None  # stored-key bounds [lower, upper) from pushed filters
+    upper: Optional[bytes] = None
+
     def partitions(self) -> list[StorePartition]:
         out = []
         for shard in self.shards:
             points = arrow_core.split_points(self.snapshot, shard, self.max_rows)
             bounds = [None, *points, None]
-            out += [StorePartition(shard, lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+            for lo, hi in zip(bounds, bounds[1:], strict=False):
+                lo = max((b for b in (lo, self.lower) if b is not None), default=None)
+                hi = min((b for b in (hi, self.upper) if b is not None), default=None)
+                if lo is None or hi is None or lo < hi:
+                    out.append(StorePartition(shard, lo, hi))
         return out
 
     def read(self, partition: StorePartition) -> Iterator:
@@ -133,3 +154,54 @@ class EddyStoreReader(DataSourceReader):
         yield from arrow_core.shard_batches(self.snapshot, partition.shard, target, key_from=self.key_from,
                                             key_to=self.key_to, batch_rows=self.batch_rows,
                                             lower=partition.lower, upper=partition.upper)
+
+
+class EddyStorePushdownReader(EddyStoreReader):
+    """EddyStoreReader that turns comparisons of `key` into a key range (option pushdown=true,
+    with spark.sql.python.filterPushdown.enabled). Only for STRING and BYTES keys of key-value
+    stores read decoded: their bytes sort like their values (UTF-8 keeps code point order),
+    which the fixed-width signed and floating serdes do not."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        remaining = []
+        snap = self.snapshot
+        usable = snap.store_kind == "key_value" and snap.key_serde in ("STRING", "BYTES") \
+            and self.schema["key"].dataType.typeName() in ("string", "binary")
+        for f in filters:
+            bounds = _key_bounds(f) if usable and getattr(f, "attribute", None) == ("key",) else None
+            if bounds is None:
+                remaining.append(f)
+                continue
+            lower, upper = bounds
+            if lower is not None and (self.lower is None or lower > self.lower):
+                self.lower = lower
+            if upper is not None and (self.upper is None or upper < self.upper):
+                self.upper = upper
+        return remaining
+
+
+def _key_bounds(f: Filter) -> Optional[tuple[Optional[bytes], Optional[bytes]]]:
+    """[lower, upper) of stored keys a filter on `key` keeps; None if it cannot be a range."""
+    value = getattr(f, "value", None)
+    if isinstance(value, str):
+        value = value.encode()
+    elif isinstance(value, bytearray):
+        value = bytes(value)
+    if not isinstance(value, bytes):
+        return None
+    after = value + b"\x00"  # the smallest key greater than `value`
+    if isinstance(f, EqualTo):
+        return value, after
+    if isinstance(f, GreaterThan):
+        return after, None
+    if isinstance(f, GreaterThanOrEqual):
+        return value, None
+    if isinstance(f, LessThan):
+        return None, value
+    if isinstance(f, LessThanOrEqual):
+        return None, after
+    if isinstance(f, StringStartsWith):
+        from state.rocksdb_kv import prefix_upper_bound
+
+        return value, prefix_upper_bound(value)
+    return None
