@@ -246,12 +246,16 @@ def pre_flush(store: Any) -> None:
         log.debug("pre-flush of store %s skipped: %s", getattr(store, "name", store), exc)
 
 
-def pre_flush_all(stores: list, rounds: int = 2) -> None:
-    """`pre_flush` every store, `rounds` times: what arrives during the first (long) round is
-    flushed by the second (short) one, so the boundary's own flush finds only a small tail."""
-    for _ in range(rounds):
+def pre_flush_all(stores: list, max_rounds: int = 4, settled_s: float = 0.02) -> None:
+    """`pre_flush` every store, round after round until one takes under `settled_s` (at most
+    `max_rounds`): what arrives during a long round is flushed by the next, shorter one, so the
+    boundary's own flush finds only a small tail."""
+    for _ in range(max_rounds):
+        start = time.perf_counter()
         for store in stores:
             pre_flush(store)
+        if time.perf_counter() - start < settled_s:
+            return
 
 
 def capture_shard(store: Any, dest: "os.PathLike[str] | str") -> Callable[[], Optional[int]]:
