@@ -108,3 +108,15 @@ def test_periodic_snapshots_keep_the_last_n(tmp_path):
         app.close()
     remaining = [p for p in os.listdir(snaps) if p.startswith("kv_str-")]
     assert 1 <= len(remaining) <= 2
+
+
+@pytest.mark.parametrize("config, named", [({"snapshot.keep": 0}, "snapshot.keep"),
+                                           ({"snapshot.interval.ms": "soon"}, "snapshot.interval.ms"),
+                                           ({"snapshot.stores": "kv_str,nope"}, "nope")])
+def test_bad_snapshot_config_is_refused_at_creation(config, named):
+    from _spark_apps import topology
+    from streams import App
+    from streams.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=named):
+        App(topology("words"), {"bootstrap.servers": "local://", "application.id": "bad-config", **config})
