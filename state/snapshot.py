@@ -149,6 +149,20 @@ def read_snapshot(path: "os.PathLike[str] | str") -> Snapshot:
                 "(take it again)")
         what = "a RocksDB directory" if (directory / "CURRENT").exists() else "no snapshot files"
         raise NotASnapshotError(f"{directory} is not a snapshot ({what}; expected {MANIFEST_NAME})")
+    snap = _parse_manifest(manifest, directory)
+    if not snap.raw_mode:
+        raise StoreNotRawModeError(f"{directory}: store {snap.store!r} was not written in raw mode; "
+                                   "only raw-mode (bytes) stores can be read")
+    for s in snap.shards:
+        shard_dir = directory / s.directory
+        if not _looks_like_shard(shard_dir):
+            raise SnapshotManifestCorruptError(f"{manifest}: shard {s.task_id} directory {shard_dir} "
+                                               "is missing or not a RocksDB directory")
+        check_raw_mode(shard_dir)
+    return snap
+
+
+def _parse_manifest(manifest: pathlib.Path, directory: pathlib.Path) -> Snapshot:
     try:
         body = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -173,15 +187,6 @@ def read_snapshot(path: "os.PathLike[str] | str") -> Snapshot:
                 raise ValueError(f"bad shard entry {s}")
     except (KeyError, TypeError, ValueError) as exc:
         raise SnapshotManifestCorruptError(f"{manifest}: bad manifest: {type(exc).__name__}: {exc}") from None
-    if not snap.raw_mode:
-        raise StoreNotRawModeError(f"{directory}: store {snap.store!r} was not written in raw mode; "
-                                   "only raw-mode (bytes) stores can be read")
-    for s in shards:
-        shard_dir = directory / s.directory
-        if not _looks_like_shard(shard_dir):
-            raise SnapshotManifestCorruptError(f"{manifest}: shard {s.task_id} directory {shard_dir} "
-                                               "is missing or not a RocksDB directory")
-        check_raw_mode(shard_dir)
     return snap
 
 
@@ -241,12 +246,16 @@ def pre_flush(store: Any) -> None:
         log.debug("pre-flush of store %s skipped: %s", getattr(store, "name", store), exc)
 
 
-def pre_flush_all(stores: list, rounds: int = 2) -> None:
-    """`pre_flush` every store, `rounds` times: what arrives during the first (long) round is
-    flushed by the second (short) one, so the boundary's own flush finds only a small tail."""
-    for _ in range(rounds):
+def pre_flush_all(stores: list, max_rounds: int = 4, settled_s: float = 0.02) -> None:
+    """`pre_flush` every store, round after round until one takes under `settled_s` (at most
+    `max_rounds`): what arrives during a long round is flushed by the next, shorter one, so the
+    boundary's own flush finds only a small tail."""
+    for _ in range(max_rounds):
+        start = time.perf_counter()
         for store in stores:
             pre_flush(store)
+        if time.perf_counter() - start < settled_s:
+            return
 
 
 def capture_shard(store: Any, dest: "os.PathLike[str] | str") -> Callable[[], Optional[int]]:

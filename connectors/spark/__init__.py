@@ -15,13 +15,10 @@ from typing import Any
 
 def register(spark: Any) -> None:
     """Register the `eddy_store` and `eddy_changelog` data sources with a SparkSession."""
+    from connectors.spark.changelog import EddyChangelogDataSource
     from connectors.spark.sources import EddyStoreDataSource
 
     spark.dataSource.register(EddyStoreDataSource)
-    try:
-        from connectors.spark.changelog import EddyChangelogDataSource
-    except ImportError:  # pragma: no cover - while the changelog source is not there
-        return
     spark.dataSource.register(EddyChangelogDataSource)
 
 

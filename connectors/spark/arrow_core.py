@@ -201,31 +201,57 @@ def encode_key(value: Any, serde: str) -> bytes:
     raise KeyRangeError(f"key bound {value!r} cannot be encoded with the {serde} serde; give bytes")
 
 
+def split_points(snapshot: Snapshot, shard: ShardSnapshot, max_rows: int) -> list[bytes]:
+    """Keys that cut a shard into stored-key ranges of about `max_rows` entries, from its SST
+    files' first keys and entry counts (no scan); empty when the shard needs no split."""
+    db = open_shard(snapshot.shard_path(shard))
+    try:
+        files = sorted(db.live_files(), key=lambda f: f["start_key"])
+    finally:
+        db.close()
+    if sum(f["num_entries"] for f in files) <= max_rows:
+        return []
+    points, rows = [], 0
+    for f in files:
+        if rows and rows + f["num_entries"] > max_rows and f["start_key"] < META_PREFIX \
+                and (not points or f["start_key"] > points[-1]):
+            points.append(f["start_key"])
+            rows = 0
+        rows += f["num_entries"]
+    return points
+
+
 def shard_batches(snapshot: Snapshot, shard: ShardSnapshot, schema: pa.Schema, *,
                   key_from: Optional[bytes] = None, key_to: Optional[bytes] = None,
-                  batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+                  batch_rows: int = DEFAULT_BATCH_ROWS, lower: Optional[bytes] = None,
+                  upper: Optional[bytes] = None) -> Iterator[pa.RecordBatch]:
     """The shard's entries as record batches of `schema` (key range only for key-value stores:
-    [key_from, key_to], in the serialized keys' byte order)."""
+    [key_from, key_to], in the serialized keys' byte order), within the stored-key split
+    [lower, upper) when given (see `split_points`)."""
     from rocksdict import ReadOptions
 
     kind = snapshot.store_kind
     if kind != "key_value" and (key_from is not None or key_to is not None):
         raise KeyRangeError(f"store {snapshot.store!r} is a {kind} store: key ranges apply to key-value stores")
+    start = max((k for k in (key_from, lower) if k is not None), default=None)
+    stops = [k for k in (None if key_to is None else key_to + b"\x00", upper,
+                         META_PREFIX if kind != "key_value" else None) if k is not None]
+    stop = min(stops) if stops else None
+    if start is not None and stop is not None and start >= stop:
+        return
     db = open_shard(snapshot.shard_path(shard))
     try:
         read_opts = ReadOptions()
         read_opts.fill_cache(False)
-        if kind != "key_value":
-            read_opts.set_iterate_upper_bound(META_PREFIX)
-        elif key_to is not None:
-            read_opts.set_iterate_upper_bound(key_to + b"\x00")
-        items = db.items(from_key=key_from, read_opt=read_opts) if key_from is not None else db.items(read_opt=read_opts)
+        if stop is not None:
+            read_opts.set_iterate_upper_bound(stop)
+        items = db.items(from_key=start, read_opt=read_opts) if start is not None else db.items(read_opt=read_opts)
         islice = itertools.islice
         while True:
             chunk = list(islice(items, batch_rows))
             if not chunk:
                 break
-            keys, values = zip(*chunk)
+            keys, values = zip(*chunk, strict=True)
             yield entries_batch(snapshot, keys, values, schema)
         del items
     finally:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import mmap
 import os
 import struct
 import time
@@ -263,10 +264,15 @@ def _walk(log_dir: str, only_last: bool = False) -> tuple[list[_Batch], int]:
             if only_last:
                 segments = segments[-1:]
             batches: list[_Batch] = []
-            for base, path in segments:
+            for _base, path in segments:
                 with open(path, "rb") as fh:
-                    data = fh.read()
-                batches += _headers(data, path)
+                    size = os.fstat(fh.fileno()).st_size
+                    if size == 0:
+                        continue
+                    # mapped, not read: only the batch headers are touched (the length is fixed
+                    # at mapping time; what is appended later is the next walk's)
+                    with mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) as data:
+                        batches += _headers(data, path)
             log_start = max(_log_start(log_dir), segments[0][0] if segments else 0)
             return [b for b in batches if b.next > log_start], log_start
         except FileNotFoundError:
@@ -274,7 +280,7 @@ def _walk(log_dir: str, only_last: bool = False) -> tuple[list[_Batch], int]:
     raise ChangelogReadError(f"{log_dir}: segments kept changing while being listed")
 
 
-def _headers(data: bytes, path: str) -> list[_Batch]:
+def _headers(data: "bytes | mmap.mmap", path: str) -> list[_Batch]:
     out = []
     pos, end = 0, len(data)
     unpack_prefix = _PREFIX.unpack_from

@@ -10,15 +10,27 @@ conversion of the read schema, so they match it exactly. Readers are pickled to 
 they hold paths, names and options only; rocksdict and the Kafka client are imported in read().
 
 `eddy_store` options: `raw` (key and value as binary), `key_from` / `key_to` (a key range of a
-key-value store, in the key serde's byte order), `partitions` (e.g. "0,2"), `batch_rows`.
+key-value store, in the key serde's byte order), `partitions` (e.g. "0,2"), `batch_rows`,
+`max_rows_per_partition` (a larger shard is split by key range at its SST files' boundaries).
 A user schema (`.schema(...)`) decides the types, e.g. a struct for JSON values.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
+)
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -70,10 +82,17 @@ def partition_subset(options: dict, available: list[int]) -> Optional[set[int]]:
     return wanted
 
 
+#: A shard with more entries than this (RocksDB's count from its files) is read by several
+#: Spark partitions, split by key range (option max_rows_per_partition).
+DEFAULT_MAX_ROWS_PER_PARTITION = 2_000_000
+
+
 class StorePartition(InputPartition):
-    def __init__(self, shard: ShardSnapshot) -> None:
+    def __init__(self, shard: ShardSnapshot, lower: Optional[bytes] = None, upper: Optional[bytes] = None) -> None:
         super().__init__(shard.partition)
         self.shard = shard
+        self.lower = lower
+        self.upper = upper
 
 
 class EddyStoreDataSource(DataSource):
@@ -94,7 +113,10 @@ class EddyStoreDataSource(DataSource):
         return from_arrow_schema(arrow_core.snapshot_schema(snapshot, raw=_bool_option(self.options, "raw")))
 
     def reader(self, schema: StructType) -> "EddyStoreReader":
-        return EddyStoreReader(self._snapshot(), schema, dict(self.options))
+        # Spark refuses a reader with pushFilters unless spark.sql.python.filterPushdown.enabled
+        # is set, so filter pushdown is a separate reader, taken with option pushdown=true.
+        cls = EddyStorePushdownReader if _bool_option(self.options, "pushdown") else EddyStoreReader
+        return cls(self._snapshot(), schema, dict(self.options))
 
 
 class EddyStoreReader(DataSourceReader):
@@ -104,6 +126,7 @@ class EddyStoreReader(DataSourceReader):
         wanted = partition_subset(options, [s.partition for s in snapshot.shards])
         self.shards = [s for s in snapshot.shards if wanted is None or s.partition in wanted]
         self.batch_rows = _int_option(options, "batch_rows", arrow_core.DEFAULT_BATCH_ROWS)
+        self.max_rows = _int_option(options, "max_rows_per_partition", DEFAULT_MAX_ROWS_PER_PARTITION)
         self.key_from = self._bound(options.get("key_from"))
         self.key_to = self._bound(options.get("key_to"))
         arrow_core.check_serde(snapshot.key_serde, "key") if self.key_from or self.key_to else None
@@ -111,10 +134,74 @@ class EddyStoreReader(DataSourceReader):
     def _bound(self, value: Optional[str]) -> Optional[bytes]:
         return None if value is None else arrow_core.encode_key(value, self.snapshot.key_serde)
 
+    lower: Optional[bytes] = None  # stored-key bounds [lower, upper) from pushed filters
+    upper: Optional[bytes] = None
+
     def partitions(self) -> list[StorePartition]:
-        return [StorePartition(s) for s in self.shards]
+        out = []
+        for shard in self.shards:
+            points = arrow_core.split_points(self.snapshot, shard, self.max_rows)
+            bounds = [None, *points, None]
+            for lo, hi in zip(bounds, bounds[1:], strict=False):
+                lo = max((b for b in (lo, self.lower) if b is not None), default=None)
+                hi = min((b for b in (hi, self.upper) if b is not None), default=None)
+                if lo is None or hi is None or lo < hi:
+                    out.append(StorePartition(shard, lo, hi))
+        return out
 
     def read(self, partition: StorePartition) -> Iterator:
         target = to_arrow_schema(self.schema)
         yield from arrow_core.shard_batches(self.snapshot, partition.shard, target, key_from=self.key_from,
-                                            key_to=self.key_to, batch_rows=self.batch_rows)
+                                            key_to=self.key_to, batch_rows=self.batch_rows,
+                                            lower=partition.lower, upper=partition.upper)
+
+
+class EddyStorePushdownReader(EddyStoreReader):
+    """EddyStoreReader that turns comparisons of `key` into a key range (option pushdown=true,
+    with spark.sql.python.filterPushdown.enabled). Only for STRING and BYTES keys of key-value
+    stores read decoded: their bytes sort like their values (UTF-8 keeps code point order),
+    which the fixed-width signed and floating serdes do not."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        remaining = []
+        snap = self.snapshot
+        usable = snap.store_kind == "key_value" and snap.key_serde in ("STRING", "BYTES") \
+            and self.schema["key"].dataType.typeName() in ("string", "binary")
+        for f in filters:
+            bounds = _key_bounds(f) if usable and getattr(f, "attribute", None) == ("key",) else None
+            if bounds is None:
+                remaining.append(f)
+                continue
+            lower, upper = bounds
+            if lower is not None and (self.lower is None or lower > self.lower):
+                self.lower = lower
+            if upper is not None and (self.upper is None or upper < self.upper):
+                self.upper = upper
+        return remaining
+
+
+def _key_bounds(f: Filter) -> Optional[tuple[Optional[bytes], Optional[bytes]]]:
+    """[lower, upper) of stored keys a filter on `key` keeps; None if it cannot be a range."""
+    value = getattr(f, "value", None)
+    if isinstance(value, str):
+        value = value.encode()
+    elif isinstance(value, bytearray):
+        value = bytes(value)
+    if not isinstance(value, bytes):
+        return None
+    after = value + b"\x00"  # the smallest key greater than `value`
+    if isinstance(f, EqualTo):
+        return value, after
+    if isinstance(f, GreaterThan):
+        return after, None
+    if isinstance(f, GreaterThanOrEqual):
+        return value, None
+    if isinstance(f, LessThan):
+        return None, value
+    if isinstance(f, LessThanOrEqual):
+        return None, after
+    if isinstance(f, StringStartsWith):
+        from state.rocksdb_kv import prefix_upper_bound
+
+        return value, prefix_upper_bound(value)
+    return None

@@ -27,7 +27,7 @@ def test_cli_pyarrow_parquet_csv_and_delta(snapshots, tmp_path):
     assert done.returncode == 0, done.stderr
     assert f"exported {len(want):,} rows" in done.stdout and "via pyarrow" in done.stdout
     table = pq.read_table(str(out))
-    assert dict(zip(table["key"].to_pylist(), table["value"].to_pylist())) == want
+    assert dict(zip(table["key"].to_pylist(), table["value"].to_pylist(), strict=True)) == want
     assert str(table.schema.field("key").type) == "int32"
 
     csv_out = tmp_path / "csv"
@@ -37,7 +37,7 @@ def test_cli_pyarrow_parquet_csv_and_delta(snapshots, tmp_path):
     import pyarrow as pa
 
     rows = pa.concat_tables([pcsv.read_csv(str(csv_out / f)) for f in sorted(os.listdir(csv_out))])
-    assert dict(zip(rows["key"].to_pylist(), rows["value"].to_pylist())) == expected["kv_str"]
+    assert dict(zip(rows["key"].to_pylist(), rows["value"].to_pylist(), strict=True)) == expected["kv_str"]
 
     delta_out = tmp_path / "delta"
     done = _cli("--snapshot", taken["win"].path, "--to", str(delta_out), "--format", "delta")
@@ -80,7 +80,7 @@ def test_changelog_export_latest_per_key(running_app, tmp_path):
                                    engine="pyarrow", key_serde="STRING", value_serde="INT64", latest_per_key=True)
     table = pq.read_table(str(tmp_path / "t"))
     assert summary.rows == len(want)
-    assert dict(zip(table["key"].to_pylist(), table["value"].to_pylist())) == want
+    assert dict(zip(table["key"].to_pylist(), table["value"].to_pylist(), strict=True)) == want
 
 
 def test_existing_output_needs_overwrite(snapshots, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 
@@ -52,7 +53,8 @@ def test_snapshot_offsets_match_contents_while_the_app_writes(running_app, tmp_p
     try:
         taken = []
         for i in range(3):
-            wait_until(lambda n=len(running_app.sent): len(running_app.sent) > n, 30, "more input")
+            seen = len(running_app.sent)
+            wait_until(lambda seen=seen: len(running_app.sent) > seen, 30, "more input")
             taken.append(running_app.app.snapshot(store, str(tmp_path / f"s{i}")))
     finally:
         stop.set()
@@ -66,8 +68,8 @@ def test_snapshot_offsets_match_contents_while_the_app_writes(running_app, tmp_p
             contents = _shard_contents(snap, shard)
             assert contents == _changelog_table(running_app.servers, shard.changelog_topic, shard.partition,
                                                 shard.changelog_offset)
-    for a, b in zip(taken, taken[1:]):
-        moved |= any(sa.changelog_offset != sb.changelog_offset for sa, sb in zip(a.shards, b.shards))
+    for a, b in itertools.pairwise(taken):
+        moved |= any(sa.changelog_offset != sb.changelog_offset for sa, sb in zip(a.shards, b.shards, strict=True))
     assert moved, "the app wrote between the snapshots"
 
 
@@ -106,3 +108,15 @@ def test_periodic_snapshots_keep_the_last_n(tmp_path):
         app.close()
     remaining = [p for p in os.listdir(snaps) if p.startswith("kv_str-")]
     assert 1 <= len(remaining) <= 2
+
+
+@pytest.mark.parametrize("config, named", [({"snapshot.keep": 0}, "snapshot.keep"),
+                                           ({"snapshot.interval.ms": "soon"}, "snapshot.interval.ms"),
+                                           ({"snapshot.stores": "kv_str,nope"}, "nope")])
+def test_bad_snapshot_config_is_refused_at_creation(config, named):
+    from _spark_apps import topology
+    from streams import App
+    from streams.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=named):
+        App(topology("words"), {"bootstrap.servers": "local://", "application.id": "bad-config", **config})
