@@ -124,14 +124,15 @@ def main() -> None:
         # the one least disturbed by other work.
         plain_path = os.path.join(root, "plain.bin")
         t_pw = t_pr = t_la = t_lr = t_lc = t_ld = float("inf")
+        log = None
         prof = cProfile.Profile() if args.profile else None
-        for rep in range(args.repeat):
+        for _ in range(args.repeat):
             t, _ = timed(plain_write, plain_path, batches)
             t_pw = min(t_pw, t)
             t, got = timed(plain_read, plain_path)
             t_pr = min(t_pr, t)
             assert got == total
-            if rep:
+            if log is not None:
                 log.close()
                 shutil.rmtree(os.path.join(root, "bench-0"))
             log = Log(os.path.join(root, "bench-0"))

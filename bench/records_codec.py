@@ -64,17 +64,17 @@ def main() -> None:
 
     results: dict[str, dict[str, float]] = {}
     for name, (enc, dec, dec_msgs) in impls.items():
-        def run_encode():
+        def run_encode(enc=enc):
             for c in chunks:
                 records._encode_records = enc
                 encode_batch(c)
 
-        def run_decode():
+        def run_decode(dec=dec):
             records._decode_records = dec
             for b in batches:
                 b.records()
 
-        def run_messages():
+        def run_messages(dec_msgs=dec_msgs):
             total = 0
             for fetch in fetches:
                 msgs, _next = dec_msgs(fetch, "topic", 0, 0, Message)

@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = for_config({"bootstrap.servers": bootstrap})
     try:
         admin = backend.admin()
-        for topic, future in admin.create_topics([NewTopic(t, args.partitions, rf) for t in (lines_topic, output_topic)]).items():
+        for _topic, future in admin.create_topics([NewTopic(t, args.partitions, rf) for t in (lines_topic, output_topic)]).items():
             future.result()
         lines = generate_lines(args.lines, args.seed)
         expected = collections.Counter(word for line in lines for word in line.split())

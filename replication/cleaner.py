@@ -36,7 +36,6 @@ Records without a key cannot be compacted and are removed, as Kafka does.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import struct
 import threading
@@ -663,23 +662,7 @@ class LogCleaner:
             cleanable.append(seg)
 
         # 3. the offset map over the dirty segments
-        offset_map: dict[bytes, int] = {}
-        map_end = first_dirty
-        for seg in cleanable:
-            if seg.next_offset <= first_dirty:
-                continue
-            if offset_map and len(offset_map) >= self.max_map_entries:
-                break  # map full: this pass cleans up to here (Kafka does the same)
-            for buf, pos, h in iter_segment_batches(seg, seg.size):
-                if h.is_control or h.records_count == 0:
-                    continue
-                txn = txns.batch_txn.get(h.base_offset) if h.is_transactional else None
-                if txn is not None and txn in txns.aborted:
-                    continue
-                for r in decode_records(bytes(buf[pos:pos + h.size]), h, seg.log_path):
-                    if r.key is not None:
-                        offset_map[r.key] = r.offset
-            map_end = seg.next_offset
+        offset_map, map_end = self._build_offset_map(cleanable, first_dirty, txns)
         stats.map_entries = len(offset_map)
         self._hook("offset_map_built")
         cleanable = [s for s in cleanable if s.next_offset <= map_end]
@@ -720,6 +703,28 @@ class LogCleaner:
                  stats.records_read, stats.tombstones_removed, stats.markers_removed,
                  sum(s.size for s in cleanable), stats.bytes_written, first_dirty, map_end)
         return stats
+
+    def _build_offset_map(self, cleanable: list, first_dirty: int, txns: "TxnState") -> tuple[dict[bytes, int], int]:
+        """Key -> last offset over the dirty segments of `cleanable` (committed data only), and the
+        offset the map covers up to (less than the range when the map fills up)."""
+        offset_map: dict[bytes, int] = {}
+        map_end = first_dirty
+        for seg in cleanable:
+            if seg.next_offset <= first_dirty:
+                continue
+            if offset_map and len(offset_map) >= self.max_map_entries:
+                break  # map full: this pass cleans up to here (Kafka does the same)
+            for buf, pos, h in iter_segment_batches(seg, seg.size):
+                if h.is_control or h.records_count == 0:
+                    continue
+                txn = txns.batch_txn.get(h.base_offset) if h.is_transactional else None
+                if txn is not None and txn in txns.aborted:
+                    continue
+                for r in decode_records(bytes(buf[pos:pos + h.size]), h, seg.log_path):
+                    if r.key is not None:
+                        offset_map[r.key] = r.offset
+            map_end = seg.next_offset
+        return offset_map, map_end
 
     def _clean_group(self, log_, group: list, flt: BatchFilter, stats: CleanerStats,
                      guard: list) -> None:

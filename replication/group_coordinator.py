@@ -386,9 +386,10 @@ class GroupCoordinator:
             self._wait_partition_committed(tp)
             offset = 0
             while True:
-                req = lambda leader, epoch, o=offset: FetchRequest(  # noqa: E731
+                req = lambda leader, epoch, o=offset, tp=tp: FetchRequest(  # noqa: E731
                     -1, -1, 0, 1, 4 << 20, IsolationLevel.HIGH_WATERMARK, {tp: FetchPartition(o, epoch, max_bytes=4 << 20)})
-                error, resp = call_leader(self.cluster, tp, req, lambda r: (r[tp].error, r[tp]), self.commit_timeout_s)
+                error, resp = call_leader(self.cluster, tp, req, lambda r, tp=tp: (r[tp].error, r[tp]),
+                                          self.commit_timeout_s)
                 if error == Errors.OFFSET_OUT_OF_RANGE and resp is not None and offset < resp.log_start_offset:
                     offset = resp.log_start_offset
                     continue

@@ -541,15 +541,9 @@ class Log:
             self._check_open()
             self._write_state()
 
-    def _load(self) -> None:
-        state = self._read_state()
-        clean = bool(state.get("clean_shutdown", 0))
-        recovery_point = state.get("recovery_point", 0)
-        stats: dict[str, object] = {"recovered_segments": [], "bytes_truncated": 0,
-                                    "rebuilt_indexes": [], "clean_shutdown": clean,
-                                    "epoch_cache_rebuilt": False, "tail_bytes_dropped": 0,
-                                    "swaps_completed": [], "swaps_rolled_back": []}
-        self.load_stats = stats
+    def _sweep_leftover_files(self, stats: dict) -> set[int]:
+        """Delete what a crash left half-done (deleted, .tmp, .cleaned files; swaps of an
+        unfinished clean; orphaned index swaps); the bases of swaps to complete."""
         names = sorted(os.listdir(self.dir))
         cleaned_bases: list[int] = []
         swap_bases: set[int] = set()
@@ -580,6 +574,10 @@ class Log:
                     and offset_from_file_name(name) not in swap_bases:
                 log.info("deleting orphaned index file %s", os.path.join(self.dir, name))
                 os.unlink(os.path.join(self.dir, name))
+        return swap_bases
+
+    def _open_segments(self, swap_bases: set[int], log_start_offset: int, stats: dict) -> None:
+        """Open every segment, drop orphaned indexes and complete interrupted swaps."""
         segments: dict[int, LogSegment] = {}
         for name in os.listdir(self.dir):
             if name.endswith(LOG_SUFFIX):
@@ -608,11 +606,12 @@ class Log:
             log.info("completed the interrupted swap of segment %s", swap.log_path)
         self._segments = [segments[b] for b in sorted(segments)]
         if not self._segments:
-            self._segments = [self._new_segment(state.get("log_start_offset", 0))]
+            self._segments = [self._new_segment(log_start_offset)]
         self._bases = [s.base_offset for s in self._segments]
 
-        # Recovery: segments overlapping [recovery point, end) after an unclean shutdown; any
-        # segment whose index files are missing or fail their sanity check.
+    def _recover_segments(self, clean: bool, recovery_point: int, stats: dict) -> None:
+        """Recover the segments overlapping [recovery point, end) after an unclean shutdown, and
+        any segment whose index files are missing or fail their sanity check."""
         cache = self.leader_epoch_cache
         first_unflushed = len(self._segments)
         if not clean:
@@ -657,6 +656,19 @@ class Log:
             # Not flushed here (as in Kafka): the recovery point stays put, so a second crash
             # before the next flush recovers these segments again.
             i += 1
+
+    def _load(self) -> None:
+        state = self._read_state()
+        clean = bool(state.get("clean_shutdown", 0))
+        recovery_point = state.get("recovery_point", 0)
+        stats: dict[str, object] = {"recovered_segments": [], "bytes_truncated": 0,
+                                    "rebuilt_indexes": [], "clean_shutdown": clean,
+                                    "epoch_cache_rebuilt": False, "tail_bytes_dropped": 0,
+                                    "swaps_completed": [], "swaps_rolled_back": []}
+        self.load_stats = stats
+        swap_bases = self._sweep_leftover_files(stats)
+        self._open_segments(swap_bases, state.get("log_start_offset", 0), stats)
+        self._recover_segments(clean, recovery_point, stats)
         for seg in self._segments[:-1]:
             seg.on_become_inactive()
         self._segments[-1].resize_indexes(self.config.segment_index_bytes)
@@ -672,8 +684,8 @@ class Log:
                         self._log_start)
             self._hw = self._log_start
             self._truncate_fully(self._log_start, self._log_start)
-        cache.truncate_from_end(self._leo)
-        cache.truncate_from_start(self._log_start)
+        self.leader_epoch_cache.truncate_from_end(self._leo)
+        self.leader_epoch_cache.truncate_from_start(self._log_start)
         self._check_epoch_cache(stats)
         self._hw = min(max(state.get("high_watermark", 0), self._log_start), self._leo)
         self._write_state(clean_shutdown=False)

@@ -193,7 +193,7 @@ class Processor(ABC):
     @abstractmethod
     def process(self, record: Record) -> None: ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook, empty by default as Kafka's
         pass
 
 

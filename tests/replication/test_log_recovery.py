@@ -85,7 +85,7 @@ def test_torn_tail_property_over_many_cut_points(template, tmp_path):
     src, layout, recovery_point, leo = template
     rng = random.Random(20240601)
     unflushed = [b for b in layout if b[4] >= recovery_point]
-    last_seg = layout[-1][0]
+    layout[-1][0]
     cuts = []
     for _ in range(120):  # random bytes of the last batch
         b = layout[-1]
@@ -157,7 +157,7 @@ def test_bit_flip_in_unflushed_segment_truncates_from_the_bad_batch(template, tm
 
 def test_clean_reopen_scans_nothing(tmp_path):
     log = Log(tmp_path / "t-0", CONFIG)
-    for i in range(40):
+    for _i in range(40):
         log.append_as_leader(batch(3), 0)
     log.close()
     again = Log(tmp_path / "t-0", CONFIG)
@@ -169,12 +169,12 @@ def test_clean_reopen_scans_nothing(tmp_path):
 
 def test_crash_recovers_only_from_the_recovery_point(tmp_path):
     log = Log(tmp_path / "t-0", CONFIG)
-    for i in range(40):
+    for _i in range(40):
         log.append_as_leader(batch(3), 0)
     rp_segment = log.active_segment.base_offset
     log.flush()
     flushed = log.log_end_offset
-    for i in range(20):
+    for _i in range(20):
         log.append_as_leader(batch(3), 1)
     assert log.num_segments > 3
     log.crash()
@@ -240,7 +240,7 @@ def test_corrupt_or_missing_index_files_are_rebuilt(tmp_path, damage):
 
 def test_random_index_garbage_never_breaks_reads(tmp_path):
     log = Log(tmp_path / "t-0", {"index.interval.bytes": 100, "segment.bytes": 3000})
-    for i in range(60):
+    for _i in range(60):
         log.append_as_leader(batch(2), 0)
     log.close()
     (tmp_path / "t-0" / "00000000000000000000.index").write_bytes(
@@ -335,7 +335,7 @@ def test_crash_after_all_swaps_renamed_completes_the_swap(tmp_path):
 
 def test_malformed_state_checkpoint_means_full_recovery(tmp_path):
     log = Log(tmp_path / "t-0", CONFIG)
-    for i in range(30):
+    for _i in range(30):
         log.append_as_leader(batch(3), 0)
     log.close()
     (tmp_path / "t-0" / STATE_CHECKPOINT_FILE).write_text("0\nrecovery_point x\n")

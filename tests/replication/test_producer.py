@@ -323,7 +323,7 @@ def test_purge_fails_queued_messages(cluster):
     cluster.create_topic("p")
     producer = cluster.producer({"linger.ms": 60000})
     reports = Reports()
-    for i in range(5):
+    for _i in range(5):
         producer.produce("p", value=b"x", on_delivery=reports)
     producer.purge()
     producer.poll(0)

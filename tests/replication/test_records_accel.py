@@ -15,7 +15,7 @@ import sys
 import pytest
 from confluent_kafka import Message
 from crc32c import crc32c
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from replication import records
 from replication.errors import CorruptRecordError

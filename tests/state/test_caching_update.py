@@ -32,7 +32,7 @@ OPS = [(b"a", 1), (b"b", 2), (b"a", 3), (b"c", 4), (b"d", 5), (b"a", 6), (b"b", 
 def test_update_equals_get_then_put(tmp_path, kind, max_bytes):
     a, a_inner, a_flushed = _store(kind, tmp_path / "a" / "0_0", max_bytes)
     b, b_inner, b_flushed = _store(kind, tmp_path / "b" / "0_0", max_bytes)
-    for store, inner in ((a, a_inner), (b, b_inner)):  # some counts already in the inner store
+    for inner in (a_inner, b_inner):  # some counts already in the inner store
         inner.put(b"d", b"40", 0)
         inner.put(b"e", b"7", 0)
     for n, (key, ts) in enumerate(OPS):

@@ -3,7 +3,6 @@ on TopologyTestDriver and on the real runtime."""
 
 from __future__ import annotations
 
-import pytest
 
 from state.stores import Stores
 from streams import App, AppState, Processor, PunctuationType, Record, Topology, serdes
