@@ -15,7 +15,6 @@ import argparse
 import collections
 import itertools
 import logging
-import os
 import shutil
 import sys
 import tempfile

@@ -453,9 +453,11 @@ class FetchSessionHandler:
             parts = {tp: make(tp, st) for tp, st in ready.items()}
             self._pending = (parts, dict(ready))
             return parts, (), self.session_id, INITIAL_EPOCH
+        # Runs every round over every ready partition: identity checks first, no copies
+        # unless something changed.
         old_view, old_states = self.view, self._states
         parts = {}
-        view = dict(old_view)
+        added = 0
         for tp, st in ready.items():
             prev = old_states.get(tp)
             if prev is st:
@@ -465,10 +467,18 @@ class FetchSessionHandler:
                     and prev.last_fetched_epoch == st.last_fetched_epoch
                     and prev.push_session_id == st.push_session_id):
                 continue  # a new state object, the same fetch position
-            parts[tp] = view[tp] = make(tp, st)
-        forgotten = tuple(tp for tp in old_view if tp not in ready)
-        for tp in forgotten:
-            del view[tp]
+            parts[tp] = make(tp, st)
+            if prev is None:
+                added += 1
+        # ready = (ready & view) + added: the view is covered when the counts match
+        forgotten = () if len(ready) - added == len(old_view) else tuple(tp for tp in old_view if tp not in ready)
+        if parts or forgotten:
+            view = dict(old_view)
+            view.update(parts)
+            for tp in forgotten:
+                del view[tp]
+        else:
+            view = old_view
         self._pending = (view, dict(ready))
         return parts, forgotten, self.session_id, self.next_epoch
 
@@ -537,7 +547,10 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
 
     def build_fetch(self, partitions, log_start_offsets=None):
         cfg = self.config
-        ready = {tp: st for tp, st in partitions.items() if st.state is ReplicaState.FETCHING}
+        fetching = ReplicaState.FETCHING
+        ready = partitions
+        if any(st.state is not fetching for st in partitions.values()):
+            ready = {tp: st for tp, st in partitions.items() if st.state is fetching}
         if not ready:
             if self._session is not None and self._session.session_id != INVALID_SESSION_ID:
                 self._session.reset()  # nothing to fetch: the next fetch opens a new session

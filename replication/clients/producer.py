@@ -52,7 +52,7 @@ from replication.clients.common import (
     kafka_exception,
 )
 from replication.clients.partitioner import PARTITIONERS, make_partitioner
-from replication.errors import ReplicationError, TransportError
+from replication.errors import TransportError
 from replication.names import is_valid_topic_name
 from replication.protocol import Errors, ProduceRequest, TopicPartition
 from replication.transport import NotDeliveredError

@@ -212,7 +212,7 @@ def find_anomalies(out: FaultOutcome) -> list[str]:
     found += [f"never-fully-replicated: {x}" for x in out.stuck]
     for p, order in out.ack_order.items():
         # One writer per partition, one request at a time: each acknowledgement is later in the log.
-        backwards = [(a, b) for a, b in zip(order, order[1:]) if b <= a]
+        backwards = [(a, b) for a, b in zip(order, order[1:], strict=False) if b <= a]
         if backwards:
             found.append(f"non-monotonic-offsets: p{p} acknowledged offset {backwards[0][1]} after "
                          f"{backwards[0][0]} ({len(backwards)} times)")
@@ -223,7 +223,7 @@ def find_anomalies(out: FaultOutcome) -> list[str]:
         first_broker, first = replicas[0]
         for broker, other in replicas[1:]:
             if other != first:
-                at = next((i for i, (x, y) in enumerate(zip(first, other)) if x != y), min(len(first), len(other)))
+                at = next((i for i, (x, y) in enumerate(zip(first, other, strict=False)) if x != y), min(len(first), len(other)))
                 found.append(f"replicas-differ: p{p} brokers {first_broker} and {broker} differ below the HW "
                              f"from position {at}")
         log = dict(first)
