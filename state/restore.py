@@ -382,6 +382,9 @@ class StoreChangelogReader:
             c.eof_offset = None
             c.beyond_end = False
         self.consumer.incremental_assign(assignment)
+        # librdkafka keeps a partition's pause across unassign and assign (Java's consumer forgets
+        # it): a changelog paused in an earlier registration (a task revived) must fetch again.
+        self.consumer.resume(assignment)
         for c, _ in ready:
             c.assigned = True
             c.transit(ChangelogState.RESTORING)
