@@ -241,8 +241,8 @@ PyDoc_STRVAR(keyed_run_doc,
 "a timestamp >= 0, and passes key_check(key) and (for a non-None value) value_check(value)\n"
 "without an Exception. `stop` is the first message that does not (len(messages) when all do);\n"
 "a check's Exception is cleared (the caller processes that message on its own), any other\n"
-"BaseException propagates. None when there is no layout. A stream task counting raw keys\n"
-"uses this instead of message_rows: no row is built for a message it takes.");
+"BaseException propagates. None when there is no layout. A stream task whose stage takes runs\n"
+"of raw keys uses this instead of message_rows: no row is built for a message it takes.");
 
 static PyObject *keyed_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {

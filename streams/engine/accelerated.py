@@ -43,10 +43,6 @@ class AcceleratedRoute:
     def __init__(self, engine: "TaskEngine") -> None:
         self.engine = engine
 
-    @staticmethod
-    def available() -> bool:
-        return _dispatch_run is not None
-
     def process(self, source: SourceNode, topic: str, partition: int, messages: list) -> Optional[int]:
         """Process `messages` (one partition, offset order); how many were processed, or None
         when this route does not apply (nothing was done)."""

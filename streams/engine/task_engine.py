@@ -44,7 +44,7 @@ from eddy.messages import message_rows
 from streams import serdes as _serdes
 from streams.engine.accelerated import UNKNOWN_TIME, AcceleratedRoute
 from streams.engine.context import ProcessorContextImpl
-from streams.engine.fusion import FusedChains, Stage
+from streams.engine.fusion import FusedChains
 from streams.engine.nodes import ProcessorNode, RecordCollector, SinkNode, SourceNode
 from streams.engine.punctuation import PunctuationQueue, PunctuationSchedule
 from streams.errors import (ConfigError, DeserializationHandlerError, InvalidTimestampError,
@@ -173,12 +173,6 @@ class TaskEngine:
     def initialize(self) -> None:
         self.init_stores()
         self.init_processors()
-
-    # ---- fused chains ---------------------------------------------------------------------
-
-    def fused_entry(self, head: ProcessorNode) -> Optional[Stage]:
-        """`head` and the nodes after it as one function (see streams/engine/fusion.py)."""
-        return self.chains.entry(head)
 
     # ---- processing -----------------------------------------------------------------------
 

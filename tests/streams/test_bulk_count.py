@@ -72,7 +72,7 @@ def process(request, monkeypatch):
 
 def _engine(driver):
     engine = driver._engine_for_topic["words"]
-    assert getattr(engine.fused_entry(engine.sources_by_topic["words"].children[0]), "key_bytes_run", None), \
+    assert getattr(engine.chains.entry(engine.sources_by_topic["words"].children[0]), "key_bytes_run", None), \
         "the count must offer the bulk path, or this test tests nothing"
     return engine
 

@@ -1,4 +1,4 @@
-"""Chains of stateless DSL nodes run fused (TaskEngine.fused_entry): same records, same order,
+"""Chains of stateless DSL nodes run fused (streams/engine/fusion.py): same records, same order,
 same error attribution as record-at-a-time forwarding through each node."""
 
 import pytest

@@ -77,7 +77,7 @@ def test_messages_give_exactly_what_rows_give(dispatch):
     with _driver(_none_safe_topology()) as by_messages, _driver(_none_safe_topology()) as by_rows:
         engine_m = by_messages._engine_for_topic["lines"]
         engine_r = by_rows._engine_for_topic["lines"]
-        assert engine_m.fused_entry(engine_m.sources_by_topic["lines"].children[0]) is not None, \
+        assert engine_m.chains.entry(engine_m.sources_by_topic["lines"].children[0]) is not None, \
             "the chain must fuse, or this test tests nothing"
         per_record = []
         loop = engine_m.process_rows
