@@ -300,10 +300,13 @@ class TopologyTestDriver:
         return read_only_view(store, name, timestamped=True)
 
     def get_window_store(self, name: str) -> Any:
-        return self._typed_store(name, "window", ("fetch", "put", "fetch_all"))
+        """The window store `name` as a read-only view (state/readonly.py): plain values, also of
+        a DSL aggregation's timestamped window store."""
+        return read_only_view(self._typed_store(name, "window", ("fetch", "put", "fetch_all")), name)
 
     def get_session_store(self, name: str) -> Any:
-        return self._typed_store(name, "session", ("find_sessions", "put", "remove"))
+        """The session store `name` as a read-only view (state/readonly.py)."""
+        return read_only_view(self._typed_store(name, "session", ("find_sessions", "put", "remove")), name)
 
     # ---- lifecycle ------------------------------------------------------------------------
 
