@@ -107,7 +107,7 @@ class KTable:
     def suppress(self, suppressed: Suppressed) -> "KTable":
         """Hold updates back (Kafka's KTable.suppress): until_window_closes emits one final result
         per window; until_time_limit a key's latest value once the limit passed. The buffer is a
-        changelogged store named `<node>-store`."""
+        changelogged store (`<name>-store` when named)."""
         from state.suppress_buffer import SuppressionBufferBuilder
 
         if not isinstance(suppressed, Suppressed):
@@ -120,7 +120,9 @@ class KTable:
             grace = self._windows.grace_ms
         graph = self._builder._graph
         name = suppressed.name or graph.new_name(N.TABLE_SUPPRESS)
-        name_of_store = suppressed.store_name(name)
+        # Kafka: a named suppression's buffer is `<name>-store`, else a generated store name
+        name_of_store = (suppressed.store_name(name) if suppressed.name
+                         else graph.new_name(N.TABLE_SUPPRESS + N.STATE_STORE))
         config = suppressed.buffer_config
         buffer_builder = SuppressionBufferBuilder(name_of_store)
         buffer_builder = (buffer_builder.with_logging_enabled(config.log_config) if config.logging_enabled
