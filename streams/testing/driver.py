@@ -28,6 +28,7 @@ from state.directory import StateDirectory
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
 from state.readonly import read_only_view
+from state.timestamped import TimestampedKeyValueStore
 from streams.metrics import MetricsRegistry
 from streams.errors import ConfigError, EmptyTopicError, StoreAccessError, ProcessingError, UnknownTopicError
 from streams.engine import TaskEngine
@@ -291,8 +292,12 @@ class TopologyTestDriver:
         return store
 
     def get_key_value_store(self, name: str) -> Any:
-        """The typed key-value store `name` (keys and values through the store's serdes)."""
-        return self._typed_store(name, "key_value", ("get", "put", "range", "all", "delete"))
+        """The typed key-value store `name` (keys and values through the store's serdes); a
+        timestamped store (a DSL table's) shows plain values, read-only (Kafka's facade)."""
+        store = self._typed_store(name, "key_value", ("get", "put", "range", "all", "delete"))
+        if isinstance(store, TimestampedKeyValueStore):
+            return read_only_view(store, name)
+        return store
 
     def get_timestamped_key_value_store(self, name: str) -> Any:
         """The key-value store `name` as a read-only view whose `get(key)` is a ValueAndTimestamp."""

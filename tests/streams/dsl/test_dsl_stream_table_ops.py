@@ -92,9 +92,10 @@ def test_materialized_filter_is_queryable_and_caching_gives_the_same_final_value
             inp.pipe_input("b", "drop", timestamp=2)
             inp.pipe_input("a", "drop", timestamp=3)
             inp.pipe_input("c", "keep", timestamp=4)
-            store = d.get_key_value_store("f")
+            store = d.get_timestamped_key_value_store("f")
             assert store.get("a") is None and store.get("b") is None
             assert store.get("c") == ValueAndTimestamp("keep", 4)
+            assert d.get_key_value_store("f").get("c") == "keep"
             final = d.create_output_topic("out", S, S).read_key_values_to_map()
             # the same final values; with caching a tombstone of a key that never existed is not
             # forwarded at all (Kafka's caching store skips it)
