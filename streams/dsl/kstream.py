@@ -179,9 +179,11 @@ class KStream:
 
     def to(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
            partitioner: Optional[Callable[[str, Any, Any, int], Optional[int]]] = None) -> None:
-        """Terminal: write to `topic` (serdes default to the stream's, then to the config's)."""
-        if not isinstance(topic, str) or not topic:
-            raise TopologyError(f"to() needs a topic name, got {topic!r}")
+        """Terminal: write to `topic`, or to the topic `topic(key, value, record_context)` names
+        for each record (Kafka's TopicNameExtractor); serdes default to the stream's, then to the
+        config's."""
+        if not callable(topic) and (not isinstance(topic, str) or not topic):
+            raise TopologyError(f"to() needs a topic name or a topic name extractor, got {topic!r}")
         ks = _serdes.resolve_serde(key_serde, f"to({topic!r}) key_serde") or self.key_serde
         vs = _serdes.resolve_serde(value_serde, f"to({topic!r}) value_serde") or self.value_serde
         graph = self._builder._graph

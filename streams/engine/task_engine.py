@@ -131,10 +131,11 @@ class TaskEngine:
                     self.sources_by_topic[t] = node
             elif isinstance(spec, SinkSpec):
                 node = SinkNode(
-                    name, topo.decorate_topic(spec.topic, app),
+                    name, topo.decorate_topic(spec.topic, app) if isinstance(spec.topic, str) else spec.topic,
                     _serde_or_default(spec.key_serde, cfg, _serdes.DEFAULT_KEY_SERDE_CONFIG, f"sink {name!r}"),
                     _serde_or_default(spec.value_serde, cfg, _serdes.DEFAULT_VALUE_SERDE_CONFIG, f"sink {name!r}"),
                     spec.partitioner, self.collector)
+                node.record_context = self.context.record_metadata
                 self.sinks.append(node)
             else:
                 assert isinstance(spec, ProcessorSpec)

@@ -207,3 +207,30 @@ def test_bad_inputs_are_typed_errors():
     split.default_branch()
     with pytest.raises(TopologyError, match="already ended"):
         split.branch(lambda k, v: True)
+
+
+def route(key, value, record_context):
+    return f"{record_context.topic}-{value[0]}"
+
+
+def test_to_with_a_topic_name_extractor():
+    b = StreamsBuilder()
+    b.stream("in", key_serde=S, value_serde=S).to(route)
+    topology = b.build()
+    assert "Sink: KSTREAM-SINK-0000000001 (extractor class: " in str(topology.describe())
+    assert "route" in str(topology.describe())
+    with TopologyTestDriver(topology, CONFIG) as d:
+        inp = d.create_input_topic("in", S, S)
+        inp.pipe_input("k1", "apple", timestamp=1)
+        inp.pipe_input("k2", "berry", timestamp=2)
+        inp.pipe_input("k3", "avocado", timestamp=3)
+        assert d.create_output_topic("in-a", S, S).read_key_values_to_list() == [("k1", "apple"), ("k3", "avocado")]
+        assert d.create_output_topic("in-b", S, S).read_key_values_to_list() == [("k2", "berry")]
+
+
+def test_a_topic_name_extractor_returning_no_name_fails_clearly():
+    b = StreamsBuilder()
+    b.stream("in", key_serde=S, value_serde=S).to(lambda k, v, ctx: None)
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        with pytest.raises(Exception, match="topic name extractor returned None"):
+            d.create_input_topic("in", S, S).pipe_input("k", "v", timestamp=1)
