@@ -51,8 +51,8 @@ def _check_change(value: Any, op: str) -> Change:
 
 class TableSourceProcessor(StageOperator):
     """builder.table / KStream.to_table (Kafka's KTableSource): puts each record into the
-    timestamped store and forwards Change(new, old); a None key is dropped (Kafka counts and
-    skips it), a None value deletes the key."""
+    timestamped store and forwards Change(new, old); a None key is dropped, counted in
+    dropped-records and logged (Kafka), a None value deletes the key."""
 
     def __init__(self, store_name: str, caching: bool) -> None:
         self.store_name = store_name
@@ -62,13 +62,17 @@ class TableSourceProcessor(StageOperator):
         super().init(context)
         self.store = context.get_state_store(self.store_name)
         self.forward_on_update = attach_tuple_forwarder(self, self.store, self.caching)
+        self.dropped = getattr(context, "dropped_records_sensor", None)
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
         store, name, forward_on_update = self.store, self.store_name, self.forward_on_update
+        dropped = self.dropped
 
         def table_source(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if key is None:
                 log.warning("table source %s: skipping a record with a None key", name)
+                if dropped is not None:
+                    dropped.count += 1
                 return
             try:
                 old = store.get(key)

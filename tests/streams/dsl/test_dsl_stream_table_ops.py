@@ -73,6 +73,8 @@ def test_table_source_filter_map_values_to_stream():
         assert store.get("k2") == ValueAndTimestamp("bob", 2)
         inp.pipe_input("k1", None, timestamp=4)
         assert store.get("k1") is None
+        inp.pipe_input(None, "ant", timestamp=5)  # no key: dropped and counted (Kafka's KTableSource)
+        assert sum(m.value for m in d.metrics() if m.name == "dropped-records-total") == 1
         # no old values requested: a filtered-out value is a tombstone downstream (Kafka's KTableFilter)
         assert records(d.create_output_topic("out", S, S)) == [
             ("k1", "APPLE", 1), ("k2", None, 2), ("k1", "AVOCADO", 3), ("k1", None, 4)]

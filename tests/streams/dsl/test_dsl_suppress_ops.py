@@ -82,3 +82,17 @@ def test_until_window_closes_needs_a_windowed_table():
         table.suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
     with pytest.raises(TopologyError, match="needs a Suppressed"):
         table.suppress("final")
+
+
+def test_every_commit_writes_the_buffer_changelog():
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S).group_by_key()
+        .windowed_by(TimeWindows.of_size_and_grace(10, 5))
+        .count(store=Materialized.as_("counts").with_caching_disabled())
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()).with_name("final"))
+        .to_stream().map(flat).to("out", key_serde=S, value_serde=I64))
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        d.create_input_topic("in", S, S).pipe_input("k", "v", timestamp=1)  # the driver commits after it
+        changelog = d.producer_history(d.changelog_topic("final-store"))
+        assert [r.key for r in changelog] == [serdes.time_windowed(S, 10).serialize(Windowed("k", Window(0, 10)))]
+        assert changelog[0].value is not None
