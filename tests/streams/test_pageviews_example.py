@@ -1,6 +1,8 @@
 """examples/pageviews.py on the embedded cluster: the final window counts (one per window, after
-suppress), the dropped late records (app.metrics()) and the region counts (app.store) match the
-example's plain-Python reference of Kafka's rules."""
+suppress, across a restart half-way with the local state wiped, so the window store, the
+suppression buffer and the tables restore from their changelogs), the dropped late records
+(app.metrics()) and the region counts (app.store) match the example's plain-Python reference of
+Kafka's rules."""
 
 from examples import pageviews
 
@@ -9,6 +11,7 @@ def test_pageviews_example_matches_its_reference(tmp_path, capsys):
     assert pageviews.main(["--data-dir", str(tmp_path / "pv"), "--views", "600", "--users", "8",
                            "--moves", "20"]) == 0
     out = capsys.readouterr().out
+    assert "closed the app and wiped its state" in out
     assert "final window counts match the reference: yes; one result per window: yes; dropped records match: yes" in out
 
 
