@@ -139,3 +139,19 @@ def test_windowed_bad_inputs():
     with pytest.raises(TopologyError, match="retention period"):
         grouped.windowed_by(TimeWindows.of_size_and_grace(10, 5)).count(
             store=Materialized.as_("x").with_retention(12))
+
+
+def test_session_windows_emit_on_window_close():
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S).group_by_key()
+        .windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(5))
+        .emit_strategy(EmitStrategy.on_window_close())
+        .reduce(lambda a, v: a + v)
+        .to_stream().map(flat).to("out", key_serde=S, value_serde=S))
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        inp = d.create_input_topic("in", S, S)
+        inp.pipe_input("k", "a", timestamp=0)
+        inp.pipe_input("k", "b", timestamp=3)   # merges into [0,3]; nothing emitted yet
+        assert out_records(d, S) == []
+        inp.pipe_input("k", "c", timestamp=20)  # stream time 20 > 3: [0,3] closed, emitted once
+        assert out_records(d, S) == [("k@0/3", "ab", 3)]
