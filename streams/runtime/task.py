@@ -65,7 +65,11 @@ class StreamTask:
     def __init__(self, task_id: TaskId, subtopology: Subtopology, topology: Topology, *,
                  input_partitions: list[tuple[str, int]], application_id: str, config: dict,
                  collector: Any, state_directory: Any, thread_cache: Any, eos_enabled: bool,
-                 clock_ms: Callable[[], int], state_manager: Optional[ProcessorStateManager] = None) -> None:
+                 clock_ms: Callable[[], int], state_manager: Optional[ProcessorStateManager] = None,
+                 max_task_idle_ms: int = -1,
+                 fetched_lag: Optional[Callable[[tuple[str, int]], Optional[int]]] = None) -> None:
+        """`max_task_idle_ms` and `fetched_lag` (the main consumer's lag of a partition, None
+        when unknown): see PartitionGroup.ready_to_process; -1 never waits."""
         self.id = task_id
         self.subtopology = subtopology
         self.topology = topology
@@ -79,6 +83,8 @@ class StreamTask:
         self.clock_ms = clock_ms
         self.state = TaskState.CREATED
         self.partition_group = PartitionGroup(self.input_partitions)
+        self.max_task_idle_ms = max_task_idle_ms if fetched_lag is not None else -1
+        self.fetched_lag = fetched_lag
         self.consumed: dict[tuple[str, int], int] = {}       # last processed offset per partition
         self.committed: dict[tuple[str, int], int] = {}      # last committed next-offset
         self.commit_needed = False
@@ -219,8 +225,9 @@ class StreamTask:
 
     # ---- processing -------------------------------------------------------------------------
 
-    def add_records(self, tp: tuple[str, int], messages: list) -> None:
-        self.partition_group.add(tp, messages)
+    def add_records(self, tp: tuple[str, int], messages: list) -> int:
+        """Buffer `messages` of `tp`; returns how many records `tp` now has buffered."""
+        return self.partition_group.add(tp, messages)
 
     @property
     def buffered(self) -> int:
@@ -228,12 +235,16 @@ class StreamTask:
 
     def process(self, max_records: int) -> int:
         """Process up to `max_records` buffered records in timestamp order; returns the count."""
-        if self.state is not TaskState.RUNNING or not self.partition_group.buffered:
+        group = self.partition_group
+        if self.state is not TaskState.RUNNING or not group.buffered:
             return 0
+        if (self.max_task_idle_ms >= 0 and not group.all_buffered()
+                and not group.ready_to_process(self.clock_ms(), self.max_task_idle_ms, self.fetched_lag)):
+            return 0  # max.task.idle.ms: an empty partition may still bring earlier records
         process_messages = self.engine.process_messages
         consumed = self.consumed
         n = 0
-        for tp, run in self.partition_group.runs(max_records):
+        for tp, run in group.runs(max_records, self.max_task_idle_ms >= 0):
             process_messages(tp[0], tp[1], run)
             consumed[tp] = _OFFSET(run[-1])
             n += len(run)

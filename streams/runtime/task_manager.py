@@ -14,6 +14,7 @@ group generation: every active task is closed dirty and revived).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import operator
@@ -42,6 +43,23 @@ _FIRST = operator.itemgetter(0)
 _SECOND = operator.itemgetter(1)
 # Consumed messages cut into runs of one partition in one C pass (None: groupby over the methods).
 _partition_runs = message_function("partition_runs")
+
+
+def fetched_lag(consumer: Any, tp: tuple[str, int]) -> Optional[int]:
+    """Records of `tp` on the broker past `consumer`'s position, from what its fetches saw (no
+    request; max.task.idle.ms reads it): None while the high watermark is not known yet. A
+    position not known yet (nothing consumed from `tp` yet: confluent-kafka reports none, nor
+    does the embedded consumer) counts as no lag, so a partition holding nothing deliverable
+    (never written, purged, only a transaction marker left) cannot hold its task back forever;
+    after the first record Kafka's rule applies exactly."""
+    partition = TopicPartition(tp[0], tp[1])
+    _low, high = consumer.get_watermark_offsets(partition, cached=True)
+    if high is None or high < 0:
+        return None
+    position = consumer.position([partition])[0].offset
+    if position < 0:
+        return 0
+    return max(0, high - position)
 
 
 class TaskManager:
@@ -74,6 +92,10 @@ class TaskManager:
         self.desired_standbys: set[TaskId] = set()
         self._task_of_tp: dict[tuple[str, int], StreamTask] = {}
         self._to_pause: set[tuple[str, int]] = set()
+        # buffered.records.per.partition: partitions paused because their buffer exceeds it,
+        # resumed once processing brings the buffer down to it (Kafka's StreamTask.addRecords)
+        self._max_buffered = config.buffered_records_per_partition
+        self._buffer_paused: set[tuple[str, int]] = set()
         self._running: list[StreamTask] = []
         self.on_tasks_changed: Callable[[], None] = lambda: None
 
@@ -111,7 +133,9 @@ class TaskManager:
                               application_id=self.config.application_id, config=self.task_config,
                               collector=self.collector, state_directory=self.state_directory,
                               thread_cache=self.thread_cache, eos_enabled=self.eos,
-                              clock_ms=self.clock_ms, state_manager=manager)
+                              clock_ms=self.clock_ms, state_manager=manager,
+                              max_task_idle_ms=self.config.max_task_idle_ms,
+                              fetched_lag=functools.partial(fetched_lag, self.consumer))
             self.tasks[task_id] = task
             for key in inputs:
                 self._task_of_tp[key] = task
@@ -171,6 +195,7 @@ class TaskManager:
             if self._task_of_tp.get(key) is task:
                 del self._task_of_tp[key]
             self._to_pause.discard(key)
+            self._buffer_paused.discard(key)
         self._refresh_running()
         self.on_tasks_changed()
 
@@ -266,7 +291,7 @@ class TaskManager:
             if newly_running:
                 self._refresh_running()
                 resume = [TopicPartition(t, p) for task in newly_running for (t, p) in task.input_partitions
-                          if (t, p) not in self._to_pause]
+                          if (t, p) not in self._to_pause and (t, p) not in self._buffer_paused]
                 if resume:
                     self.consumer.resume(resume)
         elif self.standbys:
@@ -301,25 +326,50 @@ class TaskManager:
                     log.warning("consumer error: %s", err)
             msgs = [m for m in msgs if m.error() is None]
         task_of = self._task_of_tp
+        limit = self._max_buffered
+        full = []
         runs = _partition_runs(msgs) if _partition_runs is not None else None
-        if runs is not None:  # one C pass over the messages' fields
-            for tp, run in runs:
-                task = task_of.get(tp)
-                if task is not None:
-                    task.add_records(tp, run)
-            return
-        # grouped by partition at C speed: ((topic, partition), message) pairs
-        keyed = zip(zip(map(_TOPIC, msgs), map(_PARTITION, msgs)), msgs)
-        for key, group in itertools.groupby(keyed, _FIRST):
-            task = task_of.get(key)
-            if task is not None:
-                task.add_records(key, list(map(_SECOND, group)))
+        if runs is None:  # grouped by partition at C speed: ((topic, partition), message) pairs
+            keyed = zip(zip(map(_TOPIC, msgs), map(_PARTITION, msgs)), msgs)
+            runs = ((key, list(map(_SECOND, group))) for key, group in itertools.groupby(keyed, _FIRST))
+        for tp, run in runs:  # (else one C pass over the messages' fields)
+            task = task_of.get(tp)
+            if task is not None and task.add_records(tp, run) > limit:
+                full.append(tp)
+        if full:
+            self._pause_full(full)
+
+    def _pause_full(self, tps: list[tuple[str, int]]) -> None:
+        """Pause partitions whose buffer exceeds buffered.records.per.partition."""
+        new = [tp for tp in tps if tp not in self._buffer_paused]
+        if new:
+            self._buffer_paused.update(new)
+            self.consumer.pause([TopicPartition(t, p) for t, p in new])
+
+    def _resume_drained(self) -> None:
+        """Resume the partitions paused by `_pause_full` whose buffer is down to the limit. A
+        partition whose task is no longer running is let go without resuming: its task's
+        restoration pauses and resumes it."""
+        limit = self._max_buffered
+        task_of = self._task_of_tp
+        resume = []
+        for tp in list(self._buffer_paused):
+            task = task_of.get(tp)
+            if task is None or task.state is not TaskState.RUNNING:
+                self._buffer_paused.discard(tp)
+            elif task.partition_group.buffered_in(tp) <= limit:
+                self._buffer_paused.discard(tp)
+                resume.append(TopicPartition(*tp))
+        if resume:
+            self.consumer.resume(resume)
 
     def process(self, max_per_task: int) -> int:
         total = 0
         for task in self._running:
             if task.partition_group.buffered:
                 total += task.process(max_per_task)
+        if self._buffer_paused:
+            self._resume_drained()
         return total
 
     def punctuate(self) -> int:
