@@ -8,9 +8,6 @@ from state.cache.thread_cache import CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_B
 from state.errors import StateError, StoreClosedError
 from state.store import StoreContext, WrappedStateStore, open_probe
 
-FlushListener = Callable[[bytes, Optional[bytes], Optional[bytes], int], None]
-
-
 class CachingStore(WrappedStateStore):
     """Binds a wrapper to its named cache in a `ThreadCache`.
 

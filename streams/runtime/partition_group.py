@@ -86,12 +86,6 @@ class PartitionGroup:
         self._heads.clear()
         self._idle_deadlines.clear()
 
-    def clear_partition(self, tp: tuple[str, int]) -> None:
-        q = self.queues.get(tp)
-        if q:
-            self.buffered -= len(q)
-            q.clear()
-
     def buffered_in(self, tp: tuple[str, int]) -> int:
         return len(self.queues[tp])
 

@@ -89,7 +89,6 @@ class StreamTask:
         self.committed: dict[tuple[str, int], int] = {}      # last committed next-offset
         self.commit_needed = False
         self.position_check = False  # commit again if the consumer position moves (see committable_offsets)
-        self.processed_since_commit = 0
         self.manager: Optional[ProcessorStateManager] = state_manager  # a promoted standby's
         self.engine: Optional[TaskEngine] = None
         self._processors_initialized = False
@@ -102,10 +101,6 @@ class StreamTask:
         check_transition(f"task {self.id}", self.state, new, _ALLOWED)
         log.debug("task %s: %s -> %s", self.id, self.state.value, new.value)
         self.state = new
-
-    @property
-    def is_running(self) -> bool:
-        return self.state is TaskState.RUNNING
 
     def changelog_partitions(self) -> list[TopicPartition]:
         return self.manager.changelog_partitions() if self.manager is not None else []
@@ -216,7 +211,6 @@ class StreamTask:
         self.committed.clear()
         self.commit_needed = False
         self.position_check = False
-        self.processed_since_commit = 0
 
     def mark_changelogs_corrupted(self, tps: list[TopicPartition]) -> None:
         if self.manager is not None:
@@ -250,7 +244,6 @@ class StreamTask:
             n += len(run)
         if n:
             self.commit_needed = True
-            self.processed_since_commit += n
         return n
 
     def maybe_punctuate(self) -> bool:
@@ -318,7 +311,6 @@ class StreamTask:
             if tp in self.partition_group.queues:
                 self.committed[tp] = off
         self.commit_needed = False
-        self.processed_since_commit = 0
         if self.manager is None or self.state is TaskState.CREATED:
             return
         if force_checkpoint:

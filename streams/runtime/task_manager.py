@@ -18,7 +18,6 @@ import functools
 import itertools
 import logging
 import operator
-import time
 from typing import Any, Callable, Iterable, Optional
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
@@ -27,7 +26,7 @@ from eddy.messages import message_function
 from state.errors import LockError, TaskCorruptedError
 from state.listener import SuspendReason
 from state.task_id import TaskId
-from streams.runtime.collector import RecordCollector, breaks_transactional_producer, is_fenced
+from streams.runtime.collector import RecordCollector, breaks_transactional_producer
 from streams.runtime.config import StreamsConfig
 from streams.runtime.errors import TaskMigratedError
 from streams.runtime.standby import StandbyState, StandbyTask
@@ -100,9 +99,6 @@ class TaskManager:
         self.on_tasks_changed: Callable[[], None] = lambda: None
 
     # ---- assignment -------------------------------------------------------------------------
-
-    def task_id_for(self, topic: str, partition: int) -> TaskId:
-        return TaskId(self.sub_of_topic[topic].id, partition)
 
     def active_task_ids(self) -> set[TaskId]:
         return set(self.tasks)
