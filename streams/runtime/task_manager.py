@@ -92,8 +92,14 @@ class TaskManager:
         self._task_of_tp: dict[tuple[str, int], StreamTask] = {}
         self._to_pause: set[tuple[str, int]] = set()
         # buffered.records.per.partition: partitions paused because their buffer exceeds it,
-        # resumed once processing brings the buffer down to it (Kafka's StreamTask.addRecords)
+        # resumed once processing brings the buffer down to it (Kafka's StreamTask.addRecords).
+        # Checked after processing, before the next poll: a running task drains what one poll
+        # brings (MAX_PROCESS_PER_TASK > MAX_POLL_RECORDS), so only a task that cannot process
+        # (idling for max.task.idle.ms, not running yet) is paused; pausing right after the add
+        # would pause and resume every busy partition each loop, and the consumer drops and
+        # fetches again what it prefetched for a paused partition (word count fell to 1/5).
         self._max_buffered = config.buffered_records_per_partition
+        self._over_limit: list[tuple[str, int]] = []
         self._buffer_paused: set[tuple[str, int]] = set()
         self._running: list[StreamTask] = []
         self.on_tasks_changed: Callable[[], None] = lambda: None
@@ -323,7 +329,7 @@ class TaskManager:
             msgs = [m for m in msgs if m.error() is None]
         task_of = self._task_of_tp
         limit = self._max_buffered
-        full = []
+        over = self._over_limit
         runs = _partition_runs(msgs) if _partition_runs is not None else None
         if runs is None:  # grouped by partition at C speed: ((topic, partition), message) pairs
             keyed = zip(zip(map(_TOPIC, msgs), map(_PARTITION, msgs)), msgs)
@@ -331,16 +337,22 @@ class TaskManager:
         for tp, run in runs:  # (else one C pass over the messages' fields)
             task = task_of.get(tp)
             if task is not None and task.add_records(tp, run) > limit:
-                full.append(tp)
-        if full:
-            self._pause_full(full)
+                over.append(tp)
 
-    def _pause_full(self, tps: list[tuple[str, int]]) -> None:
-        """Pause partitions whose buffer exceeds buffered.records.per.partition."""
-        new = [tp for tp in tps if tp not in self._buffer_paused]
+    def _pause_full(self) -> None:
+        """Pause the partitions added over buffered.records.per.partition that still exceed it."""
+        limit = self._max_buffered
+        task_of = self._task_of_tp
+        new = []
+        for tp in self._over_limit:
+            task = task_of.get(tp)
+            if (tp not in self._buffer_paused and task is not None
+                    and task.partition_group.buffered_in(tp) > limit):
+                self._buffer_paused.add(tp)
+                new.append(TopicPartition(*tp))
+        self._over_limit.clear()
         if new:
-            self._buffer_paused.update(new)
-            self.consumer.pause([TopicPartition(t, p) for t, p in new])
+            self.consumer.pause(new)
 
     def _resume_drained(self) -> None:
         """Resume the partitions paused by `_pause_full` whose buffer is down to the limit. A
@@ -366,6 +378,8 @@ class TaskManager:
                 total += task.process(max_per_task)
         if self._buffer_paused:
             self._resume_drained()
+        if self._over_limit:
+            self._pause_full()
         return total
 
     def punctuate(self) -> int:
