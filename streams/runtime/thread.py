@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 
 from state.cache import ThreadCache
 from state.errors import TaskCorruptedError
@@ -327,7 +327,10 @@ class StreamThread(threading.Thread):
             self._applied_standby_version = self._standby_version
             tm.set_desired_standbys(set(self.desired_standbys))
         restoring = len(tm._running) != len(tm.tasks)
-        timeout = 0.0 if (restoring or tm.buffered()) else self.config.poll_ms / 1000.0
+        # records buffered: poll without blocking, unless their tasks idle for max.task.idle.ms
+        # (they wait for data: a blocking poll brings it without spinning)
+        busy = restoring or (tm.buffered() and not tm.only_idle_buffered)
+        timeout = 0.0 if busy else self.config.poll_ms / 1000.0
         msgs = self.consumer.consume(MAX_POLL_RECORDS, timeout)
         tm.apply_pauses()
         if msgs:
