@@ -105,6 +105,7 @@ class TaskManager:
         self._over_limit: list[tuple[str, int]] = []
         self._buffer_paused: set[tuple[str, int]] = set()
         self._running: list[StreamTask] = []
+        self.only_idle_buffered = False  # see process()
         self.on_tasks_changed: Callable[[], None] = lambda: None
 
     # ---- assignment -------------------------------------------------------------------------
@@ -376,9 +377,14 @@ class TaskManager:
 
     def process(self, max_per_task: int) -> int:
         total = 0
+        waiting = False
         for task in self._running:
             if task.partition_group.buffered:
-                total += task.process(max_per_task)
+                n = task.process(max_per_task)
+                total += n
+                waiting = waiting or not n  # buffered, yet idling (max.task.idle.ms)
+        # every buffered record belongs to an idling task: the thread may block in its next poll
+        self.only_idle_buffered = waiting and not total
         if self._buffer_paused:
             self._resume_drained()
         if self._over_limit:
