@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, runtime_checkable
 
 from replication.errors import (
     CorruptRecordError,
@@ -391,10 +391,10 @@ class LeaderEndPoint(abc.ABC):
     def fetch_latest_offset(self, tp: TopicPartition, current_leader_epoch: int) -> tuple[int, int]:
         """``(leader epoch, log end offset)`` of the leader; raises LeaderResponseError."""
 
-    def initiate_close(self) -> None:
+    def initiate_close(self) -> None:  # noqa: B027 - optional, most end points have nothing to unblock
         """Unblock requests in flight (they fail); called when the fetcher starts shutting down."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional, the default has nothing to release
         """Release resources; the default has none."""
 
 
@@ -1254,40 +1254,7 @@ class ReplicaFetcherThread(threading.Thread):
                         self._info("%s diverges from the leader: epoch %d ends at %d", tp, epoch, end_offset)
                         diverging[tp] = EpochEndOffset(Errors.NONE, epoch, end_offset)
                         continue
-                    try:
-                        info = self.replicas.process_partition_data(tp, st.fetch_offset, data)
-                    except (CorruptRecordError, InvalidRecordError) as e:
-                        # Keep what precedes the bad batch, note the error in the fetch state
-                        # and retry later (a torn read at the leader heals; a damaged file
-                        # does not, and then the state and the log say why the replica lags).
-                        self._on_corrupt_records(tp, st, data, e)
-                        with_error.add(tp)
-                        continue
-                    except KafkaStorageError:
-                        self._error("storage error on %s at offset %d", tp, st.fetch_offset, exc_info=True)
-                        self._mark_partition_failed(tp)
-                        continue
-                    except Exception:
-                        self._error("unexpected error processing %s at offset %d", tp, st.fetch_offset,
-                                    exc_info=True)
-                        self._mark_partition_failed(tp)
-                        continue
-                    if info is None:
-                        continue
-                    next_offset = info.last_offset + 1 if info.valid_bytes > 0 else st.fetch_offset
-                    last_epoch = info.last_leader_epoch if info.last_leader_epoch is not None \
-                        else st.last_fetched_epoch
-                    new = PartitionFetchState(
-                        fetch_offset=next_offset, lag=max(0, data.high_watermark - next_offset),
-                        current_leader_epoch=st.current_leader_epoch, delay=None,
-                        state=ReplicaState.FETCHING, last_fetched_epoch=last_epoch,
-                        push_session_id=st.push_session_id)
-                    if data.switch_to_push:
-                        new = new.updated(state=ReplicaState.PUSHING, push_session_id=data.push_session_id)
-                        switched.append((tp, data.push_session_id))
-                        self._info("%s switches to push at offset %d (session %d)",
-                                   tp, next_offset, data.push_session_id)
-                    self._put(tp, new)
+                    self._apply_partition_data(tp, st, data, with_error, switched)
                 elif err == Errors.OFFSET_OUT_OF_RANGE:
                     out_of_range.append((tp, st, req.current_leader_epoch))
                 elif err == Errors.FENCED_LEADER_EPOCH:
@@ -1314,6 +1281,44 @@ class ReplicaFetcherThread(threading.Thread):
                     self.on_switch_to_push(tp, session_id)
                 except Exception:
                     self._error("on_switch_to_push(%s, %d) failed", tp, session_id, exc_info=True)
+
+    def _apply_partition_data(self, tp: TopicPartition, st: PartitionFetchState, data: Any,
+                              with_error: set, switched: list) -> None:
+        """Append a fetched partition's records and move its fetch state on (under `_cond`)."""
+        try:
+            info = self.replicas.process_partition_data(tp, st.fetch_offset, data)
+        except (CorruptRecordError, InvalidRecordError) as e:
+            # Keep what precedes the bad batch, note the error in the fetch state
+            # and retry later (a torn read at the leader heals; a damaged file
+            # does not, and then the state and the log say why the replica lags).
+            self._on_corrupt_records(tp, st, data, e)
+            with_error.add(tp)
+            return
+        except KafkaStorageError:
+            self._error("storage error on %s at offset %d", tp, st.fetch_offset, exc_info=True)
+            self._mark_partition_failed(tp)
+            return
+        except Exception:
+            self._error("unexpected error processing %s at offset %d", tp, st.fetch_offset,
+                        exc_info=True)
+            self._mark_partition_failed(tp)
+            return
+        if info is None:
+            return
+        next_offset = info.last_offset + 1 if info.valid_bytes > 0 else st.fetch_offset
+        last_epoch = info.last_leader_epoch if info.last_leader_epoch is not None \
+            else st.last_fetched_epoch
+        new = PartitionFetchState(
+            fetch_offset=next_offset, lag=max(0, data.high_watermark - next_offset),
+            current_leader_epoch=st.current_leader_epoch, delay=None,
+            state=ReplicaState.FETCHING, last_fetched_epoch=last_epoch,
+            push_session_id=st.push_session_id)
+        if data.switch_to_push:
+            new = new.updated(state=ReplicaState.PUSHING, push_session_id=data.push_session_id)
+            switched.append((tp, data.push_session_id))
+            self._info("%s switches to push at offset %d (session %d)",
+                       tp, next_offset, data.push_session_id)
+        self._put(tp, new)
 
     def _handle_out_of_range(self, tp: TopicPartition, st: PartitionFetchState, request_epoch: int) -> bool:
         """Rule 29; True if the partition should be retried after the backoff."""

@@ -370,7 +370,7 @@ class StoreChangelogReader:
             self._raise_corrupted([c for c, _, _ in corrupted], detail)
 
         assignment = []
-        for c, end in ready:
+        for c, _end in ready:
             offset = c.state_manager.store_offset(c.tp)
             if offset is not None:
                 c.start_offset = offset + 1

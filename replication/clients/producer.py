@@ -434,7 +434,11 @@ class Producer:
             queues = self._grow_topic(topic, self._metadata.partition_count(topic) or len(queues))
             if partition < 0 or partition >= len(queues):
                 raise kafka_exception(KafkaError._UNKNOWN_PARTITION, "Local: Unknown partition")
-        queue = queues[partition]
+        self._enqueue(queues[partition], key, value, timestamp, hdrs, cb)
+
+    def _enqueue(self, queue: "_Queue", key: bytes | None, value: bytes | None, timestamp: int, hdrs: Any,
+                 cb: Any) -> None:
+        """Append one record to its partition's queue, minding queue.buffering.max.messages."""
         with self._lock:
             if self._max_messages > 0 and self._outstanding_locked(exact=True) >= self._max_messages:
                 if not self._full:
@@ -731,7 +735,7 @@ class Producer:
         if self._max_messages > 0 and not self._full and self._outstanding_locked() >= self._max_messages:
             self._full = True
             self._refresh_gate_locked()
-        for tp, batch in list(self._in_flight.items()):
+        for batch in list(self._in_flight.values()):
             if batch.sent_at and batch not in sendable:
                 w = batch.sent_at + self._request_timeout_s - now
                 if w <= 0:
@@ -809,7 +813,7 @@ class Producer:
         size = _entries_size(batch_entries)
         if size > self._batch_size and take > 1 and limit == self._batch_num:
             total = 0
-            for i, entry in enumerate(batch_entries):
+            for i, entry in enumerate(batch_entries):  # noqa: B007 - i is read after the loop
                 total += _entry_size(entry)
                 if total >= self._batch_size:
                     break

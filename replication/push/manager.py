@@ -214,7 +214,7 @@ class PushManager:
             self.bytes_used = 0
             self.stopping = 0
             self.deferred_failures.clear()
-            for buf in buffers:
+            for _ in buffers:
                 self.metrics.session_end_count[PushSessionEndReason.SHUTDOWN.label] += 1
             for p in self.pushers:
                 p.running = False

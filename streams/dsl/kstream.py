@@ -3,7 +3,7 @@ a typed graph node (streams/dsl/graph.py) whose operator lives in streams/dsl/op
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
@@ -19,6 +19,10 @@ from streams.dsl.ops.table import TableSourceProcessor
 from streams.errors import TopologyError
 from streams.processor import TimestampExtractor
 from streams.topology import Topology
+
+if TYPE_CHECKING:  # imported lazily at run time: ktable and grouped import this module
+    from streams.dsl.grouped import KGroupedStream
+    from streams.dsl.ktable import KTable
 
 __all__ = ["StreamsBuilder", "KStream"]
 

@@ -385,7 +385,7 @@ def stop_instance(process: subprocess.Popen, sig: int = signal.SIGTERM) -> int:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-        raise AssertionError(f"instance {process.pid} did not stop within {WAIT_S:.0f}s")
+        raise AssertionError(f"instance {process.pid} did not stop within {WAIT_S:.0f}s") from None
 
 
 def test_restart_with_state_dir_kept_restores_only_the_tail(cluster: Cluster, tmp_path: Path) -> None:

@@ -58,6 +58,65 @@ def read_log(cluster: LocalCluster, broker: int, partition: int, upto: int) -> l
     return out
 
 
+def _consume_all(cluster: LocalCluster, partitions: int, stop: threading.Event, out: FaultOutcome) -> None:
+    """Read every partition from its leader until `stop`, noting reads past the high watermark."""
+    positions = dict.fromkeys(range(partitions), 0)
+    while not stop.is_set():
+        for p in range(partitions):
+            try:
+                leader = cluster.leader(TOPIC, p)
+                if leader < 0:
+                    continue
+                resp = cluster.fetch(TOPIC, p, positions[p], max_wait_ms=20)
+            except (TransportError, ClusterError):
+                continue
+            if resp.error is not Errors.NONE:
+                continue
+            for r in resp.records.records():
+                if r.offset < positions[p]:
+                    continue
+                if r.offset >= resp.high_watermark:
+                    out.consumer_past_hw.append(f"p{p} offset {r.offset} >= HW {resp.high_watermark}")
+                out.consumed[p][r.offset] = r.value
+                positions[p] = r.offset + 1
+
+
+def _watch_high_watermarks(cluster: LocalCluster, partitions: int, stop: threading.Event,
+                           out: FaultOutcome) -> None:
+    """Note any leader whose high watermark goes down within one leader epoch."""
+    hw_seen: dict[tuple[int, int], int] = {}
+    while not stop.is_set():
+        for p in range(partitions):
+            try:
+                leader = cluster.leader(TOPIC, p)
+                epoch = cluster.leader_epoch(TOPIC, p)
+                if leader < 0:
+                    continue
+                part = cluster.partition_on(leader, TOPIC, p)
+            except ClusterError:
+                continue
+            if part.leader_epoch != epoch or not part.is_leader:
+                continue
+            hw = part.log.high_watermark
+            key = (p, epoch)
+            if hw < hw_seen.get(key, -1):
+                out.hw_regressions.append(f"p{p} epoch {epoch}: HW {hw_seen[key]} -> {hw}")
+            hw_seen[key] = max(hw, hw_seen.get(key, -1))
+        stop.wait(0.005)
+
+
+def _apply_action(cluster: LocalCluster, action: str) -> None:
+    """Carry out a fault such as "crash:0", "stop:1+2" or "start:2"."""
+    kind, brokers = action.split(":")
+    for broker in map(int, brokers.split("+")):
+        if kind == "crash":
+            cluster.crash_broker(broker)
+        elif kind == "stop":
+            cluster.stop_broker(broker)
+        else:
+            cluster.start_broker(broker)
+
+
 def run_fault_workload(cluster: LocalCluster, seed: int, *, partitions: int = 3, steps: int = 12,
                        acks_per_step: int = 20, step_timeout_s: float = 10.0,
                        pick_action=None, heal_timeout_s: float | None = None,
@@ -83,7 +142,6 @@ def run_fault_workload(cluster: LocalCluster, seed: int, *, partitions: int = 3,
     stop = threading.Event()
     lock = threading.Lock()
     acked_count = [0]
-    hw_seen: dict[tuple[int, int], int] = {}
 
     def producer(p: int) -> None:
         attempt = 0
@@ -103,65 +161,18 @@ def run_fault_workload(cluster: LocalCluster, seed: int, *, partitions: int = 3,
                     if healed.is_set():
                         acked_after_heal.add(p)
 
-    def consumer() -> None:
-        positions = dict.fromkeys(range(partitions), 0)
-        while not stop.is_set():
-            for p in range(partitions):
-                try:
-                    leader = cluster.leader(TOPIC, p)
-                    if leader < 0:
-                        continue
-                    resp = cluster.fetch(TOPIC, p, positions[p], max_wait_ms=20)
-                except (TransportError, ClusterError):
-                    continue
-                if resp.error is not Errors.NONE:
-                    continue
-                for r in resp.records.records():
-                    if r.offset < positions[p]:
-                        continue
-                    if r.offset >= resp.high_watermark:
-                        out.consumer_past_hw.append(f"p{p} offset {r.offset} >= HW {resp.high_watermark}")
-                    out.consumed[p][r.offset] = r.value
-                    positions[p] = r.offset + 1
-
-    def hw_monitor() -> None:
-        while not stop.is_set():
-            for p in range(partitions):
-                try:
-                    leader = cluster.leader(TOPIC, p)
-                    epoch = cluster.leader_epoch(TOPIC, p)
-                    if leader < 0:
-                        continue
-                    part = cluster.partition_on(leader, TOPIC, p)
-                except ClusterError:
-                    continue
-                if part.leader_epoch != epoch or not part.is_leader:
-                    continue
-                hw = part.log.high_watermark
-                key = (p, epoch)
-                if hw < hw_seen.get(key, -1):
-                    out.hw_regressions.append(f"p{p} epoch {epoch}: HW {hw_seen[key]} -> {hw}")
-                hw_seen[key] = max(hw, hw_seen.get(key, -1))
-            stop.wait(0.005)
-
     threads = [threading.Thread(target=producer, args=(p,), daemon=True) for p in range(partitions)]
-    threads += [threading.Thread(target=consumer, daemon=True), threading.Thread(target=hw_monitor, daemon=True)]
+    threads += [threading.Thread(target=_consume_all, args=(cluster, partitions, stop, out), daemon=True),
+                threading.Thread(target=_watch_high_watermarks, args=(cluster, partitions, stop, out), daemon=True)]
     for t in threads:
         t.start()
     try:
-        for step in range(steps):
+        for _ in range(steps):
             target = acked_count[0] + acks_per_step
-            _wait(lambda: acked_count[0] >= target or _all_offline(cluster, partitions), step_timeout_s)
+            _wait(lambda target=target: acked_count[0] >= target or _all_offline(cluster, partitions), step_timeout_s)
             action = pick_action(cluster, rng, partitions)
             out.actions.append(action)
-            kind, brokers = action.split(":")
-            for broker in map(int, brokers.split("+")):
-                if kind == "crash":
-                    cluster.crash_broker(broker)
-                elif kind == "stop":
-                    cluster.stop_broker(broker)
-                else:
-                    cluster.start_broker(broker)
+            _apply_action(cluster, action)
         for b in range(cluster.num_brokers):
             if b not in cluster.live_brokers():
                 cluster.start_broker(b)
@@ -178,7 +189,7 @@ def run_fault_workload(cluster: LocalCluster, seed: int, *, partitions: int = 3,
         for t in threads:
             t.join(timeout=10)
     for p in range(partitions):
-        if not _wait(lambda: _fully_replicated(cluster, p), replicated_timeout_s):
+        if not _wait(lambda p=p: _fully_replicated(cluster, p), replicated_timeout_s):
             what = (f"p{p} did not fully replicate after the faults (seed {seed}, "
                     f"actions {out.actions}, ISR {cluster.isr(TOPIC, p)})")
             if raise_on_stuck:

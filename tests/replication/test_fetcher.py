@@ -1097,7 +1097,7 @@ def test_threaded_follower_catches_up_with_long_polling_leader(logs):
         for i in range(5):
             leader_double.append(TP, [f"m{i}-{j}" for j in range(10)])
             target = leader.log_end_offset
-            wait_until(lambda: follower.log_end_offset == target and follower.high_watermark == target,
+            wait_until(lambda target=target: follower.log_end_offset == target and follower.high_watermark == target,
                        what=f"follower to reach {target}")
         assert contents(follower) == contents(leader)
         # Parked fetches, not a spin: a handful of requests per append.

@@ -372,7 +372,7 @@ def run_keyed_workload(cluster, seed, *, partitions=2, records=120, fault_every=
     total = partitions * records
     while acked[0] < total - fault_every:
         target = acked[0] + fault_every
-        if not _wait(lambda: acked[0] >= target, 20):
+        if not _wait(lambda target=target: acked[0] >= target, 20):
             errors.append(f"stalled at {acked[0]} acks after {actions}")
             break
         action = _pick_action(cluster, rng, partitions)
@@ -387,7 +387,7 @@ def run_keyed_workload(cluster, seed, *, partitions=2, records=120, fault_every=
     assert not errors and not any(t.is_alive() for t in threads), (errors, actions)
     out = {}
     for p in range(partitions):
-        assert _wait(lambda: _fully_replicated(cluster, p), 30), f"p{p} not replicated after {actions}"
+        assert _wait(lambda p=p: _fully_replicated(cluster, p), 30), f"p{p} not replicated after {actions}"
         hw = cluster.high_watermark(TOPIC, p)
         logs = {b: read_log(cluster, b, p, hw) for b in cluster.isr(TOPIC, p)}
         first = next(iter(logs.values()))

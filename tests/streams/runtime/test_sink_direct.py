@@ -214,7 +214,7 @@ def test_a_flat_map_values_folded_into_the_direct_stage_keeps_order_and_names_th
     marks = []
 
     def words(line):
-        for i, word in enumerate(line.split()):
+        for word in line.split():
             if word == "BREAK":
                 raise ValueError("iterator failed")
             yield word
