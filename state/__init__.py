@@ -1,39 +1,72 @@
-"""Eddy's state layer: stores, change logging, caching, checkpoints and restore."""
+"""Eddy's state layer: stores, change logging, caching, checkpoints and restore.
 
-from state.cache import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
-from state.checkpoint import OffsetCheckpoint
-from state.directory import StateDirectory
-from state.errors import (
-    CheckpointError,
-    InvalidStateStoreError,
-    InvalidStoreArgumentError,
-    LockError,
-    StateError,
-    StoreClosedError,
-    StoreLayoutError,
-    TaskCorruptedError,
-)
-from state.listener import StandbyUpdateListener, StateRestoreListener
-from state.logging_store import ChangeLoggingKeyValueStore, ChangeLoggingSessionStore, ChangeLoggingWindowStore
-from state.manager import ProcessorStateManager, TaskType
-from state.memory_kv import InMemoryKeyValueStore
-from state.restore import StoreChangelogReader
-from state.rocksdb_kv import RocksDBKeyValueStore
-from state.session import InMemorySessionStore, RocksDBSessionStore, SessionStore
-from state.store import BatchRestoreCallback, KeyValueIterator, KeyValueStore, StateStore, StoreContext
-from state.stores import StoreBuilder, Stores
-from state.task_id import TaskId
-from state.typed import TypedKeyValueStore, TypedSessionStore, TypedWindowStore
-from state.window import InMemoryWindowStore, RocksDBWindowStore, Window, Windowed, WindowStore
+The names below are loaded on first use (PEP 562), so that importing one module of the package
+(a Spark worker importing `state.snapshot`, say) does not load RocksDB, the cache and the restore
+loop with it.
+"""
 
-__all__ = [
-    "BatchRestoreCallback", "CachingKeyValueStore", "CachingSessionStore", "CachingWindowStore", "ChangeLoggingKeyValueStore", "ChangeLoggingSessionStore",
-    "ChangeLoggingWindowStore", "CheckpointError", "InMemoryKeyValueStore", "InMemorySessionStore",
-    "InMemoryWindowStore", "InvalidStateStoreError", "InvalidStoreArgumentError", "KeyValueIterator",
-    "KeyValueStore", "LockError", "OffsetCheckpoint", "ProcessorStateManager", "RocksDBKeyValueStore",
-    "RocksDBSessionStore", "RocksDBWindowStore", "SessionStore", "StateDirectory", "StateError", "StateStore",
-    "StandbyUpdateListener", "StateRestoreListener", "StoreChangelogReader",
-    "StoreBuilder", "StoreClosedError", "StoreContext", "StoreLayoutError", "Stores", "TaskCorruptedError",
-    "TaskId", "TaskType", "ThreadCache", "TypedKeyValueStore", "TypedSessionStore", "TypedWindowStore",
-    "Window", "WindowStore", "Windowed",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "BatchRestoreCallback": "state.store",
+    "KeyValueIterator": "state.store",
+    "KeyValueStore": "state.store",
+    "StateStore": "state.store",
+    "StoreContext": "state.store",
+    "CachingKeyValueStore": "state.cache",
+    "CachingSessionStore": "state.cache",
+    "CachingWindowStore": "state.cache",
+    "ThreadCache": "state.cache",
+    "ChangeLoggingKeyValueStore": "state.logging_store",
+    "ChangeLoggingSessionStore": "state.logging_store",
+    "ChangeLoggingWindowStore": "state.logging_store",
+    "CheckpointError": "state.errors",
+    "InvalidStateStoreError": "state.errors",
+    "InvalidStoreArgumentError": "state.errors",
+    "LockError": "state.errors",
+    "StateError": "state.errors",
+    "StoreClosedError": "state.errors",
+    "StoreLayoutError": "state.errors",
+    "TaskCorruptedError": "state.errors",
+    "InMemoryKeyValueStore": "state.memory_kv",
+    "InMemorySessionStore": "state.session",
+    "RocksDBSessionStore": "state.session",
+    "SessionStore": "state.session",
+    "InMemoryWindowStore": "state.window",
+    "RocksDBWindowStore": "state.window",
+    "Window": "state.window",
+    "WindowStore": "state.window",
+    "Windowed": "state.window",
+    "OffsetCheckpoint": "state.checkpoint",
+    "ProcessorStateManager": "state.manager",
+    "TaskType": "state.manager",
+    "RocksDBKeyValueStore": "state.rocksdb_kv",
+    "StateDirectory": "state.directory",
+    "StandbyUpdateListener": "state.listener",
+    "StateRestoreListener": "state.listener",
+    "StoreChangelogReader": "state.restore",
+    "StoreBuilder": "state.stores",
+    "Stores": "state.stores",
+    "TaskId": "state.task_id",
+    "TypedKeyValueStore": "state.typed",
+    "TypedSessionStore": "state.typed",
+    "TypedWindowStore": "state.typed",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
