@@ -244,6 +244,12 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
                 log_change(self.name, key, encode_buffer_value(self._values[key], time), now, CHANGELOG_HEADERS)
         self._dirty.clear()
 
+    def flush_cache(self) -> None:
+        """Every commit writes the buffer's changelog, not only a checkpoint: Kafka's
+        ProcessorStateManager.flushCache() flushes a TimeOrderedKeyValueBuffer fully, so the
+        input offsets a commit covers never run ahead of the buffered results they produced."""
+        self.flush()
+
     def close(self, dirty: bool = False) -> None:
         self._open = False
         self._clear()

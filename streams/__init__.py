@@ -1,7 +1,8 @@
 """Eddy streams: topology, Processor API, DSL, the runtime (App) and the test driver."""
 
 from streams import serdes
-from streams.dsl import StreamsBuilder
+from streams.dsl import (KGroupedStream, KGroupedTable, KStream, KTable, SessionWindowedKStream, StreamsBuilder,
+                         TimeWindowedKStream)
 from streams.dsl import BufferConfig, Materialized, Suppressed
 from streams.dsl.branched import Branched
 from streams.dsl.windows import EmitStrategy, JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
@@ -12,4 +13,5 @@ from streams.topology import Topology
 __all__ = ["Topology", "StreamsBuilder", "serdes", "Record", "Processor", "ProcessorContext",
            "PunctuationType", "App", "AppState", "StreamThreadExceptionResponse",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
-           "Window", "Windowed", "Suppressed", "BufferConfig", "Materialized"]
+           "Window", "Windowed", "Suppressed", "BufferConfig", "Materialized", "KStream", "KTable",
+           "KGroupedStream", "KGroupedTable", "TimeWindowedKStream", "SessionWindowedKStream"]

@@ -147,10 +147,12 @@ class Topology:
     def add_sink(self, name: str, topic: str, *parent_names: str, key_serde: Any = None,
                  value_serde: Any = None,
                  partitioner: Optional[Callable[[str, Any, Any, int], Optional[int]]] = None) -> "Topology":
-        """A sink node writing to `topic`. `partitioner(topic, key, value, num_partitions)` may pick
-        the partition (None = the producer's default, key hash)."""
+        """A sink node writing to `topic`, or to the topic `topic(key, value, record_context)`
+        names per record (Kafka's TopicNameExtractor). `partitioner(topic, key, value,
+        num_partitions)` may pick the partition (None = the producer's default, key hash)."""
         _check_name("sink", name)
-        _check_name(f"topic of sink {name!r}", topic)
+        if not callable(topic):
+            _check_name(f"topic of sink {name!r}", topic)
         if partitioner is not None and not callable(partitioner):
             raise TopologyError(f"sink {name!r}: partitioner must be callable, got {partitioner!r}")
         parents = self._check_parents("sink", name, parent_names)
@@ -341,7 +343,8 @@ class Topology:
         for gid in range(len(group_ids)):
             names = members[gid]
             sources = [t for n in names if isinstance(self._nodes[n], SourceSpec) for t in self._nodes[n].topics]
-            sinks = list(dict.fromkeys(self._nodes[n].topic for n in names if isinstance(self._nodes[n], SinkSpec)))
+            sinks = list(dict.fromkeys(self._nodes[n].topic for n in names if isinstance(self._nodes[n], SinkSpec)
+                                       and isinstance(self._nodes[n].topic, str)))
             stores = list(dict.fromkeys(s for n in names if isinstance(self._nodes[n], ProcessorSpec)
                                         for s in self._nodes[n].stores))
             result.append(Subtopology(
@@ -376,15 +379,23 @@ class Topology:
                 nodes.append(NodeDescription(
                     name=n, kind=spec.kind,
                     topics=tuple(spec.topics) if isinstance(spec, SourceSpec) else (),
-                    topic=spec.topic if isinstance(spec, SinkSpec) else None,
+                    topic=spec.topic if isinstance(spec, SinkSpec) and isinstance(spec.topic, str) else None,
                     stores=tuple(sorted(spec.stores)) if isinstance(spec, ProcessorSpec) else (),
                     successors=tuple(sorted(children[n], key=key)),
-                    predecessors=tuple(sorted(spec.parents, key=key))))
+                    predecessors=tuple(sorted(spec.parents, key=key)),
+                    extractor=(_extractor_name(spec.topic) if isinstance(spec, SinkSpec)
+                               and not isinstance(spec.topic, str) else None)))
             subs.append(SubtopologyDescription(sub.id, tuple(nodes)))
         return TopologyDescription(tuple(subs))
 
     def __repr__(self) -> str:
         return f"Topology(nodes={list(self._nodes)}, stores={list(self._stores)})"
+
+
+def _extractor_name(extractor: Any) -> str:
+    kind = extractor if isinstance(extractor, type) else type(extractor)
+    name = getattr(extractor, "__qualname__", None) or kind.__qualname__
+    return f"{getattr(extractor, '__module__', kind.__module__)}.{name}"
 
 
 @dataclass(frozen=True)
@@ -396,12 +407,15 @@ class NodeDescription:
     stores: tuple[str, ...]
     successors: tuple[str, ...]
     predecessors: tuple[str, ...]
+    extractor: Optional[str] = None  # a sink's topic name extractor (Kafka: "extractor class")
 
     def __str__(self) -> str:
         def names(ns: tuple[str, ...]) -> str:
             return ", ".join(ns) if ns else "none"
         if self.kind == "source":
             return f"Source: {self.name} (topics: [{', '.join(self.topics)}])\n      --> {names(self.successors)}"
+        if self.kind == "sink" and self.extractor is not None:
+            return f"Sink: {self.name} (extractor class: {self.extractor})\n      <-- {names(self.predecessors)}"
         if self.kind == "sink":
             return f"Sink: {self.name} (topic: {self.topic})\n      <-- {names(self.predecessors)}"
         return (f"Processor: {self.name} (stores: [{', '.join(self.stores)}])\n"

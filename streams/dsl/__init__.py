@@ -1,7 +1,9 @@
 """The DSL: StreamsBuilder -> KStream -> KGroupedStream -> KTable, windows, suppress, Branched."""
 
 from streams.dsl.branched import Branched
-from streams.dsl.kstream import KGroupedStream, KStream, KTable, StreamsBuilder
+from streams.dsl.grouped import KGroupedStream, KGroupedTable, SessionWindowedKStream, TimeWindowedKStream
+from streams.dsl.kstream import BranchedKStream, KStream, StreamsBuilder
+from streams.dsl.ktable import KTable
 from streams.dsl.materialized import Materialized
 from streams.dsl.change import Change
 from streams.dsl.suppressed import BufferConfig, Suppressed
@@ -15,6 +17,7 @@ from streams.dsl.windows import (
     Windowed,
 )
 
-__all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "Materialized", "Change",
+__all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "KGroupedTable", "TimeWindowedKStream",
+           "SessionWindowedKStream", "BranchedKStream", "Materialized", "Change",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
            "Window", "Windowed", "Suppressed", "BufferConfig"]

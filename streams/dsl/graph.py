@@ -72,22 +72,98 @@ class StatefulProcessorNode(ProcessorGraphNode):
 
 @dataclass
 class RepartitionNode(GraphNode):
-    """Null-key filter -> sink to the internal `topic` | source reading it (the node's name)."""
+    """Null-key filter -> sink to the internal `topic` | source reading it (the node's name).
+    Without a filter (a grouped table's repartition: its select step already skips None keys)
+    the sink reads the parent directly."""
 
     topic: str = ""
     filter_name: str = ""
     sink_name: str = ""
-    filter_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    filter_supplier: Optional[Callable[[], Any]] = None
     key_serde: Any = None
     value_serde: Any = None
+    deferred_serdes: tuple = ()
 
     def write(self, topology: Topology) -> None:
         topology.add_internal_topic(self.topic)
-        _defer(topology, self.key_serde, self.value_serde)
-        topology.add_processor(self.filter_name, self.filter_supplier, *self.parents)
-        topology.add_sink(self.sink_name, self.topic, self.filter_name, key_serde=self.key_serde,
+        _defer(topology, self.key_serde, self.value_serde, *self.deferred_serdes)
+        parent = self.parents
+        if self.filter_supplier is not None:
+            topology.add_processor(self.filter_name, self.filter_supplier, *self.parents)
+            parent = (self.filter_name,)
+        topology.add_sink(self.sink_name, self.topic, *parent, key_serde=self.key_serde,
                           value_serde=self.value_serde)
         topology.add_source(self.name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde)
+
+
+@dataclass
+class TableSourceNode(GraphNode):
+    """builder.table: a source of the topic | the table source processor with its store (Kafka's
+    TableSourceNode: KSTREAM-SOURCE- then KTABLE-SOURCE-)."""
+
+    topic: str = ""
+    source_name: str = ""
+    key_serde: Any = None
+    value_serde: Any = None
+    supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    store_builder: Any = None
+    deferred_serdes: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        _defer(topology, *self.deferred_serdes)
+        topology.add_source(self.source_name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde)
+        topology.add_processor(self.name, self.supplier, self.source_name)
+        topology.add_state_store(self.store_builder, self.name)
+
+
+@dataclass
+class ProcessorWithStoresNode(ProcessorGraphNode):
+    """KStream.process(supplier, stores=[...]): a user processor connected to stores added with
+    builder.add_state_store."""
+
+    store_names: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        super().write(topology)
+        if self.store_names:
+            topology.connect_processor_and_state_stores(self.name, *self.store_names)
+
+
+@dataclass
+class StateStoreNode(GraphNode):
+    """builder.add_state_store(store_builder): a store with no processor yet."""
+
+    store_builder: Any = None
+
+    def write(self, topology: Topology) -> None:
+        topology.add_state_store(self.store_builder)
+
+
+class LazyStoreBuilder:
+    """A StoreBuilder for a DSL store made on first use (`make()` -> the real builder), so
+    describing or validating a DSL topology needs no store code."""
+
+    def __init__(self, name: str, kind: str, make: Callable[[], Any]) -> None:
+        self.name = name
+        self.kind = kind
+        self._make = make
+        self._builder: Any = None
+
+    def store_builder(self) -> Any:
+        if self._builder is None:
+            self._builder = self._make()
+        return self._builder
+
+    @property
+    def logging_enabled(self) -> bool:
+        return self.store_builder().logging_enabled
+
+    @property
+    def log_config(self) -> dict:
+        return self.store_builder().log_config
+
+    def build(self) -> Any:
+        return self.store_builder().build()
 
 
 @dataclass

@@ -1,40 +1,49 @@
-"""StreamsBuilder, KStream, KGroupedStream and KTable: the word-count subset of the DSL."""
+"""StreamsBuilder and KStream (Kafka's StreamsBuilder and KStreamImpl): every operation records
+a typed graph node (streams/dsl/graph.py) whose operator lives in streams/dsl/ops/."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Optional
 
 from streams import serdes as _serdes
-from streams.dsl.graph import (Graph, ProcessorGraphNode, RepartitionNode, StatefulProcessorNode, StreamSinkNode,
-                               StreamSourceNode)
-from streams.dsl.materialized import Materialized, as_materialized
-from streams.dsl.ops.aggregate import AggregateProcessor, count_adder, count_initializer
-from streams.dsl.ops.stateless import (FilterProcessor, FlatMapValuesProcessor, KeySelectProcessor,
-                                       MapValuesProcessor, NullKeyFilterProcessor, PeekProcessor)
-from streams.dsl.ops.table import ToStreamProcessor
+from streams.dsl import naming as N
+from streams.dsl.branched import Branched
+from streams.dsl.graph import (Graph, LazyStoreBuilder, ProcessorGraphNode, ProcessorWithStoresNode, RepartitionNode,
+                               StateStoreNode, StatefulProcessorNode, StreamSinkNode, StreamSourceNode,
+                               TableSourceNode)
+from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
+from streams.dsl.ops.stateless import (BranchProcessor, FilterProcessor, FlatMapProcessor, FlatMapValuesProcessor,
+                                       KeySelectProcessor, MapProcessor, MapValuesProcessor, NullKeyFilterProcessor,
+                                       PassThroughProcessor, PeekProcessor)
+from streams.dsl.ops.table import TableSourceProcessor
 from streams.errors import TopologyError
 from streams.processor import TimestampExtractor
 from streams.topology import Topology
 
-__all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable"]
+__all__ = ["StreamsBuilder", "KStream"]
 
-SOURCE = "KSTREAM-SOURCE-"
-SINK = "KSTREAM-SINK-"
-MAPVALUES = "KSTREAM-MAPVALUES-"
-FLATMAPVALUES = "KSTREAM-FLATMAPVALUES-"
-FILTER = "KSTREAM-FILTER-"
-PEEK = "KSTREAM-PEEK-"
-FOREACH = "KSTREAM-FOREACH-"
-KEY_SELECT = "KSTREAM-KEY-SELECT-"
-AGGREGATE = "KSTREAM-AGGREGATE-"
-AGGREGATE_STORE = "KSTREAM-AGGREGATE-STATE-STORE-"
-TOSTREAM = "KTABLE-TOSTREAM-"
-REPARTITION_SUFFIX = "-repartition"
+_check_fn = N.check_fn
 
 
-def _check_fn(fn: Any, op: str) -> None:
-    if not callable(fn):
-        raise TopologyError(f"{op} needs a callable, got {fn!r}")
+def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: Optional[str], key_serde: Any,
+                value_serde: Any, *, named: Optional[str] = None) -> tuple[str, Any, Any]:
+    """Null-key filter -> sink to `<prefix>-repartition` | source from it (Kafka's
+    createRepartitionedSource). Names are allocated in Kafka's order (sink, filter, source), or
+    derived from `named`. Returns (source name, key serde, value serde)."""
+    graph = builder._graph
+    if named is not None:
+        topic = named + N.REPARTITION_SUFFIX
+        sink, filt, source = topic + "-sink", topic + "-filter", topic + "-source"
+    else:
+        sink = graph.new_name(N.SINK)
+        filt = graph.new_name(N.FILTER)
+        source = graph.new_name(N.SOURCE)
+        topic = topic_prefix + N.REPARTITION_SUFFIX
+    where = f"repartition topic {topic!r}"
+    key_serde = N.key_or_default(key_serde, where)
+    value_serde = N.value_or_default(value_serde, where)
+    graph.add(RepartitionNode(source, (parent,), topic, filt, sink, NullKeyFilterProcessor, key_serde, value_serde))
+    return source, key_serde, value_serde
 
 
 class StreamsBuilder:
@@ -55,7 +64,7 @@ class StreamsBuilder:
                 raise TopologyError(f"stream(): topic names must be non-empty strings, got {t!r}")
             if t in self._source_topics:
                 raise TopologyError(f"stream(): topic {t!r} is already read by {self._source_topics[t]}")
-        name = self._graph.new_name(SOURCE)
+        name = self._graph.new_name(N.SOURCE)
         for t in topic_list:
             self._source_topics[t] = name
         key_serde = _serdes.resolve_serde(key_serde, f"stream({topic_list}) key_serde")
@@ -63,6 +72,42 @@ class StreamsBuilder:
         self._graph.add(StreamSourceNode(name, (), tuple(topic_list), key_serde, value_serde, timestamp_extractor,
                                          offset_reset))
         return KStream(self, name, key_serde, value_serde)
+
+    def table(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
+              store: str | Materialized | None = None) -> "KTable":
+        """A table of `topic`'s latest value per key, materialized in a timestamped key-value
+        store (Kafka's KTableSource); the store is named by `store` or generated."""
+        if not isinstance(topic, str) or not topic:
+            raise TopologyError(f"table() needs a topic name, got {topic!r}")
+        if topic in self._source_topics:
+            raise TopologyError(f"table(): topic {topic!r} is already read by {self._source_topics[topic]}")
+        mat = as_materialized(store, "table")
+        graph = self._graph
+        name_of_store = mat.store_name or graph.new_name(f"{topic}-{N.STATE_STORE}")
+        source = graph.new_name(N.SOURCE)
+        name = graph.new_name(N.TABLE_SOURCE)
+        self._source_topics[topic] = source
+        key_serde = _serdes.resolve_serde(key_serde, f"table({topic!r}) key_serde")
+        value_serde = _serdes.resolve_serde(value_serde, f"table({topic!r}) value_serde")
+        where = f"table store {name_of_store!r}"
+        store_key = N.key_or_default(mat.key_serde or key_serde, where)
+        store_value = N.value_or_default(mat.value_serde or value_serde, where)
+        caching = mat.caching_enabled
+        builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
+            mat, name_of_store, store_key, store_value, timestamped=True))
+        graph.add(TableSourceNode(name, (), topic, source, key_serde, value_serde,
+                                  lambda: TableSourceProcessor(name_of_store, caching), builder,
+                                  N.deferred(store_key, store_value)))
+        return _ktable().KTable(self, name, mat.key_serde or key_serde, mat.value_serde or value_serde,
+                                name_of_store if mat.store_name else None, store_name=name_of_store)
+
+    def add_state_store(self, store_builder: Any) -> "StreamsBuilder":
+        """A store for KStream.process(..., stores=[name])."""
+        if not callable(getattr(store_builder, "build", None)) or not isinstance(getattr(store_builder, "name", None),
+                                                                                 str):
+            raise TopologyError(f"add_state_store needs a StoreBuilder (with .name and .build()), got {store_builder!r}")
+        self._graph.add(StateStoreNode(store_builder.name, (), store_builder))
+        return self
 
     def build(self) -> Topology:
         """A new, validated Topology for the operations recorded so far."""
@@ -98,175 +143,207 @@ class KStream:
     def map_values(self, fn: Callable[[Any], Any]) -> "KStream":
         """New value = fn(value); the key is kept (no repartition)."""
         _check_fn(fn, "map_values")
-        return self._add(MAPVALUES, lambda: MapValuesProcessor(fn), key_serde=self.key_serde, value_serde=None)
+        return self._add(N.MAPVALUES, lambda: MapValuesProcessor(fn), key_serde=self.key_serde, value_serde=None)
 
     def flat_map_values(self, fn: Callable[[Any], Iterable[Any]]) -> "KStream":
         """One output record per item of fn(value), all with the input's key and timestamp."""
         _check_fn(fn, "flat_map_values")
-        return self._add(FLATMAPVALUES, lambda: FlatMapValuesProcessor(fn), key_serde=self.key_serde,
+        return self._add(N.FLATMAPVALUES, lambda: FlatMapValuesProcessor(fn), key_serde=self.key_serde,
                          value_serde=None)
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> "KStream":
         _check_fn(predicate, "filter")
-        return self._add(FILTER, lambda: FilterProcessor(predicate), key_serde=self.key_serde,
+        return self._add(N.FILTER, lambda: FilterProcessor(predicate), key_serde=self.key_serde,
                          value_serde=self.value_serde)
 
     def filter_not(self, predicate: Callable[[Any, Any], bool]) -> "KStream":
         _check_fn(predicate, "filter_not")
-        return self._add(FILTER, lambda: FilterProcessor(predicate, negate=True), key_serde=self.key_serde,
+        return self._add(N.FILTER, lambda: FilterProcessor(predicate, negate=True), key_serde=self.key_serde,
                          value_serde=self.value_serde)
 
     def peek(self, action: Callable[[Any, Any], None]) -> "KStream":
         _check_fn(action, "peek")
-        return self._add(PEEK, lambda: PeekProcessor(action), key_serde=self.key_serde,
+        return self._add(N.PEEK, lambda: PeekProcessor(action), key_serde=self.key_serde,
                          value_serde=self.value_serde)
 
     def foreach(self, action: Callable[[Any, Any], None]) -> None:
         """Terminal: call action(key, value) for every record."""
         _check_fn(action, "foreach")
-        self._add(FOREACH, lambda: PeekProcessor(action, forward=False), key_serde=None, value_serde=None)
+        self._add(N.FOREACH, lambda: PeekProcessor(action, forward=False), key_serde=None, value_serde=None)
 
     def select_key(self, fn: Callable[[Any, Any], Any]) -> "KStream":
         """New key = fn(key, value); a later grouping repartitions."""
         _check_fn(fn, "select_key")
-        return self._add(KEY_SELECT, lambda: KeySelectProcessor(fn), key_serde=None,
+        return self._add(N.KEY_SELECT, lambda: KeySelectProcessor(fn), key_serde=None,
                          value_serde=self.value_serde, repartition_required=True)
 
     def to(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
            partitioner: Optional[Callable[[str, Any, Any, int], Optional[int]]] = None) -> None:
-        """Terminal: write to `topic` (serdes default to the stream's, then to the config's)."""
-        if not isinstance(topic, str) or not topic:
-            raise TopologyError(f"to() needs a topic name, got {topic!r}")
+        """Terminal: write to `topic`, or to the topic `topic(key, value, record_context)` names
+        for each record (Kafka's TopicNameExtractor); serdes default to the stream's, then to the
+        config's."""
+        if not callable(topic) and (not isinstance(topic, str) or not topic):
+            raise TopologyError(f"to() needs a topic name or a topic name extractor, got {topic!r}")
         ks = _serdes.resolve_serde(key_serde, f"to({topic!r}) key_serde") or self.key_serde
         vs = _serdes.resolve_serde(value_serde, f"to({topic!r}) value_serde") or self.value_serde
         graph = self._builder._graph
-        name = graph.new_name(SINK)
+        name = graph.new_name(N.SINK)
         parent = self._node
         graph.add(StreamSinkNode(name, (parent,), topic, ks, vs, partitioner))
+
+    def map(self, mapper: Callable[[Any, Any], tuple]) -> "KStream":
+        """(key, value) -> mapper(key, value) = (new_key, new_value); a later grouping repartitions."""
+        _check_fn(mapper, "map")
+        return self._add(N.MAP, lambda: MapProcessor(mapper), key_serde=None, value_serde=None,
+                         repartition_required=True)
+
+    def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple]]) -> "KStream":
+        """One record per (new_key, new_value) pair of mapper(key, value); a later grouping repartitions."""
+        _check_fn(mapper, "flat_map")
+        return self._add(N.FLATMAP, lambda: FlatMapProcessor(mapper), key_serde=None, value_serde=None,
+                         repartition_required=True)
+
+    def merge(self, other: "KStream") -> "KStream":
+        """Both streams' records in one stream (Kafka's KSTREAM-MERGE-)."""
+        if not isinstance(other, KStream) or other._builder is not self._builder:
+            raise TopologyError(f"merge needs a KStream of the same StreamsBuilder, got {other!r}")
+        graph = self._builder._graph
+        name = graph.new_name(N.MERGE)
+        graph.add(ProcessorGraphNode(name, (self._node, other._node), PassThroughProcessor))
+        same = self.key_serde is other.key_serde and self.value_serde is other.value_serde
+        return KStream(self._builder, name, self.key_serde if same else None, self.value_serde if same else None,
+                       self._repartition_required or other._repartition_required)
+
+    def split(self, name: Optional[str] = None) -> "BranchedKStream":
+        """Kafka's split(): `.branch(predicate, Branched...)`..., then `.default_branch()` or
+        `.no_default_branch()` -> dict of branch streams."""
+        if name is not None and (not isinstance(name, str) or not name):
+            raise TopologyError(f"split: name must be a non-empty string, got {name!r}")
+        return BranchedKStream(self, name)
+
+    def repartition(self, *, key_serde: Any = None, value_serde: Any = None, name: Optional[str] = None,
+                    num_partitions: Optional[int] = None) -> "KStream":
+        """Through an internal `<name>-repartition` topic (Kafka's KStream.repartition)."""
+        if num_partitions is not None:
+            raise TopologyError("repartition(num_partitions=...) is not supported yet: the runtime sizes "
+                                "repartition topics from their source topics")
+        graph = self._builder._graph
+        prefix = None if name is not None else graph.new_name(N.REPARTITION)
+        ks = _serdes.resolve_serde(key_serde, "repartition key_serde") or self.key_serde
+        vs = _serdes.resolve_serde(value_serde, "repartition value_serde") or self.value_serde
+        source, ks, vs = repartition(self._builder, self._node, prefix, ks, vs, named=name)
+        return KStream(self._builder, source, ks, vs)
+
+    def process(self, processor_supplier: Callable[[], Any], *, stores: Iterable[str] = ()) -> "KStream":
+        """A Processor API processor inside the DSL, connected to `stores` (builder.add_state_store);
+        what it forwards is the new stream, whose key may have changed (a later grouping repartitions)."""
+        _check_fn(processor_supplier, "process")
+        names = (stores,) if isinstance(stores, str) else tuple(stores)
+        graph = self._builder._graph
+        name = graph.new_name(N.PROCESSOR)
+        graph.add(ProcessorWithStoresNode(name, (self._node,), processor_supplier, names))
+        return KStream(self._builder, name, None, None, True)
+
+    def to_table(self, *, store: str | Materialized | None = None) -> "KTable":
+        """The stream as a changelog: each record is the key's latest value (None deletes)."""
+        mat = as_materialized(store, "to_table")
+        graph = self._builder._graph
+        name = graph.new_name(N.TO_KTABLE)
+        name_of_store = N.store_name(graph, mat, N.TO_KTABLE)
+        parent, ks, vs = self._node, self.key_serde, self.value_serde
+        if self._repartition_required:
+            parent, ks, vs = repartition(self._builder, parent, name_of_store, mat.key_serde or ks,
+                                         mat.value_serde or vs)
+        where = f"table store {name_of_store!r}"
+        store_key = N.key_or_default(mat.key_serde or ks, where)
+        store_value = N.value_or_default(mat.value_serde or vs, where)
+        caching = mat.caching_enabled
+        builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
+            mat, name_of_store, store_key, store_value, timestamped=True))
+        graph.add(StatefulProcessorNode(name, (parent,), lambda: TableSourceProcessor(name_of_store, caching),
+                                        store_builder=builder, store_name=name_of_store,
+                                        deferred_serdes=N.deferred(store_key, store_value)))
+        return _ktable().KTable(self._builder, name, mat.key_serde or ks, mat.value_serde or vs,
+                                name_of_store if mat.store_name else None, store_name=name_of_store)
 
     def group_by(self, fn: Callable[[Any, Any], Any], *, key_serde: Any = None,
                  value_serde: Any = None) -> "KGroupedStream":
         """Group by a new key fn(key, value); aggregations repartition through an internal topic."""
         _check_fn(fn, "group_by")
-        selected = self._add(KEY_SELECT, lambda: KeySelectProcessor(fn), key_serde=None,
+        selected = self._add(N.KEY_SELECT, lambda: KeySelectProcessor(fn), key_serde=None,
                              value_serde=self.value_serde, repartition_required=True)
-        return KGroupedStream(self._builder, selected._node,
+        return _grouped().KGroupedStream(self._builder, selected._node,
                               _serdes.resolve_serde(key_serde, "group_by key_serde"),
                               _serdes.resolve_serde(value_serde, "group_by value_serde") or self.value_serde,
                               repartition_required=True)
 
     def group_by_key(self, *, key_serde: Any = None, value_serde: Any = None) -> "KGroupedStream":
         """Group by the current key; repartitions only if an upstream operation changed the key."""
-        return KGroupedStream(self._builder, self._node,
+        return _grouped().KGroupedStream(self._builder, self._node,
                               _serdes.resolve_serde(key_serde, "group_by_key key_serde") or self.key_serde,
                               _serdes.resolve_serde(value_serde, "group_by_key value_serde") or self.value_serde,
                               repartition_required=self._repartition_required)
 
 
-class KGroupedStream:
-    def __init__(self, builder: StreamsBuilder, node: str, key_serde: Any, value_serde: Any,
-                 repartition_required: bool) -> None:
-        self._builder = builder
-        self._node = node
-        self.key_serde = key_serde
-        self.value_serde = value_serde
-        self._repartition_required = repartition_required
-
-    def _repartition(self, topic_prefix: str) -> str:
-        """Null-key filter -> sink to `<prefix>-repartition` | source from it. Returns the source name.
-
-        Names are allocated in Kafka's order (sink, filter, source) so describe() matches Kafka's."""
-        graph = self._builder._graph
-        sink = graph.new_name(SINK)
-        filt = graph.new_name(FILTER)
-        source = graph.new_name(SOURCE)
-        topic = topic_prefix + REPARTITION_SUFFIX
-        parent = self._node
-        key_serde, value_serde = self.key_serde, self.value_serde
-        where = f"repartition topic {topic!r}"
-        if key_serde is None:
-            key_serde = _serdes.ConfigDefaultSerde(_serdes.DEFAULT_KEY_SERDE_CONFIG, where)
-        if value_serde is None:
-            value_serde = _serdes.ConfigDefaultSerde(_serdes.DEFAULT_VALUE_SERDE_CONFIG, where)
-        graph.add(RepartitionNode(source, (parent,), topic, filt, sink, NullKeyFilterProcessor, key_serde, value_serde))
-        self.key_serde, self.value_serde = key_serde, value_serde
-        return source
-
-    def count(self, store: str | Materialized | None = None) -> "KTable":
-        """Count records per key into a KV store (caching and change logging on by default)."""
-        mat = as_materialized(store, "count")
-        graph = self._builder._graph
-        store_name = mat.store_name or graph.new_name(AGGREGATE_STORE)
-        agg = graph.new_name(AGGREGATE)
-        parent = self._node
-        if self._repartition_required:
-            parent = self._repartition(store_name)
-        key_serde = mat.key_serde or self.key_serde
-        if key_serde is None:
-            key_serde = _serdes.ConfigDefaultSerde(_serdes.DEFAULT_KEY_SERDE_CONFIG, f"store {store_name!r}")
-        value_serde = mat.value_serde or _serdes.INT64
-        caching = mat.caching_enabled
-        graph.add(StatefulProcessorNode(
-            agg, (parent,), lambda: AggregateProcessor(store_name, caching, count_initializer, count_adder),
-            store_builder=_MaterializedStoreBuilder(mat, store_name, key_serde, value_serde), store_name=store_name,
-            deferred_serdes=(key_serde,)))
-        return KTable(self._builder, agg, key_serde, value_serde, store_name)
 
 
-class _MaterializedStoreBuilder:
-    """A StoreBuilder for a DSL store; the real `state.Stores` builder is created on first build()
-    so describing or validating a DSL topology needs no store code."""
+class BranchedKStream:
+    """Kafka's BranchedKStream: the branches of one split, in order; the first predicate a
+    record matches picks its branch."""
 
-    def __init__(self, mat: Materialized, store_name: str, key_serde: Any, value_serde: Any) -> None:
-        self.name = store_name
-        self.kind = "key_value"
-        self.materialized = mat
-        self.key_serde = key_serde
-        self.value_serde = value_serde
-        self.logging_enabled = mat.logging_enabled
-        self.caching_enabled = mat.caching_enabled
-        self.log_config = dict(mat.log_config or {})
-        self._builder: Any = None
+    def __init__(self, stream: KStream, name: Optional[str]) -> None:
+        self._stream = stream
+        self._name = name
+        graph = stream._builder._graph
+        self._splitter = name if name is not None else graph.new_name(N.BRANCH)
+        self._predicates: list = []
+        self._children: list = []
+        self._default: Optional[str] = None
+        self._branches: dict = {}
+        self._done = False
+        predicates, children = self._predicates, self._children
+        default = self
+        graph.add(ProcessorGraphNode(self._splitter, (stream._node,),
+                                     lambda: BranchProcessor(list(predicates), list(children), default._default)))
 
-    def store_builder(self) -> Any:
-        if self._builder is None:
-            from state.stores import Stores
+    def _child(self, branched: Branched, position: int) -> KStream:
+        if self._done:
+            raise TopologyError("split: this split already ended (default_branch or no_default_branch)")
+        if not isinstance(branched, Branched):
+            raise TopologyError(f"split: branch options must be a Branched, got {branched!r}")
+        stream = self._stream
+        child = self._splitter + (branched.name if branched.name is not None else str(position))
+        stream._builder._graph.add(ProcessorGraphNode(child, (self._splitter,), PassThroughProcessor))
+        return KStream(stream._builder, child, stream.key_serde, stream.value_serde, stream._repartition_required)
 
-            mat = self.materialized
-            supplier = mat.store_supplier
-            if supplier is None:
-                supplier = (Stores.in_memory_key_value_store(self.name) if mat.in_memory
-                            else Stores.persistent_key_value_store(self.name))
-            builder = Stores.key_value_store_builder(supplier, key_serde=self.key_serde,
-                                                     value_serde=self.value_serde)
-            builder = builder.with_caching_enabled() if mat.caching_enabled else builder.with_caching_disabled()
-            builder = (builder.with_logging_enabled(mat.log_config) if mat.logging_enabled
-                       else builder.with_logging_disabled())
-            self._builder = builder
-        return self._builder
+    def branch(self, predicate: Callable[[Any, Any], bool], branched: Optional[Branched] = None) -> "BranchedKStream":
+        _check_fn(predicate, "split().branch")
+        branched = branched or Branched()
+        position = len(self._predicates) + 1
+        child = self._child(branched, position)
+        self._predicates.append(predicate)
+        self._children.append(child._node)
+        branched.add_to(self._branches, self._name, position, child)
+        return self
 
-    def build(self) -> Any:
-        return self.store_builder().build()
+    def default_branch(self, branched: Optional[Branched] = None) -> dict:
+        branched = branched or Branched()
+        child = self._child(branched, 0)
+        self._default = child._node
+        branched.add_to(self._branches, self._name, 0, child)
+        self._done = True
+        return self._branches
+
+    def no_default_branch(self) -> dict:
+        self._done = True
+        return self._branches
 
 
-class KTable:
-    """A changelog stream materialized in a store; `to_stream()` emits its updates."""
+def _ktable() -> Any:
+    from streams.dsl import ktable
+    return ktable
 
-    def __init__(self, builder: StreamsBuilder, node: str, key_serde: Any, value_serde: Any,
-                 store_name: Optional[str]) -> None:
-        self._builder = builder
-        self._node = node
-        self.key_serde = key_serde
-        self.value_serde = value_serde
-        self.store_name = store_name
 
-    @property
-    def queryable_store_name(self) -> Optional[str]:
-        return self.store_name
-
-    def to_stream(self) -> KStream:
-        graph = self._builder._graph
-        name = graph.new_name(TOSTREAM)
-        parent = self._node
-        graph.add(ProcessorGraphNode(name, (parent,), ToStreamProcessor))
-        return KStream(self._builder, name, self.key_serde, self.value_serde)
+def _grouped() -> Any:
+    from streams.dsl import grouped
+    return grouped

@@ -36,6 +36,11 @@ class ProcessorContextImpl(ProcessorContext):
         return self._engine.config
 
     @property
+    def dropped_records_sensor(self) -> Any:
+        """The task's dropped-records sensor (operators add the records they drop)."""
+        return self._engine.dropped_records_sensor
+
+    @property
     def current_stream_time_ms(self) -> int:
         return self._engine.stream_time
 

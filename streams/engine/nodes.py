@@ -86,7 +86,7 @@ class SinkNode(ProcessorNode):
     for the same work (`sink_stage`, the embedded producer's queues) behind that one seam."""
 
     __slots__ = ("topic", "key_serialize", "value_serialize", "key_serialize_unchecked", "value_serialize_unchecked",
-                 "partitioner", "collector")
+                 "partitioner", "collector", "record_context")
 
     def __init__(self, name: str, topic: str, key_serde: Any, value_serde: Any,
                  partitioner: Any, collector: RecordCollector) -> None:
@@ -98,6 +98,7 @@ class SinkNode(ProcessorNode):
         self.value_serialize_unchecked = _serdes.unchecked_serializer(value_serde)
         self.partitioner = partitioner
         self.collector = collector
+        self.record_context: Callable[[], Any] = _no_record_context
         sink = self._sink(_no_failure_mark)
 
         def process(record: Record) -> None:
@@ -113,6 +114,8 @@ class SinkNode(ProcessorNode):
         sink = self._sink(failed, drop_null_keys)
         key_unchecked, value_unchecked = self.key_serialize_unchecked, self.value_serialize_unchecked
         make_direct = getattr(self.collector, "sink_stage", None)
+        if callable(self.topic):  # a topic per record: no per-topic direct stage
+            return sink
         if make_direct is None or self.partitioner is not None or key_unchecked is None or value_unchecked is None:
             return sink
         direct = make_direct(self.topic, key_unchecked, value_unchecked, sink, failed, drop_null_keys)
@@ -124,6 +127,8 @@ class SinkNode(ProcessorNode):
         topic, collector, partitioner = self.topic, self.collector, self.partitioner
         if collector is None:
             raise ProcessingError(f"sink {self.name!r} has no record collector to send to")
+        if callable(topic):
+            return self._to_extracted_topic()
         if partitioner is not None:
             send = collector.send
 
@@ -145,6 +150,22 @@ class SinkNode(ProcessorNode):
         def to_send(key: Any, value: Any, key_bytes: Any, value_bytes: Any, timestamp: int, headers: Any) -> None:
             send(topic, key_bytes, value_bytes, partition=None, timestamp=timestamp, headers=headers)
         return to_send
+
+    def _to_extracted_topic(self) -> Callable[[Any, Any, Any, Any, int, Any], None]:
+        """Kafka's TopicNameExtractor: `extractor(key, value, record_context)` names the topic
+        of each record (record_context: the input record's metadata, None in punctuations)."""
+        extractor, collector, partitioner, name = self.topic, self.collector, self.partitioner, self.name
+        send, node = collector.send, self
+
+        def to_extracted(key: Any, value: Any, key_bytes: Any, value_bytes: Any, timestamp: int,
+                         headers: Any) -> None:
+            topic = extractor(key, value, node.record_context())
+            if not isinstance(topic, str) or not topic:
+                raise ProcessingError(f"sink {name!r}: the topic name extractor returned {topic!r}, not a topic name")
+            partition = None if partitioner is None else partitioner(topic, key, value,
+                                                                     collector.partitions_for(topic))
+            send(topic, key_bytes, value_bytes, partition=partition, timestamp=timestamp, headers=headers)
+        return to_extracted
 
     def _sink(self, failed: Callable[[], None], drop_null_keys: bool = False) -> Callable[[Any, Any, int, Any], None]:
         """The sink's work for one record: serialize (the serdes' C serializers first where they
@@ -184,6 +205,10 @@ class SinkNode(ProcessorNode):
 
     def add_child(self, child: ProcessorNode) -> None:  # pragma: no cover - Topology forbids it
         raise ProcessingError(f"sink {self.name!r} cannot have children")
+
+
+def _no_record_context() -> Any:
+    return None
 
 
 def _no_failure_mark() -> None:

@@ -47,6 +47,7 @@ from streams.engine.context import ProcessorContextImpl
 from streams.engine.fusion import FusedChains
 from streams.engine.nodes import ProcessorNode, RecordCollector, SinkNode, SourceNode
 from streams.engine.punctuation import PunctuationQueue, PunctuationSchedule
+from streams.metrics import MetricsRegistry, task_dropped_records_sensor, task_process_sensor
 from streams.errors import (ConfigError, DeserializationHandlerError, InvalidTimestampError,
                             RecordDeserializationError, SerializationError, StreamsError, ProcessingError)
 from streams.processor import Cancellable, ConsumerRecord, FailOnInvalidTimestamp, PunctuationType, Record
@@ -80,7 +81,8 @@ class TaskEngine:
 
     def __init__(self, topology: Topology, subtopology: Subtopology, *, task_id: Any,
                  application_id: str, config: Mapping[str, Any], collector: RecordCollector,
-                 clock_ms: Callable[[], int], state_context: Any = None) -> None:
+                 clock_ms: Callable[[], int], state_context: Any = None, metrics: Any = None,
+                 thread_id: str = "main") -> None:
         self.topology = topology
         self.subtopology = subtopology
         self.task_id = task_id
@@ -92,6 +94,12 @@ class TaskEngine:
         self.stream_time = UNKNOWN_TIME
         self.partition_times: dict[tuple[str, int], int] = {}
         self.deserialization_handler = _serdes.deserialization_handler_from_config(config)
+        # Kafka's task sensors: operators count dropped records (late, None keys) on one, the
+        # routes count processed records on the other; a runtime passes its registry to share
+        self.metrics = metrics if metrics is not None else MetricsRegistry()
+        self.thread_id = thread_id
+        self.dropped_records_sensor = task_dropped_records_sensor(self.metrics, thread_id, task_id)
+        self.process_sensor = task_process_sensor(self.metrics, thread_id, task_id)
         self.context = ProcessorContextImpl(self)
         self.stream_time_queue = PunctuationQueue()
         self.wall_clock_queue = PunctuationQueue()
@@ -123,10 +131,11 @@ class TaskEngine:
                     self.sources_by_topic[t] = node
             elif isinstance(spec, SinkSpec):
                 node = SinkNode(
-                    name, topo.decorate_topic(spec.topic, app),
+                    name, topo.decorate_topic(spec.topic, app) if isinstance(spec.topic, str) else spec.topic,
                     _serde_or_default(spec.key_serde, cfg, _serdes.DEFAULT_KEY_SERDE_CONFIG, f"sink {name!r}"),
                     _serde_or_default(spec.value_serde, cfg, _serdes.DEFAULT_VALUE_SERDE_CONFIG, f"sink {name!r}"),
                     spec.partitioner, self.collector)
+                node.record_context = self.context.record_metadata
                 self.sinks.append(node)
             else:
                 assert isinstance(spec, ProcessorSpec)
@@ -225,6 +234,7 @@ class TaskEngine:
         done = self.accelerated.process(source, topic, partition, messages)
         if done is None:
             done = self.process_rows(source, topic, partition, message_rows(messages))
+        self.process_sensor.count += done
         return done
 
     def _source(self, topic: str) -> SourceNode:

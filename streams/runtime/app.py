@@ -36,6 +36,7 @@ from state.task_id import TaskId
 from streams import backends
 from streams.errors import ConfigError, StreamsError
 from streams.internal_topics import InternalTopicManager
+from streams.metrics import MetricsRegistry
 from streams.runtime.config import StreamsConfig
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.internal import plan_internal_topics
@@ -126,6 +127,7 @@ class App:
         self._exception_handler: Optional[Callable[[BaseException], StreamThreadExceptionResponse]] = None
         self._restore_listener: Optional[StateRestoreListener] = None
         self.threads: list[StreamThread] = []
+        self._metrics = MetricsRegistry()
         self._backend: Any = None
         self._admin: Any = None
         self._state_directory: Optional[StateDirectory] = None
@@ -254,7 +256,7 @@ class App:
             restore_listener=self._restore_listener, on_state_change=self._on_thread_state,
             on_error=self._on_thread_error, on_tasks_changed=self._on_tasks_changed,
             assignment_strategy=self._assignment_strategy, on_failure=self._on_thread_failure,
-            shutdown_requested=self._shutdown_requested)
+            shutdown_requested=self._shutdown_requested, metrics=self._metrics)
         if self._fault_injector is not None:
             injector = self._fault_injector
             thread.fault_injector = lambda point, th=thread: injector(th, point)
@@ -514,6 +516,11 @@ class App:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def metrics(self) -> list:
+        """Kafka Streams' metrics of this instance (streams.metrics.Metric list): at least the
+        tasks' dropped-records and process totals and rates."""
+        return self._metrics.metrics()
 
     # ---- interactive queries ----------------------------------------------------------------
 

@@ -12,8 +12,15 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from state.errors import InvalidStateStoreError
+from state.timestamped import ValueAndTimestamp
 from state.task_id import TaskId
 from eddy.murmur2 import murmur2_partition as partition_for_key
+
+
+def _plain(value: Any) -> Any:
+    """A DSL table's or windowed aggregation's timestamped value shows as the plain value
+    (Kafka's keyValueStore() / windowStore() query types over timestamped stores)."""
+    return value.value if isinstance(value, ValueAndTimestamp) else value
 
 
 class _LocalStoresView:
@@ -49,11 +56,11 @@ class ReadOnlyKeyValueView(_LocalStoresView):
             routed = TaskId(self._sub, partition_for_key(serdes.key_to_bytes(key), self._num_partitions))
             store = stores.get(routed)
             if store is not None:
-                return store.get(key)
+                return _plain(store.get(key))
         for store in stores.values():
             value = store.get(key)
             if value is not None:
-                return value
+                return _plain(value)
         return None
 
     def _merged(self, iterators: list) -> Iterator[tuple[Any, Any]]:
@@ -66,7 +73,7 @@ class ReadOnlyKeyValueView(_LocalStoresView):
                 close()
             items.extend(with_bytes)
         items.sort(key=lambda e: e[0])
-        return iter([(k, v) for _, k, v in items])
+        return iter([(k, _plain(v)) for _, k, v in items])
 
     def range(self, key_from: Any, key_to: Any) -> Iterator[tuple[Any, Any]]:
         return self._merged([(s, s.range(key_from, key_to)) for s in self._stores().values()])
@@ -94,7 +101,8 @@ class _ConcatenatedIterator:
     def __iter__(self) -> Iterator:
         try:
             for it in self._iterators:
-                yield from it
+                for pair in it:
+                    yield (pair[0], _plain(pair[1]))
                 close = getattr(it, "close", None)
                 if close is not None:
                     close()
@@ -140,7 +148,7 @@ class ReadOnlyWindowView(_WindowedView):
             for store in self._key_stores(key):
                 value = store.fetch(key, time_from)
                 if value is not None:
-                    return value
+                    return _plain(value)
             return None
         return self._by_key("fetch", key, time_from, time_to)
 

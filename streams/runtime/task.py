@@ -65,8 +65,11 @@ class StreamTask:
     def __init__(self, task_id: TaskId, subtopology: Subtopology, topology: Topology, *,
                  input_partitions: list[tuple[str, int]], application_id: str, config: dict,
                  collector: Any, state_directory: Any, thread_cache: Any, eos_enabled: bool,
-                 clock_ms: Callable[[], int], state_manager: Optional[ProcessorStateManager] = None) -> None:
+                 clock_ms: Callable[[], int], state_manager: Optional[ProcessorStateManager] = None,
+                 metrics: Any = None, thread_id: str = "main") -> None:
         self.id = task_id
+        self.metrics = metrics
+        self.thread_id = thread_id
         self.subtopology = subtopology
         self.topology = topology
         self.input_partitions = list(input_partitions)
@@ -121,7 +124,8 @@ class StreamTask:
             return
         self.engine = TaskEngine(self.topology, self.subtopology, task_id=self.id,
                                  application_id=self.application_id, config=self.config,
-                                 collector=self.collector, clock_ms=self.clock_ms, state_context=self.manager)
+                                 collector=self.collector, clock_ms=self.clock_ms, state_context=self.manager,
+                                 metrics=self.metrics, thread_id=self.thread_id)
         if len(self.partition_group.queues) > 1 and self.engine.has_custom_timestamp_extractor():
             extracted = self.engine.extracted_timestamp
             self.partition_group.head_timestamp = lambda tp, m: extracted(

@@ -48,8 +48,11 @@ class TaskManager:
     def __init__(self, topology: Topology, subtopologies: list[Subtopology], *, config: StreamsConfig,
                  state_directory: Any, consumer: Any, collector: RecordCollector, reader: Any,
                  thread_cache: Any, clock_ms: Callable[[], int],
-                 reset_producer: Optional[Callable[[], None]] = None) -> None:
+                 reset_producer: Optional[Callable[[], None]] = None, metrics: Any = None,
+                 thread_id: str = "main") -> None:
         self.topology = topology
+        self.metrics = metrics
+        self.thread_id = thread_id
         self.config = config
         self.task_config = config.task_config()
         self.state_directory = state_directory
@@ -111,7 +114,8 @@ class TaskManager:
                               application_id=self.config.application_id, config=self.task_config,
                               collector=self.collector, state_directory=self.state_directory,
                               thread_cache=self.thread_cache, eos_enabled=self.eos,
-                              clock_ms=self.clock_ms, state_manager=manager)
+                              clock_ms=self.clock_ms, state_manager=manager, metrics=self.metrics,
+                              thread_id=self.thread_id)
             self.tasks[task_id] = task
             for key in inputs:
                 self._task_of_tp[key] = task

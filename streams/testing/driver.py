@@ -27,6 +27,9 @@ from state.cache import ThreadCache
 from state.directory import StateDirectory
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
+from state.readonly import read_only_view
+from state.timestamped import TimestampedKeyValueStore
+from streams.metrics import MetricsRegistry
 from streams.errors import ConfigError, EmptyTopicError, StoreAccessError, ProcessingError, UnknownTopicError
 from streams.engine import TaskEngine
 from streams.processor import _normalize_headers
@@ -138,6 +141,7 @@ class TopologyTestDriver:
         self._eos = parsed.eos_enabled
         # one stream thread -> one record cache shared by all caching stores (Kafka's ThreadCache)
         self._thread_cache = ThreadCache(parsed.cache_max_bytes)
+        self._metrics = MetricsRegistry()
         try:
             for sub in subtopologies:
                 self._add_task(sub)
@@ -159,7 +163,7 @@ class TopologyTestDriver:
         self._managers.append(manager)
         engine = TaskEngine(self.topology, sub, task_id=task_id, application_id=self.application_id,
                             config=self.config, collector=self._collector, clock_ms=self._clock,
-                            state_context=manager)
+                            state_context=manager, metrics=self._metrics)
         self._engines.append(engine)
         for topic in engine.sources_by_topic:
             self._engine_for_topic[topic] = engine
@@ -259,6 +263,10 @@ class TopologyTestDriver:
     def changelog_topic(self, store_name: str) -> str:
         return changelog_topic_name(self.application_id, store_name)
 
+    def metrics(self) -> list:
+        """Kafka Streams' metrics of the driver's tasks (streams.metrics.Metric list)."""
+        return self._metrics.metrics()
+
     # ---- stores ---------------------------------------------------------------------------
 
     def get_all_state_stores(self) -> dict[str, Any]:
@@ -284,14 +292,26 @@ class TopologyTestDriver:
         return store
 
     def get_key_value_store(self, name: str) -> Any:
-        """The typed key-value store `name` (keys and values through the store's serdes)."""
-        return self._typed_store(name, "key_value", ("get", "put", "range", "all", "delete"))
+        """The typed key-value store `name` (keys and values through the store's serdes); a
+        timestamped store (a DSL table's) shows plain values, read-only (Kafka's facade)."""
+        store = self._typed_store(name, "key_value", ("get", "put", "range", "all", "delete"))
+        if isinstance(store, TimestampedKeyValueStore):
+            return read_only_view(store, name)
+        return store
+
+    def get_timestamped_key_value_store(self, name: str) -> Any:
+        """The key-value store `name` as a read-only view whose `get(key)` is a ValueAndTimestamp."""
+        store = self._typed_store(name, "key_value", ("get", "put", "range", "all", "delete"))
+        return read_only_view(store, name, timestamped=True)
 
     def get_window_store(self, name: str) -> Any:
-        return self._typed_store(name, "window", ("fetch", "put", "fetch_all"))
+        """The window store `name` as a read-only view (state/readonly.py): plain values, also of
+        a DSL aggregation's timestamped window store."""
+        return read_only_view(self._typed_store(name, "window", ("fetch", "put", "fetch_all")), name)
 
     def get_session_store(self, name: str) -> Any:
-        return self._typed_store(name, "session", ("find_sessions", "put", "remove"))
+        """The session store `name` as a read-only view (state/readonly.py)."""
+        return read_only_view(self._typed_store(name, "session", ("find_sessions", "put", "remove")), name)
 
     # ---- lifecycle ------------------------------------------------------------------------
 

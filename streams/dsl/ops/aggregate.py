@@ -47,8 +47,9 @@ class AggregateProcessor(StageOperator):
     headers play no part)."""
 
     def __init__(self, store_name: str, caching: bool, initializer: Callable[[], Any],
-                 adder: Callable[[Any, Any, Any], Any]) -> None:
+                 adder: Callable[[Any, Any, Any], Any], skip_null_values: bool = False) -> None:
         self.store_name = store_name
+        self.skip_null_values = skip_null_values
         self.caching = caching
         self.initializer = initializer
         self.adder = adder
@@ -85,10 +86,14 @@ class AggregateProcessor(StageOperator):
         get, put = store.get, store.put
         initializer, adder = self.initializer, self.adder
         forward_on_update = self.forward_on_update
+        skip_null_values = self.skip_null_values
 
         def aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if key is None:
                 log.debug("aggregate %s: dropping a record with a None key", name)
+                return
+            if value is None and skip_null_values:  # Kafka's KStreamAggregate/KStreamReduce skip them
+                log.debug("aggregate %s: dropping a record with a None value", name)
                 return
             try:
                 old = get(key)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from streams.engine.stages import Stage, StageOperator
+from streams.processor import Processor, ProcessorContext, Record
 
 
 class MapValuesProcessor(StageOperator):
@@ -111,3 +112,71 @@ class NullKeyFilterProcessor(StageOperator):
             if key is not None:  # only `down` can fail here, and it names itself
                 down(key, value, timestamp, headers)
         return null_key_filter
+
+
+class MapProcessor(StageOperator):
+    """KStream.map (Kafka's KStreamMap): (key, value) -> mapper(key, value) = (new_key, new_value)."""
+
+    def __init__(self, mapper: Callable[[Any, Any], Any]) -> None:
+        self.mapper = mapper
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        mapper = self.mapper
+
+        def map_(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                new_key, new_value = mapper(key, value)
+                down(new_key, new_value, timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return map_
+
+
+class FlatMapProcessor(StageOperator):
+    """KStream.flat_map (Kafka's KStreamFlatMap): one record per (key, value) pair of mapper(key, value)."""
+
+    def __init__(self, mapper: Callable[[Any, Any], Any]) -> None:
+        self.mapper = mapper
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        mapper = self.mapper
+
+        def flat_map(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                for new_key, new_value in mapper(key, value):
+                    down(new_key, new_value, timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return flat_map
+
+
+class PassThroughProcessor(StageOperator):
+    """Forwards every record unchanged (Kafka's PassThrough: merge and branch children)."""
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        return down
+
+
+class BranchProcessor(Processor):
+    """KStream.split (Kafka's KStreamBranch): each record goes to the child of the first predicate
+    it matches, else to the default child (if any). It routes to named children, so it is a
+    node, not a stage."""
+
+    def __init__(self, predicates: list, children: list, default_child: Any) -> None:
+        self.predicates = predicates
+        self.children = children
+        self.default_child = default_child
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, record: Record) -> None:
+        key, value = record.key, record.value
+        for predicate, child in zip(self.predicates, self.children):
+            if predicate(key, value):
+                self.context.forward(record, child)
+                return
+        if self.default_child is not None:
+            self.context.forward(record, self.default_child)

@@ -1,22 +1,250 @@
-"""Table operators: KTable.to_stream(), written once as a stage."""
+"""Table operators over a changelog of Change(new, old), each written once as a stage: Kafka's
+KTableSource (builder.table, KStream.to_table), KTableFilter, KTableMapValues, KTableToStream,
+KTableRepartitionMap (KTable.group_by) and KTableAggregate / KTableReduce (KGroupedTable).
+
+A materialized table node keeps ValueAndTimestamp in a timestamped key-value store; with caching
+it forwards from the cache's flush listener (Kafka's TimestampedTupleForwarder), else on every
+update."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import logging
+from typing import Any, Callable, Optional
 
+from state.timestamped import ValueAndTimestamp
 from streams.dsl.change import Change
 from streams.engine.stages import Stage, StageOperator
 from streams.errors import ProcessingError
+from streams.processor import ProcessorContext
+
+log = logging.getLogger(__name__)
+
+_new_tuple = tuple.__new__
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, ValueAndTimestamp) else value
+
+
+def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool) -> bool:
+    """Kafka's TimestampedTupleForwarder: with a caching store, downstream gets Change(new, old)
+    from the cache's flush listener and the operator must not forward itself (returns False);
+    otherwise the operator forwards on every update (returns True)."""
+    if not caching:
+        return True
+    scoped = getattr(operator.context, "scoped", None)
+    set_listener = getattr(store, "set_flush_listener", None)
+    if scoped is None or set_listener is None:
+        return True
+    to_children = operator._to_children()
+
+    def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
+        to_children(key, _new_tuple(Change, (_plain(new_value), _plain(old_value))), timestamp, ())
+    return set_listener(scoped(on_flush)) is False
+
+
+def _check_change(value: Any, op: str) -> Change:
+    if type(value) is not Change and not isinstance(value, Change):
+        raise ProcessingError(f"{op} expected a table update (Change), got {value!r}")
+    return value
+
+
+class TableSourceProcessor(StageOperator):
+    """builder.table / KStream.to_table (Kafka's KTableSource): puts each record into the
+    timestamped store and forwards Change(new, old); a None key is dropped, counted in
+    dropped-records and logged (Kafka), a None value deletes the key."""
+
+    def __init__(self, store_name: str, caching: bool) -> None:
+        self.store_name = store_name
+        self.caching = caching
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+        self.forward_on_update = attach_tuple_forwarder(self, self.store, self.caching)
+        self.dropped = getattr(context, "dropped_records_sensor", None)
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        store, name, forward_on_update = self.store, self.store_name, self.forward_on_update
+        dropped = self.dropped
+
+        def table_source(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key is None:
+                log.warning("table source %s: skipping a record with a None key", name)
+                if dropped is not None:
+                    dropped.count += 1
+                return
+            try:
+                old = store.get(key)
+                store.put(key, None if value is None else ValueAndTimestamp(value, timestamp), timestamp)
+                if forward_on_update:
+                    down(key, _new_tuple(Change, (value, None if old is None else old.value)), timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return table_source
+
+
+class _TableValueOperator(StageOperator):
+    """A table node computing its value from the parent's: optionally materialized."""
+
+    def __init__(self, compute: Callable[[Any, Any], Any], store_name: Optional[str], caching: bool,
+                 send_old_values: Callable[[], bool]) -> None:
+        self.compute = compute
+        self.store_name = store_name
+        self.caching = caching
+        self.send_old_values = send_old_values
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.store = None if self.store_name is None else context.get_state_store(self.store_name)
+        self.forward_on_update = (True if self.store is None
+                                  else attach_tuple_forwarder(self, self.store, self.caching))
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        compute, store, forward_on_update = self.compute, self.store, self.forward_on_update
+        send_old = self.send_old_values()
+        skip_empty = self.skip_when_both_none
+        op = type(self).__name__
+
+        def table_value(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                change = _check_change(value, op)
+                new = compute(key, change.new_value)
+                old = compute(key, change.old_value) if send_old else None
+                if skip_empty and send_old and new is None and old is None:
+                    return  # Kafka: nothing changed downstream
+                if store is not None:
+                    store.put(key, None if new is None else ValueAndTimestamp(new, timestamp), timestamp)
+                if forward_on_update:
+                    down(key, _new_tuple(Change, (new, old)), timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return table_value
+
+
+class TableFilterProcessor(_TableValueOperator):
+    """KTable.filter / filter_not (Kafka's KTableFilter): a value failing the predicate becomes
+    a tombstone."""
+
+    skip_when_both_none = True
+
+    def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool, store_name: Optional[str],
+                 caching: bool, send_old_values: Callable[[], bool]) -> None:
+        def compute(key: Any, value: Any) -> Any:
+            if value is None:
+                return None
+            return value if bool(predicate(key, value)) is not negate else None
+        super().__init__(compute, store_name, caching, send_old_values)
+
+
+class TableMapValuesProcessor(_TableValueOperator):
+    """KTable.map_values (Kafka's KTableMapValues): a tombstone stays a tombstone."""
+
+    skip_when_both_none = False
+
+    def __init__(self, mapper: Callable[[Any], Any], store_name: Optional[str], caching: bool,
+                 send_old_values: Callable[[], bool]) -> None:
+        def compute(key: Any, value: Any) -> Any:
+            return None if value is None else mapper(value)
+        super().__init__(compute, store_name, caching, send_old_values)
 
 
 class ToStreamProcessor(StageOperator):
+    """KTable.to_stream (Kafka's KTableToStream): the new value, with the key optionally mapped
+    by key_value_mapper(key, new_value)."""
+
+    def __init__(self, mapper: Optional[Callable[[Any, Any], Any]] = None) -> None:
+        self.mapper = mapper
+
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        mapper = self.mapper
+
         def to_stream(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             try:
                 if type(value) is not Change and not isinstance(value, Change):
                     raise ProcessingError(f"KTable.to_stream expected a table update (Change), got {value!r}")
-                down(key, value.new_value, timestamp, headers)
+                new = value.new_value
+                down(key if mapper is None else mapper(key, new), new, timestamp, headers)
             except BaseException:
                 failed()
                 raise
         return to_stream
+
+
+class TableSelectProcessor(StageOperator):
+    """KTable.group_by (Kafka's KTableRepartitionMap): maps the old and the new value to (new key,
+    value). Under one key both go in one Change(new, old) (KIP-904: the subtractor runs before the
+    adder); under different keys the old pair goes first as Change(None, old), then the new pair
+    as Change(new, None). A pair with a None key or value is skipped."""
+
+    def __init__(self, mapper: Callable[[Any, Any], Any]) -> None:
+        self.mapper = mapper
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        mapper = self.mapper
+
+        def select(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                change = _check_change(value, "KTable.group_by")
+                new_pair = None if change.new_value is None else mapper(key, change.new_value)
+                old_pair = None if change.old_value is None else mapper(key, change.old_value)
+                new_ok = new_pair is not None and new_pair[0] is not None and new_pair[1] is not None
+                old_ok = old_pair is not None and old_pair[0] is not None and old_pair[1] is not None
+                if new_ok and old_ok and new_pair[0] == old_pair[0]:
+                    down(new_pair[0], _new_tuple(Change, (new_pair[1], old_pair[1])), timestamp, headers)
+                    return
+                if old_ok:
+                    down(old_pair[0], _new_tuple(Change, (None, old_pair[1])), timestamp, headers)
+                if new_ok:
+                    down(new_pair[0], _new_tuple(Change, (new_pair[1], None)), timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return select
+
+
+class TableAggregateProcessor(StageOperator):
+    """KGroupedTable.aggregate / reduce / count (Kafka's KTableAggregate and KTableReduce): the
+    subtractor removes the old value first, then the adder adds the new one; the store holds
+    ValueAndTimestamp and downstream gets Change(new aggregate, old aggregate).
+
+    `add(key, value, aggregate_or_None)` and `subtract(key, value, aggregate)` are the adapted
+    user functions (reduce starts from the value itself, aggregate from the initializer)."""
+
+    def __init__(self, store_name: str, caching: bool, add: Callable[[Any, Any, Any], Any],
+                 subtract: Callable[[Any, Any, Any], Any]) -> None:
+        self.store_name = store_name
+        self.caching = caching
+        self.add = add
+        self.subtract = subtract
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+        self.forward_on_update = attach_tuple_forwarder(self, self.store, self.caching)
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        store, add, subtract, forward_on_update = self.store, self.add, self.subtract, self.forward_on_update
+
+        def table_aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                if key is None:
+                    raise ProcessingError("a grouped table aggregation got a record with a None key")
+                change = _check_change(value, "KGroupedTable aggregation")
+                old = store.get(key)
+                old_agg = None if old is None else old.value
+                new_ts = timestamp if old is None else max(timestamp, old.timestamp)
+                agg = old_agg
+                if change.old_value is not None and old_agg is not None:
+                    agg = subtract(key, change.old_value, old_agg)
+                if change.new_value is not None:
+                    agg = add(key, change.new_value, agg)
+                store.put(key, None if agg is None else ValueAndTimestamp(agg, new_ts), new_ts)
+                if forward_on_update:
+                    down(key, _new_tuple(Change, (agg, old_agg)), new_ts, headers)
+            except BaseException:
+                failed()
+                raise
+        return table_aggregate

@@ -1,0 +1,281 @@
+"""Grouped streams and tables and their aggregations (Kafka's KGroupedStreamImpl,
+TimeWindowedKStreamImpl, SlidingWindowedKStreamImpl, SessionWindowedKStreamImpl and
+KGroupedTableImpl). A grouping whose key changed upstream goes through a repartition topic named
+after the aggregation's store, as Kafka's."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from streams import serdes as _serdes
+from streams.dsl import naming as N
+from streams.dsl.change import ChangeSerde
+from streams.dsl.graph import LazyStoreBuilder, RepartitionNode, StatefulProcessorNode
+from streams.dsl.ktable import KTable
+from streams.dsl.materialized import (Materialized, as_materialized, key_value_store_builder, session_store_builder,
+                                      window_store_builder)
+from streams.dsl.ops.aggregate import AggregateProcessor, count_adder, count_initializer
+from streams.dsl.ops.table import TableAggregateProcessor
+from streams.dsl.ops.windowed import WindowAggregateProcessor
+from streams.dsl.windows import EmitStrategy, SessionWindows, SlidingWindows, TimeWindows
+from streams.errors import TopologyError
+
+__all__ = ["KGroupedStream", "TimeWindowedKStream", "SessionWindowedKStream", "KGroupedTable"]
+
+_INIT = object()  # reduce's "no aggregate yet"
+
+
+def _reduce_initializer() -> Any:
+    return _INIT
+
+
+def _reduce_adder(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+    """Kafka's KStreamReduce as an aggregate: the first value is the aggregate as is."""
+    def add(key: Any, value: Any, aggregate: Any) -> Any:
+        return value if aggregate is _INIT else reducer(aggregate, value)
+    return add
+
+
+class _MaterializedStoreBuilder:
+    """A StoreBuilder for a grouped stream's (plain) key-value store; the real `state.Stores`
+    builder is created on first build() so describing a DSL topology needs no store code."""
+
+    def __init__(self, mat: Materialized, store_name: str, key_serde: Any, value_serde: Any) -> None:
+        self.name = store_name
+        self.kind = "key_value"
+        self.materialized = mat
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.logging_enabled = mat.logging_enabled
+        self.caching_enabled = mat.caching_enabled
+        self.log_config = dict(mat.log_config or {})
+        self._builder: Any = None
+
+    def store_builder(self) -> Any:
+        if self._builder is None:
+            self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde)
+        return self._builder
+
+    def build(self) -> Any:
+        return self.store_builder().build()
+
+
+class KGroupedStream:
+    def __init__(self, builder: Any, node: str, key_serde: Any, value_serde: Any,
+                 repartition_required: bool) -> None:
+        self._builder = builder
+        self._node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._repartition_required = repartition_required
+
+    def _source(self, store_name: str) -> str:
+        """The node the aggregation reads: this one, or the repartition topic's source."""
+        if not self._repartition_required:
+            return self._node
+        from streams.dsl.kstream import repartition
+
+        source, self.key_serde, self.value_serde = repartition(self._builder, self._node, store_name, self.key_serde,
+                                                               self.value_serde)
+        self._node, self._repartition_required = source, False
+        return source
+
+    def _aggregate(self, prefix: str, op: str, store: Any, initializer: Callable[[], Any],
+                   adder: Callable[[Any, Any, Any], Any], value_serde: Any, skip_null_values: bool) -> KTable:
+        mat = as_materialized(store, op)
+        graph = self._builder._graph
+        name_of_store = N.store_name(graph, mat, prefix)
+        name = graph.new_name(prefix)
+        parent = self._source(name_of_store)
+        where = f"store {name_of_store!r}"
+        key_serde = N.key_or_default(mat.key_serde or self.key_serde, where)
+        value_serde = N.value_or_default(mat.value_serde or value_serde, where)
+        caching = mat.caching_enabled
+        graph.add(StatefulProcessorNode(
+            name, (parent,), lambda: AggregateProcessor(name_of_store, caching, initializer, adder, skip_null_values),
+            store_builder=_MaterializedStoreBuilder(mat, name_of_store, key_serde, value_serde),
+            store_name=name_of_store, deferred_serdes=N.deferred(key_serde, value_serde)))
+        return KTable(self._builder, name, key_serde, value_serde, name_of_store if mat.store_name else None,
+                      store_name=name_of_store)
+
+    def count(self, store: str | Materialized | None = None) -> KTable:
+        """Count records per key into a KV store (caching and change logging on by default)."""
+        return self._aggregate(N.AGGREGATE, "count", store, count_initializer, count_adder, _serdes.INT64, False)
+
+    def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None) -> KTable:
+        """reducer(aggregate, value) per key; the first value is the aggregate (None values skipped)."""
+        N.check_fn(reducer, "reduce")
+        return self._aggregate(N.REDUCE, "reduce", store, _reduce_initializer, _reduce_adder(reducer),
+                               self.value_serde, True)
+
+    def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
+                  store: str | Materialized | None = None) -> KTable:
+        """aggregator(key, value, aggregate) per key from initializer(); the value serde comes from
+        `store` (Materialized) or default.value.serde, never from upstream (Kafka)."""
+        N.check_fn(initializer, "aggregate initializer")
+        N.check_fn(aggregator, "aggregate aggregator")
+        return self._aggregate(N.AGGREGATE, "aggregate", store, initializer, aggregator, None, True)
+
+    def windowed_by(self, windows: Any) -> Any:
+        if isinstance(windows, SessionWindows):
+            return SessionWindowedKStream(self, windows)
+        if isinstance(windows, (TimeWindows, SlidingWindows)):
+            return TimeWindowedKStream(self, windows)
+        raise TopologyError(f"windowed_by needs TimeWindows, SlidingWindows or SessionWindows, got {windows!r}")
+
+
+class _WindowedStream:
+    def __init__(self, grouped: KGroupedStream, windows: Any) -> None:
+        self._grouped = grouped
+        self._windows = windows
+        self._emit = EmitStrategy.on_window_update()
+
+    def emit_strategy(self, strategy: EmitStrategy) -> "_WindowedStream":
+        if not isinstance(strategy, EmitStrategy):
+            raise TopologyError(f"emit_strategy needs an EmitStrategy, got {strategy!r}")
+        if strategy.emits_on_close and isinstance(self._windows, SlidingWindows):
+            raise TopologyError("EmitStrategy.on_window_close is not supported for sliding windows yet")
+        self._emit = strategy
+        return self
+
+    def _windowed(self, prefix: str, op: str, store: Any, initializer: Callable[[], Any],
+                  aggregator: Callable[[Any, Any, Any], Any], merger: Optional[Callable[..., Any]],
+                  value_serde: Any) -> KTable:
+        grouped, windows, emit = self._grouped, self._windows, self._emit
+        mat = as_materialized(store, op)
+        if emit.emits_on_close:  # final results come from the processor, never a cache flush (Kafka)
+            mat = mat.with_caching_disabled()
+        graph = grouped._builder._graph
+        name_of_store = N.store_name(graph, mat, prefix)
+        name = graph.new_name(prefix)
+        parent = grouped._source(name_of_store)
+        where = f"store {name_of_store!r}"
+        key_serde = N.key_or_default(mat.key_serde or grouped.key_serde, where)
+        value_serde = N.value_or_default(mat.value_serde or value_serde, where)
+        config = getattr(graph, "config", None)
+        if isinstance(windows, SessionWindows):
+            kind = "session"
+
+            def make() -> Any:
+                return session_store_builder(mat, name_of_store, windows, key_serde, value_serde, config=config)
+            windowed_key = _serdes.session_windowed(key_serde)
+        else:
+            kind = "window"
+
+            def make() -> Any:
+                return window_store_builder(mat, name_of_store, windows, key_serde, value_serde, timestamped=True,
+                                            config=config)
+            windowed_key = _serdes.time_windowed(key_serde, windows.size())
+        make()  # the retention checks fail here, at build time, as Kafka's
+        caching = mat.caching_enabled
+        graph.add(StatefulProcessorNode(
+            name, (parent,),
+            lambda: WindowAggregateProcessor(windows, name_of_store, caching, initializer, aggregator, merger, emit),
+            store_builder=LazyStoreBuilder(name_of_store, kind, make), store_name=name_of_store,
+            deferred_serdes=N.deferred(key_serde, value_serde)))
+        return KTable(grouped._builder, name, windowed_key, value_serde, name_of_store if mat.store_name else None,
+                      store_name=name_of_store, windows=windows)
+
+
+class TimeWindowedKStream(_WindowedStream):
+    """Tumbling, hopping (TimeWindows) or sliding (SlidingWindows) window aggregations -> KTable
+    keyed by Windowed."""
+
+    def count(self, store: str | Materialized | None = None) -> KTable:
+        return self._windowed(N.AGGREGATE, "count", store, count_initializer, count_adder, None, _serdes.INT64)
+
+    def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None) -> KTable:
+        N.check_fn(reducer, "reduce")
+        return self._windowed(N.REDUCE, "reduce", store, lambda: None,
+                              lambda k, v, agg: v if agg is None else reducer(agg, v), None, self._grouped.value_serde)
+
+    def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
+                  store: str | Materialized | None = None) -> KTable:
+        N.check_fn(initializer, "aggregate initializer")
+        N.check_fn(aggregator, "aggregate aggregator")
+        return self._windowed(N.AGGREGATE, "aggregate", store, initializer, aggregator, None, None)
+
+
+class SessionWindowedKStream(_WindowedStream):
+    """Session window aggregations -> KTable keyed by Windowed (merged-away sessions emit tombstones)."""
+
+    def count(self, store: str | Materialized | None = None) -> KTable:
+        return self._windowed(N.AGGREGATE, "count", store, count_initializer, count_adder,
+                              lambda k, a, b: a + b, _serdes.INT64)
+
+    def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None) -> KTable:
+        N.check_fn(reducer, "reduce")
+
+        def merge(key: Any, a: Any, b: Any) -> Any:
+            return b if a is None else a if b is None else reducer(a, b)
+        return self._windowed(N.REDUCE, "reduce", store, lambda: None,
+                              lambda k, v, agg: v if agg is None else reducer(agg, v), merge,
+                              self._grouped.value_serde)
+
+    def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
+                  merger: Callable[[Any, Any, Any], Any], store: str | Materialized | None = None) -> KTable:
+        N.check_fn(initializer, "aggregate initializer")
+        N.check_fn(aggregator, "aggregate aggregator")
+        N.check_fn(merger, "aggregate merger")
+        return self._windowed(N.AGGREGATE, "aggregate", store, initializer, aggregator, merger, None)
+
+
+class KGroupedTable:
+    """A re-keyed table (KTable.group_by): its aggregations read Change(new, old) records from a
+    repartition topic (Kafka's ChangedSerializer bytes), subtract the old value, add the new one."""
+
+    def __init__(self, builder: Any, node: str, key_serde: Any, value_serde: Any) -> None:
+        self._builder = builder
+        self._node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+    def _aggregate(self, prefix: str, op: str, store: Any, add: Callable[[Any, Any, Any], Any],
+                   subtract: Callable[[Any, Any, Any], Any], value_serde: Any) -> KTable:
+        mat = as_materialized(store, op)
+        graph = self._builder._graph
+        name_of_store = N.store_name(graph, mat, prefix)
+        sink = graph.new_name(N.SINK)
+        source = graph.new_name(N.SOURCE)
+        name = graph.new_name(prefix)
+        topic = name_of_store + N.REPARTITION_SUFFIX
+        where = f"repartition topic {topic!r}"
+        rep_key = N.key_or_default(self.key_serde, where)
+        rep_value_inner = N.value_or_default(self.value_serde, where)
+        graph.add(RepartitionNode(source, (self._node,), topic, "", sink, None, rep_key, ChangeSerde(rep_value_inner),
+                                  N.deferred(rep_value_inner)))
+        where = f"store {name_of_store!r}"
+        key_serde = N.key_or_default(mat.key_serde or self.key_serde, where)
+        store_value = N.value_or_default(mat.value_serde or value_serde, where)
+        caching = mat.caching_enabled
+        builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
+            mat, name_of_store, key_serde, store_value, timestamped=True))
+        graph.add(StatefulProcessorNode(
+            name, (source,), lambda: TableAggregateProcessor(name_of_store, caching, add, subtract),
+            store_builder=builder, store_name=name_of_store, deferred_serdes=N.deferred(key_serde, store_value)))
+        return KTable(self._builder, name, key_serde, store_value, name_of_store if mat.store_name else None,
+                      store_name=name_of_store)
+
+    def count(self, store: str | Materialized | None = None) -> KTable:
+        return self._aggregate(N.TABLE_AGGREGATE, "count", store,
+                               lambda k, v, agg: (0 if agg is None else agg) + 1, lambda k, v, agg: agg - 1,
+                               _serdes.INT64)
+
+    def reduce(self, adder: Callable[[Any, Any], Any], subtractor: Callable[[Any, Any], Any],
+               store: str | Materialized | None = None) -> KTable:
+        """adder(aggregate, value) / subtractor(aggregate, value); the first value is the aggregate."""
+        N.check_fn(adder, "reduce adder")
+        N.check_fn(subtractor, "reduce subtractor")
+        return self._aggregate(N.TABLE_REDUCE, "reduce", store,
+                               lambda k, v, agg: v if agg is None else adder(agg, v),
+                               lambda k, v, agg: subtractor(agg, v), self.value_serde)
+
+    def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
+                  subtractor: Callable[[Any, Any, Any], Any], store: str | Materialized | None = None) -> KTable:
+        """adder(key, value, aggregate) / subtractor(key, value, aggregate) from initializer()."""
+        N.check_fn(initializer, "aggregate initializer")
+        N.check_fn(adder, "aggregate adder")
+        N.check_fn(subtractor, "aggregate subtractor")
+        return self._aggregate(N.TABLE_AGGREGATE, "aggregate", store,
+                               lambda k, v, agg: adder(k, v, initializer() if agg is None else agg),
+                               lambda k, v, agg: subtractor(k, v, agg), None)

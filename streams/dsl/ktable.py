@@ -1,0 +1,150 @@
+"""KTable (Kafka's KTableImpl): a changelog of Change(new, old) between table nodes. Each node
+that produces a table keeps a `send old values` flag: downstream operations that need old values
+(group_by, suppress) switch it on, up the chain of filters and value mappers, as Kafka's
+enableSendingOldValues does."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from streams import serdes as _serdes
+from streams.dsl import naming as N
+from streams.dsl.graph import LazyStoreBuilder, ProcessorGraphNode, StatefulProcessorNode
+from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
+from streams.dsl.ops.suppress import SuppressProcessor
+from streams.dsl.ops.table import (TableFilterProcessor, TableMapValuesProcessor, TableSelectProcessor,
+                                   ToStreamProcessor)
+from streams.dsl.suppressed import Suppressed
+from streams.errors import TopologyError
+
+__all__ = ["KTable"]
+
+
+class KTable:
+    """A changelog stream, optionally materialized; `to_stream()` emits its updates."""
+
+    def __init__(self, builder: Any, node: str, key_serde: Any, value_serde: Any,
+                 queryable_store_name: Optional[str], *, store_name: Optional[str] = None,
+                 windows: Any = None, parent: Optional["KTable"] = None, old_values: bool = True) -> None:
+        self._builder = builder
+        self._node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._queryable = queryable_store_name
+        self.store_name = store_name
+        self._windows = windows  # the windows of a windowed aggregation's table (suppress needs the grace)
+        self._parent = parent
+        # sources and aggregations always carry old values; filters and mappers only on request
+        self._send_old = [old_values]
+
+    @property
+    def name(self) -> str:
+        return self._node
+
+    @property
+    def queryable_store_name(self) -> Optional[str]:
+        return self._queryable
+
+    def _enable_send_old_values(self) -> None:
+        table: Optional[KTable] = self
+        while table is not None:
+            table._send_old[0] = True
+            table = table._parent
+
+    def _value_node(self, prefix: str, make: Callable[..., Any], store: Any, value_serde: Any, op: str) -> "KTable":
+        graph = self._builder._graph
+        name = graph.new_name(prefix)
+        flag = [False]
+        if store is None:
+            graph.add(ProcessorGraphNode(name, (self._node,), lambda: make(None, False, lambda: flag[0])))
+            table = KTable(self._builder, name, self.key_serde, value_serde, None, parent=self, old_values=False)
+        else:
+            mat = as_materialized(store, op)
+            name_of_store = N.store_name(graph, mat, prefix)
+            where = f"table store {name_of_store!r}"
+            store_key = N.key_or_default(mat.key_serde or self.key_serde, where)
+            store_value = N.value_or_default(mat.value_serde or value_serde, where)
+            caching = mat.caching_enabled
+            builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
+                mat, name_of_store, store_key, store_value, timestamped=True))
+            graph.add(StatefulProcessorNode(name, (self._node,), lambda: make(name_of_store, caching, lambda: flag[0]),
+                                            store_builder=builder, store_name=name_of_store,
+                                            deferred_serdes=N.deferred(store_key, store_value)))
+            table = KTable(self._builder, name, mat.key_serde or self.key_serde, mat.value_serde or value_serde,
+                           name_of_store, store_name=name_of_store, parent=self, old_values=False)
+        table._send_old = flag
+        return table
+
+    def filter(self, predicate: Callable[[Any, Any], bool], store: str | Materialized | None = None) -> "KTable":
+        """Keys whose value fails the predicate are deleted (a tombstone downstream)."""
+        N.check_fn(predicate, "KTable.filter")
+        return self._value_node(N.TABLE_FILTER, lambda s, c, old: TableFilterProcessor(predicate, False, s, c, old),
+                                store, self.value_serde, "KTable.filter")
+
+    def filter_not(self, predicate: Callable[[Any, Any], bool], store: str | Materialized | None = None) -> "KTable":
+        N.check_fn(predicate, "KTable.filter_not")
+        return self._value_node(N.TABLE_FILTER, lambda s, c, old: TableFilterProcessor(predicate, True, s, c, old),
+                                store, self.value_serde, "KTable.filter_not")
+
+    def map_values(self, value_mapper: Callable[[Any], Any], store: str | Materialized | None = None) -> "KTable":
+        N.check_fn(value_mapper, "KTable.map_values")
+        return self._value_node(N.TABLE_MAPVALUES, lambda s, c, old: TableMapValuesProcessor(value_mapper, s, c, old),
+                                store, None, "KTable.map_values")
+
+    def to_stream(self, key_value_mapper: Optional[Callable[[Any, Any], Any]] = None) -> Any:
+        """The table's updates as a stream of new values (tombstones as None); with a mapper the
+        key becomes key_value_mapper(key, value) and a later grouping repartitions."""
+        from streams.dsl.kstream import KStream
+
+        if key_value_mapper is not None:
+            N.check_fn(key_value_mapper, "KTable.to_stream")
+        graph = self._builder._graph
+        name = graph.new_name(N.TABLE_TOSTREAM)
+        graph.add(ProcessorGraphNode(name, (self._node,), lambda: ToStreamProcessor(key_value_mapper)))
+        mapped = key_value_mapper is not None
+        return KStream(self._builder, name, None if mapped else self.key_serde, self.value_serde, mapped)
+
+    def suppress(self, suppressed: Suppressed) -> "KTable":
+        """Hold updates back (Kafka's KTable.suppress): until_window_closes emits one final result
+        per window; until_time_limit a key's latest value once the limit passed. The buffer is a
+        changelogged store (`<name>-store` when named)."""
+        from state.suppress_buffer import SuppressionBufferBuilder
+
+        if not isinstance(suppressed, Suppressed):
+            raise TopologyError(f"KTable.suppress needs a Suppressed, got {suppressed!r}")
+        grace = None
+        if suppressed.is_final_results:
+            if self._windows is None:
+                raise TopologyError("Suppressed.until_window_closes applies to windowed tables only "
+                                    "(the result of a windowed aggregation)")
+            grace = self._windows.grace_ms
+        graph = self._builder._graph
+        name = suppressed.name or graph.new_name(N.TABLE_SUPPRESS)
+        # Kafka: a named suppression's buffer is `<name>-store`, else a generated store name
+        name_of_store = (suppressed.store_name(name) if suppressed.name
+                         else graph.new_name(N.TABLE_SUPPRESS + N.STATE_STORE))
+        config = suppressed.buffer_config
+        buffer_builder = SuppressionBufferBuilder(name_of_store)
+        buffer_builder = (buffer_builder.with_logging_enabled(config.log_config) if config.logging_enabled
+                          else buffer_builder.with_logging_disabled())
+        key_serde = N.key_or_default(self.key_serde, f"suppression buffer {name_of_store!r}")
+        value_serde = N.value_or_default(self.value_serde, f"suppression buffer {name_of_store!r}")
+        self._enable_send_old_values()
+        graph.add(StatefulProcessorNode(
+            name, (self._node,), lambda: SuppressProcessor(suppressed, name_of_store, key_serde, value_serde, grace, name),
+            store_builder=buffer_builder, store_name=name_of_store, deferred_serdes=N.deferred(key_serde, value_serde)))
+        return KTable(self._builder, name, self.key_serde, self.value_serde, None, windows=self._windows)
+
+    def group_by(self, mapper: Callable[[Any, Any], tuple], *, key_serde: Any = None,
+                 value_serde: Any = None) -> Any:
+        """Re-key the table: mapper(key, value) -> (new_key, new_value); the grouped table's
+        aggregations subtract the old value and add the new one. A None new key skips the record."""
+        from streams.dsl.grouped import KGroupedTable
+
+        N.check_fn(mapper, "KTable.group_by")
+        self._enable_send_old_values()
+        graph = self._builder._graph
+        name = graph.new_name(N.TABLE_SELECT)
+        graph.add(ProcessorGraphNode(name, (self._node,), lambda: TableSelectProcessor(mapper)))
+        return KGroupedTable(self._builder, name, _serdes.resolve_serde(key_serde, "KTable.group_by key_serde"),
+                             _serdes.resolve_serde(value_serde, "KTable.group_by value_serde"))
