@@ -120,6 +120,24 @@ class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
         self.window_size_ms = wrapped.window_size_ms
         self.retain_duplicates = wrapped.retain_duplicates
 
+    @property
+    def reads_from(self):
+        """The store this layer's reads come from (it only logs writes)."""
+        return self.wrapped
+
+    def write_changes(self, changes: list) -> None:
+        """Write `(key, value, window_start, timestamp)` changes, as `put` of each would: the
+        inner store's writes first, then one changelog record each, in order. A caching layer
+        writes its flush down through this."""
+        put = self.wrapped.put
+        logged = []
+        for key, value, window_start, timestamp in changes:
+            seqnum = put(key, value, window_start, timestamp)
+            if seqnum is not None:
+                logged.append((window_changelog_key(key, window_start, seqnum), value, timestamp))
+        for changelog_key, value, timestamp in logged:
+            self._log(changelog_key, value, timestamp)
+
     def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
             timestamp: Optional[int] = None) -> Optional[int]:
         seqnum = self.wrapped.put(key, value, window_start_timestamp, timestamp)
@@ -136,6 +154,20 @@ class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
 
 class ChangeLoggingSessionStore(_ChangeLoggingMixin, WrappedStateStore):
     """Logs `session_changelog_key(key, start, end)` -> value (None on remove)."""
+
+    @property
+    def reads_from(self):
+        """The store this layer's reads come from (it only logs writes)."""
+        return self.wrapped
+
+    def write_changes(self, changes: list) -> None:
+        """Write `(key, session_start, session_end, value, timestamp)` changes, as `put` of each
+        would: the inner store's writes first, then one changelog record each, in order."""
+        put = self.wrapped.put
+        for key, start, end, value, timestamp in changes:
+            put(key, start, end, value, timestamp)
+        for key, start, end, value, timestamp in changes:
+            self._log(session_changelog_key(key, start, end), value, timestamp)
 
     def put(self, key: bytes, session_start: int, session_end: int, value: Optional[bytes],
             timestamp: Optional[int] = None) -> None:

@@ -124,7 +124,7 @@ class SegmentedSessionStore(SegmentedBytesStore, SessionStore):
         self._check()
         check_key(self.name, key)
         self._check_session(session_start, session_end)
-        if session_end < self._actual_from(0):
+        if session_end < self.actual_from(0):
             return None
         return self._get(session_end, session_changelog_key(key, session_start, session_end))
 
@@ -143,7 +143,7 @@ class SegmentedSessionStore(SegmentedBytesStore, SessionStore):
         if key_from is not None and key_to is not None and key_from > key_to:
             log.warning("state store %s: session range with key_from > key_to returns no entries", self.name)
             return KeyValueIterator(iter(()), self.name)
-        gen = self._find_gen(key_from, key_to, exact, self._actual_from(earliest_end), latest_start, reverse)
+        gen = self._find_gen(key_from, key_to, exact, self.actual_from(earliest_end), latest_start, reverse)
         return self._engine.track(gen)
 
     def _find_gen(self, key_from, key_to, exact, earliest_end, latest_start, reverse) -> Iterator:

@@ -195,8 +195,9 @@ class SegmentedBytesStore(StateStore):
             seg += 1
         return ids
 
-    def _actual_from(self, time_from: int) -> int:
-        """Earliest time a fetch may return: nothing at or before observed - retention."""
+    def actual_from(self, time_from: int) -> int:
+        """The earliest time a fetch from `time_from` may return: nothing at or before the
+        store's observed stream time minus its retention (a caching layer above asks too)."""
         return max(time_from, self.observed_stream_time - self.retention_ms + 1)
 
     def _segments(self, time_from: int, time_to: int, reverse: bool) -> range:
@@ -372,7 +373,7 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         check_key(self.name, key)
         if time_to is None:
             window_start = check_timestamp(self.name, "window_start", time_from)
-            if window_start < self._actual_from(0):
+            if window_start < self.actual_from(0):
                 return None
             if not self.retain_duplicates:
                 return self._get(window_start, window_changelog_key(key, window_start, 0))
@@ -389,7 +390,7 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         return self._fetch_key(key, time_from, time_to, True)
 
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
-        return self._engine.track(self._fetch_key_gen(key, self._actual_from(time_from), time_to, reverse))
+        return self._engine.track(self._fetch_key_gen(key, self.actual_from(time_from), time_to, reverse))
 
     def _fetch_key_gen(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> Iterator:
         if time_from > time_to:
@@ -439,7 +440,7 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         if key_from is not None and key_to is not None and key_from > key_to:
             log.warning("state store %s: fetch_range with key_from > key_to returns no entries", self.name)
             return KeyValueIterator(iter(()), self.name)
-        return self._engine.track(self._windows_gen(key_from, key_to, self._actual_from(time_from), time_to, reverse))
+        return self._engine.track(self._windows_gen(key_from, key_to, self.actual_from(time_from), time_to, reverse))
 
     def fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
         return self._windows(key_from, key_to, time_from, time_to, False)

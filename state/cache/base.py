@@ -8,15 +8,18 @@ from state.cache.thread_cache import CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_B
 from state.errors import StateError, StoreClosedError
 from state.store import StoreContext, WrappedStateStore, open_probe
 
-FlushListener = Callable[[bytes, Optional[bytes], Optional[bytes], int], None]
-
-
 class CachingStore(WrappedStateStore):
     """Binds a wrapper to its named cache in a `ThreadCache`.
 
     The `ThreadCache` is the one passed in (or set with `set_cache`) before `init`; otherwise the
     context's `thread_cache` attribute if it has one; otherwise a private cache sized by the
     context's `statestore.cache.max.bytes`.
+
+    The layer below is reached through a small protocol, never by its type or private fields:
+    a layer whose reads only delegate names the store they come from (`reads_from`: reads of old
+    values skip it), and a layer that can take a flush's changes at once offers `write_changes`
+    (the change-logging layers: the inner writes, then the changelog records); otherwise each
+    change is its own `put`.
     """
 
     def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
@@ -27,6 +30,22 @@ class CachingStore(WrappedStateStore):
         self._flush_listener: Optional[Callable] = None
         # `self._probe.is_open` is `self.wrapped.is_open` without the delegation chain.
         self._probe = open_probe(wrapped)
+        # The store whose reads answer `wrapped`'s (a layer that only delegates reads says so
+        # with `reads_from`).
+        reader = wrapped
+        while getattr(reader, "reads_from", None) is not None:
+            reader = reader.reads_from
+        self._reader = reader
+
+    def _write_changes(self, changes: list, put) -> None:
+        """Write a flush's changes down: at once where the layer below offers `write_changes`,
+        else `put(*change)` each."""
+        write_changes = getattr(self.wrapped, "write_changes", None)
+        if write_changes is not None:
+            write_changes(changes)
+            return
+        for change in changes:
+            put(*change)
 
     def set_cache(self, cache: ThreadCache) -> None:
         if self._namespace is not None:

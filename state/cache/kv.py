@@ -45,15 +45,6 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     # store's own attribute set to None makes it use the Python loop, as tests do)
     _increment_run: Optional[Callable] = _increment_run
 
-    def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
-        super().__init__(wrapped, cache)
-        # The store whose get answers `wrapped.get`: a layer whose get only delegates says so
-        # with `reads_from` (the change-logging layer), so reads skip it.
-        reader = wrapped
-        while getattr(reader, "reads_from", None) is not None:
-            reader = reader.reads_from
-        self._reader = reader
-
     def _write_down(self, entries: list) -> None:
         wrapped = self.wrapped
         listener = self._flush_listener

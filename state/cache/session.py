@@ -21,17 +21,25 @@ class CachingSessionStore(CachingStore):
     """
 
     def _write_down(self, entries: list) -> None:
-        wrapped = self.wrapped
         listener = self._flush_listener
+        changes = []
         for changelog_key, value, timestamp, _old in entries:
             key, start, end = decode_session_changelog_key(changelog_key)
-            if listener is None:
-                wrapped.put(key, start, end, value, timestamp)
-                continue
-            old = wrapped.fetch_session(key, start, end)
-            if value is None and old is None:
-                continue
-            wrapped.put(key, start, end, value, timestamp)
+            changes.append((key, start, end, value, timestamp))
+        if listener is None:
+            self._write_changes(changes, self.wrapped.put)
+            return
+        # the old values first (a flush's sessions are distinct), then the writes, then the
+        # forwards (as the KV store)
+        fetch_session = self._reader.fetch_session
+        kept = []
+        for change in changes:
+            key, start, end, value, _timestamp = change
+            old = fetch_session(key, start, end)
+            if value is not None or old is not None:
+                kept.append((change, old))
+        self._write_changes([change for change, _old in kept], self.wrapped.put)
+        for (key, start, end, value, timestamp), old in kept:
             listener(Windowed(key, Window(start, end)), value, old, timestamp)
 
     def put(self, key: bytes, session_start: int, session_end: int, value: Optional[bytes],
@@ -58,15 +66,14 @@ class CachingSessionStore(CachingStore):
         check_key(self.name, key)
         entry = cache.get(self._namespace, session_changelog_key(key, session_start, session_end))
         if entry is not None:
-            if session_end < self.inner_most()._actual_from(0):
+            if session_end < self.wrapped.actual_from(0):
                 return None
             return entry.value
         return self.wrapped.fetch_session(key, session_start, session_end)
 
     def _sessions(self, key_from, key_to, exact, earliest_end, latest_start, reverse, store_iter) -> KeyValueIterator:
-        segments = self.inner_most()
-        interval = segments.segment_interval_ms
-        actual_from = segments._actual_from(earliest_end)
+        interval = self.wrapped.segment_interval_ms
+        actual_from = self.wrapped.actual_from(earliest_end)
         if exact:
             lower, upper = key_from, key_after(key_from + b"\xff" * 16)
         else:

@@ -30,22 +30,23 @@ class CachingWindowStore(CachingStore):
             return False
         return super().set_flush_listener(listener)
 
-    def _segments_of(self):
-        return self.inner_most()
-
     def _write_down(self, entries: list) -> None:
-        wrapped = self.wrapped
         listener = self._flush_listener
-        size = self.window_size_ms
+        changes = []
         for changelog_key, value, timestamp, _old in entries:
             key, start, _ = decode_window_changelog_key(changelog_key)
-            if listener is None:
-                wrapped.put(key, value, start, timestamp)
-                continue
-            old = wrapped.fetch(key, start)
-            if value is None and old is None:
-                continue
-            wrapped.put(key, value, start, timestamp)
+            changes.append((key, value, start, timestamp))
+        if listener is None:
+            self._write_changes(changes, self.wrapped.put)
+            return
+        # the old values first (a flush's windows are distinct, so this reads what reading
+        # before each write would), then the writes, then the forwards (as the KV store)
+        fetch = self._reader.fetch
+        olds = [fetch(key, start) for key, _value, start, _ts in changes]
+        kept = [(change, old) for change, old in zip(changes, olds) if change[1] is not None or old is not None]
+        self._write_changes([change for change, _old in kept], self.wrapped.put)
+        size = self.window_size_ms
+        for (key, value, start, timestamp), old in kept:
             listener(Windowed(key, Window(start, start + size)), value, old, timestamp)
 
     def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
@@ -69,7 +70,7 @@ class CachingWindowStore(CachingStore):
         check_key(self.name, key)
         if time_to is None:
             start = check_timestamp(self.name, "window_start", time_from)
-            if start < self._segments_of()._actual_from(0):
+            if start < self.wrapped.actual_from(0):
                 return None
             entry = cache.get(self._namespace, window_changelog_key(key, start, 0))
             if entry is not None:
@@ -87,7 +88,7 @@ class CachingWindowStore(CachingStore):
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
         store_iter = self.wrapped.backward_fetch(key, time_from, time_to) if reverse else \
             self.wrapped.fetch(key, time_from, time_to)
-        actual_from = self._segments_of()._actual_from(time_from)
+        actual_from = self.wrapped.actual_from(time_from)
         lower = window_changelog_key(key, max(actual_from, 0), 0)
         upper = key_after(window_changelog_key(key, time_to, 0)) if time_to >= actual_from else lower
         total = len(key) + 12
@@ -103,9 +104,8 @@ class CachingWindowStore(CachingStore):
     def _windows(self, key_from, key_to, time_from, time_to, reverse, store_iter) -> KeyValueIterator:
         if self.retain_duplicates:
             return store_iter
-        segments = self._segments_of()
-        interval = segments.segment_interval_ms
-        actual_from = segments._actual_from(time_from)
+        interval = self.wrapped.segment_interval_ms
+        actual_from = self.wrapped.actual_from(time_from)
         size = self.window_size_ms
         cached = []
         for ck, v in self._cache.range_snapshot(self._namespace, None, None):

@@ -158,15 +158,6 @@ class ProcessorContextImpl(ProcessorContext):
         meta = self.metadata
         return None if meta is None else RecordMetadata._make(meta)
 
-    def run_as(self, node: ProcessorNode, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run `fn` as if inside `node` with no input record (punctuations, cache flush listeners)."""
-        prev_node, prev_meta = self.current_node, self.metadata
-        self.current_node, self.metadata = node, None
-        try:
-            return fn(*args)
-        finally:
-            self.current_node, self.metadata = prev_node, prev_meta
-
     def scoped(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap `fn` to run as the current node later (used by cache flush listeners)."""
         node = self.current_node
@@ -174,7 +165,7 @@ class ProcessorContextImpl(ProcessorContext):
             raise ProcessingError("scoped() must be called from a processor")
         ctx = self
 
-        def call(*args: Any) -> Any:  # run_as inlined: once per flushed cache entry
+        def call(*args: Any) -> Any:  # once per flushed cache entry
             prev_node, prev_meta = ctx.current_node, ctx.metadata
             ctx.current_node = node
             ctx.metadata = None

@@ -110,7 +110,8 @@ class SinkNode(ProcessorNode):
         `process(Record(key, value, timestamp, headers))` does; `failed()` is called on any error
         (it names this sink as the failing node). `drop_null_keys`: the stage also does the
         work of a null-key filter right before the sink (records with a None key are dropped).
-        The collector's direct stage (`sink_stage`) stands in for it where it is offered."""
+        The collector's accelerated stage (`sink_stage`) stands in for it where it is offered; it
+        hands every case it does not run itself to this stage (a None key: the drop is here)."""
         sink = self._sink(failed, drop_null_keys)
         key_unchecked, value_unchecked = self.key_serialize_unchecked, self.value_serialize_unchecked
         make_direct = getattr(self.collector, "sink_stage", None)
@@ -118,7 +119,7 @@ class SinkNode(ProcessorNode):
             return sink
         if make_direct is None or self.partitioner is not None or key_unchecked is None or value_unchecked is None:
             return sink
-        direct = make_direct(self.topic, key_unchecked, value_unchecked, sink, failed, drop_null_keys)
+        direct = make_direct(self.topic, key_unchecked, value_unchecked, sink, failed)
         return direct or sink
 
     def _to_topic(self) -> Callable[[Any, Any, Any, Any, int, Any], None]:

@@ -42,11 +42,6 @@ class PunctuationQueue:
     def schedule(self, sched: PunctuationSchedule) -> None:
         heapq.heappush(self._heap, (sched.timestamp, next(self._seq), sched))
 
-    def next_due(self) -> int | None:
-        while self._heap and self._heap[0][2].cancelled:
-            heapq.heappop(self._heap)
-        return self._heap[0][0] if self._heap else None
-
     def may_punctuate(self, now: int, punctuate: Callable[[PunctuationSchedule, int], None]) -> bool:
         """Fire every schedule due at `now` once (each re-armed after its callback)."""
         heap = self._heap

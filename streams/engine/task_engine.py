@@ -179,10 +179,6 @@ class TaskEngine:
         ctx.current_node = None
         self._initialized = True
 
-    def initialize(self) -> None:
-        self.init_stores()
-        self.init_processors()
-
     # ---- processing -----------------------------------------------------------------------
 
     def process(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,

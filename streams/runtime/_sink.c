@@ -1,23 +1,27 @@
-/* C accelerator of streams/runtime/direct_sink.py: the direct sink stage as one C callable.
+/* C accelerator of a sink's per-record work (SinkNode._sink in streams/engine/nodes.py) over
+ * the embedded producer's queues: the stage streams/runtime/direct_sink.py offers when this
+ * module is built and the producer's QueueView has the `untracked_entries` capability.
  *
- * direct_sink.py generates the stage from a Python template (_BODY) and, when this module is
- * built, wraps the same namespace in a DirectSink object instead. Per value, DirectSink does
- * the template's common path itself (key selection, the two serializer calls, the murmur2
- * partition, the untracked queue entry, the kick and the poll every POLL_EVERY records), and
- * hands every other case to a part of the same template, so the uncommon cases exist once, in
- * Python:
+ * Per value, DirectSink does the common path itself: the folded nodes' work (a flat_map_values'
+ * values, a key selection), the two serializer calls, the murmur2 partition over the producer's
+ * queue list, the untracked queue entry (what QueueView.append does), the kick and the poll every
+ * POLL_EVERY records. Every other case goes to the one Python implementation before it has any
+ * effect, so nothing is done twice and each uncommon case exists once, in Python:
  *
- *   sink_rest(k, value, timestamp, headers)            the body after the key selection
- *                                                       (no queues, a None key, headers, a
- *                                                       pending delivery failure, ...)
- *   sink_tail(key_bytes, value_bytes, queues, timestamp) the body after serialization (a
- *                                                       serializer result that is not bytes,
- *                                                       an unusual timestamp, no partitions)
+ *   sink(k, value, timestamp, headers)    the sink's own stage (SinkNode._sink): no queues for
+ *                                         the topic, a None key, headers, a pending delivery
+ *                                         failure, a serializer error (called while that error
+ *                                         is handled, as an `except` clause would)
+ *   send(key_bytes, value_bytes, timestamp, headers)
+ *                                         the collector's send path for serialized bytes
+ *                                         (RecordCollector.sender): a serializer result that is
+ *                                         not bytes, a timestamp that is not a positive int, a
+ *                                         queue whose callback is not the sinks' (produce() has
+ *                                         not set it), no partitions
  *
- * Both are handed the work before it has any effect, so nothing is done twice. Everything
- * else the template calls (slow, kick, producer.poll, collector._send_sink and the failure
- * markers) is called from here, in the template's order, with the same exception being
- * handled while a marker or `slow` runs (sys.exc_info() and __context__ are as in Python).
+ * Failures call the marker of the node they belong to (values_failed, selector_failed, failed),
+ * innermost first, with the failing exception handled while they run (sys.exc_info() and
+ * __context__ are as in Python).
  *
  * One deliberate difference: collector._since_poll is counted in a C variable while only the
  * user's functions (selector, serializers, values iterator) run, and written back before any
@@ -31,9 +35,8 @@
 #include "../../eddy/murmur2.h"
 
 /* interned attribute names */
-static PyObject *str_topics, *str_error, *str_since_poll, *str_cb, *str_entries, *str_kick_at, *str_poll,
-    *str_send_sink;
-static PyObject *int_zero, *int_million;
+static PyObject *str_topics, *str_error, *str_since_poll, *str_cb, *str_entries, *str_kick_at, *str_poll;
+static PyObject *int_zero;
 
 /* Where one __slots__ attribute of one exact type lives, learnt at first sight. The queue and
  * the view are __slots__ objects read four times a record; reading the slot directly skips the
@@ -69,10 +72,9 @@ static inline PyObject *slot_get(PyObject *obj, PyObject *name, Slot *slot)
 
 typedef struct {
     PyObject_HEAD
-    PyObject *collector, *producer, *view, *topic, *on_delivery, *kick, *append_entry, *now_ns;
-    PyObject *key_serialize, *value_serialize, *slow, *failed;
+    PyObject *collector, *producer, *view, *topic, *on_delivery, *kick;
+    PyObject *key_serialize, *value_serialize, *sink, *send, *failed;
     PyObject *key_selector, *selector_failed, *values_fn, *values_failed; /* NULL when absent */
-    PyObject *rest, *tail, *py_stage;
     PyObject *dict;
     Slot topics_slot, cb_slot, entries_slot, kick_at_slot;
     int same_serializer;
@@ -197,12 +199,12 @@ poll:
     return 0;
 }
 
-/* The template's body for one record (key, value): 0 when done, -1 with an exception set and
- * the markers the body calls (selector_failed, failed) already called. */
+/* One record (key, value) of the sink: 0 when done, -1 with an exception set and the markers
+ * of the failing nodes (selector_failed, failed) already called. */
 static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyObject *ts, PyObject *headers)
 {
     PyObject *k, *queues = NULL, *key_bytes = NULL, *value_bytes = NULL, *queue = NULL, *entries = NULL,
-             *tsv = NULL, *kick_at = NULL, *new_len = NULL, *res;
+             *kick_at = NULL, *res;
     int rc = -1;
 
     if (s->key_selector != NULL) {
@@ -216,14 +218,14 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
         k = Py_NewRef(key);
     }
 
-    /* queues = view.topics.get(topic), then the checks before the template's try: a failure
-     * here names no node (as in the template), and any case off the common path is rest's */
+    /* queues = view.topics.get(topic), then the cases that are the sink's own stage's (it
+     * marks its own failures) */
     PyObject *topics = slot_get(s->view, str_topics, &s->topics_slot);
     if (topics == NULL)
         goto done;
     if (!PyDict_CheckExact(topics)) {
         Py_DECREF(topics);
-        goto rest;
+        goto sink;
     }
     queues = PyDict_GetItemWithError(topics, s->topic);
     Py_XINCREF(queues); /* the user's serializers may let the sender thread replace it */
@@ -231,18 +233,18 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
     if (queues == NULL && PyErr_Occurred())
         goto done;
     if (queues == NULL || k == Py_None || !PyList_CheckExact(queues))
-        goto rest;
+        goto sink;
     int has_headers = PyObject_IsTrue(headers);
     if (has_headers < 0)
         goto done;
     if (has_headers)
-        goto rest;
+        goto sink;
     PyObject *error = PyObject_GetAttr(s->collector, str_error);
     if (error == NULL)
         goto done;
     Py_DECREF(error);
     if (error != Py_None) /* only compared: the collector still holds it */
-        goto rest;
+        goto sink;
 
     key_bytes = PyObject_Vectorcall(s->key_serialize, &k, 1, NULL);
     if (key_bytes == NULL)
@@ -257,12 +259,14 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
             goto serialize_failed;
     }
 
-    /* from here the template's body is sink_tail's: anything unusual goes there */
+    /* from here anything unusual is the collector's send path's */
     if (!PyBytes_CheckExact(key_bytes) || (value_bytes != Py_None && !PyBytes_CheckExact(value_bytes)))
-        goto tail;
+        goto send;
+    if (!PyLong_CheckExact(ts) || _PyLong_Sign(ts) <= 0) /* 0 (now), negative, not an int */
+        goto send;
     Py_ssize_t n = PyList_GET_SIZE(queues); /* read now: the list may have grown meanwhile */
     if (n <= 0)
-        goto tail;
+        goto send;
     size_t partition = eddy_murmur2_partition((const uint8_t *)PyBytes_AS_STRING(key_bytes),
                                               (size_t)PyBytes_GET_SIZE(key_bytes), (size_t)n);
     queue = Py_NewRef(PyList_GET_ITEM(queues, (Py_ssize_t)partition));
@@ -272,77 +276,45 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
         goto failed;
     int ours = cb == s->on_delivery;
     Py_DECREF(cb);
-    if (!ours) { /* produce() to the partition chosen (it sets cb); it counts the send itself */
-        flush_since(s, r);
-        PyObject *p = PyLong_FromSize_t(partition);
-        if (p == NULL)
-            goto failed;
-        PyObject *args[6] = {s->collector, s->topic, key_bytes, value_bytes, p, ts};
-        res = PyObject_VectorcallMethod(str_send_sink, args, 6, NULL);
-        Py_DECREF(p);
-        if (res == NULL)
-            goto failed;
-        Py_DECREF(res);
-        rc = 0;
-        goto done;
-    }
-
+    if (!ours)
+        goto send;
     entries = slot_get(queue, str_entries, &s->entries_slot);
     if (entries == NULL)
         goto failed;
-    int ts_set = PyObject_IsTrue(ts); /* `timestamp or now_ns() // 1_000_000` */
-    if (ts_set < 0)
+    if (!PyList_CheckExact(entries))
+        goto send;
+    /* what the view's append does (its untracked_entries capability): bytes, None and an int
+     * cannot form a cycle, so the tuple is untracked (queued records are many) */
+    PyObject *entry = PyTuple_New(4);
+    if (entry == NULL)
         goto failed;
-    if (ts_set) {
-        tsv = Py_NewRef(ts);
-    } else {
-        PyObject *ns = PyObject_CallNoArgs(s->now_ns);
-        if (ns == NULL)
-            goto failed;
-        tsv = PyNumber_FloorDivide(ns, int_million);
-        Py_DECREF(ns);
-        if (tsv == NULL)
-            goto failed;
-    }
-    Py_ssize_t length = 0;
-    if (PyList_CheckExact(entries) && PyLong_CheckExact(tsv)) {
-        /* what the view's append does (its untracked_entries capability): bytes, None and an int cannot form a
-         * cycle, so the tuple is untracked (queued records are many) */
-        PyObject *entry = PyTuple_New(4);
-        if (entry == NULL)
-            goto failed;
-        PyTuple_SET_ITEM(entry, 0, Py_NewRef(key_bytes));
-        PyTuple_SET_ITEM(entry, 1, Py_NewRef(value_bytes));
-        PyTuple_SET_ITEM(entry, 2, Py_NewRef(tsv));
-        PyTuple_SET_ITEM(entry, 3, Py_NewRef(Py_None));
-        PyObject_GC_UnTrack(entry);
-        int appended = PyList_Append(entries, entry);
-        Py_DECREF(entry);
-        if (appended < 0)
-            goto failed;
-        length = PyList_GET_SIZE(entries);
-    } else { /* the protocol's append gives whatever answer (or TypeError) it gives */
-        flush_since(s, r);
-        PyObject *args[4] = {entries, key_bytes, value_bytes, tsv};
-        new_len = PyObject_Vectorcall(s->append_entry, args, 4, NULL);
-        if (new_len == NULL)
-            goto failed;
-    }
+    PyTuple_SET_ITEM(entry, 0, Py_NewRef(key_bytes));
+    PyTuple_SET_ITEM(entry, 1, Py_NewRef(value_bytes));
+    PyTuple_SET_ITEM(entry, 2, Py_NewRef(ts));
+    PyTuple_SET_ITEM(entry, 3, Py_NewRef(Py_None));
+    PyObject_GC_UnTrack(entry);
+    int appended = PyList_Append(entries, entry);
+    Py_DECREF(entry);
+    if (appended < 0)
+        goto failed;
+    Py_ssize_t length = PyList_GET_SIZE(entries);
 
     kick_at = slot_get(queue, str_kick_at, &s->kick_at_slot);
     if (kick_at == NULL)
         goto failed;
     int kick;
-    if (new_len == NULL && PyLong_CheckExact(kick_at)) {
+    if (PyLong_CheckExact(kick_at)) {
         int overflow;
         long long at = PyLong_AsLongLongAndOverflow(kick_at, &overflow);
         if (at == -1 && PyErr_Occurred())
             goto failed;
         kick = overflow > 0 ? 0 : overflow < 0 ? 1 : (long long)length >= at;
     } else {
-        if (new_len == NULL && (new_len = PyLong_FromSsize_t(length)) == NULL)
+        PyObject *len_obj = PyLong_FromSsize_t(length);
+        if (len_obj == NULL)
             goto failed;
-        kick = PyObject_RichCompareBool(new_len, kick_at, Py_GE);
+        kick = PyObject_RichCompareBool(len_obj, kick_at, Py_GE);
+        Py_DECREF(len_obj);
         if (kick < 0)
             goto failed;
     }
@@ -359,17 +331,18 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
     goto done;
 
 serialize_failed:
-    /* `except Exception: slow(k, value, timestamp, headers)`, inside the try that calls failed();
-     * a BaseException that is not an Exception goes straight to failed() */
+    /* `except Exception: sink(k, value, timestamp, headers)` (the sink's own stage serializes
+     * again with the checked serializers, whose error names the sink); a BaseException that is
+     * not an Exception is the sink's failure */
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         goto failed;
     flush_since(s, r);
     {
         PyObject *args[4] = {k, value, ts, headers};
-        res = call_in_except(s->slow, args, 4, 0);
+        res = call_in_except(s->sink, args, 4, 0);
     }
     if (res == NULL)
-        goto failed;
+        goto done; /* the sink's stage called the marker */
     Py_DECREF(res);
     rc = 0;
     goto done;
@@ -379,11 +352,11 @@ failed:
     call_marker(s->failed);
     goto done;
 
-rest:
+sink:
     flush_since(s, r);
     {
         PyObject *args[4] = {k, value, ts, headers};
-        res = PyObject_Vectorcall(s->rest, args, 4, NULL);
+        res = PyObject_Vectorcall(s->sink, args, 4, NULL);
     }
     if (res != NULL) {
         Py_DECREF(res);
@@ -391,16 +364,16 @@ rest:
     }
     goto done;
 
-tail:
+send:
     flush_since(s, r);
     {
-        PyObject *args[4] = {key_bytes, value_bytes, queues, ts};
-        res = PyObject_Vectorcall(s->tail, args, 4, NULL);
+        PyObject *args[4] = {key_bytes, value_bytes, ts, headers};
+        res = PyObject_Vectorcall(s->send, args, 4, NULL);
     }
-    if (res != NULL) {
-        Py_DECREF(res);
-        rc = 0;
-    }
+    if (res == NULL)
+        goto failed;
+    Py_DECREF(res);
+    rc = 0;
     goto done;
 
 done:
@@ -410,9 +383,7 @@ done:
     Py_XDECREF(value_bytes);
     Py_XDECREF(queue);
     Py_XDECREF(entries);
-    Py_XDECREF(tsv);
     Py_XDECREF(kick_at);
-    Py_XDECREF(new_len);
     return rc;
 }
 
@@ -428,8 +399,10 @@ static int finish(DirectSink *s, Run *r)
 static PyObject *sink_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     DirectSink *s = (DirectSink *)self;
-    if (PyVectorcall_NARGS(nargsf) != 4 || kwnames != NULL) /* keywords, or a TypeError: Python's */
-        return PyObject_Vectorcall(s->py_stage, args, nargsf, kwnames);
+    if (PyVectorcall_NARGS(nargsf) != 4 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "a sink stage takes 4 positional arguments (key, value, timestamp, headers)");
+        return NULL;
+    }
     PyObject *key = args[0], *value = args[1], *ts = args[2], *headers = args[3];
     Run r = {0, 0, 0};
     if (s->values_fn == NULL) {
@@ -523,10 +496,8 @@ static PyObject *sink_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     } fields[] = {
         {&s->collector, "collector", 0}, {&s->producer, "producer", 0}, {&s->view, "view", 0},
         {&s->topic, "topic", 0}, {&s->on_delivery, "on_delivery", 0}, {&s->kick, "kick", 0},
-        {&s->append_entry, "append_entry", 0}, {&s->now_ns, "now_ns", 0},
         {&s->key_serialize, "key_serialize", 0}, {&s->value_serialize, "value_serialize", 0},
-        {&s->slow, "slow", 0}, {&s->failed, "failed", 0}, {&s->rest, "sink_rest", 0},
-        {&s->tail, "sink_tail", 0}, {&s->py_stage, "sink_direct", 0},
+        {&s->sink, "sink", 0}, {&s->send, "send", 0}, {&s->failed, "failed", 0},
         {&s->key_selector, "key_selector", 1}, {&s->selector_failed, "selector_failed", 1},
         {&s->values_fn, "values_fn", 1}, {&s->values_failed, "values_failed", 1},
     };
@@ -561,9 +532,9 @@ fail:
 }
 
 #define SINK_FIELDS(X)                                                                                      \
-    X(collector) X(producer) X(view) X(topic) X(on_delivery) X(kick) X(append_entry) X(now_ns)             \
-    X(key_serialize) X(value_serialize) X(slow) X(failed) X(key_selector) X(selector_failed) X(values_fn) \
-    X(values_failed) X(rest) X(tail) X(py_stage) X(dict)
+    X(collector) X(producer) X(view) X(topic) X(on_delivery) X(kick)                                       \
+    X(key_serialize) X(value_serialize) X(sink) X(send) X(failed) X(key_selector) X(selector_failed)       \
+    X(values_fn) X(values_failed) X(dict)
 
 /* GC support: the stage holds the user's functions and the collector, which may refer back to it */
 static int sink_traverse(DirectSink *s, visitproc visit, void *arg)
@@ -594,8 +565,8 @@ static void sink_dealloc(DirectSink *s)
 static PyTypeObject DirectSinkType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "streams.runtime._sink.DirectSink",
-    .tp_doc = "DirectSink(namespace): the direct sink stage of streams/runtime/direct_sink.py as one C callable,\n"
-              "stage(key, value, timestamp, headers), built from the namespace of its Python template.",
+    .tp_doc = "DirectSink(namespace): a sink's stage over the embedded producer's queues as one C callable,\n"
+              "stage(key, value, timestamp, headers); see streams/runtime/direct_sink.py.",
     .tp_basicsize = sizeof(DirectSink),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = sink_new,
@@ -615,7 +586,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "streams.runtime._sink",
-    .m_doc = "C implementation of the direct sink stage of streams.runtime.direct_sink.",
+    .m_doc = "C accelerator of a sink's stage over the embedded producer's queues (streams.runtime.direct_sink).",
     .m_size = -1,
     .m_methods = module_methods,
 };
@@ -627,14 +598,12 @@ PyMODINIT_FUNC PyInit__sink(void)
         const char *text;
     } names[] = {
         {&str_topics, "topics"}, {&str_error, "_error"}, {&str_since_poll, "_since_poll"}, {&str_cb, "cb"},
-        {&str_entries, "entries"}, {&str_kick_at, "kick_at"}, {&str_poll, "poll"}, {&str_send_sink, "_send_sink"},
+        {&str_entries, "entries"}, {&str_kick_at, "kick_at"}, {&str_poll, "poll"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (*names[i].where == NULL && (*names[i].where = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;
     if (int_zero == NULL && (int_zero = PyLong_FromLong(0)) == NULL)
-        return NULL;
-    if (int_million == NULL && (int_million = PyLong_FromLong(1000000)) == NULL)
         return NULL;
     if (PyType_Ready(&DirectSinkType) < 0)
         return NULL;

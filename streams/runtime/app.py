@@ -34,7 +34,7 @@ from state.listener import StateRestoreListener
 from state.snapshot import Snapshot
 from state.task_id import TaskId
 from streams import backends
-from streams.errors import ConfigError, StreamsError
+from streams.errors import ConfigError
 from streams.internal_topics import InternalTopicManager
 from streams.metrics import MetricsRegistry
 from streams.runtime.config import StreamsConfig

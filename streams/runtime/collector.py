@@ -1,6 +1,9 @@
 """RecordCollector on a confluent-kafka-API producer (both backends).
 
-Sinks and the change-logging layer call `send` with serialized bytes. Delivery reports record
+Sinks and the change-logging layer call `send` with serialized bytes (a sink through `sender`).
+Where the producer offers its queues (the embedded producer's `QueueView`), a record for a known
+partition is queued through them (`_queue`, the one Python implementation of that protocol; the
+sink accelerator in streams/runtime/_sink.c is the other, behind `sink_stage`). Delivery reports record
 the last written offset per partition of what went through `send` (the state manager
 checkpoints changelog offsets from `offsets()`; a sink's `sender` reports failures only: no
 offset of a sink topic is ever read) and the first delivery failure, which is raised at the next `send` or `flush`
@@ -24,7 +27,6 @@ from streams.runtime.direct_sink import direct_sink_stage
 log = logging.getLogger(__name__)
 
 PRODUCTION_HANDLER_CONFIG = "default.production.exception.handler"
-_POLL_EVERY = 4096  # serve delivery reports regularly so the producer queue never fills up
 _KEY_CACHE_MAX = 100_000  # distinct keys remembered per topic
 
 # Errors meaning another producer (or a newer group generation) owns our work now.
@@ -73,6 +75,8 @@ def breaks_transactional_producer(error: Any) -> bool:
 class RecordCollector:
     """One per stream thread, shared by its active tasks (one producer per thread)."""
 
+    POLL_EVERY = 4096  # serve delivery reports every so many sends, so the producer queue never fills up
+
     def __init__(self, producer: Any, *, eos_enabled: bool = False,
                  production_handler: Optional[Callable[[Exception, Any], str]] = None,
                  flush_timeout_s: float = 60.0, murmur2_partitioning: bool = False,
@@ -94,7 +98,8 @@ class RecordCollector:
         self._on_delivery = self._delivery_callback()
         queue_view = getattr(producer, "queue_view", None)
         self._view = queue_view() if queue_view is not None else None
-        self._on_sink_delivery = self._sink_delivery_callback()  # one object: the producer's per-queue callback
+        # one object: the producer's per-queue callback (the sink accelerator compares it)
+        self.sink_delivery_callback = self._sink_delivery_callback()
         # With the producer on Kafka's default partitioner (murmur2), keyed records are routed
         # here, remembering each key's partition: the same choice, made once per distinct key.
         self._murmur2 = murmur2_partitioning
@@ -173,18 +178,8 @@ class RecordCollector:
             self.begin_transaction()
         if partition is not None:
             part = partition
-            view = self._view
-            if view is not None and not headers:  # changelog writes: the QueueView protocol
-                queues = view.topics.get(topic)
-                if queues is not None and 0 <= part < len(queues):
-                    queue = queues[part]
-                    if (queue.cb is self._on_delivery and (key is None or key.__class__ is bytes)
-                            and (value is None or value.__class__ is bytes)):
-                        if view.append(queue.entries, key, value,
-                                       timestamp or time.time_ns() // 1_000_000) >= queue.kick_at:
-                            view.kick(queue)
-                        self.count_send()
-                        return
+            if not headers and self._queue(topic, part, key, value, timestamp, self._on_delivery):
+                return  # changelog writes
         elif key is not None and self._murmur2:
             cache = self._key_partitions.get(topic)
             if cache is None:
@@ -206,19 +201,40 @@ class RecordCollector:
             self._produce_when_room(topic, value, key, part, timestamp, headers)
         except KafkaException as exc:
             self._send_failed(topic, exc)
-        self._since_poll += 1
-        if self._since_poll >= _POLL_EVERY:
-            self._since_poll = 0
-            self.producer.poll(0)
+        self.count_send()
+
+    def _queue(self, topic: str, partition: int, key: Optional[bytes], value: Optional[bytes], timestamp: Any,
+               on_delivery: Callable[[Any, Any], None]) -> bool:
+        """Queue the record on the producer's `QueueView` where the protocol allows it (the
+        view offers `topic`, the partition is in range, its queue carries `on_delivery`, key and
+        value are bytes or None): exactly what produce() would do. False: produce() instead."""
+        view = self._view
+        if view is None:
+            return False
+        queues = view.topics.get(topic)
+        if queues is None or not 0 <= partition < len(queues):
+            return False
+        queue = queues[partition]
+        if (queue.cb is not on_delivery or (key is not None and key.__class__ is not bytes)
+                or (value is not None and value.__class__ is not bytes)):
+            return False
+        if view.append(queue.entries, key, value, timestamp or time.time_ns() // 1_000_000) >= queue.kick_at:
+            view.kick(queue)
+        self.count_send()
+        return True
 
     def sender(self, topic: str) -> Callable[[Any, Any, int, Any], None]:
         """`send` to `topic` with the default partitioning, as one function a sink keeps:
         `sender(topic)(key, value, timestamp, headers)` (the per-record path, no keyword call
-        and no per-topic lookups)."""
+        and no per-topic lookups). Keyed records go to their murmur2 partition over the count
+        the producer's queues know where it offers them (what produce() would pick), else the
+        count `partitions_for` knows."""
         murmur2 = self._murmur2
         cache = self._key_partitions.get(topic)
         if cache is None:
             cache = self._key_partitions[topic] = {}
+        topics = self._view.topics if self._view is not None else {}
+        counted = [0]  # the partition count the remembered partitions were computed over
         collector = self
 
         def send(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -227,34 +243,40 @@ class RecordCollector:
             if collector.eos_enabled and not collector.in_transaction:
                 collector.begin_transaction()
             if murmur2 and key is not None:
+                queues = topics.get(topic)
+                count = len(queues) if queues else collector.partitions_for(topic)
+                if count != counted[0]:
+                    cache.clear()
+                    counted[0] = count
                 part = cache.get(key, -1)
                 if part < 0:
                     if len(cache) >= _KEY_CACHE_MAX:
                         cache.clear()
-                    part = cache[key] = partition_for_key(key, collector.partitions_for(topic))
+                    part = cache[key] = partition_for_key(key, count)
             else:
                 part = -1
             collector._send_sink(topic, key, value, part, timestamp, headers)
         return send
 
     def sink_stage(self, topic: str, key_serialize: Callable[[Any], bytes], value_serialize: Callable[[Any], bytes],
-                   slow: Callable[[Any, Any, int, Any], None], failed: Callable[[], None],
-                   drop_null_keys: bool) -> Optional[Callable[[Any, Any, int, Any], None]]:
-        """A sink's whole per-record work as one function, when the producer offers its queues
-        (the embedded producer's `queue_view`): see streams/runtime/direct_sink.py. `slow` is the
-        sink's own stage, for whatever the direct path does not cover. None when the producer
-        has no queue view."""
-        queue_view = getattr(self.producer, "queue_view", None)
-        view = queue_view() if queue_view is not None else None
-        if view is None:
+                   sink: Callable[[Any, Any, int, Any], None],
+                   failed: Callable[[], None]) -> Optional[Callable[[Any, Any, int, Any], None]]:
+        """The sink accelerator's stage standing in for `sink` (the sink's own stage, which
+        serializes with `key_serialize`/`value_serialize`'s checked forms and sends through
+        `sender(topic)`), see streams/runtime/direct_sink.py. None where it is not offered: no
+        queue view, keys not routed by murmur2 here, or the C module not built."""
+        if self._view is None or not self._murmur2:
             return None
-        return direct_sink_stage(self, view, topic, key_serialize, value_serialize, slow, failed, drop_null_keys)
+        return direct_sink_stage(self, self._view, topic, key_serialize, value_serialize, sink,
+                                 self.sender(topic), failed)
 
     def _send_sink(self, topic: str, key: Optional[bytes], value: Optional[bytes], partition: int, timestamp: int,
                    headers: Any = None) -> None:
         """`send` of a sink record to a partition already chosen (-1: the producer's choice),
         with the sinks' callback."""
-        on_delivery = self._on_sink_delivery
+        on_delivery = self.sink_delivery_callback
+        if not headers and partition >= 0 and self._queue(topic, partition, key, value, timestamp, on_delivery):
+            return
         try:
             if headers:
                 self._produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,
@@ -271,7 +293,7 @@ class RecordCollector:
     def count_send(self) -> None:
         """One more record sent: serve delivery reports now and then."""
         self._since_poll += 1
-        if self._since_poll >= _POLL_EVERY:
+        if self._since_poll >= self.POLL_EVERY:
             self._since_poll = 0
             self.producer.poll(0)
 

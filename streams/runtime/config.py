@@ -50,7 +50,9 @@ class StreamsConfig:
     cache_max_bytes: int
     poll_ms: int
     replication_factor: int
+    #: KIP-695: how long a task with an empty input partition waits (PartitionGroup.ready_to_process).
     max_task_idle_ms: int
+    #: a partition buffering more is paused on the main consumer until drained (TaskManager).
     buffered_records_per_partition: int
     task_timeout_ms: int
     #: librdkafka's topic.metadata.refresh.interval.ms, which the record collector follows too.

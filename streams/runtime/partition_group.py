@@ -1,14 +1,15 @@
 """A task's input buffer: one record queue per input partition, drained in timestamp order.
 
 Kafka's PartitionGroup: the next record comes from the partition whose head record has the
-lowest timestamp (max.task.idle.ms = 0: partitions without buffered data do not hold others
-back). Records are the consumer's `Message` objects, kept as they came.
+lowest timestamp. Whether a task with some partitions empty may process at all is
+`ready_to_process` (max.task.idle.ms, KIP-695). Records are the consumer's `Message` objects,
+kept as they came.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from confluent_kafka import Message
 
@@ -24,6 +25,41 @@ class PartitionGroup:
         #: RecordQueue does (None: the message's own timestamp).
         self.head_timestamp: Callable[[tuple[str, int], Any], int] | None = None
         self._heads: dict[tuple[str, int], tuple[Any, int]] = {}
+        # max.task.idle.ms > 0: when each empty partition known to have no lag stops holding
+        # the task back (wall-clock ms)
+        self._idle_deadlines: dict[tuple[str, int], int] = {}
+
+    def all_buffered(self) -> bool:
+        """Every partition has buffered records (always true for a one-partition task with any)."""
+        return all(self.queues.values())
+
+    def ready_to_process(self, now_ms: int, max_task_idle_ms: int,
+                         fetched_lag: Callable[[tuple[str, int]], Optional[int]]) -> bool:
+        """Kafka's PartitionGroup.readyToProcess (KIP-695), for a group with records buffered:
+        -1 never waits. Otherwise an empty partition holds the task back while its lag
+        (`fetched_lag(tp)`: records on the broker past the consumer's position, None when not
+        known yet) is unknown or positive: data that orders before the buffered records may be
+        on its way. An empty partition known to have no lag holds it back for
+        `max_task_idle_ms` from when it was first seen so (0: not at all)."""
+        if max_task_idle_ms < 0:
+            return True
+        deadlines = self._idle_deadlines
+        queued = False
+        for tp, q in self.queues.items():
+            if q:
+                deadlines.pop(tp, None)
+                queued = True
+                continue
+            lag = fetched_lag(tp)
+            if lag is None or lag > 0:
+                deadlines.pop(tp, None)
+                return False
+            deadline = deadlines.get(tp)
+            if deadline is None:
+                deadline = deadlines[tp] = now_ms + max_task_idle_ms
+            if now_ms < deadline:
+                return False
+        return queued
 
     def _head_ts(self, tp: tuple[str, int], message: Any) -> int:
         extract = self.head_timestamp
@@ -36,29 +72,28 @@ class PartitionGroup:
         self._heads[tp] = (message, ts)
         return ts
 
-    def add(self, tp: tuple[str, int], messages: list) -> None:
-        self.queues[tp].extend(messages)
+    def add(self, tp: tuple[str, int], messages: list) -> int:
+        """Buffer `messages` of `tp`; returns how many `tp` now holds."""
+        q = self.queues[tp]
+        q.extend(messages)
         self.buffered += len(messages)
+        return len(q)
 
     def clear(self) -> None:
         for q in self.queues.values():
             q.clear()
         self.buffered = 0
         self._heads.clear()
-
-    def clear_partition(self, tp: tuple[str, int]) -> None:
-        q = self.queues.get(tp)
-        if q:
-            self.buffered -= len(q)
-            q.clear()
+        self._idle_deadlines.clear()
 
     def buffered_in(self, tp: tuple[str, int]) -> int:
         return len(self.queues[tp])
 
-    def runs(self, max_records: int) -> Iterator[tuple[tuple[str, int], list]]:
+    def runs(self, max_records: int, stop_when_empty: bool = False) -> Iterator[tuple[tuple[str, int], list]]:
         """Yield `(partition, messages)` runs, up to `max_records` messages in all, in timestamp
         order across partitions. With one partition buffered (the common case) this is a single
-        run taken at C speed."""
+        run taken at C speed. `stop_when_empty`: of several buffered partitions, stop when one
+        runs empty (the caller asks `ready_to_process` again before going on)."""
         nonempty = [(tp, q) for tp, q in self.queues.items() if q]
         if not nonempty:
             return
@@ -91,9 +126,12 @@ class PartitionGroup:
                 if run:
                     yield run_tp, run
                 run_tp, run = best_tp, []
-            run.append(queues[best_tp].popleft())
+            q = queues[best_tp]
+            run.append(q.popleft())
             self.buffered -= 1
             emitted += 1
+            if stop_when_empty and not q:
+                break
         if run:
             yield run_tp, run
 

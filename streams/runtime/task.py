@@ -66,7 +66,10 @@ class StreamTask:
                  input_partitions: list[tuple[str, int]], application_id: str, config: dict,
                  collector: Any, state_directory: Any, thread_cache: Any, eos_enabled: bool,
                  clock_ms: Callable[[], int], state_manager: Optional[ProcessorStateManager] = None,
-                 metrics: Any = None, thread_id: str = "main") -> None:
+                 metrics: Any = None, thread_id: str = "main", max_task_idle_ms: int = -1,
+                 fetched_lag: Optional[Callable[[tuple[str, int]], Optional[int]]] = None) -> None:
+        """`max_task_idle_ms` and `fetched_lag` (the main consumer's lag of a partition, None
+        when unknown): see PartitionGroup.ready_to_process; -1 never waits."""
         self.id = task_id
         self.metrics = metrics
         self.thread_id = thread_id
@@ -82,11 +85,12 @@ class StreamTask:
         self.clock_ms = clock_ms
         self.state = TaskState.CREATED
         self.partition_group = PartitionGroup(self.input_partitions)
+        self.max_task_idle_ms = max_task_idle_ms if fetched_lag is not None else -1
+        self.fetched_lag = fetched_lag
         self.consumed: dict[tuple[str, int], int] = {}       # last processed offset per partition
         self.committed: dict[tuple[str, int], int] = {}      # last committed next-offset
         self.commit_needed = False
         self.position_check = False  # commit again if the consumer position moves (see committable_offsets)
-        self.processed_since_commit = 0
         self.manager: Optional[ProcessorStateManager] = state_manager  # a promoted standby's
         self.engine: Optional[TaskEngine] = None
         self._processors_initialized = False
@@ -99,10 +103,6 @@ class StreamTask:
         check_transition(f"task {self.id}", self.state, new, _ALLOWED)
         log.debug("task %s: %s -> %s", self.id, self.state.value, new.value)
         self.state = new
-
-    @property
-    def is_running(self) -> bool:
-        return self.state is TaskState.RUNNING
 
     def changelog_partitions(self) -> list[TopicPartition]:
         return self.manager.changelog_partitions() if self.manager is not None else []
@@ -214,7 +214,6 @@ class StreamTask:
         self.committed.clear()
         self.commit_needed = False
         self.position_check = False
-        self.processed_since_commit = 0
 
     def mark_changelogs_corrupted(self, tps: list[TopicPartition]) -> None:
         if self.manager is not None:
@@ -223,8 +222,9 @@ class StreamTask:
 
     # ---- processing -------------------------------------------------------------------------
 
-    def add_records(self, tp: tuple[str, int], messages: list) -> None:
-        self.partition_group.add(tp, messages)
+    def add_records(self, tp: tuple[str, int], messages: list) -> int:
+        """Buffer `messages` of `tp`; returns how many records `tp` now has buffered."""
+        return self.partition_group.add(tp, messages)
 
     @property
     def buffered(self) -> int:
@@ -232,18 +232,21 @@ class StreamTask:
 
     def process(self, max_records: int) -> int:
         """Process up to `max_records` buffered records in timestamp order; returns the count."""
-        if self.state is not TaskState.RUNNING or not self.partition_group.buffered:
+        group = self.partition_group
+        if self.state is not TaskState.RUNNING or not group.buffered:
             return 0
+        if (self.max_task_idle_ms >= 0 and not group.all_buffered()
+                and not group.ready_to_process(self.clock_ms(), self.max_task_idle_ms, self.fetched_lag)):
+            return 0  # max.task.idle.ms: an empty partition may still bring earlier records
         process_messages = self.engine.process_messages
         consumed = self.consumed
         n = 0
-        for tp, run in self.partition_group.runs(max_records):
+        for tp, run in group.runs(max_records, self.max_task_idle_ms >= 0):
             process_messages(tp[0], tp[1], run)
             consumed[tp] = _OFFSET(run[-1])
             n += len(run)
         if n:
             self.commit_needed = True
-            self.processed_since_commit += n
         return n
 
     def maybe_punctuate(self) -> bool:
@@ -311,7 +314,6 @@ class StreamTask:
             if tp in self.partition_group.queues:
                 self.committed[tp] = off
         self.commit_needed = False
-        self.processed_since_commit = 0
         if self.manager is None or self.state is TaskState.CREATED:
             return
         if force_checkpoint:

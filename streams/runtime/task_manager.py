@@ -14,10 +14,10 @@ group generation: every active task is closed dirty and revived).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import operator
-import time
 from typing import Any, Callable, Iterable, Optional
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
@@ -26,7 +26,7 @@ from eddy.messages import message_function
 from state.errors import LockError, TaskCorruptedError
 from state.listener import SuspendReason
 from state.task_id import TaskId
-from streams.runtime.collector import RecordCollector, breaks_transactional_producer, is_fenced
+from streams.runtime.collector import RecordCollector, breaks_transactional_producer
 from streams.runtime.config import StreamsConfig
 from streams.runtime.errors import TaskMigratedError
 from streams.runtime.standby import StandbyState, StandbyTask
@@ -42,6 +42,23 @@ _FIRST = operator.itemgetter(0)
 _SECOND = operator.itemgetter(1)
 # Consumed messages cut into runs of one partition in one C pass (None: groupby over the methods).
 _partition_runs = message_function("partition_runs")
+
+
+def fetched_lag(consumer: Any, tp: tuple[str, int]) -> Optional[int]:
+    """Records of `tp` on the broker past `consumer`'s position, from what its fetches saw (no
+    request; max.task.idle.ms reads it): None while the high watermark is not known yet. A
+    position not known yet (nothing consumed from `tp` yet: confluent-kafka reports none, nor
+    does the embedded consumer) counts as no lag, so a partition holding nothing deliverable
+    (never written, purged, only a transaction marker left) cannot hold its task back forever;
+    after the first record Kafka's rule applies exactly."""
+    partition = TopicPartition(tp[0], tp[1])
+    _low, high = consumer.get_watermark_offsets(partition, cached=True)
+    if high is None or high < 0:
+        return None
+    position = consumer.position([partition])[0].offset
+    if position < 0:
+        return 0
+    return max(0, high - position)
 
 
 class TaskManager:
@@ -77,13 +94,20 @@ class TaskManager:
         self.desired_standbys: set[TaskId] = set()
         self._task_of_tp: dict[tuple[str, int], StreamTask] = {}
         self._to_pause: set[tuple[str, int]] = set()
+        # buffered.records.per.partition: partitions paused because their buffer exceeds it,
+        # resumed once processing brings the buffer down to it (Kafka's StreamTask.addRecords).
+        # Checked after processing, before the next poll: a running task drains what one poll
+        # brings (MAX_PROCESS_PER_TASK > MAX_POLL_RECORDS), so only a task that cannot process
+        # (idling for max.task.idle.ms, not running yet) is paused; pausing right after the add
+        # would pause and resume every busy partition each loop, and the consumer drops and
+        # fetches again what it prefetched for a paused partition (word count fell to 1/5).
+        self._max_buffered = config.buffered_records_per_partition
+        self._over_limit: list[tuple[str, int]] = []
+        self._buffer_paused: set[tuple[str, int]] = set()
         self._running: list[StreamTask] = []
         self.on_tasks_changed: Callable[[], None] = lambda: None
 
     # ---- assignment -------------------------------------------------------------------------
-
-    def task_id_for(self, topic: str, partition: int) -> TaskId:
-        return TaskId(self.sub_of_topic[topic].id, partition)
 
     def active_task_ids(self) -> set[TaskId]:
         return set(self.tasks)
@@ -115,7 +139,8 @@ class TaskManager:
                               collector=self.collector, state_directory=self.state_directory,
                               thread_cache=self.thread_cache, eos_enabled=self.eos,
                               clock_ms=self.clock_ms, state_manager=manager, metrics=self.metrics,
-                              thread_id=self.thread_id)
+                              thread_id=self.thread_id, max_task_idle_ms=self.config.max_task_idle_ms,
+                              fetched_lag=functools.partial(fetched_lag, self.consumer))
             self.tasks[task_id] = task
             for key in inputs:
                 self._task_of_tp[key] = task
@@ -175,6 +200,7 @@ class TaskManager:
             if self._task_of_tp.get(key) is task:
                 del self._task_of_tp[key]
             self._to_pause.discard(key)
+            self._buffer_paused.discard(key)
         self._refresh_running()
         self.on_tasks_changed()
 
@@ -270,7 +296,7 @@ class TaskManager:
             if newly_running:
                 self._refresh_running()
                 resume = [TopicPartition(t, p) for task in newly_running for (t, p) in task.input_partitions
-                          if (t, p) not in self._to_pause]
+                          if (t, p) not in self._to_pause and (t, p) not in self._buffer_paused]
                 if resume:
                     self.consumer.resume(resume)
         elif self.standbys:
@@ -305,25 +331,58 @@ class TaskManager:
                     log.warning("consumer error: %s", err)
             msgs = [m for m in msgs if m.error() is None]
         task_of = self._task_of_tp
+        limit = self._max_buffered
+        over = self._over_limit
         runs = _partition_runs(msgs) if _partition_runs is not None else None
-        if runs is not None:  # one C pass over the messages' fields
-            for tp, run in runs:
-                task = task_of.get(tp)
-                if task is not None:
-                    task.add_records(tp, run)
-            return
-        # grouped by partition at C speed: ((topic, partition), message) pairs
-        keyed = zip(zip(map(_TOPIC, msgs), map(_PARTITION, msgs)), msgs)
-        for key, group in itertools.groupby(keyed, _FIRST):
-            task = task_of.get(key)
-            if task is not None:
-                task.add_records(key, list(map(_SECOND, group)))
+        if runs is None:  # grouped by partition at C speed: ((topic, partition), message) pairs
+            keyed = zip(zip(map(_TOPIC, msgs), map(_PARTITION, msgs)), msgs)
+            runs = ((key, list(map(_SECOND, group))) for key, group in itertools.groupby(keyed, _FIRST))
+        for tp, run in runs:  # (else one C pass over the messages' fields)
+            task = task_of.get(tp)
+            if task is not None and task.add_records(tp, run) > limit:
+                over.append(tp)
+
+    def _pause_full(self) -> None:
+        """Pause the partitions added over buffered.records.per.partition that still exceed it."""
+        limit = self._max_buffered
+        task_of = self._task_of_tp
+        new = []
+        for tp in self._over_limit:
+            task = task_of.get(tp)
+            if (tp not in self._buffer_paused and task is not None
+                    and task.partition_group.buffered_in(tp) > limit):
+                self._buffer_paused.add(tp)
+                new.append(TopicPartition(*tp))
+        self._over_limit.clear()
+        if new:
+            self.consumer.pause(new)
+
+    def _resume_drained(self) -> None:
+        """Resume the partitions paused by `_pause_full` whose buffer is down to the limit. A
+        partition whose task is no longer running is let go without resuming: its task's
+        restoration pauses and resumes it."""
+        limit = self._max_buffered
+        task_of = self._task_of_tp
+        resume = []
+        for tp in list(self._buffer_paused):
+            task = task_of.get(tp)
+            if task is None or task.state is not TaskState.RUNNING:
+                self._buffer_paused.discard(tp)
+            elif task.partition_group.buffered_in(tp) <= limit:
+                self._buffer_paused.discard(tp)
+                resume.append(TopicPartition(*tp))
+        if resume:
+            self.consumer.resume(resume)
 
     def process(self, max_per_task: int) -> int:
         total = 0
         for task in self._running:
             if task.partition_group.buffered:
                 total += task.process(max_per_task)
+        if self._buffer_paused:
+            self._resume_drained()
+        if self._over_limit:
+            self._pause_full()
         return total
 
     def punctuate(self) -> int:

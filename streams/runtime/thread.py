@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 
 from state.cache import ThreadCache
 from state.errors import TaskCorruptedError

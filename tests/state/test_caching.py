@@ -359,6 +359,70 @@ def test_session_cache_dedups_merges_and_forwards(session_inner, ctx):
     store.close()
 
 
+class _Layer:
+    """A layer between a caching store and the change-logging layer that records what the
+    caching store asks of it: the caching store must use the protocol (reads_from,
+    write_changes, actual_from, segment_interval_ms), not its type or private fields."""
+
+    def __init__(self, below):
+        self.below = below
+        self.asked = []
+        self.name, self.persistent = below.name, below.persistent
+        for attr in ("window_size_ms", "retain_duplicates"):
+            if hasattr(below, attr):
+                setattr(self, attr, getattr(below, attr))
+
+    @property
+    def reads_from(self):
+        self.asked.append("reads_from")
+        return self.below.reads_from
+
+    def write_changes(self, changes):
+        self.asked.append(("write_changes", len(changes)))
+        self.below.write_changes(changes)
+
+    def put(self, *args):  # pragma: no cover - the protocol's write_changes is used
+        raise AssertionError("put instead of write_changes")
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self.asked.append(name)
+        return getattr(self.below, name)
+
+
+@pytest.mark.parametrize("kind", ["window", "session"])
+def test_window_and_session_caches_talk_to_the_layer_below_through_the_protocol(kind, ctx):
+    if kind == "window":
+        inner = InMemoryWindowStore("w", retention_ms=2 * MIN, window_size_ms=1000, segment_interval_ms=MIN)
+        layer = _Layer(ChangeLoggingWindowStore(inner))
+        store = CachingWindowStore(layer, ThreadCache(1_000_000))
+    else:
+        inner = InMemorySessionStore("s", retention_ms=2 * MIN, segment_interval_ms=MIN)
+        layer = _Layer(ChangeLoggingSessionStore(inner))
+        store = CachingSessionStore(layer, ThreadCache(1_000_000))
+    assert "reads_from" in layer.asked  # old values are read below the logging layer
+    store.init(ctx)
+    out = []
+    store.set_flush_listener(lambda *a: out.append(a))
+    for i in range(3):
+        if kind == "window":
+            store.put(b"k%d" % i, b"v", i * 1000, timestamp=5 + i)
+        else:
+            store.put(b"k%d" % i, 0, i, b"v", timestamp=5 + i)
+    layer.asked.clear()
+    store.flush()
+    assert ("write_changes", 3) in layer.asked and len(out) == 3 and len(ctx.logged_changes) == 3
+    assert [row[3] for row in ctx.logged_changes] == [5, 6, 7]
+    if kind == "window":
+        assert [v for _t, v in store.fetch(b"k1", 0, MIN)] == [b"v"]
+        assert "actual_from" in layer.asked
+    else:
+        assert [w.window for w, _v in store.find_sessions(b"k2", 0, MIN)] == [Window(0, 2)]
+        assert "actual_from" in layer.asked and "segment_interval_ms" in layer.asked
+    store.close()
+
+
 def test_typed_windowed_flush_listener_through_builder(ctx):
     from state.stores import Stores
 

@@ -1,7 +1,9 @@
-"""A sink's direct path (RecordCollector.sink_stage over the embedded producer's QueueView)
-writes exactly what its ordinary stage writes: same partitions, keys, values, timestamps and
-headers, and the same errors (a serializer failure naming the sink, a delivery failure raised
-at the next send)."""
+"""A sink's two forms over the embedded producer's QueueView give the same output and side
+effects: the Python form (SinkNode's own stage, sending through RecordCollector.sender, which
+queues through the view) and the C form (DirectSink, behind RecordCollector.sink_stage): same
+queue entries (partitions, keys, values, timestamps), kicks, produce() calls (headers, foreign
+queues), polls, failure markers and errors (a serializer failure naming the sink, a delivery
+failure raised at the next send)."""
 
 from __future__ import annotations
 
@@ -25,10 +27,43 @@ IMPLS = ["python"] + (["c"] if direct_sink._accel is not None else [])
 
 @pytest.fixture(params=IMPLS)
 def impl(request, monkeypatch):
-    """The direct stage's implementation: "c" (DirectSink) or "python" (the template)."""
+    """The sink's form: "c" (DirectSink) or "python" (SinkNode's own stage)."""
     if request.param == "python":
         monkeypatch.setattr(direct_sink, "_accel", None)
     return request.param
+
+
+def _with_key_selector(stage, select, select_failed):
+    """A key selection before `stage`: folded into it where it offers that (the C form), else a
+    stage of its own (as KeySelectProcessor.fuse builds it)."""
+    offered = getattr(stage, "with_key_selector", None)
+    if offered is not None:
+        return offered(select, select_failed)
+
+    def selecting(key, value, timestamp, headers):
+        try:
+            k = select(key, value)
+        except BaseException:
+            select_failed()
+            raise
+        stage(k, value, timestamp, headers)
+    return selecting
+
+
+def _with_values_from(stage, values_fn, values_failed):
+    """A flat_map_values before `stage`, as `_with_key_selector`."""
+    offered = getattr(stage, "with_values_from", None)
+    if offered is not None:
+        return offered(values_fn, values_failed)
+
+    def flat(key, line, timestamp, headers):
+        try:
+            for value in values_fn(line):
+                stage(key, value, timestamp, headers)
+        except BaseException:
+            values_failed()
+            raise
+    return flat
 
 
 @pytest.fixture
@@ -65,9 +100,8 @@ def test_the_direct_path_writes_what_the_ordinary_stage_writes(cluster, impl):
     with closing(cluster.producer({"linger.ms": 1})) as producer:
         collector = RecordCollector(producer, murmur2_partitioning=True)
         direct = _stage(collector, "direct", serdes.STRING, serdes.STRING)
-        assert direct.__name__ == "sink_direct", "the embedded producer must offer the direct path"
-        ordinary_collector = RecordCollector(producer, murmur2_partitioning=True)
-        ordinary_collector.sink_stage = lambda *args: None  # no direct stage: the ordinary one
+        assert (direct.__name__ == "sink_direct") == (impl == "c"), "the embedded producer offers the C stage"
+        ordinary_collector = RecordCollector(producer, murmur2_partitioning=False)  # produce() picks
         ordinary = _stage(ordinary_collector, "ordinary", serdes.STRING, serdes.STRING)
         assert ordinary.__name__ != "sink_direct"
         for _ in range(3):
@@ -86,7 +120,6 @@ def test_the_direct_path_drops_null_keys_when_told_and_names_the_sink_on_a_seria
         collector = RecordCollector(producer, murmur2_partitioning=True)
         stage = _stage(collector, "direct", serdes.STRING, serdes.INT64,
                        failed=lambda: failed.append(True), drop_null_keys=True)
-        assert stage.__name__ == "sink_direct"
         stage(None, 1, 1, ())
         stage("k", 5, 2, ())
         with pytest.raises(SerializationError, match="sink 'sink-direct'.*topic 'direct'"):
@@ -148,7 +181,7 @@ def test_a_key_selection_done_by_the_direct_stage_equals_selecting_first(cluster
             if value == "boom":
                 raise ValueError("selector failed")
             return None if value.startswith("n") else value[:1]
-        selecting = direct.with_key_selector(select, lambda: marks.append("selector"))
+        selecting = _with_key_selector(direct, select, lambda: marks.append("selector"))
         assert not hasattr(selecting, "with_key_selector")
         for key, value in (("a", "xy"), (None, "yz"), ("b", "no key"), ("c", "xq"), ("d", "é")):
             selecting(key, value, 5, ())
@@ -196,10 +229,10 @@ def test_a_flat_map_values_folded_into_the_direct_stage_keeps_order_and_names_th
         plain = _stage(collector, "ordinary", serdes.STRING, serdes.STRING, drop_null_keys=True)
         direct = _stage(collector, "direct", serdes.STRING, serdes.INT64,
                         failed=lambda: marks.append("sink"), drop_null_keys=True)
-        assert _stage(collector, "direct", serdes.STRING, serdes.STRING).with_values_from  # offered
-        fused = _stage(collector, "direct", serdes.STRING, serdes.STRING, failed=lambda: marks.append("sink"),
-                       drop_null_keys=True).with_key_selector(select, lambda: marks.append("selector"))
-        fused = fused.with_values_from(words, lambda: marks.append("flat_map"))
+        fused = _with_key_selector(_stage(collector, "direct", serdes.STRING, serdes.STRING,
+                                          failed=lambda: marks.append("sink"), drop_null_keys=True),
+                                   select, lambda: marks.append("selector"))
+        fused = _with_values_from(fused, words, lambda: marks.append("flat_map"))
         for line, ts in (("a b no a", 1), ("", 2), ("c é", 3)):
             fused("line-key", line, ts, ())
             for word in line.split():
@@ -213,8 +246,8 @@ def test_a_flat_map_values_folded_into_the_direct_stage_keeps_order_and_names_th
         assert marks[0] == "selector"  # innermost first (outer markers then find the node already named)
         marks.clear()
         with pytest.raises(SerializationError):
-            direct.with_key_selector(select, lambda: marks.append("selector")).with_values_from(
-                words, lambda: marks.append("flat_map"))("k", "q", 6, ())  # INT64 cannot take "q"
+            _with_values_from(_with_key_selector(direct, select, lambda: marks.append("selector")),
+                              words, lambda: marks.append("flat_map"))("k", "q", 6, ())  # INT64 cannot take "q"
         assert marks[0] == "sink"
         collector.flush()
     got = [(p, k, v, t) for p, k, v, t, _h in _written(cluster, "direct")]
@@ -227,46 +260,58 @@ def test_a_flat_map_values_folded_into_the_direct_stage_keeps_order_and_names_th
 
 # ---- the stage over a QueueView of our own queues (the protocol's real classes) ----------------
 
+from types import SimpleNamespace  # noqa: E402
+
 from replication.clients.producer import QueueView, _NEVER, _Queue  # noqa: E402
 from eddy.murmur2 import py_murmur2_partition  # noqa: E402
 
 
 class Bench:
-    """A real collector (on the cluster's producer) and a QueueView over queues the test owns,
+    """A real collector (on the cluster's producer) whose QueueView is over queues the test owns,
     so a test can set a queue's `cb` and `kick_at`, grow the partition list and read the
-    entries; `calls` logs every call the stage makes outside the user's functions, in order."""
+    entries. `calls` logs kicks and failure markers in order, `produced` every produce() call
+    (recorded only, unless `real_produce`)."""
 
-    def __init__(self, producer, partitions=3, topic="direct"):
+    def __init__(self, producer, partitions=3, topic="direct", real_produce=False):
         self.collector = RecordCollector(producer, murmur2_partitioning=True)
         self.calls = []
+        self.produced = []
         self.topic = topic
         self.queues = [self.new_queue(p) for p in range(partitions)]
         self.view = QueueView({topic: self.queues}, lambda queue: self.calls.append(("kick", queue.tp.partition)))
+        self.collector._view = self.view
+        real = self.collector._produce
+
+        def produce(topic, **kwargs):
+            self.produced.append((topic, kwargs["key"], kwargs["value"], kwargs["partition"], kwargs["timestamp"],
+                                  kwargs.get("headers")))
+            if real_produce:
+                real(topic, **kwargs)
+        self.collector._produce = produce
 
     def new_queue(self, partition):
         queue = _Queue(TopicPartition(self.topic, partition), 1000)
-        queue.cb = self.collector._on_sink_delivery  # as produce() leaves it
+        queue.cb = self.collector.sink_delivery_callback  # as produce() leaves it
         queue.kick_at = _NEVER
         return queue
 
-    def stage(self, key_serialize=serdes.STRING.serialize_unchecked, value_serialize=None, drop_null_keys=False,
-              selector=None, values_fn=None):
+    def stage(self, key_serde=serdes.STRING, value_serde=None, drop_null_keys=False, selector=None, values_fn=None):
         calls = self.calls
-
-        def slow(k, value, timestamp, headers):
-            calls.append(("slow", k, value, timestamp, headers))
-
-        stage = direct_sink.direct_sink_stage(
-            self.collector, self.view, self.topic, key_serialize, value_serialize or key_serialize, slow,
-            lambda: calls.append(("failed", _handled())), drop_null_keys)
+        sink = SinkNode("sink-direct", self.topic, key_serde, value_serde or key_serde, None, self.collector)
+        stage = sink.stage(lambda: calls.append(("failed", _handled())), drop_null_keys)
         if selector is not None:
-            stage = stage.with_key_selector(selector, lambda: calls.append(("selector_failed", _handled())))
+            stage = _with_key_selector(stage, selector, lambda: calls.append(("selector_failed", _handled())))
         if values_fn is not None:
-            stage = stage.with_values_from(values_fn, lambda: calls.append(("values_failed", _handled())))
+            stage = _with_values_from(stage, values_fn, lambda: calls.append(("values_failed", _handled())))
         return stage
 
     def entries(self):
         return [list(queue.entries) for queue in self.queues]
+
+
+def _serde(serialize, unchecked=None):
+    """A serde whose (unchecked) serializer is the test's."""
+    return SimpleNamespace(serialize=serialize, serialize_unchecked=unchecked or serialize, deserialize=None)
 
 
 def _handled():
@@ -282,24 +327,30 @@ def producer(cluster):
         yield p
 
 
-def test_the_c_stage_is_the_direct_stage_when_built(producer):
+def test_the_c_stage_is_the_sinks_stage_when_built_and_offered(producer):
     if direct_sink._accel is None:
         pytest.skip("streams.runtime._sink is not built")
     bench = Bench(producer)
     stage = bench.stage(selector=lambda k, v: v, values_fn=str.split)
     assert type(stage).__name__ == "DirectSink" and stage.__name__ == "sink_direct"
     assert not hasattr(stage, "with_values_from")
+    with pytest.raises(TypeError, match="4 positional"):
+        stage("k", "v", 3)
 
 
-def test_the_c_stage_needs_the_views_untracked_entries_capability(producer):
-    """The C stage builds queue entries itself only where the producer offers that (QueueView
-    `untracked_entries`); a view without it gets the template's function, which calls append."""
+def test_the_c_stage_needs_the_views_untracked_entries_capability_and_murmur2(producer):
+    """The C stage builds queue entries itself only where the producer says it may (QueueView
+    `untracked_entries`) and keys are routed by murmur2 here; elsewhere the sink's own stage
+    queues through the view's append."""
     bench = Bench(producer)
     bench.view.untracked_entries = False
     stage = bench.stage()
     assert type(stage).__name__ == "function"
     stage("k", "v", 5, ())
     assert [e for entries in bench.entries() for e in entries] == [(b"k", b"v", 5, None)]
+    bench = Bench(producer)
+    bench.collector._murmur2 = False
+    assert type(bench.stage()).__name__ == "function"
 
 
 def test_entries_are_untracked_four_tuples_in_the_murmur2_partition(producer, impl):
@@ -309,7 +360,7 @@ def test_entries_are_untracked_four_tuples_in_the_murmur2_partition(producer, im
     rng = random.Random(7)
     for partitions in (1, 2, 3, 7, 16, 31):
         bench = Bench(producer, partitions)
-        stage = bench.stage(serdes.BYTES.serialize_unchecked)
+        stage = bench.stage(serdes.BYTES)
         keys = [rng.randbytes(rng.randint(0, 40)) for _ in range(200)]
         for i, key in enumerate(keys):
             stage(key, b"v%d" % i, 1000 + i, ())
@@ -320,7 +371,7 @@ def test_entries_are_untracked_four_tuples_in_the_murmur2_partition(producer, im
         assert sorted(e for q in bench.entries() for e in q) == sorted(
             (k, b"v%d" % i, 1000 + i, None) for i, k in enumerate(keys))
         assert not any(gc.is_tracked(e) for q in bench.entries() for e in q)
-        assert bench.calls == []
+        assert bench.calls == [] and bench.produced == []
 
 
 def test_the_common_path_counts_sends_and_polls_every_4096(producer, impl):
@@ -332,6 +383,9 @@ def test_the_common_path_counts_sends_and_polls_every_4096(producer, impl):
         def poll(self, timeout):
             polls.append((timeout, bench.collector._since_poll))
             return real_producer.poll(timeout)
+
+        def __getattr__(self, name):
+            return getattr(real_producer, name)
     bench.collector.producer = Polling()
     stage = bench.stage(selector=lambda k, w: w, values_fn=str.split)
     bench.collector._since_poll = 4090
@@ -356,70 +410,59 @@ def test_a_queue_reaching_kick_at_is_kicked_after_the_append(producer, impl):
 
 
 def test_a_foreign_callback_on_the_queue_goes_through_produce(cluster, producer, impl):
-    bench = Bench(producer)
-    sent = []
-    send_sink = bench.collector._send_sink
-
-    def recording(*args):
-        sent.append(args)
-        return send_sink(*args)
-    bench.collector._send_sink = recording
+    bench = Bench(producer, real_produce=True)
     p = py_murmur2_partition(b"k", 3)
     bench.queues[p].cb = object()  # produce() has not set our callback yet
     stage = bench.stage()
-    stage("k", "v", 0, ())
-    assert sent == [("direct", b"k", b"v", p, 0)] and bench.entries()[p] == []
+    stage("k", "v", 7, ())
+    assert bench.produced == [("direct", b"k", b"v", p, 7, None)] and bench.entries()[p] == []
     assert bench.collector._since_poll == 1  # counted by the collector's send
     bench.collector.flush()
     assert [(q, k, v) for q, k, v, _t, _h in _written(cluster, "direct")] == [(p, b"k", b"v")]
 
 
-def test_records_off_the_common_path_go_to_the_sinks_ordinary_stage(producer, impl):
+def test_records_off_the_common_path_go_through_the_sinks_stage(producer, impl):
     bench = Bench(producer)
+    p = py_murmur2_partition(b"k", 3)
+    bench.stage(drop_null_keys=True)(None, "dropped", 1, ())
+    assert bench.calls == [] and bench.produced == [] and bench.entries() == [[], [], []]
     stage = bench.stage()
     stage(None, "no key", 1, ())
     stage("k", "headers", 2, (("h", b"1"),))
+    assert bench.produced == [("direct", None, b"no key", -1, 1, None),
+                              ("direct", b"k", b"headers", p, 2, [("h", b"1")])]
     bench.collector._error = ProductionError("pending")
-    stage("k", "error", 3, ())
-    bench.collector._error = None
-    bench.view.topics.clear()  # produce() has something to check
+    with pytest.raises(ProductionError, match="pending"):
+        stage("k", "error", 3, ())
+    assert bench.calls == [("failed", "ProductionError: pending")] and bench.collector._error is None
+    bench.view.topics.clear()  # produce() has something to check: the count is the topic's (3)
     stage("k", "closed", 4, [])
-    assert bench.calls == [("slow", None, "no key", 1, ()), ("slow", "k", "headers", 2, (("h", b"1"),)),
-                           ("slow", "k", "error", 3, ()), ("slow", "k", "closed", 4, [])]
+    assert bench.produced[-1] == ("direct", b"k", b"closed", p, 4, None)
     assert bench.entries() == [[], [], []]
-    bench.calls.clear()
-    bench.view.topics["direct"] = bench.queues
-    bench.stage(drop_null_keys=True)(None, "dropped", 5, ())
-    assert bench.calls == [] and bench.entries() == [[], [], []]
 
 
-def test_a_serializer_error_goes_to_the_ordinary_stage_once_and_a_failure_there_names_the_sink(producer, impl):
+def test_a_serializer_error_is_the_sinks_checked_serializers_and_names_the_sink(producer, impl):
     bench = Bench(producer)
-    serialized = []
 
     def picky(obj):
-        serialized.append(obj)
         if obj == "bad":
             raise ValueError("cannot serialize")
         return obj.encode()
-    stage = bench.stage(picky)
-    stage("bad", "v", 1, ())
-    stage("k", "bad", 2, ())
-    assert bench.calls == [("slow", "bad", "v", 1, ()), ("slow", "k", "bad", 2, ())]
-    assert serialized == ["bad", "k", "bad"]  # each serializer called once by the stage
-    bench.calls.clear()
 
-    def failing_slow(k, value, timestamp, headers):
-        raise SerializationError("sink 'x' cannot serialize")
-    stage = direct_sink.direct_sink_stage(bench.collector, bench.view, "direct", picky, picky, failing_slow,
-                                          lambda: bench.calls.append(("failed", _handled())), False)
-    with pytest.raises(SerializationError) as info:
+    def checked(obj):
+        if obj == "bad":
+            raise SerializationError("checked: cannot serialize")
+        return obj.encode()
+    stage = bench.stage(_serde(checked, picky))
+    with pytest.raises(SerializationError, match="sink 'sink-direct'.*topic 'direct'.*checked") as info:
         stage("bad", "v", 1, ())
-    assert isinstance(info.value.__context__, ValueError)  # raised while the serializer's error was handled
-    assert bench.calls == [("failed", "SerializationError: sink 'x' cannot serialize")]
+    assert bench.calls == [("failed", info.value.__class__.__name__ + ": " + str(info.value))]
+    bench.calls.clear()
+    stage("k", "v", 2, ())
+    assert bench.calls == [] and [e for q in bench.entries() for e in q] == [(b"k", b"v", 2, None)]
 
 
-def test_a_base_exception_from_a_serializer_is_not_the_ordinary_stages(producer, impl):
+def test_a_base_exception_from_a_serializer_is_the_sinks_failure(producer, impl):
     class Stop(BaseException):
         pass
 
@@ -427,20 +470,16 @@ def test_a_base_exception_from_a_serializer_is_not_the_ordinary_stages(producer,
         raise Stop("stop")
     bench = Bench(producer)
     with pytest.raises(Stop):
-        bench.stage(stopping)("k", "v", 1, ())
+        bench.stage(_serde(stopping))("k", "v", 1, ())
     assert bench.calls == [("failed", "Stop: stop")]
 
 
-@pytest.mark.parametrize("value_serialize, error", [
-    (lambda v: bytearray(v.encode()), TypeError),  # not bytes: the protocol's append refuses it
-    (lambda v: v, TypeError),
-])
-def test_a_serializer_result_that_is_not_bytes_fails_as_in_the_template(producer, impl, value_serialize, error):
+def test_a_serializer_result_that_is_not_bytes_goes_to_produce(producer, impl):
     bench = Bench(producer)
-    with pytest.raises(error, match="bytes or None"):
-        bench.stage(value_serialize=value_serialize)("k", "v", 1, ())
-    assert bench.calls == [("failed", "TypeError: queue_append: key and value must be bytes or None, "
-                                      "timestamp an int")]
+    stage = bench.stage(value_serde=_serde(lambda v: bytearray(v.encode())))
+    stage("k", "v", 1, ())
+    assert bench.produced == [("direct", b"k", bytearray(b"v"), py_murmur2_partition(b"k", 3), 1, None)]
+    assert bench.entries() == [[], [], []] and bench.calls == []
 
 
 def test_no_timestamp_means_now_and_a_bad_one_fails_naming_the_sink(producer, impl):
@@ -488,12 +527,8 @@ def test_markers_name_the_failing_node_innermost_first_while_its_error_is_handle
     bench.calls.clear()
     with pytest.raises(ProductionError):  # kick() failing is the sink's failure, then the flat map's
         bench.queues[0].kick_at = 0
-        broken = direct_sink.direct_sink_stage(
-            bench.collector, QueueView({"direct": bench.queues[:1]}, _raise_production_error), "direct",
-            serdes.STRING.serialize_unchecked, serdes.STRING.serialize_unchecked, None,
-            lambda: bench.calls.append(("failed", _handled())), False).with_values_from(
-                str.split, lambda: bench.calls.append(("values_failed", _handled())))
-        broken("k", "w", 1, ())
+        bench.collector._view = bench.view = QueueView({"direct": bench.queues[:1]}, _raise_production_error)
+        bench.stage(values_fn=str.split)("k", "w", 1, ())
     assert bench.calls == [("failed", "ProductionError: kick"), ("values_failed", "ProductionError: kick")]
 
 
@@ -551,17 +586,10 @@ def test_a_partition_list_growing_during_a_line_routes_each_value_by_the_count_i
     assert [[v for _k, v, *_ in q] for q in bench.entries()] == [[b"before"], [], [], [b"grow", b"after"]]
 
 
-def test_keyword_calls_and_a_wrong_argument_count_behave_as_the_template(producer, impl):
-    bench = Bench(producer, 1)
-    stage = bench.stage()
-    stage(key="k", value="v", timestamp=3, headers=())
-    assert bench.entries()[0] == [(b"k", b"v", 3, None)]
-    with pytest.raises(TypeError):
-        stage("k", "v", 3)
-
-
-def test_both_implementations_make_the_same_entries_and_calls(producer, monkeypatch):
-    """A seeded mix of records over every path, run by each implementation on its own bench."""
+def test_both_forms_make_the_same_entries_produce_calls_and_markers(producer, monkeypatch):
+    """The parity test: a seeded mix of records over every path, run by each form on its own
+    bench (queue entries, kicks, produce() calls with partitions, headers and timestamps,
+    failure markers, errors, the poll count)."""
     import random
 
     if direct_sink._accel is None:
@@ -573,36 +601,35 @@ def test_both_implementations_make_the_same_entries_and_calls(producer, monkeypa
         bench = Bench(producer, 5)
         bench.queues[2].cb = None  # this partition's records go through produce()
         bench.queues[1].kick_at = 4
-        sent = []
-        bench.collector._send_sink = lambda *args: sent.append(args)
+        errors = []
 
         def select(key, word):
             return None if word.startswith("n") else word[:2]
-        serializer = serdes.STRING.serialize_unchecked
         stages = [bench.stage(selector=select, values_fn=str.split, drop_null_keys=rng.random() < 0.5),
                   bench.stage(selector=select, values_fn=lambda line: iter(line.split())),
-                  bench.stage(value_serialize=serdes.INT64.serialize_unchecked), bench.stage()]
+                  bench.stage(value_serde=serdes.INT64), bench.stage()]
         for i in range(3000):
             words = " ".join(rng.choice(["ab", "abc", "né", "nx", "q", "é€", "zz" * 20]) for _ in range(rng.randint(0, 4)))
             which = rng.randrange(4)
             headers = (("h", b"x"),) if rng.random() < 0.05 else ()
             ts = rng.choice([0, 5, 10**12 + i])
-            if which < 2:
-                stages[which]("line", words, ts, headers)
-            elif which == 2:
-                stages[2](words[:1] or None, rng.choice([1, -7, None, "not an int"]), ts, headers)
-            else:
-                stages[3](words[:3] or None, rng.choice([words, None, words[:3] or None]), ts, headers)
+            try:
+                if which < 2:
+                    stages[which]("line", words, ts, headers)
+                elif which == 2:
+                    stages[2](words[:1] or None, rng.choice([1, -7, None, "not an int"]), ts, headers)
+                else:
+                    stages[3](words[:3] or None, rng.choice([words, None, words[:3] or None]), ts, headers)
+            except Exception as exc:
+                errors.append((i, type(exc).__name__, str(exc)))
             if i % 500 == 0:
                 bench.collector._error = ProductionError("x")
-            elif i % 500 == 1:
-                bench.collector._error = None
         normalized = [[(k, v, "now" if ts > 1.5e12 else ts, cb) for k, v, ts, cb in q] for q in bench.entries()]
-        results.append((normalized, bench.calls, sent, bench.collector._since_poll))
+        produced = [row[:4] + ("now" if not row[4] else row[4],) + row[5:] for row in bench.produced]
+        results.append((normalized, bench.calls, produced, errors, bench.collector._since_poll))
     assert results[0][0] == results[1][0] and sum(map(len, results[0][0])) > 1000
     assert results[0][1:] == results[1][1:]
-    assert [c[0] for c in results[0][1]].count("slow") > 100 and results[0][2]
-    del serializer
+    assert results[0][2] and results[0][3] and any(c[0] == "kick" for c in results[0][1])
 
 
 def test_queue_attributes_are_read_as_getattr_reads_them_when_the_queue_class_changes(producer, impl):
@@ -614,10 +641,9 @@ def test_queue_attributes_are_read_as_getattr_reads_them_when_the_queue_class_ch
         cb = property(lambda self: None)
 
     bench = Bench(producer, 1)
-    sent = []
-    bench.collector._send_sink = lambda *args: sent.append(args)
     queue = Queue()
-    queue.tp, queue.entries, queue.cb, queue.kick_at = TopicPartition("direct", 0), [], bench.collector._on_sink_delivery, 2
+    queue.tp, queue.entries, queue.cb, queue.kick_at = (TopicPartition("direct", 0), [],
+                                                        bench.collector.sink_delivery_callback, 2)
     bench.queues[0] = queue
     stage = bench.stage()
     stage("k", "v1", 1, ())
@@ -631,7 +657,7 @@ def test_queue_attributes_are_read_as_getattr_reads_them_when_the_queue_class_ch
     other.tp, other.entries, other.kick_at = TopicPartition("direct", 0), [], _NEVER
     bench.queues[0] = other
     stage("k", "v4", 4, ())
-    assert sent == [("direct", b"k", b"v4", 0, 4)] and other.entries == []
+    assert bench.produced == [("direct", b"k", b"v4", 0, 4, None)] and other.entries == []
     bench.queues[0] = queue
     bench.calls.clear()
     Queue.kick_at = property(lambda self: 1)  # the class changed: its kick_at is no longer the slot
@@ -639,4 +665,4 @@ def test_queue_attributes_are_read_as_getattr_reads_them_when_the_queue_class_ch
     assert bench.calls == [("kick", 0)] and len(queue.entries) == 3
     Queue.cb = property(lambda self: None)
     stage("k", "v6", 6, ())
-    assert sent[-1] == ("direct", b"k", b"v6", 0, 6) and len(queue.entries) == 3
+    assert bench.produced[-1] == ("direct", b"k", b"v6", 0, 6, None) and len(queue.entries) == 3

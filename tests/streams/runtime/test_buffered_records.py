@@ -1,0 +1,71 @@
+"""buffered.records.per.partition on the embedded cluster: a partition whose buffer still exceeds
+it when the thread would poll again is paused on the main consumer, and resumed once processing
+brings the buffer down to it; nothing is lost or reordered by the pause (the consumer fetches
+again from its position)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams import App, AppState, Topology, serdes
+from streams.errors import ConfigError
+from streams.runtime.config import StreamsConfig
+
+from _runtime_util import Cluster, Exploding, unique, wait_for
+
+LIMIT = 7
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster({"bootstrap.servers": f"local://{tmp_path}/cluster",
+                 "consumer.session.timeout.ms": 6000, "consumer.heartbeat.interval.ms": 500})
+    yield c
+    c.close()
+
+
+def _two_input_topology(a, b, sink):
+    topo = Topology()
+    topo.add_source("a", a, key_serde=serdes.STRING, value_serde=serdes.STRING)
+    topo.add_source("b", b, key_serde=serdes.STRING, value_serde=serdes.STRING)
+    topo.add_processor("p", Exploding, "a", "b")
+    topo.add_sink("k", sink, "p", key_serde=serdes.STRING, value_serde=serdes.STRING)
+    return topo
+
+
+def test_a_partition_over_the_limit_is_paused_while_its_task_idles_and_resumed_once_drained(cluster, tmp_path):
+    """The task reads two topics; one stays empty, so the task idles for max.task.idle.ms while
+    the other's records pile up: that partition is paused (the consumer stops fetching it),
+    then resumed once the task has processed its buffer down to the limit."""
+    a, b, sink = unique("ba"), unique("bb"), unique("bout")
+    cluster.create_topics(1, a, b, sink)
+    records = [(b"k%d" % (i % 5), b"v%d" % i) for i in range(300)]
+    cluster.produce(a, records)
+    app = App(_two_input_topology(a, b, sink),
+              {**cluster.config, "application.id": unique("buffered"), "state.dir": str(tmp_path / "state"),
+               "commit.interval.ms": 100, "buffered.records.per.partition": LIMIT, "max.task.idle.ms": 3000})
+    app.start()
+    try:
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        tm = app.threads[0].task_manager
+        tp = (a, 0)
+
+        def paused_over_limit():
+            task = tm._task_of_tp.get(tp)
+            return tp in tm._buffer_paused and task is not None and task.partition_group.buffered_in(tp) > LIMIT
+        wait_for(paused_over_limit, 30, "the idle task's full partition paused")
+        msgs = cluster.read_all(sink, 1, until=lambda got: len(got) >= len(records), timeout=60)
+        assert [(m.key(), m.value()) for m in msgs] == records  # all of them, once, in order
+        wait_for(lambda: not tm._buffer_paused, 30, "the partition resumed")
+        cluster.produce(a, [(b"k", b"after")])  # fetched again after the resume
+        msgs = cluster.read_all(sink, 1, until=lambda got: len(got) > len(records), timeout=60)
+        assert msgs[-1].value() == b"after"
+    finally:
+        assert app.close(timeout=60)
+
+
+@pytest.mark.parametrize("value", [0, -1, "many"])
+def test_buffered_records_per_partition_must_be_a_positive_int(value):
+    with pytest.raises(ConfigError, match="buffered.records.per.partition"):
+        StreamsConfig.parse({"application.id": "a", "bootstrap.servers": "x",
+                                 "buffered.records.per.partition": value})
