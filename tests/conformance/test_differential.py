@@ -30,10 +30,7 @@ SEEDS = list(range(FIRST_SEED, FIRST_SEED + COUNT))
 #: A divergence found by this harness and left to the DSL work (streams/dsl/): Kafka Streams stamps
 #: an aggregation's result with max(record timestamp, previous result's timestamp) (KIP-258
 #: timestamped stores), Eddy's count with the record's own timestamp, so an out-of-order record
-#: gives a different output timestamp. Scenarios whose only difference is that are xfailed, and
-#: so are those whose count receives a None value (Kafka Streams ignores it, Eddy counts it).
-KNOWN_NULL_VALUE_GAP = ("Eddy's count counts records with a None value; Kafka Streams' count ignores "
-                        "records with a null key or value")
+#: gives a different output timestamp. Scenarios whose only difference is that are xfailed.
 KNOWN_AGGREGATE_TIMESTAMP_GAP = ("Eddy's count output carries the record's timestamp; Kafka Streams' carries "
                                  "max(record, previous aggregate) timestamps (KIP-258)")
 
@@ -72,9 +69,6 @@ def test_eddy_matches_kafka_streams(seed: int, kafka_streams_results: dict[int, 
     assert expected["error"] is None, f"seed {seed}: Kafka Streams failed: {expected['error']}"
     got = vocabulary.run_eddy(scenario, str(state_root / str(seed)))
     if got != {"output": expected["output"], "store": expected["store"]}:
-        reaching = vocabulary.records_reaching_aggregation(scenario)
-        if any(k is not None and v is None for k, v in reaching):
-            pytest.xfail(KNOWN_NULL_VALUE_GAP)
         if _only_aggregate_timestamps_differ(scenario, got, expected):
             pytest.xfail(KNOWN_AGGREGATE_TIMESTAMP_GAP)
     assert got["output"] == expected["output"], (

@@ -35,7 +35,9 @@ count_adder.constant_increment = 1  # type: ignore[attr-defined]
 class AggregateProcessor(StageOperator):
     """KGroupedStream.aggregate() (and count(), as aggregate with `count_initializer` and
     `count_adder`, as Kafka's GroupedStreamAggregateBuilder builds it): the per-key aggregate
-    `adder(key, value, old or initializer())` in a KV store. Records with a None key are dropped.
+    `adder(key, value, old or initializer())` in a KV store. A record with a None key or a None
+    value is skipped, counted in dropped-records and logged at WARN (Kafka's KStreamAggregate and
+    KStreamReduce), on every route: the bulk run below only ever gets records with a value.
 
     With caching, downstream sees the aggregate when the cache flushes or evicts the key (one
     record per key per commit); without caching, on every update, as Change(new, old).
@@ -43,13 +45,12 @@ class AggregateProcessor(StageOperator):
     Over a typed store whose next layer updates bytes in place (a caching layer's `update` and
     `update_many`) and an adder with a `constant_increment`, the update is done at the bytes
     level, and the stage offers the bulk capability `key_bytes_run = (key_serde, run)`: `run(keys,
-    timestamps, clock)` is the stage for each serialized non-None key, in order (the value and
-    headers play no part)."""
+    timestamps, clock)` is the stage for each serialized non-None key of a record with a non-None
+    value, in order (the value and headers play no further part)."""
 
     def __init__(self, store_name: str, caching: bool, initializer: Callable[[], Any],
-                 adder: Callable[[Any, Any, Any], Any], skip_null_values: bool = False) -> None:
+                 adder: Callable[[Any, Any, Any], Any]) -> None:
         self.store_name = store_name
-        self.skip_null_values = skip_null_values
         self.caching = caching
         self.initializer = initializer
         self.adder = adder
@@ -58,6 +59,7 @@ class AggregateProcessor(StageOperator):
         super().init(context)
         store = context.get_state_store(self.store_name)
         self.store = store
+        self.dropped = getattr(context, "dropped_records_sensor", None)
         self.forward_on_update = True
         self._bulk: Optional[_BytesIncrement] = None
         if not self.caching:
@@ -82,18 +84,15 @@ class AggregateProcessor(StageOperator):
         self.forward_on_update = set_listener(scoped(on_flush)) is False
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        store, name = self.store, self.store_name
+        store = self.store
         get, put = store.get, store.put
         initializer, adder = self.initializer, self.adder
         forward_on_update = self.forward_on_update
-        skip_null_values = self.skip_null_values
+        skip = self._skipper()
 
         def aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            if key is None:
-                log.debug("aggregate %s: dropping a record with a None key", name)
-                return
-            if value is None and skip_null_values:  # Kafka's KStreamAggregate/KStreamReduce skip them
-                log.debug("aggregate %s: dropping a record with a None value", name)
+            if key is None or value is None:
+                skip()
                 return
             try:
                 old = get(key)
@@ -111,8 +110,8 @@ class AggregateProcessor(StageOperator):
         key_bytes_of, update, add = bulk.key_unchecked, bulk.update, bulk.add
 
         def aggregate_bytes(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            if key is None:
-                log.debug("aggregate %s: dropping a record with a None key", name)
+            if key is None or value is None:
+                skip()
                 return
             try:
                 key_bytes = key_bytes_of(key)
@@ -137,6 +136,18 @@ class AggregateProcessor(StageOperator):
                 raise
         aggregate_bytes.key_bytes_run = (bulk.key_serde, run)  # type: ignore[attr-defined]
         return aggregate_bytes
+
+    def _skipper(self) -> Callable[[], None]:
+        """Skip a record with a None key or value: Kafka's WARN and a dropped-records count."""
+        dropped, name, context = self.dropped, self.store_name, self.context
+
+        def skip() -> None:
+            metadata = getattr(context, "metadata", None) or ("?", -1, -1)
+            log.warning("Skipping record due to null key or value. store=[%s] topic=[%s] partition=[%d] offset=[%d]",
+                        name, metadata[0], metadata[1], metadata[2])
+            if dropped is not None:
+                dropped.count += 1
+        return skip
 
 
 _INT64 = struct.Struct(">q")
