@@ -53,7 +53,9 @@ class _MaterializedStoreBuilder:
 
     def store_builder(self) -> Any:
         if self._builder is None:
-            self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde)
+            # timestamped (Kafka's KIP-258): the aggregate keeps the newest timestamp it has seen
+            self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde,
+                                                    timestamped=True)
         return self._builder
 
     def build(self) -> Any:
