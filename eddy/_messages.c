@@ -238,7 +238,7 @@ PyDoc_STRVAR(keyed_run_doc,
 "keyed_run(messages, start, key_check, value_check) -> (keys, timestamps, stop) or None\n\n"
 "The keys and timestamps of messages[start:stop], read from the fields of messages of the layout\n"
 "type (set_message_layout): the longest stretch from `start` in which every message has a key,\n"
-"a timestamp >= 0, and passes key_check(key) and (for a non-None value) value_check(value)\n"
+"a value, a timestamp >= 0, and passes key_check(key) and value_check(value)\n"
 "without an Exception. `stop` is the first message that does not (len(messages) when all do);\n"
 "a check's Exception is cleared (the caller processes that message on its own), any other\n"
 "BaseException propagates. None when there is no layout. A stream task whose stage takes runs\n"
@@ -278,16 +278,17 @@ static PyObject *keyed_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
         if (Py_TYPE(m) != type)
             break;
         PyObject *key = layout_get_obj(m, key_off);
+        PyObject *value = layout_get_obj(m, value_off);
         int64_t ts = layout_get_i64(m, ts_off);
-        if (key == NULL || ts < 0)
+        /* A None value is the stage's to skip and count (an aggregation drops it): not taken. */
+        if (key == NULL || value == NULL || ts < 0)
             break;
         Py_INCREF(m); /* keeps key and value alive through the checks */
-        PyObject *value = layout_get_obj(m, value_off);
         PyObject *checked = PyObject_CallOneArg(key_check, key);
         if (checked != NULL) {
             Py_DECREF(checked);
-            checked = value == NULL ? Py_None : PyObject_CallOneArg(value_check, value);
-            if (checked != NULL && value != NULL)
+            checked = PyObject_CallOneArg(value_check, value);
+            if (checked != NULL)
                 Py_DECREF(checked);
         }
         if (checked == NULL) {

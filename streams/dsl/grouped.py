@@ -53,7 +53,9 @@ class _MaterializedStoreBuilder:
 
     def store_builder(self) -> Any:
         if self._builder is None:
-            self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde)
+            # timestamped (Kafka's KIP-258): the aggregate keeps the newest timestamp it has seen
+            self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde,
+                                                    timestamped=True)
         return self._builder
 
     def build(self) -> Any:
@@ -81,7 +83,7 @@ class KGroupedStream:
         return source
 
     def _aggregate(self, prefix: str, op: str, store: Any, initializer: Callable[[], Any],
-                   adder: Callable[[Any, Any, Any], Any], value_serde: Any, skip_null_values: bool) -> KTable:
+                   adder: Callable[[Any, Any, Any], Any], value_serde: Any) -> KTable:
         mat = as_materialized(store, op)
         graph = self._builder._graph
         name_of_store = N.store_name(graph, mat, prefix)
@@ -92,21 +94,22 @@ class KGroupedStream:
         value_serde = N.value_or_default(mat.value_serde or value_serde, where)
         caching = mat.caching_enabled
         graph.add(StatefulProcessorNode(
-            name, (parent,), lambda: AggregateProcessor(name_of_store, caching, initializer, adder, skip_null_values),
+            name, (parent,), lambda: AggregateProcessor(name_of_store, caching, initializer, adder),
             store_builder=_MaterializedStoreBuilder(mat, name_of_store, key_serde, value_serde),
             store_name=name_of_store, deferred_serdes=N.deferred(key_serde, value_serde)))
         return KTable(self._builder, name, key_serde, value_serde, name_of_store if mat.store_name else None,
                       store_name=name_of_store)
 
     def count(self, store: str | Materialized | None = None) -> KTable:
-        """Count records per key into a KV store (caching and change logging on by default)."""
-        return self._aggregate(N.AGGREGATE, "count", store, count_initializer, count_adder, _serdes.INT64, False)
+        """Count records per key into a KV store (caching and change logging on by default); a record
+        with a None value is not counted (Kafka)."""
+        return self._aggregate(N.AGGREGATE, "count", store, count_initializer, count_adder, _serdes.INT64)
 
     def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None) -> KTable:
         """reducer(aggregate, value) per key; the first value is the aggregate (None values skipped)."""
         N.check_fn(reducer, "reduce")
         return self._aggregate(N.REDUCE, "reduce", store, _reduce_initializer, _reduce_adder(reducer),
-                               self.value_serde, True)
+                               self.value_serde)
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
                   store: str | Materialized | None = None) -> KTable:
@@ -114,7 +117,7 @@ class KGroupedStream:
         `store` (Materialized) or default.value.serde, never from upstream (Kafka)."""
         N.check_fn(initializer, "aggregate initializer")
         N.check_fn(aggregator, "aggregate aggregator")
-        return self._aggregate(N.AGGREGATE, "aggregate", store, initializer, aggregator, None, True)
+        return self._aggregate(N.AGGREGATE, "aggregate", store, initializer, aggregator, None)
 
     def windowed_by(self, windows: Any) -> Any:
         if isinstance(windows, SessionWindows):

@@ -96,13 +96,16 @@ def test_keyed_run_takes_keys_and_timestamps_up_to_the_first_message_it_cannot_t
     def msg(offset, key, value, ts):
         return Message("t", 0, offset, key, value, None, None, (1 if ts >= 0 else 0, ts), -1.0, -1)
 
-    msgs = [msg(0, b"a", b"x", 5), msg(1, b"b", None, 6), msg(2, None, b"x", 7),   # a None key
+    msgs = [msg(0, b"a", b"x", 5), msg(1, b"b", None, 6),                          # a None value
+            msg(2, None, b"x", 7),                                                  # a None key
             msg(3, b"c", b"x", 8), msg(4, b"\xff", b"x", 9),                        # a key that fails its check
             msg(5, b"d", b"\xfe", 10),                                              # a value that fails
             msg(6, b"e", b"x", -1),                                                 # no timestamp
             msg(7, b"f", b"x", 11)]
     run = _records.keyed_run
-    assert run(msgs, 0, _check_utf8, _check_utf8) == ([b"a", b"b"], [5, 6], 2)
+    assert run(msgs, 0, _check_utf8, _check_utf8) == ([b"a"], [5], 1)
+    assert run(msgs, 1, _check_utf8, _check_utf8) == ([], [], 1)  # an aggregation skips it, not the run
+    assert run(msgs, 2, _check_utf8, _check_utf8) == ([], [], 2)
     assert run(msgs, 3, _check_utf8, _check_utf8) == ([b"c"], [8], 4)
     assert run(msgs, 4, _check_utf8, _check_utf8) == ([], [], 4)
     assert run(msgs, 5, _check_utf8, _check_utf8) == ([], [], 5)

@@ -131,24 +131,3 @@ def run_eddy(scenario: dict, state_dir: str | None = None) -> dict:
             with driver.get_key_value_store(STORE).all() as it:
                 store = [[k, v] for k, v in it]
     return {"output": output, "store": store}
-
-
-def records_reaching_aggregation(scenario: dict) -> list[tuple[Any, Any]]:
-    """(key, value) of every record the scenario's aggregation receives (its stateless part
-    interpreted here with the same functions), to tell which known gaps a scenario touches."""
-    records = [(k, v) for k, v, _ts in scenario["records"]]
-    for step in scenario["ops"]:
-        op, fn = step["op"], step.get("fn")
-        if op == "filter":
-            records = [(k, v) for k, v in records if PREDICATES[fn](k, v)]
-        elif op == "filter_not":
-            records = [(k, v) for k, v in records if not PREDICATES[fn](k, v)]
-        elif op == "map_values":
-            records = [(k, VALUE_MAPPERS[fn](v)) for k, v in records]
-        elif op == "flat_map_values":
-            records = [(k, out) for k, v in records for out in VALUE_SPLITTERS[fn](v)]
-        elif op in ("select_key", "group_by"):
-            records = [(KEY_SELECTORS[fn](k, v), v) for k, v in records]
-        elif op in AGGREGATIONS:
-            return records
-    return []

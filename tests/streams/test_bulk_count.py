@@ -35,8 +35,8 @@ def _driver(topology, cache_bytes, handler="log_and_continue"):
 
 def _rows(n_keys=7, n=60):
     """(key, value, timestamp, headers, offset) rows with the odd ones the bulk path hands back
-    to the per-record loop: a None key, a key that is not UTF-8, a negative timestamp (at the
-    end: it fails), timestamps going back in time."""
+    to the per-record loop: a None key, None values (not counted: dropped), a key that is not
+    UTF-8, a value that is not UTF-8, timestamps going back in time."""
     rows = []
     for i in range(n):
         key = f"k{(i * 5) % n_keys}".encode()
@@ -45,6 +45,9 @@ def _rows(n_keys=7, n=60):
             key = None
         if i == 23:
             key = b"\xff\xfe"
+        if i in (17, 18, 44):
+            rows.append((key, None, ts, None, i))
+            continue
         if i == 31:
             rows.append((key, b"\xff", ts, None, i))  # the value does not deserialize either
             continue
@@ -82,7 +85,7 @@ def _state(driver, engine):
     store = driver.get_key_value_store("counts")
     out = driver.create_output_topic("out", S, I64).read_records_to_list()
     return ({f"k{i}": store.get(f"k{i}") for i in range(7)}, [(r.key, r.value, r.timestamp) for r in out],
-            engine.stream_time, dict(engine.partition_times))
+            engine.stream_time, dict(engine.partition_times), engine.dropped_records_sensor.count)
 
 
 @pytest.mark.parametrize("cache_bytes", [10_000_000, 150, 0])
@@ -95,11 +98,19 @@ def test_a_run_counts_exactly_as_record_at_a_time(cache_bytes, process):
         assert done == done_single == len(rows) - 2  # the two rows that do not deserialize are skipped
         got, expected = _state(bulk, bulk_engine), _state(single, single_engine)
     assert got == expected
-    counts, out, stream_time, partition_times = got
-    assert sum(c for c in counts.values() if c) == len(rows) - 3  # and the None key is dropped
+    counts, out, stream_time, partition_times, dropped = got
+    # the None key and the three None values are dropped and counted too
+    assert sum(c for c in counts.values() if c) == len(rows) - 2 - 4
+    assert dropped == 4, dropped
     assert stream_time == max(r[2] for r in rows) and partition_times[("words", 0)] == stream_time
     if cache_bytes < 10_000_000:
         assert len(out) > 7  # evictions forwarded in the middle of the run
+    # a count is stamped with the newest timestamp it has seen (KIP-258): the rows go back in
+    # time, a key's results never do
+    newest = {}
+    for key, _count, timestamp in out:
+        assert timestamp >= newest.get(key, timestamp), (key, timestamp)
+        newest[key] = timestamp
 
 
 def test_the_stream_time_is_raised_record_by_record_for_what_an_eviction_forwards(process):
