@@ -212,8 +212,9 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             timestamp = self._timestamp_supplier()
         return self.update_many((key,), fn, (timestamp,))
 
-    def update_many(self, keys: Sequence[bytes], fn: Callable[[Optional[bytes]], Optional[bytes]],
-                    timestamps: Sequence[int], clock: Any = None) -> Optional[bytes]:
+    def update_many(  # noqa: C901 - the Python form of a per-record loop, in one frame on purpose
+            self, keys: Sequence[bytes], fn: Callable[[Optional[bytes]], Optional[bytes]],
+            timestamps: Sequence[int], clock: Any = None) -> Optional[bytes]:
         """`update(key, fn, timestamp)` for each key (bytes) and timestamp in order, holding the
         cache lock once; returns the last value written. A run of a count's records in one call.
 

@@ -128,9 +128,8 @@ class AcceleratedRoute:
                     return done + self._one(source, topic, partition, messages[start:])
                 keys, timestamps, stop = taken
                 if keys:
-                    base = start
                     done += self._run_keys(run, first, source, topic, partition, keys, timestamps,
-                                           lambda i: _OFFSET(messages[base + i]))
+                                           lambda i, base=start: _OFFSET(messages[base + i]))
                 if stop >= n:
                     break
                 done += self._one(source, topic, partition, messages[stop:stop + 1])
