@@ -53,9 +53,7 @@ class _MaterializedStoreBuilder:
 
     def store_builder(self) -> Any:
         if self._builder is None:
-            # timestamped (Kafka's KIP-258): the aggregate keeps the newest timestamp it has seen
-            self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde,
-                                                    timestamped=True)
+            self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde)
         return self._builder
 
     def build(self) -> Any:

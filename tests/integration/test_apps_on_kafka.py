@@ -35,7 +35,6 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from state import OffsetCheckpoint, StateRestoreListener
-from state.timestamped import ValueAndTimestampSerde
 from streams import App, AppState, serdes
 from streams.testing import TopologyTestDriver
 from streams.testing import kafka_fixture
@@ -221,9 +220,7 @@ class Cluster:
                 word = serdes.STRING.deserialize(key)
                 if word in wrong:
                     seen[name][word].append((partition, value if name == "repartition"
-                                             else serdes.INT64.deserialize(value) if name == "output"
-                                             # the count's store is timestamped: timestamp + INT64
-                                             else ValueAndTimestampSerde(serdes.INT64).deserialize(value).value))
+                                             else serdes.INT64.deserialize(value)))
         return "; ".join(
             f"{w}: expected {expected.get(w)}, store {got.get(w)}, repartitioned {len(seen['repartition'][w])}x, "
             f"changelog {seen['changelog'][w]}, output {seen['output'][w]}" for w in wrong)

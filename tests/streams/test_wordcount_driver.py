@@ -1,6 +1,5 @@
 import pytest
 
-from state.timestamped import ValueAndTimestampSerde
 from streams import Processor, PunctuationType, Record, StreamsBuilder, Topology, serdes
 from streams.dsl import Materialized
 from streams.errors import StoreAccessError, ProcessingError
@@ -57,10 +56,8 @@ def test_changelog_writes_are_captured():
         driver.create_input_topic("lines", S, S).pipe_input(None, "a b a", timestamp=5)
         changelog = driver.producer_history(driver.changelog_topic("counts"))
         assert driver.changelog_topic("counts") == "wc-counts-changelog"
-        # the count's store is timestamped (KIP-258): its changelog values are timestamp + INT64
-        stamped = ValueAndTimestampSerde(I64)
-        assert [(r.key, stamped.deserialize(r.value), r.partition) for r in changelog] == [
-            (b"a", (1, 5), 0), (b"b", (1, 5), 0), (b"a", (2, 5), 0)]
+        assert [(r.key, I64.deserialize(r.value), r.partition) for r in changelog] == [
+            (b"a", 1, 0), (b"b", 1, 0), (b"a", 2, 0)]
     with TopologyTestDriver(wordcount(logging=False), {"application.id": "wc"}) as driver:
         driver.create_input_topic("lines", S, S).pipe_input(None, "a b a", timestamp=5)
         assert driver.producer_history("wc-counts-changelog") == []
@@ -154,8 +151,7 @@ def test_count_caching_dedups_updates_within_a_commit(caching, expected):
         assert [(r.key, r.value) for r in records] == expected
         assert records[-1].timestamp == 20
         # the changelog sees what reaches the store: with caching only the flushed value
-        stamped = ValueAndTimestampSerde(I64)  # a count's store is timestamped (KIP-258)
-        changelog = [stamped.deserialize(r.value).value for r in driver.producer_history("dedup-per-key-changelog")]
+        changelog = [I64.deserialize(r.value) for r in driver.producer_history("dedup-per-key-changelog")]
         assert changelog == [v for _, v in expected]
 
 

@@ -7,19 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from state.timestamped import ValueAndTimestampSerde
 from streams import App, AppState, serdes
 from streams.testing import TopologyTestDriver
 
 from _runtime_util import Cluster, make_lines, unique, wait_for, wordcount_topology
-
-
-# a count's store is timestamped (KIP-258): its changelog values are 8-byte timestamp + INT64
-_COUNT_IN_CHANGELOG = ValueAndTimestampSerde(serdes.INT64)
-
-
-def _count_of(data):
-    return _COUNT_IN_CHANGELOG.deserialize(data).value
 
 
 def _triples(messages, key_of, value_of):
@@ -42,7 +33,7 @@ def test_the_driver_and_a_stream_task_give_the_same_output_store_and_changelog(t
                       driver.create_output_topic(out, serdes.STRING, serdes.INT64).read_records_to_list()]
         driver_store = {w: driver.get_key_value_store("counts").get(w) for w in expected}
         changelog = [r for r in driver.producer_history() if r.topic.endswith("-counts-changelog")]
-        driver_changelog = [(serdes.STRING.deserialize(r.key), _count_of(r.value), r.timestamp)
+        driver_changelog = [(serdes.STRING.deserialize(r.key), serdes.INT64.deserialize(r.value), r.timestamp)
                             for r in changelog]
     assert driver_store == dict(expected)
     assert len(driver_out) == sum(expected.values()) == len(driver_changelog)
@@ -64,4 +55,4 @@ def test_the_driver_and_a_stream_task_give_the_same_output_store_and_changelog(t
         app.close(timeout=60)
         cluster.close()
     assert _triples(got_out, bytes.decode, serdes.INT64.deserialize) == driver_out
-    assert _triples(got_changelog, bytes.decode, _count_of) == driver_changelog
+    assert _triples(got_changelog, bytes.decode, serdes.INT64.deserialize) == driver_changelog
