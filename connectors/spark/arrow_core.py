@@ -42,7 +42,19 @@ _PACK = {"INT32": struct.Struct(">i").pack, "INT64": struct.Struct(">q").pack,
          "FLOAT": struct.Struct(">f").pack, "DOUBLE": struct.Struct(">d").pack}
 
 
+_TIMESTAMPED = "value_and_timestamp("
+_TIMESTAMP_SIZE = 8  # state.timestamped: an 8-byte big-endian timestamp before the value
+
+
+def inner_serde(name: str) -> str:
+    """The serde of the value inside a timestamped store's `value_and_timestamp(<serde>)` bytes."""
+    if name.startswith(_TIMESTAMPED) and name.endswith(")"):
+        return name[len(_TIMESTAMPED):-1]
+    return name
+
+
 def check_serde(name: str, what: str) -> None:
+    name = inner_serde(name)
     if name not in KNOWN_SERDES:
         raise UnknownSerdeError(f"{what} serde {name!r} is not one a reader can decode ({', '.join(KNOWN_SERDES)}); "
                                 "read the raw bytes instead (option raw=true)")
@@ -51,6 +63,7 @@ def check_serde(name: str, what: str) -> None:
 def serde_arrow_type(name: str, what: str, json_type: Optional[pa.DataType] = None) -> pa.DataType:
     """The Arrow type a serde's values decode to (JSON: `json_type`, or its text as a string)."""
     check_serde(name, what)
+    name = inner_serde(name)
     if name == "JSON":
         return json_type if json_type is not None else pa.string()
     return _SCALAR_TYPES[name]
@@ -74,7 +87,7 @@ def default_schema(key_serde: str, value_serde: str, kind: str = "key_value", *,
 def snapshot_schema(snapshot: Snapshot, *, raw: bool = False, infer_json: bool = True) -> pa.Schema:
     """`default_schema` for a snapshot; a JSON value type is inferred from a sample of its rows."""
     json_type = None
-    if not raw and snapshot.value_serde == "JSON" and infer_json:
+    if not raw and inner_serde(snapshot.value_serde) == "JSON" and infer_json:
         json_type = infer_json_type(_sample_values(snapshot))
     return default_schema(snapshot.key_serde, snapshot.value_serde, snapshot.store_kind, raw=raw, json_type=json_type)
 
@@ -85,6 +98,10 @@ def decode_column(data: pa.Array, serde: str, target: pa.DataType, what: str) ->
     if target == pa.binary():
         return data
     check_serde(serde, what)
+    if serde != inner_serde(serde):  # a timestamped store's value: the timestamp goes
+        # per value in Python: pc.binary_slice fails on some sliced binary arrays (pyarrow 26)
+        data = pa.array([None if v is None else v[_TIMESTAMP_SIZE:] for v in data.to_pylist()], pa.binary())
+        serde = inner_serde(serde)
     if serde == "JSON":
         return _decode_json(data, target, what)
     if serde == "STRING":
@@ -308,13 +325,14 @@ def _int64_at(keys: pa.Array, start: int) -> pa.Array:
 
 def _sample_values(snapshot: Snapshot, rows: int = JSON_SAMPLE_ROWS) -> list:
     out: list = []
+    skip = _TIMESTAMP_SIZE if inner_serde(snapshot.value_serde) != snapshot.value_serde else 0
     for shard in snapshot.shards:
         db = open_shard(snapshot.shard_path(shard))
         try:
             for key, value in db.items():
                 if key.startswith(META_PREFIX):
                     break
-                out.append(value)
+                out.append(value[skip:] if value is not None else None)
                 if len(out) >= rows:
                     return out
         finally:
