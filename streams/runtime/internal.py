@@ -2,8 +2,9 @@
 
 Kafka Streams' rules: a repartition topic gets the maximum partition count of the source
 topics of the sub-topology writing to it (resolved upstream first, since that sub-topology may
-itself read a repartition topic); a changelog topic gets the partition count of its
-sub-topology (the maximum over its source topics), `cleanup.policy=compact`.
+itself read a repartition topic), unless a co-partition group joins it with user topics: then it
+gets theirs; a changelog topic gets the partition count of its sub-topology (the maximum over its
+source topics), `cleanup.policy=compact`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from streams.internal_topics import InternalTopicSpec, changelog_topic_config, repartition_topic_config
+from streams.runtime.copartitioning import enforce_copartitioning
 from streams.runtime.errors import MissingSourceTopicError
 from streams.topology import Subtopology, Topology, changelog_topic_name
 
@@ -35,6 +37,19 @@ def _logged(builder: Any) -> bool:
     return bool(getattr(builder, "logging_enabled", True))
 
 
+def _copartitioned_with_user_topics(topology: Topology, internal: set, counts: Mapping[str, int]) -> dict:
+    """An internal topic co-partitioned with user topics takes their count (Kafka's
+    CopartitionedTopicsEnforcer); known before the writers are looked at, this also breaks the
+    foreign-key join's cycle (each side writes the topic the other reads)."""
+    fixed: dict[str, int] = {}
+    for group in topology.copartition_groups():
+        user_counts = {t: counts[t] for t in group if t not in internal}
+        if user_counts and group & internal:
+            fixed.update(enforce_copartitioning(group, partition_counts=user_counts,
+                                                repartition_topics={t: None for t in group & internal}))
+    return fixed
+
+
 def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], application_id: str,
                          existing_partitions: Mapping[str, int], replication_factor: int = -1) -> TopicPlan:
     """`existing_partitions` maps topic -> partition count for the topics that exist. Raises
@@ -51,13 +66,15 @@ def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], a
         for t in s.source_topics:
             if t not in internal:
                 counts[t] = existing_partitions[t]
+    counts.update(_copartitioned_with_user_topics(topology, internal, counts))
     # resolve repartition topics from their writers, upstream first
     writers: dict[str, list[Subtopology]] = {}
     for s in subtopologies:
         for t in s.sink_topics:
             if t in internal:
                 writers.setdefault(t, []).append(s)
-    pending = [t for t in internal if t in writers or any(t in s.source_topics for s in subtopologies)]
+    pending = [t for t in internal if t not in counts
+               and (t in writers or any(t in s.source_topics for s in subtopologies))]
     for _ in range(len(pending) + 1):
         progressed = False
         for t in list(pending):
