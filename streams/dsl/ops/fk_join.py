@@ -32,39 +32,43 @@ def response_partitioner(topic: str, key: Any, response: Any, num_partitions: in
     return response.primary_partition
 
 
-def _change(value: Any, op: str) -> Change:
-    if type(value) is not Change and not isinstance(value, Change):
-        raise ProcessingError(f"{op} expected a table update (Change), got {value!r}")
-    return value
-
-
-def _stage(process: Callable[..., None], headers_box: list, failed: Callable[[], None], op: str,
-           changes: bool) -> Stage:
-    """One stage calling `process(key, value, timestamp)` with the record's headers kept for the
-    logic's forwards (which carry no headers: Kafka forwards the input record, headers and all)."""
-    def fk_join_stage(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-        try:
-            headers_box[0] = headers
-            process(key, _change(value, op) if changes else value, timestamp)
-        except BaseException:
-            failed()
-            raise
-    return fk_join_stage
-
-
 class _FkJoinOperator(StageOperator):
-    def _forward(self, down: Stage) -> tuple[list, Callable[[Any, Any, int], None]]:
-        box: list = [()]
+    """Runs one logic object per task: `_process(forward)` builds it and returns its `process`;
+    its forwards carry the input record's headers (Kafka forwards the input record, headers and
+    all). With `changes`, the input must be a table update (Change), named by `what`."""
+
+    changes = False
+    what = ""
+
+    def _process(self, forward: Callable[[Any, Any, int], None]) -> Callable[[Any, Any, int], None]:
+        raise NotImplementedError
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        headers_box: list = [()]
 
         def forward(key: Any, value: Any, timestamp: int) -> None:
-            down(key, value, timestamp, box[0])
-        return box, forward
+            down(key, value, timestamp, headers_box[0])
+        process, changes, what = self._process(forward), self.changes, self.what
+
+        def fk_join_stage(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            try:
+                if changes and type(value) is not Change and not isinstance(value, Change):
+                    raise ProcessingError(f"{what} expected a table update (Change), got {value!r}")
+                headers_box[0] = headers
+                process(key, value, timestamp)
+            except BaseException:
+                failed()
+                raise
+        return fk_join_stage
 
 
 class SubscriptionSendProcessor(_FkJoinOperator):
     """Left table updates -> subscriptions keyed by the foreign key. The primary partition is the
     task's: the left table's sub-topology reads co-partitioned topics, so it is the partition of
     the record (also when a cache flush forwards it, where Kafka uses the cached record's)."""
+
+    changes = True
+    what = "the foreign-key join's left table"
 
     def __init__(self, foreign_key_extractor: Callable[[Any], Any], foreign_key_serde: Any, value_serde: Any, *,
                  left_join: bool) -> None:
@@ -73,21 +77,20 @@ class SubscriptionSendProcessor(_FkJoinOperator):
         self.value_serde = value_serde
         self.left_join = left_join
 
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        box, forward = self._forward(down)
+    def _process(self, forward: Callable[[Any, Any, int], None]) -> Callable[[Any, Any, int], None]:
         logic = SubscriptionSendLogic(self.foreign_key_extractor, self.foreign_key_serde, self.value_serde, forward,
                                       left_join=self.left_join, dropped=self.context.dropped_records_sensor)
-        partition = self.context.task_id.partition
-        logic_process = logic.process
+        send, partition = logic.process, self.context.task_id.partition
 
         def process(key: Any, change: Change, timestamp: int) -> None:
-            logic_process(key, change, timestamp, partition)
-        return _stage(process, box, failed, "the foreign-key join's subscription", True)
+            send(key, change, timestamp, partition)
+        return process
 
 
-class SubscriptionReceiveProcessor(_FkJoinOperator):
-    """Subscriptions -> the subscription store, and Change(new, old) of the subscription keyed by
-    CombinedKey to the subscription join."""
+class _SubscriptionStoreOperator(_FkJoinOperator):
+    """An operator of the subscription store: `logic(store, key_schema, forward, dropped=...)`."""
+
+    logic: Any = None
 
     def __init__(self, store_name: str, key_schema: CombinedKeySchema) -> None:
         self.store_name = store_name
@@ -97,15 +100,30 @@ class SubscriptionReceiveProcessor(_FkJoinOperator):
         super().init(context)
         self.store = context.get_state_store(self.store_name)
 
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        box, forward = self._forward(down)
-        logic = SubscriptionReceiveLogic(self.store, self.key_schema, forward,
-                                         dropped=self.context.dropped_records_sensor)
-        return _stage(logic.process, box, failed, "", False)
+    def _process(self, forward: Callable[[Any, Any, int], None]) -> Callable[[Any, Any, int], None]:
+        return self.logic(self.store, self.key_schema, forward, dropped=self.context.dropped_records_sensor).process
+
+
+class SubscriptionReceiveProcessor(_SubscriptionStoreOperator):
+    """Subscriptions -> the subscription store, and Change(new, old) of the subscription keyed by
+    CombinedKey to the subscription join."""
+
+    logic = SubscriptionReceiveLogic
+
+
+class ForeignTableJoinProcessor(_SubscriptionStoreOperator):
+    """Right table updates -> a response to every subscriber of the key."""
+
+    logic = ForeignTableJoinLogic
+    changes = True
+    what = "the foreign-key join's right table"
 
 
 class SubscriptionJoinProcessor(_FkJoinOperator):
     """A received subscription meets the right table (read from `right_store_name`): a response."""
+
+    changes = True
+    what = "the foreign-key join's subscription join"
 
     def __init__(self, right_store_name: str) -> None:
         self.right_store_name = right_store_name
@@ -114,28 +132,8 @@ class SubscriptionJoinProcessor(_FkJoinOperator):
         super().init(context)
         self.right = context.get_state_store(self.right_store_name)
 
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        box, forward = self._forward(down)
-        logic = SubscriptionJoinLogic(self.right.get, forward)
-        return _stage(logic.process, box, failed, "the foreign-key join's subscription join", True)
-
-
-class ForeignTableJoinProcessor(_FkJoinOperator):
-    """Right table updates -> a response to every subscriber of the key."""
-
-    def __init__(self, store_name: str, key_schema: CombinedKeySchema) -> None:
-        self.store_name = store_name
-        self.key_schema = key_schema
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self.store = context.get_state_store(self.store_name)
-
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        box, forward = self._forward(down)
-        logic = ForeignTableJoinLogic(self.store, self.key_schema, forward,
-                                      dropped=self.context.dropped_records_sensor)
-        return _stage(logic.process, box, failed, "the foreign-key join's right table", True)
+    def _process(self, forward: Callable[[Any, Any, int], None]) -> Callable[[Any, Any, int], None]:
+        return SubscriptionJoinLogic(self.right.get, forward).process
 
 
 class ResponseJoinProcessor(_FkJoinOperator):
@@ -153,11 +151,9 @@ class ResponseJoinProcessor(_FkJoinOperator):
         super().init(context)
         self.left = context.get_state_store(self.left_store_name)
 
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        box, forward = self._forward(down)
-        logic = ResponseJoinLogic(self.left.get, self.value_serde, self.joiner, forward, left_join=self.left_join,
-                                  dropped=self.context.dropped_records_sensor)
-        return _stage(logic.process, box, failed, "", False)
+    def _process(self, forward: Callable[[Any, Any, int], None]) -> Callable[[Any, Any, int], None]:
+        return ResponseJoinLogic(self.left.get, self.value_serde, self.joiner, forward, left_join=self.left_join,
+                                 dropped=self.context.dropped_records_sensor).process
 
 
 class ResultTableProcessor(StageOperator):
