@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from streams import App, AppState, StreamsBuilder, serdes
 from streams.dsl import Materialized
@@ -105,11 +106,13 @@ def test_two_instances_with_a_rebalance_give_the_drivers_table(cluster, tmp_path
     assert any(v.endswith("/None") for v in expected.values()) and len(expected) > 10
 
     app_id = unique("fkapp")
+    subscription_topic = f"{app_id}-KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000006-topic"
+    response_topic = f"{app_id}-KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-0000000014-topic"
     topo = topology(orders, customers, out)
 
     def new_app(name: str) -> App:
         return App(topo, {**cluster.config, "application.id": app_id, "state.dir": str(tmp_path / name),
-                          "commit.interval.ms": 100})
+                          "commit.interval.ms": 100, "repartition.purge.interval.ms": 200})
 
     def produce(records: list) -> None:
         for table, key, value in records:
@@ -124,8 +127,8 @@ def test_two_instances_with_a_rebalance_give_the_drivers_table(cluster, tmp_path
         assert a.wait_for_state(AppState.RUNNING, timeout=60)
         # the internal topics follow the tables they are co-partitioned with
         topics = cluster.admin.list_topics(timeout=10).topics
-        assert len(topics[f"{app_id}-KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000006-topic"].partitions) == 2
-        assert len(topics[f"{app_id}-KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-0000000014-topic"].partitions) == 3
+        assert len(topics[subscription_topic].partitions) == 2
+        assert len(topics[response_topic].partitions) == 3
         produce(phase1)
         cluster.read_all(out, 3, until=lambda got: len(got) >= 10, timeout=60)
         b = new_app("b")
@@ -142,6 +145,15 @@ def test_two_instances_with_a_rebalance_give_the_drivers_table(cluster, tmp_path
         for x in (a, b):
             queried.update(dict(x.store("joined").all()))
         assert queried == expected
+        # both internal topics are repartition topics: what the tasks consumed and committed is purged
+        probe = cluster.backend.consumer({"group.id": unique("probe")})
+        try:
+            for topic, n in ((subscription_topic, 2), (response_topic, 3)):
+                wait_for(lambda t=topic, n=n: any(
+                    probe.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[0] > 0
+                    for p in range(n)), 30, f"{topic} purged")
+        finally:
+            probe.close()
     finally:
         for x in apps:
             assert x.close(timeout=60)
