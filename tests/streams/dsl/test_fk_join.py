@@ -162,6 +162,33 @@ def test_internal_topics_take_the_partition_counts_of_the_tables_they_join():
     assert plan.specs["app-KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-0000000014-topic"].config["cleanup.policy"] == "delete"
 
 
+@pytest.mark.parametrize("aggregated", ["right", "both"])
+def test_internal_topics_when_a_table_is_an_aggregation(aggregated):
+    """A side that reads a repartition topic: the subscription topic and the right side's
+    repartition topic form a group of internal topics only, which takes the largest of their
+    counts (Kafka's CopartitionedTopicsEnforcer); with both sides aggregated the two FK topics
+    need each other's count (a cycle): the subscription topic, first in order, takes the largest
+    known count of its writer's inputs (Kafka's RepartitionTopics), then the rest follows."""
+    b = StreamsBuilder()
+    if aggregated == "both":
+        orders = (b.stream("order-events", key_serde=S, value_serde=S).group_by(lambda k, v: v.split("=")[0])
+                  .reduce(lambda agg, v: v.split("=")[1], store="orders"))
+    else:
+        orders = b.table("orders", key_serde=S, value_serde=S)
+    visits = b.stream("visits", key_serde=S, value_serde=S).group_by(lambda k, v: v).count(store="visits")
+    orders.join(visits, joiner, foreign_key_extractor=customer_of).to_stream().to("out", key_serde=S, value_serde=S)
+    topology = b.build()
+    counts = {"orders": 3, "order-events": 3, "visits": 2, "out": 1}
+    plan = plan_internal_topics(topology, topology.build(), "app", counts)
+    got = {t: spec.partitions for t, spec in plan.specs.items() if not t.endswith("-changelog")}
+    fk_topics = {t: 3 for t in got if "FK-JOIN" in t}
+    assert got == {"app-visits-repartition": 3, **fk_topics, **({"app-orders-repartition": 3}
+                                                              if aggregated == "both" else {})}
+    # tasks: the visits source's sub-topology 2, every sub-topology reading a repartition topic 3
+    assert len(fk_topics) == 2
+    assert sorted(plan.partitions_of_sub.values()) == ([2, 3, 3, 3] if aggregated == "both" else [2, 3, 3])
+
+
 # One script for both joins: (table, key, value, timestamp, inner join output, left join output).
 # Result timestamps: a subscription meeting a customer takes max(order ts, customer ts); a
 # customer update fanning out takes the customer's ts.
