@@ -54,13 +54,15 @@ __all__ = ["fk_join", "ForeignKeyJoinTable"]
 
 
 class ForeignKeyJoinTable(KTable):
-    """The join's result table. Its store exists when `store=` was given, or when a later
-    operation needs old values or reads the table by key (Kafka materializes the result's
-    KTableSource then)."""
+    """The join's result table. Its store `result_store` exists when `store=` named one, or when a
+    later operation needs old values (the send-old-values flag) or reads the table by key
+    (`materialize()`), as Kafka materializes the result's KTableSource then; `store_name` is set
+    once the store is sure to exist."""
 
-    def __init__(self, *args: Any, materialized: bool, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, result_store: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._send_old = [materialized]
+        self.result_store = result_store
+        self._send_old = [self.store_name is not None]
 
     @property
     def materialized(self) -> bool:
@@ -69,7 +71,8 @@ class ForeignKeyJoinTable(KTable):
     def materialize(self) -> str:
         """Force the store (a later operation reads the table by key); returns its name."""
         self._send_old[0] = True
-        return self.store_name
+        self.store_name = self.result_store
+        return self.result_store
 
 
 def _store_of(table: KTable, side: str) -> str:
@@ -159,7 +162,7 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
         mat, name_of_store, store_key, store_value, timestamped=True))
     # as Kafka: a named store makes the result queryable; a nameless Materialized only gives serdes
     table = ForeignKeyJoinTable(this._builder, output_name, mat.key_serde or this.key_serde, mat.value_serde,
-                                mat.store_name, store_name=name_of_store, materialized=mat.store_name is not None)
+                                mat.store_name, store_name=mat.store_name, result_store=name_of_store)
     graph.add(TableResultNode(output_name, (resolver_name,),
                               lambda: TableSourceProcessor(name_of_store, caching), ResultTableProcessor,
                               lambda: table.materialized, result_builder, N.deferred(store_key, store_value)))

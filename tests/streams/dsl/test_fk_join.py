@@ -291,6 +291,7 @@ def test_materialized_result_is_queryable_and_sends_old_values(run):
          .to_stream().to("out", key_serde=S, value_serde=I64))
 
     r = run(False, "joined", per_name)
+    assert "KTABLE-FK-JOIN-OUTPUT-0000000018 (stores: [joined])" in str(r.driver.topology.describe())
     r.customer("c1", "Ann", 10)
     r.customer("c2", "Cid", 15)
     r.order("o1", "c1|x", 20)
@@ -326,6 +327,9 @@ def test_chained_foreign_key_joins():
                                store=Materialized().with_value_serde(S))
     (with_product.join(categories, lambda p, c: f"{p}@{c}", foreign_key_extractor=lambda p: p.split(":")[0])
         .to_stream().to("out", key_serde=S, value_serde=S))
+    # the second join reads the first result by key: its generated store now exists, unqueryable
+    assert with_product.queryable_store_name is None
+    assert with_product.store_name == "KTABLE-FK-JOIN-OUTPUT-STATE-STORE-0000000022"
     with TopologyTestDriver(b.build(), CONFIG) as d:
         d.create_input_topic("categories", S, S).pipe_input("k1", "Kitchen", timestamp=1)
         products_in = d.create_input_topic("products", S, S)
