@@ -280,6 +280,8 @@ def test_stale_response_is_dropped_by_the_value_hash():
         d.create_input_topic("order-batches", S, S).pipe_input("o1", "c1|a,c2|b", timestamp=100)
         out = [(r.key, r.value, r.timestamp) for r in d.create_output_topic("out", S, S).read_records_to_list()]
         assert out == [("o1", "c2|b/Cid", 100)]
+        # the stale response is a dropped record (Kafka's ResponseJoinProcessorSupplier)
+        assert sum(m.value for m in d.metrics() if m.name == "dropped-records-total") == 1
 
 
 def test_materialized_result_is_queryable_and_sends_old_values(run):
