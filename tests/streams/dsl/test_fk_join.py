@@ -5,9 +5,10 @@ orders (order id -> "customer|item") joined with customers (customer id -> name)
 
 import pytest
 
-from streams import StreamsBuilder, serdes
+from streams import StreamsBuilder, Topology, serdes
 from streams.dsl import Materialized
 from streams.dsl.joins.foreign_key import CombinedKeySchema
+from streams.dsl.ops.fk_join import ResultTableProcessor
 from streams.errors import TopologyError
 from streams.runtime.internal import plan_internal_topics
 from streams.testing import TopologyTestDriver
@@ -340,6 +341,17 @@ def test_chained_foreign_key_joins():
         products_in.pipe_input("p1", "k2:pan", timestamp=4)    # category k2 unknown: inner -> tombstone
         out = [(r.key, r.value, r.timestamp) for r in d.create_output_topic("out", S, S).read_records_to_list()]
         assert out == [("o1", "k1:pan@Kitchen", 3), ("o1", None, 4)]
+
+
+def test_copartition_groups_name_sources_only():
+    topology = Topology()
+    topology.add_source("s", "t", key_serde=S, value_serde=S)
+    topology.add_processor("p", ResultTableProcessor, "s")
+    topology.copartition_sources("s")
+    assert topology.copartition_groups() == [frozenset({"t"})]
+    topology.copartition_sources("s", "p")
+    with pytest.raises(TopologyError, match="processor 'p' is not a source"):
+        topology.copartition_groups()
 
 
 def test_bad_arguments_are_named():
