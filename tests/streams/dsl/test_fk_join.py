@@ -1,7 +1,10 @@
 """KTable.join / left_join with a foreign_key_extractor on the TopologyTestDriver (Kafka's
 KTableImpl.doJoinOnForeignKey wiring of the foreign-key join processors). Expected outputs are
 derived by hand from Kafka 4.1's rules (the comments give the instructions each step sends):
-orders (order id -> "customer|item") joined with customers (customer id -> name)."""
+orders (order id -> "customer|item") joined with customers (customer id -> name). The describe
+text, the two scripts, the None-key, stale-response and forced-materialization cases were also
+run once through Kafka Streams 4.1.1's own TopologyTestDriver, which gave the same records,
+timestamps, dropped-record counts and text."""
 
 import pytest
 
