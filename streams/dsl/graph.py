@@ -178,6 +178,66 @@ class StreamSinkNode(GraphNode):
                           value_serde=self.value_serde, partitioner=self.partitioner)
 
 
+def _upstream_sources(topology: Topology, name: str) -> list[str]:
+    """The source nodes `name` descends from (Kafka's subTopologySourceNodes of a table)."""
+    found, seen, todo = [], set(), [name]
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        spec = topology.node(node)
+        if spec.kind == "source":
+            found.append(node)
+        todo.extend(spec.parents)
+    return sorted(found)
+
+
+@dataclass
+class InternalTopicNode(GraphNode):
+    """Sink `sink_name` (the parents, `partitioner`) to the internal `topic` | source reading it
+    (the node's name), co-partitioned with the sources `copartition_with` descends from (Kafka's
+    copartitionSources): the foreign-key join's subscription and response topics."""
+
+    topic: str = ""
+    sink_name: str = ""
+    key_serde: Any = None
+    value_serde: Any = None
+    partitioner: Any = None
+    copartition_with: str = ""
+    deferred_serdes: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        topology.add_internal_topic(self.topic)
+        _defer(topology, self.key_serde, self.value_serde, *self.deferred_serdes)
+        topology.add_sink(self.sink_name, self.topic, *self.parents, key_serde=self.key_serde,
+                          value_serde=self.value_serde, partitioner=self.partitioner)
+        topology.add_source(self.name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde)
+        if self.copartition_with:
+            topology.copartition_sources(self.name, *_upstream_sources(topology, self.copartition_with))
+
+
+@dataclass
+class TableResultNode(GraphNode):
+    """A table made from a stream of values (Kafka's KTableSource as a join's result node): with
+    its store when `materialized()` says so at build time (a store was asked for, or a later
+    operation needs old values or a value getter), else `plain` (Change(value, None))."""
+
+    materialized_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    plain_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    materialized: Callable[[], bool] = None  # type: ignore[assignment]
+    store_builder: Any = None
+    deferred_serdes: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        if not self.materialized():
+            topology.add_processor(self.name, self.plain_supplier, *self.parents)
+            return
+        _defer(topology, *self.deferred_serdes)
+        topology.add_processor(self.name, self.materialized_supplier, *self.parents)
+        topology.add_state_store(self.store_builder, self.name)
+
+
 @dataclass
 class Graph:
     nodes: list[GraphNode] = field(default_factory=list)

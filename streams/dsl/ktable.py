@@ -135,6 +135,25 @@ class KTable:
             store_builder=buffer_builder, store_name=name_of_store, deferred_serdes=N.deferred(key_serde, value_serde)))
         return KTable(self._builder, name, self.key_serde, self.value_serde, None, windows=self._windows)
 
+    # TEMPORARY (branch fkjoin): only the foreign-key dispatch of join/left_join, so the FK join
+    # can be tested before the sjoin branch's KTable.join/left_join land; the lead keeps theirs
+    # and its call of fk_join when foreign_key_extractor is given
+    def join(self, other: "KTable", joiner: Callable[[Any, Any], Any], store: str | Materialized | None = None, *,
+             foreign_key_extractor: Optional[Callable[[Any], Any]] = None) -> "KTable":
+        return self._fk_join_only(other, joiner, store, foreign_key_extractor, left_join=False)
+
+    def left_join(self, other: "KTable", joiner: Callable[[Any, Any], Any], store: str | Materialized | None = None,
+                  *, foreign_key_extractor: Optional[Callable[[Any], Any]] = None) -> "KTable":
+        return self._fk_join_only(other, joiner, store, foreign_key_extractor, left_join=True)
+
+    def _fk_join_only(self, other: "KTable", joiner: Any, store: Any, foreign_key_extractor: Any, *,
+                      left_join: bool) -> "KTable":
+        from streams.dsl.fk_join import fk_join
+
+        if foreign_key_extractor is None:
+            raise TopologyError("the primary-key table-table join is not on this branch (fkjoin)")
+        return fk_join(self, other, joiner, foreign_key_extractor, left_join=left_join, store=store)
+
     def group_by(self, mapper: Callable[[Any, Any], tuple], *, key_serde: Any = None,
                  value_serde: Any = None) -> Any:
         """Re-key the table: mapper(key, value) -> (new_key, new_value); the grouped table's

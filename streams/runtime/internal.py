@@ -2,8 +2,9 @@
 
 Kafka Streams' rules: a repartition topic gets the maximum partition count of the source
 topics of the sub-topology writing to it (resolved upstream first, since that sub-topology may
-itself read a repartition topic); a changelog topic gets the partition count of its
-sub-topology (the maximum over its source topics), `cleanup.policy=compact`.
+itself read a repartition topic), unless a co-partition group joins it with user topics: then it
+gets theirs (a group of internal topics only: the largest of theirs); a changelog topic gets the
+partition count of its sub-topology (the maximum over its source topics), `cleanup.policy=compact`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from streams.internal_topics import InternalTopicSpec, changelog_topic_config, repartition_topic_config
+from streams.runtime.copartitioning import enforce_copartitioning
 from streams.runtime.errors import MissingSourceTopicError
 from streams.topology import Subtopology, Topology, changelog_topic_name
 
@@ -35,6 +37,60 @@ def _logged(builder: Any) -> bool:
     return bool(getattr(builder, "logging_enabled", True))
 
 
+def _copartitioned(topology: Topology, internal: set, counts: Mapping[str, int], *, with_user_topics: bool) -> dict:
+    """Kafka's CopartitionedTopicsEnforcer over the topology's co-partition groups: the internal
+    topics of a group with user topics take their count (known before the writers are looked at,
+    this also breaks the foreign-key join's cycle: each side writes the topic the other reads);
+    a group of internal topics only takes the largest count of its members."""
+    fixed: dict[str, int] = {}
+    for group in topology.copartition_groups():
+        user_counts = {t: counts[t] for t in group if t not in internal}
+        if not group & internal or bool(user_counts) is not with_user_topics:
+            continue
+        fixed.update(enforce_copartitioning(group, partition_counts=user_counts,
+                                            repartition_topics={t: counts.get(t) for t in group & internal}))
+    return fixed
+
+
+def _resolve_from_writers(topology: Topology, subtopologies: list[Subtopology], internal: set, counts: dict,
+                          application_id: str, existing_partitions: Mapping[str, int]) -> None:
+    """Each repartition topic not known yet gets the largest count of the source topics of the
+    sub-topologies writing it, once they are all known (upstream first); a topic no sub-topology
+    writes keeps its existing count. In a cycle of writers (a foreign-key join whose sides both
+    read repartition topics) the first topic with a known upstream count takes the largest of
+    those, as Kafka's RepartitionTopics does."""
+    writers: dict[str, list[Subtopology]] = {}
+    for s in subtopologies:
+        for t in s.sink_topics:
+            if t in internal:
+                writers.setdefault(t, []).append(s)
+
+    def upstream(t: str) -> list[str]:
+        return [u for s in writers.get(t, []) for u in s.source_topics]
+
+    pending = sorted(t for t in internal if t not in counts
+                     and (t in writers or any(t in s.source_topics for s in subtopologies)))
+    while pending:
+        progressed = False
+        for t in list(pending):
+            ups = upstream(t)
+            if ups and all(u in counts for u in ups):
+                counts[t] = max(counts[u] for u in ups)
+            elif not ups and topology.decorate_topic(t, application_id) in existing_partitions:
+                counts[t] = existing_partitions[topology.decorate_topic(t, application_id)]
+            else:
+                continue
+            pending.remove(t)
+            progressed = True
+        if not progressed:
+            partial = next((t for t in pending if any(u in counts for u in upstream(t))), None)
+            if partial is None:
+                raise MissingSourceTopicError(
+                    f"cannot determine the partition count of internal topics {sorted(pending)}")
+            counts[partial] = max(counts[u] for u in upstream(partial) if u in counts)
+            pending.remove(partial)
+
+
 def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], application_id: str,
                          existing_partitions: Mapping[str, int], replication_factor: int = -1) -> TopicPlan:
     """`existing_partitions` maps topic -> partition count for the topics that exist. Raises
@@ -51,32 +107,9 @@ def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], a
         for t in s.source_topics:
             if t not in internal:
                 counts[t] = existing_partitions[t]
-    # resolve repartition topics from their writers, upstream first
-    writers: dict[str, list[Subtopology]] = {}
-    for s in subtopologies:
-        for t in s.sink_topics:
-            if t in internal:
-                writers.setdefault(t, []).append(s)
-    pending = [t for t in internal if t in writers or any(t in s.source_topics for s in subtopologies)]
-    for _ in range(len(pending) + 1):
-        progressed = False
-        for t in list(pending):
-            subs = writers.get(t, [])
-            upstream = [u for s in subs for u in s.source_topics]
-            if subs and all(u in counts for u in upstream):
-                counts[t] = max(counts[u] for u in upstream)
-                pending.remove(t)
-                progressed = True
-            elif not subs:
-                decorated = topology.decorate_topic(t, application_id)
-                if decorated in existing_partitions:
-                    counts[t] = existing_partitions[decorated]
-                    pending.remove(t)
-                    progressed = True
-        if not pending or not progressed:
-            break
-    if pending:
-        raise MissingSourceTopicError(f"cannot determine the partition count of internal topics {sorted(pending)}")
+    counts.update(_copartitioned(topology, internal, counts, with_user_topics=True))
+    _resolve_from_writers(topology, subtopologies, internal, counts, application_id, existing_partitions)
+    counts.update(_copartitioned(topology, internal, counts, with_user_topics=False))
     specs: dict[str, InternalTopicSpec] = {}
     for t in internal:
         if t in counts:

@@ -28,6 +28,7 @@ from streams.runtime.snapshots import ThreadSnapshots
 from streams.runtime.task import check_transition
 from streams.runtime.standby_placement import consumer_client_id
 from streams.runtime.task_manager import TaskManager
+from streams.topology import REPARTITION
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +97,9 @@ class StreamThread(threading.Thread):
         self.source_topics = source_topics
         # Repartition topics this app reads: records below the committed offsets are deleted
         # every repartition.purge.interval.ms, as Kafka Streams does (they are never read again).
-        self.repartition_topics = frozenset(
-            t for t in source_topics if t.startswith(f"{config.application_id}-") and t.endswith("-repartition"))
+        repartition = {topology.decorate_topic(t, config.application_id)
+                       for t, kind in topology.internal_topics.items() if kind == REPARTITION}
+        self.repartition_topics = frozenset(t for t in source_topics if t in repartition)
         self.purge_interval_s = float(config.raw.get("repartition.purge.interval.ms", 30000)) / 1000.0
         self._purged: dict[tuple[str, int], int] = {}
         self.restore_listener = restore_listener
