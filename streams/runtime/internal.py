@@ -1,8 +1,11 @@
 """Which internal topics a topology needs, with their partition counts and configs.
 
-Kafka Streams' rules: a repartition topic gets the maximum partition count of the source
-topics of the sub-topology writing to it (resolved upstream first, since that sub-topology may
-itself read a repartition topic); a changelog topic gets the partition count of its
+Kafka Streams' rules (RepartitionTopics, CopartitionedTopicsEnforcer): a repartition topic
+gets the count the topology fixed for it (`repartition(num_partitions=)`), else the maximum
+partition count of the source topics of the sub-topology writing to it (resolved upstream
+first, since that sub-topology may itself read a repartition topic); then each co-partition
+group (the inputs of a join or a cogroup) is checked and its repartition topics sized
+(streams/runtime/copartitioning.py); a changelog topic gets the partition count of its
 sub-topology (the maximum over its source topics), `cleanup.policy=compact`.
 """
 
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from streams.internal_topics import InternalTopicSpec, changelog_topic_config, repartition_topic_config
+from streams.runtime.copartitioning import enforce_copartitioning
 from streams.runtime.errors import MissingSourceTopicError
 from streams.topology import Subtopology, Topology, changelog_topic_name
 
@@ -35,6 +39,19 @@ def _logged(builder: Any) -> bool:
     return bool(getattr(builder, "logging_enabled", True))
 
 
+def _copartition(topology: Topology, application_id: str, internal: set, counts: dict, enforced: dict) -> None:
+    """Size the repartition topics of each co-partition group in `counts`; CoPartitioningError
+    (naming the topics as the cluster knows them, with their counts) when they cannot agree."""
+    for group in topology.copartition_groups():
+        named = {topology.decorate_topic(t, application_id): t for t in group}
+        sized = enforce_copartitioning(
+            named, partition_counts={d: counts[t] for d, t in named.items() if t not in internal},
+            repartition_topics={d: counts.get(t) for d, t in named.items() if t in internal},
+            enforced=[d for d, t in named.items() if t in enforced])
+        for decorated, count in sized.items():
+            counts[named[decorated]] = count
+
+
 def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], application_id: str,
                          existing_partitions: Mapping[str, int], replication_factor: int = -1) -> TopicPlan:
     """`existing_partitions` maps topic -> partition count for the topics that exist. Raises
@@ -51,13 +68,16 @@ def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], a
         for t in s.source_topics:
             if t not in internal:
                 counts[t] = existing_partitions[t]
+    enforced = {t: n for t, n in topology.enforced_partitions.items() if t in internal}
+    counts.update(enforced)
     # resolve repartition topics from their writers, upstream first
     writers: dict[str, list[Subtopology]] = {}
     for s in subtopologies:
         for t in s.sink_topics:
             if t in internal:
                 writers.setdefault(t, []).append(s)
-    pending = [t for t in internal if t in writers or any(t in s.source_topics for s in subtopologies)]
+    pending = [t for t in internal if t not in enforced
+               and (t in writers or any(t in s.source_topics for s in subtopologies))]
     for _ in range(len(pending) + 1):
         progressed = False
         for t in list(pending):
@@ -77,6 +97,7 @@ def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], a
             break
     if pending:
         raise MissingSourceTopicError(f"cannot determine the partition count of internal topics {sorted(pending)}")
+    _copartition(topology, application_id, internal, counts, enforced)
     specs: dict[str, InternalTopicSpec] = {}
     for t in internal:
         if t in counts:
