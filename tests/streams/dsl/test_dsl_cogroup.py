@@ -151,12 +151,16 @@ def test_cogroup_copartitions_the_topics_its_processors_read():
     assert plan.specs["app-COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000004-changelog"].partitions == 2
 
 
-def test_tumbling_windows_each_stream_keeps_its_own_stream_time():
-    b = StreamsBuilder()
+def lower_and_upper(b: StreamsBuilder) -> CogroupedKStream:
+    """Streams one and two by key: one appends its values, two appends them upper-cased."""
     one = b.stream("one", key_serde=S, value_serde=S).group_by_key()
     two = b.stream("two", key_serde=S, value_serde=S).group_by_key()
-    (one.cogroup(lambda k, v, agg: agg + v)
-        .cogroup(two, lambda k, v, agg: agg + v.upper())
+    return one.cogroup(lambda k, v, agg: agg + v).cogroup(two, lambda k, v, agg: agg + v.upper())
+
+
+def test_tumbling_windows_each_stream_keeps_its_own_stream_time():
+    b = StreamsBuilder()
+    (lower_and_upper(b)
         .windowed_by(TimeWindows.of_size_with_no_grace(10))
         .aggregate(lambda: "", store=Materialized.as_("w").with_value_serde(S).with_caching_disabled()
                    .with_retention(100))
@@ -180,10 +184,7 @@ def test_tumbling_windows_each_stream_keeps_its_own_stream_time():
 
 def test_session_windows_merge_sessions_of_both_streams():
     b = StreamsBuilder()
-    one = b.stream("one", key_serde=S, value_serde=S).group_by_key()
-    two = b.stream("two", key_serde=S, value_serde=S).group_by_key()
-    (one.cogroup(lambda k, v, agg: agg + v)
-        .cogroup(two, lambda k, v, agg: agg + v.upper())
+    (lower_and_upper(b)
         .windowed_by(SessionWindows.of_inactivity_gap_and_grace(5, 100))
         .aggregate(lambda: "", lambda k, a, b: a + b,
                    store=Materialized.as_("sess").with_value_serde(S).with_caching_disabled())
@@ -206,10 +207,7 @@ def test_session_windows_merge_sessions_of_both_streams():
 
 def test_sliding_windows_through_the_other_streams_aggregator():
     b = StreamsBuilder()
-    one = b.stream("one", key_serde=S, value_serde=S).group_by_key()
-    two = b.stream("two", key_serde=S, value_serde=S).group_by_key()
-    (one.cogroup(lambda k, v, agg: agg + v)
-        .cogroup(two, lambda k, v, agg: agg + v.upper())
+    (lower_and_upper(b)
         .windowed_by(SlidingWindows.of_time_difference_and_grace(10, 100))
         .aggregate(lambda: "", store=Materialized.as_("sl").with_value_serde(S).with_caching_disabled())
         .to_stream().map(flat).to("out", key_serde=S, value_serde=S))

@@ -12,7 +12,7 @@ from streams import App, AppState, Processor, StreamsBuilder, serdes
 from streams.dsl import Materialized
 from streams.metrics import TASK_GROUP
 
-from _runtime_util import Cluster, pass_through_topology, unique, wait_for
+from _runtime_util import Cluster, embedded_config, pass_through_topology, unique, wait_for
 
 S = serdes.STRING
 J = serdes.JSON
@@ -20,8 +20,7 @@ J = serdes.JSON
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = Cluster({"bootstrap.servers": f"local://{tmp_path}/cluster",
-                 "consumer.session.timeout.ms": 6000, "consumer.heartbeat.interval.ms": 500})
+    c = Cluster(embedded_config(tmp_path))
     yield c
     c.close()
 
