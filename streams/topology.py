@@ -308,6 +308,7 @@ class Topology:
                     if store not in self._stores:
                         raise TopologyError(f"processor {name!r} is connected to unknown state store {store!r}")
         self._check_cycles()
+        self.copartition_groups()  # every co-partitioned node must be a source
         connected = {s for spec in self._nodes.values() if isinstance(spec, ProcessorSpec) for s in spec.stores}
         for store in self._stores:
             if store not in connected:

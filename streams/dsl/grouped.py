@@ -5,7 +5,7 @@ after the aggregation's store, as Kafka's."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
@@ -19,6 +19,9 @@ from streams.dsl.ops.table import TableAggregateProcessor
 from streams.dsl.ops.windowed import WindowAggregateProcessor
 from streams.dsl.windows import EmitStrategy, SessionWindows, SlidingWindows, TimeWindows
 from streams.errors import TopologyError
+
+if TYPE_CHECKING:  # cogrouped imports this module
+    from streams.dsl.cogrouped import CogroupedKStream
 
 __all__ = ["KGroupedStream", "TimeWindowedKStream", "SessionWindowedKStream", "KGroupedTable"]
 
@@ -117,7 +120,7 @@ class KGroupedStream:
         N.check_fn(aggregator, "aggregate aggregator")
         return self._aggregate(N.AGGREGATE, "aggregate", store, initializer, aggregator, None)
 
-    def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> Any:
+    def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> "CogroupedKStream":
         """A CogroupedKStream starting with this stream and `aggregator(key, value, aggregate)`;
         `.cogroup(other_grouped, aggregator)` adds streams, `.aggregate(initializer)` (or
         `.windowed_by(...)`) aggregates them all into one store (Kafka's KGroupedStream.cogroup)."""

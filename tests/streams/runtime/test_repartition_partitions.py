@@ -129,6 +129,9 @@ def test_repartition_names_and_bad_arguments():
         s.repartition(name="a b")
     with pytest.raises(TopologyError, match="num_partitions must be an int >= 1"):
         Topology().add_internal_topic("x", num_partitions=0)
+    t = Topology().add_source("s", "a").add_sink("k", "b", "s").copartition_sources("s", "k")
+    with pytest.raises(TopologyError, match="co-partitioned node 'k' is not a source"):
+        t.build()
 
 
 def test_driver_runs_a_fixed_count_repartition_like_any_other():
