@@ -84,8 +84,9 @@ class Topology:
         self._stores: dict[str, Any] = {}               # store name -> StoreBuilder
         self._source_of_topic: dict[str, str] = {}      # topic -> source node name
         self._internal_topics: dict[str, str] = {}      # undecorated topic name -> kind
+        self._enforced_partitions: dict[str, int] = {}  # internal topic -> the count the user fixed
+        self._copartition_sources: list[frozenset[str]] = []  # groups of source node names
         self._deferred_serdes: list[Any] = []          # serdes.ConfigDefaultSerde to bind per app
-        self._copartition_sources: list[tuple[str, ...]] = []  # source node names per co-partition group
         self._built: Optional[list[Subtopology]] = None
 
     # ---- construction ---------------------------------------------------------------------
@@ -194,34 +195,28 @@ class Topology:
         self._built = None
         return self
 
-    def add_internal_topic(self, name: str, kind: str = REPARTITION) -> "Topology":
-        """Mark `name` as an internal topic; runtimes prefix it with `<application.id>-`."""
+    def add_internal_topic(self, name: str, kind: str = REPARTITION, *,
+                           num_partitions: Optional[int] = None) -> "Topology":
+        """Mark `name` as an internal topic; runtimes prefix it with `<application.id>-`.
+        `num_partitions` fixes its partition count (Kafka's enforced count of
+        `repartition(Repartitioned.withNumberOfPartitions(n))`); else the runtime derives it."""
         _check_name("internal topic", name)
+        if num_partitions is not None:
+            if isinstance(num_partitions, bool) or not isinstance(num_partitions, int) or num_partitions < 1:
+                raise TopologyError(f"internal topic {name!r}: num_partitions must be an int >= 1, "
+                                    f"got {num_partitions!r}")
+            self._enforced_partitions[name] = num_partitions
         self._internal_topics[name] = kind
         self._built = None
         return self
 
     def copartition_sources(self, *source_names: str) -> "Topology":
-        """Kafka's copartitionSources: the topics these source nodes read form one co-partition
-        group (the same partition count; an internal topic of the group is created with the
-        count of its user topics)."""
-        for name in source_names:
-            _check_name("co-partitioned source", name)
-        self._copartition_sources.append(tuple(dict.fromkeys(source_names)))
+        """The topics of these source nodes must be co-partitioned (Kafka's copartitionSources:
+        the inputs of a join or a cogroup); the runtime checks them, and sizes repartition topics
+        among them, at start."""
+        if len(source_names) > 1:
+            self._copartition_sources.append(frozenset(source_names))
         return self
-
-    def copartition_groups(self) -> list[frozenset[str]]:
-        """The topics of each co-partition group (undecorated names)."""
-        groups = []
-        for names in self._copartition_sources:
-            topics = []
-            for name in names:
-                spec = self.node(name)
-                if not isinstance(spec, SourceSpec):
-                    raise TopologyError(f"co-partition group {list(names)}: {spec.kind} {name!r} is not a source")
-                topics.extend(spec.topics)
-            groups.append(frozenset(topics))
-        return groups
 
     def add_deferred_serde(self, serde: Any) -> None:
         """Register a `serdes.ConfigDefaultSerde` the runtime must bind to the app config."""
@@ -244,6 +239,24 @@ class Topology:
     @property
     def internal_topics(self) -> dict[str, str]:
         return dict(self._internal_topics)
+
+    @property
+    def enforced_partitions(self) -> dict[str, int]:
+        """Internal topic -> the partition count the topology fixed for it."""
+        return dict(self._enforced_partitions)
+
+    def copartition_groups(self) -> list[frozenset[str]]:
+        """The (undecorated) topic sets that must be co-partitioned (Kafka's copartitionGroups)."""
+        groups = []
+        for names in self._copartition_sources:
+            topics = set()
+            for name in names:
+                spec = self._nodes.get(name)
+                if not isinstance(spec, SourceSpec):
+                    raise TopologyError(f"co-partitioned node {name!r} is not a source")
+                topics.update(spec.topics)
+            groups.append(frozenset(topics))
+        return groups
 
     def decorate_topic(self, topic: str, application_id: str) -> str:
         """The real topic name: internal topics get the `<application.id>-` prefix."""
@@ -295,6 +308,7 @@ class Topology:
                     if store not in self._stores:
                         raise TopologyError(f"processor {name!r} is connected to unknown state store {store!r}")
         self._check_cycles()
+        self.copartition_groups()  # every co-partitioned node must be a source
         connected = {s for spec in self._nodes.values() if isinstance(spec, ProcessorSpec) for s in spec.stores}
         for store in self._stores:
             if store not in connected:
@@ -351,11 +365,9 @@ class Topology:
                         union(name, store_users[store])
                     else:
                         store_users[store] = name
-        # like Kafka: number groups walking source nodes sorted by name, then any other node
-        order = sorted(n for n, s in self._nodes.items() if isinstance(s, SourceSpec))
-        order += [n for n in self._nodes if n not in set(order)]
+        # like Kafka (2.4+, KAFKA-9020): groups are numbered in the order their first node was added
         group_ids: dict[str, int] = {}
-        for n in order:
+        for n in self._nodes:
             root = find(n)
             if root not in group_ids:
                 group_ids[root] = len(group_ids)

@@ -1,6 +1,7 @@
 """The DSL: StreamsBuilder -> KStream -> KGroupedStream -> KTable, windows, suppress, Branched."""
 
 from streams.dsl.branched import Branched
+from streams.dsl.cogrouped import CogroupedKStream, SessionWindowedCogroupedKStream, TimeWindowedCogroupedKStream
 from streams.dsl.grouped import KGroupedStream, KGroupedTable, SessionWindowedKStream, TimeWindowedKStream
 from streams.dsl.kstream import BranchedKStream, KStream, StreamsBuilder
 from streams.dsl.ktable import KTable
@@ -18,6 +19,7 @@ from streams.dsl.windows import (
 )
 
 __all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "KGroupedTable", "TimeWindowedKStream",
-           "SessionWindowedKStream", "BranchedKStream", "Materialized", "Change",
+           "SessionWindowedKStream", "CogroupedKStream", "TimeWindowedCogroupedKStream",
+           "SessionWindowedCogroupedKStream", "BranchedKStream", "Materialized", "Change",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
            "Window", "Windowed", "Suppressed", "BufferConfig"]

@@ -83,9 +83,10 @@ class RepartitionNode(GraphNode):
     key_serde: Any = None
     value_serde: Any = None
     deferred_serdes: tuple = ()
+    num_partitions: Optional[int] = None  # fixed by repartition(num_partitions=)
 
     def write(self, topology: Topology) -> None:
-        topology.add_internal_topic(self.topic)
+        topology.add_internal_topic(self.topic, num_partitions=self.num_partitions)
         _defer(topology, self.key_serde, self.value_serde, *self.deferred_serdes)
         parent = self.parents
         if self.filter_supplier is not None:

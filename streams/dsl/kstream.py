@@ -3,6 +3,7 @@ a typed graph node (streams/dsl/graph.py) whose operator lives in streams/dsl/op
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from streams import serdes as _serdes
@@ -16,7 +17,8 @@ from streams.dsl.ops.stateless import (BranchProcessor, FilterProcessor, FlatMap
                                        KeySelectProcessor, MapProcessor, MapValuesProcessor, NullKeyFilterProcessor,
                                        PassThroughProcessor, PeekProcessor)
 from streams.dsl.ops.table import TableSourceProcessor
-from streams.errors import TopologyError
+from streams.errors import InternalTopicError, TopologyError
+from streams.internal_topics import validate_topic_name
 from streams.processor import TimestampExtractor
 from streams.topology import Topology
 
@@ -29,24 +31,30 @@ __all__ = ["StreamsBuilder", "KStream"]
 _check_fn = N.check_fn
 
 
-def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: Optional[str], key_serde: Any,
-                value_serde: Any, *, named: Optional[str] = None) -> tuple[str, Any, Any]:
+_GENERATED_PREFIX = re.compile(r"KSTREAM.*-[0-9]{10}")
+
+
+def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: str, key_serde: Any, value_serde: Any, *,
+                num_partitions: Optional[int] = None) -> tuple[str, Any, Any]:
     """Null-key filter -> sink to `<prefix>-repartition` | source from it (Kafka's
-    createRepartitionedSource). Names are allocated in Kafka's order (sink, filter, source), or
-    derived from `named`. Returns (source name, key serde, value serde)."""
+    createRepartitionedSource). Three generated names are always allocated (sink, filter,
+    source, Kafka's order); they name the nodes when the prefix is itself a generated name
+    (`KSTREAM...-<10 digits>`), else the nodes are `<topic>-sink`, `-filter` and `-source`.
+    `num_partitions` fixes the topic's partition count. Returns (source name, key serde, value
+    serde)."""
     graph = builder._graph
-    if named is not None:
-        topic = named + N.REPARTITION_SUFFIX
+    suffix = N.REPARTITION_SUFFIX
+    topic = topic_prefix if topic_prefix.endswith(suffix) else topic_prefix + suffix
+    sink = graph.new_name(N.SINK)
+    filt = graph.new_name(N.FILTER)
+    source = graph.new_name(N.SOURCE)
+    if not _GENERATED_PREFIX.fullmatch(topic_prefix):
         sink, filt, source = topic + "-sink", topic + "-filter", topic + "-source"
-    else:
-        sink = graph.new_name(N.SINK)
-        filt = graph.new_name(N.FILTER)
-        source = graph.new_name(N.SOURCE)
-        topic = topic_prefix + N.REPARTITION_SUFFIX
     where = f"repartition topic {topic!r}"
     key_serde = N.key_or_default(key_serde, where)
     value_serde = N.value_or_default(value_serde, where)
-    graph.add(RepartitionNode(source, (parent,), topic, filt, sink, NullKeyFilterProcessor, key_serde, value_serde))
+    graph.add(RepartitionNode(source, (parent,), topic, filt, sink, NullKeyFilterProcessor, key_serde, value_serde,
+                              num_partitions=num_partitions))
     return source, key_serde, value_serde
 
 
@@ -227,15 +235,23 @@ class KStream:
 
     def repartition(self, *, key_serde: Any = None, value_serde: Any = None, name: Optional[str] = None,
                     num_partitions: Optional[int] = None) -> "KStream":
-        """Through an internal `<name>-repartition` topic (Kafka's KStream.repartition)."""
-        if num_partitions is not None:
-            raise TopologyError("repartition(num_partitions=...) is not supported yet: the runtime sizes "
-                                "repartition topics from their source topics")
+        """Through the internal topic `<application.id>-<name>-repartition` (generated name without
+        `name`), keyed by murmur2 of the serialized key (Kafka's KStream.repartition); with
+        `num_partitions` the topic has that many partitions and the sub-topology reading it that
+        many tasks, else as many as the sub-topology writing it has."""
+        if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
+                                           or num_partitions < 1):
+            raise TopologyError(f"repartition: num_partitions must be an int >= 1, got {num_partitions!r}")
+        if name is not None:
+            try:
+                validate_topic_name(name + N.REPARTITION_SUFFIX)
+            except InternalTopicError as exc:
+                raise TopologyError(f"repartition: name {name!r} cannot name a topic ({exc})") from None
         graph = self._builder._graph
-        prefix = None if name is not None else graph.new_name(N.REPARTITION)
+        prefix = name if name is not None else graph.new_name(N.REPARTITION)
         ks = _serdes.resolve_serde(key_serde, "repartition key_serde") or self.key_serde
         vs = _serdes.resolve_serde(value_serde, "repartition value_serde") or self.value_serde
-        source, ks, vs = repartition(self._builder, self._node, prefix, ks, vs, named=name)
+        source, ks, vs = repartition(self._builder, self._node, prefix, ks, vs, num_partitions=num_partitions)
         return KStream(self._builder, source, ks, vs)
 
     def process(self, processor_supplier: Callable[[], Any], *, stores: Iterable[str] = ()) -> "KStream":

@@ -1,10 +1,13 @@
 """Which internal topics a topology needs, with their partition counts and configs.
 
-Kafka Streams' rules: a repartition topic gets the maximum partition count of the source
-topics of the sub-topology writing to it (resolved upstream first, since that sub-topology may
-itself read a repartition topic), unless a co-partition group joins it with user topics: then it
-gets theirs (a group of internal topics only: the largest of theirs); a changelog topic gets the
-partition count of its sub-topology (the maximum over its source topics), `cleanup.policy=compact`.
+Kafka Streams' rules (RepartitionTopics, CopartitionedTopicsEnforcer): a repartition topic
+gets the count the topology fixed for it (`repartition(num_partitions=)`); else, when a
+co-partition group (the inputs of a join or a cogroup) joins it with user topics, theirs; else
+the maximum partition count of the source topics of the sub-topology writing to it (resolved
+upstream first, since that sub-topology may itself read a repartition topic); a group of
+internal topics only is sized last (streams/runtime/copartitioning.py checks every group). A
+changelog topic gets the partition count of its sub-topology (the maximum over its source
+topics), `cleanup.policy=compact`.
 """
 
 from __future__ import annotations
@@ -37,19 +40,24 @@ def _logged(builder: Any) -> bool:
     return bool(getattr(builder, "logging_enabled", True))
 
 
-def _copartitioned(topology: Topology, internal: set, counts: Mapping[str, int], *, with_user_topics: bool) -> dict:
-    """Kafka's CopartitionedTopicsEnforcer over the topology's co-partition groups: the internal
-    topics of a group with user topics take their count (known before the writers are looked at,
-    this also breaks the foreign-key join's cycle: each side writes the topic the other reads);
-    a group of internal topics only takes the largest count of its members."""
-    fixed: dict[str, int] = {}
+def _copartition(topology: Topology, application_id: str, internal: set, counts: dict, enforced: dict, *,
+                 with_user_topics: bool) -> None:
+    """Size the repartition topics of the co-partition groups that have user topics
+    (`with_user_topics`: their count is known before the writers are looked at, which also breaks
+    a foreign-key join's cycle, each side writing the topic the other reads), or of the groups
+    of internal topics only, in `counts`; CoPartitioningError (naming the topics as the cluster
+    knows them, with their counts) when they cannot agree."""
     for group in topology.copartition_groups():
-        user_counts = {t: counts[t] for t in group if t not in internal}
-        if not group & internal or bool(user_counts) is not with_user_topics:
+        has_user_topics = any(t not in internal for t in group)
+        if has_user_topics is not with_user_topics:
             continue
-        fixed.update(enforce_copartitioning(group, partition_counts=user_counts,
-                                            repartition_topics={t: counts.get(t) for t in group & internal}))
-    return fixed
+        named = {topology.decorate_topic(t, application_id): t for t in group}
+        sized = enforce_copartitioning(
+            named, partition_counts={d: counts[t] for d, t in named.items() if t not in internal},
+            repartition_topics={d: counts.get(t) for d, t in named.items() if t in internal},
+            enforced=[d for d, t in named.items() if t in enforced])
+        for decorated, count in sized.items():
+            counts[named[decorated]] = count
 
 
 def _resolve_from_writers(topology: Topology, subtopologies: list[Subtopology], internal: set, counts: dict,
@@ -107,9 +115,11 @@ def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], a
         for t in s.source_topics:
             if t not in internal:
                 counts[t] = existing_partitions[t]
-    counts.update(_copartitioned(topology, internal, counts, with_user_topics=True))
+    enforced = {t: n for t, n in topology.enforced_partitions.items() if t in internal}
+    counts.update(enforced)
+    _copartition(topology, application_id, internal, counts, enforced, with_user_topics=True)
     _resolve_from_writers(topology, subtopologies, internal, counts, application_id, existing_partitions)
-    counts.update(_copartitioned(topology, internal, counts, with_user_topics=False))
+    _copartition(topology, application_id, internal, counts, enforced, with_user_topics=False)
     specs: dict[str, InternalTopicSpec] = {}
     for t in internal:
         if t in counts:

@@ -164,8 +164,15 @@ class StreamTask:
             if self.eos_enabled and self.manager is not None:
                 self.manager.checkpoint_file.delete()  # KAFKA-10362
 
+    def _remove_sensors(self) -> None:
+        """Drop this task's task- and store-level metrics (Kafka's removeAllTaskLevelSensors on
+        closeClean/closeDirty): a closed or migrated task's sensors must not stay listed."""
+        if self.metrics is not None:
+            self.metrics.remove(thread_id=self.thread_id, task_id=str(self.id))
+
     def close_clean(self) -> None:
         """Close after a successful commit: processors, then stores with a forced checkpoint."""
+        self._remove_sensors()
         self.suspend()
         first_error: Optional[BaseException] = None
         try:
@@ -188,6 +195,7 @@ class StreamTask:
         stores may hold uncommitted writes). Errors are logged, never raised."""
         if self.state is TaskState.CLOSED:
             return
+        self._remove_sensors()
         if self.state is not TaskState.SUSPENDED:
             self.state = TaskState.SUSPENDED  # a dirty close may come from any state
         if self.engine is not None:

@@ -350,10 +350,12 @@ def test_copartition_groups_name_sources_only():
     topology = Topology()
     topology.add_source("s", "t", key_serde=S, value_serde=S)
     topology.add_processor("p", ResultTableProcessor, "s")
-    topology.copartition_sources("s")
-    assert topology.copartition_groups() == [frozenset({"t"})]
+    topology.add_source("s2", "t2", key_serde=S, value_serde=S)
+    topology.copartition_sources("s")  # one source alone: nothing to co-partition
+    topology.copartition_sources("s", "s2")
+    assert topology.copartition_groups() == [frozenset({"t", "t2"})]
     topology.copartition_sources("s", "p")
-    with pytest.raises(TopologyError, match="processor 'p' is not a source"):
+    with pytest.raises(TopologyError, match="'p' is not a source"):
         topology.copartition_groups()
 
 
