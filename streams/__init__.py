@@ -3,7 +3,7 @@
 from streams import serdes
 from streams.dsl import (KGroupedStream, KGroupedTable, KStream, KTable, SessionWindowedKStream, StreamsBuilder,
                          TimeWindowedKStream)
-from streams.dsl import BufferConfig, Materialized, Suppressed
+from streams.dsl import BufferConfig, GlobalKTable, Materialized, Suppressed
 from streams.dsl.branched import Branched
 from streams.dsl.windows import EmitStrategy, JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
 from streams.processor import Processor, ProcessorContext, PunctuationType, Record
@@ -13,5 +13,5 @@ from streams.topology import Topology
 __all__ = ["Topology", "StreamsBuilder", "serdes", "Record", "Processor", "ProcessorContext",
            "PunctuationType", "App", "AppState", "StreamThreadExceptionResponse",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
-           "Window", "Windowed", "Suppressed", "BufferConfig", "Materialized", "KStream", "KTable",
+           "Window", "Windowed", "Suppressed", "BufferConfig", "Materialized", "KStream", "KTable", "GlobalKTable",
            "KGroupedStream", "KGroupedTable", "TimeWindowedKStream", "SessionWindowedKStream"]

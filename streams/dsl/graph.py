@@ -117,6 +117,25 @@ class TableSourceNode(GraphNode):
 
 
 @dataclass
+class GlobalTableSourceNode(GraphNode):
+    """builder.global_table: a global store fed by the topic's source and the table source
+    processor (Kafka's TableSourceNode with isGlobalKTable: addGlobalStore)."""
+
+    topic: str = ""
+    source_name: str = ""
+    key_serde: Any = None
+    value_serde: Any = None
+    supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    store_builder: Any = None
+    deferred_serdes: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        _defer(topology, *self.deferred_serdes)
+        topology.add_global_store(self.store_builder, self.source_name, self.key_serde, self.value_serde,
+                                  self.topic, self.name, self.supplier)
+
+
+@dataclass
 class ProcessorWithStoresNode(ProcessorGraphNode):
     """KStream.process(supplier, stores=[...]): a user processor connected to stores added with
     builder.add_state_store."""
