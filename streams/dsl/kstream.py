@@ -326,6 +326,26 @@ class KStream:
 
 
 
+    # ---- joins: TEMPORARY dispatch of the `global` branch (the joins branch `sjoin` owns these
+    # methods and dispatches a GlobalKTable the same way; the lead keeps theirs) ------------------
+
+    def join(self, other: Any, *args: Any, **kwargs: Any) -> "KStream":
+        """join(global_table, key_selector, joiner) (see streams/dsl/global_table.py)."""
+        return _dispatch_join(self, other, args, kwargs, left=False)
+
+    def left_join(self, other: Any, *args: Any, **kwargs: Any) -> "KStream":
+        """left_join(global_table, key_selector, joiner) (see streams/dsl/global_table.py)."""
+        return _dispatch_join(self, other, args, kwargs, left=True)
+
+
+def _dispatch_join(stream: KStream, other: Any, args: tuple, kwargs: dict, *, left: bool) -> KStream:
+    from streams.dsl.global_table import GlobalKTable, stream_global_join
+
+    if isinstance(other, GlobalKTable):
+        return stream_global_join(stream, other, *args, left=left, **kwargs)
+    raise TopologyError(f"{'left_join' if left else 'join'}: only a GlobalKTable can be joined on this branch, "
+                        f"got {other!r}")
+
 
 class BranchedKStream:
     """Kafka's BranchedKStream: the branches of one split, in order; the first predicate a

@@ -181,3 +181,19 @@ def test_bad_global_records_meet_the_deserialization_handler():
     with TopologyTestDriver(b.build()) as d:  # log_and_fail, the default
         with pytest.raises(RecordDeserializationError, match="topic 'counts' partition 0 offset 0"):
             d.pipe_raw("counts", b"a", b"bad", 1)
+
+
+def test_kstream_join_and_left_join_dispatch_a_global_table():
+    b = StreamsBuilder()
+    orders = b.stream("orders", key_serde=S, value_serde=S)
+    users = b.global_table("users", key_serde=S, value_serde=S)
+    orders.join(users, selector, lambda v, u: f"inner {v}|{u}").to("out", value_serde=S)
+    orders.left_join(users, key_selector=selector, joiner=lambda v, u: f"left {v}|{u}").to("out", value_serde=S)
+    with TopologyTestDriver(b.build()) as d:
+        d.create_input_topic("users", S, S).pipe_input("alice", "A", 1)
+        orders_in = d.create_input_topic("orders", S, S)
+        orders_in.pipe_input("o1", "alice:1", 5)
+        orders_in.pipe_input("o2", "bob:2", 6)
+        # both joins read the one global store; the inner one emits only where a user is found
+        assert d.create_output_topic("out", S, S).read_key_values_to_list() == [
+            ("o1", "inner alice:1|A"), ("o1", "left alice:1|A"), ("o2", "left bob:2|None")]
