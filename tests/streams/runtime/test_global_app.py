@@ -12,8 +12,10 @@ import pytest
 from state.checkpoint import OffsetCheckpoint
 from streams import App, AppState, StreamsBuilder, serdes
 from streams.dsl.global_table import stream_global_join
+from streams.errors import RecordDeserializationError
 from streams.runtime.errors import MissingSourceTopicError
 from streams.runtime.global_thread import GlobalOffsetOutOfRangeError
+from streams.serdes import DeserializationHandlerResponse
 
 from _runtime_util import Cluster, unique, wait_for
 
@@ -26,9 +28,13 @@ class Recorder:
     def __init__(self):
         self.starts, self.ends = {}, {}
         self.batches = collections.Counter()
+        self.app = None
+        self.app_states = set()  # the App's states seen while the global stores restore
 
     def on_restore_start(self, tp, store, start, end):
         self.starts[(tp.topic, tp.partition)] = (store, start, end)
+        if self.app is not None:
+            self.app_states.add(self.app.state)
 
     def on_batch_restored(self, tp, store, batch_end, n):
         self.batches[(tp.topic, tp.partition)] += n
@@ -107,9 +113,12 @@ def test_restart_resumes_from_the_global_checkpoint(backend_config, tmp_path):
     try:
         app = App(b.build(), config)
         app.set_global_state_restore_listener(first)
+        first.app = app
         app.start()
         assert app.wait_for_state(AppState.RUNNING, timeout=60)
         assert sum(first.ends.values()) == 12
+        assert first.app_states == {AppState.REBALANCING}  # Kafka: REBALANCING until the bootstrap ends
+        assert sum(first.batches.values()) == 12
         assert app.close(timeout=60)
         # a clean close checkpoints each partition's next offset (Kafka's global format)
         assert {tp.partition: o for tp, o in OffsetCheckpoint(checkpoint).read().items()} == {0: 4, 1: 4, 2: 4}
@@ -154,4 +163,39 @@ def test_missing_global_topic_fails_the_start_naming_it(backend_config, tmp_path
         assert app.state is AppState.ERROR
     finally:
         assert app.close(timeout=60)
+        cluster.close()
+
+
+def test_bad_global_records_meet_the_deserialization_handler(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    counts = unique("counts")
+    cluster.create_topics(1, counts)
+    cluster.produce(counts, [(b"a", b"bad"), (b"b", serdes.INT64.serialize(7))])  # b"bad" is no INT64
+    b = StreamsBuilder()
+    b.global_table(counts, key_serde=S, value_serde=serdes.INT64, store="counts")
+    config = {**cluster.config, "application.id": "bad-" + counts}
+    try:
+        # log_and_fail (the default) while bootstrapping: start() fails, naming the record
+        app = App(b.build(), {**config, "state.dir": str(tmp_path / "a")})
+        with pytest.raises(RecordDeserializationError, match=f"topic '{counts}' partition 0 offset 0"):
+            app.start()
+        assert app.state is AppState.ERROR and app.close(timeout=60)
+        # log_and_continue: the bad record is skipped, the bootstrap goes on
+        app = App(b.build(), {**config, "state.dir": str(tmp_path / "b"),
+                              "default.deserialization.exception.handler": "log_and_continue"})
+        app.start()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        assert list(app.store("counts").all()) == [("b", 7)]
+        assert app.close(timeout=60)
+        # log_and_fail after the bootstrap: the global thread dies and the client goes to ERROR
+        app = App(b.build(), {**config, "state.dir": str(tmp_path / "c"),
+                              "default.deserialization.exception.handler": lambda err: (
+                                  DeserializationHandlerResponse.CONTINUE if err.offset == 0
+                                  else DeserializationHandlerResponse.FAIL)})
+        app.start()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        cluster.produce(counts, [(b"c", b"bad")])
+        assert app.wait_for_state(AppState.ERROR, timeout=60)
+        assert app.close(timeout=60)
+    finally:
         cluster.close()
