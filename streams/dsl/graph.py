@@ -117,17 +117,9 @@ class TableSourceNode(GraphNode):
 
 
 @dataclass
-class GlobalTableSourceNode(GraphNode):
-    """builder.global_table: a global store fed by the topic's source and the table source
-    processor (Kafka's TableSourceNode with isGlobalKTable: addGlobalStore)."""
-
-    topic: str = ""
-    source_name: str = ""
-    key_serde: Any = None
-    value_serde: Any = None
-    supplier: Callable[[], Any] = None  # type: ignore[assignment]
-    store_builder: Any = None
-    deferred_serdes: tuple = ()
+class GlobalTableSourceNode(TableSourceNode):
+    """builder.global_table: the same parts, as a global store (Kafka's TableSourceNode with
+    isGlobalKTable: addGlobalStore)."""
 
     def write(self, topology: Topology) -> None:
         _defer(topology, *self.deferred_serdes)
