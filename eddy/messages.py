@@ -8,7 +8,8 @@ decoder (`probed_layout`), so one probe serves the consumer, the restore loop an
 
 `message_function(name)` gives a C pass (`message_rows`, `partition_runs`, `changelog_records`,
 `keyed_run`, `dispatch_run`), or None without the accelerator or the layout: callers then take
-their Python path (`message_rows` below has it built in). EDDY_MESSAGES_PURE_PYTHON=1 forces it.
+their Python path (`message_rows` and `partition_runs` below have it built in).
+EDDY_MESSAGES_PURE_PYTHON=1 forces it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any, Callable, Iterable, Optional
 
 from confluent_kafka import Message
 
-__all__ = ["message_rows", "partition_runs", "message_function", "probed_layout", "layout_arguments", "POINTER_FIELDS", "INT_FIELDS"]
+__all__ = ["message_rows", "partition_runs", "message_function", "probed_layout", "layout_arguments",
+           "POINTER_FIELDS", "INT_FIELDS"]
 
 logger = logging.getLogger(__name__)
 

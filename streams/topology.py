@@ -3,7 +3,9 @@
 Nodes may name parents that are added later; the graph is validated as a whole by `build()`
 (also run by `describe()` and by the runtimes), which raises `TopologyError` naming the node.
 Sub-topologies are the connected components of the graph, where a store shared by two
-processors also connects them; each becomes one task per input partition at runtime.
+processors also connects them; each becomes one task per input partition at runtime. A global
+store's source and processor (`add_global_store`) form a sub-topology of their own that makes no
+tasks: every instance's global thread runs them (`global_subtopology()`), as in Kafka.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from streams import serdes as _serdes
 from streams.errors import TopologyError
 from streams.processor import Processor, TimestampExtractor
 
-__all__ = ["Topology", "TopologyDescription", "GlobalStoreDescription", "Subtopology", "SourceSpec", "ProcessorSpec", "SinkSpec",
-           "changelog_topic_name", "REPARTITION"]
+__all__ = ["Topology", "TopologyDescription", "GlobalStoreDescription", "Subtopology", "SourceSpec",
+           "ProcessorSpec", "SinkSpec", "changelog_topic_name", "REPARTITION"]
 
 REPARTITION = "repartition"
 _OFFSET_RESETS = (None, "earliest", "latest")

@@ -324,8 +324,6 @@ class KStream:
                               _serdes.resolve_serde(value_serde, "group_by_key value_serde") or self.value_serde,
                               repartition_required=self._repartition_required)
 
-
-
     # ---- joins: TEMPORARY dispatch of the `global` branch (the joins branch `sjoin` owns these
     # methods and dispatches a GlobalKTable the same way; the lead keeps theirs) ------------------
 

@@ -18,7 +18,6 @@ same code fills the store in both phases.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable, Mapping, Optional
 
 from confluent_kafka import Message, TopicPartition
@@ -29,8 +28,6 @@ from state.manager import OFFSET_DELTA_THRESHOLD_FOR_CHECKPOINT
 from streams.engine.task_engine import TaskEngine
 from streams.errors import ProcessingError
 from streams.topology import Subtopology, Topology
-
-log = logging.getLogger(__name__)
 
 _KEY = Message.key
 _OFFSET = Message.offset
@@ -144,14 +141,14 @@ class GlobalStateUpdateTask:
 
 
 def global_update_task(topology: Topology, state_directory: StateDirectory, *, config: Mapping[str, Any],
-                       clock_ms: Callable[[], int], metrics: Any = None, thread_id: str = "global",
-                       thread_cache: Any = None) -> Optional[GlobalStateUpdateTask]:
+                       clock_ms: Callable[[], int], metrics: Any = None,
+                       thread_id: str = "global") -> Optional[GlobalStateUpdateTask]:
     """The update task of `topology`'s global stores, with their state manager (not initialised
     yet); None when the topology has no global store."""
     subtopology = topology.global_subtopology()
     if subtopology is None:
         return None
     store_topics = {store: topic for topic, store in topology.global_topics.items()}
-    manager = GlobalStateManager(state_directory, store_topics, dict(config), thread_cache)
+    manager = GlobalStateManager(state_directory, store_topics, dict(config))
     return GlobalStateUpdateTask(topology, subtopology, manager, application_id=state_directory.application_id,
                                  config=config, clock_ms=clock_ms, metrics=metrics, thread_id=thread_id)
