@@ -4,7 +4,7 @@ from streams import serdes
 from streams.dsl import (CogroupedKStream, KGroupedStream, KGroupedTable, KStream, KTable,
                          SessionWindowedCogroupedKStream, SessionWindowedKStream, StreamsBuilder,
                          TimeWindowedCogroupedKStream, TimeWindowedKStream)
-from streams.dsl import BufferConfig, Materialized, Suppressed
+from streams.dsl import BufferConfig, GlobalKTable, Materialized, Suppressed
 from streams.dsl.branched import Branched
 from streams.dsl.windows import EmitStrategy, JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
 from streams.processor import Processor, ProcessorContext, PunctuationType, Record
@@ -15,5 +15,6 @@ __all__ = ["Topology", "StreamsBuilder", "serdes", "Record", "Processor", "Proce
            "PunctuationType", "App", "AppState", "StreamThreadExceptionResponse",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
            "Window", "Windowed", "Suppressed", "BufferConfig", "Materialized", "KStream", "KTable",
+           "GlobalKTable",
            "KGroupedStream", "KGroupedTable", "TimeWindowedKStream", "SessionWindowedKStream",
            "CogroupedKStream", "TimeWindowedCogroupedKStream", "SessionWindowedCogroupedKStream"]

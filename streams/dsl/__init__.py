@@ -2,6 +2,7 @@
 
 from streams.dsl.branched import Branched
 from streams.dsl.cogrouped import CogroupedKStream, SessionWindowedCogroupedKStream, TimeWindowedCogroupedKStream
+from streams.dsl.global_table import GlobalKTable
 from streams.dsl.grouped import KGroupedStream, KGroupedTable, SessionWindowedKStream, TimeWindowedKStream
 from streams.dsl.kstream import BranchedKStream, KStream, StreamsBuilder
 from streams.dsl.ktable import KTable
@@ -18,8 +19,8 @@ from streams.dsl.windows import (
     Windowed,
 )
 
-__all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "KGroupedTable", "TimeWindowedKStream",
-           "SessionWindowedKStream", "CogroupedKStream", "TimeWindowedCogroupedKStream",
+__all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "GlobalKTable", "KGroupedTable",
+           "TimeWindowedKStream", "SessionWindowedKStream", "CogroupedKStream", "TimeWindowedCogroupedKStream",
            "SessionWindowedCogroupedKStream", "BranchedKStream", "Materialized", "Change",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
            "Window", "Windowed", "Suppressed", "BufferConfig"]

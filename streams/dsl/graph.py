@@ -118,6 +118,17 @@ class TableSourceNode(GraphNode):
 
 
 @dataclass
+class GlobalTableSourceNode(TableSourceNode):
+    """builder.global_table: the same parts, as a global store (Kafka's TableSourceNode with
+    isGlobalKTable: addGlobalStore)."""
+
+    def write(self, topology: Topology) -> None:
+        _defer(topology, *self.deferred_serdes)
+        topology.add_global_store(self.store_builder, self.source_name, self.key_serde, self.value_serde,
+                                  self.topic, self.name, self.supplier)
+
+
+@dataclass
 class ProcessorWithStoresNode(ProcessorGraphNode):
     """KStream.process(supplier, stores=[...]): a user processor connected to stores added with
     builder.add_state_store."""

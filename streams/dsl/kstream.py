@@ -4,14 +4,14 @@ a typed graph node (streams/dsl/graph.py) whose operator lives in streams/dsl/op
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional
 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
 from streams.dsl.branched import Branched
-from streams.dsl.graph import (Graph, LazyStoreBuilder, ProcessorGraphNode, ProcessorWithStoresNode, RepartitionNode,
-                               StateStoreNode, StatefulProcessorNode, StreamSinkNode, StreamSourceNode,
-                               TableSourceNode)
+from streams.dsl.graph import (GlobalTableSourceNode, Graph, LazyStoreBuilder, ProcessorGraphNode,
+                               ProcessorWithStoresNode, RepartitionNode, StateStoreNode, StatefulProcessorNode,
+                               StreamSinkNode, StreamSourceNode, TableSourceNode)
 from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
 from streams.dsl.ops.stateless import (BranchProcessor, FilterProcessor, FlatMapProcessor, FlatMapValuesProcessor,
                                        KeySelectProcessor, MapProcessor, MapValuesProcessor, NullKeyFilterProcessor,
@@ -23,6 +23,7 @@ from streams.processor import TimestampExtractor
 from streams.topology import Topology
 
 if TYPE_CHECKING:  # imported lazily at run time: ktable and grouped import this module
+    from streams.dsl.global_table import GlobalKTable
     from streams.dsl.grouped import KGroupedStream
     from streams.dsl.ktable import KTable
 
@@ -89,29 +90,53 @@ class StreamsBuilder:
               store: str | Materialized | None = None) -> "KTable":
         """A table of `topic`'s latest value per key, materialized in a timestamped key-value
         store (Kafka's KTableSource); the store is named by `store` or generated."""
+        src = self._table_source("table", topic, key_serde, value_serde, as_materialized(store, "table"))
+        name_of_store, caching = src.store_name, src.mat.caching_enabled
+        self._graph.add(TableSourceNode(src.name, (), topic, src.source, src.key_serde, src.value_serde,
+                                        lambda: TableSourceProcessor(name_of_store, caching), src.builder,
+                                        src.deferred))
+        return _ktable().KTable(self, src.name, src.mat.key_serde or src.key_serde,
+                                src.mat.value_serde or src.value_serde,
+                                name_of_store if src.mat.store_name else None, store_name=name_of_store)
+
+    def global_table(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
+                     store: str | Materialized | None = None) -> "GlobalKTable":
+        """A table of the latest value per key of ALL partitions of `topic`, kept on every
+        instance by the global thread in a timestamped key-value store (Kafka's globalTable:
+        a global store whose changelog is the topic itself, so logging is always off). Caching is
+        off too: nothing downstream would be spared updates, and stream tasks and queries read
+        the store from other threads."""
+        mat = as_materialized(store, "global_table").with_logging_disabled().with_caching_disabled()
+        src = self._table_source("global_table", topic, key_serde, value_serde, mat)
+        name_of_store = src.store_name
+        self._graph.add(GlobalTableSourceNode(src.name, (), topic, src.source, src.key_serde, src.value_serde,
+                                              lambda: TableSourceProcessor(name_of_store, False), src.builder,
+                                              src.deferred))
+        return _global_table().GlobalKTable(self, name_of_store, mat.store_name, mat.key_serde or src.key_serde,
+                                            mat.value_serde or src.value_serde)
+
+    def _table_source(self, op: str, topic: str, key_serde: Any, value_serde: Any,
+                      mat: Materialized) -> "_TableSource":
+        """The names, serdes and store builder of a table source, allocated in Kafka's order
+        (store name if generated, source, table source)."""
         if not isinstance(topic, str) or not topic:
-            raise TopologyError(f"table() needs a topic name, got {topic!r}")
+            raise TopologyError(f"{op}() needs a topic name, got {topic!r}")
         if topic in self._source_topics:
-            raise TopologyError(f"table(): topic {topic!r} is already read by {self._source_topics[topic]}")
-        mat = as_materialized(store, "table")
+            raise TopologyError(f"{op}(): topic {topic!r} is already read by {self._source_topics[topic]}")
         graph = self._graph
         name_of_store = mat.store_name or graph.new_name(f"{topic}-{N.STATE_STORE}")
         source = graph.new_name(N.SOURCE)
         name = graph.new_name(N.TABLE_SOURCE)
         self._source_topics[topic] = source
-        key_serde = _serdes.resolve_serde(key_serde, f"table({topic!r}) key_serde")
-        value_serde = _serdes.resolve_serde(value_serde, f"table({topic!r}) value_serde")
+        key_serde = _serdes.resolve_serde(key_serde, f"{op}({topic!r}) key_serde")
+        value_serde = _serdes.resolve_serde(value_serde, f"{op}({topic!r}) value_serde")
         where = f"table store {name_of_store!r}"
         store_key = N.key_or_default(mat.key_serde or key_serde, where)
         store_value = N.value_or_default(mat.value_serde or value_serde, where)
-        caching = mat.caching_enabled
         builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
             mat, name_of_store, store_key, store_value, timestamped=True))
-        graph.add(TableSourceNode(name, (), topic, source, key_serde, value_serde,
-                                  lambda: TableSourceProcessor(name_of_store, caching), builder,
-                                  N.deferred(store_key, store_value)))
-        return _ktable().KTable(self, name, mat.key_serde or key_serde, mat.value_serde or value_serde,
-                                name_of_store if mat.store_name else None, store_name=name_of_store)
+        return _TableSource(mat, name_of_store, source, name, key_serde, value_serde, builder,
+                            N.deferred(store_key, store_value))
 
     def add_state_store(self, store_builder: Any) -> "StreamsBuilder":
         """A store for KStream.process(..., stores=[name])."""
@@ -126,6 +151,17 @@ class StreamsBuilder:
         topology = self._graph.to_topology()
         topology.build()
         return topology
+
+
+class _TableSource(NamedTuple):
+    mat: Materialized
+    store_name: str
+    source: str
+    name: str
+    key_serde: Any
+    value_serde: Any
+    builder: LazyStoreBuilder
+    deferred: tuple
 
 
 class KStream:
@@ -304,7 +340,25 @@ class KStream:
                               _serdes.resolve_serde(value_serde, "group_by_key value_serde") or self.value_serde,
                               repartition_required=self._repartition_required)
 
+    # ---- joins: TEMPORARY dispatch of the `global` branch (the joins branch `sjoin` owns these
+    # methods and dispatches a GlobalKTable the same way; the lead keeps theirs) ------------------
 
+    def join(self, other: Any, *args: Any, **kwargs: Any) -> "KStream":
+        """join(global_table, key_selector, joiner) (see streams/dsl/global_table.py)."""
+        return _dispatch_join(self, other, args, kwargs, left=False)
+
+    def left_join(self, other: Any, *args: Any, **kwargs: Any) -> "KStream":
+        """left_join(global_table, key_selector, joiner) (see streams/dsl/global_table.py)."""
+        return _dispatch_join(self, other, args, kwargs, left=True)
+
+
+def _dispatch_join(stream: KStream, other: Any, args: tuple, kwargs: dict, *, left: bool) -> KStream:
+    from streams.dsl.global_table import GlobalKTable, stream_global_join
+
+    if isinstance(other, GlobalKTable):
+        return stream_global_join(stream, other, *args, left=left, **kwargs)
+    raise TopologyError(f"{'left_join' if left else 'join'}: only a GlobalKTable can be joined on this branch, "
+                        f"got {other!r}")
 
 
 class BranchedKStream:
@@ -362,6 +416,11 @@ class BranchedKStream:
 def _ktable() -> Any:
     from streams.dsl import ktable
     return ktable
+
+
+def _global_table() -> Any:
+    from streams.dsl import global_table
+    return global_table
 
 
 def _grouped() -> Any:

@@ -78,13 +78,15 @@ class StreamThread(threading.Thread):
                  on_tasks_changed: Callable[["StreamThread"], None],
                  assignment_strategy: str = "cooperative-sticky",
                  on_failure: Optional[Callable[["StreamThread", BaseException], None]] = None,
-                 shutdown_requested: Optional[Callable[[], bool]] = None, metrics: Any = None) -> None:
+                 shutdown_requested: Optional[Callable[[], bool]] = None, metrics: Any = None,
+                 global_stores: Optional[dict] = None) -> None:
         """`on_failure` runs when the loop fails, before the thread closes its tasks and leaves
         the group (where Kafka Streams calls its uncaught exception handler); `on_error` runs
         once the thread is dead. `shutdown_requested` is asked on every non-empty assignment:
         True means the application is shutting down, and the thread stops without processing
         what it was given."""
         self.metrics = metrics  # the App's MetricsRegistry (task sensors register there)
+        self.global_stores = global_stores  # the App's global stores, which every task may read
         super().__init__(name=f"{config.application_id}-StreamThread-{index}", daemon=True)
         self.index = index
         self.topology = topology
@@ -219,7 +221,7 @@ class StreamThread(threading.Thread):
             consumer=self.consumer, collector=self.collector, reader=reader,
             thread_cache=ThreadCache(max(1, cfg.cache_max_bytes // cfg.num_stream_threads)),
             clock_ms=_wall_clock_ms, reset_producer=self._reset_producer,
-            metrics=self.metrics, thread_id=self.name)
+            metrics=self.metrics, thread_id=self.name, global_stores=self.global_stores)
         self.task_manager.on_tasks_changed = self._tasks_changed
 
     def _tasks_changed(self) -> None:
