@@ -1026,6 +1026,58 @@ done:
     return list;
 }
 
+PyDoc_STRVAR(null_key_indexes_doc,
+"null_key_indexes(buf, base_offset, count, start, end) -> list[int]\n\n"
+"Indexes (0-based, in batch order) of the records without a key among the `count` records\n"
+"stored in buf[start:end], which are validated as decode_records validates them; nothing is\n"
+"copied. Raises DecodeError(message, position=-1, base_offset) on malformed bytes.");
+
+static PyObject *null_key_indexes(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long base_offset, count;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "y*LLnn:null_key_indexes", &view, &base_offset, &count, &start, &end))
+        return NULL;
+    PyObject *list = NULL;
+    const uint8_t *p = view.buf;
+    if (start < 0 || end < start || end > view.len) {
+        raise_decode(-1, base_offset, "batch records [%zd, %zd) lie outside a buffer of %zd bytes",
+                     start, end, view.len);
+        goto done;
+    }
+    list = PyList_New(0);
+    if (list == NULL)
+        goto done;
+    Py_ssize_t pos = start;
+    for (long long i = 0; i < count; i++) {
+        RawRecord r;
+        const char *why;
+        int64_t length;
+        if (parse_record(p, &pos, end, &r, &why, &length) < 0) {
+            raise_record_error(-1, base_offset, (Py_ssize_t)i, why, length);
+            goto fail;
+        }
+        if (r.key_len < 0) {
+            PyObject *index = PyLong_FromLongLong(i);
+            int rc = index == NULL ? -1 : PyList_Append(list, index);
+            Py_XDECREF(index);
+            if (rc < 0)
+                goto fail;
+        }
+    }
+    if (pos != end) {
+        raise_decode(-1, base_offset, "batch has %zd bytes after its %lld records", end - pos, count);
+        goto fail;
+    }
+    goto done;
+fail:
+    Py_CLEAR(list);
+done:
+    PyBuffer_Release(&view);
+    return list;
+}
+
 /* ---- filling confluent_kafka.Message objects directly (layout: eddy/message_layout.h) ---- */
 
 static MessageLayout msg_layout;
@@ -1452,6 +1504,7 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
+    {"null_key_indexes", null_key_indexes, METH_VARARGS, null_key_indexes_doc},
     {"decode_messages", (PyCFunction)(void (*)(void))decode_messages, METH_VARARGS | METH_KEYWORDS,
      decode_messages_doc},
     {"crc32c", py_crc32c, METH_VARARGS, crc32c_doc},

@@ -49,6 +49,7 @@ class Errors(enum.IntEnum):
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
     INVALID_CONFIG = 40
+    INVALID_REQUEST = 42
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
@@ -61,6 +62,7 @@ class Errors(enum.IntEnum):
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     OFFSET_NOT_AVAILABLE = 78
+    INVALID_RECORD = 87
     # Push replication: the follower rejects an AppendRecords whose session is not current.
     INVALID_PUSH_SESSION = 10001
     # Push replication: the follower has not applied the fetch response that switched it to
@@ -102,6 +104,9 @@ class ProducePartitionResponse:
     log_append_time: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    #: KIP-467: (index of the record in its batch, message) for each record that failed
+    #: validation (INVALID_RECORD); the batch as a whole was not written.
+    record_errors: list[tuple[int, str]] = field(default_factory=list)
 
 
 # --- Fetch -----------------------------------------------------------------------------------

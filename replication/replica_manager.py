@@ -23,6 +23,7 @@ from replication.errors import (
     NotLeaderError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
+    RecordValidationError,
     ReplicationError,
 )
 from replication.fetch_session import FetchSession, FetchSessionCache
@@ -286,6 +287,9 @@ class ReplicaManager:
             return None, ProducePartitionResponse(error=Errors.NOT_LEADER_OR_FOLLOWER)
         except NotEnoughReplicasError as e:
             return None, ProducePartitionResponse(error=Errors.NOT_ENOUGH_REPLICAS, error_message=str(e))
+        except RecordValidationError as e:
+            return None, ProducePartitionResponse(error=Errors.INVALID_RECORD, error_message=str(e),
+                                                  record_errors=e.record_errors)
         except (RecordTooLargeError, RecordBatchTooLargeError) as e:
             return None, ProducePartitionResponse(error=Errors.MSG_SIZE_TOO_LARGE, error_message=str(e))
         except (CorruptRecordError, InvalidRecordError) as e:
