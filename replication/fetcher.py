@@ -68,6 +68,7 @@ from replication.protocol import (
     FetchRequest,
     IsolationLevel,
     ListOffsetsPartitionResponse,
+    ListOffsetsPartition,
     ListOffsetsRequest,
     MemoryRecords,
     OffsetForLeaderPartition,
@@ -643,7 +644,7 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         request = ListOffsetsRequest(
             replica_id=self.source_broker_id,
             isolation_level=IsolationLevel.LOG_END,
-            partitions={tp: (timestamp, current_leader_epoch)},
+            partitions=[ListOffsetsPartition(tp, timestamp, current_leader_epoch)],
         )
         answer = _partition_map(self._request(request), "ListOffsets").get(tp)
         if not isinstance(answer, ListOffsetsPartitionResponse):

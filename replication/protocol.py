@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from replication.records import MemoryRecords, EMPTY
 
@@ -192,11 +192,21 @@ class FetchPartitionResponse:
 # --- ListOffsets -----------------------------------------------------------------------------
 
 
+class ListOffsetsPartition(NamedTuple):
+    tp: TopicPartition
+    timestamp: int  # or LATEST_TIMESTAMP / EARLIEST_TIMESTAMP / -3 (the largest timestamp)
+    current_leader_epoch: int = UNDEFINED_EPOCH
+
+
 @dataclass(slots=True)
 class ListOffsetsRequest:
+    """A ListOffsets. As on the wire, ``partitions`` is a list: a partition named twice is
+    answered INVALID_REQUEST (Kafka's duplicatePartitions); the answer is a dict ``tp ->
+    ListOffsetsPartitionResponse`` with one entry per partition named."""
+
     replica_id: int
     isolation_level: IsolationLevel
-    partitions: dict[TopicPartition, tuple[int, int]]  # tp -> (timestamp or sentinel, current epoch)
+    partitions: Sequence[ListOffsetsPartition]
 
 
 @dataclass(slots=True)

@@ -433,7 +433,17 @@ class ReplicaManager:
 
     def handle_list_offsets(self, request: ListOffsetsRequest) -> dict[TopicPartition, ListOffsetsPartitionResponse]:
         out = {}
-        for tp, (timestamp, current_epoch) in request.partitions.items():
+        named: set[TopicPartition] = set()
+        duplicates: set[TopicPartition] = set()
+        for tp, _timestamp, _epoch in request.partitions:
+            if tp in named:
+                duplicates.add(tp)
+            named.add(tp)
+        for tp, timestamp, current_epoch in request.partitions:
+            if tp in duplicates:
+                # Kafka answers every partition named twice with INVALID_REQUEST, once.
+                out[tp] = ListOffsetsPartitionResponse(error=Errors.INVALID_REQUEST)
+                continue
             partition = self.partitions.get(tp)
             if partition is None:
                 out[tp] = ListOffsetsPartitionResponse(error=Errors.UNKNOWN_TOPIC_OR_PART)

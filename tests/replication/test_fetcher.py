@@ -1121,7 +1121,7 @@ def test_remote_leader_end_point_over_transport():
         elif isinstance(body, OffsetsForLeaderEpochRequest):
             respond({tp: EpochEndOffset(Errors.NONE, 1, 9) for tp in body.partitions})
         elif isinstance(body, ListOffsetsRequest):
-            (tp, (ts, epoch)), = body.partitions.items()
+            (tp, ts, epoch), = body.partitions
             if epoch != 3:
                 respond({tp: ListOffsetsPartitionResponse(error=Errors.FENCED_LEADER_EPOCH)})
             else:
