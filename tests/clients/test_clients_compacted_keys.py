@@ -33,7 +33,7 @@ def _log(backend, topic: str, count: int) -> list[tuple[int, bytes | None]]:
     return [(m.offset(), m.key()) for m in drain(consumer, [TopicPartition(topic, 0)], expected=count)]
 
 
-@pytest.mark.needs_faithful_broker(reason="not measured on Tansu")
+@pytest.mark.needs_faithful_broker(reason="Tansu accepts null keys on compacted topics")
 @pytest.mark.parametrize("policy", ["compact", "compact,delete"])
 @pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
 def test_a_null_key_fails_its_whole_batch_on_a_compacted_topic(backend, admin, policy, idempotent) -> None:
