@@ -21,6 +21,20 @@ from replication.records import encode_batch
 TS = 1_000
 
 
+@pytest.fixture
+def open_log(tmp_path):
+    """Opens the log ``topic-0`` with a cleanup.policy (closed after the test)."""
+    opened = []
+
+    def open_with(policy: str = "compact") -> Log:
+        opened.append(Log(tmp_path / "topic-0", {"cleanup.policy": policy}))
+        return opened[-1]
+
+    yield open_with
+    for log in opened:
+        log.close()
+
+
 def _read(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
     out = []
     offset = log.log_start_offset
@@ -32,75 +46,60 @@ def _read(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
 
 
 @pytest.mark.parametrize("policy", ["compact", "compact,delete"])
-def test_leader_append_refuses_the_whole_batch_naming_every_null_key(tmp_path, policy) -> None:
-    log = Log(tmp_path / "topic-0", {"cleanup.policy": policy})
-    try:
-        log.append_as_leader(encode_batch([(b"a", b"1", TS), (b"b", b"2", TS)]), 0)
-        epochs_before = log.leader_epoch_cache.entries()
-        bad = encode_batch([(b"c", b"3", TS), (None, b"x", TS), (b"d", b"4", TS), (None, None, TS)])
-        with pytest.raises(RecordValidationError) as info:
-            log.append_as_leader(bad, 1)
-        # Records #1 and #3 of the batch have no key: both are named, #0 and #2 are not.
-        assert [index for index, _ in info.value.record_errors] == [1, 3]
-        for _, message in info.value.record_errors:
-            assert message == "Compacted topic cannot accept message without key in topic partition topic-0"
-        assert "2 record errors" in str(info.value)
-        # Nothing of the refused batch was written, not even its leader epoch.
-        assert log.log_end_offset == 2
-        assert log.leader_epoch_cache.entries() == epochs_before
-        log.append_as_leader(encode_batch([(b"e", b"5", TS)]), 1)
-        assert _read(log) == [(0, b"a", b"1"), (1, b"b", b"2"), (2, b"e", b"5")]
-    finally:
-        log.close()
+def test_leader_append_refuses_the_whole_batch_naming_every_null_key(open_log, policy) -> None:
+    log = open_log(policy)
+    log.append_as_leader(encode_batch([(b"a", b"1", TS), (b"b", b"2", TS)]), 0)
+    epochs_before = log.leader_epoch_cache.entries()
+    bad = encode_batch([(b"c", b"3", TS), (None, b"x", TS), (b"d", b"4", TS), (None, None, TS)])
+    with pytest.raises(RecordValidationError) as info:
+        log.append_as_leader(bad, 1)
+    # Records #1 and #3 of the batch have no key: both are named, #0 and #2 are not.
+    assert [index for index, _ in info.value.record_errors] == [1, 3]
+    for _, message in info.value.record_errors:
+        assert message == "Compacted topic cannot accept message without key in topic partition topic-0"
+    assert "2 record errors" in str(info.value)
+    # Nothing of the refused batch was written, not even its leader epoch.
+    assert log.log_end_offset == 2
+    assert log.leader_epoch_cache.entries() == epochs_before
+    log.append_as_leader(encode_batch([(b"e", b"5", TS)]), 1)
+    assert _read(log) == [(0, b"a", b"1"), (1, b"b", b"2"), (2, b"e", b"5")]
 
 
-def test_a_later_batch_of_the_same_append_is_checked_too(tmp_path) -> None:
-    log = Log(tmp_path / "topic-0", {"cleanup.policy": "compact"})
-    try:
-        two = encode_batch([(b"a", b"1", TS)]) + encode_batch([(b"b", b"2", TS), (None, b"3", TS)])
-        with pytest.raises(RecordValidationError) as info:
-            log.append_as_leader(two, 0)
-        # The index is the record's place in its own batch (Kafka appends one batch per request).
-        assert [index for index, _ in info.value.record_errors] == [1]
-        assert log.log_end_offset == 0
-    finally:
-        log.close()
+def test_a_later_batch_of_the_same_append_is_checked_too(open_log) -> None:
+    log = open_log()
+    two = encode_batch([(b"a", b"1", TS)]) + encode_batch([(b"b", b"2", TS), (None, b"3", TS)])
+    with pytest.raises(RecordValidationError) as info:
+        log.append_as_leader(two, 0)
+    # The index is the record's place in its own batch (Kafka appends one batch per request).
+    assert [index for index, _ in info.value.record_errors] == [1]
+    assert log.log_end_offset == 0
 
 
-def test_a_deleting_topic_takes_null_keys_and_a_policy_change_applies_to_the_next_append(tmp_path) -> None:
-    log = Log(tmp_path / "topic-0", {"cleanup.policy": "delete"})
-    try:
-        log.append_as_leader(encode_batch([(None, b"1", TS)]), 0)
-        log.update_config({"cleanup.policy": "compact"})
-        with pytest.raises(RecordValidationError):
-            log.append_as_leader(encode_batch([(None, b"2", TS)]), 0)
-        assert _read(log) == [(0, None, b"1")]
-    finally:
-        log.close()
+def test_a_deleting_topic_takes_null_keys_and_a_policy_change_applies_to_the_next_append(open_log) -> None:
+    log = open_log("delete")
+    log.append_as_leader(encode_batch([(None, b"1", TS)]), 0)
+    log.update_config({"cleanup.policy": "compact"})
+    with pytest.raises(RecordValidationError):
+        log.append_as_leader(encode_batch([(None, b"2", TS)]), 0)
+    assert _read(log) == [(0, None, b"1")]
 
 
-def test_follower_appends_are_not_validated(tmp_path) -> None:
+def test_follower_appends_are_not_validated(open_log) -> None:
     # A null key written while the topic was not compacted reaches a follower as it is.
-    log = Log(tmp_path / "topic-0", {"cleanup.policy": "compact"})
-    try:
-        log.append_as_follower(encode_batch([(None, b"old", TS)], base_offset=0, partition_leader_epoch=0))
-        assert _read(log) == [(0, None, b"old")]
-    finally:
-        log.close()
+    log = open_log()
+    log.append_as_follower(encode_batch([(None, b"old", TS)], base_offset=0, partition_leader_epoch=0))
+    assert _read(log) == [(0, None, b"old")]
 
 
-def test_an_idempotent_batch_refused_for_its_key_leaves_its_sequence_free(tmp_path) -> None:
-    log = Log(tmp_path / "topic-0", {"cleanup.policy": "compact"})
-    try:
-        pid = dict(producer_id=7, producer_epoch=0)
-        log.append_as_leader(encode_batch([(b"a", b"1", TS)], base_sequence=0, **pid), 0)
-        with pytest.raises(RecordValidationError):
-            log.append_as_leader(encode_batch([(None, b"x", TS)], base_sequence=1, **pid), 0)
-        # The refused batch did not take sequence 1: the producer's next batch reuses it.
-        info = log.append_as_leader(encode_batch([(b"b", b"2", TS)], base_sequence=1, **pid), 0)
-        assert (info.first_offset, info.last_offset) == (1, 1)
-    finally:
-        log.close()
+def test_an_idempotent_batch_refused_for_its_key_leaves_its_sequence_free(open_log) -> None:
+    log = open_log()
+    pid = dict(producer_id=7, producer_epoch=0)
+    log.append_as_leader(encode_batch([(b"a", b"1", TS)], base_sequence=0, **pid), 0)
+    with pytest.raises(RecordValidationError):
+        log.append_as_leader(encode_batch([(None, b"x", TS)], base_sequence=1, **pid), 0)
+    # The refused batch did not take sequence 1: the producer's next batch reuses it.
+    info = log.append_as_leader(encode_batch([(b"b", b"2", TS)], base_sequence=1, **pid), 0)
+    assert (info.first_offset, info.last_offset) == (1, 1)
 
 
 FAST = {"replica.fetch.backoff.ms": 20, "replica.socket.timeout.ms": 1000}
