@@ -1,11 +1,14 @@
 """Benchmark: leader appends to a `Log` and reads back through `Log.read`, against a plain file.
 
-    python bench/log_append.py [--records 1000000] [--value-size 100] [--batch 500] [--profile]
+    python bench/log_append.py [--records 1000000] [--value-size 100] [--batch 500] [--compact] [--profile]
 
 Appends ``--records`` records (``--value-size``-byte values, null keys) in batches of ``--batch``
 as leader (`Log.append_as_leader`), flushes, then reads everything back with `Log.read` in
 ~1 MiB chunks. Batches are encoded before the clock starts (that is the producer's work; its
-rate is printed separately). Two read figures are printed:
+rate is printed separately). With ``--compact`` the records have 10-byte keys, and the same
+batches are also appended (without the final fsync) to a ``cleanup.policy=delete`` log and to a
+``compact`` one, whose leader appends check every record for a key: ``log append (compact)`` is
+printed with its ratio to ``log append (delete)``. Two read figures are printed:
 
 * ``read (headers)``: the log's read path, walking every batch header to learn the next offset,
   so every record's bytes come through `Log.read` (what a follower fetch costs the leader);
@@ -37,20 +40,27 @@ from replication.records import decode_records, encode_batch, iter_batch_headers
 CHUNK = 1 << 20
 
 
-def encode_all(n_records: int, value_size: int, batch: int) -> list[bytes]:
+def encode_all(n_records: int, value_size: int, batch: int, keyed: bool = False) -> list[bytes]:
     ts = int(time.time() * 1000)
     value = b"v" * value_size
     out = []
     for start in range(0, n_records, batch):
         n = min(batch, n_records - start)
-        out.append(encode_batch([(None, value, ts)] * n))
+        if keyed:
+            out.append(encode_batch([(b"key-%06d" % (i % 100_000), value, ts) for i in range(start, start + n)]))
+        else:
+            out.append(encode_batch([(None, value, ts)] * n))
     return out
 
 
-def append_log(log: Log, batches: list[bytes]) -> None:
+def append_only(log: Log, batches: list[bytes]) -> None:
     append = log.append_as_leader
     for b in batches:
         append(b, 0)
+
+
+def append_log(log: Log, batches: list[bytes]) -> None:
+    append_only(log, batches)
     log.flush()
 
 
@@ -108,10 +118,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (best kept)")
+    ap.add_argument("--compact", action="store_true",
+                    help="keyed records; also append them to a cleanup.policy=compact log")
     ap.add_argument("--profile", action="store_true", help="cProfile the log append and read")
     args = ap.parse_args()
 
-    t_enc, batches = timed(encode_all, args.records, args.value_size, args.batch)
+    t_enc, batches = timed(encode_all, args.records, args.value_size, args.batch, args.compact)
     total = sum(len(b) for b in batches)
     n = args.records
     mb = total / 1e6
@@ -123,7 +135,7 @@ def main() -> None:
         # Best of --repeat runs of each measurement: the machine is shared, and the best run is
         # the one least disturbed by other work.
         plain_path = os.path.join(root, "plain.bin")
-        t_pw = t_pr = t_la = t_lr = t_lc = t_ld = float("inf")
+        t_pw = t_pr = t_la = t_lr = t_lc = t_ld = t_ln = t_lk = float("inf")
         log = None
         prof = cProfile.Profile() if args.profile else None
         for _ in range(args.repeat):
@@ -146,6 +158,18 @@ def main() -> None:
             t_lc = min(t_lc, t)
             t, (recs_d, _) = timed(read_log, log, True)
             t_ld = min(t_ld, t)
+            if args.compact:
+                # The appends alone (no fsync, whose time varies most): delete log, then compact.
+                for policy in ("delete", "compact"):
+                    other = Log(os.path.join(root, f"{policy}-0"), {"cleanup.policy": policy})
+                    t, _ = timed(append_only, other, batches)
+                    if policy == "delete":
+                        t_ln = min(t_ln, t)
+                    else:
+                        t_lk = min(t_lk, t)
+                    assert other.log_end_offset == n
+                    other.close()
+                    shutil.rmtree(os.path.join(root, f"{policy}-0"))
             if prof:
                 prof.disable()
             assert recs_h == n and recs_c == n and recs_d == n and bytes_h == total, (recs_h, recs_d, bytes_h, total)
@@ -159,6 +183,10 @@ def main() -> None:
         print(f"log: {segments} segment(s); best of {args.repeat} runs")
         line("plain file write+fsync", t_pw)
         line("log append+flush", t_la, t_pw)
+        if args.compact:
+            line("log append (delete)", t_ln)
+            print(f"  {'log append (compact)':<24}{n / t_lk:>14,.0f} records/s {mb / t_lk:>9,.1f} MB/s"
+                  f"   ratio vs delete {t_ln / t_lk:.2f}")
         line("plain file read", t_pr)
         line("log read (headers)", t_lr, t_pr)
         line("log read (headers+CRC)", t_lc, t_pr)

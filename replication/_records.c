@@ -950,6 +950,40 @@ fail:
     return -1;
 }
 
+/* The records section [start, end) must lie inside the buffer; raises otherwise. */
+static int check_records_range(Py_ssize_t start, Py_ssize_t end, Py_ssize_t len, long long base_offset)
+{
+    if (start < 0 || end < start || end > len) {
+        raise_decode(-1, base_offset, "batch records [%zd, %zd) lie outside a buffer of %zd bytes",
+                     start, end, len);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parse record #index at *pos, or raise its DecodeError. */
+static inline int next_record(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, RawRecord *r,
+                              long long index, long long base_offset)
+{
+    const char *why;
+    int64_t length;
+    if (parse_record(p, pos, end, r, &why, &length) < 0) {
+        raise_record_error(-1, base_offset, (Py_ssize_t)index, why, length);
+        return -1;
+    }
+    return 0;
+}
+
+/* The `count` records must fill their section exactly; raises otherwise. */
+static int check_records_end(Py_ssize_t pos, Py_ssize_t end, long long count, long long base_offset)
+{
+    if (pos != end) {
+        raise_decode(-1, base_offset, "batch has %zd bytes after its %lld records", end - pos, count);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(decode_records_doc,
 "decode_records(buf, base_offset, first_timestamp, count, start, end) -> list[Record]\n\n"
 "Decode `count` records stored in buf[start:end] (the records section of one batch).\n"
@@ -965,11 +999,8 @@ static PyObject *decode_records(PyObject *self, PyObject *args)
         return NULL;
     PyObject *list = NULL;
     const uint8_t *p = view.buf;
-    if (start < 0 || end < start || end > view.len) {
-        raise_decode(-1, base_offset, "batch records [%zd, %zd) lie outside a buffer of %zd bytes",
-                     start, end, view.len);
+    if (check_records_range(start, end, view.len, base_offset) < 0)
         goto done;
-    }
     Py_ssize_t max_records = (end - start) / MIN_RECORD_SIZE;
     Py_ssize_t prealloc = count < 0 ? 0 : (count < max_records ? (Py_ssize_t)count : max_records);
     list = PyList_New(prealloc);
@@ -978,12 +1009,8 @@ static PyObject *decode_records(PyObject *self, PyObject *args)
     Py_ssize_t pos = start;
     for (long long i = 0; i < count; i++) {
         RawRecord r;
-        const char *why;
-        int64_t length;
-        if (parse_record(p, &pos, end, &r, &why, &length) < 0) {
-            raise_record_error(-1, base_offset, (Py_ssize_t)i, why, length);
+        if (next_record(p, &pos, end, &r, i, base_offset) < 0)
             goto fail;
-        }
         Parts parts;
         int utf8_error = 0;
         if (build_parts(p, end, &r, 0, &parts, &utf8_error) < 0) {
@@ -1014,10 +1041,64 @@ static PyObject *decode_records(PyObject *self, PyObject *args)
                 goto fail;
         }
     }
-    if (pos != end) {
-        raise_decode(-1, base_offset, "batch has %zd bytes after its %lld records", end - pos, count);
+    if (check_records_end(pos, end, count, base_offset) < 0)
         goto fail;
+    goto done;
+fail:
+    Py_CLEAR(list);
+done:
+    PyBuffer_Release(&view);
+    return list;
+}
+
+PyDoc_STRVAR(null_key_indexes_doc,
+"null_key_indexes(buf, base_offset, count, start, end) -> list[int]\n\n"
+"Indexes (0-based, in batch order) of the records without a key among the `count` records\n"
+"stored in buf[start:end], which are validated as decode_records validates them; nothing is\n"
+"copied. Raises DecodeError(message, position=-1, base_offset) on malformed bytes.");
+
+static PyObject *null_key_indexes(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long base_offset, count;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "y*LLnn:null_key_indexes", &view, &base_offset, &count, &start, &end))
+        return NULL;
+    PyObject *list = NULL;
+    const uint8_t *p = view.buf;
+    if (check_records_range(start, end, view.len, base_offset) < 0)
+        goto done;
+    list = PyList_New(0);
+    if (list == NULL)
+        goto done;
+    Py_ssize_t pos = start;
+    for (long long i = 0; i < count; i++) {
+        RawRecord r;
+        if (next_record(p, &pos, end, &r, i, base_offset) < 0)
+            goto fail;
+        if (r.header_count > 0) {
+            /* header keys must be UTF-8, as decode_records requires (records with headers only) */
+            int utf8_error = 0;
+            PyObject *headers = build_headers(p, r.headers_pos, end, r.header_count, 0, &utf8_error);
+            if (headers == NULL) {
+                if (utf8_error) {
+                    PyErr_Clear();
+                    raise_record_error(-1, base_offset, (Py_ssize_t)i, "header key is not valid UTF-8", 0);
+                }
+                goto fail;
+            }
+            Py_DECREF(headers);
+        }
+        if (r.key_len < 0) {
+            PyObject *index = PyLong_FromLongLong(i);
+            int rc = index == NULL ? -1 : PyList_Append(list, index);
+            Py_XDECREF(index);
+            if (rc < 0)
+                goto fail;
+        }
     }
+    if (check_records_end(pos, end, count, base_offset) < 0)
+        goto fail;
     goto done;
 fail:
     Py_CLEAR(list);
@@ -1452,6 +1533,7 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
+    {"null_key_indexes", null_key_indexes, METH_VARARGS, null_key_indexes_doc},
     {"decode_messages", (PyCFunction)(void (*)(void))decode_messages, METH_VARARGS | METH_KEYWORDS,
      decode_messages_doc},
     {"crc32c", py_crc32c, METH_VARARGS, crc32c_doc},

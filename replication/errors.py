@@ -43,6 +43,17 @@ class InvalidRecordError(ReplicationError):
     """An appended batch is malformed for this log (e.g. empty or wrong magic)."""
 
 
+class RecordValidationError(InvalidRecordError):
+    """A leader append refused for some of its records (Kafka's RecordValidationException with
+    an InvalidRecordException): the batch is written not at all, and ``record_errors`` holds
+    ``(index of the record in its batch, message)`` for each record at fault. Produce answers
+    it with INVALID_RECORD and these record errors (KIP-467)."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]]) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
+
+
 class CorruptRecordError(ReplicationError):
     """A record batch failed validation (torn, bad CRC, bad length).
 

@@ -17,8 +17,9 @@ Epochs as in Kafka: a request with session id 0 and epoch 0 opens a session (a f
 every partition answered); id X and epoch n >= 1 is incremental and must carry the next epoch
 (``INVALID_FETCH_SESSION_EPOCH`` otherwise); an unknown or evicted id is
 ``FETCH_SESSION_ID_NOT_FOUND``; both make the follower start over with a full fetch. Epoch -1
-closes the session. The cache holds at most ``max_slots`` sessions and evicts the least
-recently used.
+closes the session, and so does an incremental request that forgets its last partition (the
+answer then carries no session id). The cache holds at most ``max_slots`` sessions and evicts
+the least recently used.
 """
 
 from __future__ import annotations
@@ -174,6 +175,11 @@ class FetchSessionCache:
                     session.woken = True
                 keys.append(session.key)
             return keys
+
+    def sessions(self) -> list[FetchSession]:
+        """Every session in the cache, least recently used first (a snapshot)."""
+        with self._lock:
+            return list(self._sessions.values())
 
     def sessions_of(self, tp: TopicPartition) -> list[FetchSession]:
         with self._lock:

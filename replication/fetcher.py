@@ -67,6 +67,7 @@ from replication.protocol import (
     FetchPartitionResponse,
     FetchRequest,
     IsolationLevel,
+    ListOffsetsPartition,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     MemoryRecords,
@@ -366,7 +367,9 @@ class LeaderEndPoint(abc.ABC):
     def build_fetch(self, partitions: Mapping[TopicPartition, PartitionFetchState],
                     log_start_offsets: Mapping[TopicPartition, int] | None = None) -> FetchRequest | None:
         """A Fetch for the partitions in ``FETCHING`` (the caller passes the ready ones),
-        or None if there is none. ``log_start_offsets`` are the follower's, informational."""
+        or None if there is nothing to send (with a fetch session open and nothing ready, a
+        request forgetting every partition). ``log_start_offsets`` are the follower's,
+        informational."""
 
     @abc.abstractmethod
     def fetch(self, request: FetchRequest) -> dict[TopicPartition, FetchPartitionResponse]:
@@ -490,11 +493,18 @@ class FetchSessionHandler:
                      self.session_id, self.leader_id, getattr(error, "name", error))
             self.reset()
             return
+        session_id = getattr(response, "session_id", INVALID_SESSION_ID)
         if request.session_epoch == INITIAL_EPOCH:
-            self.session_id = getattr(response, "session_id", INVALID_SESSION_ID)
+            self.session_id = session_id
             if self.session_id == INVALID_SESSION_ID:
                 return  # the leader keeps no sessions: every fetch stays a full one
             self.next_epoch = 1
+        elif session_id == INVALID_SESSION_ID:
+            # The leader closed the session (the request forgot its last partition): the next
+            # fetch opens a new one.
+            self.session_id = INVALID_SESSION_ID
+            self.reset()
+            return
         else:
             self.next_epoch = self.next_epoch + 1 if self.next_epoch < 0x7FFFFFFF else 1
         self.view, self._states = pending
@@ -531,6 +541,8 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         self._lock = threading.Lock()
         self._in_flight: set[threading.Event] = set()
         self._session = FetchSessionHandler(leader_id) if self.config.fetch_sessions else None
+        # The session the leader last opened for us (under _lock): close() ends it.
+        self._leader_session = INVALID_SESSION_ID
 
     def __repr__(self) -> str:
         return f"RemoteLeaderEndPoint({self.source_broker_id} -> {self.leader_id})"
@@ -551,10 +563,11 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         ready = partitions
         if any(st.state is not fetching for st in partitions.values()):
             ready = {tp: st for tp, st in partitions.items() if st.state is fetching}
-        if not ready:
-            if self._session is not None and self._session.session_id != INVALID_SESSION_ID:
-                self._session.reset()  # nothing to fetch: the next fetch opens a new session
+        session = self._session
+        if not ready and (session is None or session.next_epoch == INITIAL_EPOCH or not session.view):
             return None
+        # (With nothing ready and a session open, the request forgets every partition, as
+        # Kafka's FetchSessionHandler builds it: the leader then closes the empty session.)
         forgotten: tuple[TopicPartition, ...] = ()
         session_id, epoch = INVALID_SESSION_ID, FINAL_EPOCH
         if self._session is None:
@@ -595,6 +608,8 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
             result[0] = response
             result[1] = error
             done.set()
+            if error is None and isinstance(body, FetchRequest) and body.session_epoch == INITIAL_EPOCH:
+                self._note_leader_session(getattr(response, "session_id", INVALID_SESSION_ID))
 
         with self._lock:
             if self._closed:
@@ -643,7 +658,7 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         request = ListOffsetsRequest(
             replica_id=self.source_broker_id,
             isolation_level=IsolationLevel.LOG_END,
-            partitions={tp: (timestamp, current_leader_epoch)},
+            partitions=[ListOffsetsPartition(tp, timestamp, current_leader_epoch)],
         )
         answer = _partition_map(self._request(request), "ListOffsets").get(tp)
         if not isinstance(answer, ListOffsetsPartitionResponse):
@@ -666,6 +681,29 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
         with self._lock:
             return len(self._in_flight)
 
+    def _note_leader_session(self, session_id: int) -> None:
+        """The leader opened ``session_id`` for us; one opened after close() is closed at once."""
+        if session_id == INVALID_SESSION_ID:
+            return
+        with self._lock:
+            orphan = self._closed  # answered after close began: no fetch will use it
+            if not orphan:
+                self._leader_session = session_id
+        if orphan:
+            self._close_session(session_id)
+
+    def _close_session(self, session_id: int) -> None:
+        """Ask the leader to drop ``session_id`` (a fetch at FINAL_EPOCH naming no partition,
+        as Kafka's consumer closes its sessions), without waiting for the answer."""
+        request = FetchRequest(
+            replica_id=self.source_broker_id, replica_epoch=self.broker_epoch_fn(), max_wait_ms=0,
+            min_bytes=0, max_bytes=0, isolation_level=IsolationLevel.LOG_END, partitions={},
+            session_id=session_id, session_epoch=FINAL_EPOCH)
+        try:
+            self.transport.send_async(self.source_broker_id, self.leader_id, request, lambda response, error: None)
+        except Exception as e:  # the leader is gone: so is the session
+            log.debug("closing fetch session %d at broker %d failed: %r", session_id, self.leader_id, e)
+
     def initiate_close(self) -> None:
         with self._lock:
             self._closed = True
@@ -674,7 +712,13 @@ class RemoteLeaderEndPoint(LeaderEndPoint):
             done.set()
 
     def close(self) -> None:
+        """Fail the requests in flight and close the fetch session on the leader, so a fetcher
+        that stops frees its slot in the leader's session cache at once."""
         self.initiate_close()
+        with self._lock:
+            session_id, self._leader_session = self._leader_session, INVALID_SESSION_ID
+        if session_id != INVALID_SESSION_ID:
+            self._close_session(session_id)
 
 
 # --- local replica operations ---------------------------------------------------------------
@@ -1178,7 +1222,9 @@ class ReplicaFetcherThread(threading.Thread):
             # (is_ready_for_fetch inlined: this runs over every partition on every round)
             ready = {tp: st for tp, st in self._states.items()
                      if st.state is fetching and (st.delay is None or st.delay <= now)}
-            request = self.leader.build_fetch(ready, _LogStartOffsets(self.replicas)) if ready else None
+            # Asked even with nothing ready: an end point with a fetch session may have one
+            # last request to send (forgetting every partition).
+            request = self.leader.build_fetch(ready, _LogStartOffsets(self.replicas))
             if request is None:
                 if self._running:
                     timeout = self._idle_wait_s(now)

@@ -80,10 +80,10 @@ from replication.epoch import (
 from replication.errors import (
     CorruptIndexError, CorruptRecordError, IllegalStateError, InvalidConfigurationError,
     InvalidOffsetError, KafkaStorageError, LogClosedError, OffsetOutOfRangeError,
-    OffsetsOutOfOrderError, RecordBatchTooLargeError, RecordTooLargeError, TruncationLoopError,
-    UnexpectedAppendOffsetError,
+    OffsetsOutOfOrderError, RecordBatchTooLargeError, RecordTooLargeError, RecordValidationError,
+    TruncationLoopError, UnexpectedAppendOffsetError,
 )
-from replication.records import BatchHeader, MemoryRecords, iter_batch_headers
+from replication.records import BatchHeader, MemoryRecords, iter_batch_headers, null_key_indexes
 from replication.producer_state import ProducerStateManager
 from replication.segment import (
     CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX,
@@ -793,6 +793,8 @@ class Log:
                 raise RecordBatchTooLargeError(
                     f"append of {n} bytes to {self.dir} is larger than segment.bytes "
                     f"{self.config.segment_bytes}")
+            if self.config.compact:
+                self._check_keys(buf, headers)
             staged = None
             if ProducerStateManager.has_producer_batches(headers):
                 # Idempotence and transactions: a duplicate is answered with its first offsets.
@@ -832,6 +834,19 @@ class Log:
                 self._commit_producer_state(staged)
             return LogAppendInfo(first, last, max_ts, offset_of_max_ts, count, n, self._log_start,
                                  leader_epoch, parts, headers, rolled)
+
+    def _check_keys(self, buf, headers: list[BatchHeader]) -> None:
+        """A compacted log takes no record without a key (Kafka's LogValidator.validateKey):
+        the first batch holding one is refused whole, naming each such record."""
+        for h in headers:
+            missing = null_key_indexes(buf, h, self.dir)
+            if missing:
+                message = f"Compacted topic cannot accept message without key in topic partition {self.name}"
+                errors = [(index, message) for index in missing]
+                shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+                raise RecordValidationError(
+                    f"One or more records have been rejected due to {len(errors)} record errors in total, "
+                    f"and only showing the first three errors at most: [{shown}]", errors)
 
     def _commit_producer_state(self, staged) -> None:
         self.producer_state.commit(staged)

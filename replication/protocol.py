@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from replication.records import MemoryRecords, EMPTY
 
@@ -49,6 +49,7 @@ class Errors(enum.IntEnum):
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
     INVALID_CONFIG = 40
+    INVALID_REQUEST = 42
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
@@ -61,6 +62,7 @@ class Errors(enum.IntEnum):
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     OFFSET_NOT_AVAILABLE = 78
+    INVALID_RECORD = 87
     # Push replication: the follower rejects an AppendRecords whose session is not current.
     INVALID_PUSH_SESSION = 10001
     # Push replication: the follower has not applied the fetch response that switched it to
@@ -102,6 +104,9 @@ class ProducePartitionResponse:
     log_append_time: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    #: KIP-467: (index of the record in its batch, message) for each record that failed
+    #: validation (INVALID_RECORD); the batch as a whole was not written.
+    record_errors: list[tuple[int, str]] = field(default_factory=list)
 
 
 # --- Fetch -----------------------------------------------------------------------------------
@@ -187,11 +192,21 @@ class FetchPartitionResponse:
 # --- ListOffsets -----------------------------------------------------------------------------
 
 
+class ListOffsetsPartition(NamedTuple):
+    tp: TopicPartition
+    timestamp: int  # or LATEST_TIMESTAMP / EARLIEST_TIMESTAMP / -3 (the largest timestamp)
+    current_leader_epoch: int = UNDEFINED_EPOCH
+
+
 @dataclass(slots=True)
 class ListOffsetsRequest:
+    """A ListOffsets. As on the wire, ``partitions`` is a list: a partition named twice is
+    answered INVALID_REQUEST (Kafka's duplicatePartitions); the answer is a dict ``tp ->
+    ListOffsetsPartitionResponse`` with one entry per partition named."""
+
     replica_id: int
     isolation_level: IsolationLevel
-    partitions: dict[TopicPartition, tuple[int, int]]  # tp -> (timestamp or sentinel, current epoch)
+    partitions: Sequence[ListOffsetsPartition]
 
 
 @dataclass(slots=True)

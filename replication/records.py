@@ -100,6 +100,7 @@ __all__ = [
     "encode_batch",
     "encode_control_batch",
     "iter_batch_headers",
+    "null_key_indexes",
     "restamp_batches",
     "set_base_offset_and_epoch",
 ]
@@ -761,6 +762,27 @@ def _py_decode_records(
 
 
 _decode_records = _py_decode_records if _accel is None else _accel.decode_records
+
+
+def null_key_indexes(buf, header: BatchHeader, source: str = "") -> list[int]:
+    """Indexes, in batch order, of the records without a key in the batch that `header`
+    describes (`header.position` is where it starts in `buf`). The records are validated as
+    `decode_records` does, without decoding them: malformed ones raise CorruptRecordError."""
+    start = header.position
+    try:
+        return _null_key_indexes(buf, header.base_offset, header.records_count,
+                                 start + BATCH_HEADER_SIZE, start + header.size)
+    except _DECODE_ERRORS as e:
+        raise _from_decode_error(e, source, 0, header.position) from None
+
+
+def _py_null_key_indexes(buf, base_offset: int, count: int, start: int, end: int) -> list[int]:
+    """Pure-Python `_records.null_key_indexes`."""
+    records = _py_decode_records(buf, base_offset, 0, count, start, end)
+    return [i for i, record in enumerate(records) if record.key is None]
+
+
+_null_key_indexes = _py_null_key_indexes if _accel is None else _accel.null_key_indexes
 
 
 def decode_messages(

@@ -23,6 +23,7 @@ from replication.errors import (
     NotLeaderError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
+    RecordValidationError,
     ReplicationError,
 )
 from replication.fetch_session import FetchSession, FetchSessionCache
@@ -286,6 +287,9 @@ class ReplicaManager:
             return None, ProducePartitionResponse(error=Errors.NOT_LEADER_OR_FOLLOWER)
         except NotEnoughReplicasError as e:
             return None, ProducePartitionResponse(error=Errors.NOT_ENOUGH_REPLICAS, error_message=str(e))
+        except RecordValidationError as e:
+            return None, ProducePartitionResponse(error=Errors.INVALID_RECORD, error_message=str(e),
+                                                  record_errors=e.record_errors)
         except (RecordTooLargeError, RecordBatchTooLargeError) as e:
             return None, ProducePartitionResponse(error=Errors.MSG_SIZE_TOO_LARGE, error_message=str(e))
         except (CorruptRecordError, InvalidRecordError) as e:
@@ -375,9 +379,7 @@ class ReplicaManager:
         sessions = self.fetch_sessions
         if request.session_epoch == FINAL_EPOCH:
             sessions.remove(request.session_id)
-            self.handle_fetch(FetchRequest(request.replica_id, request.replica_epoch, request.max_wait_ms,
-                                           request.min_bytes, request.max_bytes, request.isolation_level,
-                                           request.partitions), respond)
+            self._sessionless_fetch(request, respond)
             return
         if request.session_epoch == INITIAL_EPOCH:
             session = sessions.create(request.replica_id, request.partitions, replaces=request.session_id)
@@ -390,12 +392,24 @@ class ReplicaManager:
         if not sessions.update(session, request.session_epoch, request.partitions, request.forgotten):
             respond(FetchResponse(error=Errors.INVALID_FETCH_SESSION_EPOCH, session_id=session.id))
             return
+        if not session.partitions:
+            # Kafka's FetchManager: the request forgot the last partition; the session ends
+            # and the answer comes without one (how a follower that stops fetching frees it).
+            sessions.remove(session.id)
+            self._sessionless_fetch(request, respond)
+            return
         response = self.read_session(session, request, full=False)
         if request.max_wait_ms <= 0 or self._fetch_satisfied(response, request.min_bytes):
             respond(response)
             return
         op = DelayedSessionFetch(self, session, request, respond, response)
         self.fetch_purgatory.try_complete_else_watch(op, [session.key])
+
+    def _sessionless_fetch(self, request: FetchRequest, respond) -> None:
+        """Answer ``request``'s partitions as a fetch without a session (session id 0)."""
+        self.handle_fetch(FetchRequest(request.replica_id, request.replica_epoch, request.max_wait_ms,
+                                       request.min_bytes, request.max_bytes, request.isolation_level,
+                                       request.partitions), respond)
 
     @staticmethod
     def _fetch_satisfied(response: dict, min_bytes: int) -> bool:
@@ -429,7 +443,17 @@ class ReplicaManager:
 
     def handle_list_offsets(self, request: ListOffsetsRequest) -> dict[TopicPartition, ListOffsetsPartitionResponse]:
         out = {}
-        for tp, (timestamp, current_epoch) in request.partitions.items():
+        named: set[TopicPartition] = set()
+        duplicates: set[TopicPartition] = set()
+        for tp, _timestamp, _epoch in request.partitions:
+            if tp in named:
+                duplicates.add(tp)
+            named.add(tp)
+        for tp, timestamp, current_epoch in request.partitions:
+            if tp in duplicates:
+                # Kafka answers every partition named twice with INVALID_REQUEST, once.
+                out[tp] = ListOffsetsPartitionResponse(error=Errors.INVALID_REQUEST)
+                continue
             partition = self.partitions.get(tp)
             if partition is None:
                 out[tp] = ListOffsetsPartitionResponse(error=Errors.UNKNOWN_TOPIC_OR_PART)

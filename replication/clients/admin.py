@@ -64,7 +64,7 @@ from replication.errors import (
 from replication.group_coordinator import GroupCoordinatorError, OffsetAndMetadata
 from replication.log import LogConfig
 from replication.names import validate_topic_name
-from replication.protocol import Errors, IsolationLevel, ListOffsetsRequest
+from replication.protocol import Errors, IsolationLevel, ListOffsetsPartition, ListOffsetsRequest
 from replication.protocol import TopicPartition as TP
 
 log = logging.getLogger(__name__)
@@ -364,7 +364,7 @@ class AdminClient:
         key = TP(tp.topic, tp.partition)
         value = int(spec._value)
         error, resp = call_leader(
-            self._cluster, key, lambda leader, epoch: ListOffsetsRequest(-1, level, {key: (value, epoch)}),
+            self._cluster, key, lambda leader, epoch: ListOffsetsRequest(-1, level, [ListOffsetsPartition(key, value, epoch)]),
             lambda r: (r[key].error, r[key]), timeout)
         if error != Errors.NONE:
             _raise(int(error) if error != Errors.REQUEST_TIMED_OUT else KafkaError._TIMED_OUT,

@@ -67,6 +67,7 @@ from replication.protocol import (
     FetchPartition,
     FetchRequest,
     IsolationLevel,
+    ListOffsetsPartition,
     ListOffsetsRequest,
 )
 from replication.protocol import TopicPartition as TP
@@ -874,11 +875,15 @@ class Consumer:
         ts = EARLIEST_TIMESTAMP if self._auto_offset_reset == "earliest" else LATEST_TIMESTAMP
         return self._list_offset(state.key, ts), None
 
-    def _list_offset(self, key: TP, timestamp: int, timeout_s: float = 5.0) -> int | None:
-        error, value = call_leader(
+    def _list_offsets_call(self, key: TP, timestamp: int, timeout_s: float):
+        """(error, ListOffsetsPartitionResponse) of a ListOffsets for ``key`` at its leader."""
+        return call_leader(
             self._cluster, key,
-            lambda leader, epoch: ListOffsetsRequest(-1, self._isolation, {key: (timestamp, epoch)}),
+            lambda leader, epoch: ListOffsetsRequest(-1, self._isolation, [ListOffsetsPartition(key, timestamp, epoch)]),
             lambda r: (r[key].error, r[key]), timeout_s)
+
+    def _list_offset(self, key: TP, timestamp: int, timeout_s: float = 5.0) -> int | None:
+        error, value = self._list_offsets_call(key, timestamp, timeout_s)
         if error != Errors.NONE:
             return None
         return value.offset
@@ -1256,10 +1261,7 @@ class Consumer:
 
     def _list_offset_checked(self, key: TP, timestamp: int, timeout_s: float,
                              what: str = "watermark offsets") -> int:
-        error, value = call_leader(
-            self._cluster, key,
-            lambda leader, epoch: ListOffsetsRequest(-1, self._isolation, {key: (timestamp, epoch)}),
-            lambda r: (r[key].error, r[key]), timeout_s)
+        error, value = self._list_offsets_call(key, timestamp, timeout_s)
         if error != Errors.NONE:
             if error in RETRIABLE_LEADER_ERRORS:
                 raise kafka_exception(KafkaError._TIMED_OUT, f"Failed to get {what}: Local: Timed out")
@@ -1273,15 +1275,21 @@ class Consumer:
         self._check_open()
         partitions = _check_tp_list(partitions, "offsets_for_times")
         timeout_s = 30.0 if timeout is None or timeout < 0 else timeout
-        out = []
+        # librdkafka asks once per partition: a partition listed twice is asked for its last
+        # timestamp, and every entry of it gets that answer.
+        wanted: dict[TP, int] = {}
         for tp in partitions:
-            key = TP(tp.topic, tp.partition)
             # -1 latest, -2 earliest and -3 the record with the largest timestamp are
             # ListOffsets' own special timestamps; librdkafka passes them through.
             if tp.offset < MAX_TIMESTAMP:
                 raise kafka_exception(KafkaError._INVALID_ARG, f"invalid timestamp {tp.offset} for {tp.topic} "
                                       f"[{tp.partition}]: expected a timestamp in ms, -1 (latest) or -2 (earliest)")
-            offset = self._list_offset_checked(key, tp.offset, timeout_s, "offsets")
+            wanted[TP(tp.topic, tp.partition)] = tp.offset
+        found = {key: self._list_offset_checked(key, timestamp, timeout_s, "offsets")
+                 for key, timestamp in wanted.items()}
+        out = []
+        for tp in partitions:
+            offset = found[TP(tp.topic, tp.partition)]
             out.append(TopicPartition(tp.topic, tp.partition, offset if offset >= 0 else OFFSET_END))
         return out
 

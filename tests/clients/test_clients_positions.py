@@ -17,6 +17,7 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
+from confluent_kafka.admin import OffsetSpec
 
 
 def produce_singly(producer, topic: str, partition: int, values: list[bytes],
@@ -158,10 +159,40 @@ def test_offsets_for_times_by_timestamp(backend, admin) -> None:
     base = int(time.time() * 1000) - 60_000
     produce_singly(backend.producer(), topic, 0, [b"v"] * 5, [base + 1000 * i for i in range(5)])
     consumer = backend.consumer({"group.id": unique("g")})
-    # One timestamp per request: Kafka answers a ListOffsets naming a partition twice with -1 for both.
+    # One timestamp per call: librdkafka merges a partition listed twice (see the next test).
     found = [consumer.offsets_for_times([TopicPartition(topic, 0, ts)], timeout=10)[0].offset
              for ts in (base - 5000, base + 2000, base + 2500, base + 600_000)]
     assert found == [0, 2, 3, OFFSET_END]
+
+
+@pytest.mark.needs_faithful_broker(reason="ListOffsets by timestamp answers offset 0")
+def test_offsets_for_times_asks_once_per_partition_for_its_last_timestamp(backend, admin) -> None:
+    # librdkafka merges the entries of a partition into one (Kafka refuses a ListOffsets naming
+    # a partition twice): the last entry's timestamp is asked, and every entry gets its answer.
+    topic = create_topic(admin, partitions=2)
+    base = int(time.time() * 1000) - 60_000
+    produce_singly(backend.producer(), topic, 0, [b"v"] * 5, [base + 1000 * i for i in range(5)])
+    consumer = backend.consumer({"group.id": unique("g")})
+
+    def offsets(*entries: tuple[int, int]) -> list[tuple[int, int, object]]:
+        found = consumer.offsets_for_times([TopicPartition(topic, p, ts) for p, ts in entries], timeout=10)
+        return [(tp.partition, tp.offset, tp.error) for tp in found]
+
+    # base+2500 alone would be offset 3: the last entry of partition 0 (base+1000) decides, offset 1
+    assert offsets((0, base + 2500), (1, -1), (0, base + 1000)) == [(0, 1, None), (1, 0, None), (0, 1, None)]
+    assert offsets((0, -2), (0, -1)) == [(0, 5, None), (0, 5, None)]
+    assert offsets((0, -1), (0, -2)) == [(0, 0, None), (0, 0, None)]
+    assert offsets((0, base + 2000), (0, base + 600_000)) == [(0, OFFSET_END, None), (0, OFFSET_END, None)]
+
+
+def test_admin_list_offsets_cannot_name_a_partition_twice(backend, admin) -> None:
+    # The request is a dict keyed by TopicPartition, whose equality ignores the offset field.
+    topic = create_topic(admin)
+    produce_singly(backend.producer(), topic, 0, [b"v"] * 2)
+    request = {TopicPartition(topic, 0): OffsetSpec.earliest(), TopicPartition(topic, 0, 7): OffsetSpec.latest()}
+    assert len(request) == 1
+    [(tp, future)] = admin.list_offsets(request).items()
+    assert (tp.topic, tp.partition, future.result(15).offset) == (topic, 0, 2)
 
 
 def test_unknown_partitions_have_no_watermarks_or_offsets(backend, admin) -> None:

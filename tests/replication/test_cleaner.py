@@ -194,8 +194,11 @@ def test_group_segments_by_size():
 
 
 def test_records_without_key_are_removed(tmp_path):
-    log = open_log(tmp_path / "topic-0")
+    # A compacted topic refuses keyless records; this one got its record while it was not
+    # compacted yet (cleanup.policy changed afterwards).
+    log = open_log(tmp_path / "topic-0", **{"cleanup.policy": "delete"})
     append(log, [(None, b"no key"), (b"k", b"v")])
+    log.update_config(dict(log.config.to_dict(), **{"cleanup.policy": "compact"}))
     log.roll()
     append(log, [(b"other", b"x")])
     LogCleaner().clean(log, now_ms=T0)

@@ -140,8 +140,9 @@ def test_pause_and_resume_lose_and_duplicate_nothing(cluster):
 def test_offsets_for_times(cluster):
     topic = new_topic(cluster, values=[b"v"] * 10)  # timestamps 1000..1009
     consumer = cluster.consumer({"group.id": unique("g")})
-    found = consumer.offsets_for_times([TopicPartition(topic, 0, 1005), TopicPartition(topic, 0, 99999)], timeout=10)
-    assert [tp.offset for tp in found] == [5, OFFSET_END]
+    # One partition per call: listed twice, librdkafka asks for the last timestamp only.
+    found = [consumer.offsets_for_times([TopicPartition(topic, 0, ts)], timeout=10)[0].offset for ts in (1005, 99999)]
+    assert found == [5, OFFSET_END]
     consumer.close()
 
 

@@ -157,3 +157,69 @@ def test_followers_learn_a_log_start_moved_without_an_append(tmp_path):
         assert cluster.partition_on(leader, "d", 0).delete_records(3) == 3
         cluster.wait_until(lambda: all(cluster.partition_on(b, "d", 0).log.log_start_offset == 3 for b in followers),
                            10, "followers at log start 3")
+
+
+def test_forgetting_every_partition_closes_the_session(single):
+    # Kafka's FetchManager: an incremental request that leaves its session empty removes the
+    # session and is answered without one (session id 0).
+    sid = _fetch(single, {T[0]: 0, T[1]: 0}).session_id
+    cache = single.brokers[0].replica_manager.fetch_sessions
+    assert len(cache) == 1
+    emptied = _fetch(single, {}, sid, 1, forgotten=[T[0], T[1]])
+    assert emptied.error is Errors.NONE and emptied.session_id == 0 and dict(emptied) == {}
+    assert len(cache) == 0
+    assert _fetch(single, {}, sid, 2).error is Errors.FETCH_SESSION_ID_NOT_FOUND
+    # Forgetting some partitions only keeps the session.
+    sid = _fetch(single, {T[0]: 0, T[1]: 0}).session_id
+    kept = _fetch(single, {}, sid, 1, forgotten=[T[0]])
+    assert kept.session_id == sid and len(cache) == 1
+
+
+def _sessions_from(cluster, leader: int, follower: int) -> list:
+    return [s for s in cluster.brokers[leader].replica_manager.fetch_sessions.sessions() if s.replica_id == follower]
+
+
+@pytest.fixture
+def replicated(tmp_path):
+    """Three brokers, one partition replicated to all (min ISR 3: acks=all needs both
+    followers); yields (cluster, leader, followers) once each follower has a session."""
+    with LocalCluster(tmp_path / "c", num_brokers=3, config=FAST) as cluster:
+        cluster.create_topic("f", partitions=1, replication_factor=3, config={"min.insync.replicas": "3"})
+        assert cluster.produce("f", 0, encode_batch([(None, b"a", 1)]), acks=-1).error is Errors.NONE
+        leader = cluster.leader("f", 0)
+        followers = [b for b in cluster.replicas("f", 0) if b != leader]
+        cluster.wait_until(lambda: all(len(_sessions_from(cluster, leader, f)) == 1 for f in followers), 10,
+                           "a fetch session per follower")
+        yield cluster, leader, followers
+
+
+def test_a_stopped_follower_frees_its_session_slot_on_the_leader(replicated):
+    cluster, leader, (gone, stays) = replicated
+    kept = _sessions_from(cluster, leader, stays)
+    cluster.stop_broker(gone)  # its fetcher threads stop and close their sessions (FINAL_EPOCH)
+    cluster.wait_until(lambda: not _sessions_from(cluster, leader, gone), 10,
+                       f"broker {gone}'s session closed on the leader")
+    assert _sessions_from(cluster, leader, stays) == kept
+
+
+def test_a_fetcher_emptied_closes_its_session_and_refilled_opens_a_new_one(replicated):
+    from replication.fetcher import InitialFetchState
+
+    cluster, leader, (follower, _other) = replicated
+    tp = TopicPartition("f", 0)
+    manager = cluster.brokers[follower].fetcher_manager
+    [old] = _sessions_from(cluster, leader, follower)
+    thread = manager.fetcher_for(tp)
+    manager.remove_fetcher_for_partitions([tp])
+    # The fetcher's next request forgets the partition; the leader drops the empty session.
+    cluster.wait_until(lambda: not _sessions_from(cluster, leader, follower), 10,
+                       "the emptied session closed on the leader")
+    assert thread.is_alive() and manager.fetcher_for(tp) is None
+    log = cluster.partition_on(follower, "f", 0).log
+    manager.add_fetcher_for_partitions(
+        {tp: InitialFetchState(leader, cluster.leader_epoch("f", 0), log.log_end_offset)})
+    # acks=all with min ISR 3 is answered once the re-added partition fetched it.
+    assert cluster.produce("f", 0, encode_batch([(None, b"b", 1)]), acks=-1).error is Errors.NONE
+    cluster.wait_until(lambda: log.log_end_offset == 2, 10, "the re-added partition replicated")
+    [new] = _sessions_from(cluster, leader, follower)
+    assert new.id != old.id and list(new.partitions) == [tp]

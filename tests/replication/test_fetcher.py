@@ -38,12 +38,14 @@ from replication.fetcher import (
 )
 from replication.log import Log
 from replication.protocol import (
+    FINAL_EPOCH,
     UNDEFINED_EPOCH,
     EpochEndOffset,
     Errors,
     FetchPartition,
     FetchPartitionResponse,
     FetchRequest,
+    FetchResponse,
     IsolationLevel,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
@@ -1121,7 +1123,7 @@ def test_remote_leader_end_point_over_transport():
         elif isinstance(body, OffsetsForLeaderEpochRequest):
             respond({tp: EpochEndOffset(Errors.NONE, 1, 9) for tp in body.partitions})
         elif isinstance(body, ListOffsetsRequest):
-            (tp, (ts, epoch)), = body.partitions.items()
+            (tp, ts, epoch), = body.partitions
             if epoch != 3:
                 respond({tp: ListOffsetsPartitionResponse(error=Errors.FENCED_LEADER_EPOCH)})
             else:
@@ -1164,6 +1166,54 @@ def test_remote_leader_end_point_over_transport():
             ep.fetch(req)
     finally:
         transport.close()
+
+
+def test_closing_the_end_point_closes_its_fetch_session_even_one_opened_late():
+    """close() sends FINAL_EPOCH for the session the leader opened; a session whose opening
+    answer arrives after close() (no fetch will ever use it) is closed as soon as it arrives.
+    The leader is a stand-in here: only it can hold an answer back past the close."""
+    transport = Transport()
+    closes, held = [], []
+
+    def leader(source, body, respond):
+        if body.session_epoch == FINAL_EPOCH:
+            closes.append((body.session_id, dict(body.partitions)))
+            respond(FetchResponse())
+        elif len(held) == 0:
+            respond(FetchResponse({TP: FetchPartitionResponse()}, session_id=11))
+            held.append(None)
+        else:
+            held.append(respond)  # answered by the test, after close()
+
+    transport.register(LEADER_ID, leader)
+    states = {TP: PartitionFetchState(0, None, 0, None, ReplicaState.FETCHING, 0)}
+    try:
+        ep = RemoteLeaderEndPoint(FOLLOWER_ID, lambda: 1, LEADER_ID, transport, {})
+        ep.fetch(ep.build_fetch(states))
+        ep.close()
+        assert closes == [(11, {})]
+
+        late = RemoteLeaderEndPoint(FOLLOWER_ID, lambda: 1, LEADER_ID, transport, {})
+        errors = []
+        fetching = threading.Thread(target=lambda: errors.append(_raises(lambda: late.fetch(late.build_fetch(states)))))
+        fetching.start()
+        wait_until(lambda: len(held) == 2, what="the session-opening fetch held by the leader")
+        late.close()
+        fetching.join(5)
+        assert errors == [TransportError]
+        assert closes == [(11, {})]  # the leader has opened nothing for it yet
+        held[1](FetchResponse({TP: FetchPartitionResponse()}, session_id=12))
+        assert closes == [(11, {}), (12, {})]
+    finally:
+        transport.close()
+
+
+def _raises(call):
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - the test compares the type
+        return type(e)
+    return None
 
 
 def test_shutdown_does_not_wait_for_a_lost_fetch(logs):

@@ -196,6 +196,33 @@ def test_decode_records_is_identical(recs, base):
     assert [r.timestamp for r in c_recs] == [r[2] for r in recs]
 
 
+@FAST
+@given(recs=st.lists(record, min_size=1, max_size=30), lead=st.binary(max_size=20))
+def test_null_key_indexes_are_identical_and_name_every_keyless_record(recs, lead):
+    # The batch sits after other bytes, as a later batch of one append does.
+    buf = lead + encode_batch(recs, base_offset=3)
+    [h] = decode_batches(buf[len(lead):], base_position=len(lead))
+    args = (buf, 3, h.records_count, len(lead) + BATCH_HEADER_SIZE, len(lead) + h.size)
+    expected = [i for i, r in enumerate(recs) if r[0] is None]
+    assert _records.null_key_indexes(*args) == records._py_null_key_indexes(*args) == expected
+
+
+def test_null_key_indexes_through_the_public_api_name_a_malformed_batch(impl, monkeypatch):
+    monkeypatch.setattr(records, "_null_key_indexes",
+                        _records.null_key_indexes if impl == "c" else records._py_null_key_indexes)
+    first = encode_batch([(b"k", b"v", 1)])
+    bad = bytearray(encode_batch([(None, b"v", 1), (b"k", b"w", 1)], base_offset=40))
+    struct.pack_into(">i", bad, 57, 3)  # claim three records where there are two
+    buf = first + bytes(bad)
+    headers = list(records.iter_batch_headers(buf, validate_crc=False))
+    assert records.null_key_indexes(buf, headers[0]) == []
+    with pytest.raises(CorruptRecordError, match=r"malformed record #2") as info:
+        records.null_key_indexes(buf, headers[1], source="append")
+    assert (info.value.position, info.value.base_offset) == (len(first), 40)
+    with pytest.raises(_records.DecodeError, match="outside a buffer"):
+        _records.null_key_indexes(b"x" * 50, 0, 1, 10, 100)
+
+
 def test_record_type_behaves_like_the_python_class():
     c = _records.Record(3, 10, b"k", None, (("h", b"v"),))
     py = records._PyRecord(3, 10, b"k", None, (("h", b"v"),))
@@ -408,6 +435,8 @@ def test_mutated_records_fail_alike(which, flips, cut, count_delta):
     args = (bytes(buf), h.base_offset, h.first_timestamp, h.records_count + count_delta,
             BATCH_HEADER_SIZE, end)
     assert _outcome(_records.decode_records, *args) == _outcome(records._py_decode_records, *args)
+    no_ts = args[:2] + args[3:]  # null_key_indexes validates the same records
+    assert _outcome(_records.null_key_indexes, *no_ts) == _outcome(records._py_null_key_indexes, *no_ts)
 
 
 @settings(deadline=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
