@@ -16,7 +16,10 @@ fields of confluent_kafka.Message objects through their verified layout); otherw
 values are taken with C-level `map()` calls, and null-key records and consumer events (end of
 partition, errors) are found with one `None in keys` scan (events carry no key). Each changelog's
 records go to the store in ONE `restore_batch` call (one RocksDB WriteBatch). Per-record offsets
-are only read for the rare batch that crosses the restore end offset.
+are only read for the rare batch that crosses the restore end offset. A timestamped store's
+changelog (Kafka's format: raw values) also hands the records' timestamps to the state manager,
+which puts each back in front of its value (`state.timestamped.restore_converter`): on active
+restores and standby updates alike.
 
 Bulk loading: a store with `start_bulk_loading(records_expected)` / `end_bulk_loading()` (found
 through its wrappers) is told when an active restore starts, with its size, and when it
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import operator
 import sys
 import time
 from enum import Enum
@@ -60,6 +64,8 @@ _KEY = Message.key
 _VALUE = Message.value
 _OFFSET = Message.offset
 _ERROR = Message.error
+_TIMESTAMP = Message.timestamp
+_SECOND = operator.itemgetter(1)
 _TOPIC = Message.topic
 _PARTITION = Message.partition
 
@@ -121,7 +127,7 @@ class _Changelog:
     __slots__ = (
         "tp", "key", "state_manager", "store_name", "active", "state", "end_offset",
         "log_start_offset", "start_offset", "next_offset", "eof_offset", "beyond_end",
-        "total_restored", "assigned", "first_failure",
+        "total_restored", "assigned", "first_failure", "needs_timestamps",
     )
 
     def __init__(self, tp: TopicPartition, state_manager: Any, store_name: str, active: bool) -> None:
@@ -140,6 +146,9 @@ class _Changelog:
         self.total_restored = 0
         self.assigned = False
         self.first_failure: Optional[float] = None
+        # a timestamped store's changelog: the state manager needs each record's timestamp
+        needs = getattr(state_manager, "needs_record_timestamps", None)
+        self.needs_timestamps = bool(needs(tp)) if needs is not None else False
 
     def transit(self, new: ChangelogState) -> None:
         if self.state not in _CHANGELOG_PREV_STATES[new]:
@@ -551,7 +560,11 @@ class StoreChangelogReader:
             if keys is None:
                 keys = list(map(_KEY, data))
             records = list(zip(keys, map(_VALUE, data)))
-        c.state_manager.restore(c.tp, records, last_offset)
+        if c.needs_timestamps:
+            # (type, timestamp) pairs -> timestamps, in C-level passes
+            c.state_manager.restore(c.tp, records, last_offset, list(map(_SECOND, map(_TIMESTAMP, data))))
+        else:
+            c.state_manager.restore(c.tp, records, last_offset)
         count = len(records)
         c.total_restored += count
         if c.active:
