@@ -295,11 +295,12 @@ class ProcessorStateManager:
         return self.store_metadata(changelog_tp).record_converter is not None
 
     def restore(self, changelog_tp: TopicPartition, records: list, last_offset: int,
-                timestamps: Optional[list] = None) -> None:
+                timestamps: Optional[list] = None, *, stamped: bool = False) -> None:
         """Apply one batch of changelog records `[(key, value), ...]` through the store's batch
         restore callback (one WriteBatch for RocksDB) and set the store offset to `last_offset`,
-        the offset of the batch's last record. `timestamps`, the records' timestamps, are required
-        when `needs_record_timestamps` (Kafka's record converter runs on the batch first)."""
+        the offset of the batch's last record. When `needs_record_timestamps`, Kafka's record
+        converter runs on the batch first, given `timestamps` (the records' timestamps), unless
+        `stamped` says the values already have their timestamps in front (the reader's C pass)."""
         meta = self._by_changelog.get(changelog_tp)
         if meta is None:
             raise StateError(
@@ -308,7 +309,11 @@ class ProcessorStateManager:
             )
         if records:
             convert = meta.record_converter
-            if convert is not None:
+            if stamped:
+                if convert is None:
+                    raise StateError(f"task {self.task_id}: store {meta.name!r} is not timestamped: its "
+                                     f"changelog {_tp_str(changelog_tp)} cannot restore stamped records")
+            elif convert is not None:
                 if timestamps is None:
                     raise StateError(
                         f"task {self.task_id}: store {meta.name!r} is timestamped: restoring "

@@ -17,9 +17,10 @@ values are taken with C-level `map()` calls, and null-key records and consumer e
 partition, errors) are found with one `None in keys` scan (events carry no key). Each changelog's
 records go to the store in ONE `restore_batch` call (one RocksDB WriteBatch). Per-record offsets
 are only read for the rare batch that crosses the restore end offset. A timestamped store's
-changelog (Kafka's format: raw values) also hands the records' timestamps to the state manager,
-which puts each back in front of its value (`state.timestamped.restore_converter`): on active
-restores and standby updates alike.
+changelog (Kafka's format: raw values) needs each record's timestamp put back in front of its
+value, on active restores and standby updates alike: the C pass does it for the common batch
+(`changelog_records(msgs, stamped=True)`), the state manager's record converter
+(`state.timestamped.restore_converter`) for any other, given the records' timestamps.
 
 Bulk loading: a store with `start_bulk_loading(records_expected)` / `end_bulk_loading()` (found
 through its wrappers) is told when an active restore starts, with its size, and when it
@@ -468,12 +469,14 @@ class StoreChangelogReader:
 
     def _apply(self, msgs: list) -> int:
         if _changelog_records is not None:
-            fast = _changelog_records(msgs)
+            first = msgs[0]
+            c = self._changelogs.get((first.topic(), first.partition()))
+            stamped = c is not None and c.needs_timestamps
+            fast = _changelog_records(msgs, stamped)
             if fast is not None:
-                topic, partition, records = fast
-                c = self._changelogs.get((topic, partition))
-                # no events in the batch (they carry no key): nothing to log for unknown ones
-                return self._apply_changelog(c, msgs, records) if c is not None else 0
+                # all of first's partition, no events in the batch (they carry no key): nothing
+                # to log for an unknown partition
+                return self._apply_changelog(c, msgs, fast[2], stamped) if c is not None else 0
         n = len(msgs)
         # list.count compares by identity first: one topic str and one partition int repeated
         # make these two C-level scans (no per-record tuple).
@@ -505,9 +508,11 @@ class StoreChangelogReader:
                 logger.warning("restore consumer error (%s-%s): %s", m.topic(), m.partition(), err)
         return 0
 
-    def _apply_changelog(self, c: _Changelog, msgs: list, records: Optional[list] = None) -> int:
+    def _apply_changelog(self, c: _Changelog, msgs: list, records: Optional[list] = None,
+                         stamped: bool = False) -> int:
         """Apply one partition's consumed messages; `records`, when given, are their (key,
-        value) pairs, all keyed (no events among the messages)."""
+        value) pairs, all keyed (no events among the messages), with `stamped` their values as a
+        timestamped store keeps them (the C pass put each record's timestamp in front)."""
         if c.state is not ChangelogState.RESTORING:
             return 0  # completed actives ignore what arrives after their end; stale fetches
         if records is not None:
@@ -560,7 +565,9 @@ class StoreChangelogReader:
             if keys is None:
                 keys = list(map(_KEY, data))
             records = list(zip(keys, map(_VALUE, data)))
-        if c.needs_timestamps:
+        if stamped:
+            c.state_manager.restore(c.tp, records, last_offset, stamped=True)
+        elif c.needs_timestamps:
             # (type, timestamp) pairs -> timestamps, in C-level passes
             c.state_manager.restore(c.tp, records, last_offset, list(map(_SECOND, map(_TIMESTAMP, data))))
         else:

@@ -24,7 +24,8 @@ _I64 = struct.Struct(">q")
 _pack_i64 = _I64.pack
 _unpack_i64_from = _I64.unpack_from
 TIMESTAMP_SIZE = 8
-_first, _second = itemgetter(0), itemgetter(1)
+_second = itemgetter(1)
+_startswith = bytes.startswith
 
 
 class ValueAndTimestamp(NamedTuple):
@@ -125,19 +126,11 @@ def restore_converter(store_name: str) -> Callable[[list, list], list]:
         stamps = list(map(_pack_i64, timestamps))
         values = list(map(_second, records))
         if None not in values:
-            # the common batch, C-level passes: no Python frame per record
-            if any(map(bytes.startswith, values, stamps)):
+            if any(map(_startswith, values, stamps)):  # one C-level pass; rarely true
                 _check_legacy(store_name, values, stamps)
-            return list(zip(map(_first, records), map(bytes.__add__, stamps, values)))
-        out = []
-        append = out.append
-        for (key, value), stamp in zip(records, stamps):
-            if value is not None:
-                if value.startswith(stamp) and len(value) > TIMESTAMP_SIZE:
-                    _check_legacy(store_name, [value], [stamp])
-                value = stamp + value
-            append((key, value))
-        return out
+            return [(key, stamp + value) for (key, value), stamp in zip(records, stamps)]
+        _check_legacy(store_name, values, stamps)
+        return [(key, None if value is None else stamp + value) for (key, value), stamp in zip(records, stamps)]
 
     return convert
 

@@ -1,7 +1,8 @@
 """Timestamped stores' changelogs in Kafka's format (ChangeLoggingTimestamped*BytesStore): the
 record's value is the raw value and its timestamp the value's timestamp; restore puts the timestamp
-back in front (RecordConverters.rawValueToTimestampedValue), on active restores and standby
-updates, into real RocksDB stores through the real StoreChangelogReader on the embedded cluster."""
+back in front (RecordConverters.rawValueToTimestampedValue: the state manager's record converter, or
+the reader's C pass for the common batch), on active restores and standby updates, into real
+RocksDB stores through the real StoreChangelogReader on the embedded cluster."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
+import state.restore as restore_module
 import state.rocksdb_kv as kv
 from state.directory import StateDirectory
 from state.errors import StateError
@@ -178,6 +180,17 @@ def _manager(tmp_path, app, task_type=TaskType.ACTIVE, collector=None):
     return ProcessorStateManager(TASK, task_type, False, StateDirectory(tmp_path, app), collector=collector)
 
 
+def _writer(backend, tmp_path, app, builder):
+    """An active task's state writing to a new changelog: (changelog partition, collector,
+    manager, the store built by `builder`)."""
+    tp = _topic(backend, app, builder.name)
+    collector = ProducerCollector(backend.producer({"linger.ms": 5}))
+    manager = _manager(tmp_path / "writer", app, collector=collector)
+    store = builder.build()
+    register_state_stores(manager, [store])
+    return tp, collector, manager, store
+
+
 def _close_writer(manager, collector):
     """Flush the caches into the changelog and the producer, then close (the checkpoint holds the
     last offset written)."""
@@ -221,15 +234,26 @@ def _changelog(backend, tp, n):
 RECORDS = 3_000
 
 
+@pytest.mark.parametrize("route", ["C", "python"])
 @pytest.mark.parametrize("standby", [False, True], ids=["active", "standby"])
-def test_a_restore_gives_back_the_values_and_timestamps_stored(backend, tmp_path, monkeypatch, standby):
+def test_a_restore_gives_back_the_values_and_timestamps_stored(backend, tmp_path, monkeypatch, standby, route):
     monkeypatch.setattr(kv, "BULK_LOAD_MIN_RECORDS", 1_000)  # the bulk-loading route (active restore)
-    app = f"tsrt-{'s' if standby else 'a'}"
-    tp = _topic(backend, app, "ts")
-    collector = ProducerCollector(backend.producer({"linger.ms": 5}))
-    writer = _manager(tmp_path / "writer", app, collector=collector)
-    store = _kv_builder(caching=True).build()
-    register_state_stores(writer, [store])
+    c_stamped = []  # batches the C pass stamped
+    if route == "python":  # the reader's general path: the state manager's record converter
+        monkeypatch.setattr(restore_module, "_changelog_records", None)
+    elif restore_module._changelog_records is None:
+        pytest.skip("C accelerator or Message layout unavailable")
+    else:
+        c_pass = restore_module._changelog_records
+
+        def counted(msgs, stamped=False):
+            out = c_pass(msgs, stamped)
+            if stamped and out is not None:
+                c_stamped.append(len(out[2]))
+            return out
+        monkeypatch.setattr(restore_module, "_changelog_records", counted)
+    app = f"tsrt-{'s' if standby else 'a'}-{route}"
+    tp, collector, writer, store = _writer(backend, tmp_path, app, _kv_builder(caching=True))
     expected = {}
     for i in range(RECORDS):
         key = f"k{i % 1_100}"
@@ -260,6 +284,7 @@ def test_a_restore_gives_back_the_values_and_timestamps_stored(backend, tmp_path
         total = _restore(backend, manager, tp, standby, until=(lambda: manager.store_offset(tp) == written - 1)
                          if standby else None)
         assert total == written
+        assert sum(c_stamped) == (written if route == "C" else 0)
         with restored.all() as it:
             assert dict(it) == expected
         assert restored.get("k5") == expected.get("k5")
@@ -269,11 +294,7 @@ def test_a_restore_gives_back_the_values_and_timestamps_stored(backend, tmp_path
 
 def test_a_window_store_restore_gives_back_the_values_and_timestamps_stored(backend, tmp_path):
     app = "tsrt-w"
-    tp = _topic(backend, app, "tw")
-    collector = ProducerCollector(backend.producer({"linger.ms": 5}))
-    writer = _manager(tmp_path / "writer", app, collector=collector)
-    store = _window_builder(caching=True).build()
-    register_state_stores(writer, [store])
+    tp, collector, writer, store = _writer(backend, tmp_path, app, _window_builder(caching=True))
     expected = {}
     for i in range(300):
         key, start = f"w{i % 7}", (i % 11) * 10
