@@ -114,6 +114,16 @@ def test_a_timestamped_window_store_logs_the_raw_value_with_the_values_timestamp
     store.close()
 
 
+def test_timestamped_builders_refuse_what_cannot_be_timestamped():
+    from state.errors import InvalidStoreArgumentError
+    from state.stores import StoreBuilder
+
+    with pytest.raises(InvalidStoreArgumentError, match="'s': session stores cannot be timestamped"):
+        StoreBuilder(Stores.persistent_session_store("s", 1_000), timestamped=True)
+    with pytest.raises(InvalidStoreArgumentError, match="needs a window supplier"):
+        Stores.timestamped_window_store_builder(Stores.persistent_key_value_store("kv"))
+
+
 # ------------------------------------------------------------------------------ the converter
 def test_the_restore_converter_puts_the_record_timestamp_in_front():
     convert = restore_converter("s")
