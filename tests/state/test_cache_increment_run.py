@@ -363,15 +363,13 @@ def test_zero_cache_and_single_updates(tmp_path):
     _differential(tmp_path / "big", 1_000_000, script)
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_random_runs(tmp_path, seed):
-    rng = random.Random(seed)
-    vocab = [b"k%d" % i for i in range(8)]
-    script = [("inner", b"k7", _i(INT64_MAX - 3)), ("inner", b"k6", b"41")]
-    ts = 0
-    for _ in range(25):
+def _random_script(rng, vocab, script, steps, update_share, put_value):
+    """`script` and `steps` random steps: runs of updates (`update_share` of the steps; timestamps
+    drifting, now and then back in time), flushes, gets, and puts of `put_value(rng, ts)`."""
+    ts = 10
+    for _ in range(steps):
         r = rng.random()
-        if r < 0.6:
+        if r < update_share:
             n = rng.randrange(0, 40)
             keys = [rng.choice(vocab) for _ in range(n)]
             stamps = []
@@ -379,14 +377,21 @@ def test_random_runs(tmp_path, seed):
                 ts += rng.randrange(-3, 5)
                 stamps.append(ts)
             script.append(("update", keys, stamps))
-        elif r < 0.7:
+        elif r < update_share + (1 - update_share) / 3:
             script.append(("flush",))
-        elif r < 0.8:
+        elif r < update_share + 2 * (1 - update_share) / 3:
             script.append(("get", rng.choice(vocab)))
-        elif r < 0.9:
-            script.append(("put", rng.choice(vocab), rng.choice([None, _i(rng.randrange(50)), b"7"]), ts))
         else:
-            script.append(("put", rng.choice(vocab), _i(INT64_MAX - 1), ts))
+            script.append(("put", rng.choice(vocab), put_value(rng, ts), ts))
+    return script
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_runs(tmp_path, seed):
+    rng = random.Random(seed)
+    vocab = [b"k%d" % i for i in range(8)]
+    script = _random_script(rng, vocab, [("inner", b"k7", _i(INT64_MAX - 3)), ("inner", b"k6", b"41")], 25, 0.6,
+                            lambda rng, ts: rng.choice([None, _i(rng.randrange(50)), b"7", _i(INT64_MAX - 1)]))
     max_bytes = rng.choice([0, 3 * ENTRY, 6 * ENTRY, 1_000_000])
     # the oracle is only for scripts without an overflow error (it stops at the first)
     _differential(tmp_path, max_bytes, script, check_oracle=False)
@@ -480,21 +485,7 @@ def test_a_timestamped_count_is_stamped_with_the_newest_timestamp_it_has_seen(tm
 def test_random_timestamped_runs(tmp_path, seed):
     rng = random.Random(seed)
     vocab = [b"k%d" % i for i in range(6)]
-    script = [("inner", b"k5", _stamped(3, 7))]
-    ts = 10
-    for _ in range(20):
-        r = rng.random()
-        if r < 0.7:
-            n = rng.randrange(0, 30)
-            keys = [rng.choice(vocab) for _ in range(n)]
-            stamps = [ts + rng.randrange(-8, 8) for _ in range(n)]
-            ts += 2
-            script.append(("update", keys, stamps))
-        elif r < 0.8:
-            script.append(("flush",))
-        elif r < 0.9:
-            script.append(("get", rng.choice(vocab)))
-        else:
-            script.append(("put", rng.choice(vocab), rng.choice([None, _stamped(ts - 5, 3), _i(7) + b"x"]), ts))
+    script = _random_script(rng, vocab, [("inner", b"k5", _stamped(3, 7))], 20, 0.7,
+                            lambda rng, ts: rng.choice([None, _stamped(ts - 5, 3), _i(7) + b"x"]))
     max_bytes = rng.choice([0, 3 * ENTRY, 6 * ENTRY, 1_000_000])
     _differential(tmp_path, max_bytes, script, stamped=True, check_oracle=False)
