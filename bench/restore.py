@@ -1,7 +1,7 @@
 """Benchmark: restoring a RocksDB store from its changelog on the embedded cluster.
 
     python bench/restore.py [--records 1000000] [--overwrites 0.3] [--repeat N] [--profile] [--no-bulk]
-        [--bulk-write-buffer-mb N] [--bulk-write-buffers N]
+        [--bulk-write-buffer-mb N] [--bulk-write-buffers N] [--timestamped]
 
 1. A changelog topic (compacted, one partition, replication factor 3) on an embedded 3-broker
    cluster (`streams.backends.for_config("local://...")`) gets ``--records`` records: 16-byte
@@ -26,6 +26,11 @@ consumer fetcher) against the baseline's one (steadier than rates on a shared ma
 whole process's CPU during the restore, RocksDB's flush threads included (bulk loading moves the
 memtable sort from the GIL-holding insert to the flush thread). ``--repeat N`` restores N times
 on the same changelog and prints min/median/max of restore, baseline (a) and their ratio.
+
+``--timestamped`` restores a timestamped store instead (a DSL table's or aggregate's): the changelog
+is in Kafka's format (raw 100-byte values, each record with its own timestamp) and the state
+manager's record converter puts the 8-byte timestamp back in front of every value; the baselines
+ingest the same stored values (timestamp + value).
 
 The restored store is checked against the latest value of every key (outside the clock).
 ``--profile`` runs the restore under cProfile and prints where the time goes (by function and
@@ -57,7 +62,7 @@ from confluent_kafka.admin import NewTopic  # noqa: E402
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions  # noqa: E402
 
 from state.directory import StateDirectory  # noqa: E402
-from state.logging_store import ChangeLoggingKeyValueStore  # noqa: E402
+from state.logging_store import ChangeLoggingKeyValueStore, ChangeLoggingTimestampedKeyValueStore  # noqa: E402
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores  # noqa: E402
 from state.restore import StoreChangelogReader, restore_consumer_config  # noqa: E402
 from state.rocksdb_kv import RocksDBKeyValueStore, rocksdb_options  # noqa: E402
@@ -71,6 +76,7 @@ TASK = TaskId(0, 0)
 KEY_SIZE = 16
 VALUE_SIZE = 100
 BASELINE_BATCH = 1000
+FIRST_TIMESTAMP = 1_700_000_000_000  # --timestamped: record i has timestamp FIRST_TIMESTAMP + i
 
 
 def make_records(n: int, overwrite_fraction: float, seed: int = 7) -> list[tuple[bytes, bytes]]:
@@ -91,7 +97,15 @@ def make_records(n: int, overwrite_fraction: float, seed: int = 7) -> list[tuple
     return records
 
 
-def produce(backend, records: list) -> float:
+def stored_records(records: list, timestamped: bool) -> list[tuple[bytes, bytes]]:
+    """What the store holds for each changelog record: the value, or (timestamped) the record's
+    timestamp (8 bytes, big-endian) + the value."""
+    if not timestamped:
+        return records
+    return [(k, (FIRST_TIMESTAMP + i).to_bytes(8, "big") + v) for i, (k, v) in enumerate(records)]
+
+
+def produce(backend, records: list, timestamped: bool = False) -> float:
     """Produce the records to partition 0 of TOPIC; returns records/s (produce to flush)."""
     admin = backend.admin({})
     for f in admin.create_topics([NewTopic(TOPIC, 1, 3, config={"cleanup.policy": "compact"})]).values():
@@ -110,7 +124,11 @@ def produce(backend, records: list) -> float:
     for i, (k, v) in enumerate(records):
         while True:
             try:
-                p(TOPIC, v, k, partition=0, on_delivery=delivered if i == last else None)
+                if timestamped:
+                    p(TOPIC, v, k, partition=0, on_delivery=delivered if i == last else None,
+                      timestamp=FIRST_TIMESTAMP + i)
+                else:
+                    p(TOPIC, v, k, partition=0, on_delivery=delivered if i == last else None)
                 break
             except BufferError:  # the queue is full: wait for deliveries to make room
                 producer.poll(0.05)
@@ -155,13 +173,15 @@ def fetcher_thread() -> threading.Thread | None:
     return next((t for t in threading.enumerate() if t.name.startswith("consumer-fetcher-")), None)
 
 
-def restore(backend, state_dir: str, consumer_conf: dict) -> tuple[float, int, ProcessorStateManager, float, float]:
+def restore(backend, state_dir: str, consumer_conf: dict,
+            timestamped: bool = False) -> tuple[float, int, ProcessorStateManager, float, float]:
     """Restore the changelog into an empty store; returns (records/s, records restored, manager,
     CPU seconds of the restore thread plus the consumer's fetcher thread, CPU seconds of the
     whole process: RocksDB's flush and compaction threads and the brokers' included)."""
     directory = StateDirectory(state_dir, APP)
     manager = ProcessorStateManager(TASK, TaskType.ACTIVE, False, directory)
-    register_state_stores(manager, [ChangeLoggingKeyValueStore(RocksDBKeyValueStore(STORE))])
+    logging_layer = ChangeLoggingTimestampedKeyValueStore if timestamped else ChangeLoggingKeyValueStore
+    register_state_stores(manager, [logging_layer(RocksDBKeyValueStore(STORE))])
     consumer = backend.consumer({**restore_consumer_config(False), "client.id": f"{APP}-restore", **consumer_conf})
     reader = StoreChangelogReader(consumer, eos_enabled=False, admin=backend.admin({}), progress_bar=False)
     tp = TopicPartition(TOPIC, 0)
@@ -307,6 +327,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="restore (and run baseline (a)) this many times on the same changelog; min/median/max")
     parser.add_argument("--no-bulk", action="store_true", help="restore without bulk loading mode")
+    parser.add_argument("--timestamped", action="store_true",
+                        help="restore a timestamped store (Kafka's changelog format, the record converter)")
     args = parser.parse_args()
     import state.rocksdb_kv as kv
     if args.bulk_write_buffer_mb is not None:
@@ -325,8 +347,9 @@ def main() -> None:
         records = make_records(args.records, args.overwrites)
         distinct = len(dict(records))
         print(f"{len(records):,} changelog records ({KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values, "
-              f"{args.overwrites:.0%} overwrites -> {distinct:,} keys), 1 partition, RF=3")
-        rate = produce(backend, records)
+              f"{args.overwrites:.0%} overwrites -> {distinct:,} keys), 1 partition, RF=3"
+              + (", a timestamped store (Kafka's changelog format)" if args.timestamped else ""))
+        rate = produce(backend, records, args.timestamped)
         print(f"produce            {rate:12,.0f} records/s  (embedded Producer, acks=all, linger.ms=20)")
         # The benchmark's own million tuples must not be on the heap during the restore: the
         # cyclic GC would walk them on every collection the consumer's allocations trigger.
@@ -339,14 +362,15 @@ def main() -> None:
         if profiler is not None:
             profiler.enable()
         restore_rate, restored, manager, restore_cpu, process_cpu, by_thread = restore(backend, os.path.join(work_dir, "state"),
-                                                               consumer_conf)
+                                                               consumer_conf, args.timestamped)
         if profiler is not None:
             profiler.disable()
         gc.enable()
         restore_switches = {what: tuple(entry) for what, entry in switches.items()}
         consumer_rate = consume_only(backend, restored)
         decode_rate = decode_only(backend, restored)
-        records = make_records(args.records, args.overwrites)  # deterministic: the same records
+        # deterministic: the same records, as the store holds them
+        records = stored_records(make_records(args.records, args.overwrites), args.timestamped)
         latest = dict(records)
         store = manager.get_store(STORE)
         with store.all() as it:
@@ -393,7 +417,8 @@ def main() -> None:
         if args.repeat > 1:
             rounds = [(restore_rate, fair)]
             for i in range(1, args.repeat):
-                rate, count, manager, _, _, _ = restore(backend, os.path.join(work_dir, f"state-{i}"), consumer_conf)
+                rate, count, manager, _, _, _ = restore(backend, os.path.join(work_dir, f"state-{i}"), consumer_conf,
+                                                        args.timestamped)
                 store = manager.get_store(STORE)
                 with store.all() as it:
                     assert count == len(records) and dict(it) == latest, "restored store differs"

@@ -48,18 +48,41 @@ static PyObject *fill_message(PyObject *self, PyObject *args)
 /* ---- consumed changelog messages to restore records ------------------------------------------ */
 
 PyDoc_STRVAR(changelog_records_doc,
-"changelog_records(messages) -> (topic, partition, [(key, value), ...]) or None\n\n"
+"changelog_records(messages, stamped=False) -> (topic, partition, [(key, value), ...]) or None\n\n"
 "The restore's common case in one pass: the (key, value) pairs of consumed messages that all\n"
 "come from one partition and all have a key, read from the fields of messages of the layout\n"
 "type (set_message_layout); a None value (a tombstone) stays None. None when there is no\n"
 "layout, the list is empty, a message is of another type, the messages span partitions, or\n"
 "one has no key (null-key records and consumer events, which carry no key): the caller then\n"
-"takes its general path.");
+"takes its general path.\n"
+"With stamped (a timestamped store's changelog, Kafka's format), each value comes back as the\n"
+"store keeps it: the record's timestamp (8 bytes, big-endian) in front of it, what\n"
+"state.timestamped.restore_converter does; None also when a value is longer than 8 bytes and\n"
+"already starts with its record's timestamp (the converter decides about that one).");
 
-
-
-static PyObject *changelog_records(PyObject *self, PyObject *msgs)
+/* 8-byte big-endian */
+static inline void put_be64(unsigned char *p, int64_t v)
 {
+    uint64_t u = (uint64_t)v;
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)(u & 0xff);
+        u >>= 8;
+    }
+}
+
+static PyObject *changelog_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 && nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "changelog_records() takes 1 or 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *msgs = args[0];
+    int stamped = 0;
+    if (nargs == 2) {
+        stamped = PyObject_IsTrue(args[1]);
+        if (stamped < 0)
+            return NULL;
+    }
     if (!PyList_Check(msgs)) {
         PyErr_Format(PyExc_TypeError, "changelog_records: messages must be a list, not %.100s",
                      Py_TYPE(msgs)->tp_name);
@@ -71,7 +94,7 @@ static PyObject *changelog_records(PyObject *self, PyObject *msgs)
         Py_RETURN_NONE;
     /* A copy: an allocation below can run a collection, and with it code that changes the layout. */
     const Py_ssize_t topic_off = msg_layout.topic, partition_off = msg_layout.partition;
-    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value;
+    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value, ts_off = msg_layout.timestamp;
     Py_INCREF(type);
     PyObject *result = Py_None;
     PyObject *list = NULL;
@@ -96,6 +119,17 @@ static PyObject *changelog_records(PyObject *self, PyObject *msgs)
                 goto fail;
             goto none;
         }
+        if (stamped) {
+            PyObject *v = layout_get_obj(m, value_off);
+            if (v != NULL) {
+                if (!PyBytes_CheckExact(v))
+                    goto none;
+                unsigned char stamp[8];
+                put_be64(stamp, layout_get_i64(m, ts_off));
+                if (PyBytes_GET_SIZE(v) > 8 && memcmp(PyBytes_AS_STRING(v), stamp, 8) == 0)
+                    goto none; /* the old prefixed format, it seems: the converter decides */
+            }
+        }
     }
     list = PyList_New(n);
     if (list == NULL)
@@ -118,8 +152,26 @@ static PyObject *changelog_records(PyObject *self, PyObject *msgs)
         PyObject *value = layout_get_obj(m, value_off);
         if (value == NULL)
             value = Py_None;
+        /* ours from here: stamping allocates, which may run a collection */
         Py_INCREF(key);
         Py_INCREF(value);
+        if (stamped && value != Py_None) {
+            const int64_t ts = layout_get_i64(m, ts_off);
+            PyObject *out = PyBytes_CheckExact(value) ? PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(value) + 8)
+                                                      : NULL;
+            if (out == NULL) {
+                Py_DECREF(key);
+                Py_DECREF(value);
+                Py_DECREF(pair);
+                if (PyErr_Occurred())
+                    goto fail;
+                goto none; /* not bytes (checked above; changed since): the general path */
+            }
+            unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(out);
+            put_be64(dst, ts);
+            memcpy(dst + 8, PyBytes_AS_STRING(value), (size_t)PyBytes_GET_SIZE(value));
+            Py_SETREF(value, out);
+        }
         PyTuple_SET_ITEM(pair, 0, key);
         PyTuple_SET_ITEM(pair, 1, value);
         PyObject_GC_UnTrack(pair); /* bytes and None: never part of a cycle */
@@ -521,7 +573,7 @@ fail:
 static PyMethodDef module_methods[] = {
     {"set_message_layout", set_message_layout, METH_VARARGS, set_message_layout_doc},
     {"fill_message", fill_message, METH_VARARGS, fill_message_doc},
-    {"changelog_records", changelog_records, METH_O, changelog_records_doc},
+    {"changelog_records", (PyCFunction)(void (*)(void))changelog_records, METH_FASTCALL, changelog_records_doc},
     {"message_rows", message_rows, METH_O, message_rows_doc},
     {"partition_runs", partition_runs, METH_O, partition_runs_doc},
     {"keyed_run", (PyCFunction)(void (*)(void))keyed_run, METH_FASTCALL, keyed_run_doc},

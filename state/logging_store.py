@@ -5,16 +5,25 @@ accepted the write; the state manager turns it into a record of
 `<application.id>-<store>-changelog` on the task's partition. Window and session stores log their
 changelog key encodings (see state/window.py and state/session.py), which their restore callbacks
 decode. Restore bypasses this layer (the inner store registers its own restore callback).
+
+A timestamped store (values are an 8-byte timestamp + the value, state/timestamped.py) logs
+Kafka's format through `ChangeLoggingTimestampedKeyValueStore` / `ChangeLoggingTimestampedWindowStore`:
+the record's value is the raw value and its timestamp the value's (a tombstone: the write's
+timestamp); the state manager puts the timestamp back in front on restore (`restore_converter`).
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Iterable, Optional
 
 from state.errors import StoreClosedError
 from state.session import session_changelog_key
+from state.timestamped import TIMESTAMP_SIZE as _STAMP, split_timestamped
 from state.window import window_changelog_key
 from state.store import KeyValueIterator, KeyValueStore, StoreContext, WrappedStateStore, child_context
+
+_stamp_of = struct.Struct(">q").unpack_from
 
 
 class _ChangeLoggingMixin:
@@ -112,6 +121,61 @@ class ChangeLoggingKeyValueStore(_ChangeLoggingMixin, WrappedStateStore, KeyValu
         return self.wrapped.approximate_num_entries()
 
 
+class _TimestampedChangeLogging:
+    """Kafka's format for a timestamped store's changelog: the record's value is the raw value,
+    its timestamp the value's timestamp (a delete: the write's timestamp)."""
+
+    #: the state manager restores this store's changelog through `restore_converter`
+    timestamped_changelog = True
+    name: str
+
+    def _log(self, key: bytes, value: Optional[bytes], timestamp: Optional[int]) -> None:
+        if value is not None:
+            value, timestamp = split_timestamped(self.name, value)
+        _ChangeLoggingMixin._log(self, key, value, timestamp)  # type: ignore[arg-type]
+
+
+class ChangeLoggingTimestampedKeyValueStore(_TimestampedChangeLogging, ChangeLoggingKeyValueStore):
+    """Kafka's ChangeLoggingTimestampedKeyValueBytesStore over a store of timestamped values."""
+
+    def write_changes(self, changes: list) -> None:
+        """As ChangeLoggingKeyValueStore.write_changes, each record in Kafka's timestamped format
+        (all values split before anything is written, so a malformed one writes nothing)."""
+        log_change = self._log_change
+        if log_change is None:
+            raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
+        name = self.name
+        try:
+            records = [(key, None, timestamp) if value is None else (key, value[_STAMP:], _stamp_of(value)[0])
+                       for key, value, timestamp in changes]
+        except (struct.error, TypeError):
+            for _key, value, _timestamp in changes:
+                if value is not None:
+                    split_timestamped(name, value)  # raises the typed error
+            raise
+        self.wrapped.put_all([(key, value) for key, value, _timestamp in changes])
+        for key, value, timestamp in records:
+            log_change(name, key, value, timestamp)
+
+    def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
+        if value is None:
+            self.wrapped.put(key, None, timestamp)
+            _ChangeLoggingMixin._log(self, key, None, timestamp)
+            return
+        raw, record_timestamp = split_timestamped(self.name, value)  # first: a malformed value is written nowhere
+        self.wrapped.put(key, value, timestamp)
+        _ChangeLoggingMixin._log(self, key, raw, record_timestamp)
+
+    def put_all(self, entries: Iterable[tuple], timestamp: Optional[int] = None) -> None:
+        entries = list(entries)
+        name = self.name
+        records = [(key, None, timestamp) if value is None else (key, *split_timestamped(name, value))
+                   for key, value in entries]
+        self.wrapped.put_all(entries, timestamp)
+        for key, value, record_timestamp in records:
+            _ChangeLoggingMixin._log(self, key, value, record_timestamp)
+
+
 class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
     """Logs `window_changelog_key(key, window_start, seqnum)` -> value for every accepted put."""
 
@@ -150,6 +214,10 @@ class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
         if name.startswith("_") or name == "wrapped":
             raise AttributeError(name)
         return getattr(self.wrapped, name)
+
+
+class ChangeLoggingTimestampedWindowStore(_TimestampedChangeLogging, ChangeLoggingWindowStore):
+    """Kafka's ChangeLoggingTimestampedWindowBytesStore over a window store of timestamped values."""
 
 
 class ChangeLoggingSessionStore(_ChangeLoggingMixin, WrappedStateStore):

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from confluent_kafka import TopicPartition
 
@@ -33,6 +33,7 @@ from state.directory import StateDirectory
 from state.errors import StateError, TaskCorruptedError
 from state.store import BatchRestoreCallback, StateStore
 from state.task_id import TaskId
+from state.timestamped import restore_converter
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ class StoreMetadata:
     changelog_partition: Optional[TopicPartition]  # None: not logged
     offset: Optional[int] = None  # last changelog offset contained in the store; None = unknown
     corrupted: bool = False
+    # Kafka's record converter: `convert(records, record_timestamps)` before the restore callback,
+    # for a store whose changelog is in the timestamped format (state.timestamped.restore_converter)
+    record_converter: Optional[Callable[[list, list], list]] = None
 
     @property
     def name(self) -> str:
@@ -160,7 +164,8 @@ class ProcessorStateManager:
                     f"task {self.task_id}: changelog {topic}-{self.changelog_partition} of store "
                     f"{name!r} is already used by store {self._by_changelog[changelog_tp].name!r}"
                 )
-        meta = StoreMetadata(store, restore_callback, changelog_tp)
+        meta = StoreMetadata(store, restore_callback, changelog_tp,
+                             record_converter=restore_converter(name) if _timestamped_changelog(store) else None)
         self._stores[name] = meta
         if changelog_tp is not None:
             self._by_changelog[changelog_tp] = meta
@@ -284,10 +289,18 @@ class ProcessorStateManager:
             if meta is not None and offset is not None and offset >= 0:
                 meta.offset = offset
 
-    def restore(self, changelog_tp: TopicPartition, records: list, last_offset: int) -> None:
+    def needs_record_timestamps(self, changelog_tp: TopicPartition) -> bool:
+        """Whether `restore` of this changelog needs the records' timestamps (a timestamped store's
+        changelog: the timestamp goes back in front of each value)."""
+        return self.store_metadata(changelog_tp).record_converter is not None
+
+    def restore(self, changelog_tp: TopicPartition, records: list, last_offset: int,
+                timestamps: Optional[list] = None, *, stamped: bool = False) -> None:
         """Apply one batch of changelog records `[(key, value), ...]` through the store's batch
         restore callback (one WriteBatch for RocksDB) and set the store offset to `last_offset`,
-        the offset of the batch's last record."""
+        the offset of the batch's last record. When `needs_record_timestamps`, Kafka's record
+        converter runs on the batch first, given `timestamps` (the records' timestamps), unless
+        `stamped` says the values already have their timestamps in front (the reader's C pass)."""
         meta = self._by_changelog.get(changelog_tp)
         if meta is None:
             raise StateError(
@@ -295,6 +308,17 @@ class ProcessorStateManager:
                 "of this task"
             )
         if records:
+            convert = meta.record_converter
+            if stamped:
+                if convert is None:
+                    raise StateError(f"task {self.task_id}: store {meta.name!r} is not timestamped: its "
+                                     f"changelog {_tp_str(changelog_tp)} cannot restore stamped records")
+            elif convert is not None:
+                if timestamps is None:
+                    raise StateError(
+                        f"task {self.task_id}: store {meta.name!r} is timestamped: restoring "
+                        f"{_tp_str(changelog_tp)} needs the records' timestamps")
+                records = convert(records, timestamps)
             meta.restore_callback(records)
         meta.offset = last_offset
 
@@ -457,6 +481,17 @@ def close_state_manager(manager: ProcessorStateManager, *, dirty: bool, wipe: bo
             manager.wipe()
     finally:
         manager.state_directory.unlock(manager.task_id)
+
+
+def _timestamped_changelog(store: StateStore) -> bool:
+    """Whether a layer of the registered store logs in the timestamped format (Kafka's
+    WrappedStateStore.isTimestamped, asked of the change-logging layer that decides the format)."""
+    layer: Any = store
+    while layer is not None:
+        if getattr(type(layer), "timestamped_changelog", False):
+            return True
+        layer = getattr(layer, "wrapped", None)
+    return False
 
 
 def _tp_str(tp: TopicPartition) -> str:

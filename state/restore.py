@@ -16,7 +16,11 @@ fields of confluent_kafka.Message objects through their verified layout); otherw
 values are taken with C-level `map()` calls, and null-key records and consumer events (end of
 partition, errors) are found with one `None in keys` scan (events carry no key). Each changelog's
 records go to the store in ONE `restore_batch` call (one RocksDB WriteBatch). Per-record offsets
-are only read for the rare batch that crosses the restore end offset.
+are only read for the rare batch that crosses the restore end offset. A timestamped store's
+changelog (Kafka's format: raw values) needs each record's timestamp put back in front of its
+value, on active restores and standby updates alike: the C pass does it for the common batch
+(`changelog_records(msgs, stamped=True)`), the state manager's record converter
+(`state.timestamped.restore_converter`) for any other, given the records' timestamps.
 
 Bulk loading: a store with `start_bulk_loading(records_expected)` / `end_bulk_loading()` (found
 through its wrappers) is told when an active restore starts, with its size, and when it
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import operator
 import sys
 import time
 from enum import Enum
@@ -60,6 +65,8 @@ _KEY = Message.key
 _VALUE = Message.value
 _OFFSET = Message.offset
 _ERROR = Message.error
+_TIMESTAMP = Message.timestamp
+_SECOND = operator.itemgetter(1)
 _TOPIC = Message.topic
 _PARTITION = Message.partition
 
@@ -121,7 +128,7 @@ class _Changelog:
     __slots__ = (
         "tp", "key", "state_manager", "store_name", "active", "state", "end_offset",
         "log_start_offset", "start_offset", "next_offset", "eof_offset", "beyond_end",
-        "total_restored", "assigned", "first_failure",
+        "total_restored", "assigned", "first_failure", "needs_timestamps",
     )
 
     def __init__(self, tp: TopicPartition, state_manager: Any, store_name: str, active: bool) -> None:
@@ -140,6 +147,9 @@ class _Changelog:
         self.total_restored = 0
         self.assigned = False
         self.first_failure: Optional[float] = None
+        # a timestamped store's changelog: the state manager needs each record's timestamp
+        needs = getattr(state_manager, "needs_record_timestamps", None)
+        self.needs_timestamps = bool(needs(tp)) if needs is not None else False
 
     def transit(self, new: ChangelogState) -> None:
         if self.state not in _CHANGELOG_PREV_STATES[new]:
@@ -459,12 +469,14 @@ class StoreChangelogReader:
 
     def _apply(self, msgs: list) -> int:
         if _changelog_records is not None:
-            fast = _changelog_records(msgs)
+            first = msgs[0]
+            c = self._changelogs.get((first.topic(), first.partition()))
+            stamped = c is not None and c.needs_timestamps
+            fast = _changelog_records(msgs, stamped)
             if fast is not None:
-                topic, partition, records = fast
-                c = self._changelogs.get((topic, partition))
-                # no events in the batch (they carry no key): nothing to log for unknown ones
-                return self._apply_changelog(c, msgs, records) if c is not None else 0
+                # all of first's partition, no events in the batch (they carry no key): nothing
+                # to log for an unknown partition
+                return self._apply_changelog(c, msgs, fast[2], stamped) if c is not None else 0
         n = len(msgs)
         # list.count compares by identity first: one topic str and one partition int repeated
         # make these two C-level scans (no per-record tuple).
@@ -496,9 +508,11 @@ class StoreChangelogReader:
                 logger.warning("restore consumer error (%s-%s): %s", m.topic(), m.partition(), err)
         return 0
 
-    def _apply_changelog(self, c: _Changelog, msgs: list, records: Optional[list] = None) -> int:
+    def _apply_changelog(self, c: _Changelog, msgs: list, records: Optional[list] = None,
+                         stamped: bool = False) -> int:
         """Apply one partition's consumed messages; `records`, when given, are their (key,
-        value) pairs, all keyed (no events among the messages)."""
+        value) pairs, all keyed (no events among the messages), with `stamped` their values as a
+        timestamped store keeps them (the C pass put each record's timestamp in front)."""
         if c.state is not ChangelogState.RESTORING:
             return 0  # completed actives ignore what arrives after their end; stale fetches
         if records is not None:
@@ -551,7 +565,13 @@ class StoreChangelogReader:
             if keys is None:
                 keys = list(map(_KEY, data))
             records = list(zip(keys, map(_VALUE, data)))
-        c.state_manager.restore(c.tp, records, last_offset)
+        if stamped:
+            c.state_manager.restore(c.tp, records, last_offset, stamped=True)
+        elif c.needs_timestamps:
+            # (type, timestamp) pairs -> timestamps, in C-level passes
+            c.state_manager.restore(c.tp, records, last_offset, list(map(_SECOND, map(_TIMESTAMP, data))))
+        else:
+            c.state_manager.restore(c.tp, records, last_offset)
         count = len(records)
         c.total_restored += count
         if c.active:

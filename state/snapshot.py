@@ -228,6 +228,10 @@ def serde_name(serde: Any) -> str:
     target = getattr(serde, "_target", None)  # a config default serde, bound at App start
     if target is not None:
         serde = target
+    from state.timestamped import ValueAndTimestampSerde
+
+    if isinstance(serde, ValueAndTimestampSerde):  # a timestamped store: its inner serde, bound
+        return f"value_and_timestamp({serde_name(serde.inner)})"
     name = str(getattr(serde, "name", type(serde).__name__))
     return name.upper() if name.upper() in KNOWN_SERDES else name
 

@@ -12,12 +12,14 @@ from typing import Callable, Optional
 
 from state.cache import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
 from state.errors import InvalidStoreArgumentError
-from state.logging_store import ChangeLoggingKeyValueStore, ChangeLoggingSessionStore, ChangeLoggingWindowStore
+from state.logging_store import (ChangeLoggingKeyValueStore, ChangeLoggingSessionStore,
+                                 ChangeLoggingTimestampedKeyValueStore, ChangeLoggingTimestampedWindowStore,
+                                 ChangeLoggingWindowStore)
 from state.memory_kv import InMemoryKeyValueStore
 from state.rocksdb_kv import RocksDBKeyValueStore
 from state.store import StateStore
 from state.session import InMemorySessionStore, RocksDBSessionStore
-from state.timestamped import TimestampedKeyValueStore
+from state.timestamped import TimestampedKeyValueStore, ValueAndTimestampSerde
 from state.typed import TypedKeyValueStore, TypedSessionStore, TypedWindowStore
 from state.window import InMemoryWindowStore, RocksDBWindowStore
 
@@ -104,10 +106,11 @@ class StoreBuilder:
                  timestamped: bool = False) -> None:
         if not isinstance(supplier, StoreSupplier):
             raise InvalidStoreArgumentError(f"a store builder needs a store supplier, got {type(supplier).__name__}")
-        if timestamped and supplier.kind != "key_value":
-            raise InvalidStoreArgumentError(f"store {supplier.name!r}: only key-value stores can be timestamped here")
+        if timestamped and supplier.kind == "session":
+            raise InvalidStoreArgumentError(f"store {supplier.name!r}: session stores cannot be timestamped")
         self.supplier = supplier
-        # Values are ValueAndTimestamp (state/timestamped.py), as Kafka's TimestampedKeyValueStore.
+        # Values are ValueAndTimestamp (state/timestamped.py), as Kafka's TimestampedKeyValueStore
+        # and TimestampedWindowStore; their changelogs are in Kafka's timestamped format.
         self.timestamped = timestamped
         self.key_serde = key_serde
         self.value_serde = value_serde
@@ -181,20 +184,24 @@ class StoreBuilder:
     def build(self) -> StateStore:
         inner = self.supplier.get()
         kind = self.supplier.kind
+        timestamped = self.timestamped
         if kind == "key_value":
             store = inner
             if self._logging:
-                store = ChangeLoggingKeyValueStore(store)
+                store = (ChangeLoggingTimestampedKeyValueStore if timestamped else ChangeLoggingKeyValueStore)(store)
             if self._caching:
                 store = CachingKeyValueStore(store, self._cache)
-            if self.timestamped:
+            if timestamped:
                 return TimestampedKeyValueStore(store, self.key_serde, self.value_serde)
             return TypedKeyValueStore(store, self.key_serde, self.value_serde)
         if kind == "window":
-            store = ChangeLoggingWindowStore(inner) if self._logging else inner
+            store = inner
+            if self._logging:
+                store = (ChangeLoggingTimestampedWindowStore if timestamped else ChangeLoggingWindowStore)(store)
             if self._caching:
                 store = CachingWindowStore(store, self._cache)
-            return TypedWindowStore(store, self.key_serde, self.value_serde)
+            value_serde = ValueAndTimestampSerde(self.value_serde) if timestamped else self.value_serde
+            return TypedWindowStore(store, self.key_serde, value_serde)
         if kind == "session":
             store = ChangeLoggingSessionStore(inner) if self._logging else inner
             if self._caching:
@@ -285,6 +292,15 @@ class Stores:
         if not isinstance(supplier, WindowBytesStoreSupplier):
             raise InvalidStoreArgumentError(f"window_store_builder needs a window supplier, got {supplier!r}")
         return StoreBuilder(supplier, key_serde, value_serde)
+
+    @staticmethod
+    def timestamped_window_store_builder(supplier: WindowBytesStoreSupplier, key_serde=None,
+                                         value_serde=None) -> StoreBuilder:
+        """A window store of ValueAndTimestamp values (Kafka's timestampedWindowStoreBuilder)."""
+        if not isinstance(supplier, WindowBytesStoreSupplier):
+            raise InvalidStoreArgumentError(
+                f"timestamped_window_store_builder needs a window supplier, got {supplier!r}")
+        return StoreBuilder(supplier, key_serde, value_serde, timestamped=True)
 
     @staticmethod
     def session_store_builder(supplier: SessionBytesStoreSupplier, key_serde=None, value_serde=None) -> StoreBuilder:

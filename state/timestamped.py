@@ -1,20 +1,31 @@
-"""Timestamped key-value stores (Kafka's TimestampedKeyValueStore): values are ValueAndTimestamp.
+"""Timestamped stores (Kafka's TimestampedKeyValueStore, TimestampedWindowStore): values are
+ValueAndTimestamp.
 
 Stored value format (Kafka's ValueAndTimestampSerializer): 8-byte big-endian timestamp followed
-by the inner value's bytes; a None value is a delete. The change-logging layer logs that same
-format, with the record timestamp taken from the value when a put gives none.
+by the inner value's bytes; a None value is a delete.
+
+Changelog format (Kafka's ChangeLoggingTimestamped*BytesStore): the record's value is the RAW
+inner value and the record's timestamp is the value's timestamp; a tombstone has the timestamp of
+the write that deleted. `split_timestamped` is what the timestamped change-logging layers log;
+`restore_converter` is the one way back (Kafka's RecordConverters.rawValueToTimestampedValue),
+applied by the state manager to every restored or standby batch of such a store.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple, Optional
+from operator import itemgetter
+from typing import Any, Callable, NamedTuple, Optional
 
 from state.errors import InvalidStoreArgumentError, StateError
 from state.typed import TypedKeyValueStore
 
 _I64 = struct.Struct(">q")
+_pack_i64 = _I64.pack
+_unpack_i64_from = _I64.unpack_from
 TIMESTAMP_SIZE = 8
+_second = itemgetter(1)
+_startswith = bytes.startswith
 
 
 class ValueAndTimestamp(NamedTuple):
@@ -81,3 +92,62 @@ class TimestampedKeyValueStore(TypedKeyValueStore):
         if timestamp is None and value is not None:
             timestamp = getattr(value, "timestamp", None)
         super().put(key, value, timestamp)
+
+
+# ------------------------------------------------------------------------- changelog format
+def split_timestamped(store_name: str, data: bytes) -> tuple[bytes, int]:
+    """(raw value, timestamp) of a stored timestamped value: what its changelog record carries
+    as value and as record timestamp."""
+    try:
+        return data[TIMESTAMP_SIZE:], _unpack_i64_from(data)[0]
+    except (struct.error, TypeError):
+        raise StateError(f"state store {store_name!r}: a timestamped store's value must be an 8-byte timestamp "
+                         f"followed by the value, got {data[:32]!r}") from None
+
+
+class LegacyChangelogFormatError(StateError):
+    """A timestamped store's changelog holds a record in the format Eddy wrote before it logged
+    Kafka's (the value with its 8-byte timestamp in front): restoring it would corrupt the store."""
+
+
+def restore_converter(store_name: str) -> Callable[[list, list], list]:
+    """`convert(records, timestamps)`: a timestamped store's changelog records `[(key, raw value
+    or None)]` with their record timestamps, as the store keeps them `[(key, 8-byte timestamp +
+    raw value or None)]` (Kafka's RecordConverters.rawValueToTimestampedValue).
+
+    A record whose value already starts with its own record timestamp and goes on past it is what
+    Eddy logged before it used Kafka's format (the same timestamp in the value and the record): it
+    raises LegacyChangelogFormatError instead of being stamped twice (see `_check_legacy`)."""
+
+    def convert(records: list, timestamps: list) -> list:
+        if len(records) != len(timestamps):
+            raise StateError(f"state store {store_name!r}: {len(records)} changelog records "
+                             f"but {len(timestamps)} timestamps")
+        stamps = list(map(_pack_i64, timestamps))
+        values = list(map(_second, records))
+        if None not in values:
+            if any(map(_startswith, values, stamps)):  # one C-level pass; rarely true
+                _check_legacy(store_name, values, stamps)
+            return [(key, stamp + value) for (key, value), stamp in zip(records, stamps)]
+        _check_legacy(store_name, values, stamps)
+        return [(key, None if value is None else stamp + value) for (key, value), stamp in zip(records, stamps)]
+
+    return convert
+
+
+def _check_legacy(store_name: str, values: list, stamps: list) -> None:
+    """Raise for a value in the old prefixed format: longer than a timestamp and starting with the
+    record's timestamp. Such a changelog mixes formats, or holds only the old one; stamping it again
+    would corrupt every value, silently. Values of exactly 8 bytes equal to their timestamp (an
+    INT64 aggregate of timestamps) are raw values: the old format always had more after the
+    timestamp, except for an empty value."""
+    for value, stamp in zip(values, stamps):
+        if value is not None and len(value) > TIMESTAMP_SIZE and value.startswith(stamp):
+            raise LegacyChangelogFormatError(
+                f"state store {store_name!r}: its changelog holds a record in the format Eddy used before it "
+                f"logged timestamped stores as Kafka does (8-byte timestamp {_unpack_i64_from(stamp)[0]} in front of "
+                f"the value, {value[:24]!r}...). Restoring it would corrupt the store. Such a changelog cannot "
+                "be restored by this version: reset the application's state (delete the changelog topic and "
+                "the local state directory) and reprocess its input. (A store whose values really begin with "
+                "their own record timestamp, big-endian, cannot be restored either: store it in another "
+                "encoding.)")

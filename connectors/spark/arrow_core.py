@@ -47,8 +47,9 @@ _TIMESTAMP_SIZE = 8  # state.timestamped: an 8-byte big-endian timestamp before 
 
 
 def inner_serde(name: str) -> str:
-    """The serde of the value inside a timestamped store's `value_and_timestamp(<serde>)` bytes."""
-    if name.startswith(_TIMESTAMPED) and name.endswith(")"):
+    """The serde of the value inside a timestamped store's `value_and_timestamp(<serde>)` bytes
+    (the prefix in any case: changelog options are upper-cased)."""
+    if name[:len(_TIMESTAMPED)].lower() == _TIMESTAMPED and name.endswith(")"):
         return name[len(_TIMESTAMPED):-1]
     return name
 

@@ -1,6 +1,7 @@
 """Changelog (or any topic) reads as Arrow batches, from the embedded cluster or from Kafka.
 
-Rows: `key`, `value` (decoded like a store's; window and session changelog keys split into
+Rows: `key`, `value` (decoded like a store's, a timestamped store's raw values as its inner
+serde's: Kafka's changelog format; window and session changelog keys split into
 `window_start`/`window_end` with `store_kind`), `partition` (int), `offset`, `timestamp`
 (epoch ms). One range per topic partition, `[start, end)`, read_committed: `end` is the last
 stable offset, so every transaction below it is decided and aborted ones are left out.
@@ -68,6 +69,11 @@ class ChangelogSpec:
     window_size_ms: Optional[int] = None
     raw: bool = False
     kafka_config: tuple = ()  # extra (key, value) client settings for Kafka
+
+    def __post_init__(self) -> None:
+        # a timestamped store's changelog holds the raw values (Kafka's format, the timestamp is
+        # the record's): its store's serde `value_and_timestamp(X)` reads it as X
+        object.__setattr__(self, "value_serde", arrow_core.inner_serde(self.value_serde))
 
     @property
     def local_dir(self) -> Optional[str]:

@@ -108,12 +108,18 @@ static inline void store_be64(unsigned char *p, int64_t v)
  * with an exception set (the effects before the failing step stay done, as in Python). */
 static int increment_one(PyObject *entries_move_to_end, PyObject *dirty, PyObject *key,
                          PyObject *entry, PyObject *value, int is_dirty, int64_t count,
-                         PyObject *timestamp)
+                         PyObject *timestamp, int stamped, int64_t stamp)
 {
-    PyObject *packed = PyBytes_FromStringAndSize(NULL, 8);
+    /* stamped: a timestamped store's value, the 8-byte timestamp (`stamp`) before the count */
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, stamped ? 16 : 8);
     if (packed == NULL)
         return -1;
-    store_be64((unsigned char *)PyBytes_AS_STRING(packed), count + 1);
+    if (stamped) {
+        store_be64((unsigned char *)PyBytes_AS_STRING(packed), stamp);
+        store_be64((unsigned char *)PyBytes_AS_STRING(packed) + 8, count + 1);
+    } else {
+        store_be64((unsigned char *)PyBytes_AS_STRING(packed), count + 1);
+    }
     if (is_dirty) {
         /* re-dirtied: moves to the end of the write order. Python's `if key in dirty: del`;
          * one lookup instead of two, the key being there in all but theory. */
@@ -147,9 +153,15 @@ static int increment_one(PyObject *entries_move_to_end, PyObject *dirty, PyObjec
 
 static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "increment_run() takes 6 arguments (%zd given)", nargs);
+    if (nargs != 6 && nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "increment_run() takes 6 or 7 arguments (%zd given)", nargs);
         return NULL;
+    }
+    int stamped = 0;
+    if (nargs == 7) {
+        stamped = PyObject_IsTrue(args[6]);
+        if (stamped < 0)
+            return NULL;
     }
     PyObject *entries = args[0], *dirty = args[1], *keys = args[2], *timestamps = args[3];
     if (entry_type == NULL) {
@@ -217,11 +229,13 @@ static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t
         if (!Py_IS_TYPE(entry, entry_type))
             break;
         PyObject *value = SLOT(entry, off_value), *dirty_flag = SLOT(entry, off_dirty);
-        if (value == NULL || !PyBytes_CheckExact(value) || PyBytes_GET_SIZE(value) != 8)
+        if (value == NULL || !PyBytes_CheckExact(value) || PyBytes_GET_SIZE(value) != (stamped ? 16 : 8))
             break;  /* None (a cached delete), another size, unset: fn decides */
         if (dirty_flag != Py_True && dirty_flag != Py_False)
             break;
-        int64_t count = load_be64((const unsigned char *)PyBytes_AS_STRING(value));
+        const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(value);
+        int64_t stamp = stamped ? load_be64(bytes) : 0;
+        int64_t count = load_be64(stamped ? bytes + 8 : bytes);
         if (count == INT64_MAX)
             break;  /* adding one overflows int64: fn decides */
         /* From here the key is updated, so its timestamp counts and it is a hit, as in Python
@@ -236,14 +250,28 @@ static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t
         Py_INCREF(key);
         Py_INCREF(entry);
         Py_INCREF(value);
-        Py_INCREF(ts_obj);
-        int rc = increment_one(move_to_end, dirty, key, entry, value, dirty_flag == Py_True, count, ts_obj);
+        /* the entry's timestamp: the record's, or (stamped) max(the value's, the record's) */
+        PyObject *entry_ts;
+        if (stamped && stamp > ts) {
+            entry_ts = PyLong_FromLongLong(stamp);
+            if (entry_ts == NULL) {
+                Py_DECREF(value);
+                Py_DECREF(entry);
+                Py_DECREF(key);
+                goto fail;
+            }
+        } else {
+            stamp = ts;
+            entry_ts = Py_NewRef(ts_obj);
+        }
+        int rc = increment_one(move_to_end, dirty, key, entry, value, dirty_flag == Py_True, count, entry_ts,
+                               stamped, stamp);
         if (rc == 0) {
             PyObject *written = SLOT(entry, off_value);
             Py_XINCREF(written);
             Py_XSETREF(last, written);
         }
-        Py_DECREF(ts_obj);
+        Py_DECREF(entry_ts);
         Py_DECREF(value);
         Py_DECREF(entry);
         Py_DECREF(key);
@@ -279,10 +307,12 @@ static PyMethodDef module_methods[] = {
      "Registers CacheEntry: checks that value, dirty, timestamp and old are writable object\n"
      "slots of that type and keeps their offsets for increment_run. Raises TypeError otherwise."},
     {"increment_run", (PyCFunction)(void (*)(void))increment_run, METH_FASTCALL,
-     "increment_run(entries, dirty, keys, timestamps, start, newest)\n--\n\n"
+     "increment_run(entries, dirty, keys, timestamps, start, newest, stamped=False)\n--\n\n"
      "CachingKeyValueStore.update_many's hot case for keys[start:] with an int64 add-one fn:\n"
      "while the key is cached with an 8-byte value that does not overflow, write value + 1 as\n"
-     "update_many does (dirty order, old value, timestamp, LRU order). Stops at the first key\n"
+     "update_many does (dirty order, old value, timestamp, LRU order). With stamped, the value\n"
+     "is 16 bytes (timestamp, int64): the int64 gets one added and the timestamp, as the\n"
+     "entry's, becomes max(its own, the record's). Stops at the first key\n"
      "that is not that case, or at once if newest is not an int64.\n"
      "Returns (stop, hits, newest, last_value, error): stop is the index of the first key not\n"
      "updated (len when all were), hits the keys updated plus the failed one, newest the\n"

@@ -18,6 +18,8 @@ from state.store import KeyValueIterator, KeyValueStore, check_key, check_value
 log = logging.getLogger(__name__)
 _INT64 = struct.Struct(">q")
 _pack_int64, _unpack_int64 = _INT64.pack, _INT64.unpack
+_STAMPED_INT64 = struct.Struct(">qq")  # a timestamped store's value: 8-byte timestamp + int64
+_pack_stamped, _unpack_stamped = _STAMPED_INT64.pack, _STAMPED_INT64.unpack
 
 try:  # update_many's hot case in C (state/cache/_cache.c); the Python loop does the same without it
     from state.cache import _cache as _cache_c
@@ -223,8 +225,16 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         `updates_done`, the number of keys fully updated before it. A `fn` with the attribute
         `int64_increment` set says it adds one to a big-endian 8-byte signed integer: that is
         done here for cached values (no call; by state.cache._cache.increment_run in C when it is
-        built, for runs of such keys), `fn` still deciding every other case."""
+        built, for runs of such keys), `fn` still deciding every other case.
+
+        A `fn` with the attribute `timestamped` set writes a timestamped store's value (8-byte
+        timestamp + value) and picks the timestamp written with it: it is called
+        `fn(old, timestamp) -> (value, timestamp)` (an aggregation stamps its result with
+        max(record, previous result) timestamps, KIP-258). With `int64_increment` too, the
+        hot case is a 16-byte value whose int64 part gets one added and whose timestamp part
+        becomes max(its own, the record's), the entry's timestamp the same."""
         increment = getattr(fn, "int64_increment", False)
+        stamped = getattr(fn, "timestamped", False)
         named = self._named
         if named is None or not self._probe.is_open:
             raise StoreClosedError(f"state store {self.name!r} is not open")
@@ -239,6 +249,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         # other key (a miss, another value, an overflow): the loop body below does that one.
         run = self._increment_run if (increment and type(keys) in _LIST_OR_TUPLE
                                       and type(timestamps) in _LIST_OR_TUPLE) else None
+        stamped_flag = bool(stamped)
         # the run's stream time so far, handed to the clock before anything that could look
         # at it runs (fn, an eviction, a read-through) and at the end
         newest = clock.stream_time if clock is not None else 0
@@ -246,7 +257,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         try:
             while i < n:
                 if run is not None:
-                    stop, run_hits, newest, run_value, error = run(entries, named.dirty, keys, timestamps, i, newest)
+                    stop, run_hits, newest, run_value, error = run(entries, named.dirty, keys, timestamps, i, newest,
+                                                                   stamped_flag)
                     hits += run_hits
                     if stop != i:
                         value = run_value
@@ -269,16 +281,28 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                     resized = True
                     if increment:
                         try:
-                            value = _pack_int64(_unpack_int64(entry.value)[0] + 1)
-                            resized = False  # 8 bytes for 8 bytes: no size change, so no eviction
-                        except Exception:  # None, not 8 bytes, overflow: fn decides
+                            if stamped:
+                                stamp, count = _unpack_stamped(entry.value)
+                                stamp = stamp if stamp > timestamp else timestamp
+                                value = _pack_stamped(stamp, count + 1)
+                                timestamp = stamp
+                            else:
+                                value = _pack_int64(_unpack_int64(entry.value)[0] + 1)
+                            resized = False  # the same size: no size change, so no eviction
+                        except Exception:  # None, another size, overflow: fn decides
                             if clock is not None:
                                 clock.advance_stream_time(newest)
-                            value = fn(entry.value)
+                            if stamped:
+                                value, timestamp = fn(entry.value, timestamp)
+                            else:
+                                value = fn(entry.value)
                     else:
                         if clock is not None:
                             clock.advance_stream_time(newest)
-                        value = fn(entry.value)
+                        if stamped:
+                            value, timestamp = fn(entry.value, timestamp)
+                        else:
+                            value = fn(entry.value)
                     if resized and value is not None and type(value) is not bytes:
                         check_value(self.name, value)
                     if entry.dirty:
@@ -304,7 +328,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                 else:
                     if clock is not None:
                         clock.advance_stream_time(newest)
-                    value = self._update_missed(named, cache, key, fn, timestamp)
+                    value = self._update_missed(named, cache, key, fn, timestamp, stamped)
                 i += 1
             return value
         except BaseException as exc:
@@ -317,7 +341,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             lock.release()
 
     def _update_missed(self, named: NamedCache, cache: ThreadCache, key: bytes,
-                       fn: Callable[[Optional[bytes]], Optional[bytes]], timestamp: int) -> Optional[bytes]:
+                       fn: Callable[..., Any], timestamp: int, stamped: bool) -> Optional[bytes]:
         """update() of a key the cache does not hold (the lock is held): read through, write dirty."""
         entries = named.entries
         named.misses += 1
@@ -327,7 +351,10 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                 named.evictions += 1
             else:
                 named.put_clean(key, old)  # then dirtied below (it keeps `old`), unless evicted at once
-        value = fn(old)
+        if stamped:
+            value, timestamp = fn(old, timestamp)
+        else:
+            value = fn(old)
         if value is not None and type(value) is not bytes:
             check_value(self.name, value)
         if cache.max_bytes < ENTRY_OVERHEAD and not entries:

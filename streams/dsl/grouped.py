@@ -40,7 +40,7 @@ def _reduce_adder(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any
 
 
 class _MaterializedStoreBuilder:
-    """A StoreBuilder for a grouped stream's (plain) key-value store; the real `state.Stores`
+    """A StoreBuilder for a grouped stream's timestamped key-value store; the real `state.Stores`
     builder is created on first build() so describing a DSL topology needs no store code."""
 
     def __init__(self, mat: Materialized, store_name: str, key_serde: Any, value_serde: Any) -> None:
@@ -56,7 +56,9 @@ class _MaterializedStoreBuilder:
 
     def store_builder(self) -> Any:
         if self._builder is None:
-            self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde)
+            # timestamped (Kafka's KIP-258): the aggregate keeps the newest timestamp it has seen
+            self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde,
+                                                    timestamped=True)
         return self._builder
 
     def build(self) -> Any:

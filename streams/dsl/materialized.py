@@ -133,10 +133,10 @@ def window_store_builder(mat: Materialized, store_name: str, windows: Any, key_s
                          config: Optional[dict] = None) -> Any:
     """The StoreBuilder of a time- or sliding-windowed aggregation's window store (Kafka's
     TimeWindowedKStreamImpl / SlidingWindowedKStreamImpl.materialize). With `timestamped`, values
-    are ValueAndTimestamp (Kafka's TimestampedWindowStore: 8-byte timestamp + value), so the
-    aggregate keeps the largest record timestamp of its window."""
+    are ValueAndTimestamp (Kafka's TimestampedWindowStore: 8-byte timestamp + value, logged in
+    Kafka's timestamped changelog format), so the aggregate keeps the largest record timestamp of
+    its window."""
     from state.stores import Stores
-    from state.timestamped import ValueAndTimestampSerde
     from streams.dsl.windows import SlidingWindows, TimeWindows
 
     name = mat.store_name or store_name
@@ -162,10 +162,8 @@ def window_store_builder(mat: Materialized, store_name: str, windows: Any, key_s
             raise TopologyError(f"window store {name!r}: windows must be TimeWindows or SlidingWindows, got {windows!r}")
         make = Stores.in_memory_window_store if mat.in_memory else Stores.persistent_window_store
         supplier = make(name, retention_ms=retention, window_size_ms=size)
-    value_serde = mat.value_serde or value_serde
-    if timestamped:
-        value_serde = ValueAndTimestampSerde(value_serde)
-    return _finish(Stores.window_store_builder(supplier, mat.key_serde or key_serde, value_serde), mat, config)
+    make_builder = Stores.timestamped_window_store_builder if timestamped else Stores.window_store_builder
+    return _finish(make_builder(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde), mat, config)
 
 
 def session_store_builder(mat: Materialized, store_name: str, windows: Any, key_serde: Any = None,

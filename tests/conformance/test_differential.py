@@ -27,22 +27,6 @@ FIRST_SEED = int(os.environ.get("EDDY_CONFORMANCE_SEED", "0"))
 SEEDS = list(range(FIRST_SEED, FIRST_SEED + COUNT))
 
 
-#: A divergence found by this harness and left to the DSL work (streams/dsl/): Kafka Streams stamps
-#: an aggregation's result with max(record timestamp, previous result's timestamp) (KIP-258
-#: timestamped stores), Eddy's count with the record's own timestamp, so an out-of-order record
-#: gives a different output timestamp. Scenarios whose only difference is that are xfailed.
-KNOWN_AGGREGATE_TIMESTAMP_GAP = ("Eddy's count output carries the record's timestamp; Kafka Streams' carries "
-                                 "max(record, previous aggregate) timestamps (KIP-258)")
-
-
-def _only_aggregate_timestamps_differ(scenario: dict, got: dict, expected: dict) -> bool:
-    if not any(step["op"] in vocabulary.AGGREGATIONS for step in scenario["ops"]):
-        return False
-    if got["store"] != expected["store"] or len(got["output"]) != len(expected["output"]):
-        return False
-    return all(g[:2] == e[:2] and g[2] <= e[2] for g, e in zip(got["output"], expected["output"]))
-
-
 @pytest.fixture(scope="module")
 def kafka_streams_results() -> dict[int, dict]:
     from runner import run_kafka_streams
@@ -68,9 +52,6 @@ def test_eddy_matches_kafka_streams(seed: int, kafka_streams_results: dict[int, 
     expected = kafka_streams_results[seed]
     assert expected["error"] is None, f"seed {seed}: Kafka Streams failed: {expected['error']}"
     got = vocabulary.run_eddy(scenario, str(state_root / str(seed)))
-    if got != {"output": expected["output"], "store": expected["store"]}:
-        if _only_aggregate_timestamps_differ(scenario, got, expected):
-            pytest.xfail(KNOWN_AGGREGATE_TIMESTAMP_GAP)
     assert got["output"] == expected["output"], (
         f"seed {seed}: output differs\n ops {scenario['ops']}\n records {scenario['records']}")
     assert got["store"] == expected["store"], f"seed {seed}: store differs\n ops {scenario['ops']}"

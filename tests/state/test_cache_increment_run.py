@@ -68,6 +68,21 @@ class Log:
 
     add_one.int64_increment = True
 
+    def add_one_stamped(self, old, timestamp):
+        """The same over a timestamped store's values (8-byte timestamp + value): the result
+        stamped max(the old value's, the record's) timestamps, the timestamp written with it."""
+        self.calls.append(("fn", old, timestamp, self.clock.stream_time))
+        if old is None:
+            return I64.pack(timestamp) + _i(1), timestamp
+        stamp = max(I64.unpack_from(old)[0], timestamp)
+        count = old[8:]
+        if len(count) != 8:
+            return I64.pack(stamp) + _i(int(count) + 1), stamp
+        return I64.pack(stamp) + I64.pack(I64.unpack(count)[0] + 1), stamp
+
+    add_one_stamped.int64_increment = True
+    add_one_stamped.timestamped = True
+
     def on_flush(self, key, new, old, timestamp):
         self.calls.append(("flush", key, new, old, timestamp, self.clock.stream_time))
 
@@ -94,10 +109,10 @@ def _snapshot(store):
     )
 
 
-def _run(store, clock, log, keys, timestamps):
+def _run(store, clock, log, keys, timestamps, stamped=False):
     """update_many; returns (returned value or the exception's type, args and updates_done)."""
     try:
-        return ("ok", store.update_many(keys, log.add_one, timestamps, clock))
+        return ("ok", store.update_many(keys, log.add_one_stamped if stamped else log.add_one, timestamps, clock))
     except Exception as exc:
         return ("raised", type(exc), str(exc), exc.updates_done)
 
@@ -160,7 +175,7 @@ def test_increment_run_bad_arguments():
         _cache.increment_run(entries, dirty, iter([]), [], 0, 0)
     with pytest.raises(ValueError, match="start must be >= 0"):
         _cache.increment_run(entries, dirty, [], [], -1, 0)
-    with pytest.raises(TypeError, match="takes 6 arguments"):
+    with pytest.raises(TypeError, match="takes 6 or 7 arguments"):
         _cache.increment_run(entries, dirty, [], [], 0)
 
 
@@ -192,7 +207,7 @@ def test_the_store_uses_the_c_loop_when_built():
 
 
 # ----------------------------------------------------------- update_many, C against Python
-def _differential(tmp_path, max_bytes, script, check_oracle=True):
+def _differential(tmp_path, max_bytes, script, check_oracle=True, stamped=False):
     """Runs `script` (a list of steps) on a store per implementation and on a get-then-put
     oracle; returns the per-implementation results after checking they are identical."""
     results = []
@@ -203,7 +218,7 @@ def _differential(tmp_path, max_bytes, script, check_oracle=True):
         for step in script:
             kind = step[0]
             if kind == "update":
-                trace.append(_run(store, clock, log, step[1], step[2]))
+                trace.append(_run(store, clock, log, step[1], step[2], stamped))
                 trace.append(clock.stream_time)
             elif kind == "put":
                 store.put(step[1], step[2], step[3])
@@ -220,18 +235,21 @@ def _differential(tmp_path, max_bytes, script, check_oracle=True):
     for other in results[1:]:
         assert other == results[0]
     if check_oracle:
-        _check_against_get_then_put(tmp_path, max_bytes, script, results[0])
+        _check_against_get_then_put(tmp_path, max_bytes, script, results[0], stamped)
     return results[0]
 
 
-def _check_against_get_then_put(tmp_path, max_bytes, script, result):
+def _check_against_get_then_put(tmp_path, max_bytes, script, result, stamped=False):
     store, inner, clock, log = _store(tmp_path, "oracle", max_bytes, None)
     for step in script:
         kind = step[0]
         if kind == "update":
             for key, timestamp in zip(step[1], step[2]):
                 clock.stream_time = max(clock.stream_time, timestamp)
-                store.put(key, log.add_one(store.get(key)), timestamp)
+                if stamped:
+                    store.put(key, *log.add_one_stamped(store.get(key), timestamp))
+                else:
+                    store.put(key, log.add_one(store.get(key)), timestamp)
         elif kind == "put":
             store.put(step[1], step[2], step[3])
         elif kind == "get":
@@ -345,15 +363,13 @@ def test_zero_cache_and_single_updates(tmp_path):
     _differential(tmp_path / "big", 1_000_000, script)
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_random_runs(tmp_path, seed):
-    rng = random.Random(seed)
-    vocab = [b"k%d" % i for i in range(8)]
-    script = [("inner", b"k7", _i(INT64_MAX - 3)), ("inner", b"k6", b"41")]
-    ts = 0
-    for _ in range(25):
+def _random_script(rng, vocab, script, steps, update_share, put_value):
+    """`script` and `steps` random steps: runs of updates (`update_share` of the steps; timestamps
+    drifting, now and then back in time), flushes, gets, and puts of `put_value(rng, ts)`."""
+    ts = 10
+    for _ in range(steps):
         r = rng.random()
-        if r < 0.6:
+        if r < update_share:
             n = rng.randrange(0, 40)
             keys = [rng.choice(vocab) for _ in range(n)]
             stamps = []
@@ -361,14 +377,21 @@ def test_random_runs(tmp_path, seed):
                 ts += rng.randrange(-3, 5)
                 stamps.append(ts)
             script.append(("update", keys, stamps))
-        elif r < 0.7:
+        elif r < update_share + (1 - update_share) / 3:
             script.append(("flush",))
-        elif r < 0.8:
+        elif r < update_share + 2 * (1 - update_share) / 3:
             script.append(("get", rng.choice(vocab)))
-        elif r < 0.9:
-            script.append(("put", rng.choice(vocab), rng.choice([None, _i(rng.randrange(50)), b"7"]), ts))
         else:
-            script.append(("put", rng.choice(vocab), _i(INT64_MAX - 1), ts))
+            script.append(("put", rng.choice(vocab), put_value(rng, ts), ts))
+    return script
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_runs(tmp_path, seed):
+    rng = random.Random(seed)
+    vocab = [b"k%d" % i for i in range(8)]
+    script = _random_script(rng, vocab, [("inner", b"k7", _i(INT64_MAX - 3)), ("inner", b"k6", b"41")], 25, 0.6,
+                            lambda rng, ts: rng.choice([None, _i(rng.randrange(50)), b"7", _i(INT64_MAX - 1)]))
     max_bytes = rng.choice([0, 3 * ENTRY, 6 * ENTRY, 1_000_000])
     # the oracle is only for scripts without an overflow error (it stops at the first)
     _differential(tmp_path, max_bytes, script, check_oracle=False)
@@ -435,3 +458,34 @@ print(sorted((k, p.unpack(v)[0]) for k, v in inner.all()))
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[(b'a', 3), (b'b', 1)]"
+
+
+def _stamped(timestamp, count):
+    return I64.pack(timestamp) + _i(count)
+
+
+def test_a_timestamped_count_is_stamped_with_the_newest_timestamp_it_has_seen(tmp_path):
+    script = [
+        ("inner", b"k1", _stamped(50, 40)),  # read through: its timestamp is newer than the records'
+        ("update", [b"k0", b"k1", b"k0", b"k0", b"k1"], [5, 3, 9, 2, 60]),
+        ("flush",),
+        ("get", b"k0"),
+        ("update", [b"k0", b"k0"], [4, 12]),
+    ]
+    trace, calls, stored = _differential(tmp_path, 1_000_000, script, stamped=True)
+    assert dict(stored) == {b"k0": _stamped(12, 5), b"k1": _stamped(60, 42)}
+    flushes = [c for c in calls if c[0] == "flush"]
+    # (key, new, old, timestamp): the entry's timestamp is the value's, never a late record's
+    assert (b"k0", _stamped(9, 3), None, 9) in [f[1:5] for f in flushes]
+    assert (b"k1", _stamped(60, 42), _stamped(50, 40), 60) in [f[1:5] for f in flushes]
+    assert ("fn", None, 5, 5) in calls  # a miss: fn gets the record's timestamp
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_timestamped_runs(tmp_path, seed):
+    rng = random.Random(seed)
+    vocab = [b"k%d" % i for i in range(6)]
+    script = _random_script(rng, vocab, [("inner", b"k5", _stamped(3, 7))], 20, 0.7,
+                            lambda rng, ts: rng.choice([None, _stamped(ts - 5, 3), _i(7) + b"x"]))
+    max_bytes = rng.choice([0, 3 * ENTRY, 6 * ENTRY, 1_000_000])
+    _differential(tmp_path, max_bytes, script, stamped=True, check_oracle=False)

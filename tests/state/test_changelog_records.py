@@ -67,3 +67,57 @@ def test_the_pairs_hold_their_own_references():
     _, _, records = changelog_records(msgs)
     del msgs  # the messages go; the pairs keep their keys and values
     assert records == [(b"key-%d" % i, b"value-%d" % i) for i in range(50)]
+
+
+def _python_converted(records, timestamps):
+    from state.timestamped import restore_converter
+
+    return restore_converter("s")(records, timestamps)
+
+
+def stamped_consumed(records, timestamps, topic="app-store-changelog", partition=3):
+    buf = encode_batch([(k, v, t, None) for (k, v), t in zip(records, timestamps)], base_offset=0,
+                       partition_leader_epoch=0)
+    msgs, _ = decode_messages(bytes(buf), topic, partition, min_offset=0)
+    return msgs
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_stamped_records_are_what_the_restore_converter_makes(seed):
+    """A timestamped store's changelog (raw values): the C pass puts each record's timestamp in
+    front of its value exactly as state.timestamped.restore_converter does."""
+    import random
+
+    rng = random.Random(seed)
+    records, timestamps = [], []
+    for i in range(rng.randrange(1, 300)):
+        ts = rng.choice([1, 255, 1 << 40, 1_700_000_000_000 + i, (1 << 63) - 1])
+        value = rng.choice([None, b"", b"v%d" % i, bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))),
+                            ts.to_bytes(8, "big")])  # 8 bytes equal to the timestamp: a raw value
+        records.append((b"k%d" % rng.randrange(50), value))
+        timestamps.append(ts)
+    got = changelog_records(stamped_consumed(records, timestamps), True)
+    assert got == ("app-store-changelog", 3, _python_converted(records, timestamps))
+    assert changelog_records(stamped_consumed(records, timestamps), False) == ("app-store-changelog", 3, records)
+
+
+def test_a_value_in_the_old_prefixed_format_takes_the_general_path():
+    """A value longer than 8 bytes that starts with its record's timestamp: the C pass leaves the
+    batch to the converter, which refuses it."""
+    from state.timestamped import LegacyChangelogFormatError
+
+    records = [(b"a", b"raw"), (b"b", (7).to_bytes(8, "big") + b"old")]
+    msgs = stamped_consumed(records, [5, 7])
+    assert changelog_records(msgs, True) is None
+    assert changelog_records(msgs, False) == ("app-store-changelog", 3, records)
+    with pytest.raises(LegacyChangelogFormatError):
+        _python_converted(records, [5, 7])
+
+
+def test_stamped_pairs_hold_their_own_references():
+    msgs = stamped_consumed([(b"key-%d" % i, b"value-%d" % i) for i in range(50)], list(range(1, 51)))
+    _, _, records = changelog_records(msgs, True)
+    del msgs
+    assert records == [(b"key-%d" % i, (i + 1).to_bytes(8, "big") + b"value-%d" % i) for i in range(50)]
+    with pytest.raises(TypeError, match="takes 1 or 2 arguments"):
+        changelog_records()

@@ -105,6 +105,12 @@ def test_a_run_counts_exactly_as_record_at_a_time(cache_bytes, process):
     assert stream_time == max(r[2] for r in rows) and partition_times[("words", 0)] == stream_time
     if cache_bytes < 10_000_000:
         assert len(out) > 7  # evictions forwarded in the middle of the run
+    # a count is stamped with the newest timestamp it has seen (KIP-258): the rows go back in
+    # time, a key's results never do
+    newest = {}
+    for key, _count, timestamp in out:
+        assert timestamp >= newest.get(key, timestamp), (key, timestamp)
+        newest[key] = timestamp
 
 
 def test_the_stream_time_is_raised_record_by_record_for_what_an_eviction_forwards(process):

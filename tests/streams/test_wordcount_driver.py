@@ -56,11 +56,34 @@ def test_changelog_writes_are_captured():
         driver.create_input_topic("lines", S, S).pipe_input(None, "a b a", timestamp=5)
         changelog = driver.producer_history(driver.changelog_topic("counts"))
         assert driver.changelog_topic("counts") == "wc-counts-changelog"
-        assert [(r.key, I64.deserialize(r.value), r.partition) for r in changelog] == [
-            (b"a", 1, 0), (b"b", 1, 0), (b"a", 2, 0)]
+        # Kafka's format for the count's timestamped store: the raw INT64, the count's timestamp
+        assert [(r.key, I64.deserialize(r.value), r.partition, r.timestamp) for r in changelog] == [
+            (b"a", 1, 0, 5), (b"b", 1, 0, 5), (b"a", 2, 0, 5)]
     with TopologyTestDriver(wordcount(logging=False), {"application.id": "wc"}) as driver:
         driver.create_input_topic("lines", S, S).pipe_input(None, "a b a", timestamp=5)
         assert driver.producer_history("wc-counts-changelog") == []
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_a_count_is_stamped_with_the_newest_timestamp_it_has_seen(caching):
+    # Kafka's KStreamAggregate over a timestamped store (KIP-258): the result's timestamp is
+    # max(record timestamp, previous result's timestamp). "a" at 10, 5, 12: counts 1, 2, 3 at
+    # 10, max(5, 10) = 10, max(12, 10) = 12; "b" at 12 then 3: counts 1, 2 at 12, max(3, 12) = 12.
+    # The changelog carries the same timestamps with the raw INT64 counts; with caching the same
+    # records (the driver commits after each input record, and each line has a word once).
+    with TopologyTestDriver(wordcount(caching=caching), {"application.id": "wc"}) as driver:
+        lines = driver.create_input_topic("lines", S, S)
+        for line, ts in (("a", 10), ("a", 5), ("a b", 12)):
+            lines.pipe_input(None, line, timestamp=ts)
+        lines.pipe_input(None, "b", timestamp=3)
+        out = driver.create_output_topic("word-counts", S, I64)
+        expected = [("a", 1, 10), ("a", 2, 10), ("a", 3, 12), ("b", 1, 12), ("b", 2, 12)]
+        assert [(r.key, r.value, r.timestamp) for r in out.read_records_to_list()] == expected
+        changelog = driver.producer_history("wc-counts-changelog")
+        assert [(r.key.decode(), I64.deserialize(r.value), r.timestamp) for r in changelog] == expected
+        assert driver.get_key_value_store("counts").get("a") == 3  # plain values
+        stamped = driver.get_timestamped_key_value_store("counts")
+        assert (stamped.get("a"), stamped.get("b")) == ((3, 12), (2, 12))
 
 
 def test_state_dir_is_temporary_and_removed(tmp_path):

@@ -7,7 +7,7 @@ import logging
 import struct
 from typing import Any, Callable, Optional
 
-from state.typed import TypedKeyValueStore
+from state.timestamped import TIMESTAMP_SIZE, TimestampedKeyValueStore, ValueAndTimestamp
 from streams import serdes as _serdes
 from streams.dsl.change import Change
 from streams.engine.stages import Stage, StageOperator
@@ -35,7 +35,9 @@ count_adder.constant_increment = 1  # type: ignore[attr-defined]
 class AggregateProcessor(StageOperator):
     """KGroupedStream.aggregate() (and count(), as aggregate with `count_initializer` and
     `count_adder`, as Kafka's GroupedStreamAggregateBuilder builds it): the per-key aggregate
-    `adder(key, value, old or initializer())` in a KV store. A record with a None key or a None
+    `adder(key, value, old or initializer())` in a timestamped KV store, stamped with
+    max(record timestamp, previous aggregate's timestamp) (Kafka's KIP-258 stores), which is
+    also the timestamp the result is forwarded with. A record with a None key or a None
     value is skipped, counted in dropped-records and logged at WARN (Kafka's KStreamAggregate and
     KStreamReduce), on every route: the bulk run below only ever gets records with a value.
 
@@ -79,7 +81,8 @@ class AggregateProcessor(StageOperator):
             return
 
         def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
-            to_children(key, _new_tuple(Change, (new_value, old_value)), timestamp, ())
+            to_children(key, _new_tuple(Change, (None if new_value is None else new_value.value,
+                                                 None if old_value is None else old_value.value)), timestamp, ())
         # a store without a cache layer says so by returning False
         self.forward_on_update = set_listener(scoped(on_flush)) is False
 
@@ -96,8 +99,14 @@ class AggregateProcessor(StageOperator):
                 return
             try:
                 old = get(key)
-                new = adder(key, value, initializer() if old is None else old)
-                put(key, new, timestamp)
+                if old is None:
+                    new = adder(key, value, initializer())
+                else:
+                    if old.timestamp > timestamp:  # KIP-258: the newest timestamp the aggregate has seen
+                        timestamp = old.timestamp
+                    old = old.value
+                    new = adder(key, value, old)
+                put(key, _new_tuple(ValueAndTimestamp, (new, timestamp)), timestamp)
                 if forward_on_update:
                     down(key, _new_tuple(Change, (new, old)), timestamp, headers)
             except BaseException:
@@ -151,49 +160,62 @@ class AggregateProcessor(StageOperator):
 
 
 _INT64 = struct.Struct(">q")
+_STAMP = TIMESTAMP_SIZE
 
 
 class _BytesIncrement:
-    """An aggregate adding a constant, done at the bytes level on the layer below a typed store
-    (`of(store, increment)`, else None): `update(key_bytes, add, timestamp)` is one
-    read-modify-write of the serialized aggregate, `update_many` the same for a run of keys, and
+    """An aggregate adding a constant, done at the bytes level on the layer below a timestamped
+    store (`of(store, increment)`, else None): `update(key_bytes, add, timestamp)` is one
+    read-modify-write of the serialized aggregate (8-byte timestamp + value, the timestamp
+    max(stored, record)), `update_many` the same for a run of keys, and
     `attach_forwarding(down, scoped)` installs the flush listener, the typed layer's serdes
     applied here (C-level where the serde offers it)."""
 
     @classmethod
     def of(cls, store: Any, increment: int) -> Optional["_BytesIncrement"]:
-        if not isinstance(store, TypedKeyValueStore) or store.key_serde is None or store.value_serde is None:
+        if (not isinstance(store, TimestampedKeyValueStore) or store.key_serde is None
+                or store.inner_value_serde is None):
             return None
         below = store.wrapped
         if not all(callable(getattr(below, m, None)) for m in ("update", "update_many", "set_flush_listener")):
             return None
         return cls(store, below, increment)
 
-    def __init__(self, store: TypedKeyValueStore, below: Any, increment: int) -> None:
+    def __init__(self, store: TimestampedKeyValueStore, below: Any, increment: int) -> None:
         self.below = below
-        key_serde, value_serde = store.key_serde, store.value_serde
+        key_serde, value_serde = store.key_serde, store.inner_value_serde
         self.key_serde, self.value_serde = key_serde, value_serde
         self.key_unchecked = _serdes.unchecked_serializer(key_serde) or key_serde.serialize
         value_serialize = value_serde.serialize
         value_deserialize = value_serde.deserialize
         self.update, self.update_many = below.update, below.update_many
         first = value_serialize(increment)
+        stamp_of, pack_stamp = _INT64.unpack_from, _INT64.pack
 
         if value_serde is _serdes.INT64:
             pack, unpack = _INT64.pack, _INT64.unpack
 
-            def add(old: Optional[bytes]) -> bytes:
+            def add(old: Optional[bytes], timestamp: int) -> tuple[bytes, int]:
                 if old is None:
-                    return first
+                    return pack_stamp(timestamp) + first, timestamp
+                stamp = stamp_of(old)[0]
+                if stamp > timestamp:  # KIP-258: the newest timestamp the aggregate has seen
+                    timestamp = stamp
                 try:  # INT64's own format; any oddity (size, overflow) goes through the serde
-                    return pack(unpack(old)[0] + increment)
+                    return pack_stamp(timestamp) + pack(unpack(old[_STAMP:])[0] + increment), timestamp
                 except Exception:
-                    return value_serialize(value_deserialize(old) + increment)
-            # the layer below may add one to a big-endian int64 itself (see update_many)
+                    return pack_stamp(timestamp) + value_serialize(value_deserialize(old[_STAMP:]) + increment), timestamp
+            # the layer below may add one to a timestamped big-endian int64 itself (see update_many)
             add.int64_increment = increment == 1  # type: ignore[attr-defined]
         else:
-            def add(old: Optional[bytes]) -> bytes:
-                return first if old is None else value_serialize(value_deserialize(old) + increment)
+            def add(old: Optional[bytes], timestamp: int) -> tuple[bytes, int]:
+                if old is None:
+                    return pack_stamp(timestamp) + first, timestamp
+                stamp = stamp_of(old)[0]
+                if stamp > timestamp:
+                    timestamp = stamp
+                return pack_stamp(timestamp) + value_serialize(value_deserialize(old[_STAMP:]) + increment), timestamp
+        add.timestamped = True  # type: ignore[attr-defined]
         self.add = add
 
     def attach_forwarding(self, down: Stage, scoped: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
@@ -202,18 +224,19 @@ class _BytesIncrement:
         key_deserialize = self.key_serde.deserialize
         key_of = _serdes.unchecked_deserializer(self.key_serde) or key_deserialize
         value_deserialize = self.value_serde.deserialize
+        # values are 8-byte timestamp + value; the entry's timestamp is the aggregate's
         if self.value_serde is _serdes.INT64:
-            unpack = _INT64.unpack
+            unpack_from = _INT64.unpack_from
 
             def on_flush(key: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
                 try:  # C-level decoding; on any error the serdes' own calls decide
                     key = key_of(key)
-                    new = None if new is None else unpack(new)[0]
-                    old = None if old is None else unpack(old)[0]
+                    new = None if new is None else unpack_from(new, _STAMP)[0]
+                    old = None if old is None else unpack_from(old, _STAMP)[0]
                 except Exception:
                     key = key_deserialize(key) if type(key) is bytes else key
-                    new = None if new is None or type(new) is int else value_deserialize(new)
-                    old = None if old is None or type(old) is int else value_deserialize(old)
+                    new = None if new is None or type(new) is int else value_deserialize(new[_STAMP:])
+                    old = None if old is None or type(old) is int else value_deserialize(old[_STAMP:])
                 down(key, _new_tuple(Change, (new, old)), timestamp, ())
         else:
             def on_flush(key: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
@@ -221,6 +244,7 @@ class _BytesIncrement:
                     key = key_of(key)
                 except Exception:
                     key = key_deserialize(key)
-                down(key, _new_tuple(Change, (None if new is None else value_deserialize(new),
-                                              None if old is None else value_deserialize(old))), timestamp, ())
+                down(key, _new_tuple(Change, (None if new is None else value_deserialize(new[_STAMP:]),
+                                              None if old is None else value_deserialize(old[_STAMP:]))),
+                     timestamp, ())
         self.below.set_flush_listener(scoped(on_flush))
