@@ -6,6 +6,8 @@ RocksDB stores through the real StoreChangelogReader on the embedded cluster."""
 
 from __future__ import annotations
 
+import time
+
 import struct
 
 import pytest
@@ -216,7 +218,8 @@ def _restore(backend, manager, tp, standby=False, until=None):
         reader.register(tp, manager)
         if standby:
             reader.transit_to_update_standby()
-        for _ in range(10_000):
+        deadline = time.monotonic() + 60  # a deadline, not a poll count: a loaded machine's fetches arrive late
+        while time.monotonic() < deadline:
             if (until() if until is not None else reader.all_changelogs_completed()):
                 break
             reader.restore()
