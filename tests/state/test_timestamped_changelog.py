@@ -6,9 +6,8 @@ RocksDB stores through the real StoreChangelogReader on the embedded cluster."""
 
 from __future__ import annotations
 
-import time
-
 import struct
+import time
 
 import pytest
 from confluent_kafka import TopicPartition
