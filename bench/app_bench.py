@@ -125,7 +125,7 @@ def profile_stream_thread(top: int = 25) -> None:
         finally:
             prof.disable()
             stats = pstats.Stats(prof)
-            stats.sort_stats("tottime").print_stats(top)
+            stats.sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(top)
             by_file: dict[str, float] = {}
             for (filename, _, _), (_, _, tottime, _, _) in stats.stats.items():
                 key = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else "(builtins/C)"

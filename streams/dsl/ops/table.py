@@ -26,10 +26,13 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, ValueAndTimestamp) else value
 
 
-def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool) -> bool:
+def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool,
+                           stamp: Optional[Callable[[Any, int], int]] = None) -> bool:
     """Kafka's TimestampedTupleForwarder: with a caching store, downstream gets Change(new, old)
     from the cache's flush listener and the operator must not forward itself (returns False);
-    otherwise the operator forwards on every update (returns True)."""
+    otherwise the operator forwards on every update (returns True). The flushed entry's timestamp
+    goes downstream (the new aggregate's: operators put with it), or `stamp(key, timestamp)`
+    (sessions: their end, Kafka's SessionCacheFlushListener)."""
     if not caching:
         return True
     scoped = getattr(operator.context, "scoped", None)
@@ -38,8 +41,12 @@ def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool) -
         return True
     to_children = operator._to_children()
 
-    def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
-        to_children(key, _new_tuple(Change, (_plain(new_value), _plain(old_value))), timestamp, ())
+    if stamp is None:
+        def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
+            to_children(key, _new_tuple(Change, (_plain(new_value), _plain(old_value))), timestamp, ())
+    else:
+        def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
+            to_children(key, _new_tuple(Change, (_plain(new_value), _plain(old_value))), stamp(key, timestamp), ())
     return set_listener(scoped(on_flush)) is False
 
 
