@@ -406,10 +406,14 @@ def _windowed_inner(inner: Any, where: str) -> Serde:
     return serde
 
 
-def _check_windowed(obj: Any, where: str) -> Any:
-    from state.window import Windowed  # the one Windowed type (streams.dsl re-exports it)
+_windowed_type: list = []  # state.window.Windowed, imported at first use (it loads RocksDB)
 
-    if not isinstance(obj, Windowed):
+
+def _check_windowed(obj: Any, where: str) -> Any:
+    if not _windowed_type:
+        from state.window import Windowed  # the one Windowed type (streams.dsl re-exports it)
+        _windowed_type.append(Windowed)
+    if not isinstance(obj, _windowed_type[0]):
         raise SerializationError(f"{where} serializes Windowed(key, window) keys, got {type(obj).__name__} {obj!r}")
     return obj
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from streams.dsl.windows import duration_ms
+from streams.dsl.windows import Windowed, duration_ms
 from streams.errors import ProcessingError, TopologyError
 
 __all__ = ["BufferConfig", "Suppressed", "BufferFullStrategy", "InvalidSuppressedError",
@@ -228,6 +228,16 @@ class SuppressionBufferFullError(ProcessingError):
     """A `shut_down_when_full()` suppression buffer went over its limit (Kafka throws a StreamsException)."""
 
 
+_IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None)))
+
+
+def _immutable(obj: Any) -> bool:
+    """Whether `obj` cannot change after it was handed over: a plain immutable value, or a
+    Windowed key of one (its window is two ints)."""
+    kind = type(obj)
+    return kind in _IMMUTABLE or (kind is Windowed and type(obj.key) in _IMMUTABLE)
+
+
 class SuppressProcessorLogic:
     """The operator-independent part of Kafka's KTableSuppressProcessor.
 
@@ -238,6 +248,13 @@ class SuppressProcessorLogic:
     `forward(key, new_value, old_value, timestamp, context)` with the context and timestamp of the
     key's latest buffered update; with final results, a tombstone of a key is not forwarded.
     Keys and values are (de)serialized with the given serdes; the buffer holds bytes.
+
+    Two shortcuts with the same results: an update already due when it arrives, with nothing due
+    buffered before it and its key not buffered, is emitted at once (Kafka buffers it and evicts
+    it in the same call; the changelog then has no live value for the key, so the tombstone
+    Kafka would log for it is not needed); and an emitted update whose key and values cannot
+    have changed since it was buffered (immutable values: a count, a string) is emitted from the
+    objects it was buffered with rather than deserialized again.
     """
 
     def __init__(self, suppressed: Suppressed, buffer: Any, key_serde: Any, value_serde: Any,
@@ -257,6 +274,7 @@ class SuppressProcessorLogic:
         self.emit_when_full = config.full_strategy == BufferFullStrategy.EMIT
         self.observed_stream_time = -1
         self.emitted = 0  # Kafka's suppression-emit sensor
+        self._buffered: dict[bytes, tuple] = {}  # key bytes -> (key, new, old) of immutable updates
 
     def _ser(self, serde: Any, value: Any) -> Optional[bytes]:
         return value if serde is None or value is None else serde.serialize(value)
@@ -276,8 +294,23 @@ class SuppressProcessorLogic:
             buffer_time = window.end
         else:
             buffer_time = timestamp
-        self.buffer.put(buffer_time, self._ser(self.key_serde, key), self._ser(self.value_serde, new),
-                        self._ser(self.value_serde, old), context)
+        buffer = self.buffer
+        expiry = self.observed_stream_time - self.suppress_duration_ms
+        key_bytes = None
+        if buffer_time <= expiry and buffer.min_timestamp() > expiry:
+            # due on arrival, nothing due before it: a key buffered at a later time keeps that
+            # time (record time only: a window's end is the same at every update of its key)
+            if self.window_end_time or (key_bytes := self._ser(self.key_serde, key)) not in buffer:
+                self._emit_update(key, new, old, timestamp, context)
+                return
+        if key_bytes is None:
+            key_bytes = self._ser(self.key_serde, key)
+        value_serde = self.value_serde
+        buffer.put(buffer_time, key_bytes, self._ser(value_serde, new), self._ser(value_serde, old), context)
+        if _immutable(key) and _immutable(new) and _immutable(old):
+            self._buffered[key_bytes] = (key, new, old)
+        else:
+            self._buffered.pop(key_bytes, None)
         self._enforce_constraints()
 
     def view_value(self, key: Any, parent_get: Any) -> Any:
@@ -295,8 +328,9 @@ class SuppressProcessorLogic:
 
     def _enforce_constraints(self) -> None:
         buffer = self.buffer
-        expiry = self.observed_stream_time - self.suppress_duration_ms
-        buffer.evict_while(lambda: buffer.min_timestamp() <= expiry, self._emit)
+        buffer.evict_expired(self.observed_stream_time - self.suppress_duration_ms, self._emit)
+        if self.max_records is None and self.max_bytes is None:
+            return
         if self._over_capacity():
             if self.emit_when_full:
                 buffer.evict_while(self._over_capacity, self._emit)
@@ -307,8 +341,19 @@ class SuppressProcessorLogic:
                     f"[{buffer.buffer_size()}/{self.max_bytes}] bytes.")
 
     def _emit(self, eviction: Any) -> None:
-        if eviction.new is None and self.safe_to_drop_tombstones:
+        typed = self._buffered.pop(eviction.key, None)
+        if typed is not None:
+            key, new, old = typed
+        else:
+            value_serde = self.value_serde
+            if eviction.new is None and self.safe_to_drop_tombstones:
+                return
+            key = self._de(self.key_serde, eviction.key)
+            new, old = self._de(value_serde, eviction.new), self._de(value_serde, eviction.old)
+        self._emit_update(key, new, old, eviction.context.timestamp, eviction.context)
+
+    def _emit_update(self, key: Any, new: Any, old: Any, timestamp: int, context: Any) -> None:
+        if new is None and self.safe_to_drop_tombstones:
             return
         self.emitted += 1
-        self.forward(self._de(self.key_serde, eviction.key), self._de(self.value_serde, eviction.new),
-                     self._de(self.value_serde, eviction.old), eviction.context.timestamp, eviction.context)
+        self.forward(key, new, old, timestamp, context)

@@ -106,6 +106,38 @@ class WindowUpdates:
         self.update_many((self.key_bytes(key),), (start,), on_bytes, (timestamp,))
         return result[0], result[1]
 
+    def flushed(self) -> Optional[Callable[[Any, Optional[bytes], Optional[bytes]], tuple]]:
+        """`decode(windowed, new_bytes, old_bytes) -> (typed Windowed, new value, old value)`, for
+        what the caching layer hands its flush listener (plain values, their timestamps dropped);
+        None for a store without serdes."""
+        key_serde, value_serde = self.key_serde, self.value_serde
+        if key_serde is None or value_serde is None:
+            return None
+        key_unchecked = _serdes.unchecked_deserializer(key_serde)
+        key_de = key_serde.deserialize
+        if isinstance(value_serde, ValueAndTimestampSerde) and value_serde.inner is _serdes.INT64:
+            unpack = _VAT_INT64.unpack
+
+            def value_of(data: Optional[bytes]) -> Any:
+                if data is None:
+                    return None
+                try:
+                    return unpack(data)[1]
+                except Exception:  # an odd size: the serde decides
+                    return value_serde.deserialize(data).value
+        else:
+            def value_of(data: Optional[bytes]) -> Any:
+                return None if data is None else value_serde.deserialize(data).value
+
+        def decode(windowed: Any, new: Optional[bytes], old: Optional[bytes]) -> tuple:
+            key = windowed.key
+            try:
+                key = key_unchecked(key) if key_unchecked is not None else key_de(key)
+            except Exception:
+                key = key_de(key)
+            return Windowed(key, windowed.window), value_of(new), value_of(old)
+        return decode
+
     def counting(self, initializer: Callable[[], Any], adder: Callable[..., Any]) -> Optional[Callable[..., tuple]]:
         """The bytes form of `_aggregate` (the typed rule of TimeWindowAggregateLogic) for a count:
         when the adder adds a constant (`constant_increment`) and the store holds timestamped

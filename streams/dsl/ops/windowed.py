@@ -20,8 +20,9 @@ from typing import Any, Callable, Optional
 
 from streams.dsl.change import Change
 from streams.dsl.ops.table import attach_tuple_forwarder
+from state.typed import find_caching_layer
 from streams.dsl.window_aggregate import (NO_TIMESTAMP, SessionWindowAggregateLogic, SlidingWindowAggregateLogic,
-                                          TimeWindowAggregateLogic)
+                                          TimeWindowAggregateLogic, WindowUpdates)
 from streams.dsl.windows import EmitStrategy, LateRecordReporter, SessionWindows, SlidingWindows
 from streams.engine.stages import Stage, StageOperator
 from streams.processor import ProcessorContext
@@ -70,8 +71,10 @@ class WindowAggregateProcessor(StageOperator):
         self.late = late_record_reporter(context)
         on_close = self.emit_strategy is not None and self.emit_strategy.emits_on_close
         # on_window_close forwards final results itself; otherwise a caching store forwards on flush
-        stamp = _session_end if isinstance(self.windows, SessionWindows) else None
-        self.forward_on_update = on_close or attach_tuple_forwarder(self, store, self.caching, stamp)
+        if isinstance(self.windows, SessionWindows):
+            self.forward_on_update = on_close or attach_tuple_forwarder(self, store, self.caching, _session_end)
+        else:
+            self.forward_on_update = on_close or self._forward_flushed(store)
         self.store = store
         self.last_emit_window_close_time = NO_TIMESTAMP
         self.record_close_time: Optional[Callable[[int], None]] = None
@@ -84,6 +87,20 @@ class WindowAggregateProcessor(StageOperator):
                 add = context.add_processor_metadata_key_value
                 name = self.store_name
                 self.record_close_time = lambda close_time: add(name, close_time)
+
+    def _forward_flushed(self, store: Any) -> bool:
+        """attach_tuple_forwarder for a window store of ValueAndTimestamp, decoding the flushed
+        bytes here (WindowUpdates.flushed) rather than through the typed store's listener."""
+        caching = find_caching_layer(store) if self.caching else None
+        decode = WindowUpdates(store).flushed() if caching is not None else None
+        if caching is None or decode is None or getattr(self.context, "scoped", None) is None:
+            return attach_tuple_forwarder(self, store, self.caching)
+        to_children = self._to_children()
+
+        def on_flush(windowed: Any, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
+            key, new_value, old_value = decode(windowed, new, old)
+            to_children(key, _new_tuple(Change, (new_value, old_value)), timestamp, ())
+        return caching.set_flush_listener(self.context.scoped(on_flush)) is False
 
     def logic(self, forward: Any) -> Any:
         """The aggregation's logic for this task, forwarding to `forward` (None: the cache does)."""
