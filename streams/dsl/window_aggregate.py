@@ -22,12 +22,12 @@ processor metadata, committed with the input offsets).
 
 from __future__ import annotations
 
-import struct
 from typing import Any, Callable, Optional
 
 from state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 from state.window import MAX_TIMESTAMP, Window, Windowed
 from streams import serdes as _serdes
+from streams.dsl.ops.table import TIMESTAMPED_INT64
 from streams.dsl.windows import (EmitStrategy, EmitThrottle, LateRecordReporter, SessionWindows, SlidingWindows,
                                  TimeWindows, window_close_delay_ms)
 
@@ -36,7 +36,6 @@ __all__ = ["WindowAggregateLogic", "TimeWindowAggregateLogic", "SessionWindowAgg
 
 NO_TIMESTAMP = -1
 Forward = Callable[[Windowed, Any, Any, int], None]
-_VAT_INT64 = struct.Struct(">qq")  # a timestamped INT64: 8-byte timestamp, 8-byte value
 
 
 def _no_forward(windowed: Windowed, new: Any, old: Any, timestamp: int) -> None:
@@ -116,7 +115,7 @@ class WindowUpdates:
         key_unchecked = _serdes.unchecked_deserializer(key_serde)
         key_de = key_serde.deserialize
         if isinstance(value_serde, ValueAndTimestampSerde) and value_serde.inner is _serdes.INT64:
-            unpack = _VAT_INT64.unpack
+            unpack = TIMESTAMPED_INT64.unpack
 
             def value_of(data: Optional[bytes]) -> Any:
                 if data is None:
@@ -148,7 +147,7 @@ class WindowUpdates:
         if (increment is None or self.update_many is None or not isinstance(serde, ValueAndTimestampSerde)
                 or serde.inner is not _serdes.INT64):
             return None
-        pack, unpack = _VAT_INT64.pack, _VAT_INT64.unpack
+        pack, unpack = TIMESTAMPED_INT64.pack, TIMESTAMPED_INT64.unpack
         serialize, deserialize = serde.serialize, serde.deserialize
 
         def count(old: Optional[bytes], t: int) -> tuple:
