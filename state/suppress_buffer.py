@@ -89,7 +89,19 @@ class Eviction(NamedTuple):
 
 
 def _record_size(key: bytes, value: BufferValue) -> int:
-    return 8 + len(key) + value.size_estimate()  # 8: the buffer time
+    """8 (the buffer time) + the key + value.size_estimate(), in one frame."""
+    context = value.context
+    size = 28 + len(key) + len(context.topic)
+    for hkey, hvalue in context.headers:
+        size += len(hkey) + (len(hvalue) if hvalue is not None else 0)
+    prior, old, new = value.prior, value.old, value.new
+    if prior is not None:
+        size += len(prior)
+    if old is not None and old is not prior:
+        size += len(old)
+    if new is not None:
+        size += len(new)
+    return size
 
 
 # ------------------------------------------------------------------------------ changelog format
@@ -195,6 +207,7 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
         self._values: dict[bytes, BufferValue] = {}
         self._sizes: dict[bytes, int] = {}          # key -> its _record_size
         self._live: set[bytes] = set()               # keys whose last changelog record is a value
+        self._sizing = False  # sizes kept once buffer_size() was asked for
         self._heap: list[tuple[int, bytes]] = []     # (buffer time, key); stale entries skipped lazily
         self._dirty: set[bytes] = set()
         self._size = 0
@@ -228,6 +241,7 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
         self._values.clear()
         self._sizes.clear()
         self._live.clear()
+        self._sizing = False
         self._heap.clear()
         self._dirty.clear()
         self._size = 0
@@ -295,16 +309,18 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
         if existing_time is None:
             self._index[key] = time
             heapq.heappush(self._heap, (time, key))
-        else:
+        elif self._sizing:
             self._size -= self._sizes[key]
         self._values[key] = value
-        size = self._sizes[key] = _record_size(key, value)
-        self._size += size
+        if self._sizing:
+            size = self._sizes[key] = _record_size(key, value)
+            self._size += size
 
     def _remove(self, key: bytes) -> None:
         if self._index.pop(key, None) is not None:
             del self._values[key]
-            self._size -= self._sizes.pop(key)
+            if self._sizing:
+                self._size -= self._sizes.pop(key)
 
     # ------------------------------------------------------------------ reads
     def _head(self) -> Optional[tuple[int, bytes]]:
@@ -370,7 +386,13 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
         return len(self._index)
 
     def buffer_size(self) -> int:
-        """Bytes held, as Kafka counts them (key + 8 + values + record context estimate)."""
+        """Bytes held, as Kafka counts them (key + 8 + values + record context estimate). Sizes
+        are kept from the first time they are asked for (a buffer bounded by bytes asks at
+        every put; others may never)."""
+        if not self._sizing:
+            self._sizes = {key: _record_size(key, value) for key, value in self._values.items()}
+            self._size = sum(self._sizes.values())
+            self._sizing = True
         return self._size
 
     def min_timestamp(self) -> int:

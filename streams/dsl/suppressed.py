@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from streams.dsl.windows import Windowed, duration_ms
+from streams.serdes import unchecked_serializer
 from streams.errors import ProcessingError, TopologyError
 
 __all__ = ["BufferConfig", "Suppressed", "BufferFullStrategy", "InvalidSuppressedError",
@@ -228,14 +229,29 @@ class SuppressionBufferFullError(ProcessingError):
     """A `shut_down_when_full()` suppression buffer went over its limit (Kafka throws a StreamsException)."""
 
 
+def _serializer(serde: Any) -> Any:
+    """`serde.serialize` for the buffer (None passes; no serde: bytes pass), its C function first
+    where it has one (on any error the serde's own call decides)."""
+    if serde is None:
+        return lambda value: value
+    serialize = serde.serialize
+    unchecked = unchecked_serializer(serde)
+    if unchecked is None:
+        return lambda value: None if value is None else serialize(value)
+
+    def to_bytes(value: Any) -> Optional[bytes]:
+        if value is None:
+            return None
+        try:
+            data = unchecked(value)
+        except Exception:
+            data = None
+        return data if type(data) is bytes else serialize(value)
+    return to_bytes
+
+
+# values that cannot change after they were handed over (a Windowed key of one too: its window is two ints)
 _IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None)))
-
-
-def _immutable(obj: Any) -> bool:
-    """Whether `obj` cannot change after it was handed over: a plain immutable value, or a
-    Windowed key of one (its window is two ints)."""
-    kind = type(obj)
-    return kind in _IMMUTABLE or (kind is Windowed and type(obj.key) in _IMMUTABLE)
 
 
 class SuppressProcessorLogic:
@@ -275,6 +291,7 @@ class SuppressProcessorLogic:
         self.observed_stream_time = -1
         self.emitted = 0  # Kafka's suppression-emit sensor
         self._buffered: dict[bytes, tuple] = {}  # key bytes -> (key, new, old) of immutable updates
+        self._key_bytes, self._value_bytes = _serializer(key_serde), _serializer(value_serde)
 
     def _ser(self, serde: Any, value: Any) -> Optional[bytes]:
         return value if serde is None or value is None else serde.serialize(value)
@@ -296,22 +313,28 @@ class SuppressProcessorLogic:
             buffer_time = timestamp
         buffer = self.buffer
         expiry = self.observed_stream_time - self.suppress_duration_ms
+        first_due = buffer.min_timestamp()
         key_bytes = None
-        if buffer_time <= expiry and buffer.min_timestamp() > expiry:
+        if buffer_time <= expiry < first_due:
             # due on arrival, nothing due before it: a key buffered at a later time keeps that
             # time (record time only: a window's end is the same at every update of its key)
-            if self.window_end_time or (key_bytes := self._ser(self.key_serde, key)) not in buffer:
+            if self.window_end_time or (key_bytes := self._key_bytes(key)) not in buffer:
                 self._emit_update(key, new, old, timestamp, context)
                 return
         if key_bytes is None:
-            key_bytes = self._ser(self.key_serde, key)
-        value_serde = self.value_serde
-        buffer.put(buffer_time, key_bytes, self._ser(value_serde, new), self._ser(value_serde, old), context)
-        if _immutable(key) and _immutable(new) and _immutable(old):
+            key_bytes = self._key_bytes(key)
+        value_bytes = self._value_bytes
+        buffer.put(buffer_time, key_bytes, value_bytes(new), value_bytes(old), context)
+        immutable = _IMMUTABLE
+        if ((type(key) in immutable or (type(key) is Windowed and type(key.key) in immutable))
+                and type(new) in immutable and type(old) in immutable):
             self._buffered[key_bytes] = (key, new, old)
         else:
             self._buffered.pop(key_bytes, None)
-        self._enforce_constraints()
+        if first_due <= expiry or buffer_time <= expiry:  # else nothing is due yet
+            buffer.evict_expired(expiry, self._emit)
+        if self.max_records is not None or self.max_bytes is not None:
+            self._enforce_limits()
 
     def view_value(self, key: Any, parent_get: Any) -> Any:
         """What the suppressed table shows for `key` (Kafka's suppress value getter): the prior
@@ -326,11 +349,8 @@ class SuppressProcessorLogic:
         return ((self.max_records is not None and buffer.num_records() > self.max_records)
                 or (self.max_bytes is not None and buffer.buffer_size() > self.max_bytes))
 
-    def _enforce_constraints(self) -> None:
+    def _enforce_limits(self) -> None:
         buffer = self.buffer
-        buffer.evict_expired(self.observed_stream_time - self.suppress_duration_ms, self._emit)
-        if self.max_records is None and self.max_bytes is None:
-            return
         if self._over_capacity():
             if self.emit_when_full:
                 buffer.evict_while(self._over_capacity, self._emit)

@@ -72,7 +72,10 @@ class TimestampedAccess:
             return
         key_unchecked = _serdes.unchecked_serializer(key_serde) or key_serde.serialize
         key_to_bytes = store.serdes.key_to_bytes
-        below_get, below_put = below.get, below.put
+        reader = below
+        while getattr(reader, "reads_from", None) is not None:  # a layer that only logs: read below it
+            reader = reader.reads_from
+        below_get, below_put = reader.get, below.put
         serialize, deserialize = vat_serde.serialize, vat_serde.deserialize
         fixed = TIMESTAMPED_INT64 if inner is _serdes.INT64 else None
 
