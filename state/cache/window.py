@@ -91,17 +91,21 @@ class CachingWindowStore(CachingStore):
         lock = cache.lock
         lock.acquire()
         try:
-            # the first live window start moves only when the store below is written: on evictions
+            # the first live window start, and the newest window start the store below holds (a
+            # window starting later is not there: no read), move only when that store is
+            # written: on evictions
             live_from, evictions = actual_from(0), named.evictions
+            newest_stored = getattr(reader, "observed_stream_time", None)
             for i in range(len(keys)):
                 key, start, timestamp = keys[i], starts[i], timestamps[i]
-                if clock is not None and timestamp > newest:
+                if timestamp > newest:
                     newest = timestamp
-                    clock.advance_stream_time(timestamp)
                 suffix = suffixes.get(start)
                 if suffix is None:  # the cache key is the changelog key: key + start + sequence number 0
                     suffix = suffixes[start] = window_changelog_key(b"", check_timestamp(
                         self.name, "window_start_timestamp", start), 0)
+                if type(key) is not bytes:
+                    check_key(self.name, key)
                 cache_key = key + suffix
                 read = UNKNOWN
                 if start < live_from:
@@ -113,15 +117,19 @@ class CachingWindowStore(CachingStore):
                         old = entry.value
                     else:
                         named.misses += 1
-                        if type(key) is not bytes:
-                            check_key(self.name, key)
-                        old = read = fetch(key, start)
+                        if newest_stored is not None and start > newest_stored:
+                            old = read = None
+                        else:
+                            old = read = fetch(key, start)
+                if clock is not None and newest > clock.stream_time:
+                    clock.advance_stream_time(newest)  # before fn and what the put may evict and forward
                 new, entry_timestamp = fn(old, timestamp)
                 if new is not None and type(new) is not bytes:
                     check_value(self.name, new)
                 put_dirty(cache_key, new, entry_timestamp, read)
                 if named.evictions != evictions:
                     live_from, evictions = actual_from(0), named.evictions
+                    newest_stored = getattr(reader, "observed_stream_time", None)
         finally:
             lock.release()
 
