@@ -18,71 +18,57 @@ from streams.dsl.windows import LateRecordReporter
 from streams.metrics import MetricsRegistry, task_dropped_records_sensor
 from streams.testing import TopologyTestDriver
 
+from test_dsl_windowed_ops import flat, metric, out_records  # the module's helpers, one copy
+
 S, I64 = serdes.STRING, serdes.INT64
 CONFIG = {"application.id": "rules", "default.key.serde": "string", "default.value.serde": "string"}
 
 
-def flat(w, v):
-    return f"{w.key}@{w.window.start}/{w.window.end}", v
-
-
-def out_records(d, serde=I64):
-    return [(r.key, r.value, r.timestamp) for r in d.create_output_topic("out", S, serde).read_records_to_list()]
-
-
-def metric(d, name):
-    return sum(m.value for m in d.metrics() if m.name == name)
-
-
-def session_counts(b, windows, caching=False, suppress=False):
+def session_outputs(windows, records, caching=False, suppress=False):
+    """The output records after each input record of a session count (optionally suppressed),
+    and the driver's dropped-records total at the end."""
+    b = StreamsBuilder()
     mat = Materialized.as_("sessions")
     table = (b.stream("in", key_serde=S, value_serde=S).group_by_key().windowed_by(windows)
              .count(store=mat if caching else mat.with_caching_disabled()))
     if suppress:
         table = table.suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
     table.to_stream().map(flat).to("out", key_serde=S, value_serde=I64)
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        inp = d.create_input_topic("in", S, S)
+        after_each = []
+        for key, t in records:
+            inp.pipe_input(key, "v", timestamp=t)
+            after_each.append(out_records(d))
+        return after_each, metric(d, "dropped-records-total")
 
 
 def test_a_session_closes_a_gap_after_its_end():
-    b = StreamsBuilder()
-    session_counts(b, SessionWindows.of_inactivity_gap_with_no_grace(5))
-    with TopologyTestDriver(b.build(), CONFIG) as d:
-        inp = d.create_input_topic("in", S, S)
-        for key, t in (("a", 0), ("b", 4), ("a", 1), ("b", 12), ("a", 2)):
-            inp.pipe_input(key, "v", timestamp=t)
-        # a@1: stream time 4, close time 4 - grace 0 - gap 5 = -1; the merged [0,1] ends at 1,
-        # not before -1: accepted (a close time without the gap, 4, would drop it). a@2: stream
-        # time 12, close time 7; merged with [0,1] it would end at 2 < 7: dropped
-        assert out_records(d) == [("a@0/0", 1, 0), ("b@4/4", 1, 4), ("a@0/0", None, 0), ("a@0/1", 2, 1),
-                                  ("b@12/12", 1, 12)]
-        assert metric(d, "dropped-records-total") == 1
+    outputs, dropped = session_outputs(SessionWindows.of_inactivity_gap_with_no_grace(5),
+                                       [("a", 0), ("b", 4), ("a", 1), ("b", 12), ("a", 2)])
+    # a@1: stream time 4, close time 4 - grace 0 - gap 5 = -1; the merged [0,1] ends at 1,
+    # not before -1: accepted (a close time without the gap, 4, would drop it). a@2: stream
+    # time 12, close time 7; merged with [0,1] it would end at 2 < 7: dropped
+    assert sum(outputs, []) == [("a@0/0", 1, 0), ("b@4/4", 1, 4), ("a@0/0", None, 0), ("a@0/1", 2, 1),
+                                ("b@12/12", 1, 12)]
+    assert dropped == 1
 
 
 def test_suppressed_sessions_wait_for_gap_plus_grace():
-    b = StreamsBuilder()
-    session_counts(b, SessionWindows.of_inactivity_gap_and_grace(5, 2), suppress=True)
-    with TopologyTestDriver(b.build(), CONFIG) as d:
-        inp = d.create_input_topic("in", S, S)
-        inp.pipe_input("a", "v", timestamp=0)
-        inp.pipe_input("b", "v", timestamp=6)
-        # [0,0] is buffered at its end 0 and due once stream time - (gap 5 + grace 2) >= 0:
-        # not at 6 (the grace alone would release it there)
-        assert out_records(d) == []
-        inp.pipe_input("b", "v", timestamp=7)
-        assert out_records(d) == [("a@0/0", 1, 0)]
+    outputs, _ = session_outputs(SessionWindows.of_inactivity_gap_and_grace(5, 2), [("a", 0), ("b", 6), ("b", 7)],
+                                 suppress=True)
+    # [0,0] is buffered at its end 0 and due once stream time - (gap 5 + grace 2) >= 0: not at 6
+    # (the grace alone would release it there), at 7
+    assert outputs == [[], [], [("a@0/0", 1, 0)]]
 
 
 def test_cached_sessions_are_forwarded_at_their_end():
-    b = StreamsBuilder()
-    session_counts(b, SessionWindows.of_inactivity_gap_and_grace(5, 100), caching=True)
-    with TopologyTestDriver(b.build(), CONFIG) as d:
-        inp = d.create_input_topic("in", S, S)
-        inp.pipe_input("a", "v", timestamp=0)
-        inp.pipe_input("a", "v", timestamp=3)
-        # the driver flushes after each record; a flushed session goes downstream stamped with
-        # its end (Kafka's SessionCacheFlushListener): the merged-away [0,0]'s tombstone at 0,
-        # although it was removed while processing the record at 3
-        assert out_records(d) == [("a@0/0", 1, 0), ("a@0/0", None, 0), ("a@0/3", 2, 3)]
+    outputs, _ = session_outputs(SessionWindows.of_inactivity_gap_and_grace(5, 100), [("a", 0), ("a", 3)],
+                                 caching=True)
+    # the driver flushes after each record; a flushed session goes downstream stamped with its
+    # end (Kafka's SessionCacheFlushListener): the merged-away [0,0]'s tombstone at 0, although
+    # it was removed while processing the record at 3
+    assert outputs == [[("a@0/0", 1, 0)], [("a@0/0", None, 0), ("a@0/3", 2, 3)]]
 
 
 @pytest.mark.parametrize("caching", [False, True])
