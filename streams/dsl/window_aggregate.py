@@ -53,10 +53,9 @@ class WindowUpdates:
     `update(key, start, timestamp, fn, *args)` stores `fn(old, timestamp, *args)` (a
     ValueAndTimestamp; one with a None value deletes the window, as Kafka's
     ValueAndTimestamp.make) for the window of `key` starting at `start` and returns (new, old),
-    `old` None when the window is absent. Over a caching layer (its `update_many`)
-    that is one pass through the cache at the bytes level; otherwise a fetch and a put.
-    `bytes_update(key_bytes, start, timestamp, fn)` is the same at the bytes level (`fn(old_bytes,
-    timestamp) -> (new_bytes, entry_timestamp)`), offered only over a caching layer."""
+    `old` None when the window is absent. Over a caching layer (its `update_many`, also offered
+    as `update_many` here for work at the bytes level) that is one pass through the cache;
+    otherwise a fetch and a put (`put_aggregate`)."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
@@ -82,14 +81,18 @@ class WindowUpdates:
             data = None
         return data if type(data) is bytes else self.store.serdes.key_to_bytes(key)
 
-    def _update_typed(self, key: Any, start: int, timestamp: int, fn: Callable[..., Any], *args: Any) -> tuple:
-        store = self.store
-        old = store.fetch(key, start)
-        new = fn(old, timestamp, *args)
-        if new.value is None:  # deleted: the record's timestamp (Kafka's record context)
-            store.put(key, None, start, timestamp)
+    def put_aggregate(self, key: Any, start: int, new: ValueAndTimestamp, timestamp: int) -> None:
+        """Store a window's new aggregate for a record at `timestamp`: a None value deletes the
+        window, with the record's timestamp (Kafka's ValueAndTimestamp.make and record context)."""
+        if new.value is None:
+            self.store.put(key, None, start, timestamp)
         else:
-            store.put(key, new, start, new.timestamp)
+            self.store.put(key, new, start, new.timestamp)
+
+    def _update_typed(self, key: Any, start: int, timestamp: int, fn: Callable[..., Any], *args: Any) -> tuple:
+        old = self.store.fetch(key, start)
+        new = fn(old, timestamp, *args)
+        self.put_aggregate(key, start, new, timestamp)
         return new, old
 
     def _update_bytes(self, key: Any, start: int, timestamp: int, fn: Callable[..., Any], *args: Any) -> tuple:
@@ -437,6 +440,7 @@ class SlidingWindowAggregateLogic(WindowAggregateLogic):
     def __init__(self, windows: SlidingWindows, store: Any, initializer: Callable[[], Any],
                  aggregator: Callable[[Any, Any, Any], Any], forward: Forward, **options: Any) -> None:
         super().__init__(windows, store, initializer, aggregator, forward, **options)
+        self.updates = WindowUpdates(store)
         self.diff = windows.time_difference_ms
         self._where: tuple = ("", -1, -1)
 
@@ -567,10 +571,7 @@ class SlidingWindowAggregateLogic(WindowAggregateLogic):
         """Kafka's updateWindowAndForward: `vat` is the window's aggregate so far (None: empty)."""
         if window.end >= close_time:
             new = self._aggregate(vat, t, key, value)
-            if new.value is None:  # deleted: the record's timestamp (Kafka's record context)
-                self.store.put(key, None, window.start, t)
-            else:
-                self.store.put(key, new, window.start, new.timestamp)
+            self.updates.put_aggregate(key, window.start, new, t)
             if not self.emit_on_close:
                 self.forward(Windowed(key, window), new.value,
                              (None if vat is None else vat.value) if self.send_old_values else None, new.timestamp)
