@@ -108,6 +108,7 @@ class CachingWindowStore(CachingStore):
                     check_key(self.name, key)
                 cache_key = key + suffix
                 read = UNKNOWN
+                entry = None
                 if start < live_from:
                     old = None  # expired: fetch reads nothing there (the write down skips it)
                 else:
@@ -126,6 +127,20 @@ class CachingWindowStore(CachingStore):
                 new, entry_timestamp = fn(old, timestamp)
                 if new is not None and type(new) is not bytes:
                     check_value(self.name, new)
+                if entry is not None and old is not None and new is not None and len(new) == len(old):
+                    # NamedCache.put_dirty for a cached entry rewritten at the same size (a count):
+                    # no size change, so nothing to evict (inlined, as the KV store's update_many)
+                    dirty = named.dirty  # read per key: a flush replaces the dict
+                    if entry.dirty:
+                        del dirty[cache_key]
+                    else:
+                        entry.old = old  # a clean entry holds the store's value
+                        entry.dirty = True
+                    dirty[cache_key] = None
+                    entry.value = new
+                    entry.timestamp = entry_timestamp
+                    entries.move_to_end(cache_key)
+                    continue
                 put_dirty(cache_key, new, entry_timestamp, read)
                 if named.evictions != evictions:
                     live_from, evictions = actual_from(0), named.evictions
