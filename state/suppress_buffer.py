@@ -8,7 +8,8 @@ non-resetting semantics). `evict_while(predicate, callback)` hands entries to th
 oldest-first while the predicate holds. Sizes are counted in records and bytes.
 
 Changelog (as Kafka writes it). Logging is deferred: the keys touched since the last flush are
-written on `flush()` (the commit), one record per key: a tombstone if the key was evicted, else
+written on `flush()` (the commit), one record per key: a tombstone if the key was evicted (unless
+the changelog holds no value for it: a key buffered and evicted between two flushes), else
 key -> BufferValue(context, prior, old, new) + 8-byte buffer time with the header v=3:
 
     context:  timestamp (8) offset (8) topic length (4) topic (UTF-8) partition (4)
@@ -40,6 +41,7 @@ _CTX_HEAD = struct.Struct(">qqi")  # timestamp, offset, topic length
 _NULL = -1
 _OLD_SAME_AS_PRIOR = -2
 MAX_TIMESTAMP = (1 << 63) - 1
+_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__
 CHANGELOG_HEADERS = [("v", b"\x03")]
 
 
@@ -87,7 +89,19 @@ class Eviction(NamedTuple):
 
 
 def _record_size(key: bytes, value: BufferValue) -> int:
-    return 8 + len(key) + value.size_estimate()  # 8: the buffer time
+    """8 (the buffer time) + the key + value.size_estimate(), in one frame."""
+    context = value.context
+    size = 28 + len(key) + len(context.topic)
+    for hkey, hvalue in context.headers:
+        size += len(hkey) + (len(hvalue) if hvalue is not None else 0)
+    prior, old, new = value.prior, value.old, value.new
+    if prior is not None:
+        size += len(prior)
+    if old is not None and old is not prior:
+        size += len(old)
+    if new is not None:
+        size += len(new)
+    return size
 
 
 # ------------------------------------------------------------------------------ changelog format
@@ -191,6 +205,9 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
         self.logging_enabled = logging_enabled
         self._index: dict[bytes, int] = {}          # key -> buffer time
         self._values: dict[bytes, BufferValue] = {}
+        self._sizes: dict[bytes, int] = {}          # key -> its _record_size
+        self._live: set[bytes] = set()               # keys whose last changelog record is a value
+        self._sizing = False  # sizes kept once buffer_size() was asked for
         self._heap: list[tuple[int, bytes]] = []     # (buffer time, key); stale entries skipped lazily
         self._dirty: set[bytes] = set()
         self._size = 0
@@ -222,6 +239,9 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
     def _clear(self) -> None:
         self._index.clear()
         self._values.clear()
+        self._sizes.clear()
+        self._live.clear()
+        self._sizing = False
         self._heap.clear()
         self._dirty.clear()
         self._size = 0
@@ -236,11 +256,17 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
             self._dirty.clear()
             return
         now = wall_clock_ms()  # Kafka sends these without a timestamp: the producer's clock
+        live = self._live
         for key in sorted(self._dirty):
             time = self._index.get(key)
             if time is None:
-                log_change(self.name, key, None, now)
+                # a key buffered and evicted since the last flush has no value in the changelog
+                # to delete (Kafka logs the tombstone anyway; compaction would drop it)
+                if key in live:
+                    live.discard(key)
+                    log_change(self.name, key, None, now)
             else:
+                live.add(key)
                 log_change(self.name, key, encode_buffer_value(self._values[key], time), now, CHANGELOG_HEADERS)
         self._dirty.clear()
 
@@ -259,18 +285,22 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
             context: BufferedContext) -> None:
         """Buffer an update of `key` (new value, old value) at `buffer_time`. A key already
         buffered keeps its time and its prior value; otherwise the prior value is `old`."""
-        self._check()
-        check_key(self.name, key)
-        check_value(self.name, new)
-        check_value(self.name, old)
-        if not isinstance(buffer_time, int) or isinstance(buffer_time, bool):
+        if not self._open:
+            raise StoreClosedError(f"state store {self.name!r} is not open")
+        if type(key) is not bytes:
+            check_key(self.name, key)
+        if new is not None and type(new) is not bytes:
+            check_value(self.name, new)
+        if old is not None and type(old) is not bytes:
+            check_value(self.name, old)
+        if type(buffer_time) is not int:
             raise InvalidStoreArgumentError(f"state store {self.name!r}: buffer_time must be an int, got {buffer_time!r}")
-        if not isinstance(context, BufferedContext):
+        if type(context) is not BufferedContext:
             raise InvalidStoreArgumentError(
                 f"state store {self.name!r}: context must be a BufferedContext, got {type(context).__name__}")
         previous = self._values.get(key)
         prior = old if previous is None else previous.prior
-        self._clean_put(buffer_time, key, BufferValue(prior, old, new, context))
+        self._clean_put(buffer_time, key, _new_tuple(BufferValue, (prior, old, new, context)))
         if self.logging_enabled:
             self._dirty.add(key)
 
@@ -279,14 +309,18 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
         if existing_time is None:
             self._index[key] = time
             heapq.heappush(self._heap, (time, key))
-        else:
-            self._size -= _record_size(key, self._values[key])
+        elif self._sizing:
+            self._size -= self._sizes[key]
         self._values[key] = value
-        self._size += _record_size(key, value)
+        if self._sizing:
+            size = self._sizes[key] = _record_size(key, value)
+            self._size += size
 
     def _remove(self, key: bytes) -> None:
         if self._index.pop(key, None) is not None:
-            self._size -= _record_size(key, self._values.pop(key))
+            del self._values[key]
+            if self._sizing:
+                self._size -= self._sizes.pop(key)
 
     # ------------------------------------------------------------------ reads
     def _head(self) -> Optional[tuple[int, bytes]]:
@@ -317,6 +351,28 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
             evicted += 1
         return evicted
 
+    def evict_expired(self, expiry: int, callback: Callable[[Eviction], None]) -> int:
+        """`evict_while(lambda: min_timestamp() <= expiry, callback)` in one loop."""
+        self._check()
+        heap, index, values = self._heap, self._index, self._values
+        logged = self.logging_enabled
+        evicted = 0
+        while heap:
+            time, key = heap[0]
+            if index.get(key) != time:
+                heapq.heappop(heap)  # stale: evicted or deleted by restore
+                continue
+            if time > expiry:
+                break
+            value = values[key]
+            callback(_new_tuple(Eviction, (key, value.new, value.old, value.context)))
+            # removed only after the callback succeeded (Kafka); its heap entry is now stale
+            self._remove(key)
+            if logged:
+                self._dirty.add(key)
+            evicted += 1
+        return evicted
+
     def prior_value_for_buffered(self, key: bytes) -> tuple[bool, Optional[bytes]]:
         """(True, prior value) if `key` is buffered, else (False, None) (Kafka's Maybe)."""
         self._check()
@@ -330,7 +386,13 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
         return len(self._index)
 
     def buffer_size(self) -> int:
-        """Bytes held, as Kafka counts them (key + 8 + values + record context estimate)."""
+        """Bytes held, as Kafka counts them (key + 8 + values + record context estimate). Sizes
+        are kept from the first time they are asked for (a buffer bounded by bytes asks at
+        every put; others may never)."""
+        if not self._sizing:
+            self._sizes = {key: _record_size(key, value) for key, value in self._values.items()}
+            self._size = sum(self._sizes.values())
+            self._sizing = True
         return self._size
 
     def min_timestamp(self) -> int:
@@ -348,10 +410,13 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
     # ------------------------------------------------------------------ restore
     def restore_batch(self, records: list) -> None:
         """Apply changelog records: a tombstone removes the key; a value re-buffers it."""
+        live = self._live
         for key, value in records:
             if value is None:
                 self._remove(key)
+                live.discard(key)
             else:
+                live.add(key)
                 buffer_value, time = decode_buffer_value(value)
                 existing = self._index.get(key)
                 if existing is not None and existing != time:

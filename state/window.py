@@ -207,8 +207,9 @@ class SegmentedBytesStore(StateStore):
 
     def _write(self, segment_time: int, changelog_key: bytes, value: Optional[bytes]) -> bool:
         """Observe the time and store the record if its segment is live; False if expired."""
-        self._observe(segment_time)
-        seg = self.segment_id(segment_time)
+        if segment_time > self.observed_stream_time:
+            self._observe(segment_time)
+        seg = segment_time // self.segment_interval_ms
         if seg < self._min_live_segment:
             self.expired_records += 1
             log.debug("state store %s: skipping record for expired segment %d", self.name, seg)
@@ -350,10 +351,16 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
             timestamp: Optional[int] = None) -> Optional[int]:
         """Store the value; returns the sequence number used, or None if the put was ignored
         (None value with retain_duplicates)."""
-        self._check()
-        check_key(self.name, key)
-        check_value(self.name, value)
-        check_timestamp(self.name, "window_start_timestamp", window_start_timestamp)
+        # every write of a window store passes here (a cache's write down): the checks call the
+        # validators only for an argument about to fail them
+        if not self._engine.is_open:
+            self._check()
+        if type(key) is not bytes:
+            check_key(self.name, key)
+        if value is not None and type(value) is not bytes:
+            check_value(self.name, value)
+        if type(window_start_timestamp) is not int or window_start_timestamp < 0:
+            check_timestamp(self.name, "window_start_timestamp", window_start_timestamp)
         if self.retain_duplicates:
             if value is None:
                 return None

@@ -406,10 +406,14 @@ def _windowed_inner(inner: Any, where: str) -> Serde:
     return serde
 
 
-def _check_windowed(obj: Any, where: str) -> Any:
-    from state.window import Windowed  # the one Windowed type (streams.dsl re-exports it)
+_windowed_type: list = []  # state.window.Windowed, imported at first use (it loads RocksDB)
 
-    if not isinstance(obj, Windowed):
+
+def _check_windowed(obj: Any, where: str) -> Any:
+    if not _windowed_type:
+        from state.window import Windowed  # the one Windowed type (streams.dsl re-exports it)
+        _windowed_type.append(Windowed)
+    if not isinstance(obj, _windowed_type[0]):
         raise SerializationError(f"{where} serializes Windowed(key, window) keys, got {type(obj).__name__} {obj!r}")
     return obj
 
@@ -429,12 +433,21 @@ class TimeWindowedSerde(Serde):
             raise SerializationError(f"serdes.time_windowed: window_size must be positive, got {size} ms")
         self.window_size_ms = size
         self.name = f"time_windowed({getattr(self.inner, 'name', 'custom')}, {size})"
+        self._inner_unchecked = unchecked_serializer(self.inner)
 
     def serialize(self, obj: Any) -> bytes | None:
         if obj is None:
             return None
         _check_windowed(obj, "serdes.time_windowed")
-        key = self.inner.serialize(obj.key)
+        key = None
+        unchecked = self._inner_unchecked
+        if unchecked is not None:
+            try:  # the inner serde's C function; on any error its own call decides
+                key = unchecked(obj.key)
+            except Exception:
+                key = None
+        if type(key) is not bytes:
+            key = self.inner.serialize(obj.key)
         if key is None:
             raise SerializationError(f"serdes.time_windowed: key {obj.key!r} serialized to None")
         return key + _WINDOW_TS.pack(obj.window.start)

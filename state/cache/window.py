@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted_by
-from state.cache.thread_cache import ThreadCache
+from state.cache.thread_cache import UNKNOWN, ThreadCache
 from state.rocksdb_kv import key_after
+from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
 from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp, decode_window_changelog_key, window_changelog_key
 
@@ -40,9 +41,12 @@ class CachingWindowStore(CachingStore):
             self._write_changes(changes, self.wrapped.put)
             return
         # the old values first (a flush's windows are distinct, so this reads what reading
-        # before each write would), then the writes, then the forwards (as the KV store)
+        # before each write would; the cache knows most of them), then the writes, then the
+        # forwards (as the KV store)
         fetch = self._reader.fetch
-        olds = [fetch(key, start) for key, _value, start, _ts in changes]
+        unknown = UNKNOWN
+        olds = [fetch(change[0], change[2]) if entry[3] is unknown else entry[3]
+                for change, entry in zip(changes, entries)]
         kept = [(change, old) for change, old in zip(changes, olds) if change[1] is not None or old is not None]
         self._write_changes([change for change, _old in kept], self.wrapped.put)
         size = self.window_size_ms
@@ -62,6 +66,87 @@ class CachingWindowStore(CachingStore):
         cache.put(self._namespace, window_changelog_key(key, window_start_timestamp, 0), value,
                   dirty=True, timestamp=timestamp)
         return 0
+
+    def update_many(self, keys: Sequence[bytes], starts: Sequence[int],
+                    fn: Callable[[Optional[bytes], int], tuple], timestamps: Sequence[int],
+                    clock: Any = None) -> None:
+        """A windowed aggregation's read-modify-write for a run of records: for each key (bytes),
+        window start and record timestamp in order, `fn(old, timestamp) -> (new, entry
+        timestamp)` over the window's stored bytes (old: None when absent or expired, as
+        `fetch(key, start)` reads it) is written as `put(key, new, start, entry timestamp)` would:
+        a read that misses is read through (kept clean), then the dirty write. The cache lock is
+        held once. `clock`: the owner of the caller's stream time, raised to each record's
+        timestamp before anything that could read it (as CachingKeyValueStore.update_many)."""
+        cache = self._check()
+        if self.retain_duplicates:
+            raise InvalidStoreArgumentError(f"state store {self.name!r}: update_many needs a store without "
+                                            "duplicates (every put of one retaining them is kept)")
+        named = self._named
+        entries = named.entries
+        put_dirty = named.put_dirty
+        reader = self._reader
+        fetch, actual_from = reader.fetch, reader.actual_from
+        suffixes: dict[int, bytes] = {}
+        newest = clock.stream_time if clock is not None else 0
+        lock = cache.lock
+        lock.acquire()
+        try:
+            # the first live window start, and the newest window start the store below holds (a
+            # window starting later is not there: no read), move only when that store is
+            # written: on evictions
+            live_from, evictions = actual_from(0), named.evictions
+            newest_stored = getattr(reader, "observed_stream_time", None)
+            for i in range(len(keys)):
+                key, start, timestamp = keys[i], starts[i], timestamps[i]
+                if timestamp > newest:
+                    newest = timestamp
+                suffix = suffixes.get(start)
+                if suffix is None:  # the cache key is the changelog key: key + start + sequence number 0
+                    suffix = suffixes[start] = window_changelog_key(b"", check_timestamp(
+                        self.name, "window_start_timestamp", start), 0)
+                if type(key) is not bytes:
+                    check_key(self.name, key)
+                cache_key = key + suffix
+                read = UNKNOWN
+                entry = None
+                if start < live_from:
+                    old = None  # expired: fetch reads nothing there (the write down skips it)
+                else:
+                    entry = entries.get(cache_key)
+                    if entry is not None:
+                        named.hits += 1
+                        old = entry.value
+                    else:
+                        named.misses += 1
+                        if newest_stored is not None and start > newest_stored:
+                            old = read = None
+                        else:
+                            old = read = fetch(key, start)
+                if clock is not None and newest > clock.stream_time:
+                    clock.advance_stream_time(newest)  # before fn and what the put may evict and forward
+                new, entry_timestamp = fn(old, timestamp)
+                if new is not None and type(new) is not bytes:
+                    check_value(self.name, new)
+                if entry is not None and old is not None and new is not None and len(new) == len(old):
+                    # NamedCache.put_dirty for a cached entry rewritten at the same size (a count):
+                    # no size change, so nothing to evict (inlined, as the KV store's update_many)
+                    dirty = named.dirty  # read per key: a flush replaces the dict
+                    if entry.dirty:
+                        del dirty[cache_key]
+                    else:
+                        entry.old = old  # a clean entry holds the store's value
+                        entry.dirty = True
+                    dirty[cache_key] = None
+                    entry.value = new
+                    entry.timestamp = entry_timestamp
+                    entries.move_to_end(cache_key)
+                    continue
+                put_dirty(cache_key, new, entry_timestamp, read)
+                if named.evictions != evictions:
+                    live_from, evictions = actual_from(0), named.evictions
+                    newest_stored = getattr(reader, "observed_stream_time", None)
+        finally:
+            lock.release()
 
     def fetch(self, key: bytes, time_from: int, time_to: Optional[int] = None):
         cache = self._check()

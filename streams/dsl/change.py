@@ -6,6 +6,8 @@ from typing import Any, NamedTuple, Optional
 
 from streams.errors import SerializationError
 
+_new_tuple = tuple.__new__  # a Change without NamedTuple's Python-level __new__
+
 
 class Change(NamedTuple):
     """A table update flowing between KTable nodes: the new value and the previous one."""
@@ -17,36 +19,58 @@ class Change(NamedTuple):
 class ChangeSerde:
     """Kafka's ChangedSerializer/ChangedDeserializer bytes (3.5+), for Change records through a
     grouped table's repartition topic: `old + 0x00`, `new + 0x01`, or
-    `new length (4, big-endian) + new + old + 0x02` when both are present."""
+    `new length (4, big-endian) + new + old + 0x02` when both are present.
+
+    `serialize_unchecked` / `deserialize_unchecked` (streams.serdes.unchecked_serializer) are the
+    same functions: they let the repartition topic's sink and source take the engine's C routes;
+    the inner serde's own unchecked functions are used where it has them."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        inner_ser = getattr(inner, "serialize_unchecked", None) or inner.serialize
+        inner_de = getattr(inner, "deserialize_unchecked", None) or inner.deserialize
+        checked_ser, checked_de = inner.serialize, inner.deserialize
 
-    def serialize(self, change: Any) -> Optional[bytes]:
-        if change is None:
-            return None
-        new, old = change
-        inner = self.inner
-        if new is not None and old is not None:
-            new_bytes = inner.serialize(new)
-            return len(new_bytes).to_bytes(4, "big") + new_bytes + inner.serialize(old) + b"\x02"
-        if new is not None:
-            return inner.serialize(new) + b"\x01"
-        if old is not None:
-            return inner.serialize(old) + b"\x00"
-        raise SerializationError("a Change with neither a new nor an old value cannot be serialized")
+        def ser(value: Any) -> bytes:
+            try:
+                data = inner_ser(value)
+            except Exception:
+                data = None
+            return data if type(data) is bytes else checked_ser(value)
 
-    def deserialize(self, data: Optional[bytes]) -> Optional[Change]:
-        if data is None:
-            return None
-        if not data:
-            raise SerializationError("a serialized Change needs at least its flag byte")
-        flag, body, inner = data[-1], data[:-1], self.inner
-        if flag == 1:
-            return Change(inner.deserialize(body), None)
-        if flag == 0:
-            return Change(None, inner.deserialize(body))
-        if flag == 2 and len(body) >= 4:
-            n = int.from_bytes(body[:4], "big")
-            return Change(inner.deserialize(body[4:4 + n]), inner.deserialize(body[4 + n:]))
-        raise SerializationError(f"a serialized Change has an unknown flag byte {flag} or is too short")
+        def de(data: bytes) -> Any:
+            try:
+                return inner_de(data)
+            except Exception:  # the serde's own call: its value or its error
+                return checked_de(data)
+
+        def serialize(change: Any) -> Optional[bytes]:
+            if change is None:
+                return None
+            new, old = change
+            if new is not None:
+                new_bytes = ser(new)
+                if old is not None:
+                    return len(new_bytes).to_bytes(4, "big") + new_bytes + ser(old) + b"\x02"
+                return new_bytes + b"\x01"
+            if old is not None:
+                return ser(old) + b"\x00"
+            raise SerializationError("a Change with neither a new nor an old value cannot be serialized")
+
+        def deserialize(data: Optional[bytes]) -> Optional[Change]:
+            if data is None:
+                return None
+            if not data:
+                raise SerializationError("a serialized Change needs at least its flag byte")
+            flag = data[-1]
+            if flag == 1:
+                return _new_tuple(Change, (de(data[:-1]), None))
+            if flag == 0:
+                return _new_tuple(Change, (None, de(data[:-1])))
+            if flag == 2 and len(data) >= 5:
+                n = int.from_bytes(data[:4], "big")
+                return _new_tuple(Change, (de(data[4:4 + n]), de(data[4 + n:-1])))
+            raise SerializationError(f"a serialized Change has an unknown flag byte {flag} or is too short")
+
+        self.serialize = self.serialize_unchecked = serialize
+        self.deserialize = self.deserialize_unchecked = deserialize

@@ -170,8 +170,6 @@ class _WindowedStream:
     def emit_strategy(self, strategy: EmitStrategy) -> "_WindowedStream":
         if not isinstance(strategy, EmitStrategy):
             raise TopologyError(f"emit_strategy needs an EmitStrategy, got {strategy!r}")
-        if strategy.emits_on_close and isinstance(self._windows, SlidingWindows):
-            raise TopologyError("EmitStrategy.on_window_close is not supported for sliding windows yet")
         self._emit = strategy
         return self
 

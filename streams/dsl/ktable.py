@@ -15,6 +15,7 @@ from streams.dsl.ops.suppress import SuppressProcessor
 from streams.dsl.ops.table import (TableFilterProcessor, TableMapValuesProcessor, TableSelectProcessor,
                                    ToStreamProcessor)
 from streams.dsl.suppressed import Suppressed
+from streams.dsl.windows import window_close_delay_ms
 from streams.errors import TopologyError
 
 __all__ = ["KTable"]
@@ -117,7 +118,7 @@ class KTable:
             if self._windows is None:
                 raise TopologyError("Suppressed.until_window_closes applies to windowed tables only "
                                     "(the result of a windowed aggregation)")
-            grace = self._windows.grace_ms
+            grace = window_close_delay_ms(self._windows)  # sessions: gap + grace (Kafka)
         graph = self._builder._graph
         name = suppressed.name or graph.new_name(N.TABLE_SUPPRESS)
         # Kafka: a named suppression's buffer is `<name>-store`, else a generated store name

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from streams.dsl.windows import duration_ms
+from streams.dsl.windows import Windowed, duration_ms
+from streams.serdes import unchecked_serializer
 from streams.errors import ProcessingError, TopologyError
 
 __all__ = ["BufferConfig", "Suppressed", "BufferFullStrategy", "InvalidSuppressedError",
@@ -228,6 +229,31 @@ class SuppressionBufferFullError(ProcessingError):
     """A `shut_down_when_full()` suppression buffer went over its limit (Kafka throws a StreamsException)."""
 
 
+def _serializer(serde: Any) -> Any:
+    """`serde.serialize` for the buffer (None passes; no serde: bytes pass), its C function first
+    where it has one (on any error the serde's own call decides)."""
+    if serde is None:
+        return lambda value: value
+    serialize = serde.serialize
+    unchecked = unchecked_serializer(serde)
+    if unchecked is None:
+        return lambda value: None if value is None else serialize(value)
+
+    def to_bytes(value: Any) -> Optional[bytes]:
+        if value is None:
+            return None
+        try:
+            data = unchecked(value)
+        except Exception:
+            data = None
+        return data if type(data) is bytes else serialize(value)
+    return to_bytes
+
+
+# values that cannot change after they were handed over (a Windowed key of one too: its window is two ints)
+_IMMUTABLE = frozenset((int, float, str, bytes, bool, type(None)))
+
+
 class SuppressProcessorLogic:
     """The operator-independent part of Kafka's KTableSuppressProcessor.
 
@@ -238,6 +264,13 @@ class SuppressProcessorLogic:
     `forward(key, new_value, old_value, timestamp, context)` with the context and timestamp of the
     key's latest buffered update; with final results, a tombstone of a key is not forwarded.
     Keys and values are (de)serialized with the given serdes; the buffer holds bytes.
+
+    Two shortcuts with the same results: an update already due when it arrives, with nothing due
+    buffered before it and its key not buffered, is emitted at once (Kafka buffers it and evicts
+    it in the same call; the changelog then has no live value for the key, so the tombstone
+    Kafka would log for it is not needed); and an emitted update whose key and values cannot
+    have changed since it was buffered (immutable values: a count, a string) is emitted from the
+    objects it was buffered with rather than deserialized again.
     """
 
     def __init__(self, suppressed: Suppressed, buffer: Any, key_serde: Any, value_serde: Any,
@@ -257,6 +290,8 @@ class SuppressProcessorLogic:
         self.emit_when_full = config.full_strategy == BufferFullStrategy.EMIT
         self.observed_stream_time = -1
         self.emitted = 0  # Kafka's suppression-emit sensor
+        self._buffered: dict[bytes, tuple] = {}  # key bytes -> (key, new, old) of immutable updates
+        self._key_bytes, self._value_bytes = _serializer(key_serde), _serializer(value_serde)
 
     def _ser(self, serde: Any, value: Any) -> Optional[bytes]:
         return value if serde is None or value is None else serde.serialize(value)
@@ -276,9 +311,30 @@ class SuppressProcessorLogic:
             buffer_time = window.end
         else:
             buffer_time = timestamp
-        self.buffer.put(buffer_time, self._ser(self.key_serde, key), self._ser(self.value_serde, new),
-                        self._ser(self.value_serde, old), context)
-        self._enforce_constraints()
+        buffer = self.buffer
+        expiry = self.observed_stream_time - self.suppress_duration_ms
+        first_due = buffer.min_timestamp()
+        key_bytes = None
+        if buffer_time <= expiry < first_due:
+            # due on arrival, nothing due before it: a key buffered at a later time keeps that
+            # time (record time only: a window's end is the same at every update of its key)
+            if self.window_end_time or (key_bytes := self._key_bytes(key)) not in buffer:
+                self._emit_update(key, new, old, timestamp, context)
+                return
+        if key_bytes is None:
+            key_bytes = self._key_bytes(key)
+        value_bytes = self._value_bytes
+        buffer.put(buffer_time, key_bytes, value_bytes(new), value_bytes(old), context)
+        immutable = _IMMUTABLE
+        if ((type(key) in immutable or (type(key) is Windowed and type(key.key) in immutable))
+                and type(new) in immutable and type(old) in immutable):
+            self._buffered[key_bytes] = (key, new, old)
+        else:
+            self._buffered.pop(key_bytes, None)
+        if first_due <= expiry or buffer_time <= expiry:  # else nothing is due yet
+            buffer.evict_expired(expiry, self._emit)
+        if self.max_records is not None or self.max_bytes is not None:
+            self._enforce_limits()
 
     def view_value(self, key: Any, parent_get: Any) -> Any:
         """What the suppressed table shows for `key` (Kafka's suppress value getter): the prior
@@ -293,10 +349,8 @@ class SuppressProcessorLogic:
         return ((self.max_records is not None and buffer.num_records() > self.max_records)
                 or (self.max_bytes is not None and buffer.buffer_size() > self.max_bytes))
 
-    def _enforce_constraints(self) -> None:
+    def _enforce_limits(self) -> None:
         buffer = self.buffer
-        expiry = self.observed_stream_time - self.suppress_duration_ms
-        buffer.evict_while(lambda: buffer.min_timestamp() <= expiry, self._emit)
         if self._over_capacity():
             if self.emit_when_full:
                 buffer.evict_while(self._over_capacity, self._emit)
@@ -307,8 +361,19 @@ class SuppressProcessorLogic:
                     f"[{buffer.buffer_size()}/{self.max_bytes}] bytes.")
 
     def _emit(self, eviction: Any) -> None:
-        if eviction.new is None and self.safe_to_drop_tombstones:
+        typed = self._buffered.pop(eviction.key, None)
+        if typed is not None:
+            key, new, old = typed
+        else:
+            value_serde = self.value_serde
+            if eviction.new is None and self.safe_to_drop_tombstones:
+                return
+            key = self._de(self.key_serde, eviction.key)
+            new, old = self._de(value_serde, eviction.new), self._de(value_serde, eviction.old)
+        self._emit_update(key, new, old, eviction.context.timestamp, eviction.context)
+
+    def _emit_update(self, key: Any, new: Any, old: Any, timestamp: int, context: Any) -> None:
+        if new is None and self.safe_to_drop_tombstones:
             return
         self.emitted += 1
-        self.forward(self._de(self.key_serde, eviction.key), self._de(self.value_serde, eviction.new),
-                     self._de(self.value_serde, eviction.old), eviction.context.timestamp, eviction.context)
+        self.forward(key, new, old, timestamp, context)

@@ -1,49 +1,45 @@
-"""The operator-independent part of windowed aggregations (Kafka's KStreamWindowAggregate and
-KStreamSessionWindowAggregate): which windows a record updates, what is stored, what is
-forwarded with which timestamp, which records are too late, and when a window's final result is
-emitted under `EmitStrategy.on_window_close()`.
+"""The operator-independent part of windowed aggregations (Kafka's KStreamWindowAggregate,
+KStreamSlidingWindowAggregate and KStreamSessionWindowAggregate): which windows a record updates,
+what is stored, what is forwarded with which timestamp, which records are too late, and when a
+window's final result is emitted under `EmitStrategy.on_window_close()`.
 
 An operator owns one instance per task, hands it the task's typed store, and calls
 `process(key, value, timestamp, ...)` per record. Results go to
-`forward(windowed_key, new_value, old_value, timestamp)`; with caching the operator passes a
-no-op there and forwards from the cache's flush listener instead (Kafka's tuple forwarder).
-`old_value` is filled only with `send_old_values`, as Kafka.
+`forward(windowed_key, new_value, old_value, timestamp)`.
+`old_value` is filled only with `send_old_values`, as Kafka. With caching the operator passes
+`forward=None`: updates are then forwarded by the cache's flush listener (Kafka's tuple
+forwarder), which lets a count work at the bytes level (`TimeWindowAggregateLogic.counting_run`).
 
 Stream time here is the processor's observed stream time (the largest record timestamp it has
-seen), as Kafka's processors keep it.
+seen), as Kafka's processors keep it. A window closes once stream time passes its end by the
+close delay (streams.dsl.windows.window_close_delay_ms: the grace, plus the gap for sessions).
+
+Under on_window_close the close time of the last emission is what keeps a final result from
+being emitted twice: the operator hands the one it recovered in `last_emit_window_close_time`
+and is told each new one through `on_final_results_emitted` (Kafka keeps it in the task's
+processor metadata, committed with the input offsets).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from state.timestamped import ValueAndTimestamp
+from state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 from state.window import MAX_TIMESTAMP, Window, Windowed
-from streams.dsl.windows import EmitStrategy, LateRecordReporter, SessionWindows, SlidingWindows, TimeWindows
+from streams import serdes as _serdes
+from streams.dsl.ops.table import TIMESTAMPED_INT64
+from streams.dsl.windows import (EmitStrategy, EmitThrottle, LateRecordReporter, SessionWindows, SlidingWindows,
+                                 TimeWindows, window_close_delay_ms)
 
-__all__ = ["TimeWindowAggregateLogic", "SessionWindowAggregateLogic", "SlidingWindowAggregateLogic"]
+__all__ = ["WindowAggregateLogic", "TimeWindowAggregateLogic", "SessionWindowAggregateLogic",
+           "SlidingWindowAggregateLogic", "WindowUpdates", "NO_TIMESTAMP"]
 
 NO_TIMESTAMP = -1
 Forward = Callable[[Windowed, Any, Any, int], None]
 
 
-class _EmitThrottle:
-    """Kafka's emit interval for on_window_close (internal config, 1000 ms in an App, 0 in tests):
-    at most one final-results scan per interval of wall clock."""
-
-    def __init__(self, interval_ms: int, clock: Optional[Callable[[], int]]) -> None:
-        self.interval_ms = interval_ms
-        self.clock = clock
-        self.next_time_to_emit = 0
-
-    def ready(self) -> bool:
-        if self.interval_ms <= 0 or self.clock is None:
-            return True
-        now = self.clock()
-        if now < self.next_time_to_emit:
-            return False
-        self.next_time_to_emit = now + self.interval_ms
-        return True
+def _no_forward(windowed: Windowed, new: Any, old: Any, timestamp: int) -> None:
+    """The forward of a logic whose updates a caching store forwards (final results never pass here)."""
 
 
 def _store_retention(store: Any) -> Optional[int]:
@@ -51,120 +47,322 @@ def _store_retention(store: Any) -> Optional[int]:
     return getattr(inner, "retention_ms", None)
 
 
-class TimeWindowAggregateLogic:
-    """Tumbling and hopping window aggregation over a typed window store of ValueAndTimestamp."""
+class WindowUpdates:
+    """Read-modify-write of single windows in a typed window store of ValueAndTimestamp.
 
-    def __init__(self, windows: TimeWindows, store: Any, initializer: Callable[[], Any],
+    `update(key, start, timestamp, fn, *args)` stores `fn(old, timestamp, *args)` (a
+    ValueAndTimestamp; one with a None value deletes the window, as Kafka's
+    ValueAndTimestamp.make) for the window of `key` starting at `start` and returns (new, old),
+    `old` None when the window is absent. Over a caching layer (its `update_many`, also offered
+    as `update_many` here for work at the bytes level) that is one pass through the cache;
+    otherwise a fetch and a put (`put_aggregate`)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        below = getattr(store, "wrapped", None)
+        key_serde, value_serde = getattr(store, "key_serde", None), getattr(store, "value_serde", None)
+        many = getattr(below, "update_many", None)
+        self.update_many: Optional[Callable[..., Any]] = (
+            many if callable(many) and key_serde is not None and value_serde is not None else None)
+        self.key_serde, self.value_serde = key_serde, value_serde
+        if self.update_many is not None:
+            self._key_unchecked = _serdes.unchecked_serializer(key_serde) or key_serde.serialize
+            self._serialize, self._deserialize = value_serde.serialize, value_serde.deserialize
+            self.update = self._update_bytes
+        else:
+            self.update = self._update_typed
+
+    def key_bytes(self, key: Any) -> bytes:
+        """`key` serialized as the store does it (its key serde's C serializer where it has one;
+        on any error the store's own call decides, bytes or its typed error)."""
+        try:
+            data = self._key_unchecked(key)
+        except Exception:
+            data = None
+        return data if type(data) is bytes else self.store.serdes.key_to_bytes(key)
+
+    def put_aggregate(self, key: Any, start: int, new: ValueAndTimestamp, timestamp: int) -> None:
+        """Store a window's new aggregate for a record at `timestamp`: a None value deletes the
+        window, with the record's timestamp (Kafka's ValueAndTimestamp.make and record context)."""
+        if new.value is None:
+            self.store.put(key, None, start, timestamp)
+        else:
+            self.store.put(key, new, start, new.timestamp)
+
+    def _update_typed(self, key: Any, start: int, timestamp: int, fn: Callable[..., Any], *args: Any) -> tuple:
+        old = self.store.fetch(key, start)
+        new = fn(old, timestamp, *args)
+        self.put_aggregate(key, start, new, timestamp)
+        return new, old
+
+    def _update_bytes(self, key: Any, start: int, timestamp: int, fn: Callable[..., Any], *args: Any) -> tuple:
+        serialize, deserialize = self._serialize, self._deserialize
+        result: list = [None, None]
+
+        def on_bytes(old_bytes: Optional[bytes], t: int) -> tuple:
+            old = None if old_bytes is None else deserialize(old_bytes)
+            new = fn(old, t, *args)
+            result[0], result[1] = new, old
+            # a deleted window's entry keeps the record's timestamp (Kafka's cache entry context)
+            return (None, t) if new.value is None else (serialize(new), new.timestamp)
+        self.update_many((self.key_bytes(key),), (start,), on_bytes, (timestamp,))
+        return result[0], result[1]
+
+    def flushed(self) -> Optional[Callable[[Any, Optional[bytes], Optional[bytes]], tuple]]:
+        """`decode(windowed, new_bytes, old_bytes) -> (typed Windowed, new value, old value)`, for
+        what the caching layer hands its flush listener (plain values, their timestamps dropped);
+        None for a store without serdes."""
+        key_serde, value_serde = self.key_serde, self.value_serde
+        if key_serde is None or value_serde is None:
+            return None
+        key_unchecked = _serdes.unchecked_deserializer(key_serde)
+        key_de = key_serde.deserialize
+        if isinstance(value_serde, ValueAndTimestampSerde) and value_serde.inner is _serdes.INT64:
+            unpack = TIMESTAMPED_INT64.unpack
+
+            def value_of(data: Optional[bytes]) -> Any:
+                if data is None:
+                    return None
+                try:
+                    return unpack(data)[1]
+                except Exception:  # an odd size: the serde decides
+                    return value_serde.deserialize(data).value
+        else:
+            def value_of(data: Optional[bytes]) -> Any:
+                return None if data is None else value_serde.deserialize(data).value
+
+        def decode(windowed: Any, new: Optional[bytes], old: Optional[bytes]) -> tuple:
+            key = windowed.key
+            try:
+                key = key_unchecked(key) if key_unchecked is not None else key_de(key)
+            except Exception:
+                key = key_de(key)
+            return Windowed(key, windowed.window), value_of(new), value_of(old)
+        return decode
+
+    def counting(self, initializer: Callable[[], Any], adder: Callable[..., Any]) -> Optional[Callable[..., tuple]]:
+        """The bytes form of `_aggregate` (the typed rule of TimeWindowAggregateLogic) for a count:
+        when the adder adds a constant (`constant_increment`) and the store holds timestamped
+        INT64, `fn(old_bytes, timestamp) -> (new_bytes, timestamp)` does at the bytes level what
+        the typed rule does; None otherwise. Any odd value goes through the typed rule."""
+        increment = getattr(adder, "constant_increment", None)
+        serde = self.value_serde
+        if (increment is None or self.update_many is None or not isinstance(serde, ValueAndTimestampSerde)
+                or serde.inner is not _serdes.INT64):
+            return None
+        pack, unpack = TIMESTAMPED_INT64.pack, TIMESTAMPED_INT64.unpack
+        serialize, deserialize = serde.serialize, serde.deserialize
+
+        def count(old: Optional[bytes], t: int) -> tuple:
+            try:
+                if old is None:
+                    return pack(t, initializer() + increment), t
+                old_t, old_count = unpack(old)
+                new_t = old_t if old_t > t else t
+                return pack(new_t, old_count + increment), new_t
+            except Exception:  # an odd size or an overflow: the serdes decide
+                vat = None if old is None else deserialize(old)
+                new = ValueAndTimestamp((initializer() if vat is None else vat.value) + increment,
+                                        t if vat is None else max(t, vat.timestamp))
+                return serialize(new), new.timestamp
+        return count
+
+
+class WindowAggregateLogic:
+    """What the three windowed aggregations share (Kafka's AbstractKStreamTimeWindowAggregateProcessor):
+    their parts, the observed stream time and its close time, and the bookkeeping of final
+    results under on_window_close (the emit interval, the close time of the last emission).
+    Subclasses say which stored windows a close time makes final (`_emit_bounds`)."""
+
+    def __init__(self, windows: Any, store: Any, initializer: Callable[[], Any],
                  aggregator: Callable[[Any, Any, Any], Any], forward: Forward, *,
                  late: LateRecordReporter, send_old_values: bool = False,
                  emit_strategy: Optional[EmitStrategy] = None, emit_interval_ms: int = 0,
                  wall_clock: Optional[Callable[[], int]] = None,
-                 last_emit_window_close_time: int = NO_TIMESTAMP) -> None:
+                 last_emit_window_close_time: int = NO_TIMESTAMP,
+                 on_final_results_emitted: Optional[Callable[[int], None]] = None) -> None:
         self.windows = windows
         self.store = store
         self.initializer = initializer
         self.aggregator = aggregator
-        self.forward = forward
+        # None: updates are not forwarded here (a caching store forwards them when it flushes)
+        self.forwards_updates = forward is not None
+        self.forward = forward if forward is not None else _no_forward
         self.late = late
         self.send_old_values = send_old_values
         self.emit_on_close = emit_strategy is not None and emit_strategy.emits_on_close
-        self.throttle = _EmitThrottle(emit_interval_ms, wall_clock)
+        self.throttle = EmitThrottle(emit_interval_ms, wall_clock)
+        self.close_delay_ms = window_close_delay_ms(windows)
         self._retention = _store_retention(store)
         self.observed_stream_time = NO_TIMESTAMP
-        # Kafka keeps this in the task's processor metadata (committed with the offsets), so a
-        # restarted task does not emit a final result twice; the operator persists and restores it.
         self.last_emit_window_close_time = last_emit_window_close_time
+        self.on_final_results_emitted = on_final_results_emitted
+        self.initial: Any = None  # the initializer's value of the last new window
+
+    def _close_time(self, timestamp: int) -> int:
+        """Observe `timestamp`; the close time: windows ending at or before it are closed."""
+        if timestamp > self.observed_stream_time:
+            self.observed_stream_time = timestamp
+        return self.observed_stream_time - self.close_delay_ms
+
+    def _emit_bounds(self, close_time: int, last: int) -> Optional[tuple[int, int]]:
+        """The inclusive range of stored windows (by start; sessions: by end) that `close_time`
+        makes final beyond what `last` did, or None when there is none to fetch."""
+        raise NotImplementedError
+
+    def _due(self, close_time: int, force: bool = False) -> Optional[tuple[int, int]]:
+        """Whether final results are due now (Kafka's shouldEmitFinal: the emit interval first,
+        then a close time past the last emission's) and which stored windows they are; `force`
+        skips the interval (a window is about to leave the store's retention)."""
+        if not self.emit_on_close or (not self.throttle.ready() and not force):
+            return None
+        last = self.last_emit_window_close_time
+        if last != NO_TIMESTAMP and last >= close_time:
+            return None
+        return self._emit_bounds(close_time, last)
+
+    def _emitted(self, close_time: int) -> None:
+        self.last_emit_window_close_time = close_time
+        if self.on_final_results_emitted is not None:
+            self.on_final_results_emitted(close_time)
+
+    def _forward_final_windows(self, close_time: int, bounds: tuple[int, int]) -> int:
+        """Forward each stored window with a start in `bounds`, with its aggregate's timestamp
+        (Kafka's fetchAndEmit), and record the emission; how many were forwarded."""
+        emitted = 0
+        forward = self.forward
+        with self.store.fetch_all(bounds[0], bounds[1]) as it:
+            for windowed, vat in it:
+                forward(windowed, vat.value, None, vat.timestamp)
+                emitted += 1
+        self._emitted(close_time)
+        return emitted
+
+    def _aggregate(self, old: Optional[ValueAndTimestamp], timestamp: int, key: Any, value: Any) -> ValueAndTimestamp:
+        """Kafka's rule for a window's new aggregate: the aggregator over the old aggregate (the
+        initializer's for a new window, kept in `initial` as the old value to forward), stamped
+        with the largest record timestamp it holds (KIP-258). A None aggregate deletes the window."""
+        if old is None:
+            initial = self.initial = self.initializer()
+            return ValueAndTimestamp(self.aggregator(key, value, initial), timestamp)
+        return ValueAndTimestamp(self.aggregator(key, value, old.value),
+                                 old.timestamp if old.timestamp > timestamp else timestamp)
+
+
+class TimeWindowAggregateLogic(WindowAggregateLogic):
+    """Tumbling and hopping window aggregation over a typed window store of ValueAndTimestamp."""
+
+    def __init__(self, windows: TimeWindows, store: Any, initializer: Callable[[], Any],
+                 aggregator: Callable[[Any, Any, Any], Any], forward: Forward, **options: Any) -> None:
+        super().__init__(windows, store, initializer, aggregator, forward, **options)
+        self.updates = WindowUpdates(store)
+        # a count whose updates the cache forwards: done at the bytes level
+        self._count = (self.updates.counting(initializer, aggregator)
+                       if not self.forwards_updates and not self.emit_on_close else None)
 
     def process(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                 offset: int = -1) -> None:
         """Aggregate one record (a None key is the caller's to drop and count, as Kafka)."""
-        if timestamp > self.observed_stream_time:
-            self.observed_stream_time = timestamp
-        close_time = self.observed_stream_time - self.windows.grace_ms
-        matched = self.windows.windows_for(timestamp)
+        close_time = self._close_time(timestamp)
+        bounds = self.windows.window_bounds(timestamp)
         if self.emit_on_close:
-            # Before this record's put: the put may move the store's retention past windows that
-            # close now (Kafka emits after the put); what is emitted is the same, since a record
-            # never updates a closed window. A throttled scan is forced when the put would expire
-            # a window not emitted yet.
-            retention = self._retention
-            last = self.last_emit_window_close_time
-            next_lower = 0 if last == NO_TIMESTAMP else max(0, last - self.windows.size_ms) + 1
-            force = retention is None or next_lower <= max(matched) - retention
-            self.emit_final_results(close_time, force=force)
-        store = self.store
-        for start, window in matched.items():
-            if window.end > close_time:
-                old = store.fetch(key, start)
-                if old is None:
-                    old_agg = self.initializer()
-                    new_ts = timestamp
-                else:
-                    old_agg = old.value
-                    new_ts = old.timestamp if old.timestamp > timestamp else timestamp
-                new_agg = self.aggregator(key, value, old_agg)
-                store.put(key, ValueAndTimestamp(new_agg, new_ts), start, new_ts)
-                if not self.emit_on_close:
-                    self.forward(Windowed(key, window), new_agg, old_agg if self.send_old_values else None, new_ts)
+            self._emit_before_put(close_time, bounds[-1][0])
+        count = self._count
+        if count is not None:
+            key_bytes, update_many = self.updates.key_bytes(key), self.updates.update_many
+        update, forward, send_old, aggregate = self.updates.update, self.forward, self.send_old_values, self._aggregate
+        forwarding = self.forwards_updates and not self.emit_on_close
+        for start, end in bounds:
+            if end > close_time:
+                if count is not None:
+                    update_many((key_bytes,), (start,), count, (timestamp,))
+                    continue
+                new, old = update(key, start, timestamp, aggregate, key, value)
+                if forwarding:  # a new window's old value is the initializer's (Kafka)
+                    forward(Windowed(key, Window(start, end)), new.value,
+                            (self.initial if old is None else old.value) if send_old else None, new.timestamp)
             else:
-                self.late.report(key, timestamp, window, close_time, self.observed_stream_time,
+                self.late.report(key, timestamp, Window(start, end), close_time, self.observed_stream_time,
                                  topic, partition, offset)
 
-    def emit_final_results(self, close_time: int, *, force: bool = False) -> int:
-        """Forward each window that closed since the last emission (end <= close time), once, with
-        its aggregate's timestamp (Kafka's fetchAndEmit). Returns how many were forwarded."""
+    def counting_run(self) -> Optional[Callable[[list, list, Any], None]]:
+        """For a count whose updates a caching store forwards (`forward=None`): `run(keys,
+        timestamps, clock)` is `process` for each serialized key and timestamp in order (values
+        play no part in a count), the store updated by one `update_many`; None when that does not
+        apply. A late record is reported with its key deserialized (no offset: a run has none)."""
+        count = self._count
+        if count is None:
+            return None
+        update_many = self.updates.update_many
+        key_of = self.updates.key_serde.deserialize
+        bounds_of = self.windows.window_bounds
+
+        def run(keys: list, timestamps: list, clock: Any) -> None:
+            run_keys, run_starts, run_times = [], [], []
+            observed = self.observed_stream_time
+            delay = self.close_delay_ms
+            for i in range(len(keys)):
+                t = timestamps[i]
+                if t > observed:
+                    observed = self.observed_stream_time = t
+                close_time = observed - delay
+                for start, end in bounds_of(t):
+                    if end > close_time:
+                        run_keys.append(keys[i])
+                        run_starts.append(start)
+                        run_times.append(t)
+                    else:
+                        self.late.report(key_of(keys[i]), t, Window(start, end), close_time, observed)
+            update_many(run_keys, run_starts, count, run_times, clock)
+        return run
+
+    def _emit_before_put(self, close_time: int, newest_start: int) -> None:
+        # Before this record's put: the put may move the store's retention past windows that close
+        # now (Kafka emits after the put); what is emitted is the same, since a record never
+        # updates a closed window. A throttled scan is forced when the put would expire a window
+        # not emitted yet.
+        retention = self._retention
         last = self.last_emit_window_close_time
-        if last != NO_TIMESTAMP and last >= close_time:
-            return 0
-        if not self.throttle.ready() and not force:
-            return 0
+        next_lower = 0 if last == NO_TIMESTAMP else max(0, last - self.windows.size_ms) + 1
+        bounds = self._due(close_time, force=retention is None or next_lower <= newest_start - retention)
+        if bounds is not None:
+            self._forward_final_windows(close_time, bounds)
+
+    def emit_final_results(self, close_time: int, *, force: bool = False) -> int:
+        """Forward each window that closed since the last emission (end <= close time), once;
+        returns how many were forwarded (0 when not due)."""
+        bounds = self._due(close_time, force)
+        return 0 if bounds is None else self._forward_final_windows(close_time, bounds)
+
+    def _emit_bounds(self, close_time: int, last: int) -> Optional[tuple[int, int]]:
         size = self.windows.size_ms
         upper = close_time - size  # starts <= upper: end <= close time
         if upper < 0:
-            return 0
+            return None
         lower = 0 if last == NO_TIMESTAMP else max(0, last - size) + 1
-        if upper < lower:
-            return 0
-        emitted = 0
-        with self.store.fetch_all(lower, upper) as it:
-            for windowed, vat in it:
-                self.forward(windowed, vat.value, None, vat.timestamp)
-                emitted += 1
-        self.last_emit_window_close_time = close_time
-        return emitted
+        # Kafka's shouldRangeFetch: no window starts in (lower - 1, upper]: nothing new (the
+        # last emission's close time is then kept)
+        if last != NO_TIMESTAMP and self.windows.window_bounds(upper) == self.windows.window_bounds(lower - 1):
+            return None
+        return lower, upper
 
 
-class SessionWindowAggregateLogic:
+class SessionWindowAggregateLogic(WindowAggregateLogic):
     """Session window aggregation over a typed session store (Kafka's KStreamSessionWindowAggregate):
     a record merges every session of its key within the inactivity gap; each merged-away session
     is removed and forwarded as a tombstone (timestamp: its end), the merged session is stored and
-    forwarded with its end as timestamp."""
+    forwarded with its end as timestamp. A session is late once its end < stream time - grace -
+    gap (KAFKA-12718)."""
 
     def __init__(self, windows: SessionWindows, store: Any, initializer: Callable[[], Any],
                  aggregator: Callable[[Any, Any, Any], Any], merger: Callable[[Any, Any, Any], Any],
-                 forward: Forward, *, late: LateRecordReporter, send_old_values: bool = False,
-                 emit_strategy: Optional[EmitStrategy] = None, emit_interval_ms: int = 0,
-                 wall_clock: Optional[Callable[[], int]] = None,
-                 last_emit_window_close_time: int = NO_TIMESTAMP) -> None:
-        self.windows = windows
-        self.store = store
-        self.initializer = initializer
-        self.aggregator = aggregator
+                 forward: Forward, **options: Any) -> None:
+        super().__init__(windows, store, initializer, aggregator, forward, **options)
         self.merger = merger
-        self.forward = forward
-        self.late = late
-        self.send_old_values = send_old_values
-        self.emit_on_close = emit_strategy is not None and emit_strategy.emits_on_close
-        self.throttle = _EmitThrottle(emit_interval_ms, wall_clock)
-        self._retention = _store_retention(store)
-        self.observed_stream_time = NO_TIMESTAMP
-        self.last_emit_window_close_time = last_emit_window_close_time
 
     def process(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                 offset: int = -1) -> None:
-        if timestamp > self.observed_stream_time:
-            self.observed_stream_time = timestamp
-        close_time = self.observed_stream_time - self.windows.grace_ms
+        close_time = self._close_time(timestamp)
         gap = self.windows.gap_ms
         closed = None
         if self.emit_on_close:
@@ -173,8 +371,8 @@ class SessionWindowAggregateLogic:
             # left out below, which is what a scan after the put would find.
             last = self.last_emit_window_close_time
             retention = self._retention
-            force = retention is None or max(0, last) <= timestamp + gap - retention
-            closed = self._closed_sessions(close_time, force)
+            bounds = self._due(close_time, force=retention is None or max(0, last) <= timestamp + gap - retention)
+            closed = None if bounds is None else self._closed_sessions(bounds)
         new_window = Window(timestamp, timestamp)
         start, end = timestamp, timestamp
         agg = self.initializer()
@@ -188,7 +386,7 @@ class SessionWindowAggregateLogic:
                 if session.window.end > end:
                     end = session.window.end
         merged_window = Window(start, end)
-        if end < close_time:  # Kafka: a session is late once its end < stream time - grace
+        if end < close_time:
             self.late.report(key, timestamp, merged_window, close_time, self.observed_stream_time,
                              topic, partition, offset)
         else:
@@ -199,7 +397,7 @@ class SessionWindowAggregateLogic:
         if closed is not None:
             for session, session_agg in closed:
                 self.forward(session, session_agg, None, session.window.end)
-            self.last_emit_window_close_time = close_time
+            self._emitted(close_time)
 
     def _update(self, key: Any, value: Any, agg: Any, merged: list, merged_window: Window,
                 new_window: Window) -> None:
@@ -214,28 +412,24 @@ class SessionWindowAggregateLogic:
         if not self.emit_on_close:
             self.forward(Windowed(key, merged_window), agg, None, end)
 
-    def _closed_sessions(self, close_time: int, force: bool) -> Optional[list]:
-        """Sessions that ended since the last emission (end < close time; Kafka: ends are
-        inclusive, so the bound is close time - 1) in end order, or None when no scan is due."""
-        last = self.last_emit_window_close_time
-        if last != NO_TIMESTAMP and last >= close_time:
-            return None
-        if not self.throttle.ready() and not force:
-            return None
-        upper = close_time - 1
+    def _emit_bounds(self, close_time: int, last: int) -> Optional[tuple[int, int]]:
+        upper = close_time - 1  # session ends are inclusive: end < close time
         lower = max(0, last)
-        if upper < 0 or upper < lower:
-            return None
+        return None if upper < 0 or upper < lower else (lower, upper)
+
+    def _closed_sessions(self, bounds: tuple[int, int]) -> list:
+        """Sessions ending within `bounds`, in end order (Kafka's time-ordered session store)."""
+        lower, upper = bounds
         closed = []
         with self.store.find_sessions_range(None, None, lower, MAX_TIMESTAMP) as it:
             for session, agg in it:
                 if session.window.end <= upper:
                     closed.append((session, agg))
-        closed.sort(key=lambda pair: pair[0].window.end)  # Kafka's store is ordered by end time
+        closed.sort(key=lambda pair: pair[0].window.end)
         return closed
 
 
-class SlidingWindowAggregateLogic:
+class SlidingWindowAggregateLogic(WindowAggregateLogic):
     """Sliding window aggregation over a typed window store of ValueAndTimestamp (Kafka's
     KStreamSlidingWindowAggregate, forward-iterator form): each record updates the windows that
     contain it, creates its left window [t - d, t], its right window [t + 1, t + 1 + d] when a
@@ -244,17 +438,10 @@ class SlidingWindowAggregateLogic:
     a window is closed once its end < stream time - grace."""
 
     def __init__(self, windows: SlidingWindows, store: Any, initializer: Callable[[], Any],
-                 aggregator: Callable[[Any, Any, Any], Any], forward: Forward, *,
-                 late: LateRecordReporter, send_old_values: bool = False) -> None:
-        self.windows = windows
+                 aggregator: Callable[[Any, Any, Any], Any], forward: Forward, **options: Any) -> None:
+        super().__init__(windows, store, initializer, aggregator, forward, **options)
+        self.updates = WindowUpdates(store)
         self.diff = windows.time_difference_ms
-        self.store = store
-        self.initializer = initializer
-        self.aggregator = aggregator
-        self.forward = forward
-        self.late = late
-        self.send_old_values = send_old_values
-        self.observed_stream_time = NO_TIMESTAMP
         self._where: tuple = ("", -1, -1)
 
     def process(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
@@ -262,18 +449,33 @@ class SlidingWindowAggregateLogic:
         """Aggregate one record; a None value is dropped and counted here, as Kafka does for
         sliding windows (a None key is the caller's)."""
         self._where = (topic, partition, offset)
-        if timestamp > self.observed_stream_time:
-            self.observed_stream_time = timestamp
-        close_time = self.observed_stream_time - self.windows.grace_ms
+        close_time = self._close_time(timestamp)
         diff = self.diff
-        if value is None or timestamp + 1 + diff <= close_time:
-            self.late.report(key, timestamp, Window(max(0, timestamp - diff), timestamp), close_time,
+        if value is None or timestamp + diff < close_time:
+            self.late.report(key, timestamp, Window(timestamp, timestamp + diff), close_time,
                              self.observed_stream_time, topic, partition, offset)
             return
-        if timestamp < diff:
+        if timestamp < diff:  # Kafka emits no final results after an early record
             self._process_early(key, value, timestamp, close_time)
-        else:
-            self._process_in_order(key, value, timestamp, close_time)
+            return
+        if self.emit_on_close:
+            self._emit_before_put(close_time, timestamp)
+        self._process_in_order(key, value, timestamp, close_time)
+
+    def _emit_before_put(self, close_time: int, timestamp: int) -> None:
+        # as TimeWindowAggregateLogic's: the puts below start at t - d at the earliest
+        retention = self._retention
+        last = self.last_emit_window_close_time
+        next_lower = 0 if last == NO_TIMESTAMP else max(0, last - self.diff)
+        bounds = self._due(close_time, force=retention is None or next_lower <= timestamp + 1 - retention)
+        if bounds is not None:
+            self._forward_final_windows(close_time, bounds)
+
+    def _emit_bounds(self, close_time: int, last: int) -> Optional[tuple[int, int]]:
+        upper = close_time - self.diff - 1  # ends are inclusive: start + d < close time
+        if upper < 0:
+            return None
+        return (0 if last == NO_TIMESTAMP else max(0, last - self.diff)), upper
 
     def _existing(self, key: Any, time_from: int, time_to: int) -> list:
         with self.store.fetch_range(key, key, time_from, time_to) as it:
@@ -334,10 +536,10 @@ class SlidingWindowAggregateLogic:
         if not right_created and right_agg is not None and right_agg.timestamp > t:
             self._create_right_window(key, t, right_agg)
         if previous is not None and previous + 1 not in starts:
-            self._update(Window(previous + 1, previous + 1 + diff), ValueAndTimestamp(self.initializer(), t),
+            self._update(Window(previous + 1, previous + 1 + diff), ValueAndTimestamp.make(self.initializer(), t),
                          key, value, close_time, t)
         if combined is None:
-            self._update(Window(0, diff), ValueAndTimestamp(self.initializer(), t), key, value, close_time, t)
+            self._update(Window(0, diff), ValueAndTimestamp.make(self.initializer(), t), key, value, close_time, t)
         else:
             self._update(combined[0].window, combined[1], key, value, close_time, t)
 
@@ -348,12 +550,12 @@ class SlidingWindowAggregateLogic:
             previous_right_start = previous + 1
             if previous_right_start not in starts and previous_right_start + diff >= t:
                 self._update(Window(previous_right_start, previous_right_start + diff),
-                             ValueAndTimestamp(self.initializer(), t), key, value, close_time, t)
+                             ValueAndTimestamp.make(self.initializer(), t), key, value, close_time, t)
         if not left_created:
             if previous is not None and t - diff <= previous:  # the left window holds the previous record
-                initial = ValueAndTimestamp(left_agg.value, t)
+                initial = ValueAndTimestamp.make(left_agg.value, t)
             else:
-                initial = ValueAndTimestamp(self.initializer(), t)
+                initial = ValueAndTimestamp.make(self.initializer(), t)
             self._update(Window(t - diff, t), initial, key, value, close_time, t)
         if not right_created and right_agg is not None and right_agg.timestamp > t:
             self._create_right_window(key, t, right_agg)
@@ -361,16 +563,18 @@ class SlidingWindowAggregateLogic:
     def _create_right_window(self, key: Any, t: int, right_agg: ValueAndTimestamp) -> None:
         window = Window(t + 1, t + 1 + self.diff)
         self.store.put(key, right_agg, window.start, right_agg.timestamp)
-        self.forward(Windowed(key, window), right_agg.value, None, right_agg.timestamp)
+        if not self.emit_on_close:
+            self.forward(Windowed(key, window), right_agg.value, None, right_agg.timestamp)
 
     def _update(self, window: Window, vat: Optional[ValueAndTimestamp], key: Any, value: Any,
                 close_time: int, t: int) -> None:
+        """Kafka's updateWindowAndForward: `vat` is the window's aggregate so far (None: empty)."""
         if window.end >= close_time:
-            old_agg = None if vat is None else vat.value
-            new_agg = self.aggregator(key, value, old_agg)
-            new_ts = t if old_agg is None else max(t, vat.timestamp)
-            self.store.put(key, ValueAndTimestamp(new_agg, new_ts), window.start, new_ts)
-            self.forward(Windowed(key, window), new_agg, old_agg if self.send_old_values else None, new_ts)
+            new = self._aggregate(vat, t, key, value)
+            self.updates.put_aggregate(key, window.start, new, t)
+            if not self.emit_on_close:
+                self.forward(Windowed(key, window), new.value,
+                             (None if vat is None else vat.value) if self.send_old_values else None, new.timestamp)
         else:
             topic, partition, offset = self._where
             self.late.report(key, t, window, close_time, self.observed_stream_time, topic, partition, offset)

@@ -189,6 +189,14 @@ class ProcessorContextImpl(ProcessorContext):
     def commit(self) -> None:
         self.commit_requested = True
 
+    def processor_metadata_for_key(self, key: str) -> Optional[int]:
+        """The task's processor metadata value of `key` (streams/engine/processor_metadata.py), None if unset."""
+        return self._engine.processor_metadata.get(key)
+
+    def add_processor_metadata_key_value(self, key: str, value: int) -> None:
+        """Set the task's processor metadata value of `key`; the next commit takes it along."""
+        self._engine.processor_metadata.put(key, value)
+
     def record_metadata(self) -> RecordMetadata | None:
         meta = self.metadata
         return None if meta is None else RecordMetadata._make(meta)

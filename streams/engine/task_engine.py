@@ -46,6 +46,7 @@ from streams.engine.accelerated import UNKNOWN_TIME, AcceleratedRoute
 from streams.engine.context import ProcessorContextImpl
 from streams.engine.fusion import FusedChains
 from streams.engine.nodes import ProcessorNode, RecordCollector, SinkNode, SourceNode
+from streams.engine.processor_metadata import ProcessorMetadata
 from streams.engine.punctuation import PunctuationQueue, PunctuationSchedule
 from streams.metrics import MetricsRegistry, task_dropped_records_sensor, task_process_sensor
 from streams.errors import (ConfigError, DeserializationHandlerError, InvalidTimestampError,
@@ -110,6 +111,8 @@ class TaskEngine:
         self.thread_id = thread_id
         self.dropped_records_sensor = task_dropped_records_sensor(self.metrics, thread_id, task_id)
         self.process_sensor = task_process_sensor(self.metrics, thread_id, task_id)
+        # named values processors keep across restarts, committed with the input offsets
+        self.processor_metadata = ProcessorMetadata()
         self.context = ProcessorContextImpl(self)
         self.stream_time_queue = PunctuationQueue()
         self.wall_clock_queue = PunctuationQueue()

@@ -22,6 +22,7 @@ from confluent_kafka import Message, TopicPartition
 from state.manager import ProcessorStateManager, TaskType, close_state_manager, register_state_stores
 from state.task_id import TaskId
 from streams.engine import TaskEngine
+from streams.engine.processor_metadata import NO_PARTITION_TIME, decode_offset_metadata, encode_offset_metadata
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.partition_group import PartitionGroup
 from streams.topology import Subtopology, Topology, changelog_topic_name
@@ -68,9 +69,13 @@ class StreamTask:
                  clock_ms: Callable[[], int], state_manager: Optional[ProcessorStateManager] = None,
                  metrics: Any = None, thread_id: str = "main", max_task_idle_ms: int = -1,
                  fetched_lag: Optional[Callable[[tuple[str, int]], Optional[int]]] = None,
-                 global_stores: Optional[dict] = None) -> None:
+                 global_stores: Optional[dict] = None,
+                 committed_metadata: Optional[Callable[[list[tuple[str, int]]], dict]] = None) -> None:
         """`max_task_idle_ms` and `fetched_lag` (the main consumer's lag of a partition, None
-        when unknown): see PartitionGroup.ready_to_process; -1 never waits."""
+        when unknown): see PartitionGroup.ready_to_process; -1 never waits.
+        `committed_metadata(partitions)`: the offset metadata strings committed for the task's
+        input partitions, read when its processors are initialised (processor metadata)."""
+        self.committed_metadata = committed_metadata
         self.id = task_id
         self.global_stores = global_stores  # the instance's global stores (readable by every processor)
         self.metrics = metrics
@@ -144,15 +149,36 @@ class StreamTask:
             register_state_stores(self.manager, self.engine.build_stores().values())
         self._transit(TaskState.RESTORING)
 
-    def complete_restoration(self) -> None:
-        """RESTORING -> RUNNING: initialise the processors (once per engine)."""
+    def complete_restoration(self) -> bool:
+        """RESTORING -> RUNNING: initialise the processors (once per engine), after the processor
+        metadata committed with the input offsets is loaded (Kafka's initializeMetadata). False
+        (still RESTORING, try again) when the committed offsets cannot be read now."""
         if self.state is not TaskState.RESTORING:
             raise RuntimeStateError(f"task {self.id}: complete_restoration in state {self.state.value}")
         if not self._processors_initialized:
+            if not self._load_processor_metadata():
+                return False
             self.engine.init_processors()
             self._processors_initialized = True
         self._transit(TaskState.RUNNING)
         log.info("task %s restored and running", self.id)
+        return True
+
+    def _load_processor_metadata(self) -> bool:
+        """Merge the processor metadata committed on the input partitions into the engine's (the
+        largest value of each key wins, as Kafka's ProcessorMetadata.update)."""
+        if self.committed_metadata is None:
+            return True
+        try:
+            committed = self.committed_metadata(self.input_partitions)
+        except Exception as exc:  # noqa: BLE001 - a broker round trip: retried on the next loop
+            log.warning("task %s: cannot read the committed offsets' metadata yet (%s); retrying", self.id, exc)
+            return False
+        merged = self.engine.processor_metadata
+        for text in committed.values():
+            merged.update(decode_offset_metadata(text)[1])
+        merged.needs_commit = False
+        return True
 
     def suspend(self) -> None:
         if self.state in (TaskState.SUSPENDED, TaskState.CLOSED):
@@ -315,7 +341,19 @@ class StreamTask:
         # A commit marker may reach the consumer after the last record was processed and
         # committed: look at the position again on later commits until it has moved past.
         self.position_check = any(offsets[tp] == consumed[tp] + 1 for tp in drained)
+        if self.engine is not None and self.engine.processor_metadata.needs_commit:
+            # changed processor metadata goes to every input partition (Kafka): whichever
+            # partition a restarted task reads it back from has it
+            for tp, off in committed.items():
+                offsets.setdefault(tp, off)
+            return offsets
         return {tp: off for tp, off in offsets.items() if committed.get(tp) != off}
+
+    def offset_metadata(self, tp: tuple[str, int]) -> str:
+        """The metadata string committed with `tp`'s offset: its partition time and the task's
+        processor metadata (Kafka's TopicPartitionMetadata)."""
+        engine = self.engine
+        return encode_offset_metadata(engine.partition_times.get(tp, NO_PARTITION_TIME), engine.processor_metadata)
 
     def post_commit(self, committed: dict[tuple[str, int], int], *, force_checkpoint: bool = False) -> None:
         """After offsets committed: remember them; checkpoint (ALOS past the threshold; EOS only
@@ -324,6 +362,8 @@ class StreamTask:
             if tp in self.partition_group.queues:
                 self.committed[tp] = off
         self.commit_needed = False
+        if self.engine is not None:
+            self.engine.processor_metadata.needs_commit = False
         if self.manager is None or self.state is TaskState.CREATED:
             return
         if force_checkpoint:

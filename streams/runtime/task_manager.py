@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 _ERROR = Message.error
 
 
+def committed_metadata(consumer: Any, tps: list[tuple[str, int]]) -> dict[tuple[str, int], Optional[str]]:
+    """The offset metadata strings `consumer`'s group committed for `tps` (those committed)."""
+    got = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
+    return {(tp.topic, tp.partition): tp.metadata for tp in got if tp.offset is not None and tp.offset >= 0}
+
+
 def fetched_lag(consumer: Any, tp: tuple[str, int]) -> Optional[int]:
     """Records of `tp` on the broker past `consumer`'s position, from what its fetches saw (no
     request; max.task.idle.ms reads it): None while the high watermark is not known yet. A
@@ -135,7 +141,8 @@ class TaskManager:
                               clock_ms=self.clock_ms, state_manager=manager, metrics=self.metrics,
                               thread_id=self.thread_id, max_task_idle_ms=self.config.max_task_idle_ms,
                               fetched_lag=functools.partial(fetched_lag, self.consumer),
-                              global_stores=self.global_stores)
+                              global_stores=self.global_stores,
+                              committed_metadata=functools.partial(committed_metadata, self.consumer))
             self.tasks[task_id] = task
             for key in inputs:
                 self._task_of_tp[key] = task
@@ -285,8 +292,7 @@ class TaskManager:
             completed = self.reader.completed_changelogs()
             newly_running = []
             for task in restoring:
-                if all(tp in completed for tp in task.changelog_partitions()):
-                    task.complete_restoration()
+                if all(tp in completed for tp in task.changelog_partitions()) and task.complete_restoration():
                     newly_running.append(task)
             if newly_running:
                 self._refresh_running()
@@ -403,13 +409,12 @@ class TaskManager:
         tasks = [t for t in self.tasks.values()
                  if t.state in (TaskState.RUNNING, TaskState.SUSPENDED) and (t.commit_needed or t.position_check)]
         per_task = {}
-        offsets: dict[tuple[str, int], int] = {}
+        tps = []
         position = self._positions if use_positions else None
         for task in tasks:
             o = task.prepare_commit(position)
             per_task[task.id] = o
-            offsets.update(o)
-        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+            tps += [TopicPartition(t, p, off, task.offset_metadata((t, p))) for (t, p), off in o.items()]
         if self.eos:
             self._commit_transaction(tps)
         else:

@@ -44,7 +44,7 @@ from contextlib import closing
 from typing import Any, Callable, Optional
 
 from state.outer_join_store import OuterJoinStore
-from streams.dsl.window_aggregate import _EmitThrottle
+from streams.dsl.windows import EmitThrottle as _EmitThrottle
 from streams.dsl.windows import JoinWindows, LateRecordReporter, Window
 from streams.errors import TopologyError
 

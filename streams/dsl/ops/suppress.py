@@ -41,16 +41,16 @@ class SuppressProcessor(StageOperator):
 
         logic = SuppressProcessorLogic(self.suppressed, self.buffer, self.key_serde, self.value_serde, forward,
                                        grace_ms=self.grace_ms, node_name=self.node_name)
-        process = logic.process
+        process, name = logic.process, self.node_name
+        no_metadata = ("", -1, -1)
 
         def suppress(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             try:
-                if not isinstance(value, Change):
-                    raise ProcessingError(f"{self.node_name} expected a table update (Change), got {value!r}")
-                meta = getattr(context, "metadata", None)
-                topic, partition, offset = meta if meta is not None else ("", -1, -1)
-                process(key, value.new_value, value.old_value,
-                        BufferedContext(timestamp, offset, topic, partition, tuple(headers) if headers else ()))
+                if type(value) is not Change and not isinstance(value, Change):
+                    raise ProcessingError(f"{name} expected a table update (Change), got {value!r}")
+                topic, partition, offset = getattr(context, "metadata", None) or no_metadata
+                process(key, value[0], value[1], _new_tuple(BufferedContext, (
+                    timestamp, offset, topic, partition, tuple(headers) if headers else ())))
             except BaseException:
                 failed()
                 raise

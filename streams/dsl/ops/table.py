@@ -9,9 +9,11 @@ update."""
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Any, Callable, Optional
 
-from state.timestamped import ValueAndTimestamp
+from state.timestamped import TimestampedKeyValueStore, ValueAndTimestamp, ValueAndTimestampSerde
+from streams import serdes as _serdes
 from streams.dsl.change import Change
 from streams.engine.stages import Stage, StageOperator, drop
 from streams.errors import ProcessingError
@@ -20,16 +22,20 @@ from streams.processor import ProcessorContext
 log = logging.getLogger(__name__)
 
 _new_tuple = tuple.__new__
+TIMESTAMPED_INT64 = struct.Struct(">qq")  # a timestamped INT64's bytes: 8-byte timestamp, 8-byte value
 
 
 def _plain(value: Any) -> Any:
     return value.value if isinstance(value, ValueAndTimestamp) else value
 
 
-def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool) -> bool:
+def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool,
+                           stamp: Optional[Callable[[Any, int], int]] = None) -> bool:
     """Kafka's TimestampedTupleForwarder: with a caching store, downstream gets Change(new, old)
     from the cache's flush listener and the operator must not forward itself (returns False);
-    otherwise the operator forwards on every update (returns True)."""
+    otherwise the operator forwards on every update (returns True). The flushed entry's timestamp
+    goes downstream (the new aggregate's: operators put with it), or `stamp(key, timestamp)`
+    (sessions: their end, Kafka's SessionCacheFlushListener)."""
     if not caching:
         return True
     scoped = getattr(operator.context, "scoped", None)
@@ -38,9 +44,97 @@ def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool) -
         return True
     to_children = operator._to_children()
 
-    def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
-        to_children(key, _new_tuple(Change, (_plain(new_value), _plain(old_value))), timestamp, ())
+    if stamp is None:
+        def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
+            to_children(key, _new_tuple(Change, (_plain(new_value), _plain(old_value))), timestamp, ())
+    else:
+        def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
+            to_children(key, _new_tuple(Change, (_plain(new_value), _plain(old_value))), stamp(key, timestamp), ())
     return set_listener(scoped(on_flush)) is False
+
+
+class TimestampedAccess:
+    """A timestamped key-value store's reads and writes as (value, timestamp) pairs, the hot
+    path of the table operators: below its typed layer where it can (the store's key serde's C
+    serializer and its ValueAndTimestamp serde applied here; a timestamped INT64 unpacked
+    directly), else through it. `get(key) -> (handle, value, timestamp)` (value None when
+    absent) and `put(handle, value, timestamp)` (value None deletes)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        key_serde = getattr(store, "key_serde", None)
+        vat_serde = getattr(store, "value_serde", None)
+        inner = getattr(store, "inner_value_serde", None)
+        below = getattr(store, "wrapped", None)
+        if (not isinstance(store, TimestampedKeyValueStore) or key_serde is None or inner is None
+                or not isinstance(vat_serde, ValueAndTimestampSerde) or below is None):
+            self.get, self.put = self._typed_get, self._typed_put
+            return
+        key_unchecked = _serdes.unchecked_serializer(key_serde) or key_serde.serialize
+        key_to_bytes = store.serdes.key_to_bytes
+        reader = below
+        while getattr(reader, "reads_from", None) is not None:  # a layer that only logs: read below it
+            reader = reader.reads_from
+        below_get, below_put = reader.get, below.put
+        serialize, deserialize = vat_serde.serialize, vat_serde.deserialize
+        fixed = TIMESTAMPED_INT64 if inner is _serdes.INT64 else None
+
+        def get(key: Any) -> tuple:
+            try:
+                key_bytes = key_unchecked(key)
+            except Exception:
+                key_bytes = None
+            if type(key_bytes) is not bytes:
+                key_bytes = key_to_bytes(key)  # the typed store's result or its error
+            data = below_get(key_bytes)
+            if data is None:
+                return key_bytes, None, None
+            if fixed is not None and len(data) == 16:
+                timestamp, value = fixed.unpack(data)
+                return key_bytes, value, timestamp
+            vat = deserialize(data)
+            return key_bytes, vat.value, vat.timestamp
+
+        def put(key_bytes: bytes, value: Any, timestamp: int) -> None:
+            if value is None:
+                below_put(key_bytes, None, timestamp)
+                return
+            data = None
+            if fixed is not None and type(value) is int:
+                try:
+                    data = fixed.pack(timestamp, value)
+                except Exception:  # out of range: the serde's error
+                    data = None
+            if data is None:
+                data = serialize(ValueAndTimestamp(value, timestamp))
+            below_put(key_bytes, data, timestamp)
+        self.get, self.put = get, put
+
+    def _typed_get(self, key: Any) -> tuple:
+        vat = self.store.get(key)
+        return (key, None, None) if vat is None else (key, vat.value, vat.timestamp)
+
+    def _typed_put(self, key: Any, value: Any, timestamp: int) -> None:
+        self.store.put(key, None if value is None else ValueAndTimestamp(value, timestamp), timestamp)
+
+
+def aggregate_change(key: Any, new: Any, old: Any, agg: Any, agg_timestamp: Optional[int], timestamp: int,
+                     add: Callable[[Any, Any, Any], Any], subtract: Callable[[Any, Any, Any], Any]) -> tuple:
+    """Kafka's KTableAggregate rule for one Change(new, old) of a group: the subtractor removes
+    the old value from the aggregate first (when both are there), then the adder adds the new one
+    (`add` starts from None when there is no aggregate: the initializer's, or reduce's first value).
+    Returns (new aggregate, its timestamp): max(record, previous aggregate) when the previous
+    aggregate took part (KIP-258), else the record's."""
+    new_timestamp = timestamp
+    result = agg
+    if old is not None and agg is not None:
+        result = subtract(key, old, agg)
+        new_timestamp = agg_timestamp if agg_timestamp > timestamp else timestamp
+    if new is not None:
+        result = add(key, new, result)
+        if agg is not None:
+            new_timestamp = agg_timestamp if agg_timestamp > timestamp else timestamp
+    return result, new_timestamp
 
 
 def _check_change(value: Any, op: str) -> Change:
@@ -65,7 +159,10 @@ class TableSourceProcessor(StageOperator):
         self.dropped = getattr(context, "dropped_records_sensor", None)
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        store, name, forward_on_update = self.store, self.store_name, self.forward_on_update
+        name, forward_on_update = self.store_name, self.forward_on_update
+        store = self.store
+        access = TimestampedAccess(store)
+        get, put = access.get, access.put
         dropped = self.dropped
 
         def table_source(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -78,10 +175,10 @@ class TableSourceProcessor(StageOperator):
                 if down is drop:  # no downstream (a global table): no Change to build, no old value to read
                     store.put(key, None if value is None else ValueAndTimestamp(value, timestamp), timestamp)
                     return
-                old = store.get(key)
-                store.put(key, None if value is None else ValueAndTimestamp(value, timestamp), timestamp)
+                handle, old, _ = get(key)
+                put(handle, value, timestamp)
                 if forward_on_update:
-                    down(key, _new_tuple(Change, (value, None if old is None else old.value)), timestamp, headers)
+                    down(key, _new_tuple(Change, (value, old)), timestamp, headers)
             except BaseException:
                 failed()
                 raise
@@ -229,22 +326,22 @@ class TableAggregateProcessor(StageOperator):
         self.forward_on_update = attach_tuple_forwarder(self, self.store, self.caching)
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        store, add, subtract, forward_on_update = self.store, self.add, self.subtract, self.forward_on_update
+        add, subtract, forward_on_update = self.add, self.subtract, self.forward_on_update
+        access = TimestampedAccess(self.store)
+        get, put = access.get, access.put
 
         def table_aggregate(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             try:
                 if key is None:
                     raise ProcessingError("a grouped table aggregation got a record with a None key")
-                change = _check_change(value, "KGroupedTable aggregation")
-                old = store.get(key)
-                old_agg = None if old is None else old.value
-                new_ts = timestamp if old is None else max(timestamp, old.timestamp)
-                agg = old_agg
-                if change.old_value is not None and old_agg is not None:
-                    agg = subtract(key, change.old_value, old_agg)
-                if change.new_value is not None:
-                    agg = add(key, change.new_value, agg)
-                store.put(key, None if agg is None else ValueAndTimestamp(agg, new_ts), new_ts)
+                if type(value) is not Change:
+                    value = _check_change(value, "KGroupedTable aggregation")
+                handle, old_agg, old_timestamp = get(key)
+                agg, new_ts = aggregate_change(key, value[0], value[1], old_agg, old_timestamp, timestamp, add,
+                                               subtract)
+                # a deleted aggregate's entry keeps the record's timestamp (Kafka's record context);
+                # downstream still gets the aggregate's (uncached: Kafka's forward)
+                put(handle, agg, timestamp if agg is None else new_ts)
                 if forward_on_update:
                     down(key, _new_tuple(Change, (agg, old_agg)), new_ts, headers)
             except BaseException:

@@ -156,3 +156,81 @@ def test_view_value_shows_prior_while_buffered():
     assert logic.view_value("b", parent.get) == 9  # not buffered: the parent's value
     logic.process("b", 1, None, c(10))  # "a" emitted
     assert logic.view_value("a", parent.get) == 5
+
+
+class _Logged:
+    """The StoreContext of a logged buffer: what it writes to its changelog."""
+
+    application_id = "app"
+    task_id = "0_0"
+
+    def __init__(self):
+        self.changes = []
+
+    def register(self, store, restore_callback, *, logged):
+        self.restore = restore_callback
+
+    def log_change(self, name, key, value, timestamp, headers=None):
+        self.changes.append((key, value))
+
+
+def logged_logic(suppressed, grace_ms=None, key_serde=None, value_serde=serdes.INT64):
+    buf = InMemoryTimeOrderedKeyValueBuffer("sup", logging_enabled=True)
+    ctx = _Logged()
+    buf.init(ctx)
+    out = []
+    logic = SuppressProcessorLogic(
+        suppressed, buf, key_serde or serdes.time_windowed(serdes.STRING, 10), value_serde,
+        lambda k, new, old, ts, c: out.append((k, new, old, ts)), grace_ms=grace_ms)
+    return logic, out, buf, ctx
+
+
+def test_an_update_due_on_arrival_goes_out_unbuffered_and_leaves_no_changelog_record():
+    logic, out, buf, ctx = logged_logic(Suppressed.until_window_closes(BufferConfig.unbounded()), grace_ms=0)
+    logic.process(w("a", 20), 1, None, c(25))  # buffered: [20,30) is open at stream time 25
+    logic.process(w("b", 0), 4, 3, c(9))       # [0,10) closed at 25, nothing due before it: out at once
+    assert out == [(w("b", 0), 4, 3, 9)] and buf.num_records() == 1
+    buf.flush()
+    key_a = serdes.time_windowed(serdes.STRING, 10).serialize(w("a", 20))
+    assert [k for k, _ in ctx.changes] == [key_a]  # the buffered one only; b never had a value logged
+    logic.process(w("c", 30), 1, None, c(35))  # stream time 35 closes [20,30): a goes out, c waits
+    assert out[1:] == [(w("a", 20), 1, None, 25)]
+    ctx.changes.clear()
+    buf.flush()
+    changes = dict(ctx.changes)
+    key_c = serdes.time_windowed(serdes.STRING, 10).serialize(w("c", 30))
+    assert sorted(changes) == sorted([key_a, key_c])
+    assert changes[key_a] is None and changes[key_c] is not None  # a's value was logged: a tombstone now
+    # an update due on arrival while an earlier one is due too takes its turn in the buffer's order
+    logic.process(w("d", 30), 2, None, c(36))
+    logic.process(w("b", 0), 5, 4, c(50))
+    assert out[2:] == [(w("b", 0), 5, 4, 50), (w("c", 30), 1, None, 35), (w("d", 30), 2, None, 36)]
+
+
+def test_a_key_buffered_at_an_earlier_time_keeps_its_time():
+    # record time: "a" first buffered at 10 stays due at 10 + 10, even when an older update of it
+    # arrives after stream time passed its own limit (Kafka keeps a buffered key's time)
+    logic, out, buf, _ = logged_logic(Suppressed.until_time_limit(10, BufferConfig.unbounded()),
+                                      key_serde=serdes.STRING)
+    logic.process("a", 1, None, c(10))
+    logic.process("b", 1, None, c(15))
+    logic.process("a", 2, 1, c(3))   # 3 <= 15 - 10, but "a" is buffered since 10: it waits
+    assert out == []
+    logic.process("c", 1, None, c(20))
+    assert out == [("a", 2, 1, 3)]
+
+
+def test_emitted_values_are_the_buffered_objects_only_when_they_cannot_change():
+    logic, out, _, _ = logged_logic(Suppressed.until_window_closes(BufferConfig.unbounded()), grace_ms=0)
+    key = w("a", 0)
+    logic.process(key, 7, None, c(5))
+    logic.process(w("z", 10), 1, None, c(10))
+    assert out[0][0] is key  # an immutable key and counts: emitted as buffered
+    json = serdes.serde_from_config({"default.value.serde": "json"}, "default.value.serde")
+    logic, out, _, _ = logged_logic(Suppressed.until_window_closes(BufferConfig.unbounded()), grace_ms=0,
+                                    value_serde=json)
+    value = [1, 2]
+    logic.process(key, value, None, c(5))
+    value.append(3)  # changed after it was buffered: the buffer holds its bytes
+    logic.process(w("z", 10), [0], None, c(10))
+    assert out[0][1] == [1, 2] and out[0][1] is not value

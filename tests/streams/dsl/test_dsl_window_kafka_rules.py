@@ -1,0 +1,184 @@
+"""Timestamps and close times of windowed and grouped-table aggregations checked against Kafka's
+code (KIP-258 stamps, KStreamSessionWindowAggregate's close time with the gap (KAFKA-12718),
+SessionCacheFlushListener, TimestampedCacheFlushListener, KTableReduce, sliding windows' emit
+final), on the TopologyTestDriver; every expected output is derived by hand in its comments.
+Also: a windowed count done at the bytes level (per record and as a run of keys) gives what the
+typed rule gives."""
+
+import pytest
+
+from state.cache import ThreadCache
+from streams import StreamsBuilder, serdes
+from streams.dsl import (BufferConfig, EmitStrategy, Materialized, SessionWindows, SlidingWindows, Suppressed,
+                         TimeWindows)
+from streams.dsl.materialized import window_store_builder
+from streams.dsl.ops.aggregate import count_adder, count_initializer
+from streams.dsl.window_aggregate import TimeWindowAggregateLogic
+from streams.dsl.windows import LateRecordReporter
+from streams.metrics import MetricsRegistry, task_dropped_records_sensor
+from streams.testing import TopologyTestDriver
+
+from test_dsl_windowed_ops import flat, metric, out_records  # the module's helpers, one copy
+
+S, I64 = serdes.STRING, serdes.INT64
+CONFIG = {"application.id": "rules", "default.key.serde": "string", "default.value.serde": "string"}
+
+
+def session_outputs(windows, records, caching=False, suppress=False):
+    """The output records after each input record of a session count (optionally suppressed),
+    and the driver's dropped-records total at the end."""
+    b = StreamsBuilder()
+    mat = Materialized.as_("sessions")
+    table = (b.stream("in", key_serde=S, value_serde=S).group_by_key().windowed_by(windows)
+             .count(store=mat if caching else mat.with_caching_disabled()))
+    if suppress:
+        table = table.suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+    table.to_stream().map(flat).to("out", key_serde=S, value_serde=I64)
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        inp = d.create_input_topic("in", S, S)
+        after_each = []
+        for key, t in records:
+            inp.pipe_input(key, "v", timestamp=t)
+            after_each.append(out_records(d))
+        return after_each, metric(d, "dropped-records-total")
+
+
+def test_a_session_closes_a_gap_after_its_end():
+    outputs, dropped = session_outputs(SessionWindows.of_inactivity_gap_with_no_grace(5),
+                                       [("a", 0), ("b", 4), ("a", 1), ("b", 12), ("a", 2)])
+    # a@1: stream time 4, close time 4 - grace 0 - gap 5 = -1; the merged [0,1] ends at 1,
+    # not before -1: accepted (a close time without the gap, 4, would drop it). a@2: stream
+    # time 12, close time 7; merged with [0,1] it would end at 2 < 7: dropped
+    assert sum(outputs, []) == [("a@0/0", 1, 0), ("b@4/4", 1, 4), ("a@0/0", None, 0), ("a@0/1", 2, 1),
+                                ("b@12/12", 1, 12)]
+    assert dropped == 1
+
+
+def test_suppressed_sessions_wait_for_gap_plus_grace():
+    outputs, _ = session_outputs(SessionWindows.of_inactivity_gap_and_grace(5, 2), [("a", 0), ("b", 6), ("b", 7)],
+                                 suppress=True)
+    # [0,0] is buffered at its end 0 and due once stream time - (gap 5 + grace 2) >= 0: not at 6
+    # (the grace alone would release it there), at 7
+    assert outputs == [[], [], [("a@0/0", 1, 0)]]
+
+
+def test_cached_sessions_are_forwarded_at_their_end():
+    outputs, _ = session_outputs(SessionWindows.of_inactivity_gap_and_grace(5, 100), [("a", 0), ("a", 3)],
+                                 caching=True)
+    # the driver flushes after each record; a flushed session goes downstream stamped with its
+    # end (Kafka's SessionCacheFlushListener): the merged-away [0,0]'s tombstone at 0, although
+    # it was removed while processing the record at 3
+    assert outputs == [[("a@0/0", 1, 0)], [("a@0/0", None, 0), ("a@0/3", 2, 3)]]
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_grouped_table_counts_are_stamped_with_the_newest_record(caching):
+    b = StreamsBuilder()
+    mat = Materialized.as_("counts")
+    (b.table("users", key_serde=S, value_serde=S, store=Materialized.as_("users").with_caching_disabled())
+        .group_by(lambda user, group: (group, user), key_serde=S, value_serde=S)
+        .count(store=mat if caching else mat.with_caching_disabled())
+        .to_stream().to("out", key_serde=S, value_serde=I64))
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        inp = d.create_input_topic("users", S, S)
+        for user, group, t in (("u1", "g", 10), ("u2", "g", 5), ("u1", "h", 7)):
+            inp.pipe_input(user, group, timestamp=t)
+        # u2@5 adds to g (ts 10): max(5, 10) = 10. u1@7 moves g -> h: g's subtraction at
+        # max(7, 10) = 10, h is new: 7
+        assert out_records(d) == [("g", 1, 10), ("g", 2, 10), ("g", 1, 10), ("h", 1, 7)]
+
+
+@pytest.mark.parametrize("caching, stamp", [(False, 10), (True, 5)])
+def test_a_reduced_group_deleted_by_the_subtractor(caching, stamp):
+    b = StreamsBuilder()
+    mat = Materialized.as_("joined")
+    (b.table("users", key_serde=S, value_serde=S, store=Materialized.as_("users").with_caching_disabled())
+        .group_by(lambda user, name: ("all", name), key_serde=S, value_serde=S)
+        .reduce(lambda agg, v: agg + v, lambda agg, v: agg.replace(v, "") or None,
+                store=mat if caching else mat.with_caching_disabled())
+        .to_stream().to("out", key_serde=S, value_serde=S))
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        inp = d.create_input_topic("users", S, S)
+        inp.pipe_input("u1", "x", timestamp=10)
+        inp.pipe_input("u1", None, timestamp=5)
+        # the tombstone of u1 subtracts "x": the aggregate becomes None and the group is deleted.
+        # Kafka's KTableReduce forwards it at max(5, 10) = 10; through a cache, its
+        # TimestampedCacheFlushListener stamps a deleted value with the record's 5
+        assert out_records(d, S) == [("all", "x", 10), ("all", None, stamp)]
+
+
+def test_sliding_windows_emit_final_results_on_window_close():
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S).group_by_key()
+        .windowed_by(SlidingWindows.of_time_difference_with_no_grace(5))
+        .emit_strategy(EmitStrategy.on_window_close())
+        .count()
+        .to_stream().map(flat).to("out", key_serde=S, value_serde=I64))
+    config = {**CONFIG, "__emit.interval.ms.kstreams.windowed.aggregation__": 0}
+    with TopologyTestDriver(b.build(), config) as d:
+        inp = d.create_input_topic("in", S, S)
+        inp.pipe_input("a", "v", timestamp=10)  # its left window [5,10]; nothing closed
+        assert out_records(d) == []
+        # close time 17: windows whose end (start + 5) < 17, i.e. starting at 11 at the latest,
+        # are final (Kafka's emit range [0, 17 - 5 - 1]): [5,10], with its timestamp 10
+        inp.pipe_input("a", "v", timestamp=17)
+        assert out_records(d) == [("a@5/10", 1, 10)]
+        # close time 30: from the last close time 17 - 5 = 12 to 24: [12,17]
+        inp.pipe_input("a", "v", timestamp=30)
+        assert out_records(d) == [("a@12/17", 1, 17)]
+
+
+class _Context:
+    application_id = "app"
+    task_id = "0_0"
+
+    def __init__(self, path):
+        self.path = path
+        self.config = {}
+        self.thread_cache = ThreadCache(1 << 20)
+
+    def store_dir(self, name):
+        return self.path / name
+
+    def register(self, store, restore_callback, *, logged):
+        pass
+
+
+class _Clock:
+    stream_time = -1
+
+    def advance_stream_time(self, t):
+        self.stream_time = max(self.stream_time, t)
+
+
+def test_a_count_at_the_bytes_level_gives_the_typed_rules_results(tmp_path):
+    """The same records through the typed rule, the bytes-level count per record and the run of
+    keys: the same flushed results, store and dropped records."""
+    windows = TimeWindows.of_size_and_grace(10, 3).advance_by(5)
+    records = [("a", 1), ("b", 4), ("a", 12), ("a", 3), ("b", 6), ("a", 25), ("b", 9), ("a", 19), ("c", 26)]
+    results = []
+    for mode in ("typed", "bytes", "run"):
+        mat = Materialized.as_("agg").with_in_memory_store().with_logging_disabled()
+        store = window_store_builder(mat, "agg", windows, S, I64, timestamped=True).build()
+        store.init(_Context(tmp_path / mode))
+        flushed: list = []
+        store.set_flush_listener(lambda k, new, old, ts, flushed=flushed: flushed.append((k, new.value, ts)))
+        registry = MetricsRegistry()
+        late = LateRecordReporter(task_dropped_records_sensor(registry, "t", "0_0"), "0_0")
+        aggregator = (lambda k, v, agg: agg + 1) if mode == "typed" else count_adder
+        logic = TimeWindowAggregateLogic(windows, store, count_initializer, aggregator, None, late=late)
+        if mode == "run":
+            logic.counting_run()([k.encode() for k, _ in records], [t for _, t in records], _Clock())
+        else:
+            assert (logic._count is None) == (mode == "typed")
+            for key, t in records:
+                logic.process(key, "v", t)
+        store.flush()
+        with store.all() as it:
+            stored = [(w, vat.value, vat.timestamp) for w, vat in it]
+        results.append((sorted(flushed), stored, registry.value("dropped-records-total", task_id="0_0")))
+    assert results[0] == results[1] == results[2]
+    # by hand (windows [s, s + 10) every 5, close time = stream time - 3): a@3 at stream time 12
+    # (close 9) goes into [0,10) (end 10 > 9); b@9 at stream time 25 (close 22): [0,10) and
+    # [5,15) closed, 2 drops; a@19 (close 22): [10,20) closed, [15,25) open, 1 drop
+    assert results[0][2] == 3
