@@ -309,6 +309,12 @@ class TopologyTestDriver:
         a DSL aggregation's timestamped window store."""
         return read_only_view(self._typed_store(name, "window", ("fetch", "put", "fetch_all")), name)
 
+    def get_timestamped_window_store(self, name: str) -> Any:
+        """The window store `name` as a read-only view of ValueAndTimestamp values (Kafka's
+        getTimestampedWindowStore): what a DSL windowed aggregation stores, with its timestamp."""
+        return read_only_view(self._typed_store(name, "window", ("fetch", "put", "fetch_all")), name,
+                              timestamped=True)
+
     def get_session_store(self, name: str) -> Any:
         """The session store `name` as a read-only view (state/readonly.py)."""
         return read_only_view(self._typed_store(name, "session", ("find_sessions", "put", "remove")), name)
