@@ -162,6 +162,18 @@ class LazyStoreBuilder:
     def log_config(self) -> dict:
         return self.store_builder().log_config
 
+    @property
+    def caching_enabled(self) -> bool:
+        return self.store_builder().caching_enabled
+
+    def with_caching_enabled(self) -> "LazyStoreBuilder":
+        self.store_builder().with_caching_enabled()
+        return self
+
+    def with_caching_disabled(self) -> "LazyStoreBuilder":
+        self.store_builder().with_caching_disabled()
+        return self
+
     def build(self) -> Any:
         return self.store_builder().build()
 

@@ -47,7 +47,6 @@ class _MaterializedStoreBuilder:
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.logging_enabled = mat.logging_enabled
-        self.caching_enabled = mat.caching_enabled
         self.log_config = dict(mat.log_config or {})
         self._builder: Any = None
 
@@ -55,6 +54,18 @@ class _MaterializedStoreBuilder:
         if self._builder is None:
             self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde)
         return self._builder
+
+    @property
+    def caching_enabled(self) -> bool:
+        return self.store_builder().caching_enabled
+
+    def with_caching_enabled(self) -> "_MaterializedStoreBuilder":
+        self.store_builder().with_caching_enabled()
+        return self
+
+    def with_caching_disabled(self) -> "_MaterializedStoreBuilder":
+        self.store_builder().with_caching_disabled()
+        return self
 
     def build(self) -> Any:
         return self.store_builder().build()
