@@ -96,14 +96,14 @@ class StreamsBuilder:
         where = f"table store {name_of_store!r}"
         store_key = N.key_or_default(mat.key_serde or key_serde, where)
         store_value = N.value_or_default(mat.value_serde or value_serde, where)
-        caching = mat.caching_enabled
         builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
             mat, name_of_store, store_key, store_value, timestamped=True))
+        table = _ktable().KTable(self, name, mat.key_serde or key_serde, mat.value_serde or value_serde,
+                                 name_of_store if mat.store_name else None, store_name=name_of_store, source=True)
         graph.add(TableSourceNode(name, (), topic, source, key_serde, value_serde,
-                                  lambda: TableSourceProcessor(name_of_store, caching), builder,
+                                  lambda: TableSourceProcessor(name_of_store, table.source_caching(mat)), builder,
                                   N.deferred(store_key, store_value)))
-        return _ktable().KTable(self, name, mat.key_serde or key_serde, mat.value_serde or value_serde,
-                                name_of_store if mat.store_name else None, store_name=name_of_store)
+        return table
 
     def add_state_store(self, store_builder: Any) -> "StreamsBuilder":
         """A store for KStream.process(..., stores=[name])."""
@@ -261,14 +261,15 @@ class KStream:
         where = f"table store {name_of_store!r}"
         store_key = N.key_or_default(mat.key_serde or ks, where)
         store_value = N.value_or_default(mat.value_serde or vs, where)
-        caching = mat.caching_enabled
         builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
             mat, name_of_store, store_key, store_value, timestamped=True))
-        graph.add(StatefulProcessorNode(name, (parent,), lambda: TableSourceProcessor(name_of_store, caching),
+        table = _ktable().KTable(self._builder, name, mat.key_serde or ks, mat.value_serde or vs,
+                                 name_of_store if mat.store_name else None, store_name=name_of_store, source=True)
+        graph.add(StatefulProcessorNode(name, (parent,),
+                                        lambda: TableSourceProcessor(name_of_store, table.source_caching(mat)),
                                         store_builder=builder, store_name=name_of_store,
                                         deferred_serdes=N.deferred(store_key, store_value)))
-        return _ktable().KTable(self._builder, name, mat.key_serde or ks, mat.value_serde or vs,
-                                name_of_store if mat.store_name else None, store_name=name_of_store)
+        return table
 
     def group_by(self, fn: Callable[[Any, Any], Any], *, key_serde: Any = None,
                  value_serde: Any = None) -> "KGroupedStream":
