@@ -31,6 +31,7 @@ from state.readonly import read_only_view
 from state.timestamped import TimestampedKeyValueStore
 from streams.metrics import MetricsRegistry
 from streams.errors import ConfigError, EmptyTopicError, StoreAccessError, ProcessingError, UnknownTopicError
+from streams.dsl.ops.windowed import EMIT_INTERVAL_CONFIG as WINDOWED_EMIT_INTERVAL_CONFIG
 from streams.engine import TaskEngine
 from streams.processor import _normalize_headers
 from streams.runtime.config import StreamsConfig
@@ -112,6 +113,9 @@ class TopologyTestDriver:
             raise ConfigError(f"TopologyTestDriver config must be a dict, got {type(config).__name__}")
         raw = dict(config or {})
         raw.setdefault("application.id", DEFAULT_APPLICATION_ID)
+        # as Kafka's driver: no wall-clock throttle on emitting final window results (its wall
+        # clock only moves when the test moves it)
+        raw.setdefault(WINDOWED_EMIT_INTERVAL_CONFIG, 0)
         # the App's own validation (same ConfigErrors, same defaults and deprecated-key fallbacks);
         # only bootstrap.servers is optional: the driver talks to no cluster
         parsed = StreamsConfig.parse(raw, require_bootstrap_servers=False)

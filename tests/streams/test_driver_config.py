@@ -166,3 +166,26 @@ def test_a_store_built_without_caching_stays_without_under_any_cache():
     for cache in (0, 10 * MIB):
         with TopologyTestDriver(topology, {"statestore.cache.max.bytes": cache}):
             assert topology.store_builder("t-store").caching_enabled is False
+
+
+def test_the_driver_emits_final_window_results_without_a_wall_clock_throttle():
+    from streams import EmitStrategy, TimeWindows
+
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S).group_by_key()
+        .windowed_by(TimeWindows.of_size_and_grace(1000, 50)).emit_strategy(EmitStrategy.on_window_close())
+        .count(store="counts").to_stream().to("out", key_serde=serdes.time_windowed(S, 1000), value_serde=I64))
+    with TopologyTestDriver(b.build()) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        inp.pipe_input("c", "v", timestamp=524)
+        # stream time 1087 passes [0, 1000)'s end + grace (1050): its final result goes out now,
+        # stamped with its aggregate's timestamp (Kafka's driver sets the emit interval to 0; with
+        # the App's 1000 ms the first scan, at 524, would have held this one back)
+        inp.pipe_input("d", "v", timestamp=1087)
+        out = driver.create_output_topic("out", serdes.time_windowed(S, 1000), I64).read_records_to_list()
+        assert [(r.key.key, r.key.window.start, r.value, r.timestamp) for r in out] == [("c", 0, 1, 524)]
+    with TopologyTestDriver(b.build(), {"__emit.interval.ms.kstreams.windowed.aggregation__": 1000}) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        inp.pipe_input("c", "v", timestamp=524)
+        inp.pipe_input("d", "v", timestamp=1087)
+        assert driver.create_output_topic("out", serdes.time_windowed(S, 1000), I64).read_records_to_list() == []
