@@ -15,6 +15,7 @@ from streams.dsl.ops.suppress import SuppressProcessor
 from streams.dsl.ops.table import (TableFilterProcessor, TableMapValuesProcessor, TableSelectProcessor,
                                    ToStreamProcessor)
 from streams.dsl.suppressed import Suppressed
+from streams.dsl.windows import SessionWindows
 from streams.errors import TopologyError
 
 __all__ = ["KTable"]
@@ -33,7 +34,9 @@ class KTable:
         self.value_serde = value_serde
         self._queryable = queryable_store_name
         self.store_name = store_name
-        self._windows = windows  # the windows of a windowed aggregation's table (suppress needs the grace)
+        # the windows of a windowed aggregation's table, kept through filters and mappers (suppress
+        # needs their grace)
+        self._windows = windows
         self._parent = parent
         self._source = source  # builder.table / KStream.to_table: materialized (in Kafka's sense) when named
         # aggregations and suppressions always carry old values; sources, filters and mappers on request
@@ -82,7 +85,8 @@ class KTable:
         flag = [False]
         if store is None:
             graph.add(ProcessorGraphNode(name, (self._node,), lambda: make(None, False, lambda: flag[0])))
-            table = KTable(self._builder, name, self.key_serde, value_serde, None, parent=self, old_values=False)
+            table = KTable(self._builder, name, self.key_serde, value_serde, None, parent=self, old_values=False,
+                           windows=self._windows)
         else:
             mat = as_materialized(store, op)
             name_of_store = N.store_name(graph, mat, prefix)
@@ -96,7 +100,8 @@ class KTable:
                                             store_builder=builder, store_name=name_of_store,
                                             deferred_serdes=N.deferred(store_key, store_value)))
             table = KTable(self._builder, name, mat.key_serde or self.key_serde, mat.value_serde or value_serde,
-                           name_of_store, store_name=name_of_store, parent=self, old_values=False)
+                           name_of_store, store_name=name_of_store, parent=self, old_values=False,
+                           windows=self._windows)
         table._send_old = flag
         return table
 
@@ -151,6 +156,9 @@ class KTable:
                 raise TopologyError("Suppressed.until_window_closes applies to windowed tables only "
                                     "(the result of a windowed aggregation)")
             grace = self._windows.grace_ms
+            if isinstance(self._windows, SessionWindows):
+                # a session may still grow for one gap after its end (Kafka's GraphGraceSearchUtil)
+                grace += self._windows.gap_ms
         graph = self._builder._graph
         name = suppressed.name or graph.new_name(N.TABLE_SUPPRESS)
         # Kafka: a named suppression's buffer is `<name>-store`, else a generated store name
