@@ -217,7 +217,7 @@ class Topology:
         layer, so the operators forward every update themselves, as they do uncached (a zero-byte
         cache would still drop a tombstone of an absent key and stamp what it evicts with its
         entry's time). A store built with caching gets it back under a config with a cache."""
-        from streams.runtime.config import cache_max_bytes
+        from streams.runtime.config import cache_max_bytes  # here: the runtime package imports this module
 
         no_cache = cache_max_bytes(config or {}) == 0
         for name, builder in self._stores.items():

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 from streams import serdes as _serdes
 from streams.dsl import naming as N
 from streams.dsl.change import ChangeSerde
-from streams.dsl.graph import LazyStoreBuilder, RepartitionNode, StatefulProcessorNode
+from streams.dsl.graph import CachingSwitch, LazyStoreBuilder, RepartitionNode, StatefulProcessorNode
 from streams.dsl.ktable import KTable
 from streams.dsl.materialized import (Materialized, as_materialized, key_value_store_builder, session_store_builder,
                                       window_store_builder)
@@ -36,7 +36,7 @@ def _reduce_adder(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any
     return add
 
 
-class _MaterializedStoreBuilder:
+class _MaterializedStoreBuilder(CachingSwitch):
     """A StoreBuilder for a grouped stream's (plain) key-value store; the real `state.Stores`
     builder is created on first build() so describing a DSL topology needs no store code."""
 
@@ -54,18 +54,6 @@ class _MaterializedStoreBuilder:
         if self._builder is None:
             self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde)
         return self._builder
-
-    @property
-    def caching_enabled(self) -> bool:
-        return self.store_builder().caching_enabled
-
-    def with_caching_enabled(self) -> "_MaterializedStoreBuilder":
-        self.store_builder().with_caching_enabled()
-        return self
-
-    def with_caching_disabled(self) -> "_MaterializedStoreBuilder":
-        self.store_builder().with_caching_disabled()
-        return self
 
     def build(self) -> Any:
         return self.store_builder().build()
