@@ -91,6 +91,7 @@ class Topology:
         self._deferred_serdes: list[Any] = []          # serdes.ConfigDefaultSerde to bind per app
         # global store name -> (source node, processor node, topic) (Kafka's globalStateBuilders)
         self._global_stores: dict[str, tuple[str, str, str]] = {}
+        self._caching_requested: dict[str, bool] = {}  # store name -> caching as built (bind_config)
         self._built: Optional[list[Subtopology]] = None
         self._groups: Optional[list[Subtopology]] = None
 
@@ -277,9 +278,30 @@ class Topology:
         self._deferred_serdes.append(serde)
 
     def bind_config(self, config: Any) -> None:
-        """Resolve default serdes the topology fixed before the config was known."""
+        """Resolve default serdes the topology fixed before the config was known, and strip the
+        caching layers when the config gives the cache no bytes."""
         for serde in self._deferred_serdes:
             serde.bind(config)
+        self._bind_caching(config)
+
+    def _bind_caching(self, config: Any) -> None:
+        """Kafka's rewriteTopology: with statestore.cache.max.bytes = 0 no store gets a caching
+        layer, so the operators forward every update themselves, as they do uncached (a zero-byte
+        cache would still drop a tombstone of an absent key and stamp what it evicts with its
+        entry's time). A store built with caching gets it back under a config with a cache."""
+        from streams.runtime.config import cache_max_bytes  # here: the runtime package imports this module
+
+        no_cache = cache_max_bytes(config or {}) == 0
+        for name, builder in self._stores.items():
+            if not callable(getattr(builder, "with_caching_disabled", None)):
+                continue
+            if name not in self._caching_requested:
+                self._caching_requested[name] = bool(builder.caching_enabled)
+            if self._caching_requested[name]:
+                if no_cache:
+                    builder.with_caching_disabled()
+                else:
+                    builder.with_caching_enabled()
 
     @staticmethod
     def _serde(serde: Any, where: str) -> Any:

@@ -151,7 +151,27 @@ class StateStoreNode(GraphNode):
         topology.add_state_store(self.store_builder)
 
 
-class LazyStoreBuilder:
+class CachingSwitch:
+    """The caching switch of a store builder that makes its real builder on first use
+    (`store_builder()`): Topology.bind_config turns caching off under a zero-byte cache."""
+
+    def store_builder(self) -> Any:  # pragma: no cover - provided by the class using it
+        raise NotImplementedError
+
+    @property
+    def caching_enabled(self) -> bool:
+        return self.store_builder().caching_enabled
+
+    def with_caching_enabled(self) -> Any:
+        self.store_builder().with_caching_enabled()
+        return self
+
+    def with_caching_disabled(self) -> Any:
+        self.store_builder().with_caching_disabled()
+        return self
+
+
+class LazyStoreBuilder(CachingSwitch):
     """A StoreBuilder for a DSL store made on first use (`make()` -> the real builder), so
     describing or validating a DSL topology needs no store code."""
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from streams import serdes as _serdes
 from streams.dsl import naming as N
 from streams.dsl.change import ChangeSerde
-from streams.dsl.graph import LazyStoreBuilder, RepartitionNode, StatefulProcessorNode
+from streams.dsl.graph import CachingSwitch, LazyStoreBuilder, RepartitionNode, StatefulProcessorNode
 from streams.dsl.ktable import KTable
 from streams.dsl.materialized import (Materialized, as_materialized, key_value_store_builder, session_store_builder,
                                       window_store_builder)
@@ -39,7 +39,7 @@ def _reduce_adder(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any
     return add
 
 
-class _MaterializedStoreBuilder:
+class _MaterializedStoreBuilder(CachingSwitch):
     """A StoreBuilder for a grouped stream's timestamped key-value store; the real `state.Stores`
     builder is created on first build() so describing a DSL topology needs no store code."""
 
@@ -50,7 +50,6 @@ class _MaterializedStoreBuilder:
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.logging_enabled = mat.logging_enabled
-        self.caching_enabled = mat.caching_enabled
         self.log_config = dict(mat.log_config or {})
         self._builder: Any = None
 

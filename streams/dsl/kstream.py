@@ -91,13 +91,13 @@ class StreamsBuilder:
         """A table of `topic`'s latest value per key, materialized in a timestamped key-value
         store (Kafka's KTableSource); the store is named by `store` or generated."""
         src = self._table_source("table", topic, key_serde, value_serde, as_materialized(store, "table"))
-        name_of_store, caching = src.store_name, src.mat.caching_enabled
+        mat, name_of_store = src.mat, src.store_name
+        table = _ktable().KTable(self, src.name, mat.key_serde or src.key_serde, mat.value_serde or src.value_serde,
+                                 name_of_store if mat.store_name else None, store_name=name_of_store, source=True)
         self._graph.add(TableSourceNode(src.name, (), topic, src.source, src.key_serde, src.value_serde,
-                                        lambda: TableSourceProcessor(name_of_store, caching), src.builder,
-                                        src.deferred))
-        return _ktable().KTable(self, src.name, src.mat.key_serde or src.key_serde,
-                                src.mat.value_serde or src.value_serde,
-                                name_of_store if src.mat.store_name else None, store_name=name_of_store)
+                                        lambda: TableSourceProcessor(name_of_store, table.source_caching(mat)),
+                                        src.builder, src.deferred))
+        return table
 
     def global_table(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
                      store: str | Materialized | None = None) -> "GlobalKTable":
@@ -313,14 +313,15 @@ class KStream:
         where = f"table store {name_of_store!r}"
         store_key = N.key_or_default(mat.key_serde or ks, where)
         store_value = N.value_or_default(mat.value_serde or vs, where)
-        caching = mat.caching_enabled
         builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
             mat, name_of_store, store_key, store_value, timestamped=True))
-        graph.add(StatefulProcessorNode(name, (parent,), lambda: TableSourceProcessor(name_of_store, caching),
+        table = _ktable().KTable(self._builder, name, mat.key_serde or ks, mat.value_serde or vs,
+                                 name_of_store if mat.store_name else None, store_name=name_of_store, source=True)
+        graph.add(StatefulProcessorNode(name, (parent,),
+                                        lambda: TableSourceProcessor(name_of_store, table.source_caching(mat)),
                                         store_builder=builder, store_name=name_of_store,
                                         deferred_serdes=N.deferred(store_key, store_value)))
-        return _ktable().KTable(self._builder, name, mat.key_serde or ks, mat.value_serde or vs,
-                                name_of_store if mat.store_name else None, store_name=name_of_store)
+        return table
 
     def group_by(self, fn: Callable[[Any, Any], Any], *, key_serde: Any = None,
                  value_serde: Any = None) -> "KGroupedStream":

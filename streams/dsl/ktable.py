@@ -26,31 +26,58 @@ class KTable:
 
     def __init__(self, builder: Any, node: str, key_serde: Any, value_serde: Any,
                  queryable_store_name: Optional[str], *, store_name: Optional[str] = None,
-                 windows: Any = None, parent: Optional["KTable"] = None, old_values: bool = True) -> None:
+                 windows: Any = None, parent: Optional["KTable"] = None, old_values: bool = True,
+                 source: bool = False) -> None:
         self._builder = builder
         self._node = node
         self.key_serde = key_serde
         self.value_serde = value_serde
         self._queryable = queryable_store_name
         self.store_name = store_name
-        self._windows = windows  # the windows of a windowed aggregation's table (suppress needs the grace)
+        # the windows of a windowed aggregation's table, kept through filters and mappers (suppress
+        # needs their grace)
+        self._windows = windows
         self._parent = parent
-        # sources and aggregations always carry old values; filters and mappers only on request
-        self._send_old = [old_values]
+        self._source = source  # builder.table / KStream.to_table: materialized (in Kafka's sense) when named
+        # aggregations and suppressions always carry old values; sources, filters and mappers on request
+        self._send_old = [old_values and not source]
 
     @property
     def name(self) -> str:
         return self._node
 
+    def source_caching(self, mat: Materialized) -> bool:
+        """Whether a source table (builder.table, KStream.to_table) forwards through its store's
+        cache, asked when its processor is made (after the whole DSL is built). Kafka
+        materializes a source only when its store is named or a downstream operation forces it
+        (group_by, suppress); an unmaterialized source has no store and forwards every record,
+        a delete of an absent key too. Eddy's source always keeps its store, and forwards every
+        update itself unless it is materialized in Kafka's sense."""
+        return mat.caching_enabled and (self._queryable is not None or self._send_old[0])
+
     @property
     def queryable_store_name(self) -> Optional[str]:
         return self._queryable
 
-    def _enable_send_old_values(self) -> None:
-        table: Optional[KTable] = self
-        while table is not None:
-            table._send_old[0] = True
-            table = table._parent
+    def _enable_send_old_values(self, force: bool = True) -> bool:
+        """Kafka's KTableImpl.enableSendingOldValues(forceMaterialization): switch old values on
+        here and upstream; without `force` a source that is not materialized in Kafka's sense (its
+        store unnamed and not forced yet) refuses, and so does every unmaterialized node below it.
+        A materialized node in Kafka reads its old values from its own store; Eddy's compute them
+        from their parent's, so there the parent is asked with force (sources always keep a store
+        here, so that only switches flags)."""
+        if self._send_old[0]:
+            return True
+        parent = self._parent
+        if parent is None:
+            if self._source and not force and self._queryable is None:
+                return False
+        elif self._queryable is not None:
+            parent._enable_send_old_values(True)
+        elif not parent._enable_send_old_values(force):
+            return False
+        self._send_old[0] = True
+        return True
 
     def _value_node(self, prefix: str, make: Callable[..., Any], store: Any, value_serde: Any, op: str) -> "KTable":
         graph = self._builder._graph
@@ -58,7 +85,8 @@ class KTable:
         flag = [False]
         if store is None:
             graph.add(ProcessorGraphNode(name, (self._node,), lambda: make(None, False, lambda: flag[0])))
-            table = KTable(self._builder, name, self.key_serde, value_serde, None, parent=self, old_values=False)
+            table = KTable(self._builder, name, self.key_serde, value_serde, None, parent=self, old_values=False,
+                           windows=self._windows)
         else:
             mat = as_materialized(store, op)
             name_of_store = N.store_name(graph, mat, prefix)
@@ -72,20 +100,29 @@ class KTable:
                                             store_builder=builder, store_name=name_of_store,
                                             deferred_serdes=N.deferred(store_key, store_value)))
             table = KTable(self._builder, name, mat.key_serde or self.key_serde, mat.value_serde or value_serde,
-                           name_of_store, store_name=name_of_store, parent=self, old_values=False)
+                           name_of_store, store_name=name_of_store, parent=self, old_values=False,
+                           windows=self._windows)
         table._send_old = flag
         return table
 
+    def _filter(self, predicate: Callable[[Any, Any], bool], negate: bool, store: Any, op: str) -> "KTable":
+        N.check_fn(predicate, op)
+        table = self._value_node(N.TABLE_FILTER,
+                                 lambda s, c, old: TableFilterProcessor(predicate, negate, s, c, old),
+                                 store, self.value_serde, op)
+        # Kafka's KTableFilter asks its parent for old values as it is built, without forcing a
+        # materialization, so that it need not forward a tombstone of a key it never forwarded
+        if self._enable_send_old_values(force=False):
+            table._send_old[0] = True
+        return table
+
     def filter(self, predicate: Callable[[Any, Any], bool], store: str | Materialized | None = None) -> "KTable":
-        """Keys whose value fails the predicate are deleted (a tombstone downstream)."""
-        N.check_fn(predicate, "KTable.filter")
-        return self._value_node(N.TABLE_FILTER, lambda s, c, old: TableFilterProcessor(predicate, False, s, c, old),
-                                store, self.value_serde, "KTable.filter")
+        """Keys whose value fails the predicate are deleted (a tombstone downstream, once: a key
+        that was not in the filtered table gets none)."""
+        return self._filter(predicate, False, store, "KTable.filter")
 
     def filter_not(self, predicate: Callable[[Any, Any], bool], store: str | Materialized | None = None) -> "KTable":
-        N.check_fn(predicate, "KTable.filter_not")
-        return self._value_node(N.TABLE_FILTER, lambda s, c, old: TableFilterProcessor(predicate, True, s, c, old),
-                                store, self.value_serde, "KTable.filter_not")
+        return self._filter(predicate, True, store, "KTable.filter_not")
 
     def map_values(self, value_mapper: Callable[[Any], Any], store: str | Materialized | None = None) -> "KTable":
         N.check_fn(value_mapper, "KTable.map_values")

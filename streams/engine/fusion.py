@@ -1,9 +1,12 @@
 """Fused chains: a run of nodes called as one function `entry(key, value, timestamp, headers)`.
 
-A node takes part when it has at most one child and its processor is a stage operator
-(streams/engine/stages.py: its `stage(down, failed)` is the operator). The chain ends at a sink
-(serializing and sending directly) or at the first node that cannot be fused, which is called
-through `process(Record)` as `forward` would, with that node current.
+A node takes part when it has at most one child and one parent and its processor is a stage
+operator (streams/engine/stages.py: its `stage(down, failed)` is the operator). The chain ends at a
+sink (serializing and sending directly) or at the first node that cannot be fused, which is called
+through `process(Record)` as `forward` would, with that node current. A node with several parents
+(after a merge) is never fused: every chain reaching it would build its own stage, and an operator
+keeping state in its stage (a windowed aggregation's stream time, a suppression's) would keep one
+copy per parent; through `process` it has one stage per task.
 
 An entry is called with `context.current_node` = its head (as `forward` sets it); on return it
 is the head again. A stage that fails sets the failing node current before the exception leaves
@@ -42,10 +45,11 @@ class FusedChains:
 
     @staticmethod
     def can_start(node: ProcessorNode) -> bool:
-        """Whether `node` may start a fused chain: a sink, or a stage operator with at most one child."""
+        """Whether `node` may start a fused chain: a sink, or a stage operator with at most one
+        child and one parent."""
         if isinstance(node, SinkNode):
             return True
-        return isinstance(node.processor, StageOperator) and len(node.children) <= 1
+        return isinstance(node.processor, StageOperator) and len(node.children) <= 1 and node.parent_count <= 1
 
     def _failed_marker(self, node: ProcessorNode, head: ProcessorNode) -> Callable[[], None]:
         ctx = self.context

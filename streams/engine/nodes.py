@@ -27,7 +27,8 @@ class RecordCollector(Protocol):
 class ProcessorNode:
     """A processor instance in a task, with its children in the order they were added."""
 
-    __slots__ = ("name", "processor", "children", "children_by_name", "store_names", "process", "only_child")
+    __slots__ = ("name", "processor", "children", "children_by_name", "store_names", "process", "only_child",
+                 "parent_count")
 
     def __init__(self, name: str, processor: Optional[Processor], store_names: Iterable[str] = ()) -> None:
         self.name = name
@@ -35,6 +36,7 @@ class ProcessorNode:
         self.children: list[ProcessorNode] = []
         self.children_by_name: dict[str, ProcessorNode] = {}
         self.only_child: Optional[ProcessorNode] = None  # set when there is exactly one (forward's fast path)
+        self.parent_count = 0  # a node with several parents is never fused (streams/engine/fusion.py)
         self.store_names = frozenset(store_names)
         if processor is not None:
             self.process = processor.process  # bound once: forward calls it directly
@@ -43,6 +45,7 @@ class ProcessorNode:
         self.children.append(child)
         self.children_by_name[child.name] = child
         self.only_child = child if len(self.children) == 1 else None
+        child.parent_count += 1
 
     def init(self, context: "ProcessorContextImpl") -> None:
         if self.processor is not None:

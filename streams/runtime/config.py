@@ -37,6 +37,16 @@ def _int(config: Mapping[str, Any], key: str, default: int, minimum: int) -> int
     return value
 
 
+#: Kafka's default statestore.cache.max.bytes (10 MiB)
+DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
+
+
+def cache_max_bytes(raw: Mapping[str, Any]) -> int:
+    """statestore.cache.max.bytes, or its deprecated name cache.max.bytes.buffering, or the default."""
+    key = "statestore.cache.max.bytes" if "statestore.cache.max.bytes" in raw else "cache.max.bytes.buffering"
+    return _int(raw, key, DEFAULT_CACHE_MAX_BYTES, 0)
+
+
 @dataclass(frozen=True)
 class StreamsConfig:
     """The parsed streams-level settings; `raw` keeps everything (serdes, client settings...)."""
@@ -91,7 +101,6 @@ class StreamsConfig:
         if guarantee not in _GUARANTEES:
             raise ConfigError(f"config 'processing.guarantee' must be one of {_GUARANTEES}, got {guarantee!r}")
         eos = guarantee == EXACTLY_ONCE_V2
-        cache_key = "statestore.cache.max.bytes" if "statestore.cache.max.bytes" in raw else "cache.max.bytes.buffering"
         state_dir = raw.get("state.dir") or default_state_dir()
         if not isinstance(state_dir, (str, os.PathLike)):
             raise ConfigError(f"config 'state.dir' must be a path, got {state_dir!r}")
@@ -104,7 +113,7 @@ class StreamsConfig:
             commit_interval_ms=_int(raw, "commit.interval.ms", 100 if eos else 30_000, 0),
             num_stream_threads=_int(raw, "num.stream.threads", 1, 1),
             num_standby_replicas=_int(raw, "num.standby.replicas", 0, 0),
-            cache_max_bytes=_int(raw, cache_key, 10 * 1024 * 1024, 0),
+            cache_max_bytes=cache_max_bytes(raw),
             poll_ms=_int(raw, "poll.ms", 100, 0),
             replication_factor=_int(raw, "replication.factor", -1, -1),
             max_task_idle_ms=_int(raw, "max.task.idle.ms", 0, -1),

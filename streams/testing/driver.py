@@ -32,6 +32,7 @@ from state.readonly import read_only_view
 from state.timestamped import TimestampedKeyValueStore
 from streams.metrics import MetricsRegistry
 from streams.errors import ConfigError, EmptyTopicError, StoreAccessError, ProcessingError, UnknownTopicError
+from streams.dsl.ops.windowed import EMIT_INTERVAL_CONFIG as WINDOWED_EMIT_INTERVAL_CONFIG
 from streams.engine import TaskEngine
 from streams.engine.global_task import GlobalStateUpdateTask, global_update_task
 from streams.engine.task_engine import raw_message
@@ -115,6 +116,9 @@ class TopologyTestDriver:
             raise ConfigError(f"TopologyTestDriver config must be a dict, got {type(config).__name__}")
         raw = dict(config or {})
         raw.setdefault("application.id", DEFAULT_APPLICATION_ID)
+        # as Kafka's driver: no wall-clock throttle on emitting final window results (its wall
+        # clock only moves when the test moves it)
+        raw.setdefault(WINDOWED_EMIT_INTERVAL_CONFIG, 0)
         # the App's own validation (same ConfigErrors, same defaults and deprecated-key fallbacks);
         # only bootstrap.servers is optional: the driver talks to no cluster
         parsed = StreamsConfig.parse(raw, require_bootstrap_servers=False)
@@ -335,6 +339,12 @@ class TopologyTestDriver:
         """The window store `name` as a read-only view (state/readonly.py): plain values, also of
         a DSL aggregation's timestamped window store."""
         return read_only_view(self._typed_store(name, "window", ("fetch", "put", "fetch_all")), name)
+
+    def get_timestamped_window_store(self, name: str) -> Any:
+        """The window store `name` as a read-only view of ValueAndTimestamp values (Kafka's
+        getTimestampedWindowStore): what a DSL windowed aggregation stores, with its timestamp."""
+        return read_only_view(self._typed_store(name, "window", ("fetch", "put", "fetch_all")), name,
+                              timestamped=True)
 
     def get_session_store(self, name: str) -> Any:
         """The session store `name` as a read-only view (state/readonly.py)."""

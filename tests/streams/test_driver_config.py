@@ -115,3 +115,77 @@ def test_driver_honours_the_cache_size_keys(config, expected):
         inp.pipe_input("x", "a b c", timestamp=10)
         inp.pipe_input("y", "d", timestamp=20)
         assert driver.create_output_topic("out", S, I64).read_key_values_to_list() == expected
+
+
+# ---- statestore.cache.max.bytes = 0 strips the caching layers (Kafka's rewriteTopology) -----------
+
+def table_to_stream():
+    b = StreamsBuilder()
+    b.table("t", key_serde=S, value_serde=S, store="t-store").to_stream().to("out", key_serde=S, value_serde=S)
+    return b.build()
+
+
+@pytest.mark.parametrize("cache,expected", [
+    # no cache: the table source forwards every update, a delete of an absent key as (k, None)
+    (0, [("a", "x", 1), ("b", None, 2), ("a", None, 3)]),
+    # a cache: the caching store drops an update with neither a new nor an old value (Kafka's
+    # CachingKeyValueStore writes down and forwards only when one of them is there)
+    (10 * MIB, [("a", "x", 1), ("a", None, 3)]),
+])
+def test_a_zero_cache_means_no_caching_layer(cache, expected):
+    with TopologyTestDriver(table_to_stream(), {"statestore.cache.max.bytes": cache}) as driver:
+        inp = driver.create_input_topic("t", S, S)
+        inp.pipe_input("a", "x", timestamp=1)
+        inp.pipe_input("b", None, timestamp=2)
+        inp.pipe_input("a", None, timestamp=3)
+        assert [(r.key, r.value, r.timestamp) for r in
+                driver.create_output_topic("out", S, S).read_records_to_list()] == expected
+        layer, layers = driver.get_state_store("t-store"), []
+        while layer is not None:
+            layers.append(type(layer).__name__)
+            layer = getattr(layer, "wrapped", None)
+        assert ("CachingKeyValueStore" in layers) is (cache > 0), layers
+
+
+def test_a_topology_run_without_cache_gets_its_caching_back_with_one():
+    topology = table_to_stream()
+    for cache, cached in ((0, False), (10 * MIB, True), (0, False)):
+        with TopologyTestDriver(topology, {"statestore.cache.max.bytes": cache}) as driver:
+            assert topology.store_builder("t-store").caching_enabled is cached
+            driver.create_input_topic("t", S, S).pipe_input("b", None, timestamp=2)
+            assert len(driver.create_output_topic("out", S, S).read_records_to_list()) == (0 if cached else 1)
+
+
+def test_a_store_built_without_caching_stays_without_under_any_cache():
+    from streams import Materialized
+
+    b = StreamsBuilder()
+    b.table("t", key_serde=S, value_serde=S, store=Materialized.as_("t-store").with_caching_disabled()) \
+        .to_stream().to("out", key_serde=S, value_serde=S)
+    topology = b.build()
+    for cache in (0, 10 * MIB):
+        with TopologyTestDriver(topology, {"statestore.cache.max.bytes": cache}):
+            assert topology.store_builder("t-store").caching_enabled is False
+
+
+def test_the_driver_emits_final_window_results_without_a_wall_clock_throttle():
+    from streams import EmitStrategy, TimeWindows
+
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S).group_by_key()
+        .windowed_by(TimeWindows.of_size_and_grace(1000, 50)).emit_strategy(EmitStrategy.on_window_close())
+        .count(store="counts").to_stream().to("out", key_serde=serdes.time_windowed(S, 1000), value_serde=I64))
+    with TopologyTestDriver(b.build()) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        inp.pipe_input("c", "v", timestamp=524)
+        # stream time 1087 passes [0, 1000)'s end + grace (1050): its final result goes out now,
+        # stamped with its aggregate's timestamp (Kafka's driver sets the emit interval to 0; with
+        # the App's 1000 ms the first scan, at 524, would have held this one back)
+        inp.pipe_input("d", "v", timestamp=1087)
+        out = driver.create_output_topic("out", serdes.time_windowed(S, 1000), I64).read_records_to_list()
+        assert [(r.key.key, r.key.window.start, r.value, r.timestamp) for r in out] == [("c", 0, 1, 524)]
+    with TopologyTestDriver(b.build(), {"__emit.interval.ms.kstreams.windowed.aggregation__": 1000}) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        inp.pipe_input("c", "v", timestamp=524)
+        inp.pipe_input("d", "v", timestamp=1087)
+        assert driver.create_output_topic("out", serdes.time_windowed(S, 1000), I64).read_records_to_list() == []

@@ -53,3 +53,24 @@ def test_window_and_session_stores_through_driver():
         with pytest.raises(StoreAccessError, match="'sessions' is a session store, not a window store"):
             driver.get_window_store("sessions")
         assert len(driver.producer_history("win-windows-changelog")) == 5
+
+
+def test_timestamped_window_store_view_shows_value_and_timestamp():
+    from state.timestamped import ValueAndTimestamp
+    from streams import StreamsBuilder, TimeWindows
+
+    b = StreamsBuilder()
+    b.stream("in", key_serde=S, value_serde=S).group_by_key().windowed_by(
+        TimeWindows.of_size_and_grace(100, 1000)).count(store="counts")  # retention 1100: nothing expires
+    with TopologyTestDriver(b.build(), {"application.id": "win"}) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        for ts in (30, 10, 120):  # window [0, 100) keeps its largest record timestamp: 30 (Kafka's KIP-258)
+            inp.pipe_input("k", "v", timestamp=ts)
+        store = driver.get_timestamped_window_store("counts")
+        with store.all() as it:
+            assert [(w.key, w.window.start, vat) for w, vat in it] == [
+                ("k", 0, ValueAndTimestamp(2, 30)), ("k", 100, ValueAndTimestamp(1, 120))]
+        assert store.fetch("k", 0) == ValueAndTimestamp(2, 30)
+        assert driver.get_window_store("counts").fetch("k", 0) == 2  # the plain view
+        with pytest.raises(StoreAccessError, match="unknown state store 'missing'"):
+            driver.get_timestamped_window_store("missing")

@@ -193,3 +193,25 @@ def test_group_by_none_keys_are_dropped_before_the_repartition_topic():
         assert [(r.key, r.value) for r in repartitioned] == [(b"a", b"a"), (b"b", b"b"), (b"a", b"a")]
         out = driver.create_output_topic("out", S, serdes.INT64)
         assert out.read_key_values_to_map() == {"a": 2, "b": 1}
+
+
+def test_an_operator_after_a_merge_keeps_one_stream_time():
+    """A windowed count after merging two streams is one operator with one stream time: a record
+    of either stream closes windows for both (Kafka's KStreamWindowAggregate keeps one observed
+    stream time per processor). Fused once per merged stream, it would keep two."""
+    from streams import TimeWindows
+
+    b = StreamsBuilder()
+    # a stateless step before the merge on each side: each side's chain would run through it
+    one = b.stream("one", key_serde=serdes.STRING, value_serde=serdes.STRING).map_values(str.upper)
+    two = b.stream("two", key_serde=serdes.STRING, value_serde=serdes.STRING).filter(lambda k, v: True)
+    (one.merge(two).group_by_key(key_serde=serdes.STRING, value_serde=serdes.STRING).windowed_by(TimeWindows.of_size_with_no_grace(200)).count(store="c")
+        .to_stream().to("out", key_serde=serdes.time_windowed(serdes.STRING, 200), value_serde=serdes.INT64))
+    with TopologyTestDriver(b.build(), {"statestore.cache.max.bytes": 0}) as driver:
+        driver.create_input_topic("two", serdes.STRING, serdes.STRING).pipe_input("b", "x", timestamp=1867)
+        # stream time 1867: [1600, 1800) closed (end + grace 0 <= 1867), so d's record is late
+        driver.create_input_topic("one", serdes.STRING, serdes.STRING).pipe_input("d", "y", timestamp=1600)
+        out = driver.create_output_topic("out", serdes.time_windowed(serdes.STRING, 200), serdes.INT64)
+        assert [(r.key.key, r.key.window.start, r.value, r.timestamp) for r in out.read_records_to_list()] == [
+            ("b", 1800, 1, 1867)]
+        assert sum(m.value for m in driver.metrics() if m.name == "dropped-records-total") == 1

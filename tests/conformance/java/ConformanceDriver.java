@@ -1,4 +1,5 @@
 import java.io.File;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -6,7 +7,9 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.function.BiFunction;
+import java.util.function.BinaryOperator;
 import java.util.function.Function;
+import java.util.function.Supplier;
 import java.util.stream.Collectors;
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -14,9 +17,8 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
-import org.apache.kafka.common.serialization.LongDeserializer;
+import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
-import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -24,110 +26,398 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.TestInputTopic;
 import org.apache.kafka.streams.TestOutputTopic;
 import org.apache.kafka.streams.TopologyTestDriver;
+import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.EmitStrategy;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.KGroupedTable;
 import org.apache.kafka.streams.kstream.KStream;
+import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.SessionWindowedKStream;
+import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.SlidingWindows;
+import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.TimeWindowedKStream;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.Windowed;
+import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.state.KeyValueIterator;
-import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.ValueAndTimestamp;
 import org.apache.kafka.streams.test.TestRecord;
 
 /**
- * Runs conformance scenarios (tests/conformance/vocabulary.py) through Kafka Streams' own
- * TopologyTestDriver. args: scenarios.json results.json state.dir. Each result is
- * {"seed", "output": [[key, value, timestamp]...], "store": [[key, count]...] | null, "error": text | null}.
- * The named functions below are the twins of vocabulary.py's, name for name.
+ * Runs conformance scenarios (tests/conformance/vocabulary.py, which describes them) through Kafka
+ * Streams' own TopologyTestDriver. args: scenarios.json state.dir. Each result is one line of
+ * stdout, {"seed", "output": [[key, value, timestamp]...], "store": {name: rows}, "error": text | null},
+ * written as its scenario ends (the harness compares while the next ones run).
+ * The named functions below are the twins of vocabulary.py's, name for name, None for null.
  */
+@SuppressWarnings({"unchecked", "rawtypes"})
 public final class ConformanceDriver {
     static final Map<String, Function<String, String>> VALUE_MAPPERS = new HashMap<>();
     static final Map<String, Function<String, List<String>>> VALUE_SPLITTERS = new HashMap<>();
     static final Map<String, BiFunction<String, String, Boolean>> PREDICATES = new HashMap<>();
     static final Map<String, BiFunction<String, String, String>> KEY_SELECTORS = new HashMap<>();
+    static final Map<String, BiFunction<String, String, KeyValue<String, String>>> KV_MAPPERS = new HashMap<>();
+    static final Map<String, BiFunction<String, String, List<KeyValue<String, String>>>> KV_SPLITTERS = new HashMap<>();
+    static final Map<String, BinaryOperator<String>> REDUCERS = new HashMap<>();
+    static final Map<String, Agg> AGGREGATORS = new HashMap<>();
+    static final Map<String, BinaryOperator<String>[]> TABLE_REDUCERS = new HashMap<>();
+    static final Map<String, TableAgg> TABLE_AGGREGATORS = new HashMap<>();
+
+    interface Fn3 { Object apply(Object a, Object b, Object c); }
+
+    /** initializer, aggregator(key, value, aggregate), session merger(key, a, b), value type */
+    record Agg(Supplier<Object> init, Fn3 add, Fn3 merge, String type) {}
+    /** initializer, adder(key, value, aggregate), subtractor(key, value, aggregate), value type */
+    record TableAgg(Supplier<Object> init, Fn3 add, Fn3 subtract, String type) {}
+
+    static String firstChar(String v) { return v == null || v.isEmpty() ? null : v.substring(0, 1); }
+    static List<String> words(String v) {
+        return v == null ? new ArrayList<>() : Arrays.stream(v.split(" ")).filter(w -> !w.isEmpty()).collect(Collectors.toList());
+    }
+    static String s(Object v) { return v == null ? "" : (String) v; }
+    static long length(Object v) { return v == null ? 0 : ((String) v).length(); }
+    static String max(String a, String v) { return a == null ? v : v == null ? a : (a.compareTo(v) >= 0 ? a : v); }
+    static String longer(String a, String v) { return length(v) > length(a) ? v : a; }
 
     static {
         VALUE_MAPPERS.put("upper", v -> v == null ? null : v.toUpperCase());
         VALUE_MAPPERS.put("exclaim", v -> v == null ? null : v + "!");
         VALUE_MAPPERS.put("first_word", v -> v == null ? null : v.split(" ", -1)[0]);
         VALUE_MAPPERS.put("drop_to_null", v -> v == null || v.startsWith("b") ? null : v);
-        VALUE_SPLITTERS.put("words", v -> v == null ? new ArrayList<>()
-            : Arrays.stream(v.split(" ")).filter(w -> !w.isEmpty()).collect(Collectors.toList()));
+        VALUE_SPLITTERS.put("words", ConformanceDriver::words);
         VALUE_SPLITTERS.put("twice", v -> Arrays.asList(v, v));
         PREDICATES.put("value_has_a", (k, v) -> v != null && v.contains("a"));
         PREDICATES.put("value_is_short", (k, v) -> v != null && v.length() <= 3);
         PREDICATES.put("key_present", (k, v) -> k != null);
         KEY_SELECTORS.put("value", (k, v) -> v);
-        KEY_SELECTORS.put("first_char", (k, v) -> v == null || v.isEmpty() ? null : v.substring(0, 1));
+        KEY_SELECTORS.put("first_char", (k, v) -> firstChar(v));
         KEY_SELECTORS.put("key_upper", (k, v) -> k == null ? null : k.toUpperCase());
+        KV_MAPPERS.put("swap", (k, v) -> KeyValue.pair(v, k));
+        KV_MAPPERS.put("by_first_char", (k, v) -> KeyValue.pair(firstChar(v), v));
+        KV_MAPPERS.put("key_upper", (k, v) -> KeyValue.pair(k == null ? null : k.toUpperCase(), v));
+        KV_SPLITTERS.put("words_as_keys", (k, v) -> words(v).stream().map(w -> KeyValue.pair(w, k)).collect(Collectors.toList()));
+        KV_SPLITTERS.put("both_ways", (k, v) -> Arrays.asList(KeyValue.pair(k, v), KeyValue.pair(v, k)));
+        REDUCERS.put("concat", (a, v) -> s(a) + "|" + s(v));
+        REDUCERS.put("max", ConformanceDriver::max);
+        REDUCERS.put("longer", ConformanceDriver::longer);
+        AGGREGATORS.put("sum_of_lengths", new Agg(() -> 0L, (k, v, a) -> (Long) a + length(v), (k, a, b) -> (Long) a + (Long) b, "long"));
+        AGGREGATORS.put("concat", new Agg(() -> "", (k, v, a) -> a + "," + s(v), (k, a, b) -> a + "&" + b, "string"));
+        TABLE_REDUCERS.put("plus_minus", new BinaryOperator[] {
+            (BinaryOperator<String>) (a, v) -> s(a) + "+" + s(v), (BinaryOperator<String>) (a, v) -> s(a) + "-" + s(v)});
+        TABLE_REDUCERS.put("longer_keep", new BinaryOperator[] {
+            (BinaryOperator<String>) ConformanceDriver::longer, (BinaryOperator<String>) (a, v) -> a});
+        TABLE_AGGREGATORS.put("sum_of_lengths", new TableAgg(() -> 0L, (k, v, a) -> (Long) a + length(v), (k, v, a) -> (Long) a - length(v), "long"));
+        TABLE_AGGREGATORS.put("trace", new TableAgg(() -> "", (k, v, a) -> a + "+" + s(v), (k, v, a) -> a + "-" + s(v), "string"));
     }
 
-    static <T> T fn(Map<String, T> table, JsonNode step) {
-        T f = table.get(step.get("fn").asText());
+    static final Serde STRING = Serdes.String();
+    static final Serde LONG = Serdes.Long();
+
+    static Serde serde(String type) { return type.equals("long") ? LONG : STRING; }
+
+    static <T> T fn(Map<String, T> table, JsonNode step, String field) {
+        T f = table.get(step.get(field).asText());
         if (f == null) throw new IllegalArgumentException("unknown function " + step);
         return f;
     }
 
-    static ObjectNode run(ObjectMapper json, JsonNode scenario, String stateDir) {
-        StreamsBuilder builder = new StreamsBuilder();
-        KStream<String, String> stream = builder.stream("input", Consumed.with(Serdes.String(), Serdes.String()));
-        KGroupedStream<String, String> grouped = null;
-        boolean counted = false;
+    static Materialized mat(String name, String type) {
+        return Materialized.as(name).withKeySerde(STRING).withValueSerde(serde(type));
+    }
+
+    /** What building a scenario yields besides the topology: output serdes and the stores to read. */
+    static final class Built {
+        String valueType = "string";
+        JsonNode windows;  // the spec of the output's windowed key, if any
+        final List<String[]> stores = new ArrayList<>();  // {name, kind: kv | window | session}
+    }
+
+    static KStream streamStep(StreamsBuilder builder, KStream stream, JsonNode step, int index, KStream[] input2) {
+        String op = step.get("op").asText();
+        switch (op) {
+            case "filter": { BiFunction<String, String, Boolean> p = fn(PREDICATES, step, "fn");
+                return stream.filter((k, v) -> p.apply((String) k, (String) v)); }
+            case "filter_not": { BiFunction<String, String, Boolean> p = fn(PREDICATES, step, "fn");
+                return stream.filterNot((k, v) -> p.apply((String) k, (String) v)); }
+            case "select_key": { BiFunction<String, String, String> f = fn(KEY_SELECTORS, step, "fn");
+                return stream.selectKey((k, v) -> f.apply((String) k, (String) v)); }
+            case "map_values": { Function<String, String> f = fn(VALUE_MAPPERS, step, "fn");
+                return stream.mapValues(v -> f.apply((String) v)); }
+            case "flat_map_values": { Function<String, List<String>> f = fn(VALUE_SPLITTERS, step, "fn");
+                return stream.flatMapValues(v -> f.apply((String) v)); }
+            case "map": { BiFunction<String, String, KeyValue<String, String>> f = fn(KV_MAPPERS, step, "fn");
+                return stream.map((k, v) -> f.apply((String) k, (String) v)); }
+            case "flat_map": { BiFunction<String, String, List<KeyValue<String, String>>> f = fn(KV_SPLITTERS, step, "fn");
+                return stream.flatMap((k, v) -> f.apply((String) k, (String) v)); }
+            case "merge":  // input2 is read once, merged as often as asked
+                if (input2[0] == null) input2[0] = builder.stream("input2", Consumed.with(STRING, STRING));
+                return stream.merge(input2[0]);
+            case "split": {
+                BiFunction<String, String, Boolean> p = fn(PREDICATES, step, "fn");
+                Map<String, KStream> branches = stream.split(Named.as("split" + index + "-"))
+                    .branch((k, v) -> p.apply((String) k, (String) v), Branched.as("x"))
+                    .defaultBranch(Branched.as("y"));
+                Function<String, String> exclaim = VALUE_MAPPERS.get("exclaim");
+                return branches.get("split" + index + "-x").merge(branches.get("split" + index + "-y").mapValues(v -> exclaim.apply((String) v)));
+            }
+            default: throw new IllegalArgumentException("operation " + op + " is not a stream operation");
+        }
+    }
+
+    static Object windowsOf(JsonNode spec) {
+        String type = spec.get("type").asText();
+        JsonNode grace = spec.get("grace");
+        boolean noGrace = grace == null || grace.isNull();
+        if (type.equals("session")) {
+            Duration gap = Duration.ofMillis(spec.get("gap").asLong());
+            return noGrace ? SessionWindows.ofInactivityGapWithNoGrace(gap)
+                : SessionWindows.ofInactivityGapAndGrace(gap, Duration.ofMillis(grace.asLong()));
+        }
+        Duration size = Duration.ofMillis(spec.get("size").asLong());
+        if (type.equals("sliding")) {
+            return noGrace ? SlidingWindows.ofTimeDifferenceWithNoGrace(size)
+                : SlidingWindows.ofTimeDifferenceAndGrace(size, Duration.ofMillis(grace.asLong()));
+        }
+        TimeWindows windows = noGrace ? TimeWindows.ofSizeWithNoGrace(size)
+            : TimeWindows.ofSizeAndGrace(size, Duration.ofMillis(grace.asLong()));
+        long advance = spec.get("advance").asLong();
+        return advance == size.toMillis() ? windows : windows.advanceBy(Duration.ofMillis(advance));
+    }
+
+    static KTable windowed(KGroupedStream grouped, JsonNode step, String name, Built built) {
+        JsonNode spec = step.get("windows");
+        String agg = step.get("agg").asText();
+        boolean onClose = step.get("emit").asText().equals("close");
+        boolean session = spec.get("type").asText().equals("session");
+        Object windows = windowsOf(spec);
+        KTable table;
+        String type;
+        if (session) {
+            SessionWindowedKStream w = grouped.windowedBy((SessionWindows) windows);
+            if (onClose) w = w.emitStrategy(EmitStrategy.onWindowClose());
+            if (agg.equals("count")) { type = "long"; table = w.count(mat(name, type)); }
+            else if (agg.equals("reduce")) { type = "string"; BinaryOperator<String> r = fn(REDUCERS, step, "fn");
+                table = w.reduce((a, v) -> r.apply((String) a, (String) v), mat(name, type)); }
+            else { Agg a = fn(AGGREGATORS, step, "fn"); type = a.type();
+                table = w.aggregate(a.init()::get, (k, v, x) -> a.add().apply(k, v, x), (k, x, y) -> a.merge().apply(k, x, y), mat(name, type)); }
+        } else {
+            TimeWindowedKStream w = windows instanceof SlidingWindows
+                ? grouped.windowedBy((SlidingWindows) windows) : grouped.windowedBy((TimeWindows) windows);
+            if (onClose) w = w.emitStrategy(EmitStrategy.onWindowClose());
+            if (agg.equals("count")) { type = "long"; table = w.count(mat(name, type)); }
+            else if (agg.equals("reduce")) { type = "string"; BinaryOperator<String> r = fn(REDUCERS, step, "fn");
+                table = w.reduce((a, v) -> r.apply((String) a, (String) v), mat(name, type)); }
+            else { Agg a = fn(AGGREGATORS, step, "fn"); type = a.type();
+                table = w.aggregate(a.init()::get, (k, v, x) -> a.add().apply(k, v, x), mat(name, type)); }
+        }
+        built.valueType = type;
+        built.windows = spec;
+        built.stores.add(new String[] {name, session ? "session" : "window"});
+        return table;
+    }
+
+    static KTable tableAggregate(KTable table, JsonNode step, String name, Built built) {
+        BiFunction<String, String, KeyValue<String, String>> by = fn(KV_MAPPERS, step, "by");
+        KGroupedTable grouped = table.groupBy((k, v) -> by.apply((String) k, (String) v), Grouped.with(STRING, STRING));
+        String agg = step.get("agg").asText();
+        KTable result;
+        if (agg.equals("count")) {
+            built.valueType = "long";
+            result = grouped.count(mat(name, "long"));
+        } else if (agg.equals("reduce")) {
+            BinaryOperator<String>[] r = fn(TABLE_REDUCERS, step, "fn");
+            built.valueType = "string";
+            result = grouped.reduce((a, v) -> r[0].apply((String) a, (String) v), (a, v) -> r[1].apply((String) a, (String) v),
+                mat(name, "string"));
+        } else {
+            TableAgg a = fn(TABLE_AGGREGATORS, step, "fn");
+            built.valueType = a.type();
+            result = grouped.aggregate(a.init()::get, (k, v, x) -> a.add().apply(k, v, x), (k, v, x) -> a.subtract().apply(k, v, x),
+                mat(name, a.type()));
+        }
+        built.stores.add(new String[] {name, "kv"});
+        return result;
+    }
+
+    static Suppressed suppressed(JsonNode step) {
+        if (step.get("until").asText().equals("window_close")) {
+            return Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded());
+        }
+        JsonNode n = step.get("max_records");
+        Suppressed.BufferConfig buffer = n == null || n.isNull() ? Suppressed.BufferConfig.unbounded()
+            : Suppressed.BufferConfig.maxRecords(n.asLong());
+        return Suppressed.untilTimeLimit(Duration.ofMillis(step.get("limit").asLong()), buffer);
+    }
+
+    static Object build(StreamsBuilder builder, JsonNode scenario, Built built) {
+        Object current;
+        if (scenario.get("source").asText().equals("table")) {
+            JsonNode named = scenario.get("source_store");
+            if (named == null || named.asBoolean()) {
+                current = builder.table("input", Consumed.with(STRING, STRING), mat("source-store", "string"));
+                built.stores.add(new String[] {"source-store", "kv"});
+            } else {
+                current = builder.table("input", Consumed.with(STRING, STRING));
+            }
+        } else {
+            current = builder.stream("input", Consumed.with(STRING, STRING));
+        }
+        int index = -1;
+        KStream[] input2 = {null};
         for (JsonNode step : scenario.get("ops")) {
             String op = step.get("op").asText();
+            String name = "store-" + ++index;
             switch (op) {
-                case "filter": { BiFunction<String, String, Boolean> p = fn(PREDICATES, step); stream = stream.filter(p::apply); break; }
-                case "filter_not": { BiFunction<String, String, Boolean> p = fn(PREDICATES, step); stream = stream.filterNot(p::apply); break; }
-                case "map_values": { Function<String, String> m = fn(VALUE_MAPPERS, step); stream = stream.mapValues(m::apply); break; }
-                case "flat_map_values": { Function<String, List<String>> m = fn(VALUE_SPLITTERS, step); stream = stream.flatMapValues(m::apply); break; }
-                case "select_key": { BiFunction<String, String, String> s = fn(KEY_SELECTORS, step); stream = stream.selectKey(s::apply); break; }
-                case "group_by": { BiFunction<String, String, String> s = fn(KEY_SELECTORS, step);
-                    grouped = stream.groupBy(s::apply, Grouped.with(Serdes.String(), Serdes.String())); break; }
-                case "group_by_key": grouped = stream.groupByKey(Grouped.with(Serdes.String(), Serdes.String())); break;
+                case "filter": case "filter_not": case "select_key": case "map_values": case "flat_map_values":
+                case "map": case "flat_map": case "merge": case "split":
+                    current = streamStep(builder, (KStream) current, step, index, input2); break;
+                case "group_by": { BiFunction<String, String, String> f = fn(KEY_SELECTORS, step, "fn");
+                    current = ((KStream) current).groupBy((k, v) -> f.apply((String) k, (String) v), Grouped.with(STRING, STRING)); break; }
+                case "group_by_key":
+                    current = ((KStream) current).groupByKey(Grouped.with(STRING, STRING)); break;
                 case "count":
-                    grouped.count(Materialized.<String, Long, KeyValueStore<org.apache.kafka.common.utils.Bytes, byte[]>>as("counts"))
-                        .toStream().to("output", Produced.with(Serdes.String(), Serdes.Long()));
-                    counted = true;
+                    built.valueType = "long";
+                    current = ((KGroupedStream) current).count(mat(name, "long"));
+                    built.stores.add(new String[] {name, "kv"}); break;
+                case "reduce": { BinaryOperator<String> r = fn(REDUCERS, step, "fn");
+                    current = ((KGroupedStream) current).reduce((a, v) -> r.apply((String) a, (String) v), mat(name, "string"));
+                    built.stores.add(new String[] {name, "kv"}); break; }
+                case "aggregate": { Agg a = fn(AGGREGATORS, step, "fn");
+                    built.valueType = a.type();
+                    current = ((KGroupedStream) current).aggregate(a.init()::get, (k, v, x) -> a.add().apply(k, v, x), mat(name, a.type()));
+                    built.stores.add(new String[] {name, "kv"}); break; }
+                case "windowed":
+                    current = windowed((KGroupedStream) current, step, name, built); break;
+                case "to_table":
+                    current = ((KStream) current).toTable(mat(name, "string"));
+                    built.stores.add(new String[] {name, "kv"}); break;
+                case "table_filter": case "table_filter_not": {
+                    BiFunction<String, String, Boolean> p = fn(PREDICATES, step, "fn");
+                    org.apache.kafka.streams.kstream.Predicate pred = (k, v) -> p.apply((String) k, (String) v);
+                    KTable t = (KTable) current;
+                    boolean not = op.equals("table_filter_not");
+                    if (step.get("store").asBoolean()) {
+                        current = not ? t.filterNot(pred, mat(name, "string")) : t.filter(pred, mat(name, "string"));
+                        built.stores.add(new String[] {name, "kv"});
+                    } else {
+                        current = not ? t.filterNot(pred) : t.filter(pred);
+                    }
                     break;
+                }
+                case "table_map_values": {
+                    Function<String, String> f = fn(VALUE_MAPPERS, step, "fn");
+                    org.apache.kafka.streams.kstream.ValueMapper m = v -> f.apply((String) v);
+                    if (step.get("store").asBoolean()) {
+                        current = ((KTable) current).mapValues(m, mat(name, "string"));
+                        built.stores.add(new String[] {name, "kv"});
+                    } else {
+                        current = ((KTable) current).mapValues(m);
+                    }
+                    break;
+                }
+                case "table_aggregate":
+                    current = tableAggregate((KTable) current, step, name, built); break;
+                case "suppress":
+                    current = ((KTable) current).suppress(suppressed(step)); break;
+                case "to_stream":
+                    current = ((KTable) current).toStream(); break;
                 default: throw new IllegalArgumentException("operation " + op + " is not in the vocabulary");
             }
         }
-        if (!counted) stream.to("output", Produced.with(Serdes.String(), Serdes.String()));
+        return current instanceof KTable ? ((KTable) current).toStream() : current;
+    }
 
+    static Serde outputKeySerde(Built built) {
+        if (built.windows == null) return STRING;
+        if (built.windows.get("type").asText().equals("session")) return WindowedSerdes.sessionWindowedSerdeFrom(String.class);
+        return WindowedSerdes.timeWindowedSerdeFrom(String.class, built.windows.get("size").asLong());
+    }
+
+    static void addKey(ArrayNode row, Object key) {
+        if (key instanceof Windowed) {
+            Windowed w = (Windowed) key;
+            row.addArray().add((String) w.key()).add(w.window().start()).add(w.window().end());
+        } else {
+            row.add((String) key);
+        }
+    }
+
+    static void addValue(ArrayNode row, Object value) {
+        if (value == null) row.addNull();
+        else if (value instanceof Long) row.add((Long) value);
+        else row.add((String) value);
+    }
+
+    static ArrayNode storeRows(TopologyTestDriver driver, ObjectMapper json, String name, String kind) {
+        ArrayNode rows = json.createArrayNode();
+        KeyValueIterator it;
+        if (kind.equals("kv")) it = driver.getTimestampedKeyValueStore(name).all();
+        else if (kind.equals("window")) it = driver.getTimestampedWindowStore(name).all();
+        else it = driver.getSessionStore(name).findSessions(null, null, 0L, Long.MAX_VALUE);
+        try {
+            while (it.hasNext()) {
+                KeyValue kv = (KeyValue) it.next();
+                ArrayNode row = rows.addArray();
+                addKey(row, kv.key);
+                if (kv.value instanceof ValueAndTimestamp) {
+                    ValueAndTimestamp vat = (ValueAndTimestamp) kv.value;
+                    addValue(row, vat.value());
+                    row.add(vat.timestamp());
+                } else {
+                    addValue(row, kv.value);
+                }
+            }
+        } finally {
+            it.close();
+        }
+        return rows;
+    }
+
+    static ObjectNode run(ObjectMapper json, JsonNode scenario, String stateDir) {
+        ObjectNode result = json.createObjectNode();
+        result.put("seed", scenario.get("seed").asLong());
         Properties props = new Properties();
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, "conformance");
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, "unused:9092");
         // the driver checkpoints (fsync) after every record: a RAM-backed directory keeps that cheap
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir + "/" + scenario.get("seed").asLong());
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, scenario.get("cache_max_bytes").asText());
-        ObjectNode result = json.createObjectNode();
-        result.put("seed", scenario.get("seed").asLong());
-        try (TopologyTestDriver driver = new TopologyTestDriver(builder.build(), props)) {
-            TestInputTopic<String, String> in = driver.createInputTopic("input", new StringSerializer(), new StringSerializer());
-            for (JsonNode r : scenario.get("records")) {
-                in.pipeInput(r.get(0).isNull() ? null : r.get(0).asText(), r.get(1).isNull() ? null : r.get(1).asText(), r.get(2).asLong());
-            }
-            ArrayNode output = result.putArray("output");
-            if (counted) {
-                TestOutputTopic<String, Long> out = driver.createOutputTopic("output", new StringDeserializer(), new LongDeserializer());
-                for (TestRecord<String, Long> r : out.readRecordsToList()) {
+        // a suppress buffer after an unmaterialized table operation takes the default serdes
+        props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+        props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+        Built built = new Built();
+        try {
+            StreamsBuilder builder = new StreamsBuilder();
+            KStream out = (KStream) build(builder, scenario, built);
+            Serde keySerde = outputKeySerde(built);
+            Serde valueSerde = serde(built.valueType);
+            out.to("output", Produced.with(keySerde, valueSerde));
+            try (TopologyTestDriver driver = new TopologyTestDriver(builder.build(), props)) {
+                Map<String, TestInputTopic<String, String>> inputs = new HashMap<>();
+                for (JsonNode r : scenario.get("records")) {
+                    String topic = r.size() > 3 ? r.get(3).asText() : "input";
+                    TestInputTopic<String, String> in = inputs.computeIfAbsent(topic,
+                        t -> driver.createInputTopic(t, new StringSerializer(), new StringSerializer()));
+                    in.pipeInput(r.get(0).isNull() ? null : r.get(0).asText(), r.get(1).isNull() ? null : r.get(1).asText(),
+                        r.get(2).asLong());
+                }
+                ArrayNode output = result.putArray("output");
+                TestOutputTopic out2 = driver.createOutputTopic("output", keySerde.deserializer(), valueSerde.deserializer());
+                for (Object o : out2.readRecordsToList()) {
+                    TestRecord r = (TestRecord) o;
                     ArrayNode row = output.addArray();
-                    row.add(r.key()); if (r.value() == null) row.addNull(); else row.add(r.value()); row.add(r.timestamp());
+                    addKey(row, r.key());
+                    addValue(row, r.value());
+                    row.add(r.timestamp());
                 }
-                ArrayNode store = result.putArray("store");
-                KeyValueStore<String, Long> counts = driver.getKeyValueStore("counts");
-                try (KeyValueIterator<String, Long> it = counts.all()) {
-                    while (it.hasNext()) {
-                        KeyValue<String, Long> kv = it.next();
-                        store.addArray().add(kv.key).add(kv.value);
-                    }
-                }
-            } else {
-                TestOutputTopic<String, String> out = driver.createOutputTopic("output", new StringDeserializer(), new StringDeserializer());
-                for (TestRecord<String, String> r : out.readRecordsToList()) {
-                    output.addArray().add(r.key()).add(r.value()).add(r.timestamp());
-                }
-                result.putNull("store");
+                ObjectNode stores = result.putObject("store");
+                for (String[] store : built.stores) stores.set(store[0], storeRows(driver, json, store[0], store[1]));
             }
             result.putNull("error");
         } catch (RuntimeException e) {
@@ -136,11 +426,16 @@ public final class ConformanceDriver {
         return result;
     }
 
+    /** args: scenarios.json state.dir; one result per line on stdout, as each scenario ends. */
     public static void main(String[] args) throws Exception {
+        // stdout carries the results only: whatever else writes to System.out (a logger) goes to stderr
+        java.io.PrintStream out = new java.io.PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), false, "UTF-8");
+        System.setOut(System.err);
         ObjectMapper json = new ObjectMapper();
         JsonNode scenarios = json.readTree(new File(args[0]));
-        ArrayNode results = json.createArrayNode();
-        for (JsonNode scenario : scenarios) results.add(run(json, scenario, args[2]));
-        json.writeValue(new File(args[1]), results);
+        for (JsonNode scenario : scenarios) {
+            out.println(json.writeValueAsString(run(json, scenario, args[1])));
+            out.flush();
+        }
     }
 }

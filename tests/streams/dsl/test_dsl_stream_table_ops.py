@@ -75,9 +75,11 @@ def test_table_source_filter_map_values_to_stream():
         assert store.get("k1") is None
         inp.pipe_input(None, "ant", timestamp=5)  # no key: dropped and counted (Kafka's KTableSource)
         assert sum(m.value for m in d.metrics() if m.name == "dropped-records-total") == 1
-        # no old values requested: a filtered-out value is a tombstone downstream (Kafka's KTableFilter)
+        # Kafka's KTableFilter asks its materialized parent for old values as it is built, so a
+        # value filtered out is a tombstone downstream only for a key the filter forwarded before:
+        # k2's "bob" (no old value, new filtered out) gives nothing; k1's delete gives (k1, None)
         assert records(d.create_output_topic("out", S, S)) == [
-            ("k1", "APPLE", 1), ("k2", None, 2), ("k1", "AVOCADO", 3), ("k1", None, 4)]
+            ("k1", "APPLE", 1), ("k1", "AVOCADO", 3), ("k1", None, 4)]
 
 
 def test_materialized_filter_is_queryable_and_caching_gives_the_same_final_values():
@@ -236,3 +238,46 @@ def test_a_topic_name_extractor_returning_no_name_fails_clearly():
     with TopologyTestDriver(b.build(), CONFIG) as d:
         with pytest.raises(Exception, match="topic name extractor returned None"):
             d.create_input_topic("in", S, S).pipe_input("k", "v", timestamp=1)
+
+
+@pytest.mark.parametrize("store,map_first,expected", [
+    # a named source is materialized (Kafka's sense): the filter gets old values, so "b", never
+    # forwarded, gets no tombstone; "a" does once its value is filtered out
+    ("t-store", False, [("a", "keep", 1), ("a", None, 3)]),
+    # through an unmaterialized map_values the filter still reaches the materialized source
+    ("t-store", True, [("a", "keep", 1), ("a", None, 3)]),
+    # an unnamed source is not materialized and a filter does not force it: no old values, so
+    # every filtered-out value is a tombstone downstream (Kafka's KTableFilter with sendOldValues false)
+    (None, False, [("a", "keep", 1), ("b", None, 2), ("a", None, 3)]),
+    (None, True, [("a", "keep", 1), ("b", None, 2), ("a", None, 3)]),
+])
+def test_a_table_filter_asks_its_parent_for_old_values(store, map_first, expected):
+    b = StreamsBuilder()
+    table = b.table("t", key_serde=S, value_serde=S, store=store)
+    if map_first:
+        table = table.map_values(lambda v: v)
+    table.filter(lambda k, v: v == "keep").to_stream().to("out", key_serde=S, value_serde=S)
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        inp = d.create_input_topic("t", S, S)
+        inp.pipe_input("a", "keep", timestamp=1)
+        inp.pipe_input("b", "drop", timestamp=2)
+        inp.pipe_input("a", "drop", timestamp=3)
+        assert records(d.create_output_topic("out", S, S)) == expected
+
+
+@pytest.mark.parametrize("store,expected", [
+    # unnamed: Kafka does not materialize the source, which then forwards every record, a delete
+    # of a key it never had too (KTableSource without a queryable name)
+    (None, [("a", "x", 1), ("b", None, 2)]),
+    # named: materialized with its (default) cache, which drops an update with neither a new nor
+    # an old value (Kafka's CachingKeyValueStore)
+    ("t-store", [("a", "x", 1)]),
+])
+def test_a_source_table_caches_only_when_materialized(store, expected):
+    b = StreamsBuilder()
+    b.table("t", key_serde=S, value_serde=S, store=store).to_stream().to("out", key_serde=S, value_serde=S)
+    with TopologyTestDriver(b.build(), CONFIG) as d:  # the default cache: 10 MiB
+        inp = d.create_input_topic("t", S, S)
+        inp.pipe_input("a", "x", timestamp=1)
+        inp.pipe_input("b", None, timestamp=2)
+        assert records(d.create_output_topic("out", S, S)) == expected
