@@ -9,9 +9,14 @@ from typing import Any, Callable, Optional
 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
-from streams.dsl.graph import LazyStoreBuilder, ProcessorGraphNode, StatefulProcessorNode
+from streams.dsl.graph import LazyStoreBuilder, ProcessorGraphNode, StatefulProcessorNode, TableTableJoinNode
+from streams.dsl.joins.table_table import INNER, LEFT, OUTER
 from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
 from streams.dsl.ops.suppress import SuppressProcessor
+from streams.dsl.ops.table_join import TableJoinMergeProcessor, TableJoinSideProcessor
+from streams.dsl.ops.value_getter import (JoinValueGetter, MappedValueGetter, SessionStoreValueGetter, StoreValueGetter,
+                                          ValueGetterSupplier, WindowStoreValueGetter)
+from streams.dsl.windows import SessionWindows
 from streams.dsl.ops.table import (TableFilterProcessor, TableMapValuesProcessor, TableSelectProcessor,
                                    ToStreamProcessor)
 from streams.dsl.suppressed import Suppressed
@@ -36,6 +41,10 @@ class KTable:
         self._parent = parent
         # sources and aggregations always carry old values; filters and mappers only on request
         self._send_old = [old_values]
+        # how a join reads this table's current value (see _value_getter_supplier)
+        self._getter: Optional[ValueGetterSupplier] = None
+        self._compute: Optional[Callable[[], Callable[[Any, Any], Any]]] = None
+        self._join_parents: tuple = ()
 
     @property
     def name(self) -> str:
@@ -46,10 +55,29 @@ class KTable:
         return self._queryable
 
     def _enable_send_old_values(self) -> None:
-        table: Optional[KTable] = self
-        while table is not None:
+        stack: list = [self]
+        while stack:
+            table = stack.pop()
             table._send_old[0] = True
-            table = table._parent
+            if table._parent is not None:
+                stack.append(table._parent)
+            stack.extend(table._join_parents)  # a join's result needs both sides' old values (Kafka)
+
+    def _value_getter_supplier(self, op: str) -> ValueGetterSupplier:
+        """How a join reads this table (Kafka's KTableImpl.valueGetterSupplier): its store when
+        materialized, else its operation over its parent's getter."""
+        if self._getter is not None:
+            return self._getter
+        if self.store_name is not None:
+            if isinstance(self._windows, SessionWindows):
+                return SessionStoreValueGetter(self.store_name)
+            if self._windows is not None:
+                return WindowStoreValueGetter(self.store_name)
+            return StoreValueGetter(self.store_name)
+        if self._compute is not None and self._parent is not None:
+            return MappedValueGetter(self._parent._value_getter_supplier(op), self._compute)
+        raise TopologyError(f"{op}: the table {self._node} cannot be read by a join (a suppressed table keeps no "
+                            "value to look up); materialize it first, e.g. .filter(lambda k, v: True, store=...)")
 
     def _value_node(self, prefix: str, make: Callable[..., Any], store: Any, value_serde: Any, op: str) -> "KTable":
         graph = self._builder._graph
@@ -58,6 +86,7 @@ class KTable:
         if store is None:
             graph.add(ProcessorGraphNode(name, (self._node,), lambda: make(None, False, lambda: flag[0])))
             table = KTable(self._builder, name, self.key_serde, value_serde, None, parent=self, old_values=False)
+            table._compute = lambda: make(None, False, lambda: False).compute  # its value getter's computation
         else:
             mat = as_materialized(store, op)
             name_of_store = N.store_name(graph, mat, prefix)
@@ -148,3 +177,90 @@ class KTable:
         graph.add(ProcessorGraphNode(name, (self._node,), lambda: TableSelectProcessor(mapper)))
         return KGroupedTable(self._builder, name, _serdes.resolve_serde(key_serde, "KTable.group_by key_serde"),
                              _serdes.resolve_serde(value_serde, "KTable.group_by value_serde"))
+
+    # ---- joins ------------------------------------------------------------------------------
+
+    def join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
+             store: str | Materialized | None = None, *,
+             foreign_key_extractor: Optional[Callable[[Any], Any]] = None) -> "KTable":
+        """Inner primary-key join: joiner(value, other_value) for keys both tables hold (Kafka's
+        KTableKTableInnerJoin); with `foreign_key_extractor` the foreign-key join."""
+        if foreign_key_extractor is not None:
+            return self._fk_join("KTable.join", other, joiner, foreign_key_extractor, False, store)
+        return self._table_join("KTable.join", INNER, other, joiner, store)
+
+    def left_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
+                  store: str | Materialized | None = None, *,
+                  foreign_key_extractor: Optional[Callable[[Any], Any]] = None) -> "KTable":
+        """Every key of this table, joined with the other's value or None (Kafka's KTableKTableLeftJoin)."""
+        if foreign_key_extractor is not None:
+            return self._fk_join("KTable.left_join", other, joiner, foreign_key_extractor, True, store)
+        return self._table_join("KTable.left_join", LEFT, other, joiner, store)
+
+    def outer_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
+                   store: str | Materialized | None = None) -> "KTable":
+        """Every key of either table; the missing side is None (Kafka's KTableKTableOuterJoin)."""
+        return self._table_join("KTable.outer_join", OUTER, other, joiner, store)
+
+    def _check_join(self, op: str, other: Any, joiner: Any) -> None:
+        if not isinstance(other, KTable):
+            raise TopologyError(f"{op} needs a KTable to join with, got {type(other).__name__}")
+        if other._builder is not self._builder:
+            raise TopologyError(f"{op}: both tables must come from the same StreamsBuilder")
+        if joiner is None:
+            raise TopologyError(f"{op} needs a joiner(value, other_value)")
+        N.check_fn(joiner, op)
+
+    def _fk_join(self, op: str, other: Any, joiner: Any, extractor: Any, left: bool, store: Any) -> "KTable":
+        self._check_join(op, other, joiner)
+        N.check_fn(extractor, f"{op} foreign_key_extractor")
+        from streams.dsl.fk_join import fk_join  # the foreign-key join's own module
+
+        return fk_join(self, other, joiner, extractor, left=left, store=store)
+
+    def _table_join(self, op: str, join_type: str, other: Any, joiner: Any, store: Any) -> "KTable":
+        """Kafka's KTableImpl.doJoin: names (store, merge, this, other) in Kafka's order; left and
+        outer joins need old values from the left table, outer joins from the right one too."""
+        self._check_join(op, other, joiner)
+        graph = self._builder._graph
+        mat = None if store is None else as_materialized(store, op)
+        name_of_store = None if mat is None else N.store_name(graph, mat, N.TABLE_MERGE)
+        merge = graph.new_name(N.TABLE_MERGE)
+        if join_type != INNER:
+            self._enable_send_old_values()
+        if join_type == OUTER:
+            other._enable_send_old_values()
+        join_this = graph.new_name(N.TABLE_JOINTHIS)
+        join_other = graph.new_name(N.TABLE_JOINOTHER)
+        this_getter = self._value_getter_supplier(op)
+        other_getter = other._value_getter_supplier(op)
+        flag = [False]
+
+        def send_old() -> bool:
+            return flag[0]
+        store_builder, deferred, caching = None, (), False
+        key_serde, value_serde = self.key_serde, None
+        if mat is not None:
+            key_serde = mat.key_serde or self.key_serde
+            value_serde = mat.value_serde
+            where = f"table store {name_of_store!r}"
+            store_key = N.key_or_default(key_serde, where)
+            store_value = N.value_or_default(value_serde, where)
+            caching = mat.caching_enabled
+            store_builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
+                mat, name_of_store, store_key, store_value, timestamped=True))
+            deferred = N.deferred(store_key, store_value)
+        graph.add(TableTableJoinNode(
+            merge, (self._node, other._node), join_this=join_this, join_other=join_other,
+            this_supplier=lambda: TableJoinSideProcessor(True, other_getter, joiner, join_type, send_old),
+            other_supplier=lambda: TableJoinSideProcessor(False, this_getter, joiner, join_type, send_old),
+            merge_supplier=lambda: TableJoinMergeProcessor(name_of_store, caching, send_old),
+            this_store_names=this_getter.store_names, other_store_names=other_getter.store_names,
+            store_builder=store_builder, deferred_serdes=deferred))
+        table = KTable(self._builder, merge, key_serde, value_serde, name_of_store, store_name=name_of_store,
+                       old_values=False)
+        table._send_old = flag
+        table._join_parents = (self, other)
+        if name_of_store is None:
+            table._getter = JoinValueGetter(this_getter, other_getter, joiner, join_type)
+        return table

@@ -3,6 +3,7 @@ serde fallbacks every DSL class shares."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from streams import serdes as _serdes
@@ -33,8 +34,27 @@ TABLE_SUPPRESS = "KTABLE-SUPPRESS-"
 TABLE_SELECT = "KTABLE-SELECT-"
 TABLE_AGGREGATE = "KTABLE-AGGREGATE-"
 TABLE_REDUCE = "KTABLE-REDUCE-"
+TABLE_JOINTHIS = "KTABLE-JOINTHIS-"
+TABLE_JOINOTHER = "KTABLE-JOINOTHER-"
+TABLE_MERGE = "KTABLE-MERGE-"
+JOIN = "KSTREAM-JOIN-"
+LEFTJOIN = "KSTREAM-LEFTJOIN-"
+JOINTHIS = "KSTREAM-JOINTHIS-"
+JOINOTHER = "KSTREAM-JOINOTHER-"
+OUTERTHIS = "KSTREAM-OUTERTHIS-"
+OUTEROTHER = "KSTREAM-OUTEROTHER-"
+WINDOWED = "KSTREAM-WINDOWED-"
+OUTERSHARED = "KSTREAM-OUTERSHARED-"
 STATE_STORE = "STATE-STORE-"
 REPARTITION_SUFFIX = "-repartition"
+STORE_SUFFIX = "-store"
+# Kafka's createRepartitionedSource: a topic prefix that is a generated node or store name keeps
+# the generated sink/filter/source names; any other prefix names them after the topic
+_GENERATED = re.compile(r"KSTREAM.*-[0-9]{10}")
+
+
+def is_generated(name: str) -> bool:
+    return _GENERATED.fullmatch(name) is not None
 
 
 def check_fn(fn: Any, op: str) -> None:

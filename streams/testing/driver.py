@@ -112,6 +112,9 @@ class TopologyTestDriver:
             raise ConfigError(f"TopologyTestDriver config must be a dict, got {type(config).__name__}")
         raw = dict(config or {})
         raw.setdefault("application.id", DEFAULT_APPLICATION_ID)
+        # Kafka's driver: stream-stream outer joins emit held records on every record, not once
+        # per second of wall clock
+        raw.setdefault("__emit.interval.ms.kstreams.outer.join.spurious.results.fix__", 0)
         # the App's own validation (same ConfigErrors, same defaults and deprecated-key fallbacks);
         # only bootstrap.servers is optional: the driver talks to no cluster
         parsed = StreamsConfig.parse(raw, require_bootstrap_servers=False)
