@@ -2,7 +2,10 @@
 
 Kafka Streams' rules: a repartition topic gets the maximum partition count of the source
 topics of the sub-topology writing to it (resolved upstream first, since that sub-topology may
-itself read a repartition topic); a changelog topic gets the partition count of its
+itself read a repartition topic), unless it is in a co-partition group (the inputs of a join):
+the group's user topics must have one partition count (else CoPartitioningError naming them)
+and its repartition topics take it (Kafka's CopartitionedTopicsEnforcer, in
+streams/runtime/copartitioning.py); a changelog topic gets the partition count of its
 sub-topology (the maximum over its source topics), `cleanup.policy=compact`.
 """
 
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from streams.internal_topics import InternalTopicSpec, changelog_topic_config, repartition_topic_config
+from streams.runtime.copartitioning import enforce_copartitioning
 from streams.runtime.errors import MissingSourceTopicError
 from streams.topology import Subtopology, Topology, changelog_topic_name
 
@@ -35,29 +39,20 @@ def _logged(builder: Any) -> bool:
     return bool(getattr(builder, "logging_enabled", True))
 
 
-def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], application_id: str,
-                         existing_partitions: Mapping[str, int], replication_factor: int = -1) -> TopicPlan:
-    """`existing_partitions` maps topic -> partition count for the topics that exist. Raises
-    MissingSourceTopicError naming the missing external source topics."""
-    internal = set(topology.internal_topics)
-    missing = sorted({t for s in subtopologies for t in s.source_topics
-                      if t not in internal and t not in existing_partitions})
-    if missing:
-        raise MissingSourceTopicError(
-            f"source topics {missing} do not exist; create them before starting the application "
-            f"{application_id!r}")
-    counts: dict[str, int] = {}  # undecorated topic -> partitions
-    for s in subtopologies:
-        for t in s.source_topics:
-            if t not in internal:
-                counts[t] = existing_partitions[t]
-    # resolve repartition topics from their writers, upstream first
+def _resolve_repartition_counts(topology: Topology, subtopologies: list[Subtopology], application_id: str,
+                                existing_partitions: Mapping[str, int], internal: set,
+                                known: dict[str, int]) -> dict[str, int]:
+    """Every topic's partition count: `known` ones as given, a repartition topic from the
+    sub-topologies writing it (the largest count of their sources), upstream first; one with no
+    writer keeps the count it exists with."""
+    counts = dict(known)
     writers: dict[str, list[Subtopology]] = {}
     for s in subtopologies:
         for t in s.sink_topics:
             if t in internal:
                 writers.setdefault(t, []).append(s)
-    pending = [t for t in internal if t in writers or any(t in s.source_topics for s in subtopologies)]
+    pending = [t for t in internal if t not in counts and (t in writers or any(t in s.source_topics
+                                                                               for s in subtopologies))]
     for _ in range(len(pending) + 1):
         progressed = False
         for t in list(pending):
@@ -77,6 +72,40 @@ def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], a
             break
     if pending:
         raise MissingSourceTopicError(f"cannot determine the partition count of internal topics {sorted(pending)}")
+    return counts
+
+
+def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], application_id: str,
+                         existing_partitions: Mapping[str, int], replication_factor: int = -1) -> TopicPlan:
+    """`existing_partitions` maps topic -> partition count for the topics that exist. Raises
+    MissingSourceTopicError naming the missing external source topics."""
+    internal = set(topology.internal_topics)
+    missing = sorted({t for s in subtopologies for t in s.source_topics
+                      if t not in internal and t not in existing_partitions})
+    if missing:
+        raise MissingSourceTopicError(
+            f"source topics {missing} do not exist; create them before starting the application "
+            f"{application_id!r}")
+    user_counts: dict[str, int] = {}  # undecorated topic -> partitions
+    for s in subtopologies:
+        for t in s.source_topics:
+            if t not in internal:
+                user_counts[t] = existing_partitions[t]
+    groups = topology.copartition_groups()
+    fixed: dict[str, int] = {}  # repartition topics whose count their co-partition group sets
+    for _ in range(len(internal) + 1):
+        counts = _resolve_repartition_counts(topology, subtopologies, application_id, existing_partitions,
+                                             internal, {**user_counts, **fixed})
+        enforced = dict(fixed)
+        for group in groups:
+            enforced.update(enforce_copartitioning(
+                group, partition_counts=user_counts,
+                repartition_topics={t: counts.get(t) for t in group if t in internal}))
+        if enforced == fixed:
+            break
+        # a repartition topic took its group's count: what is written downstream of it is
+        # resolved again (a fixed count stays fixed, so this settles within a few rounds)
+        fixed = enforced
     specs: dict[str, InternalTopicSpec] = {}
     for t in internal:
         if t in counts:
