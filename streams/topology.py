@@ -86,7 +86,7 @@ class Topology:
         self._source_of_topic: dict[str, str] = {}      # topic -> source node name
         self._internal_topics: dict[str, str] = {}      # undecorated topic name -> kind
         self._deferred_serdes: list[Any] = []          # serdes.ConfigDefaultSerde to bind per app
-        self._copartition_groups: list[frozenset[str]] = []  # topics whose partitions must line up
+        self._copartition_sources: list[tuple[str, ...]] = []  # source node names per co-partition group
         self._built: Optional[list[Subtopology]] = None
 
     # ---- construction ---------------------------------------------------------------------
@@ -202,22 +202,27 @@ class Topology:
         self._built = None
         return self
 
-    def add_copartition_group(self, topics: Iterable[str]) -> "Topology":
-        """Topics read together by one join (undecorated names, repartition topics included):
-        at start they must have the same partition count, and the group's repartition topics
-        are created with it (Kafka's copartitionSources). Groups sharing a topic are one group."""
-        group = frozenset(topics)
-        for topic in group:
-            _check_name("co-partitioned topic", topic)
-        if len(group) < 2:
-            return self
-        merged = [g for g in self._copartition_groups if g & group]
-        self._copartition_groups = [g for g in self._copartition_groups if not g & group]
-        self._copartition_groups.append(group.union(*merged))
+    def copartition_sources(self, *source_names: str) -> "Topology":
+        """Kafka's copartitionSources: the topics these source nodes read form one co-partition
+        group (the same partition count; an internal topic of the group is created with the
+        count of its user topics)."""
+        for name in source_names:
+            _check_name("co-partitioned source", name)
+        self._copartition_sources.append(tuple(dict.fromkeys(source_names)))
         return self
 
     def copartition_groups(self) -> list[frozenset[str]]:
-        return list(self._copartition_groups)
+        """The topics of each co-partition group (undecorated names)."""
+        groups = []
+        for names in self._copartition_sources:
+            topics = []
+            for name in names:
+                spec = self.node(name)
+                if not isinstance(spec, SourceSpec):
+                    raise TopologyError(f"co-partition group {list(names)}: {spec.kind} {name!r} is not a source")
+                topics.extend(spec.topics)
+            groups.append(frozenset(topics))
+        return groups
 
     def add_deferred_serde(self, serde: Any) -> None:
         """Register a `serdes.ConfigDefaultSerde` the runtime must bind to the app config."""

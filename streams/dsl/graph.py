@@ -178,10 +178,10 @@ class StreamSinkNode(GraphNode):
                           value_serde=self.value_serde, partitioner=self.partitioner)
 
 
-def upstream_source_topics(topology: Topology, node_names: tuple[str, ...]) -> list[str]:
-    """The topics of the source nodes feeding `node_names` (Kafka's subTopologySourceNodes of a
-    joined stream or table): parents are followed up to the first source on each path."""
-    topics: dict[str, None] = {}
+def upstream_sources(topology: Topology, node_names: tuple[str, ...]) -> list[str]:
+    """The source nodes feeding `node_names` (Kafka's subTopologySourceNodes of a joined stream
+    or table): parents are followed up to the first source on each path."""
+    sources: dict[str, None] = {}
     seen: set[str] = set()
     stack = list(node_names)
     while stack:
@@ -191,10 +191,10 @@ def upstream_source_topics(topology: Topology, node_names: tuple[str, ...]) -> l
         seen.add(name)
         spec = topology.node(name)
         if spec.kind == "source":
-            topics.update(dict.fromkeys(spec.topics))
+            sources[name] = None
         else:
             stack.extend(spec.parents)
-    return list(topics)
+    return list(sources)
 
 
 @dataclass
@@ -230,7 +230,7 @@ class StreamStreamJoinNode(GraphNode):
         topology.add_state_store(self.other_store, self.other_windowed, self.join_this)
         if self.outer_store is not None:
             topology.add_state_store(self.outer_store, self.join_this, self.join_other)
-        topology.add_copartition_group(upstream_source_topics(topology, self.parents))
+        topology.copartition_sources(*upstream_sources(topology, self.parents))
 
 
 @dataclass
@@ -247,7 +247,7 @@ class StreamTableJoinNode(GraphNode):
         topology.add_processor(self.name, self.supplier, *self.parents)
         if self.store_names:
             topology.connect_processor_and_state_stores(self.name, *self.store_names)
-        topology.add_copartition_group(upstream_source_topics(topology, self.parents + (self.table_node,)))
+        topology.copartition_sources(*upstream_sources(topology, self.parents + (self.table_node,)))
 
 
 @dataclass
@@ -279,7 +279,7 @@ class TableTableJoinNode(GraphNode):
             topology.connect_processor_and_state_stores(self.join_other, *self.this_store_names)
         if self.store_builder is not None:
             topology.add_state_store(self.store_builder, self.name)
-        topology.add_copartition_group(upstream_source_topics(topology, self.parents))
+        topology.copartition_sources(*upstream_sources(topology, self.parents))
 
 
 @dataclass

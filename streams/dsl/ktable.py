@@ -216,7 +216,7 @@ class KTable:
         N.check_fn(extractor, f"{op} foreign_key_extractor")
         from streams.dsl.fk_join import fk_join  # the foreign-key join's own module
 
-        return fk_join(self, other, joiner, extractor, left=left, store=store)
+        return fk_join(self, other, joiner, extractor, left_join=left, store=store)
 
     def _table_join(self, op: str, join_type: str, other: Any, joiner: Any, store: Any) -> "KTable":
         """Kafka's KTableImpl.doJoin: names (store, merge, this, other) in Kafka's order; left and

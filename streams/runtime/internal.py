@@ -44,34 +44,41 @@ def _resolve_repartition_counts(topology: Topology, subtopologies: list[Subtopol
                                 known: dict[str, int]) -> dict[str, int]:
     """Every topic's partition count: `known` ones as given, a repartition topic from the
     sub-topologies writing it (the largest count of their sources), upstream first; one with no
-    writer keeps the count it exists with."""
+    writer keeps the count it exists with. In a cycle of writers (a foreign-key join whose
+    sides both read repartition topics) the first topic with a known upstream count takes the
+    largest of those, as Kafka's RepartitionTopics does."""
     counts = dict(known)
     writers: dict[str, list[Subtopology]] = {}
     for s in subtopologies:
         for t in s.sink_topics:
             if t in internal:
                 writers.setdefault(t, []).append(s)
-    pending = [t for t in internal if t not in counts and (t in writers or any(t in s.source_topics
-                                                                               for s in subtopologies))]
-    for _ in range(len(pending) + 1):
+
+    def upstream(t: str) -> list[str]:
+        return [u for s in writers.get(t, []) for u in s.source_topics]
+
+    pending = sorted(t for t in internal if t not in counts
+                     and (t in writers or any(t in s.source_topics for s in subtopologies)))
+    while pending:
         progressed = False
         for t in list(pending):
-            subs = writers.get(t, [])
-            upstream = [u for s in subs for u in s.source_topics]
-            if subs and all(u in counts for u in upstream):
-                counts[t] = max(counts[u] for u in upstream)
-                pending.remove(t)
-                progressed = True
-            elif not subs:
-                decorated = topology.decorate_topic(t, application_id)
-                if decorated in existing_partitions:
-                    counts[t] = existing_partitions[decorated]
-                    pending.remove(t)
-                    progressed = True
-        if not pending or not progressed:
-            break
-    if pending:
-        raise MissingSourceTopicError(f"cannot determine the partition count of internal topics {sorted(pending)}")
+            ups = upstream(t)
+            decorated = topology.decorate_topic(t, application_id)
+            if ups and all(u in counts for u in ups):
+                counts[t] = max(counts[u] for u in ups)
+            elif not ups and decorated in existing_partitions:
+                counts[t] = existing_partitions[decorated]
+            else:
+                continue
+            pending.remove(t)
+            progressed = True
+        if not progressed:
+            partial = next((t for t in pending if any(u in counts for u in upstream(t))), None)
+            if partial is None:
+                raise MissingSourceTopicError(
+                    f"cannot determine the partition count of internal topics {sorted(pending)}")
+            counts[partial] = max(counts[u] for u in upstream(partial) if u in counts)
+            pending.remove(partial)
     return counts
 
 
@@ -92,19 +99,26 @@ def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], a
             if t not in internal:
                 user_counts[t] = existing_partitions[t]
     groups = topology.copartition_groups()
+    # a group with user topics: they must agree, and its repartition topics take their count,
+    # known before any writer is looked at (which also breaks a foreign-key join's cycle)
     fixed: dict[str, int] = {}  # repartition topics whose count their co-partition group sets
+    for group in groups:
+        if group - internal:
+            fixed.update(enforce_copartitioning(group, partition_counts=user_counts,
+                                                repartition_topics=dict.fromkeys(group & internal)))
     for _ in range(len(internal) + 1):
         counts = _resolve_repartition_counts(topology, subtopologies, application_id, existing_partitions,
                                              internal, {**user_counts, **fixed})
+        # a group of repartition topics only: they all take the largest of their counts
         enforced = dict(fixed)
         for group in groups:
-            enforced.update(enforce_copartitioning(
-                group, partition_counts=user_counts,
-                repartition_topics={t: counts.get(t) for t in group if t in internal}))
+            if group <= internal:
+                enforced.update(enforce_copartitioning(
+                    group, partition_counts={}, repartition_topics={t: counts.get(t) for t in group}))
         if enforced == fixed:
             break
-        # a repartition topic took its group's count: what is written downstream of it is
-        # resolved again (a fixed count stays fixed, so this settles within a few rounds)
+        # what is written downstream of a topic that took its group's count is resolved again
+        # (a fixed count stays fixed, so this settles within a few rounds)
         fixed = enforced
     specs: dict[str, InternalTopicSpec] = {}
     for t in internal:

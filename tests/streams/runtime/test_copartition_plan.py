@@ -4,8 +4,9 @@ CopartitionedTopicsEnforcer run by RepartitionTopics.setup)."""
 
 import pytest
 
-from streams import StreamsBuilder
+from streams import Processor, StreamsBuilder, Topology
 from streams.dsl import JoinWindows
+from streams.errors import TopologyError
 from streams.runtime.errors import CoPartitioningError
 from streams.runtime.internal import plan_internal_topics
 
@@ -69,3 +70,31 @@ def test_a_group_fixing_an_upstream_repartition_topic_is_seen_downstream():
     _, got = plan(build, {"left": 8, "t": 2})
     assert got.specs["app-KSTREAM-KEY-SELECT-0000000001-repartition"].partitions == 2
     assert got.specs["app-n-repartition"].partitions == 2
+
+
+def test_a_cycle_of_internal_topics_is_broken_by_their_groups():
+    # a foreign-key join's shape: the left side writes the subscription topic the right side
+    # reads, the right side the response topic the left side reads; each internal topic is
+    # co-partitioned with the user topic of the side reading it, which breaks the cycle
+    t = Topology()
+    t.add_source("left", "left")
+    t.add_source("response", "resp")
+    t.add_processor("send", Noop, "left", "response")
+    t.add_sink("to-sub", "sub", "send")
+    t.add_source("right", "right")
+    t.add_source("subscription", "sub")
+    t.add_processor("receive", Noop, "right", "subscription")
+    t.add_sink("to-resp", "resp", "receive")
+    t.add_internal_topic("sub")
+    t.add_internal_topic("resp")
+    t.copartition_sources("subscription", "right")
+    t.copartition_sources("response", "left")
+    got = plan_internal_topics(t, t.build(), "app", {"left": 3, "right": 2})
+    assert got.specs["app-sub"].partitions == 2 and got.specs["app-resp"].partitions == 3
+    with pytest.raises(TopologyError, match="'send' is not a source"):
+        t.copartition_sources("send").copartition_groups()
+
+
+class Noop(Processor):
+    def process(self, record):
+        pass
