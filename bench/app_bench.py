@@ -1,0 +1,145 @@
+"""What the runtime benchmarks share: input topics on a cluster, an app run timed from RUNNING
+until a condition holds (the app's final commit included), and the stream thread's CPU time or
+its profile.
+
+Used by bench/wordcount.py and bench/windowed.py; not a benchmark itself.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import pstats
+import threading
+import time
+from typing import Any, Callable, Iterable, Optional
+
+from confluent_kafka.admin import NewTopic
+
+from streams import App, AppState
+from streams.backends import for_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# CPU seconds of the last run: the stream thread's own (from its start) and the whole process's
+# from RUNNING (broker, producer sender and fetchers share the GIL with the stream thread).
+THREAD_CPU: dict[str, float] = {}
+
+
+def create_topics(bootstrap: str, topics: dict[str, int], replication_factor: int) -> None:
+    """Create `topics` (name -> partitions) and wait for them."""
+    backend = for_config({"bootstrap.servers": bootstrap})
+    try:
+        futures = backend.admin().create_topics([NewTopic(t, n, replication_factor) for t, n in topics.items()])
+        for future in futures.values():
+            future.result(30)
+    finally:
+        backend.close()
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[tuple], on_sent: Optional[Callable[[int], None]] = None,
+            ) -> None:
+    """Write `records` ((key, value) or (key, value, timestamp), bytes) to `topic`; `on_sent(n)`
+    is called every 10,000 records (a progress bar)."""
+    backend = for_config({"bootstrap.servers": bootstrap})
+    try:
+        producer = backend.producer({"client.id": "bench-input", "linger.ms": 50})
+        produce_one = producer.produce
+        sent = 0
+        for record in records:
+            kwargs = {} if len(record) < 3 else {"timestamp": record[2]}
+            while True:
+                try:
+                    produce_one(topic, key=record[0], value=record[1], **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            sent += 1
+            if on_sent is not None and sent % 10_000 == 0:
+                on_sent(10_000)
+        if producer.flush(120):
+            raise SystemExit(f"could not write {topic} within 120s")
+        if on_sent is not None and sent % 10_000:
+            on_sent(sent % 10_000)
+    finally:
+        backend.close()
+
+
+def run_app(topology: Any, config: dict, done: Callable[[App], bool],
+            on_progress: Optional[Callable[[App], None]] = None) -> float:
+    """Run `topology` until `done(app)` holds, then close the app (its final commit is part of
+    the work); the seconds from RUNNING to closed. `on_progress(app)` is called while waiting."""
+    app = App(topology, config)
+    pause = threading.Event()
+    app.start()
+    try:
+        if not app.wait_for_state(AppState.RUNNING, timeout=120):
+            raise SystemExit(f"app not RUNNING: {app.state}")
+        t0 = time.perf_counter()
+        cpu0 = time.process_time()
+        while not done(app):
+            if not all(thread.is_alive() for thread in app.threads):
+                raise SystemExit("a stream thread died")
+            if on_progress is not None:
+                on_progress(app)
+            pause.wait(0.01)
+    finally:
+        app.close(timeout=120)
+    elapsed = time.perf_counter() - t0
+    THREAD_CPU["process"] = time.process_time() - cpu0
+    return elapsed
+
+
+def processed_at_least(target: int) -> Callable[[App], bool]:
+    """`done` for `run_app`: the stream threads processed `target` records (input and repartitioned)."""
+    def done(app: App) -> bool:
+        return sum(thread.processed_total for thread in app.threads) >= target
+    return done
+
+
+def record_thread_cpu() -> None:
+    """From now on, a stream thread records its CPU seconds in THREAD_CPU["stream"] when it ends."""
+    import streams.runtime.thread as thread_mod
+    original = getattr(thread_mod.StreamThread.run, "__wrapped_run__", thread_mod.StreamThread.run)
+
+    def timed_run(self):
+        try:
+            original(self)
+        finally:
+            THREAD_CPU["stream"] = time.thread_time()
+    timed_run.__wrapped_run__ = original  # type: ignore[attr-defined]
+    thread_mod.StreamThread.run = timed_run
+
+
+def profile_stream_thread(top: int = 25) -> None:
+    """From now on, a stream thread runs under cProfile and prints its top functions (own time)
+    and its own time per file when it ends."""
+    import streams.runtime.thread as thread_mod
+    original = getattr(thread_mod.StreamThread.run, "__wrapped_run__", thread_mod.StreamThread.run)
+
+    def profiled_run(self):
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            original(self)
+        finally:
+            prof.disable()
+            stats = pstats.Stats(prof)
+            stats.sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(top)
+            by_file: dict[str, float] = {}
+            for (filename, _, _), (_, _, tottime, _, _) in stats.stats.items():
+                key = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else "(builtins/C)"
+                by_file[key] = by_file.get(key, 0.0) + tottime
+            total = sum(by_file.values()) or 1.0
+            print("own time by file (stream thread):")
+            for key, t in sorted(by_file.items(), key=lambda kv: -kv[1])[:15]:
+                print(f"  {t / total * 100:5.1f}%  {key}")
+    profiled_run.__wrapped_run__ = original  # type: ignore[attr-defined]
+    thread_mod.StreamThread.run = profiled_run
+
+
+def cpu_line() -> str:
+    """The CPU seconds of the last run, for printing under its rate."""
+    if "stream" not in THREAD_CPU:
+        return ""
+    return f"  cpu: stream thread {THREAD_CPU['stream']:.2f}s, process {THREAD_CPU['process']:.2f}s"
