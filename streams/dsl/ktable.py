@@ -186,7 +186,7 @@ class KTable:
         """Inner primary-key join: joiner(value, other_value) for keys both tables hold (Kafka's
         KTableKTableInnerJoin); with `foreign_key_extractor` the foreign-key join."""
         if foreign_key_extractor is not None:
-            return self._fk_join("KTable.join", other, joiner, foreign_key_extractor, False, store)
+            return self._fk_join(other, joiner, foreign_key_extractor, False, store)
         return self._table_join("KTable.join", INNER, other, joiner, store)
 
     def left_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
@@ -194,7 +194,7 @@ class KTable:
                   foreign_key_extractor: Optional[Callable[[Any], Any]] = None) -> "KTable":
         """Every key of this table, joined with the other's value or None (Kafka's KTableKTableLeftJoin)."""
         if foreign_key_extractor is not None:
-            return self._fk_join("KTable.left_join", other, joiner, foreign_key_extractor, True, store)
+            return self._fk_join(other, joiner, foreign_key_extractor, True, store)
         return self._table_join("KTable.left_join", LEFT, other, joiner, store)
 
     def outer_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
@@ -211,10 +211,9 @@ class KTable:
             raise TopologyError(f"{op} needs a joiner(value, other_value)")
         N.check_fn(joiner, op)
 
-    def _fk_join(self, op: str, other: Any, joiner: Any, extractor: Any, left: bool, store: Any) -> "KTable":
-        self._check_join(op, other, joiner)
-        N.check_fn(extractor, f"{op} foreign_key_extractor")
-        from streams.dsl.fk_join import fk_join  # the foreign-key join's own module
+    def _fk_join(self, other: Any, joiner: Any, extractor: Any, left: bool, store: Any) -> "KTable":
+        """The foreign-key join's own module builds and checks it (branch fkjoin)."""
+        from streams.dsl.fk_join import fk_join
 
         return fk_join(self, other, joiner, extractor, left_join=left, store=store)
 
