@@ -8,11 +8,13 @@ decoder (`probed_layout`), so one probe serves the consumer, the restore loop an
 
 `message_function(name)` gives a C pass (`message_rows`, `partition_runs`, `changelog_records`,
 `keyed_run`, `dispatch_run`), or None without the accelerator or the layout: callers then take
-their Python path (`message_rows` below has it built in). EDDY_MESSAGES_PURE_PYTHON=1 forces it.
+their Python path (`message_rows` and `partition_runs` below have it built in).
+EDDY_MESSAGES_PURE_PYTHON=1 forces it.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import operator
 import os
@@ -22,7 +24,8 @@ from typing import Any, Callable, Iterable, Optional
 
 from confluent_kafka import Message
 
-__all__ = ["message_rows", "message_function", "probed_layout", "layout_arguments", "POINTER_FIELDS", "INT_FIELDS"]
+__all__ = ["message_rows", "partition_runs", "message_function", "probed_layout", "layout_arguments",
+           "POINTER_FIELDS", "INT_FIELDS"]
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +187,21 @@ def message_function(name: str) -> Optional[Callable[..., Any]]:
 
 _message_rows = message_function("message_rows")
 _TS_MS = operator.itemgetter(1)  # Message.timestamp() is (type, ms)
+
+
+_partition_runs = message_function("partition_runs")
+_FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
+
+
+def partition_runs(messages: list) -> Iterable[tuple[tuple[str, int], list]]:
+    """`((topic, partition), [messages])` for each run of consecutive messages of one partition,
+    in the order consumed."""
+    runs = _partition_runs(messages) if _partition_runs is not None else None
+    if runs is None:
+        keyed = zip(zip(map(Message.topic, messages), map(Message.partition, messages)), messages)
+        runs = ((key, list(map(_SECOND, group))) for key, group in itertools.groupby(keyed, _FIRST))
+    return runs
 
 
 def message_rows(messages: list) -> Iterable[tuple]:

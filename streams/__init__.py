@@ -1,9 +1,10 @@
 """Eddy streams: topology, Processor API, DSL, the runtime (App) and the test driver."""
 
 from streams import serdes
-from streams.dsl import (KGroupedStream, KGroupedTable, KStream, KTable, SessionWindowedKStream, StreamsBuilder,
-                         TimeWindowedKStream)
-from streams.dsl import BufferConfig, Materialized, Suppressed
+from streams.dsl import (CogroupedKStream, KGroupedStream, KGroupedTable, KStream, KTable,
+                         SessionWindowedCogroupedKStream, SessionWindowedKStream, StreamsBuilder,
+                         TimeWindowedCogroupedKStream, TimeWindowedKStream)
+from streams.dsl import BufferConfig, GlobalKTable, Materialized, Suppressed
 from streams.dsl.branched import Branched
 from streams.dsl.windows import EmitStrategy, JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
 from streams.processor import Processor, ProcessorContext, PunctuationType, Record
@@ -14,4 +15,6 @@ __all__ = ["Topology", "StreamsBuilder", "serdes", "Record", "Processor", "Proce
            "PunctuationType", "App", "AppState", "StreamThreadExceptionResponse",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
            "Window", "Windowed", "Suppressed", "BufferConfig", "Materialized", "KStream", "KTable",
-           "KGroupedStream", "KGroupedTable", "TimeWindowedKStream", "SessionWindowedKStream"]
+           "GlobalKTable",
+           "KGroupedStream", "KGroupedTable", "TimeWindowedKStream", "SessionWindowedKStream",
+           "CogroupedKStream", "TimeWindowedCogroupedKStream", "SessionWindowedCogroupedKStream"]

@@ -3,7 +3,9 @@
 Nodes may name parents that are added later; the graph is validated as a whole by `build()`
 (also run by `describe()` and by the runtimes), which raises `TopologyError` naming the node.
 Sub-topologies are the connected components of the graph, where a store shared by two
-processors also connects them; each becomes one task per input partition at runtime.
+processors also connects them; each becomes one task per input partition at runtime. A global
+store's source and processor (`add_global_store`) form a sub-topology of their own that makes no
+tasks: every instance's global thread runs them (`global_subtopology()`), as in Kafka.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from streams import serdes as _serdes
 from streams.errors import TopologyError
 from streams.processor import Processor, TimestampExtractor
 
-__all__ = ["Topology", "TopologyDescription", "Subtopology", "SourceSpec", "ProcessorSpec", "SinkSpec",
-           "changelog_topic_name", "REPARTITION"]
+__all__ = ["Topology", "TopologyDescription", "GlobalStoreDescription", "Subtopology", "SourceSpec",
+           "ProcessorSpec", "SinkSpec", "changelog_topic_name", "REPARTITION"]
 
 REPARTITION = "repartition"
 _OFFSET_RESETS = (None, "earliest", "latest")
@@ -85,9 +87,13 @@ class Topology:
         self._stores: dict[str, Any] = {}               # store name -> StoreBuilder
         self._source_of_topic: dict[str, str] = {}      # topic -> source node name
         self._internal_topics: dict[str, str] = {}      # undecorated topic name -> kind
+        self._enforced_partitions: dict[str, int] = {}  # internal topic -> the count the user fixed
+        self._copartition_sources: list[frozenset[str]] = []  # groups of source node names
         self._deferred_serdes: list[Any] = []          # serdes.ConfigDefaultSerde to bind per app
-        self._copartition_sources: list[tuple[str, ...]] = []  # source node names per co-partition group
+        # global store name -> (source node, processor node, topic) (Kafka's globalStateBuilders)
+        self._global_stores: dict[str, tuple[str, str, str]] = {}
         self._built: Optional[list[Subtopology]] = None
+        self._groups: Optional[list[Subtopology]] = None
 
     # ---- construction ---------------------------------------------------------------------
 
@@ -95,7 +101,11 @@ class Topology:
         if spec.name in self._nodes:
             raise TopologyError(f"{spec.kind} {spec.name!r}: a node named {spec.name!r} was already added")
         self._nodes[spec.name] = spec
+        self._changed()
+
+    def _changed(self) -> None:
         self._built = None
+        self._groups = None
 
     def _check_parents(self, kind: str, name: str, parent_names: Sequence[str]) -> tuple[str, ...]:
         if not parent_names:
@@ -169,13 +179,54 @@ class Topology:
         if not callable(getattr(store_builder, "build", None)):
             raise TopologyError(f"add_state_store needs a StoreBuilder (with .name and .build()), got {store_builder!r}")
         _check_name("state store", name)
+        if name in self._global_stores:
+            raise TopologyError(f"state store {name!r} was already added as a global store")
         if name in self._stores:
             raise TopologyError(f"state store {name!r} was already added")
         self._stores[name] = store_builder
-        self._built = None
+        self._changed()
         if processor_names:
             for p in processor_names:
                 self.connect_processor_and_state_stores(p, name)
+        return self
+
+    def add_global_store(self, store_builder: Any, source_name: str, key_serde: Any, value_serde: Any, topic: str,
+                         processor_name: str, state_update_supplier: Callable[[], Processor], *,
+                         timestamp_extractor: Optional[TimestampExtractor] = None) -> "Topology":
+        """A global store (Kafka's addGlobalStore): filled on every instance from all partitions of
+        `topic` by the global thread, through the source `source_name` and the processor
+        `processor_name` (made by `state_update_supplier()`, which keeps the store up to date).
+        The topic is the store's changelog, so the store must have logging disabled. Every
+        processor of the topology may read the store (read-only) without being connected to it."""
+        name = getattr(store_builder, "name", None)
+        if not callable(getattr(store_builder, "build", None)):
+            raise TopologyError(f"add_global_store needs a StoreBuilder (with .name and .build()), got {store_builder!r}")
+        _check_name("global state store", name)
+        _check_name("global store source", source_name)
+        _check_name("global store processor", processor_name)
+        _check_name(f"topic of global store {name!r}", topic)
+        if source_name == processor_name:
+            raise TopologyError(f"global store {name!r}: source_name and processor_name must differ, "
+                                f"both are {source_name!r}")
+        if name in self._stores:
+            kind = "global store" if name in self._global_stores else "state store"
+            raise TopologyError(f"global store {name!r}: a {kind} named {name!r} was already added")
+        if getattr(store_builder, "logging_enabled", False):
+            raise TopologyError(f"global store {name!r} must have logging disabled: its topic {topic!r} is its "
+                                "changelog (build it with .with_logging_disabled())")
+        if isinstance(state_update_supplier, Processor) or not callable(state_update_supplier):
+            raise TopologyError(
+                f"global store {name!r}: state_update_supplier must be a callable returning a new Processor, "
+                f"got {state_update_supplier!r}")
+        for node in (source_name, processor_name):
+            if node in self._nodes:
+                raise TopologyError(f"global store {name!r}: a node named {node!r} was already added")
+        self.add_source(source_name, topic, key_serde=key_serde, value_serde=value_serde,
+                        timestamp_extractor=timestamp_extractor)
+        self._add_node(ProcessorSpec(processor_name, state_update_supplier, (source_name,), [name]))
+        self._stores[name] = store_builder
+        self._global_stores[name] = (source_name, processor_name, topic)
+        self._changed()
         return self
 
     def connect_processor_and_state_stores(self, processor_name: str, *store_names: str) -> "Topology":
@@ -190,39 +241,37 @@ class Topology:
             raise TopologyError(f"cannot connect state stores to {spec.kind} {processor_name!r}; only processors have stores")
         for store in store_names:
             _check_name(f"store connected to processor {processor_name!r}", store)
+            if store in self._global_stores:
+                raise TopologyError(
+                    f"processor {processor_name!r}: global state store {store!r} can be used by any processor "
+                    "without being connected; it must not be connected explicitly")
             if store not in spec.stores:
                 spec.stores.append(store)
-        self._built = None
+        self._changed()
         return self
 
-    def add_internal_topic(self, name: str, kind: str = REPARTITION) -> "Topology":
-        """Mark `name` as an internal topic; runtimes prefix it with `<application.id>-`."""
+    def add_internal_topic(self, name: str, kind: str = REPARTITION, *,
+                           num_partitions: Optional[int] = None) -> "Topology":
+        """Mark `name` as an internal topic; runtimes prefix it with `<application.id>-`.
+        `num_partitions` fixes its partition count (Kafka's enforced count of
+        `repartition(Repartitioned.withNumberOfPartitions(n))`); else the runtime derives it."""
         _check_name("internal topic", name)
+        if num_partitions is not None:
+            if isinstance(num_partitions, bool) or not isinstance(num_partitions, int) or num_partitions < 1:
+                raise TopologyError(f"internal topic {name!r}: num_partitions must be an int >= 1, "
+                                    f"got {num_partitions!r}")
+            self._enforced_partitions[name] = num_partitions
         self._internal_topics[name] = kind
-        self._built = None
+        self._changed()
         return self
 
     def copartition_sources(self, *source_names: str) -> "Topology":
-        """Kafka's copartitionSources: the topics these source nodes read form one co-partition
-        group (the same partition count; an internal topic of the group is created with the
-        count of its user topics)."""
-        for name in source_names:
-            _check_name("co-partitioned source", name)
-        self._copartition_sources.append(tuple(dict.fromkeys(source_names)))
+        """The topics of these source nodes must be co-partitioned (Kafka's copartitionSources:
+        the inputs of a join or a cogroup); the runtime checks them, and sizes repartition topics
+        among them, at start."""
+        if len(source_names) > 1:
+            self._copartition_sources.append(frozenset(source_names))
         return self
-
-    def copartition_groups(self) -> list[frozenset[str]]:
-        """The topics of each co-partition group (undecorated names)."""
-        groups = []
-        for names in self._copartition_sources:
-            topics = []
-            for name in names:
-                spec = self.node(name)
-                if not isinstance(spec, SourceSpec):
-                    raise TopologyError(f"co-partition group {list(names)}: {spec.kind} {name!r} is not a source")
-                topics.extend(spec.topics)
-            groups.append(frozenset(topics))
-        return groups
 
     def add_deferred_serde(self, serde: Any) -> None:
         """Register a `serdes.ConfigDefaultSerde` the runtime must bind to the app config."""
@@ -246,6 +295,24 @@ class Topology:
     def internal_topics(self) -> dict[str, str]:
         return dict(self._internal_topics)
 
+    @property
+    def enforced_partitions(self) -> dict[str, int]:
+        """Internal topic -> the partition count the topology fixed for it."""
+        return dict(self._enforced_partitions)
+
+    def copartition_groups(self) -> list[frozenset[str]]:
+        """The (undecorated) topic sets that must be co-partitioned (Kafka's copartitionGroups)."""
+        groups = []
+        for names in self._copartition_sources:
+            topics = set()
+            for name in names:
+                spec = self._nodes.get(name)
+                if not isinstance(spec, SourceSpec):
+                    raise TopologyError(f"co-partitioned node {name!r} is not a source")
+                topics.update(spec.topics)
+            groups.append(frozenset(topics))
+        return groups
+
     def decorate_topic(self, topic: str, application_id: str) -> str:
         """The real topic name: internal topics get the `<application.id>-` prefix."""
         return f"{application_id}-{topic}" if topic in self._internal_topics else topic
@@ -266,6 +333,18 @@ class Topology:
     def store_names(self) -> list[str]:
         return list(self._stores)
 
+    @property
+    def global_store_names(self) -> list[str]:
+        return list(self._global_stores)
+
+    @property
+    def global_topics(self) -> dict[str, str]:
+        """Topic -> the global store it fills."""
+        return {topic: store for store, (_, _, topic) in self._global_stores.items()}
+
+    def is_global_store(self, name: str) -> bool:
+        return name in self._global_stores
+
     def children(self, name: str) -> list[str]:
         """Child node names of `name`, in the order they were added."""
         return [n for n, spec in self._nodes.items() if name in spec.parents]
@@ -273,11 +352,33 @@ class Topology:
     # ---- validation and grouping ----------------------------------------------------------
 
     def build(self) -> list[Subtopology]:
-        """Validate the whole graph and return its sub-topologies (cached until the next change)."""
+        """Validate the whole graph and return the sub-topologies that run as tasks (cached until
+        the next change); global stores' sub-topologies are left out (`global_subtopology()`),
+        but count in the numbering, as in Kafka."""
         if self._built is None:
-            self._validate()
-            self._built = self._group()
+            groups = self._all_groups()
+            self._built = [g for g in groups if not self._is_global_group(g)]
         return self._built
+
+    def global_subtopology(self) -> Optional[Subtopology]:
+        """All global stores' nodes as one sub-topology (Kafka's global task topology, run by
+        the global thread), or None without global stores. Its id is -1 (Kafka's global task
+        id is -1_-1)."""
+        groups = [g for g in self._all_groups() if self._is_global_group(g)]
+        if not groups:
+            return None
+        return Subtopology(id=-1, node_names=tuple(n for g in groups for n in g.node_names),
+                           source_topics=tuple(t for g in groups for t in g.source_topics), sink_topics=(),
+                           store_names=tuple(s for g in groups for s in g.store_names), internal_source_topics=())
+
+    def _all_groups(self) -> list[Subtopology]:
+        if self._groups is None:
+            self._validate()
+            self._groups = self._group()
+        return self._groups
+
+    def _is_global_group(self, group: Subtopology) -> bool:
+        return any(s in self._global_stores for s in group.store_names)
 
     def _validate(self) -> None:
         if not self._nodes:
@@ -296,6 +397,14 @@ class Topology:
                     if store not in self._stores:
                         raise TopologyError(f"processor {name!r} is connected to unknown state store {store!r}")
         self._check_cycles()
+        self.copartition_groups()  # every co-partitioned node must be a source
+        for store, (source, processor, _topic) in self._global_stores.items():
+            for node in (source, processor):
+                for child in self.children(node):
+                    if child not in (source, processor):
+                        raise TopologyError(
+                            f"{self._nodes[child].kind} {child!r} cannot read from {node!r}: the nodes of global "
+                            f"store {store!r} run in the global thread and have no children besides its processor")
         connected = {s for spec in self._nodes.values() if isinstance(spec, ProcessorSpec) for s in spec.stores}
         for store in self._stores:
             if store not in connected:
@@ -352,11 +461,9 @@ class Topology:
                         union(name, store_users[store])
                     else:
                         store_users[store] = name
-        # like Kafka: number groups walking source nodes sorted by name, then any other node
-        order = sorted(n for n, s in self._nodes.items() if isinstance(s, SourceSpec))
-        order += [n for n in self._nodes if n not in set(order)]
+        # like Kafka (2.4+, KAFKA-9020): groups are numbered in the order their first node was added
         group_ids: dict[str, int] = {}
-        for n in order:
+        for n in self._nodes:
             root = find(n)
             if root not in group_ids:
                 group_ids[root] = len(group_ids)
@@ -384,8 +491,8 @@ class Topology:
         node's successors and predecessors as InternalTopologyBuilder.describeSubtopology leaves
         them (a TreeSet filled while the sizes grow, visiting the nodes in HashMap order); stores
         and topics in HashSet order (streams/java_order.py)."""
-        subs = []
-        for sub in self.build():
+        subs, global_stores = [], []
+        for sub in self._all_groups():
             names = list(sub.node_names)
             size, successors, predecessors = _describe_links(names, {n: self._nodes[n].parents for n in names})
             nodes = []
@@ -400,8 +507,11 @@ class Topology:
                     predecessors=tuple(predecessors[n]),
                     extractor=(_extractor_name(spec.topic) if isinstance(spec, SinkSpec)
                                and not isinstance(spec.topic, str) else None)))
-            subs.append(SubtopologyDescription(sub.id, tuple(nodes)))
-        return TopologyDescription(tuple(subs))
+            if self._is_global_group(sub):
+                global_stores.append(GlobalStoreDescription(sub.id, nodes[0], nodes[1]))
+            else:
+                subs.append(SubtopologyDescription(sub.id, tuple(nodes)))
+        return TopologyDescription(tuple(subs), tuple(global_stores))
 
     def __repr__(self) -> str:
         return f"Topology(nodes={list(self._nodes)}, stores={list(self._stores)})"
@@ -480,9 +590,26 @@ class SubtopologyDescription:
 
 
 @dataclass(frozen=True)
-class TopologyDescription:
-    subtopologies: tuple[SubtopologyDescription, ...]
+class GlobalStoreDescription:
+    """A global store's sub-topology: its source and its processor (Kafka's GlobalStore)."""
+
+    id: int
+    source: NodeDescription
+    processor: NodeDescription
 
     def __str__(self) -> str:
-        # Kafka's exact layout: "Topologies:\n " then "  " before each sub-topology
-        return "Topologies:\n " + "".join(f"  {sub}" for sub in self.subtopologies)
+        # Kafka's text: no blank line after a global store, unlike a sub-topology
+        return (f"Sub-topology: {self.id} for global store (will not generate tasks)\n"
+                f"    {self.source}\n    {self.processor}\n")
+
+
+@dataclass(frozen=True)
+class TopologyDescription:
+    subtopologies: tuple[SubtopologyDescription, ...]
+    global_stores: tuple[GlobalStoreDescription, ...] = ()
+
+    def __str__(self) -> str:
+        # Kafka's exact layout: "Topologies:\n " then "  " before each sub-topology and global
+        # store, in id order
+        parts = sorted((*self.subtopologies, *self.global_stores), key=lambda d: d.id)
+        return "Topologies:\n " + "".join(f"  {part}" for part in parts)

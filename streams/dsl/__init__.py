@@ -1,6 +1,8 @@
 """The DSL: StreamsBuilder -> KStream -> KGroupedStream -> KTable, windows, suppress, Branched."""
 
 from streams.dsl.branched import Branched
+from streams.dsl.cogrouped import CogroupedKStream, SessionWindowedCogroupedKStream, TimeWindowedCogroupedKStream
+from streams.dsl.global_table import GlobalKTable
 from streams.dsl.grouped import KGroupedStream, KGroupedTable, SessionWindowedKStream, TimeWindowedKStream
 from streams.dsl.kstream import BranchedKStream, KStream, StreamsBuilder
 from streams.dsl.ktable import KTable
@@ -17,7 +19,8 @@ from streams.dsl.windows import (
     Windowed,
 )
 
-__all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "KGroupedTable", "TimeWindowedKStream",
-           "SessionWindowedKStream", "BranchedKStream", "Materialized", "Change",
+__all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "GlobalKTable", "KGroupedTable",
+           "TimeWindowedKStream", "SessionWindowedKStream", "CogroupedKStream", "TimeWindowedCogroupedKStream",
+           "SessionWindowedCogroupedKStream", "BranchedKStream", "Materialized", "Change",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
            "Window", "Windowed", "Suppressed", "BufferConfig"]

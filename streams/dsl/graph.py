@@ -83,9 +83,10 @@ class RepartitionNode(GraphNode):
     key_serde: Any = None
     value_serde: Any = None
     deferred_serdes: tuple = ()
+    num_partitions: Optional[int] = None  # fixed by repartition(num_partitions=)
 
     def write(self, topology: Topology) -> None:
-        topology.add_internal_topic(self.topic)
+        topology.add_internal_topic(self.topic, num_partitions=self.num_partitions)
         _defer(topology, self.key_serde, self.value_serde, *self.deferred_serdes)
         parent = self.parents
         if self.filter_supplier is not None:
@@ -114,6 +115,17 @@ class TableSourceNode(GraphNode):
         topology.add_source(self.source_name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde)
         topology.add_processor(self.name, self.supplier, self.source_name)
         topology.add_state_store(self.store_builder, self.name)
+
+
+@dataclass
+class GlobalTableSourceNode(TableSourceNode):
+    """builder.global_table: the same parts, as a global store (Kafka's TableSourceNode with
+    isGlobalKTable: addGlobalStore)."""
+
+    def write(self, topology: Topology) -> None:
+        _defer(topology, *self.deferred_serdes)
+        topology.add_global_store(self.store_builder, self.source_name, self.key_serde, self.value_serde,
+                                  self.topic, self.name, self.supplier)
 
 
 @dataclass
@@ -178,23 +190,69 @@ class StreamSinkNode(GraphNode):
                           value_serde=self.value_serde, partitioner=self.partitioner)
 
 
-def upstream_sources(topology: Topology, node_names: tuple[str, ...]) -> list[str]:
-    """The source nodes feeding `node_names` (Kafka's subTopologySourceNodes of a joined stream
-    or table): parents are followed up to the first source on each path."""
-    sources: dict[str, None] = {}
-    seen: set[str] = set()
-    stack = list(node_names)
-    while stack:
-        name = stack.pop()
-        if name in seen:
+def _upstream_sources(topology: Topology, name: str) -> list[str]:
+    """The source nodes `name` descends from (Kafka's subTopologySourceNodes of a table)."""
+    found, seen, todo = [], set(), [name]
+    while todo:
+        node = todo.pop()
+        if node in seen:
             continue
-        seen.add(name)
-        spec = topology.node(name)
+        seen.add(node)
+        spec = topology.node(node)
         if spec.kind == "source":
-            sources[name] = None
-        else:
-            stack.extend(spec.parents)
-    return list(sources)
+            found.append(node)
+        todo.extend(spec.parents)
+    return sorted(found)
+
+
+@dataclass
+class InternalTopicNode(GraphNode):
+    """Sink `sink_name` (the parents, `partitioner`) to the internal `topic` | source reading it
+    (the node's name), co-partitioned with the sources `copartition_with` descends from (Kafka's
+    copartitionSources): the foreign-key join's subscription and response topics."""
+
+    topic: str = ""
+    sink_name: str = ""
+    key_serde: Any = None
+    value_serde: Any = None
+    partitioner: Any = None
+    copartition_with: str = ""
+    deferred_serdes: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        topology.add_internal_topic(self.topic)
+        _defer(topology, self.key_serde, self.value_serde, *self.deferred_serdes)
+        topology.add_sink(self.sink_name, self.topic, *self.parents, key_serde=self.key_serde,
+                          value_serde=self.value_serde, partitioner=self.partitioner)
+        topology.add_source(self.name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde)
+        if self.copartition_with:
+            topology.copartition_sources(self.name, *_upstream_sources(topology, self.copartition_with))
+
+
+@dataclass
+class TableResultNode(GraphNode):
+    """A table made from a stream of values (Kafka's KTableSource as a join's result node): with
+    its store when `materialized()` says so at build time (a store was asked for, or a later
+    operation needs old values or a value getter), else `plain` (Change(value, None))."""
+
+    materialized_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    plain_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    materialized: Callable[[], bool] = None  # type: ignore[assignment]
+    store_builder: Any = None
+    deferred_serdes: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        if not self.materialized():
+            topology.add_processor(self.name, self.plain_supplier, *self.parents)
+            return
+        _defer(topology, *self.deferred_serdes)
+        topology.add_processor(self.name, self.materialized_supplier, *self.parents)
+        topology.add_state_store(self.store_builder, self.name)
+
+
+def _sources_of(topology: Topology, names: tuple[str, ...]) -> list[str]:
+    """The source nodes the joined nodes descend from (a join's co-partition group)."""
+    return list(dict.fromkeys(s for name in names for s in _upstream_sources(topology, name)))
 
 
 @dataclass
@@ -230,7 +288,7 @@ class StreamStreamJoinNode(GraphNode):
         topology.add_state_store(self.other_store, self.other_windowed, self.join_this)
         if self.outer_store is not None:
             topology.add_state_store(self.outer_store, self.join_this, self.join_other)
-        topology.copartition_sources(*upstream_sources(topology, self.parents))
+        topology.copartition_sources(*_sources_of(topology, self.parents))
 
 
 @dataclass
@@ -247,7 +305,7 @@ class StreamTableJoinNode(GraphNode):
         topology.add_processor(self.name, self.supplier, *self.parents)
         if self.store_names:
             topology.connect_processor_and_state_stores(self.name, *self.store_names)
-        topology.copartition_sources(*upstream_sources(topology, self.parents + (self.table_node,)))
+        topology.copartition_sources(*_sources_of(topology, self.parents + (self.table_node,)))
 
 
 @dataclass
@@ -279,7 +337,7 @@ class TableTableJoinNode(GraphNode):
             topology.connect_processor_and_state_stores(self.join_other, *self.this_store_names)
         if self.store_builder is not None:
             topology.add_state_store(self.store_builder, self.name)
-        topology.copartition_sources(*upstream_sources(topology, self.parents))
+        topology.copartition_sources(*_sources_of(topology, self.parents))
 
 
 @dataclass

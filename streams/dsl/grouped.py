@@ -5,7 +5,7 @@ after the aggregation's store, as Kafka's."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
@@ -19,6 +19,9 @@ from streams.dsl.ops.table import TableAggregateProcessor
 from streams.dsl.ops.windowed import WindowAggregateProcessor
 from streams.dsl.windows import EmitStrategy, SessionWindows, SlidingWindows, TimeWindows
 from streams.errors import TopologyError
+
+if TYPE_CHECKING:  # cogrouped imports this module
+    from streams.dsl.cogrouped import CogroupedKStream
 
 __all__ = ["KGroupedStream", "TimeWindowedKStream", "SessionWindowedKStream", "KGroupedTable"]
 
@@ -117,12 +120,43 @@ class KGroupedStream:
         N.check_fn(aggregator, "aggregate aggregator")
         return self._aggregate(N.AGGREGATE, "aggregate", store, initializer, aggregator, None)
 
+    def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> "CogroupedKStream":
+        """A CogroupedKStream starting with this stream and `aggregator(key, value, aggregate)`;
+        `.cogroup(other_grouped, aggregator)` adds streams, `.aggregate(initializer)` (or
+        `.windowed_by(...)`) aggregates them all into one store (Kafka's KGroupedStream.cogroup)."""
+        from streams.dsl.cogrouped import CogroupedKStream
+
+        return CogroupedKStream(self._builder).cogroup(self, aggregator)
+
     def windowed_by(self, windows: Any) -> Any:
         if isinstance(windows, SessionWindows):
             return SessionWindowedKStream(self, windows)
         if isinstance(windows, (TimeWindows, SlidingWindows)):
             return TimeWindowedKStream(self, windows)
         raise TopologyError(f"windowed_by needs TimeWindows, SlidingWindows or SessionWindows, got {windows!r}")
+
+
+def windowed_store(graph: Any, mat: Materialized, name_of_store: str, windows: Any, key_serde: Any,
+                   value_serde: Any) -> tuple[LazyStoreBuilder, Any]:
+    """The store of a windowed aggregation (a window store of ValueAndTimestamp, or a session
+    store for SessionWindows) and the Windowed key serde of its table; the retention checks fail
+    here, at build time, as Kafka's."""
+    config = getattr(graph, "config", None)
+    if isinstance(windows, SessionWindows):
+        kind = "session"
+
+        def make() -> Any:
+            return session_store_builder(mat, name_of_store, windows, key_serde, value_serde, config=config)
+        windowed_key = _serdes.session_windowed(key_serde)
+    else:
+        kind = "window"
+
+        def make() -> Any:
+            return window_store_builder(mat, name_of_store, windows, key_serde, value_serde, timestamped=True,
+                                        config=config)
+        windowed_key = _serdes.time_windowed(key_serde, windows.size())
+    make()
+    return LazyStoreBuilder(name_of_store, kind, make), windowed_key
 
 
 class _WindowedStream:
@@ -153,27 +187,12 @@ class _WindowedStream:
         where = f"store {name_of_store!r}"
         key_serde = N.key_or_default(mat.key_serde or grouped.key_serde, where)
         value_serde = N.value_or_default(mat.value_serde or value_serde, where)
-        config = getattr(graph, "config", None)
-        if isinstance(windows, SessionWindows):
-            kind = "session"
-
-            def make() -> Any:
-                return session_store_builder(mat, name_of_store, windows, key_serde, value_serde, config=config)
-            windowed_key = _serdes.session_windowed(key_serde)
-        else:
-            kind = "window"
-
-            def make() -> Any:
-                return window_store_builder(mat, name_of_store, windows, key_serde, value_serde, timestamped=True,
-                                            config=config)
-            windowed_key = _serdes.time_windowed(key_serde, windows.size())
-        make()  # the retention checks fail here, at build time, as Kafka's
+        store_builder, windowed_key = windowed_store(graph, mat, name_of_store, windows, key_serde, value_serde)
         caching = mat.caching_enabled
         graph.add(StatefulProcessorNode(
             name, (parent,),
             lambda: WindowAggregateProcessor(windows, name_of_store, caching, initializer, aggregator, merger, emit),
-            store_builder=LazyStoreBuilder(name_of_store, kind, make), store_name=name_of_store,
-            deferred_serdes=N.deferred(key_serde, value_serde)))
+            store_builder=store_builder, store_name=name_of_store, deferred_serdes=N.deferred(key_serde, value_serde)))
         return KTable(grouped._builder, name, windowed_key, value_serde, name_of_store if mat.store_name else None,
                       store_name=name_of_store, windows=windows)
 

@@ -3,14 +3,16 @@ a typed graph node (streams/dsl/graph.py) whose operator lives in streams/dsl/op
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+import re
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional
 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
 from streams.dsl.branched import Branched
-from streams.dsl.graph import (Graph, LazyStoreBuilder, ProcessorGraphNode, ProcessorWithStoresNode, RepartitionNode,
-                               StateStoreNode, StatefulProcessorNode, StreamSinkNode, StreamSourceNode,
-                               StreamStreamJoinNode, StreamTableJoinNode, TableSourceNode)
+from streams.dsl.graph import (GlobalTableSourceNode, Graph, LazyStoreBuilder, ProcessorGraphNode,
+                               ProcessorWithStoresNode, RepartitionNode, StateStoreNode, StatefulProcessorNode,
+                               StreamSinkNode, StreamSourceNode, StreamStreamJoinNode, StreamTableJoinNode,
+                               TableSourceNode)
 from streams.dsl.joins.stream_stream import INNER as _INNER, LEFT as _LEFT, OUTER as _OUTER
 from streams.dsl.joins.stream_stream import join_window_store_builder, outer_join_store_builder
 from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
@@ -20,11 +22,13 @@ from streams.dsl.ops.stateless import (BranchProcessor, FilterProcessor, FlatMap
 from streams.dsl.ops.stream_join import StreamStreamJoin, StreamTableJoinProcessor
 from streams.dsl.ops.table import TableSourceProcessor
 from streams.dsl.windows import JoinWindows
-from streams.errors import TopologyError
+from streams.errors import InternalTopicError, TopologyError
+from streams.internal_topics import validate_topic_name
 from streams.processor import TimestampExtractor
 from streams.topology import Topology
 
 if TYPE_CHECKING:  # imported lazily at run time: ktable and grouped import this module
+    from streams.dsl.global_table import GlobalKTable
     from streams.dsl.grouped import KGroupedStream
     from streams.dsl.ktable import KTable
 
@@ -33,25 +37,30 @@ __all__ = ["StreamsBuilder", "KStream"]
 _check_fn = N.check_fn
 
 
-def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: Optional[str], key_serde: Any,
-                value_serde: Any, *, named: Optional[str] = None) -> tuple[str, Any, Any]:
+_GENERATED_PREFIX = re.compile(r"KSTREAM.*-[0-9]{10}")
+
+
+def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: str, key_serde: Any, value_serde: Any, *,
+                num_partitions: Optional[int] = None) -> tuple[str, Any, Any]:
     """Null-key filter -> sink to `<prefix>-repartition` | source from it (Kafka's
-    createRepartitionedSource; the prefix is `named` when given). Names are always allocated in
-    Kafka's order (sink, filter, source), to keep the index counter as Kafka's; they are used
-    when the prefix is itself a generated name, else the nodes are named after the topic.
-    Returns (source name, key serde, value serde)."""
+    createRepartitionedSource). Three generated names are always allocated (sink, filter,
+    source, Kafka's order); they name the nodes when the prefix is itself a generated name
+    (`KSTREAM...-<10 digits>`), else the nodes are `<topic>-sink`, `-filter` and `-source`.
+    `num_partitions` fixes the topic's partition count. Returns (source name, key serde, value
+    serde)."""
     graph = builder._graph
-    prefix = named if named is not None else topic_prefix
-    topic = prefix if prefix.endswith(N.REPARTITION_SUFFIX) else prefix + N.REPARTITION_SUFFIX
+    suffix = N.REPARTITION_SUFFIX
+    topic = topic_prefix if topic_prefix.endswith(suffix) else topic_prefix + suffix
     sink = graph.new_name(N.SINK)
     filt = graph.new_name(N.FILTER)
     source = graph.new_name(N.SOURCE)
-    if not N.is_generated(prefix):
+    if not _GENERATED_PREFIX.fullmatch(topic_prefix):
         sink, filt, source = topic + "-sink", topic + "-filter", topic + "-source"
     where = f"repartition topic {topic!r}"
     key_serde = N.key_or_default(key_serde, where)
     value_serde = N.value_or_default(value_serde, where)
-    graph.add(RepartitionNode(source, (parent,), topic, filt, sink, NullKeyFilterProcessor, key_serde, value_serde))
+    graph.add(RepartitionNode(source, (parent,), topic, filt, sink, NullKeyFilterProcessor, key_serde, value_serde,
+                              num_partitions=num_partitions))
     return source, key_serde, value_serde
 
 
@@ -86,29 +95,53 @@ class StreamsBuilder:
               store: str | Materialized | None = None) -> "KTable":
         """A table of `topic`'s latest value per key, materialized in a timestamped key-value
         store (Kafka's KTableSource); the store is named by `store` or generated."""
+        src = self._table_source("table", topic, key_serde, value_serde, as_materialized(store, "table"))
+        name_of_store, caching = src.store_name, src.mat.caching_enabled
+        self._graph.add(TableSourceNode(src.name, (), topic, src.source, src.key_serde, src.value_serde,
+                                        lambda: TableSourceProcessor(name_of_store, caching), src.builder,
+                                        src.deferred))
+        return _ktable().KTable(self, src.name, src.mat.key_serde or src.key_serde,
+                                src.mat.value_serde or src.value_serde,
+                                name_of_store if src.mat.store_name else None, store_name=name_of_store)
+
+    def global_table(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
+                     store: str | Materialized | None = None) -> "GlobalKTable":
+        """A table of the latest value per key of ALL partitions of `topic`, kept on every
+        instance by the global thread in a timestamped key-value store (Kafka's globalTable:
+        a global store whose changelog is the topic itself, so logging is always off). Caching is
+        off too: nothing downstream would be spared updates, and stream tasks and queries read
+        the store from other threads."""
+        mat = as_materialized(store, "global_table").with_logging_disabled().with_caching_disabled()
+        src = self._table_source("global_table", topic, key_serde, value_serde, mat)
+        name_of_store = src.store_name
+        self._graph.add(GlobalTableSourceNode(src.name, (), topic, src.source, src.key_serde, src.value_serde,
+                                              lambda: TableSourceProcessor(name_of_store, False), src.builder,
+                                              src.deferred))
+        return _global_table().GlobalKTable(self, name_of_store, mat.store_name, mat.key_serde or src.key_serde,
+                                            mat.value_serde or src.value_serde)
+
+    def _table_source(self, op: str, topic: str, key_serde: Any, value_serde: Any,
+                      mat: Materialized) -> "_TableSource":
+        """The names, serdes and store builder of a table source, allocated in Kafka's order
+        (store name if generated, source, table source)."""
         if not isinstance(topic, str) or not topic:
-            raise TopologyError(f"table() needs a topic name, got {topic!r}")
+            raise TopologyError(f"{op}() needs a topic name, got {topic!r}")
         if topic in self._source_topics:
-            raise TopologyError(f"table(): topic {topic!r} is already read by {self._source_topics[topic]}")
-        mat = as_materialized(store, "table")
+            raise TopologyError(f"{op}(): topic {topic!r} is already read by {self._source_topics[topic]}")
         graph = self._graph
         name_of_store = mat.store_name or graph.new_name(f"{topic}-{N.STATE_STORE}")
         source = graph.new_name(N.SOURCE)
         name = graph.new_name(N.TABLE_SOURCE)
         self._source_topics[topic] = source
-        key_serde = _serdes.resolve_serde(key_serde, f"table({topic!r}) key_serde")
-        value_serde = _serdes.resolve_serde(value_serde, f"table({topic!r}) value_serde")
+        key_serde = _serdes.resolve_serde(key_serde, f"{op}({topic!r}) key_serde")
+        value_serde = _serdes.resolve_serde(value_serde, f"{op}({topic!r}) value_serde")
         where = f"table store {name_of_store!r}"
         store_key = N.key_or_default(mat.key_serde or key_serde, where)
         store_value = N.value_or_default(mat.value_serde or value_serde, where)
-        caching = mat.caching_enabled
         builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
             mat, name_of_store, store_key, store_value, timestamped=True))
-        graph.add(TableSourceNode(name, (), topic, source, key_serde, value_serde,
-                                  lambda: TableSourceProcessor(name_of_store, caching), builder,
-                                  N.deferred(store_key, store_value)))
-        return _ktable().KTable(self, name, mat.key_serde or key_serde, mat.value_serde or value_serde,
-                                name_of_store if mat.store_name else None, store_name=name_of_store)
+        return _TableSource(mat, name_of_store, source, name, key_serde, value_serde, builder,
+                            N.deferred(store_key, store_value))
 
     def add_state_store(self, store_builder: Any) -> "StreamsBuilder":
         """A store for KStream.process(..., stores=[name])."""
@@ -123,6 +156,17 @@ class StreamsBuilder:
         topology = self._graph.to_topology()
         topology.build()
         return topology
+
+
+class _TableSource(NamedTuple):
+    mat: Materialized
+    store_name: str
+    source: str
+    name: str
+    key_serde: Any
+    value_serde: Any
+    builder: LazyStoreBuilder
+    deferred: tuple
 
 
 class KStream:
@@ -233,15 +277,23 @@ class KStream:
 
     def repartition(self, *, key_serde: Any = None, value_serde: Any = None, name: Optional[str] = None,
                     num_partitions: Optional[int] = None) -> "KStream":
-        """Through an internal `<name>-repartition` topic (Kafka's KStream.repartition)."""
-        if num_partitions is not None:
-            raise TopologyError("repartition(num_partitions=...) is not supported yet: the runtime sizes "
-                                "repartition topics from their source topics")
+        """Through the internal topic `<application.id>-<name>-repartition` (generated name without
+        `name`), keyed by murmur2 of the serialized key (Kafka's KStream.repartition); with
+        `num_partitions` the topic has that many partitions and the sub-topology reading it that
+        many tasks, else as many as the sub-topology writing it has."""
+        if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
+                                           or num_partitions < 1):
+            raise TopologyError(f"repartition: num_partitions must be an int >= 1, got {num_partitions!r}")
+        if name is not None:
+            try:
+                validate_topic_name(name + N.REPARTITION_SUFFIX)
+            except InternalTopicError as exc:
+                raise TopologyError(f"repartition: name {name!r} cannot name a topic ({exc})") from None
         graph = self._builder._graph
-        prefix = None if name is not None else graph.new_name(N.REPARTITION)
+        prefix = name if name is not None else graph.new_name(N.REPARTITION)
         ks = _serdes.resolve_serde(key_serde, "repartition key_serde") or self.key_serde
         vs = _serdes.resolve_serde(value_serde, "repartition value_serde") or self.value_serde
-        source, ks, vs = repartition(self._builder, self._node, prefix, ks, vs, named=name)
+        source, ks, vs = repartition(self._builder, self._node, prefix, ks, vs, num_partitions=num_partitions)
         return KStream(self._builder, source, ks, vs)
 
     def process(self, processor_supplier: Callable[[], Any], *, stores: Iterable[str] = ()) -> "KStream":
@@ -444,11 +496,8 @@ class KStream:
 
 
 def _is_global_table(obj: Any) -> bool:
-    """A GlobalKTable (streams.dsl.global_table, imported only when it exists)."""
-    try:
-        from streams.dsl.global_table import GlobalKTable
-    except ImportError:
-        return type(obj).__name__ == "GlobalKTable"
+    from streams.dsl.global_table import GlobalKTable  # imported here: it imports the DSL
+
     return isinstance(obj, GlobalKTable)
 
 
@@ -507,6 +556,11 @@ class BranchedKStream:
 def _ktable() -> Any:
     from streams.dsl import ktable
     return ktable
+
+
+def _global_table() -> Any:
+    from streams.dsl import global_table
+    return global_table
 
 
 def _grouped() -> Any:

@@ -3,7 +3,6 @@ serde fallbacks every DSL class shares."""
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable
 
 from streams import serdes as _serdes
@@ -26,6 +25,9 @@ REPARTITION = "KSTREAM-REPARTITION-"
 TO_KTABLE = "KSTREAM-TOTABLE-"
 AGGREGATE = "KSTREAM-AGGREGATE-"
 REDUCE = "KSTREAM-REDUCE-"
+COGROUP_AGGREGATE = "COGROUPKSTREAM-AGGREGATE-"
+COGROUP_MERGE = "COGROUPKSTREAM-MERGE-"
+LEFTJOIN = "KSTREAM-LEFTJOIN-"
 TABLE_SOURCE = "KTABLE-SOURCE-"
 TABLE_FILTER = "KTABLE-FILTER-"
 TABLE_MAPVALUES = "KTABLE-MAPVALUES-"
@@ -38,7 +40,6 @@ TABLE_JOINTHIS = "KTABLE-JOINTHIS-"
 TABLE_JOINOTHER = "KTABLE-JOINOTHER-"
 TABLE_MERGE = "KTABLE-MERGE-"
 JOIN = "KSTREAM-JOIN-"
-LEFTJOIN = "KSTREAM-LEFTJOIN-"
 JOINTHIS = "KSTREAM-JOINTHIS-"
 JOINOTHER = "KSTREAM-JOINOTHER-"
 OUTERTHIS = "KSTREAM-OUTERTHIS-"
@@ -46,16 +47,18 @@ OUTEROTHER = "KSTREAM-OUTEROTHER-"
 WINDOWED = "KSTREAM-WINDOWED-"
 OUTERSHARED = "KSTREAM-OUTERSHARED-"
 STATE_STORE = "STATE-STORE-"
+TABLE_SINK = "KTABLE-SINK-"
+# the foreign-key join's nodes, stores and topics (KTableImpl.doJoinOnForeignKey)
+FK_JOIN = "KTABLE-FK-JOIN-"
+FK_SUBSCRIPTION_REGISTRATION = FK_JOIN + "SUBSCRIPTION-REGISTRATION-"
+FK_SUBSCRIPTION_RESPONSE = FK_JOIN + "SUBSCRIPTION-RESPONSE-"
+FK_SUBSCRIPTION_PROCESSOR = FK_JOIN + "SUBSCRIPTION-PROCESSOR-"
+FK_RESPONSE_RESOLVER = FK_JOIN + "SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-"
+FK_SUBSCRIPTION_STATE_STORE = FK_JOIN + "SUBSCRIPTION-STATE-STORE-"
+FK_JOIN_OUTPUT = FK_JOIN + "OUTPUT-"
+FK_TOPIC_SUFFIX = "-topic"
 REPARTITION_SUFFIX = "-repartition"
 STORE_SUFFIX = "-store"
-# Kafka's createRepartitionedSource: a topic prefix that is a generated node or store name keeps
-# the generated sink/filter/source names; any other prefix names them after the topic
-_GENERATED = re.compile(r"KSTREAM.*-[0-9]{10}")
-
-
-def is_generated(name: str) -> bool:
-    return _GENERATED.fullmatch(name) is not None
-
 
 def check_fn(fn: Any, op: str) -> None:
     if not callable(fn):

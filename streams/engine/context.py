@@ -12,6 +12,38 @@ if TYPE_CHECKING:
     from streams.engine.task_engine import TaskEngine
 
 
+#: What a stream task's processor may not call on a global store (only the global thread updates it).
+_GLOBAL_STORE_WRITES = frozenset({"put", "put_if_absent", "put_all", "delete", "remove", "update", "update_many",
+                                  "init", "flush", "flush_cache", "close", "restore_batch"})
+
+
+class ReadOnlyGlobalStore:
+    """A global store as the processors of stream tasks see it (Kafka's *ReadOnlyDecorator):
+    reads go to the store (a timestamped store's `get` gives ValueAndTimestamp), writes raise
+    StoreAccessError. Attributes are looked up once per access, so a processor that keeps
+    `store.get` from `init` pays nothing per record."""
+
+    __slots__ = ("_store", "name")
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.name = store.name
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._store, attr)
+        if attr in _GLOBAL_STORE_WRITES:
+            name = self.name
+
+            def refused(*args: Any, **kwargs: Any) -> None:
+                raise StoreAccessError(f"global state store {name!r} is read-only here: {attr}() is refused; "
+                                       "only its global store processor updates it")
+            return refused
+        return value
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyGlobalStore({self.name!r})"
+
+
 class ProcessorContextImpl(ProcessorContext):
     """The context every processor of one task shares; tracks the current node and record."""
 
@@ -142,6 +174,9 @@ class ProcessorContextImpl(ProcessorContext):
         node = self.current_node
         if node is None:
             raise StoreAccessError(f"get_state_store({name!r}) called outside of a processor")
+        global_store = self._engine.global_stores.get(name)
+        if global_store is not None:  # any processor may read a global store, never write it (Kafka)
+            return ReadOnlyGlobalStore(global_store)
         if name not in node.store_names:
             if name in self._engine.stores:
                 raise StoreAccessError(

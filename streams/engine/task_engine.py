@@ -66,6 +66,13 @@ def _serde_or_default(serde: Any, config: Mapping[str, Any], key: str, where: st
     return default
 
 
+def raw_message(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, timestamp: int,
+                headers: Any = None) -> Message:
+    """One raw record as the consumed message the routes take (the TopologyTestDriver's input)."""
+    return Message(topic, partition, offset, key, value, list(headers) if headers else None, None,
+                   (0 if timestamp < 0 else 1, timestamp), -1.0, -1)
+
+
 def _cache_flusher(store: Any) -> Optional[Callable[[], None]]:
     """The function that writes `store`'s cache down, or None if it has no cache layer."""
     layer = store
@@ -82,8 +89,11 @@ class TaskEngine:
     def __init__(self, topology: Topology, subtopology: Subtopology, *, task_id: Any,
                  application_id: str, config: Mapping[str, Any], collector: RecordCollector,
                  clock_ms: Callable[[], int], state_context: Any = None, metrics: Any = None,
-                 thread_id: str = "main") -> None:
+                 thread_id: str = "main", global_stores: Optional[Mapping[str, Any]] = None) -> None:
+        """`global_stores`: the instance's global stores by name, which every processor may
+        read (`context.get_state_store`), filled by the global thread."""
         self.topology = topology
+        self.global_stores: Mapping[str, Any] = global_stores if global_stores is not None else {}
         self.subtopology = subtopology
         self.task_id = task_id
         self.application_id = application_id
@@ -185,9 +195,8 @@ class TaskEngine:
                 timestamp: int, headers: Any = None) -> bool:
         """Process one raw input record as a consumed message (the TopologyTestDriver's way in:
         the same routes as a task's). Returns False if it was skipped (handler or timestamp)."""
-        message = Message(topic, partition, offset, key, value, list(headers) if headers else None, None,
-                          (0 if timestamp < 0 else 1, timestamp), -1.0, -1)
-        return self.process_messages(topic, partition, [message]) == 1
+        return self.process_messages(topic, partition, [raw_message(
+            topic, partition, offset, key, value, timestamp, headers)]) == 1
 
     def advance_stream_time(self, timestamp: int) -> None:
         """Raise the stream time to `timestamp` (never lowers it). The engine owns stream time:

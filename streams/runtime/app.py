@@ -14,6 +14,11 @@ in Kafka Streams' assignor, so standbys are placed by every instance from the gr
 refreshed on every local task change and every few seconds. When the membership cannot be read
 (a broker without DescribeConsumerGroups), an instance keeps a standby of every stateful task
 it does not run, which still covers any single instance failure.
+
+Global stores (GlobalKTable, Topology.add_global_store) are kept by one GlobalStreamThread per
+instance, from every partition of their topics; `start()` returns once they are bootstrapped
+(the app stays REBALANCING meanwhile) and only then starts the stream threads, whose tasks read
+them. A global thread that dies shuts the client down to ERROR (it is never replaced).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from streams.errors import ConfigError
 from streams.internal_topics import InternalTopicManager
 from streams.metrics import MetricsRegistry
 from streams.runtime.config import StreamsConfig
+from streams.runtime.global_thread import GlobalStreamThread, GlobalThreadState
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.internal import plan_internal_topics
 from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
@@ -127,6 +133,9 @@ class App:
         self._exception_handler: Optional[Callable[[BaseException], StreamThreadExceptionResponse]] = None
         self._restore_listener: Optional[StateRestoreListener] = None
         self.threads: list[StreamThread] = []
+        # the global thread and the global stores it keeps (filled before the stream threads start)
+        self._global_thread: Optional[GlobalStreamThread] = None
+        self._global_stores: dict[str, Any] = {}
         self._metrics = MetricsRegistry()
         self._backend: Any = None
         self._admin: Any = None
@@ -227,16 +236,42 @@ class App:
         self._assignment_strategy = cfg.raw.get("main.consumer.partition.assignment.strategy") or (
             "range" if multi_topic else "cooperative-sticky")
         self._set_state(AppState.REBALANCING)
+        if self.topology.global_subtopology() is not None and not self._start_global_thread():
+            return
+        # a topology of global stores only runs no stream thread (Kafka): it is RUNNING at once
+        num_threads = cfg.num_stream_threads if self.subtopologies else 0
         with self._lock:
-            for i in range(1, cfg.num_stream_threads + 1):
+            for i in range(1, num_threads + 1):
                 self.threads.append(self._new_thread(i))
         self._update_standbys()
         for t in list(self.threads):
             t.start()
+        if not self.subtopologies:
+            self._set_state(AppState.RUNNING)
         self._maintenance = threading.Thread(target=self._maintenance_loop, daemon=True,
                                              name=f"{self.application_id}-maintenance")
         self._maintenance.start()
         self._snapshots.start()
+
+    def _start_global_thread(self) -> bool:
+        """Start the global thread and wait for its bootstrap, as Kafka's start() does: the
+        stream threads start only once every global store is loaded. A bootstrap failure
+        ends the app in ERROR and is raised; False if the app was closed meanwhile."""
+        thread = GlobalStreamThread(self.topology, config=self.config, backend=self._backend,
+                                    state_directory=self._state_directory, restore_listener=self._restore_listener,
+                                    metrics=self._metrics, on_error=self._on_global_thread_error)
+        self._global_thread = thread
+        try:
+            thread.start()
+        except BaseException:
+            log.error("application %s: bootstrapping the global stores failed; the client shuts down to ERROR",
+                      self.application_id)
+            if self._set_state(AppState.PENDING_ERROR):
+                self._release()
+                self._set_state(AppState.ERROR)
+            raise
+        self._global_stores.update(thread.stores)
+        return self._state is AppState.REBALANCING
 
     def _prepare_topics(self) -> Any:
         metadata = self._admin.list_topics(timeout=30)
@@ -256,7 +291,7 @@ class App:
             restore_listener=self._restore_listener, on_state_change=self._on_thread_state,
             on_error=self._on_thread_error, on_tasks_changed=self._on_tasks_changed,
             assignment_strategy=self._assignment_strategy, on_failure=self._on_thread_failure,
-            shutdown_requested=self._shutdown_requested, metrics=self._metrics)
+            shutdown_requested=self._shutdown_requested, metrics=self._metrics, global_stores=self._global_stores)
         if self._fault_injector is not None:
             injector = self._fault_injector
             thread.fault_injector = lambda point, th=thread: injector(th, point)
@@ -276,7 +311,8 @@ class App:
             if self._state not in (AppState.RUNNING, AppState.REBALANCING):
                 return
             live = [t for t in self.threads if t.state is not ThreadState.DEAD]
-            if live and all(t.state is ThreadState.RUNNING for t in live):
+            global_running = self._global_thread is None or self._global_thread.state is GlobalThreadState.RUNNING
+            if live and all(t.state is ThreadState.RUNNING for t in live) and global_running:
                 self._set_state(AppState.RUNNING)
             elif any(t.state in (ThreadState.STARTING, ThreadState.PARTITIONS_ASSIGNED,
                                  ThreadState.PARTITIONS_REVOKED) for t in live):
@@ -435,6 +471,18 @@ class App:
             log.error("%s died (%r): shutting the client down", thread.name, exc)
         self._begin_error_shutdown()
 
+    def _on_global_thread_error(self, thread: GlobalStreamThread, exc: BaseException) -> None:
+        """The global thread died after its bootstrap: ask the handler (SHUTDOWN_APPLICATION
+        reaches every instance), then shut this client down to ERROR; a global thread is never
+        replaced (Kafka)."""
+        self._on_thread_failure(thread, exc)  # type: ignore[arg-type]
+        response = self._responses.pop(thread, StreamThreadExceptionResponse.SHUTDOWN_CLIENT)  # type: ignore[arg-type]
+        if response is StreamThreadExceptionResponse.REPLACE_THREAD:
+            log.error("the global thread cannot be replaced (%r): shutting the client down", exc)
+        elif response is not StreamThreadExceptionResponse.SHUTDOWN_APPLICATION:
+            log.error("the global thread died (%r): shutting the client down", exc)
+        self._begin_error_shutdown()
+
     def _begin_error_shutdown(self) -> bool:
         """PENDING_ERROR, then (off the calling thread) stop every thread and end in ERROR;
         False if the app was already stopping."""
@@ -450,6 +498,7 @@ class App:
         for t in self.threads:
             if t is not threading.current_thread():
                 t.join()
+        self._stop_global_thread(None)
         self._release()
         self._set_state(AppState.ERROR)
 
@@ -477,11 +526,21 @@ class App:
         for t in self.threads:
             if t.is_alive():
                 t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        if any(t.is_alive() for t in self.threads):
+        if any(t.is_alive() for t in self.threads) or not self._stop_global_thread(deadline):
             return False
         self._release()
         self._set_state(AppState.NOT_RUNNING)
         return True
+
+    def _stop_global_thread(self, deadline: Optional[float], *, clean: bool = True) -> bool:
+        """Stop the global thread after the stream threads (they read its stores); True once it
+        is stopped (False: still running at `deadline`)."""
+        thread = self._global_thread
+        if thread is None or not thread.is_alive() or thread is threading.current_thread():
+            return True
+        thread.shutdown(clean=clean)
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not thread.is_alive()
 
     def _release(self) -> None:
         self._snapshots.stop()
@@ -508,6 +567,7 @@ class App:
                 self._state = AppState.PENDING_SHUTDOWN
         for t in self.threads:
             t.join(60)
+        self._stop_global_thread(time.monotonic() + 60, clean=False)
         self._release()
         self._set_state(AppState.NOT_RUNNING)
 
@@ -526,19 +586,31 @@ class App:
 
     def store(self, name: str) -> ReadOnlyKeyValueView | ReadOnlyWindowView | ReadOnlySessionView:
         """A read-only view of store `name` over this instance's active tasks: Kafka's
-        ReadOnlyKeyValueStore, ReadOnlyWindowStore or ReadOnlySessionStore, as the store is."""
-        sub = self._store_sub.get(name)
-        if sub is None:
-            raise InvalidStateStoreError(
-                f"unknown state store {name!r}; the topology has {sorted(self._store_sub)}")
+        ReadOnlyKeyValueStore, ReadOnlyWindowStore or ReadOnlySessionStore, as the store is. A
+        global store is queried in full on every instance (its one local copy)."""
+        if self.topology.is_global_store(name):
+            sub, partitions = 0, 1
+
+            def local() -> dict[TaskId, Any]:
+                store = self._global_stores.get(name)
+                return {} if store is None else {TaskId(0, 0): store}
+        else:
+            sub = self._store_sub.get(name)
+            if sub is None:
+                raise InvalidStateStoreError(
+                    f"unknown state store {name!r}; the topology has "
+                    f"{sorted({*self._store_sub, *self.topology.global_store_names})}")
+            partitions = self._plan.partitions_of_sub[sub] if self._plan is not None else 1
+
+            def local() -> dict[TaskId, Any]:
+                return self._local_stores(name, sub)
         self._check_queryable(name)
-        partitions = self._plan.partitions_of_sub[sub] if self._plan is not None else 1
         builder = self.topology.store_builder(name)
         if callable(getattr(builder, "store_builder", None)):  # a DSL materialization
             builder = builder.store_builder()
         kind = getattr(builder, "kind", "key_value")
         view = {"window": ReadOnlyWindowView, "session": ReadOnlySessionView}.get(kind, ReadOnlyKeyValueView)
-        return view(name, sub, partitions, lambda: self._local_stores(name, sub), lambda: self._check_queryable(name))
+        return view(name, sub, partitions, local, lambda: self._check_queryable(name))
 
     def _check_queryable(self, name: str) -> None:
         if not self._state.is_running_or_rebalancing():

@@ -14,9 +14,11 @@ EXACTLY_ONCE_V2 = "exactly_once_v2"
 _GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE_V2)
 
 #: Keys this module consumes that must never reach a client (prefixes for per-client settings
-#: of the main and restore consumers, as Kafka Streams' main.consumer. / restore.consumer.).
+#: of the main, restore and global consumers, as Kafka Streams' main.consumer. / restore.consumer. /
+#: global.consumer.).
 MAIN_CONSUMER_PREFIX = "main.consumer."
 RESTORE_CONSUMER_PREFIX = "restore.consumer."
+GLOBAL_CONSUMER_PREFIX = "global.consumer."
 #: The App's snapshot settings (streams.runtime.snapshots), never a client's.
 SNAPSHOT_PREFIX = "snapshot."
 
@@ -114,7 +116,8 @@ class StreamsConfig:
     def backend_config(self) -> dict:
         """The config handed to `streams.backends.for_config` (runtime-only prefixes removed)."""
         return {k: v for k, v in self.raw.items()
-                if not k.startswith((MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, SNAPSHOT_PREFIX))}
+                if not k.startswith((MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, GLOBAL_CONSUMER_PREFIX,
+                                     SNAPSHOT_PREFIX))}
 
     def prefixed(self, prefix: str) -> dict:
         return {k[len(prefix):]: v for k, v in self.raw.items() if k.startswith(prefix)}

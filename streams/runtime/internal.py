@@ -1,12 +1,13 @@
 """Which internal topics a topology needs, with their partition counts and configs.
 
-Kafka Streams' rules: a repartition topic gets the maximum partition count of the source
-topics of the sub-topology writing to it (resolved upstream first, since that sub-topology may
-itself read a repartition topic), unless it is in a co-partition group (the inputs of a join):
-the group's user topics must have one partition count (else CoPartitioningError naming them)
-and its repartition topics take it (Kafka's CopartitionedTopicsEnforcer, in
-streams/runtime/copartitioning.py); a changelog topic gets the partition count of its
-sub-topology (the maximum over its source topics), `cleanup.policy=compact`.
+Kafka Streams' rules (RepartitionTopics, CopartitionedTopicsEnforcer): a repartition topic
+gets the count the topology fixed for it (`repartition(num_partitions=)`); else, when a
+co-partition group (the inputs of a join or a cogroup) joins it with user topics, theirs; else
+the maximum partition count of the source topics of the sub-topology writing to it (resolved
+upstream first, since that sub-topology may itself read a repartition topic); a group of
+internal topics only is sized last (streams/runtime/copartitioning.py checks every group). A
+changelog topic gets the partition count of its sub-topology (the maximum over its source
+topics), `cleanup.policy=compact`.
 """
 
 from __future__ import annotations
@@ -39,15 +40,33 @@ def _logged(builder: Any) -> bool:
     return bool(getattr(builder, "logging_enabled", True))
 
 
-def _resolve_repartition_counts(topology: Topology, subtopologies: list[Subtopology], application_id: str,
-                                existing_partitions: Mapping[str, int], internal: set,
-                                known: dict[str, int]) -> dict[str, int]:
-    """Every topic's partition count: `known` ones as given, a repartition topic from the
-    sub-topologies writing it (the largest count of their sources), upstream first; one with no
-    writer keeps the count it exists with. In a cycle of writers (a foreign-key join whose
-    sides both read repartition topics) the first topic with a known upstream count takes the
-    largest of those, as Kafka's RepartitionTopics does."""
-    counts = dict(known)
+def _copartition(topology: Topology, application_id: str, internal: set, counts: dict, enforced: dict, *,
+                 with_user_topics: bool) -> None:
+    """Size the repartition topics of the co-partition groups that have user topics
+    (`with_user_topics`: their count is known before the writers are looked at, which also breaks
+    a foreign-key join's cycle, each side writing the topic the other reads), or of the groups
+    of internal topics only, in `counts`; CoPartitioningError (naming the topics as the cluster
+    knows them, with their counts) when they cannot agree."""
+    for group in topology.copartition_groups():
+        has_user_topics = any(t not in internal for t in group)
+        if has_user_topics is not with_user_topics:
+            continue
+        named = {topology.decorate_topic(t, application_id): t for t in group}
+        sized = enforce_copartitioning(
+            named, partition_counts={d: counts[t] for d, t in named.items() if t not in internal},
+            repartition_topics={d: counts.get(t) for d, t in named.items() if t in internal},
+            enforced=[d for d, t in named.items() if t in enforced])
+        for decorated, count in sized.items():
+            counts[named[decorated]] = count
+
+
+def _resolve_from_writers(topology: Topology, subtopologies: list[Subtopology], internal: set, counts: dict,
+                          application_id: str, existing_partitions: Mapping[str, int]) -> None:
+    """Each repartition topic not known yet gets the largest count of the source topics of the
+    sub-topologies writing it, once they are all known (upstream first); a topic no sub-topology
+    writes keeps its existing count. In a cycle of writers (a foreign-key join whose sides both
+    read repartition topics) the first topic with a known upstream count takes the largest of
+    those, as Kafka's RepartitionTopics does."""
     writers: dict[str, list[Subtopology]] = {}
     for s in subtopologies:
         for t in s.sink_topics:
@@ -63,11 +82,10 @@ def _resolve_repartition_counts(topology: Topology, subtopologies: list[Subtopol
         progressed = False
         for t in list(pending):
             ups = upstream(t)
-            decorated = topology.decorate_topic(t, application_id)
             if ups and all(u in counts for u in ups):
                 counts[t] = max(counts[u] for u in ups)
-            elif not ups and decorated in existing_partitions:
-                counts[t] = existing_partitions[decorated]
+            elif not ups and topology.decorate_topic(t, application_id) in existing_partitions:
+                counts[t] = existing_partitions[topology.decorate_topic(t, application_id)]
             else:
                 continue
             pending.remove(t)
@@ -79,7 +97,6 @@ def _resolve_repartition_counts(topology: Topology, subtopologies: list[Subtopol
                     f"cannot determine the partition count of internal topics {sorted(pending)}")
             counts[partial] = max(counts[u] for u in upstream(partial) if u in counts)
             pending.remove(partial)
-    return counts
 
 
 def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], application_id: str,
@@ -93,33 +110,16 @@ def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], a
         raise MissingSourceTopicError(
             f"source topics {missing} do not exist; create them before starting the application "
             f"{application_id!r}")
-    user_counts: dict[str, int] = {}  # undecorated topic -> partitions
+    counts: dict[str, int] = {}  # undecorated topic -> partitions
     for s in subtopologies:
         for t in s.source_topics:
             if t not in internal:
-                user_counts[t] = existing_partitions[t]
-    groups = topology.copartition_groups()
-    # a group with user topics: they must agree, and its repartition topics take their count,
-    # known before any writer is looked at (which also breaks a foreign-key join's cycle)
-    fixed: dict[str, int] = {}  # repartition topics whose count their co-partition group sets
-    for group in groups:
-        if group - internal:
-            fixed.update(enforce_copartitioning(group, partition_counts=user_counts,
-                                                repartition_topics=dict.fromkeys(group & internal)))
-    for _ in range(len(internal) + 1):
-        counts = _resolve_repartition_counts(topology, subtopologies, application_id, existing_partitions,
-                                             internal, {**user_counts, **fixed})
-        # a group of repartition topics only: they all take the largest of their counts
-        enforced = dict(fixed)
-        for group in groups:
-            if group <= internal:
-                enforced.update(enforce_copartitioning(
-                    group, partition_counts={}, repartition_topics={t: counts.get(t) for t in group}))
-        if enforced == fixed:
-            break
-        # what is written downstream of a topic that took its group's count is resolved again
-        # (a fixed count stays fixed, so this settles within a few rounds)
-        fixed = enforced
+                counts[t] = existing_partitions[t]
+    enforced = {t: n for t, n in topology.enforced_partitions.items() if t in internal}
+    counts.update(enforced)
+    _copartition(topology, application_id, internal, counts, enforced, with_user_topics=True)
+    _resolve_from_writers(topology, subtopologies, internal, counts, application_id, existing_partitions)
+    _copartition(topology, application_id, internal, counts, enforced, with_user_topics=False)
     specs: dict[str, InternalTopicSpec] = {}
     for t in internal:
         if t in counts:

@@ -67,10 +67,12 @@ class StreamTask:
                  collector: Any, state_directory: Any, thread_cache: Any, eos_enabled: bool,
                  clock_ms: Callable[[], int], state_manager: Optional[ProcessorStateManager] = None,
                  metrics: Any = None, thread_id: str = "main", max_task_idle_ms: int = -1,
-                 fetched_lag: Optional[Callable[[tuple[str, int]], Optional[int]]] = None) -> None:
+                 fetched_lag: Optional[Callable[[tuple[str, int]], Optional[int]]] = None,
+                 global_stores: Optional[dict] = None) -> None:
         """`max_task_idle_ms` and `fetched_lag` (the main consumer's lag of a partition, None
         when unknown): see PartitionGroup.ready_to_process; -1 never waits."""
         self.id = task_id
+        self.global_stores = global_stores  # the instance's global stores (readable by every processor)
         self.metrics = metrics
         self.thread_id = thread_id
         self.subtopology = subtopology
@@ -125,7 +127,7 @@ class StreamTask:
         self.engine = TaskEngine(self.topology, self.subtopology, task_id=self.id,
                                  application_id=self.application_id, config=self.config,
                                  collector=self.collector, clock_ms=self.clock_ms, state_context=self.manager,
-                                 metrics=self.metrics, thread_id=self.thread_id)
+                                 metrics=self.metrics, thread_id=self.thread_id, global_stores=self.global_stores)
         if len(self.partition_group.queues) > 1 and self.engine.has_custom_timestamp_extractor():
             extracted = self.engine.extracted_timestamp
             self.partition_group.head_timestamp = lambda tp, m: extracted(
@@ -164,8 +166,15 @@ class StreamTask:
             if self.eos_enabled and self.manager is not None:
                 self.manager.checkpoint_file.delete()  # KAFKA-10362
 
+    def _remove_sensors(self) -> None:
+        """Drop this task's task- and store-level metrics (Kafka's removeAllTaskLevelSensors on
+        closeClean/closeDirty): a closed or migrated task's sensors must not stay listed."""
+        if self.metrics is not None:
+            self.metrics.remove(thread_id=self.thread_id, task_id=str(self.id))
+
     def close_clean(self) -> None:
         """Close after a successful commit: processors, then stores with a forced checkpoint."""
+        self._remove_sensors()
         self.suspend()
         first_error: Optional[BaseException] = None
         try:
@@ -188,6 +197,7 @@ class StreamTask:
         stores may hold uncommitted writes). Errors are logged, never raised."""
         if self.state is TaskState.CLOSED:
             return
+        self._remove_sensors()
         if self.state is not TaskState.SUSPENDED:
             self.state = TaskState.SUSPENDED  # a dirty close may come from any state
         if self.engine is not None:

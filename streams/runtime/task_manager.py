@@ -15,13 +15,11 @@ group generation: every active task is closed dirty and revived).
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
-import operator
 from typing import Any, Callable, Iterable, Optional
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
-from eddy.messages import message_function
+from eddy.messages import partition_runs
 
 from state.errors import LockError, TaskCorruptedError
 from state.listener import SuspendReason
@@ -36,12 +34,6 @@ from streams.topology import Subtopology, Topology
 log = logging.getLogger(__name__)
 
 _ERROR = Message.error
-_TOPIC = Message.topic
-_PARTITION = Message.partition
-_FIRST = operator.itemgetter(0)
-_SECOND = operator.itemgetter(1)
-# Consumed messages cut into runs of one partition in one C pass (None: groupby over the methods).
-_partition_runs = message_function("partition_runs")
 
 
 def fetched_lag(consumer: Any, tp: tuple[str, int]) -> Optional[int]:
@@ -66,8 +58,9 @@ class TaskManager:
                  state_directory: Any, consumer: Any, collector: RecordCollector, reader: Any,
                  thread_cache: Any, clock_ms: Callable[[], int],
                  reset_producer: Optional[Callable[[], None]] = None, metrics: Any = None,
-                 thread_id: str = "main") -> None:
+                 thread_id: str = "main", global_stores: Optional[dict] = None) -> None:
         self.topology = topology
+        self.global_stores = global_stores
         self.metrics = metrics
         self.thread_id = thread_id
         self.config = config
@@ -141,7 +134,8 @@ class TaskManager:
                               thread_cache=self.thread_cache, eos_enabled=self.eos,
                               clock_ms=self.clock_ms, state_manager=manager, metrics=self.metrics,
                               thread_id=self.thread_id, max_task_idle_ms=self.config.max_task_idle_ms,
-                              fetched_lag=functools.partial(fetched_lag, self.consumer))
+                              fetched_lag=functools.partial(fetched_lag, self.consumer),
+                              global_stores=self.global_stores)
             self.tasks[task_id] = task
             for key in inputs:
                 self._task_of_tp[key] = task
@@ -334,11 +328,7 @@ class TaskManager:
         task_of = self._task_of_tp
         limit = self._max_buffered
         over = self._over_limit
-        runs = _partition_runs(msgs) if _partition_runs is not None else None
-        if runs is None:  # grouped by partition at C speed: ((topic, partition), message) pairs
-            keyed = zip(zip(map(_TOPIC, msgs), map(_PARTITION, msgs)), msgs)
-            runs = ((key, list(map(_SECOND, group))) for key, group in itertools.groupby(keyed, _FIRST))
-        for tp, run in runs:  # (else one C pass over the messages' fields)
+        for tp, run in partition_runs(msgs):  # one C pass over the messages' fields where it can
             task = task_of.get(tp)
             if task is not None and task.add_records(tp, run) > limit:
                 over.append(tp)

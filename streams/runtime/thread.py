@@ -28,6 +28,7 @@ from streams.runtime.snapshots import ThreadSnapshots
 from streams.runtime.task import check_transition
 from streams.runtime.standby_placement import consumer_client_id
 from streams.runtime.task_manager import TaskManager
+from streams.topology import REPARTITION
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +78,15 @@ class StreamThread(threading.Thread):
                  on_tasks_changed: Callable[["StreamThread"], None],
                  assignment_strategy: str = "cooperative-sticky",
                  on_failure: Optional[Callable[["StreamThread", BaseException], None]] = None,
-                 shutdown_requested: Optional[Callable[[], bool]] = None, metrics: Any = None) -> None:
+                 shutdown_requested: Optional[Callable[[], bool]] = None, metrics: Any = None,
+                 global_stores: Optional[dict] = None) -> None:
         """`on_failure` runs when the loop fails, before the thread closes its tasks and leaves
         the group (where Kafka Streams calls its uncaught exception handler); `on_error` runs
         once the thread is dead. `shutdown_requested` is asked on every non-empty assignment:
         True means the application is shutting down, and the thread stops without processing
         what it was given."""
         self.metrics = metrics  # the App's MetricsRegistry (task sensors register there)
+        self.global_stores = global_stores  # the App's global stores, which every task may read
         super().__init__(name=f"{config.application_id}-StreamThread-{index}", daemon=True)
         self.index = index
         self.topology = topology
@@ -96,8 +99,9 @@ class StreamThread(threading.Thread):
         self.source_topics = source_topics
         # Repartition topics this app reads: records below the committed offsets are deleted
         # every repartition.purge.interval.ms, as Kafka Streams does (they are never read again).
-        self.repartition_topics = frozenset(
-            t for t in source_topics if t.startswith(f"{config.application_id}-") and t.endswith("-repartition"))
+        repartition = {topology.decorate_topic(t, config.application_id)
+                       for t, kind in topology.internal_topics.items() if kind == REPARTITION}
+        self.repartition_topics = frozenset(t for t in source_topics if t in repartition)
         self.purge_interval_s = float(config.raw.get("repartition.purge.interval.ms", 30000)) / 1000.0
         self._purged: dict[tuple[str, int], int] = {}
         self.restore_listener = restore_listener
@@ -217,7 +221,7 @@ class StreamThread(threading.Thread):
             consumer=self.consumer, collector=self.collector, reader=reader,
             thread_cache=ThreadCache(max(1, cfg.cache_max_bytes // cfg.num_stream_threads)),
             clock_ms=_wall_clock_ms, reset_producer=self._reset_producer,
-            metrics=self.metrics, thread_id=self.name)
+            metrics=self.metrics, thread_id=self.name, global_stores=self.global_stores)
         self.task_manager.on_tasks_changed = self._tasks_changed
 
     def _tasks_changed(self) -> None:

@@ -5,7 +5,8 @@ Every piped record is processed, then stream-time punctuation runs and all tasks
 flush, as Kafka's driver commits after every record). Records produced to internal topics
 (repartition) or to any topic a source reads are fed back in, in order, before `pipe_input`
 returns. Everything produced (outputs, repartition and changelog records) is kept in
-`producer_history()`.
+`producer_history()`. Records piped (or produced) to the topic of a global store update that
+store at once through the App's own GlobalStateUpdateTask; every task can read it.
 
 The config is validated as the App validates it (`StreamsConfig.parse`: same keys, defaults and
 ConfigErrors), except that `bootstrap.servers` is not needed; without `state.dir` each driver
@@ -32,6 +33,8 @@ from state.timestamped import TimestampedKeyValueStore
 from streams.metrics import MetricsRegistry
 from streams.errors import ConfigError, EmptyTopicError, StoreAccessError, ProcessingError, UnknownTopicError
 from streams.engine import TaskEngine
+from streams.engine.global_task import GlobalStateUpdateTask, global_update_task
+from streams.engine.task_engine import raw_message
 from streams.processor import _normalize_headers
 from streams.runtime.config import StreamsConfig
 from streams.topology import Topology, changelog_topic_name
@@ -133,6 +136,9 @@ class TopologyTestDriver:
         self._managers: list[ProcessorStateManager] = []
         self._registered: list[ProcessorStateManager] = []
         self._tmp_dir: Optional[str] = None
+        self._global_task: Optional[GlobalStateUpdateTask] = None
+        self._global_stores: dict[str, Any] = {}
+        self._global_topics = set(topology.global_topics)
         subtopologies = topology.build()
         if raw.get("state.dir"):
             state_dir = parsed.state_dir
@@ -146,6 +152,7 @@ class TopologyTestDriver:
         self._thread_cache = ThreadCache(parsed.cache_max_bytes)
         self._metrics = MetricsRegistry()
         try:
+            self._init_global_stores()
             for sub in subtopologies:
                 self._add_task(sub)
             for engine, manager in zip(self._engines, self._managers):
@@ -155,6 +162,15 @@ class TopologyTestDriver:
         except BaseException:
             self.close()
             raise
+
+    def _init_global_stores(self) -> None:
+        """The global stores, opened before the tasks (which may read them), updated by the
+        App's own GlobalStateUpdateTask: records piped to a global topic go straight to it."""
+        self._global_task = global_update_task(self.topology, self._state_directory, config=self.config,
+                                               clock_ms=self._clock, metrics=self._metrics)
+        if self._global_task is not None:
+            self._global_task.initialize()
+            self._global_stores.update(self._global_task.stores)
 
     def _add_task(self, sub: Any) -> None:
         task_id = TaskId(sub.id, 0)
@@ -166,7 +182,7 @@ class TopologyTestDriver:
         self._managers.append(manager)
         engine = TaskEngine(self.topology, sub, task_id=task_id, application_id=self.application_id,
                             config=self.config, collector=self._collector, clock_ms=self._clock,
-                            state_context=manager, metrics=self._metrics)
+                            state_context=manager, metrics=self._metrics, global_stores=self._global_stores)
         self._engines.append(engine)
         for topic in engine.sources_by_topic:
             self._engine_for_topic[topic] = engine
@@ -184,11 +200,16 @@ class TopologyTestDriver:
 
     def _on_produced(self, record: ProducerRecord) -> None:
         self._outputs[record.topic].append(record)
-        if record.topic in self._engine_for_topic:
+        if record.topic in self._engine_for_topic or record.topic in self._global_topics:
             self._pending.append(record)
 
     def _process_one(self, topic: str, offset: int, key: bytes | None, value: bytes | None,
                      timestamp: int, headers: Any) -> None:
+        if topic in self._global_topics:
+            task = self._global_task
+            task.update(topic, 0, [raw_message(topic, 0, offset, key, value, timestamp, headers)])
+            task.maybe_checkpoint()
+            return
         engine = self._engine_for_topic[topic]
         engine.process(topic, 0, offset, key, value, timestamp, headers)
         engine.maybe_punctuate_stream_time()
@@ -218,9 +239,7 @@ class TopologyTestDriver:
                  headers: Any = None) -> None:
         """Feed one serialized record to `topic` (partition 0) and process everything it causes."""
         self._check_open()
-        if topic not in self._engine_for_topic:
-            raise UnknownTopicError(
-                f"unknown input topic {topic!r}: no source reads it (sources read {sorted(self._engine_for_topic)})")
+        self._check_input_topic(topic)
         offset = self._collector.next_offset(topic)
         try:
             self._process_one(topic, offset, key, value, timestamp, _normalize_headers(headers))
@@ -228,6 +247,12 @@ class TopologyTestDriver:
             self._pending.clear()
             raise
         self._drain()
+
+    def _check_input_topic(self, topic: str) -> None:
+        if topic not in self._engine_for_topic and topic not in self._global_topics:
+            raise UnknownTopicError(
+                f"unknown input topic {topic!r}: no source reads it (sources read "
+                f"{sorted({*self._engine_for_topic, *self._global_topics})})")
 
     def advance_wall_clock_time(self, ms: int) -> None:
         """Move the mock wall clock forward and fire due wall-clock punctuations."""
@@ -249,9 +274,7 @@ class TopologyTestDriver:
     def create_input_topic(self, name: str, key_serde: Any, value_serde: Any, *,
                            start_timestamp_ms: int = 0, auto_advance_ms: int = 0) -> "TestInputTopic":
         self._check_open()
-        if name not in self._engine_for_topic:
-            raise UnknownTopicError(
-                f"unknown input topic {name!r}: no source reads it (sources read {sorted(self._engine_for_topic)})")
+        self._check_input_topic(name)
         return TestInputTopic(self, name, key_serde, value_serde, start_timestamp_ms, auto_advance_ms)
 
     def create_output_topic(self, name: str, key_serde: Any, value_serde: Any) -> "TestOutputTopic":
@@ -273,13 +296,17 @@ class TopologyTestDriver:
     # ---- stores ---------------------------------------------------------------------------
 
     def get_all_state_stores(self) -> dict[str, Any]:
-        return {name: engine.stores[name] for name, engine in self._store_owner.items()}
+        return {**{name: engine.stores[name] for name, engine in self._store_owner.items()}, **self._global_stores}
 
     def get_state_store(self, name: str) -> Any:
+        """Store `name` of a task or a global store (Kafka's driver gives both)."""
         self._check_open()
+        if name in self._global_stores:
+            return self._global_stores[name]
         engine = self._store_owner.get(name)
         if engine is None:
-            raise StoreAccessError(f"unknown state store {name!r}; stores are {sorted(self._store_owner)}")
+            raise StoreAccessError(
+                f"unknown state store {name!r}; stores are {sorted({*self._store_owner, *self._global_stores})}")
         return engine.stores[name]
 
     def _typed_store(self, name: str, kind: str, methods: tuple[str, ...]) -> Any:
@@ -336,6 +363,11 @@ class TopologyTestDriver:
         for manager in self._registered:
             try:
                 close_state_manager(manager, dirty=False)  # flush, checkpoint, close stores, unlock
+            except BaseException as exc:
+                first_error = first_error or exc
+        if self._global_stores:  # initialised: close it cleanly (a checkpoint, as the App's)
+            try:
+                self._global_task.close(clean=True)
             except BaseException as exc:
                 first_error = first_error or exc
         try:

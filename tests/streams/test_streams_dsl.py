@@ -23,9 +23,9 @@ def wordcount(builder, store="counts-store", caching=True, logging=True):
 
 def test_wordcount_describe_matches_kafka():
     topology = wordcount(StreamsBuilder())
-    # Kafka's WordCountDemo with Materialized.as("counts-store") describes exactly like this
-    # (Kafka Streams 4.1.1's own describe(): since KAFKA-9098 a repartition topic named after a
-    # store that is not a generated name names its filter, sink and source nodes too)
+    # Kafka Streams 4.1.1's describe() of its WordCountDemo with Materialized.as("counts-store"):
+    # a repartition topic named after a store the user named gives its nodes derived names
+    # (KStreamImpl.createRepartitionedSource; the three generated names are burned anyway)
     assert str(topology.describe()) == (
         "Topologies:\n"
         "   Sub-topology: 0\n"

@@ -25,14 +25,16 @@ What the operator must call. The join spans two sub-topologies and two internal 
    value (None = tombstone), which the operator feeds to a table source (materialized when
    `store=` is given, Change(new, old) downstream), as Kafka's FK-join result node does.
 
-Semantics as Kafka's (3.x, v1 subscription wrappers): the hash is murmur3 x64 128 of the left
-value serialized with the left value serde (None for a deleted left value); the instructions are
-DELETE_KEY_NO_PROPAGATE (inner join, foreign key changed: unsubscribe the old one quietly),
-DELETE_KEY_AND_PROPAGATE (left deleted, or left join with a changed key: unsubscribe and send a
-tombstone-or-left-only result), PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE (a result even when the
-right side is missing: the key changed, or a left join) and PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE
-(inner join, first value of the key). Result timestamps: the subscription's or the right
-update's, the larger of both when the subscription meets an existing right value.
+Semantics as Kafka's (4.1+, v1 subscription wrappers, with the KAFKA-16407 and KAFKA-18713 fixes
+of the send side): the hash is murmur3 x64 128 of the left value serialized with the left value
+serde (None for a deleted left value); the instructions are DELETE_KEY_NO_PROPAGATE (foreign key
+changed, or a left join's delete: unsubscribe the old one quietly), DELETE_KEY_AND_PROPAGATE
+(inner join: left deleted, or its foreign key became None: unsubscribe and send a tombstone),
+PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE (a result even when the right side is missing: an inner
+join's changed key, every left join update, a None key included) and
+PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE (inner join: an insert, or the same key again). Result
+timestamps: the subscription's or the right update's, the larger of both when the subscription
+meets an existing right value.
 """
 
 from __future__ import annotations
@@ -287,47 +289,42 @@ class SubscriptionSendLogic:
 
     def _left_join_instructions(self, change: Change) -> list:
         new_value, old_value = change.new_value, change.old_value
+        if old_value is None and new_value is None:
+            return []  # deleting a key that is not there: nothing to say
         extract = self.foreign_key_extractor
-        if old_value is not None:
-            old_fk = extract(old_value)
-            new_fk = None if new_value is None else extract(new_value)
-            sends = []
-            if old_fk is not None and self._fk_bytes(new_fk) != self._fk_bytes(old_fk):
-                sends.append((old_fk, Instruction.DELETE_KEY_AND_PROPAGATE))
-            sends.append((new_fk, Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE))
-            return sends
-        if new_value is not None:
-            return [(extract(new_value), Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE)]
-        return []
+        old_fk = None if old_value is None else extract(old_value)
+        new_fk = None if new_value is None else extract(new_value)
+        sends = []
+        if old_fk is not None and self._fk_bytes(new_fk) != self._fk_bytes(old_fk):
+            # the new subscription lives elsewhere: drop the old one quietly (a response here would
+            # emit a spurious left-only result before the real one, Kafka's KAFKA-18713)
+            sends.append((old_fk, Instruction.DELETE_KEY_NO_PROPAGATE))
+        # every change gets a response, with a None foreign key too (KIP-962): a left join always
+        # has a result, and a delete (new_fk None, hash None) brings back its tombstone this way
+        sends.append((new_fk, Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE))
+        return sends
 
     def _inner_join_instructions(self, change: Change) -> list:
         new_value, old_value = change.new_value, change.old_value
         extract = self.foreign_key_extractor
-        if old_value is None:
-            if new_value is None:
-                return []
-            new_fk = extract(new_value)
-            if new_fk is None:
-                _warn_drop(self.dropped, "null foreign key")
-                return []
-            return [(new_fk, Instruction.PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE)]
-        old_fk = extract(old_value)
-        if old_fk is None:
-            _warn_drop(self.dropped, "null foreign key")
-            return []
+        old_fk = None if old_value is None else extract(old_value)
         if new_value is None:
-            return [(old_fk, Instruction.DELETE_KEY_AND_PROPAGATE)]
+            # deleted: the old key's result (if it joined) becomes a tombstone
+            return [] if old_fk is None else [(old_fk, Instruction.DELETE_KEY_AND_PROPAGATE)]
         new_fk = extract(new_value)
         if new_fk is None:
             _warn_drop(self.dropped, "null foreign key")
-            return []
-        sends = []
+            # the row no longer joins: unsubscribe and delete its result (Kafka's KAFKA-16407)
+            return [] if old_fk is None else [(old_fk, Instruction.DELETE_KEY_AND_PROPAGATE)]
+        if old_fk is None:
+            # an insert, or a key set where there was none (KAFKA-16407): no old result to replace
+            return [(new_fk, Instruction.PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE)]
         if self._fk_bytes(new_fk) != self._fk_bytes(old_fk):
-            sends.append((old_fk, Instruction.DELETE_KEY_NO_PROPAGATE))
-        # the key may have changed: a result must replace the old key's result even if the new key
-        # has no right value yet (inner and left join alike)
-        sends.append((new_fk, Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE))
-        return sends
+            # the old key's result must be replaced even if the new key has no right value yet
+            return [(old_fk, Instruction.DELETE_KEY_NO_PROPAGATE),
+                    (new_fk, Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE)]
+        # same key: without a right value the old row did not join either, nothing to delete
+        return [(new_fk, Instruction.PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE)]
 
 
 class SubscriptionReceiveLogic:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 from state.timestamped import ValueAndTimestamp
 from streams.dsl.change import Change
-from streams.engine.stages import Stage, StageOperator
+from streams.engine.stages import Stage, StageOperator, drop
 from streams.errors import ProcessingError
 from streams.processor import ProcessorContext
 
@@ -75,6 +75,9 @@ class TableSourceProcessor(StageOperator):
                     dropped.count += 1
                 return
             try:
+                if down is drop:  # no downstream (a global table): no Change to build, no old value to read
+                    store.put(key, None if value is None else ValueAndTimestamp(value, timestamp), timestamp)
+                    return
                 old = store.get(key)
                 store.put(key, None if value is None else ValueAndTimestamp(value, timestamp), timestamp)
                 if forward_on_update:

@@ -203,8 +203,8 @@ def test_bad_inputs_are_typed_errors():
         s.merge("other")
     with pytest.raises(TopologyError, match="already read"):
         b.table("in")
-    with pytest.raises(TopologyError, match="num_partitions"):
-        s.repartition(num_partitions=3)
+    with pytest.raises(TopologyError, match="num_partitions must be an int >= 1"):
+        s.repartition(num_partitions=0)
     split = s.split().branch(lambda k, v: True)
     split.default_branch()
     with pytest.raises(TopologyError, match="already ended"):

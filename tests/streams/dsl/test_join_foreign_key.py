@@ -133,14 +133,14 @@ def test_left_foreign_key_join(tmp_path):
     assert j.out == [("k1", "r1|a+None", 1)]
     j.put_right("r1", "R1", 2)
     assert j.out[1:] == [("k1", "r1|a+R1", 2)]
-    j.put_left("k1", "r2|b", 3)           # DELETE_KEY_AND_PROPAGATE to r1 (ts max(3, R1's 2)), then r2
-    assert j.out[2:] == [("k1", "r2|b+None", 3), ("k1", "r2|b+None", 3)]
+    j.put_left("k1", "r2|b", 3)           # DELETE_KEY_NO_PROPAGATE to r1 (KAFKA-18713: no spurious
+    assert j.out[2:] == [("k1", "r2|b+None", 3)]  # left-only result), then r2: one result
     assert j.subscribers() == [("r2", "k1")]
-    j.put_left("k1", "|c", 4)             # null foreign key: unsubscribe r2, the null key travels too
-    assert j.out[4:] == [("k1", "|c+None", 4), ("k1", "|c+None", 4)]
+    j.put_left("k1", "|c", 4)             # null foreign key: unsubscribe r2 quietly, the null key travels
+    assert j.out[3:] == [("k1", "|c+None", 4)]    # and comes back as joiner(value, None) (KIP-962)
     assert j.subscribers() == []
     j.put_left("k1", None, 5)             # deleted: hash None on both ends, a tombstone
-    assert j.out[6:] == [("k1", None, 5)]
+    assert j.out[4:] == [("k1", None, 5)]
     assert j.dropped() == 0
 
 
@@ -163,10 +163,37 @@ def test_deleted_left_drops_in_flight_response(tmp_path):
     j.put_left("k1", None, 3)
     j.pump()
     # the response to "r1|a" carries its hash, the current value is gone: dropped; a left join's
-    # delete sends DELETE_KEY_AND_PROPAGATE to r1 and PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE to the
-    # null foreign key (Kafka's leftJoinInstructions), both with hash None: two tombstones
-    assert j.out == [("k1", None, 3), ("k1", None, 3)]
+    # delete sends DELETE_KEY_NO_PROPAGATE to r1 (no response) and PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE
+    # to the null foreign key with hash None (Kafka's leftJoinInstructions): one tombstone
+    assert j.out == [("k1", None, 3)]
     assert j.dropped() == 1
+
+
+def test_inner_join_foreign_key_to_and_from_none(tmp_path):
+    """Kafka's KAFKA-16407: an inner join row whose foreign key becomes None loses its result; one
+    whose foreign key was None joins when it gets one."""
+    j = FkJoin(tmp_path, left_join=False)
+    j.put_right("r1", "R1", 1)
+    j.put_left("k1", "|a", 2)             # no foreign key: dropped, no subscription
+    assert j.out == [] and j.subscribers() == [] and j.dropped() == 1
+    j.put_left("k1", "r1|b", 3)           # old key None: an insert, PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE
+    assert j.out == [("k1", "r1|b+R1", 3)]
+    j.put_left("k1", "|c", 4)             # key gone: DELETE_KEY_AND_PROPAGATE to r1 -> tombstone
+    assert j.out[1:] == [("k1", None, 4)]
+    assert j.subscribers() == [] and j.dropped() == 2
+    j.put_left("k1", None, 5)             # old key None: nothing to unsubscribe, nothing to say
+    assert j.out[2:] == [] and j.dropped() == 2
+
+
+def test_inner_join_same_key_without_right_value_stays_quiet(tmp_path):
+    """Same foreign key again and no right value: the old row did not join either, so no
+    tombstone (PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE)."""
+    j = FkJoin(tmp_path, left_join=False)
+    j.put_left("k1", "r1|a", 1)
+    j.put_left("k1", "r1|b", 2)
+    assert j.out == [] and j.subscribers() == [("r1", "k1")]
+    j.put_right("r1", "R1", 3)            # the subscription carries the latest hash: one result
+    assert j.out == [("k1", "r1|b+R1", 3)]
 
 
 def test_subscription_wrapper_bytes_are_kafkas():

@@ -33,6 +33,12 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: floa
         _pause.wait(step)
 
 
+def embedded_config(tmp_path: Any) -> dict:
+    """Client settings of an embedded cluster under `tmp_path` (for tests of the embedded runtime only)."""
+    return {"bootstrap.servers": f"local://{tmp_path}/cluster",
+            "consumer.session.timeout.ms": 6000, "consumer.heartbeat.interval.ms": 500}
+
+
 class Cluster:
     """A backend plus helpers to make topics, write input and read output."""
 

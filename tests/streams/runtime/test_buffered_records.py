@@ -11,15 +11,14 @@ from streams import App, AppState, Topology, serdes
 from streams.errors import ConfigError
 from streams.runtime.config import StreamsConfig
 
-from _runtime_util import Cluster, Exploding, unique, wait_for
+from _runtime_util import Cluster, Exploding, embedded_config, unique, wait_for
 
 LIMIT = 7
 
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = Cluster({"bootstrap.servers": f"local://{tmp_path}/cluster",
-                 "consumer.session.timeout.ms": 6000, "consumer.heartbeat.interval.ms": 500})
+    c = Cluster(embedded_config(tmp_path))
     yield c
     c.close()
 

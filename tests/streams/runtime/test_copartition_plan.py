@@ -92,7 +92,7 @@ def test_a_cycle_of_internal_topics_is_broken_by_their_groups():
     got = plan_internal_topics(t, t.build(), "app", {"left": 3, "right": 2})
     assert got.specs["app-sub"].partitions == 2 and got.specs["app-resp"].partitions == 3
     with pytest.raises(TopologyError, match="'send' is not a source"):
-        t.copartition_sources("send").copartition_groups()
+        t.copartition_sources("send", "left").copartition_groups()
 
 
 class Noop(Processor):

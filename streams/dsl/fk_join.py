@@ -1,0 +1,170 @@
+"""The foreign-key table-table join in the DSL (Kafka's KTableImpl.doJoinOnForeignKey).
+
+Entry point, called by `KTable.join` / `KTable.left_join` when `foreign_key_extractor` is given:
+
+    fk_join(this, other, joiner, foreign_key_extractor, *, left_join: bool, store=None) -> KTable
+
+`this` is the left table (primary key K, value V), `other` the right one (keyed by the foreign
+key), `foreign_key_extractor(value) -> foreign key`, `joiner(left_value, right_value)`, `left_join`
+picks the left join (a left row without a right value, or with a None foreign key, joins with
+None), `store` a name or a Materialized for the result: a named store materializes it
+(queryable, old values downstream); a nameless Materialized only gives the result's serdes, as
+Kafka's Materialized.with(...).
+
+What it records, in Kafka's order and with Kafka's generated names (so `Topology.describe()` and
+the internal topics read as Kafka's):
+  left table -> KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-<n> (the send processor)
+    -> KTABLE-SINK-<n> -> internal topic KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-<n>-topic
+       (keyed by the foreign key: co-partitioned with the right table's source topic)
+    -> KTABLE-SOURCE-<n> -> KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-<n> (receive, with the store
+       KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-<n>) -> KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-<n>
+       (the subscription join, reading the right table's store)
+  right table -> KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-<n> (the foreign-table join, reading the
+       subscription store)
+  both joins -> KTABLE-SINK-<n> -> internal topic KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-<n>-topic
+       (partitioned back to the left record's partition: co-partitioned with the left table)
+    -> KTABLE-SOURCE-<n> -> KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-<n> (reading
+       the left table's store) -> KTABLE-FK-JOIN-OUTPUT-<n> (the result table; its store is the
+       given one or KTABLE-FK-JOIN-OUTPUT-STATE-STORE-<n>, made only when asked for or needed)
+
+Both tables must be readable by key: a table with a store (a source, an aggregation, a
+materialized filter/map_values, another join's result). Serdes: the foreign key's is the right
+table's key serde, the hash uses the left table's value serde, the result's value serde comes
+from `store=` (then `default.value.serde`), each falling back to the config's defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from streams.dsl import naming as N
+from streams.dsl.graph import (InternalTopicNode, LazyStoreBuilder, ProcessorGraphNode, ProcessorWithStoresNode,
+                               StatefulProcessorNode, TableResultNode)
+from streams.dsl.joins.foreign_key import (CombinedKeySchema, SubscriptionResponseWrapperSerde,
+                                           SubscriptionWrapperSerde, subscription_store_builder)
+from streams.dsl.ktable import KTable
+from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
+from streams.dsl.ops.fk_join import (ForeignTableJoinProcessor, ResponseJoinProcessor, ResultTableProcessor,
+                                     SubscriptionJoinProcessor, SubscriptionReceiveProcessor,
+                                     SubscriptionSendProcessor, response_partitioner)
+from streams.dsl.ops.table import TableSourceProcessor
+from streams.errors import TopologyError
+
+__all__ = ["fk_join", "ForeignKeyJoinTable"]
+
+
+class ForeignKeyJoinTable(KTable):
+    """The join's result table. Its store `result_store` exists when `store=` named one, or when a
+    later operation needs old values (the send-old-values flag) or reads the table by key
+    (`materialize()`), as Kafka materializes the result's KTableSource then; `store_name` is set
+    once the store is sure to exist."""
+
+    def __init__(self, *args: Any, result_store: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.result_store = result_store
+        self._send_old = [self.store_name is not None]
+
+    @property
+    def materialized(self) -> bool:
+        return self._send_old[0]
+
+    def materialize(self) -> str:
+        """Force the store (a later operation reads the table by key); returns its name."""
+        self._send_old[0] = True
+        self.store_name = self.result_store
+        return self.result_store
+
+
+def _store_of(table: KTable, side: str) -> str:
+    """The store a join reads `table` from by key (Kafka's value getter)."""
+    if isinstance(table, ForeignKeyJoinTable):
+        return table.materialize()
+    if table.store_name is None:
+        raise TopologyError(
+            f"the foreign-key join reads its {side} table {table.name!r} by key, but that table has no store: "
+            "pass store= to the filter/map_values that made it")
+    return table.store_name
+
+
+def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
+            foreign_key_extractor: Callable[[Any], Any], *, left_join: bool,
+            store: str | Materialized | None = None) -> KTable:
+    """See the module doc."""
+    op = "KTable.left_join" if left_join else "KTable.join"
+    if not isinstance(other, KTable) or other._builder is not this._builder:
+        raise TopologyError(f"{op} with a foreign_key_extractor needs a KTable of the same StreamsBuilder, "
+                            f"got {other!r}")
+    N.check_fn(joiner, f"{op} joiner")
+    N.check_fn(foreign_key_extractor, f"{op} foreign_key_extractor")
+    mat = as_materialized(store, op)
+    left_store, right_store = _store_of(this, "left"), _store_of(other, "right")
+    # both sides send old values: the left's tell the send processor which subscription to delete,
+    # the right's are Kafka's (identical values need no fan-out)
+    other._enable_send_old_values()
+    this._enable_send_old_values()
+
+    graph = this._builder._graph
+    new = graph.new_name
+    subscription_topic = new(N.FK_SUBSCRIPTION_REGISTRATION) + N.FK_TOPIC_SUFFIX
+    send_name = new(N.FK_SUBSCRIPTION_REGISTRATION)
+    subscription_sink = new(N.TABLE_SINK)
+    subscription_source = new(N.TABLE_SOURCE)
+    subscription_store = new(N.FK_SUBSCRIPTION_STATE_STORE)
+    receive_name = new(N.FK_SUBSCRIPTION_PROCESSOR)
+    subscription_join_name = new(N.FK_SUBSCRIPTION_PROCESSOR)
+    foreign_join_name = new(N.FK_SUBSCRIPTION_PROCESSOR)
+    response_topic = new(N.FK_SUBSCRIPTION_RESPONSE) + N.FK_TOPIC_SUFFIX
+    response_sink = new(N.TABLE_SINK)
+    response_source = new(N.TABLE_SOURCE)
+    resolver_name = new(N.FK_RESPONSE_RESOLVER)
+    output_name = new(N.FK_JOIN_OUTPUT)
+    # Kafka names the result's store even when it stays unmaterialized (the index is used up)
+    generated_store = new(N.FK_JOIN_OUTPUT + N.STATE_STORE)
+    name_of_store = mat.store_name or generated_store
+
+    where = f"foreign-key join {output_name}"
+    primary_key_serde = N.key_or_default(this.key_serde, f"{where} (left key)")
+    left_value_serde = N.value_or_default(this.value_serde, f"{where} (left value)")
+    foreign_key_serde = N.key_or_default(other.key_serde, f"{where} (right key)")
+    foreign_value_serde = N.value_or_default(other.value_serde, f"{where} (right value)")
+    subscription_serde = SubscriptionWrapperSerde(primary_key_serde)
+    response_serde = SubscriptionResponseWrapperSerde(foreign_value_serde)
+    key_schema = CombinedKeySchema(foreign_key_serde, primary_key_serde)
+
+    graph.add(ProcessorGraphNode(send_name, (this.name,), lambda: SubscriptionSendProcessor(
+        foreign_key_extractor, foreign_key_serde, left_value_serde, left_join=left_join)))
+    graph.add(InternalTopicNode(
+        subscription_source, (send_name,), subscription_topic, subscription_sink, foreign_key_serde,
+        subscription_serde, copartition_with=other.name,
+        deferred_serdes=N.deferred(primary_key_serde, left_value_serde)))
+    subscription_builder = LazyStoreBuilder(subscription_store, "key_value", lambda: subscription_store_builder(
+        subscription_store, primary_key_serde))
+    graph.add(StatefulProcessorNode(receive_name, (subscription_source,),
+                                    lambda: SubscriptionReceiveProcessor(subscription_store, key_schema),
+                                    store_builder=subscription_builder, store_name=subscription_store))
+    graph.add(ProcessorWithStoresNode(subscription_join_name, (receive_name,),
+                                      lambda: SubscriptionJoinProcessor(right_store), (right_store,)))
+    graph.add(ProcessorWithStoresNode(foreign_join_name, (other.name,),
+                                      lambda: ForeignTableJoinProcessor(subscription_store, key_schema),
+                                      (subscription_store,)))
+    graph.add(InternalTopicNode(
+        response_source, (subscription_join_name, foreign_join_name), response_topic, response_sink,
+        primary_key_serde, response_serde, response_partitioner, copartition_with=this.name,
+        deferred_serdes=N.deferred(foreign_value_serde)))
+    graph.add(ProcessorWithStoresNode(resolver_name, (response_source,), lambda: ResponseJoinProcessor(
+        left_store, left_value_serde, joiner, left_join=left_join), (left_store,)))
+
+    result_store_where = f"table store {name_of_store!r}"
+    store_key = N.key_or_default(mat.key_serde or this.key_serde, result_store_where)
+    store_value = N.value_or_default(mat.value_serde, result_store_where)
+    caching = mat.caching_enabled
+    result_builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
+        mat, name_of_store, store_key, store_value, timestamped=True))
+    # as Kafka: a named store makes the result queryable; a nameless Materialized only gives serdes
+    table = ForeignKeyJoinTable(this._builder, output_name, mat.key_serde or this.key_serde, mat.value_serde,
+                                mat.store_name, store_name=mat.store_name, result_store=name_of_store)
+    graph.add(TableResultNode(output_name, (resolver_name,),
+                              lambda: TableSourceProcessor(name_of_store, caching), ResultTableProcessor,
+                              lambda: table.materialized, result_builder, N.deferred(store_key, store_value)))
+    return table
+
