@@ -66,25 +66,14 @@ def pay(order: str, method: str) -> str:
     return f"{customer} paid {amount} by {method}"
 
 
-def global_tables_available() -> bool:
-    """The GlobalKTable (streams.dsl.global_table) comes with the `global` branch."""
-    try:
-        import streams.dsl.global_table  # noqa: F401
-    except ImportError:
-        return False
-    return hasattr(StreamsBuilder, "global_table")
-
-
-def build_topology(with_global: bool) -> Any:
+def build_topology() -> Any:
     builder = StreamsBuilder()
     clicks = builder.stream("clicks", key_serde=S, value_serde=S)
     profiles = builder.table("profiles", key_serde=S, value_serde=S, store="profiles")
     clicks.left_join(profiles, describe_click).to("enriched-clicks", key_serde=S, value_serde=S)
-    if with_global:
-        # ---- GLOBAL TABLE JOIN: KStream.join(GlobalKTable, key_selector, joiner) ----
-        pages = builder.global_table("pages", key_serde=S, value_serde=S, store="pages")
-        clicks.join(pages, lambda user, page: page, title_click).to("clicks-with-titles", key_serde=S,
-                                                                      value_serde=S)
+    # the global table join: KStream.join(GlobalKTable, key_selector, joiner)
+    pages = builder.global_table("pages", key_serde=S, value_serde=S, store="pages")
+    clicks.join(pages, lambda user, page: page, title_click).to("clicks-with-titles", key_serde=S, value_serde=S)
     orders = builder.stream("orders", key_serde=S, value_serde=S)
     payments = builder.stream("payments", key_serde=S, value_serde=S)
     (orders.join(payments, pay, JoinWindows.of_time_difference_with_no_grace(PAYMENT_WINDOW))
@@ -237,7 +226,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     os.makedirs(data_dir)
     bootstrap = f"local://{data_dir}/cluster"
     print(f"enrich on the embedded cluster, data directory: {data_dir}")
-    with_global = global_tables_available()
     profiles, clicks = generate_clicks(args.users, args.clicks, args.seed)
     pages = generate_pages(args.seed)
     orders, payments = generate_orders(args.orders, args.seed)
@@ -255,14 +243,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         for topic, records in (("profiles", profiles), ("clicks", clicks), ("pages", pages), ("orders", orders),
                                ("payments", payments)):
             produce(backend, topic, records)
-        app = App(build_topology(with_global), config)
+        app = App(build_topology(), config)
         app.start()
         if not app.wait_for_state(AppState.RUNNING, timeout=args.timeout):
             raise SystemExit(f"enrich: the app did not reach RUNNING ({app.state.value})")
         got_enriched = read_topic(backend, "enriched-clicks", len(clicks), args.timeout)
         got_paid = read_topic(backend, "paid-orders", sum(len(v) for v in paid.values()), args.timeout)
-        got_titled = (read_topic(backend, "clicks-with-titles", sum(len(v) for v in titled.values()), args.timeout)
-                      if with_global else None)
+        got_titled = read_topic(backend, "clicks-with-titles", sum(len(v) for v in titled.values()), args.timeout)
     finally:
         if app is not None:
             app.close(timeout=60)
@@ -271,12 +258,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"{len(clicks)} clicks of {args.users} users, {len(profiles)} profile updates; "
           f"{len(orders)} orders, {len(payments)} payments")
     ok = show("clicks enriched from the profiles table (stream-table left join)", got_enriched, enriched)
-    if got_titled is None:
-        print("\nclicks with page titles (stream-global-table join): skipped, GlobalKTable is missing "
-              "(streams.dsl.global_table and StreamsBuilder.global_table come with the `global` branch)")
-    else:
-        ok = show("clicks with page titles from a global table (stream-global-table join)", got_titled,
-                  titled) and ok
+    ok = show("clicks with page titles from a global table (stream-global-table join)", got_titled, titled) and ok
     ok = show("orders paid within 10 minutes (stream-stream join)", got_paid, paid, sort_values=True) and ok
     return 0 if ok else 1
 

@@ -6,9 +6,6 @@ time, the scan running for a record at stream time; KStreamKTableJoin: only the 
 the table's current value, the stream record's key and timestamp). The rules' own corner cases
 are tested in test_join_stream_stream.py / test_join_stream_table.py; these test the wiring."""
 
-import sys
-import types
-
 import pytest
 
 from streams import StreamsBuilder, serdes
@@ -222,26 +219,22 @@ def test_join_argument_errors_name_the_problem():
         s1.join(s2, joiner, w, store=Materialized.as_("x").with_value_serde(S))
 
 
-class GlobalKTable:
-    """Stands in for streams.dsl.global_table.GlobalKTable (another branch builds it): the DSL
-    recognises a global table by its type and hands the join to stream_global_join."""
-
-
-def test_a_global_table_join_is_handed_to_stream_global_join(monkeypatch):
-    calls = []
-    module = types.ModuleType("streams.dsl.global_table")
-    module.GlobalKTable = GlobalKTable
-    module.stream_global_join = lambda stream, table, **kw: calls.append((stream, table, kw)) or "joined"
-    monkeypatch.setitem(sys.modules, "streams.dsl.global_table", module)
-    stream, table = StreamsBuilder().stream("s"), GlobalKTable()
-
-    def selector(k, v):
-        return v
-    assert stream.join(table, selector, joiner) == "joined"
-    assert stream.left_join(table, key_selector=selector, joiner=joiner) == "joined"
-    assert calls == [(stream, table, {"key_selector": selector, "joiner": joiner, "left": False}),
-                     (stream, table, {"key_selector": selector, "joiner": joiner, "left": True})]
+def test_a_global_table_join_is_chosen_by_the_table_type():
+    # KStream.join(global_table, key_selector, joiner), positional or by keyword: the lookup key
+    # comes from the selector; the stream's key and timestamp are kept
+    b = StreamsBuilder()
+    pages = b.global_table("pages", key_serde=S, value_serde=S)
+    clicks = b.stream("clicks", key_serde=S, value_serde=S)
+    clicks.join(pages, lambda user, page: page, joiner).to("inner", value_serde=S)
+    clicks.left_join(pages, key_selector=lambda user, page: page, joiner=joiner).to("left", value_serde=S)
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        d.create_input_topic("pages", S, S).pipe_input("/a", "A", 1)
+        click = d.create_input_topic("clicks", S, S)
+        click.pipe_input("u", "/a", 5)
+        click.pipe_input("u", "/b", 6)
+        assert records(d.create_output_topic("inner", S, S)) == [("u", "/a+A", 5)]
+        assert records(d.create_output_topic("left", S, S)) == [("u", "/a+A", 5), ("u", "/b+None", 6)]
     with pytest.raises(TopologyError, match="key_selector"):
-        stream.join(table, None, joiner)
+        clicks.join(pages, None, joiner)
     with pytest.raises(TopologyError, match="takes \\(global_table, key_selector, joiner\\) only"):
-        stream.join(table, selector, joiner, store="x")
+        clicks.join(pages, lambda k, v: v, joiner, store="x")
