@@ -375,9 +375,7 @@ class KStream:
                 key_selector, joiner, windows = joiner, windows, None
             if windows is not None or other_value_serde is not None or store is not None:
                 raise TopologyError(f"{op} with a GlobalKTable takes (global_table, key_selector, joiner) only")
-            _check_fn(key_selector, f"{op} key_selector")
-            self._check_joiner(op, joiner)
-            from streams.dsl.global_table import stream_global_join
+            from streams.dsl.global_table import stream_global_join  # it checks its arguments
 
             return stream_global_join(self, other, key_selector=key_selector, joiner=joiner, left=join_type == _LEFT)
         if key_selector is not None:

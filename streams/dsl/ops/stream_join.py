@@ -1,5 +1,6 @@
 """Stream joins as operators: stream-stream (Kafka's KStreamKStreamJoinLeftSide / RightSide over
-KStreamJoinWindow stores and the shared outer store) and stream-table (Kafka's KStreamKTableJoin),
+KStreamJoinWindow stores and the shared outer store) and stream-table (Kafka's KStreamKTableJoin
+and KStreamGlobalKTableJoin),
 wiring the rules of streams/dsl/joins/ to records and stores.
 
 Stream-stream: the join's two side processors (KSTREAM-JOINTHIS-/OUTERTHIS- for the left input,
@@ -144,13 +145,17 @@ class StreamJoinSideProcessor(StageOperator):
 
 
 class StreamTableJoinProcessor(StageOperator):
-    """KStream.join / left_join with a KTable (Kafka's KStreamKTableJoin): each stream record is
-    joined with the table's current value, read through the table's value getter."""
+    """KStream.join / left_join with a KTable (Kafka's KStreamKTableJoin) or, with a
+    `key_selector`, a GlobalKTable (KStreamGlobalKTableJoin): each stream record is joined with
+    the table's current value, read through the table's value getter (a global table's: its
+    global store, read-only); the result keeps the record's key, timestamp and headers."""
 
-    def __init__(self, table: ValueGetterSupplier, joiner: Callable[[Any, Any], Any], left_join: bool) -> None:
+    def __init__(self, table: ValueGetterSupplier, joiner: Callable[[Any, Any], Any], left_join: bool,
+                 key_selector: Optional[Callable[[Any, Any], Any]] = None) -> None:
         self.table = table
         self.joiner = joiner
         self.left_join = left_join
+        self.key_selector = key_selector
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -163,14 +168,15 @@ class StreamTableJoinProcessor(StageOperator):
         def forward(key: Any, value: Any, timestamp: int) -> None:
             down(key, value, timestamp, headers_of[0])
         process = StreamTableJoinLogic(self.get, self.joiner, forward, left_join=self.left_join,
-                                       dropped=self.dropped).process
+                                       dropped=self.dropped, key_selector=self.key_selector).process
         context = self.context
+        selects = self.key_selector is not None  # a selected key may be None: dropped, logged
 
         def stream_table_join(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             headers_of[0] = headers
             try:
-                # the record's metadata only for the rule's warning about a record it drops
-                if (key is None or value is None) and (meta := context.metadata) is not None:
+                # the record's metadata only for the rule's warning about a record it may drop
+                if (key is None or value is None or selects) and (meta := context.metadata) is not None:
                     process(key, value, timestamp, topic=meta[0], partition=meta[1], offset=meta[2])
                 else:
                     process(key, value, timestamp)

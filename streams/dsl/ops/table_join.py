@@ -9,10 +9,10 @@ with a caching store, when the cache flushes (Kafka's TimestampedTupleForwarder)
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from streams.dsl.joins.table_table import TableTableJoinLogic
-from streams.dsl.ops.table import _check_change, attach_tuple_forwarder
+from streams.dsl.ops.table import OptionallyMaterialized, _check_change
 from streams.dsl.ops.value_getter import ValueGetterSupplier
 from streams.dsl.ops.windowed import _Counter
 from streams.engine.stages import Stage, StageOperator
@@ -62,19 +62,8 @@ class TableJoinSideProcessor(StageOperator):
         return table_join
 
 
-class TableJoinMergeProcessor(StageOperator):
+class TableJoinMergeProcessor(OptionallyMaterialized):
     """KTABLE-MERGE-: both sides' results, stored in the join's store when materialized."""
-
-    def __init__(self, store_name: Optional[str], caching: bool, send_old_values: Callable[[], bool]) -> None:
-        self.store_name = store_name
-        self.caching = caching
-        self.send_old_values = send_old_values
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self.store = None if self.store_name is None else context.get_state_store(self.store_name)
-        self.forward_on_update = (True if self.store is None
-                                  else attach_tuple_forwarder(self, self.store, self.caching))
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
         if self.store is None:
