@@ -21,24 +21,20 @@ machine, but compare runs made at the same time). Not a test: nothing is asserte
 from __future__ import annotations
 
 import argparse
-import cProfile
 import os
-import pstats
 import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from confluent_kafka.admin import NewTopic  # noqa: E402
 from rocksdict import Options, Rdict, WriteBatch  # noqa: E402
 
-from streams import App, AppState, StreamsBuilder, serdes  # noqa: E402
-from streams.backends import for_config  # noqa: E402
+from bench import app_bench  # noqa: E402
+from streams import StreamsBuilder, serdes  # noqa: E402
 
 
 def make_lines(n: int, seed: int = 1) -> list[bytes]:
@@ -84,50 +80,19 @@ def topology(lines_topic: str, out_topic: str):
     return b.build()
 
 
-def run_app(bootstrap: str, guarantee: str, lines_topic: str, n_lines: int, n_words: int,
-            state_dir: str, rf: int, profile: bool) -> float:
+def app_config(guarantee: str, bootstrap: str, state_dir: str, rf: int) -> dict:
+    return {"application.id": f"bench-{guarantee}", "bootstrap.servers": bootstrap, "state.dir": state_dir,
+            "processing.guarantee": guarantee, "replication.factor": rf}
+
+
+def run_wordcount(bootstrap: str, guarantee: str, lines_topic: str, n_lines: int, n_words: int,
+                  state_dir: str, rf: int) -> float:
+    """The word count app until every line and every repartitioned word is processed (then its
+    final commit); the seconds from RUNNING."""
     out = f"counts-{guarantee}"
-    backend = for_config({"bootstrap.servers": bootstrap})
-    try:
-        backend.admin().create_topics([NewTopic(out, 2, rf)])[out].result(30)
-    finally:
-        backend.close()
-    config = {"application.id": f"bench-{guarantee}", "bootstrap.servers": bootstrap, "state.dir": state_dir,
-              "processing.guarantee": guarantee, "replication.factor": rf}
-    app = App(topology(lines_topic, out), config)
-    done = threading.Event()
-    app.start()
-    if not app.wait_for_state(AppState.RUNNING, timeout=120):
-        raise SystemExit(f"app not RUNNING: {app.state}")
-    thread = app.threads[0]
-    t0 = time.perf_counter()
-    cpu0 = time.process_time()
-    target = n_lines + n_words
-    while thread.processed_total < target:
-        if not thread.is_alive():
-            raise SystemExit("stream thread died")
-        done.wait(0.01)
-    app.close(timeout=120)  # the final commit is part of the work
-    elapsed = time.perf_counter() - t0
-    THREAD_CPU["process"] = time.process_time() - cpu0
-    return elapsed
-
-
-# CPU seconds of the last run: the stream thread's own (from RUNNING-ish: thread start) and the
-# whole process's (broker, producer sender and fetchers share the GIL with the stream thread).
-THREAD_CPU: dict[str, float] = {}
-
-
-def _record_thread_cpu() -> None:
-    import streams.runtime.thread as thread_mod
-    original = thread_mod.StreamThread.run
-
-    def timed_run(self):
-        try:
-            original(self)
-        finally:
-            THREAD_CPU["stream"] = time.thread_time()
-    thread_mod.StreamThread.run = timed_run
+    app_bench.create_topics(bootstrap, {out: 2}, rf)
+    return app_bench.run_app(topology(lines_topic, out), app_config(guarantee, bootstrap, state_dir, rf),
+                             app_bench.processed_at_least(n_lines + n_words))
 
 
 def main() -> None:
@@ -149,56 +114,23 @@ def main() -> None:
         print(f"plain loop (rocksdict + WriteBatch): {plain_s:6.2f}s  {plain_rate:12,.0f} lines/s")
 
         bootstrap = f"local://{work}/cluster"
-        backend = for_config({"bootstrap.servers": bootstrap})
-        try:
-            admin = backend.admin()
-            lines_topic = "bench-lines"
-            admin.create_topics([NewTopic(lines_topic, args.partitions, args.replication_factor)])[lines_topic].result(30)
-            producer = backend.producer({"client.id": "bench-input", "linger.ms": 50})
-            t0 = time.perf_counter()
-            for line in lines:
-                while True:
-                    try:
-                        producer.produce(lines_topic, value=line)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-            producer.flush(120)
-            print(f"input written in {time.perf_counter() - t0:.1f}s (not timed below)")
-            if args.profile:
-                import streams.runtime.thread as thread_mod
-                original = thread_mod.StreamThread.run
-
-                def profiled_run(self):
-                    prof = cProfile.Profile()
-                    prof.enable()
-                    try:
-                        original(self)
-                    finally:
-                        prof.disable()
-                        stats = pstats.Stats(prof)
-                        stats.sort_stats("tottime").print_stats(25)
-                        by_file: dict[str, float] = {}
-                        for (filename, _, _), (_, _, tottime, _, _) in stats.stats.items():
-                            key = os.path.relpath(filename, ROOT) if filename.startswith(ROOT) else "(builtins/C)"
-                            by_file[key] = by_file.get(key, 0.0) + tottime
-                        total = sum(by_file.values())
-                        print("own time by file (stream thread):")
-                        for key, t in sorted(by_file.items(), key=lambda kv: -kv[1])[:15]:
-                            print(f"  {t / total * 100:5.1f}%  {key}")
-                thread_mod.StreamThread.run = profiled_run
-            else:
-                _record_thread_cpu()
-            for guarantee in args.guarantees.split(","):
-                secs = run_app(bootstrap, guarantee, lines_topic, len(lines), n_words,
-                               os.path.join(work, f"state-{guarantee}"), args.replication_factor, False)
-                rate = len(lines) / secs
-                print(f"runtime {guarantee:<16}: {secs:6.2f}s  {rate:12,.0f} lines/s "
-                      f"({n_words / secs:,.0f} words/s)  ratio to plain loop {rate / plain_rate:.3f}")
-                if "stream" in THREAD_CPU:
-                    print(f"  cpu: stream thread {THREAD_CPU['stream']:.2f}s, process {THREAD_CPU['process']:.2f}s")
-        finally:
-            backend.close()
+        lines_topic = "bench-lines"
+        app_bench.create_topics(bootstrap, {lines_topic: args.partitions}, args.replication_factor)
+        t0 = time.perf_counter()
+        app_bench.produce(bootstrap, lines_topic, ((None, line) for line in lines))
+        print(f"input written in {time.perf_counter() - t0:.1f}s (not timed below)")
+        if args.profile:
+            app_bench.profile_stream_thread()
+        else:
+            app_bench.record_thread_cpu()
+        for guarantee in args.guarantees.split(","):
+            secs = run_wordcount(bootstrap, guarantee, lines_topic, len(lines), n_words,
+                                 os.path.join(work, f"state-{guarantee}"), args.replication_factor)
+            rate = len(lines) / secs
+            print(f"runtime {guarantee:<16}: {secs:6.2f}s  {rate:12,.0f} lines/s "
+                  f"({n_words / secs:,.0f} words/s)  ratio to plain loop {rate / plain_rate:.3f}")
+            if app_bench.cpu_line():
+                print(app_bench.cpu_line())
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -103,47 +103,30 @@ class TreeSet:
             yield node.key
             node = node.right
 
-    # TreeMap's rotations and fixAfterInsertion (CLR)
-    def _rotate_left(self, p: Optional[_Entry]) -> None:
+    # TreeMap's rotations and fixAfterInsertion (CLR), each written once for both sides: `left`
+    # is rotateLeft (the right child comes up), else rotateRight
+    def _rotate(self, p: Optional[_Entry], left: bool) -> None:
         if p is None:
             return
-        r = p.right
-        p.right = r.left
-        if r.left is not None:
-            r.left.parent = p
-        r.parent = p.parent
+        up, across = ("right", "left") if left else ("left", "right")
+        child = getattr(p, up)
+        moved = getattr(child, across)
+        setattr(p, up, moved)
+        if moved is not None:
+            moved.parent = p
+        child.parent = p.parent
         if p.parent is None:
-            self.root = r
-        elif p.parent.left is p:
-            p.parent.left = r
+            self.root = child
+        elif getattr(p.parent, across) is p:
+            setattr(p.parent, across, child)
         else:
-            p.parent.right = r
-        r.left = p
-        p.parent = r
-
-    def _rotate_right(self, p: Optional[_Entry]) -> None:
-        if p is None:
-            return
-        n = p.left
-        p.left = n.right
-        if n.right is not None:
-            n.right.parent = p
-        n.parent = p.parent
-        if p.parent is None:
-            self.root = n
-        elif p.parent.right is p:
-            p.parent.right = n
-        else:
-            p.parent.left = n
-        n.right = p
-        p.parent = n
+            setattr(p.parent, up, child)
+        setattr(child, across, p)
+        p.parent = child
 
     def _fix_after_insertion(self, x: Optional[_Entry]) -> None:
         def parent(e: Optional[_Entry]) -> Optional[_Entry]:
             return None if e is None else e.parent
-
-        def is_red(e: Optional[_Entry]) -> bool:
-            return e is not None and e.red
 
         def set_red(e: Optional[_Entry], red: bool) -> None:
             if e is not None:
@@ -152,32 +135,19 @@ class TreeSet:
         x.red = True
         while x is not None and x is not self.root and x.parent.red:
             grand = parent(parent(x))
-            if parent(x) is (None if grand is None else grand.left):
-                y = None if grand is None else grand.right
-                if is_red(y):
-                    set_red(parent(x), False)
-                    set_red(y, False)
-                    set_red(grand, True)
-                    x = grand
-                else:
-                    if x is parent(x).right:
-                        x = parent(x)
-                        self._rotate_left(x)
-                    set_red(parent(x), False)
-                    set_red(parent(parent(x)), True)
-                    self._rotate_right(parent(parent(x)))
+            on_left = parent(x) is (None if grand is None else grand.left)
+            inner = "right" if on_left else "left"
+            uncle = None if grand is None else getattr(grand, inner)
+            if uncle is not None and uncle.red:
+                set_red(parent(x), False)
+                set_red(uncle, False)
+                set_red(grand, True)
+                x = grand
             else:
-                y = None if grand is None else grand.left
-                if is_red(y):
-                    set_red(parent(x), False)
-                    set_red(y, False)
-                    set_red(grand, True)
-                    x = grand
-                else:
-                    if x is parent(x).left:
-                        x = parent(x)
-                        self._rotate_right(x)
-                    set_red(parent(x), False)
-                    set_red(parent(parent(x)), True)
-                    self._rotate_left(parent(parent(x)))
+                if x is getattr(parent(x), inner):
+                    x = parent(x)
+                    self._rotate(x, left=on_left)
+                set_red(parent(x), False)
+                set_red(parent(parent(x)), True)
+                self._rotate(parent(parent(x)), left=not on_left)
         self.root.red = False

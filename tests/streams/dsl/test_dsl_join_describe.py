@@ -296,3 +296,26 @@ TT_LEFT_UNNAMED_MAT = (
     "      <-- KTABLE-TOSTREAM-0000000010\n"
     "\n"
 )
+
+
+def test_tree_set_matches_javas_order_when_ranks_change_between_insertions():
+    # The same steps as this Java program gave, on Java 17's TreeSet: 40 insertions of keys
+    # 0..39 with a comparator reading ranks that change after each insertion (a 64-bit LCG picks
+    # the key, the rank changed and its new value); duplicates come from keys the search missed
+    #   int[] rank = 0..39; long seed = 12345;
+    #   TreeSet<Integer> set = new TreeSet<>((x, y) -> x.equals(y) ? 0
+    #       : (rank[x] != rank[y] ? rank[x] - rank[y] : x - y));
+    #   40 times: seed = seed * A + C; set.add((int) ((seed >>> 33) % 40));
+    #             seed = seed * A + C; rank[(int) ((seed >>> 33) % 40)] = (int) ((seed >>> 40) % 100);
+    java_order = [2, 3, 4, 5, 1, 6, 16, 8, 10, 11, 18, 20, 24, 25, 36, 26, 4, 32, 31, 33, 23, 29, 36, 13, 34, 37,
+                  39, 0, 17, 19, 14, 27]
+    a, c, mask = 6364136223846793005, 1442695040888963407, (1 << 64) - 1
+    rank = list(range(40))
+    seen = TreeSet(lambda x, y: 0 if x == y else (rank[x] - rank[y] if rank[x] != rank[y] else x - y))
+    seed = 12345
+    for _ in range(40):
+        seed = (seed * a + c) & mask
+        seen.add((seed >> 33) % 40)
+        seed = (seed * a + c) & mask
+        rank[(seed >> 33) % 40] = (seed >> 40) % 100
+    assert list(seen) == java_order
