@@ -16,10 +16,10 @@ from streams.dsl.ops.suppress import SuppressProcessor
 from streams.dsl.ops.table_join import TableJoinMergeProcessor, TableJoinSideProcessor
 from streams.dsl.ops.value_getter import (JoinValueGetter, MappedValueGetter, SessionStoreValueGetter, StoreValueGetter,
                                           ValueGetterSupplier, WindowStoreValueGetter)
-from streams.dsl.windows import SessionWindows
 from streams.dsl.ops.table import (TableFilterProcessor, TableMapValuesProcessor, TableSelectProcessor,
                                    ToStreamProcessor)
 from streams.dsl.suppressed import Suppressed
+from streams.dsl.windows import SessionWindows
 from streams.errors import TopologyError
 
 __all__ = ["KTable"]
@@ -68,6 +68,9 @@ class KTable:
         materialized, else its operation over its parent's getter."""
         if self._getter is not None:
             return self._getter
+        materialize = getattr(self, "materialize", None)
+        if self.store_name is None and callable(materialize):
+            materialize()  # a table that makes its store when read by key (a foreign-key join's result)
         if self.store_name is not None:
             if isinstance(self._windows, SessionWindows):
                 return SessionStoreValueGetter(self.store_name)

@@ -151,3 +151,19 @@ def test_a_foreign_key_join_is_handed_to_fk_join(monkeypatch):
     assert orders.left_join(customers, joiner, "s", foreign_key_extractor=extract) == "fk"
     assert calls == [((orders, customers, joiner, extract), {"left_join": False, "store": None}),
                      ((orders, customers, joiner, extract), {"left_join": True, "store": "s"})]
+
+
+def test_a_foreign_key_join_result_is_materialized_when_a_table_join_reads_it():
+    # orders (order -> customer) joined by customer with customers; the result (keyed by order)
+    # joined with shipments (order -> carrier): the second join reads the first's result by key,
+    # so that result gets its store (Kafka materializes the FK join's result KTableSource)
+    b = StreamsBuilder()
+    orders, customers, shipments = (b.table(t, key_serde=S, value_serde=S) for t in ("orders", "customers", "shipments"))
+    named = orders.join(customers, joiner, foreign_key_extractor=lambda customer: customer)
+    named.join(shipments, joiner).to_stream().to("out", value_serde=S)
+    assert named.store_name is not None
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        d.create_input_topic("customers", S, S).pipe_input("c1", "Ann", 1)
+        d.create_input_topic("orders", S, S).pipe_input("o1", "c1", 2)       # o1 -> c1+Ann at max(2, 1)
+        d.create_input_topic("shipments", S, S).pipe_input("o1", "ups", 3)   # reads c1+Ann from its store
+        assert records(d.create_output_topic("out", S, S)) == [("o1", "c1+Ann+ups", 3)]
