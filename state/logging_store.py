@@ -209,8 +209,12 @@ class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
             self._log(window_changelog_key(key, window_start_timestamp, seqnum), value, timestamp)
         return seqnum
 
+    def fetch(self, key: bytes, time_from: int, time_to: Optional[int] = None):
+        # the hot read (a join's every record) without __getattr__'s lookup
+        return self.wrapped.fetch(key, time_from, time_to)
+
     def __getattr__(self, name):
-        # Reads (fetch, fetch_range, fetch_all, all and backward variants) go straight through.
+        # Reads (fetch_range, fetch_all, all and backward variants) go straight through.
         if name.startswith("_") or name == "wrapped":
             raise AttributeError(name)
         return getattr(self.wrapped, name)

@@ -183,6 +183,11 @@ class InMemoryKeyValueStore(KeyValueStore):
             if value is not None:
                 yield key, value
 
+    def scan(self, lower: bytes, upper_exclusive: bytes) -> list:
+        """Every (key, value) in [lower, upper_exclusive), read at once (as RocksDBKeyValueStore.scan)."""
+        self._check()
+        return list(self._generate(self._keys_between(lower, upper_exclusive)))
+
     def raw_range(self, lower: Optional[bytes], upper_exclusive: Optional[bytes], reverse: bool = False) -> Iterator:
         """Untracked generator over [lower, upper_exclusive) for segmented stores built on this one."""
         self._check()

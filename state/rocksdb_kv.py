@@ -604,6 +604,24 @@ class RocksDBKeyValueStore(KeyValueStore):
     def reverse_all(self) -> KeyValueIterator:
         return self.reverse_range(None, None)
 
+    def scan(self, lower: bytes, upper_exclusive: bytes) -> list:
+        """Every (key, value) in [lower, upper_exclusive), read at once (one seek, no iterator
+        left open): for the short ranges of segmented stores built on this one."""
+        db = self._db
+        if db is None:
+            db = self._open_db()
+        it = db.iter()
+        it.seek(lower)
+        found = []
+        valid, key, value, step = it.valid, it.key, it.value, it.next
+        while valid():
+            k = key()
+            if k >= upper_exclusive:
+                break
+            found.append((k, value()))
+            step()
+        return found
+
     def raw_range(self, lower: Optional[bytes], upper_exclusive: Optional[bytes], reverse: bool = False) -> Iterator:
         """Untracked generator over [lower, upper_exclusive) for segmented stores built on this one."""
         db = self._open_db()

@@ -165,9 +165,12 @@ class KeyValueIterator:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        if self._source is not None:
+            self.close()
 
     def __del__(self) -> None:
+        if self._source is None:  # exhausted or closed already (the common case)
+            return
         try:
             self.close()
         except Exception:  # pragma: no cover - interpreter shutdown

@@ -167,7 +167,9 @@ class SegmentedBytesStore(StateStore):
     def _observe(self, timestamp: int) -> None:
         if timestamp > self.observed_stream_time:
             self.observed_stream_time = timestamp
-            self._drop_expired_segments()
+            # most records move time within the live segments: nothing to drop
+            if (timestamp - self.retention_ms) // self.segment_interval_ms > self._min_live_segment:
+                self._drop_expired_segments()
 
     def _drop_expired_segments(self) -> None:
         if self.observed_stream_time < 0:
@@ -372,12 +374,15 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         return seqnum
 
     def _check_range(self, time_from, time_to) -> None:
-        check_timestamp(self.name, "time_from", time_from)
-        check_timestamp(self.name, "time_to", time_to)
+        if type(time_from) is not int or time_from < 0:
+            check_timestamp(self.name, "time_from", time_from)
+        if type(time_to) is not int or time_to < 0:
+            check_timestamp(self.name, "time_to", time_to)
 
     def fetch(self, key: bytes, time_from: int, time_to: Optional[int] = None):
         self._check()
-        check_key(self.name, key)
+        if type(key) is not bytes:
+            check_key(self.name, key)
         if time_to is None:
             window_start = check_timestamp(self.name, "window_start", time_from)
             if window_start < self.actual_from(0):
@@ -397,23 +402,31 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         return self._fetch_key(key, time_from, time_to, True)
 
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
-        return self._engine.track(self._fetch_key_gen(key, self.actual_from(time_from), time_to, reverse))
+        # one key's records in a time range: read at once (one engine scan per segment), so no
+        # RocksDB iterator stays open; still tracked, so closing the store invalidates it
+        found = self._fetch_key_list(key, self.actual_from(time_from), time_to)
+        if reverse:
+            found.reverse()
+        return self._engine.track(iter(found))
 
-    def _fetch_key_gen(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> Iterator:
+    def _fetch_key_list(self, key: bytes, time_from: int, time_to: int) -> list:
+        """(timestamp, value) of `key` in [time_from, time_to], in time order."""
+        found: list = []
         if time_from > time_to:
-            return
+            return found
         klen = len(key)
         total = SEGMENT_PREFIX_SIZE + klen + _WINDOW_SUFFIX
         ts_at = SEGMENT_PREFIX_SIZE + klen
         unpack = _I64.unpack_from
         low = key + _I64.pack(time_from) + _SEQ_MIN
-        high = key + _I64.pack(time_to) + _SEQ_MAX
-        raw_range = self._engine.raw_range
-        for seg in self._segments(time_from, time_to, reverse):
+        high = key_after(key + _I64.pack(time_to) + _SEQ_MAX)  # the scan's exclusive end
+        scan = self._engine.scan
+        for seg in self._segments(time_from, time_to, False):
             prefix = self._segment_prefix(seg)
-            for k, v in raw_range(prefix + low, key_after(prefix + high), reverse):
+            for k, v in scan(prefix + low, prefix + high):
                 if len(k) == total:  # same length and within the bounds => same key
-                    yield unpack(k, ts_at)[0], v
+                    found.append((unpack(k, ts_at)[0], v))
+        return found
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
                      time_to: int, reverse: bool) -> Iterator:

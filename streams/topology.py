@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from streams import java_order
 from streams import serdes as _serdes
 from streams.errors import TopologyError
 from streams.processor import Processor, TimestampExtractor
@@ -508,33 +509,24 @@ class Topology:
     # ---- description ----------------------------------------------------------------------
 
     def describe(self) -> "TopologyDescription":
-        groups = self._all_groups()
-        children: dict[str, list[str]] = {n: [] for n in self._nodes}
-        for name, spec in self._nodes.items():
-            for p in spec.parents:
-                children[p].append(name)
-        sizes: dict[str, int] = {}
-
-        def size(n: str) -> int:  # Kafka's sub-tree size (paths counted, as its updateSize does)
-            if n not in sizes:
-                sizes[n] = 1 + sum(size(c) for c in children[n])
-            return sizes[n]
-
-        def key(n: str) -> tuple[int, str]:
-            return (-size(n), n)
-
+        """Kafka's TopologyDescription, in Kafka's order: nodes by sub-tree size then name; a
+        node's successors and predecessors as InternalTopologyBuilder.describeSubtopology leaves
+        them (a TreeSet filled while the sizes grow, visiting the nodes in HashMap order); stores
+        and topics in HashSet order (streams/java_order.py)."""
         subs, global_stores = [], []
-        for sub in groups:
+        for sub in self._all_groups():
+            names = list(sub.node_names)
+            size, successors, predecessors = _describe_links(names, {n: self._nodes[n].parents for n in names})
             nodes = []
-            for n in sorted(sub.node_names, key=key):
+            for n in sorted(names, key=lambda n: (-size[n], n)):
                 spec = self._nodes[n]
                 nodes.append(NodeDescription(
                     name=n, kind=spec.kind,
-                    topics=tuple(spec.topics) if isinstance(spec, SourceSpec) else (),
+                    topics=tuple(_hash_set(spec.topics)) if isinstance(spec, SourceSpec) else (),
                     topic=spec.topic if isinstance(spec, SinkSpec) and isinstance(spec.topic, str) else None,
-                    stores=tuple(sorted(spec.stores)) if isinstance(spec, ProcessorSpec) else (),
-                    successors=tuple(sorted(children[n], key=key)),
-                    predecessors=tuple(sorted(spec.parents, key=key)),
+                    stores=tuple(_hash_set(spec.stores)) if isinstance(spec, ProcessorSpec) else (),
+                    successors=tuple(successors[n]),
+                    predecessors=tuple(predecessors[n]),
                     extractor=(_extractor_name(spec.topic) if isinstance(spec, SinkSpec)
                                and not isinstance(spec.topic, str) else None)))
             if self._is_global_group(sub):
@@ -545,6 +537,39 @@ class Topology:
 
     def __repr__(self) -> str:
         return f"Topology(nodes={list(self._nodes)}, stores={list(self._stores)})"
+
+
+def _describe_links(names: list[str], parents: dict[str, tuple[str, ...]]) -> tuple[dict, dict, dict]:
+    """Kafka's describeSubtopology over one sub-topology's nodes (in the order they were added):
+    (sub-tree sizes, successors, predecessors), the last two as Kafka's TreeSets end up."""
+    size = dict.fromkeys(names, 1)
+
+    def compare(a: str, b: str) -> int:
+        if a == b:
+            return 0
+        if size[a] != size[b]:
+            return size[b] - size[a]
+        return -1 if a < b else 1
+    predecessors = {n: java_order.TreeSet(compare) for n in names}
+    successors = {n: java_order.TreeSet(compare) for n in names}
+
+    def grow(n: str, delta: int) -> None:  # Kafka's updateSize
+        size[n] += delta
+        for p in predecessors[n]:
+            grow(p, delta)
+    for n in java_order.hash_order(names, java_order.put_capacity(len(names))):
+        for p in parents[n]:
+            predecessors[n].add(p)
+            successors[p].add(n)
+            grow(p, size[n])
+    return size, successors, predecessors
+
+
+def _hash_set(names: Iterable[str]) -> list[str]:
+    """`new HashSet<>(set)` of a HashSet filled in this order, as Kafka describes stores and topics."""
+    names = list(dict.fromkeys(names))
+    once = java_order.hash_order(names, java_order.put_capacity(len(names)))
+    return java_order.hash_order(once, java_order.copy_capacity(len(names)))
 
 
 def _extractor_name(extractor: Any) -> str:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streams.dsl import naming as N
 from streams.dsl.graph import ProcessorGraphNode
-from streams.dsl.ops.global_join import GlobalTableJoinProcessor
+from streams.dsl.ops.stream_join import StreamTableJoinProcessor
+from streams.dsl.ops.value_getter import StoreValueGetter
 from streams.errors import TopologyError
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def stream_global_join(stream: "KStream", global_table: GlobalKTable, key_select
     N.check_fn(joiner, f"{op} (joiner)")
     graph = stream._builder._graph
     name = graph.new_name(N.LEFTJOIN)
-    store_name = global_table.store_name
+    table = StoreValueGetter(global_table.store_name)  # every processor may read a global store
     graph.add(ProcessorGraphNode(name, (stream.name,),
-                                 lambda: GlobalTableJoinProcessor(store_name, key_selector, joiner, left)))
+                                 lambda: StreamTableJoinProcessor(table, joiner, left, key_selector=key_selector)))
     return KStream(stream._builder, name, stream.key_serde, None, stream._repartition_required)

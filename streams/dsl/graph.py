@@ -270,6 +270,96 @@ class TableResultNode(GraphNode):
         topology.add_state_store(self.store_builder, self.name)
 
 
+def _sources_of(topology: Topology, names: tuple[str, ...]) -> list[str]:
+    """The source nodes the joined nodes descend from (a join's co-partition group)."""
+    return list(dict.fromkeys(s for name in names for s in _upstream_sources(topology, name)))
+
+
+@dataclass
+class StreamStreamJoinNode(GraphNode):
+    """A windowed stream-stream join (Kafka's StreamStreamJoinNode plus its two
+    WindowedStreamProcessorNodes): parents (this, other) -> KSTREAM-WINDOWED- each -> the join
+    side processors -> KSTREAM-MERGE- (the node's name). Each window store is connected to its
+    side's windowed node and to the other side's join processor, the outer store (left/outer
+    joins) to both join processors; both inputs form a co-partition group."""
+
+    this_windowed: str = ""
+    other_windowed: str = ""
+    join_this: str = ""
+    join_other: str = ""
+    this_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    other_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    windowed_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    merge_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    this_store: Any = None
+    other_store: Any = None
+    outer_store: Any = None
+    deferred_serdes: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        _defer(topology, *self.deferred_serdes)
+        this_parent, other_parent = self.parents
+        topology.add_processor(self.this_windowed, self.windowed_supplier, this_parent)
+        topology.add_processor(self.other_windowed, self.windowed_supplier, other_parent)
+        topology.add_processor(self.join_this, self.this_supplier, self.this_windowed)
+        topology.add_processor(self.join_other, self.other_supplier, self.other_windowed)
+        topology.add_processor(self.name, self.merge_supplier, self.join_this, self.join_other)
+        topology.add_state_store(self.this_store, self.this_windowed, self.join_other)
+        topology.add_state_store(self.other_store, self.other_windowed, self.join_this)
+        if self.outer_store is not None:
+            topology.add_state_store(self.outer_store, self.join_this, self.join_other)
+        topology.copartition_sources(*_sources_of(topology, self.parents))
+
+
+@dataclass
+class StreamTableJoinNode(GraphNode):
+    """A stream-table join (Kafka's StreamTableJoinNode): the join processor reads the stream
+    (its only parent) and is connected to the stores of the table's value getter; the stream's
+    and the table's sources form a co-partition group."""
+
+    supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    table_node: str = ""
+    store_names: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        topology.add_processor(self.name, self.supplier, *self.parents)
+        if self.store_names:
+            topology.connect_processor_and_state_stores(self.name, *self.store_names)
+        topology.copartition_sources(*_sources_of(topology, self.parents + (self.table_node,)))
+
+
+@dataclass
+class TableTableJoinNode(GraphNode):
+    """A primary-key table-table join (Kafka's KTableKTableJoinNode): parents (this, other) ->
+    KTABLE-JOINTHIS- / KTABLE-JOINOTHER- (each connected to the other table's value getter
+    stores) -> KTABLE-MERGE- (the node's name, holding the store when materialized); both
+    tables' sources form a co-partition group."""
+
+    join_this: str = ""
+    join_other: str = ""
+    this_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    other_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    merge_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    this_store_names: tuple = ()
+    other_store_names: tuple = ()
+    store_builder: Any = None
+    deferred_serdes: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        _defer(topology, *self.deferred_serdes)
+        this_parent, other_parent = self.parents
+        topology.add_processor(self.join_this, self.this_supplier, this_parent)
+        topology.add_processor(self.join_other, self.other_supplier, other_parent)
+        topology.add_processor(self.name, self.merge_supplier, self.join_this, self.join_other)
+        if self.other_store_names:
+            topology.connect_processor_and_state_stores(self.join_this, *self.other_store_names)
+        if self.this_store_names:
+            topology.connect_processor_and_state_stores(self.join_other, *self.this_store_names)
+        if self.store_builder is not None:
+            topology.add_state_store(self.store_builder, self.name)
+        topology.copartition_sources(*_sources_of(topology, self.parents))
+
+
 @dataclass
 class Graph:
     nodes: list[GraphNode] = field(default_factory=list)

@@ -11,12 +11,17 @@ from streams.dsl import naming as N
 from streams.dsl.branched import Branched
 from streams.dsl.graph import (GlobalTableSourceNode, Graph, LazyStoreBuilder, ProcessorGraphNode,
                                ProcessorWithStoresNode, RepartitionNode, StateStoreNode, StatefulProcessorNode,
-                               StreamSinkNode, StreamSourceNode, TableSourceNode)
+                               StreamSinkNode, StreamSourceNode, StreamStreamJoinNode, StreamTableJoinNode,
+                               TableSourceNode)
+from streams.dsl.joins.stream_stream import INNER as _INNER, LEFT as _LEFT, OUTER as _OUTER
+from streams.dsl.joins.stream_stream import join_window_store_builder, outer_join_store_builder
 from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
 from streams.dsl.ops.stateless import (BranchProcessor, FilterProcessor, FlatMapProcessor, FlatMapValuesProcessor,
                                        KeySelectProcessor, MapProcessor, MapValuesProcessor, NullKeyFilterProcessor,
                                        PassThroughProcessor, PeekProcessor)
+from streams.dsl.ops.stream_join import StreamStreamJoin, StreamTableJoinProcessor
 from streams.dsl.ops.table import TableSourceProcessor
+from streams.dsl.windows import JoinWindows
 from streams.errors import InternalTopicError, TopologyError
 from streams.internal_topics import validate_topic_name
 from streams.processor import TimestampExtractor
@@ -174,6 +179,7 @@ class KStream:
         self.key_serde = key_serde
         self.value_serde = value_serde
         self._repartition_required = repartition_required
+        self._join_repartition: Optional[tuple[str, "KStream"]] = None  # (name, repartitioned stream)
 
     @property
     def name(self) -> str:
@@ -341,25 +347,157 @@ class KStream:
                               _serdes.resolve_serde(value_serde, "group_by_key value_serde") or self.value_serde,
                               repartition_required=self._repartition_required)
 
-    # ---- joins: TEMPORARY dispatch of the `global` branch (the joins branch `sjoin` owns these
-    # methods and dispatches a GlobalKTable the same way; the lead keeps theirs) ------------------
+    # ---- joins ------------------------------------------------------------------------------
 
-    def join(self, other: Any, *args: Any, **kwargs: Any) -> "KStream":
-        """join(global_table, key_selector, joiner) (see streams/dsl/global_table.py)."""
-        return _dispatch_join(self, other, args, kwargs, left=False)
+    def join(self, other: Any, joiner: Any = None, windows: Any = None, *, other_value_serde: Any = None,
+             store: str | Materialized | None = None, key_selector: Any = None) -> "KStream":
+        """Inner join: `join(other_stream, joiner, JoinWindows)`, `join(table, joiner)` or
+        `join(global_table, key_selector, joiner)`; joiner(value, other_value)."""
+        return self._join("join", _INNER, other, joiner, windows, other_value_serde, store, key_selector)
 
-    def left_join(self, other: Any, *args: Any, **kwargs: Any) -> "KStream":
-        """left_join(global_table, key_selector, joiner) (see streams/dsl/global_table.py)."""
-        return _dispatch_join(self, other, args, kwargs, left=True)
+    def left_join(self, other: Any, joiner: Any = None, windows: Any = None, *, other_value_serde: Any = None,
+                  store: str | Materialized | None = None, key_selector: Any = None) -> "KStream":
+        """Left join: every record of this stream, joined with None when nothing matches (a
+        stream-stream left join emits those only once their window closed)."""
+        return self._join("left_join", _LEFT, other, joiner, windows, other_value_serde, store, key_selector)
+
+    def outer_join(self, other: Any, joiner: Any = None, windows: Any = None, *, other_value_serde: Any = None,
+                   store: str | Materialized | None = None) -> "KStream":
+        """Outer stream-stream join: unmatched records of either side, once their window closed."""
+        if not isinstance(other, KStream):
+            raise TopologyError(f"outer_join joins two KStreams (with JoinWindows), got {type(other).__name__}")
+        return self._join("outer_join", _OUTER, other, joiner, windows, other_value_serde, store, None)
+
+    def _join(self, op: str, join_type: str, other: Any, joiner: Any, windows: Any, other_value_serde: Any,
+              store: Any, key_selector: Any) -> "KStream":
+        """Dispatch on what is joined (Kafka's overloads): a GlobalKTable, a KTable or a KStream."""
+        if _is_global_table(other):
+            if key_selector is None:  # join(global_table, key_selector, joiner): the positional form
+                key_selector, joiner, windows = joiner, windows, None
+            if windows is not None or other_value_serde is not None or store is not None:
+                raise TopologyError(f"{op} with a GlobalKTable takes (global_table, key_selector, joiner) only")
+            from streams.dsl.global_table import stream_global_join  # it checks its arguments
+
+            return stream_global_join(self, other, key_selector=key_selector, joiner=joiner, left=join_type == _LEFT)
+        if key_selector is not None:
+            raise TopologyError(f"{op}: key_selector= is for a join with a GlobalKTable, not a {type(other).__name__}")
+        if isinstance(other, _ktable().KTable):
+            if other._builder is not self._builder:
+                raise TopologyError(f"{op}: the stream and the table must come from the same StreamsBuilder")
+            if windows is not None or other_value_serde is not None or store is not None:
+                raise TopologyError(f"{op} with a KTable takes (table, joiner) only: no windows, other_value_serde "
+                                    "or store")
+            self._check_joiner(op, joiner)
+            return self._stream_table_join(op, other, joiner, join_type == _LEFT)
+        if isinstance(other, KStream):
+            if other._builder is not self._builder:
+                raise TopologyError(f"{op}: both streams must come from the same StreamsBuilder")
+            self._check_joiner(op, joiner)
+            if windows is None:
+                raise TopologyError(f"{op} of two KStreams needs windows: a JoinWindows, e.g. "
+                                    "JoinWindows.of_time_difference_with_no_grace(ms)")
+            if not isinstance(windows, JoinWindows):
+                raise TopologyError(f"{op} of two KStreams needs a JoinWindows, got {type(windows).__name__}")
+            return self._stream_stream_join(op, join_type, other, joiner, windows, other_value_serde, store)
+        raise TopologyError(f"{op} needs a KStream, a KTable or a GlobalKTable to join with, got {type(other).__name__}")
+
+    @staticmethod
+    def _check_joiner(op: str, joiner: Any) -> None:
+        if joiner is None:
+            raise TopologyError(f"{op} needs a joiner(value, other_value)")
+        _check_fn(joiner, f"{op} joiner")
+
+    def _repartition_for_join(self, name: str, key_serde: Any, value_serde: Any) -> "KStream":
+        """Kafka's repartitionForJoin: through `<name>-repartition`; a stream repartitioned for a
+        join before under the same name reuses that topic (the names are still allocated, as
+        Kafka's counter is)."""
+        cached = self._join_repartition
+        if cached is not None and cached[0] == name:
+            graph = self._builder._graph
+            for prefix in (N.SINK, N.FILTER, N.SOURCE):
+                graph.new_name(prefix)
+            return cached[1]
+        ks = key_serde or self.key_serde
+        vs = value_serde or self.value_serde
+        source, ks, vs = repartition(self._builder, self._node, name, ks, vs)
+        stream = KStream(self._builder, source, ks, vs)
+        self._join_repartition = (name, stream)
+        return stream
+
+    def _stream_stream_join(self, op: str, join_type: str, other: "KStream", joiner: Any, windows: JoinWindows,
+                            other_value_serde: Any, store: Any) -> "KStream":
+        """Kafka's KStreamImpl.doJoin + KStreamImplJoin.join: repartition topics first (named
+        after the node before each key change), then the windowed nodes, the two join sides, the
+        merge, and the window stores (`<join side>-store`, or `<store>-this-join-store` ... when
+        `store=` names them, as StreamJoined.withStoreName)."""
+        mat = None if store is None else as_materialized(store, op)
+        if mat is not None and (mat.key_serde is not None or mat.value_serde is not None
+                                or mat.store_supplier is not None):
+            raise TopologyError(f"{op}: store= names the join's window stores (and may make them in-memory or "
+                                "unlogged); their serdes are the streams' (other_value_serde= for the other side)")
+        other_vs = _serdes.resolve_serde(other_value_serde, f"{op} other_value_serde")
+        this = self._repartition_for_join(self._node, None, None) if self._repartition_required else self
+        if other._repartition_required:
+            other = other._repartition_for_join(other._node, None, other_vs)
+        graph = self._builder._graph
+        left_outer, right_outer = join_type != _INNER, join_type == _OUTER
+        this_windowed = graph.new_name(N.WINDOWED)
+        other_windowed = graph.new_name(N.WINDOWED)
+        join_this = graph.new_name(N.OUTERTHIS if right_outer else N.JOINTHIS)
+        join_other = graph.new_name(N.OUTEROTHER if left_outer else N.JOINOTHER)
+        merge = graph.new_name(N.MERGE)
+        base = None if mat is None else mat.store_name
+        if base is None:
+            this_store, other_store = join_this + N.STORE_SUFFIX, join_other + N.STORE_SUFFIX
+            prefix = N.OUTERTHIS if right_outer else N.JOINTHIS
+            outer_store = N.OUTERSHARED + join_this[len(prefix):] + N.STORE_SUFFIX
+        else:
+            this_store = base + ("-outer-this-join" if right_outer else "-this-join") + N.STORE_SUFFIX
+            other_store = base + ("-outer-other-join" if left_outer else "-other-join") + N.STORE_SUFFIX
+            outer_store = base + ("-outer-shared-join" if right_outer else "-left-shared-join") + N.STORE_SUFFIX
+        if not left_outer:
+            outer_store = None
+        where = f"{op} store {this_store!r}"
+        key_serde = N.key_or_default(this.key_serde or other.key_serde, where)
+        this_vs = N.value_or_default(this.value_serde, where)
+        other_vs = N.value_or_default(other_vs or other.value_serde, f"{op} store {other_store!r}")
+        in_memory = mat is not None and mat.in_memory
+        logging_enabled = mat is None or mat.logging_enabled
+        log_config = None if mat is None else mat.log_config
+        stores = dict(in_memory=in_memory, logging_enabled=logging_enabled, log_config=log_config)
+
+        def window_store(name: str, value_serde: Any) -> LazyStoreBuilder:
+            return LazyStoreBuilder(name, "window", lambda: join_window_store_builder(
+                name, windows, key_serde, value_serde, **stores))
+        shared = StreamStreamJoin(windows, joiner, join_type, this_store, other_store, outer_store, key_serde,
+                                  this_vs, other_vs)
+        outer_builder = None if outer_store is None else LazyStoreBuilder(
+            outer_store, "key_value", lambda: outer_join_store_builder(outer_store, **stores))
+        graph.add(StreamStreamJoinNode(
+            merge, (this._node, other._node), this_windowed=this_windowed, other_windowed=other_windowed,
+            join_this=join_this, join_other=join_other, this_supplier=shared.side(True),
+            other_supplier=shared.side(False), windowed_supplier=PassThroughProcessor,
+            merge_supplier=PassThroughProcessor, this_store=window_store(this_store, this_vs),
+            other_store=window_store(other_store, other_vs), outer_store=outer_builder,
+            deferred_serdes=N.deferred(key_serde, this_vs, other_vs)))
+        return KStream(self._builder, merge, this.key_serde, None)
+
+    def _stream_table_join(self, op: str, table: Any, joiner: Any, left: bool) -> "KStream":
+        """Kafka's KStreamImpl.join(KTable) / doStreamTableJoin: the stream is repartitioned
+        first when its key changed; the join reads the table through its value getter."""
+        this = self._repartition_for_join(self._node, None, None) if self._repartition_required else self
+        graph = self._builder._graph
+        name = graph.new_name(N.LEFTJOIN if left else N.JOIN)
+        getter = table._value_getter_supplier(op)
+        graph.add(StreamTableJoinNode(name, (this._node,), lambda: StreamTableJoinProcessor(getter, joiner, left),
+                                      table._node, getter.store_names))
+        return KStream(self._builder, name, this.key_serde, None)
 
 
-def _dispatch_join(stream: KStream, other: Any, args: tuple, kwargs: dict, *, left: bool) -> KStream:
-    from streams.dsl.global_table import GlobalKTable, stream_global_join
+def _is_global_table(obj: Any) -> bool:
+    from streams.dsl.global_table import GlobalKTable  # imported here: it imports the DSL
 
-    if isinstance(other, GlobalKTable):
-        return stream_global_join(stream, other, *args, left=left, **kwargs)
-    raise TopologyError(f"{'left_join' if left else 'join'}: only a GlobalKTable can be joined on this branch, "
-                        f"got {other!r}")
+    return isinstance(obj, GlobalKTable)
 
 
 class BranchedKStream:

@@ -9,13 +9,17 @@ from typing import Any, Callable, Optional
 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
-from streams.dsl.graph import LazyStoreBuilder, ProcessorGraphNode, StatefulProcessorNode
+from streams.dsl.graph import LazyStoreBuilder, ProcessorGraphNode, StatefulProcessorNode, TableTableJoinNode
+from streams.dsl.joins.table_table import INNER, LEFT, OUTER
 from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
 from streams.dsl.ops.suppress import SuppressProcessor
+from streams.dsl.ops.table_join import TableJoinMergeProcessor, TableJoinSideProcessor
+from streams.dsl.ops.value_getter import (JoinValueGetter, MappedValueGetter, SessionStoreValueGetter, StoreValueGetter,
+                                          ValueGetterSupplier, WindowStoreValueGetter)
 from streams.dsl.ops.table import (TableFilterProcessor, TableMapValuesProcessor, TableSelectProcessor,
                                    ToStreamProcessor)
 from streams.dsl.suppressed import Suppressed
-from streams.dsl.windows import window_close_delay_ms
+from streams.dsl.windows import SessionWindows, window_close_delay_ms
 from streams.errors import TopologyError
 
 __all__ = ["KTable"]
@@ -39,25 +43,30 @@ class KTable:
         self._windows = windows
         self._parent = parent
         self._source = source  # builder.table / KStream.to_table: materialized (in Kafka's sense) when named
+        self._read_by_key = False  # a source a join reads through its store: materialized (Kafka's materialize())
         # aggregations and suppressions always carry old values; sources, filters and mappers on request
         self._send_old = [old_values and not source]
+        # how a join reads this table's current value (see _value_getter_supplier)
+        self._getter: Optional[ValueGetterSupplier] = None
+        self._compute: Optional[Callable[[], Callable[[Any, Any], Any]]] = None
+        self._join_parents: tuple = ()
 
     @property
     def name(self) -> str:
         return self._node
 
+    @property
+    def queryable_store_name(self) -> Optional[str]:
+        return self._queryable
+
     def source_caching(self, mat: Materialized) -> bool:
         """Whether a source table (builder.table, KStream.to_table) forwards through its store's
         cache, asked when its processor is made (after the whole DSL is built). Kafka
         materializes a source only when its store is named or a downstream operation forces it
-        (group_by, suppress); an unmaterialized source has no store and forwards every record,
-        a delete of an absent key too. Eddy's source always keeps its store, and forwards every
-        update itself unless it is materialized in Kafka's sense."""
-        return mat.caching_enabled and (self._queryable is not None or self._send_old[0])
-
-    @property
-    def queryable_store_name(self) -> Optional[str]:
-        return self._queryable
+        (group_by, suppress, a join reading it by key); an unmaterialized source has no store and
+        forwards every record, a delete of an absent key too. Eddy's source always keeps its
+        store, and forwards every update itself unless it is materialized in Kafka's sense."""
+        return mat.caching_enabled and (self._queryable is not None or self._send_old[0] or self._read_by_key)
 
     def _enable_send_old_values(self, force: bool = True) -> bool:
         """Kafka's KTableImpl.enableSendingOldValues(forceMaterialization): switch old values on
@@ -65,12 +74,16 @@ class KTable:
         store unnamed and not forced yet) refuses, and so does every unmaterialized node below it.
         A materialized node in Kafka reads its old values from its own store; Eddy's compute them
         from their parent's, so there the parent is asked with force (sources always keep a store
-        here, so that only switches flags)."""
+        here, so that only switches flags). A table-table join's result asks both its sides with
+        force (Kafka's KTableKTableJoinMerger)."""
         if self._send_old[0]:
             return True
         parent = self._parent
-        if parent is None:
-            if self._source and not force and self._queryable is None:
+        if self._join_parents:
+            for side in self._join_parents:
+                side._enable_send_old_values(True)
+        elif parent is None:
+            if self._source and not force and self._queryable is None and not self._read_by_key:
                 return False
         elif self._queryable is not None:
             parent._enable_send_old_values(True)
@@ -78,6 +91,27 @@ class KTable:
             return False
         self._send_old[0] = True
         return True
+
+    def _value_getter_supplier(self, op: str) -> ValueGetterSupplier:
+        """How a join reads this table (Kafka's KTableImpl.valueGetterSupplier): its store when
+        materialized, else its operation over its parent's getter."""
+        if self._getter is not None:
+            return self._getter
+        materialize = getattr(self, "materialize", None)
+        if self.store_name is None and callable(materialize):
+            materialize()  # a table that makes its store when read by key (a foreign-key join's result)
+        if self.store_name is not None:
+            if self._source:
+                self._read_by_key = True  # Kafka's KTableSource.materialize()
+            if isinstance(self._windows, SessionWindows):
+                return SessionStoreValueGetter(self.store_name)
+            if self._windows is not None:
+                return WindowStoreValueGetter(self.store_name)
+            return StoreValueGetter(self.store_name)
+        if self._compute is not None and self._parent is not None:
+            return MappedValueGetter(self._parent._value_getter_supplier(op), self._compute)
+        raise TopologyError(f"{op}: the table {self._node} cannot be read by a join (a suppressed table keeps no "
+                            "value to look up); materialize it first, e.g. .filter(lambda k, v: True, store=...)")
 
     def _value_node(self, prefix: str, make: Callable[..., Any], store: Any, value_serde: Any, op: str) -> "KTable":
         graph = self._builder._graph
@@ -87,6 +121,7 @@ class KTable:
             graph.add(ProcessorGraphNode(name, (self._node,), lambda: make(None, False, lambda: flag[0])))
             table = KTable(self._builder, name, self.key_serde, value_serde, None, parent=self, old_values=False,
                            windows=self._windows)
+            table._compute = lambda: make(None, False, lambda: False).compute  # its value getter's computation
         else:
             mat = as_materialized(store, op)
             name_of_store = N.store_name(graph, mat, prefix)
@@ -173,25 +208,6 @@ class KTable:
             store_builder=buffer_builder, store_name=name_of_store, deferred_serdes=N.deferred(key_serde, value_serde)))
         return KTable(self._builder, name, self.key_serde, self.value_serde, None, windows=self._windows)
 
-    # TEMPORARY (branch fkjoin): only the foreign-key dispatch of join/left_join, so the FK join
-    # can be tested before the sjoin branch's KTable.join/left_join land; the lead keeps theirs
-    # and its call of fk_join when foreign_key_extractor is given
-    def join(self, other: "KTable", joiner: Callable[[Any, Any], Any], store: str | Materialized | None = None, *,
-             foreign_key_extractor: Optional[Callable[[Any], Any]] = None) -> "KTable":
-        return self._fk_join_only(other, joiner, store, foreign_key_extractor, left_join=False)
-
-    def left_join(self, other: "KTable", joiner: Callable[[Any, Any], Any], store: str | Materialized | None = None,
-                  *, foreign_key_extractor: Optional[Callable[[Any], Any]] = None) -> "KTable":
-        return self._fk_join_only(other, joiner, store, foreign_key_extractor, left_join=True)
-
-    def _fk_join_only(self, other: "KTable", joiner: Any, store: Any, foreign_key_extractor: Any, *,
-                      left_join: bool) -> "KTable":
-        from streams.dsl.fk_join import fk_join
-
-        if foreign_key_extractor is None:
-            raise TopologyError("the primary-key table-table join is not on this branch (fkjoin)")
-        return fk_join(self, other, joiner, foreign_key_extractor, left_join=left_join, store=store)
-
     def group_by(self, mapper: Callable[[Any, Any], tuple], *, key_serde: Any = None,
                  value_serde: Any = None) -> Any:
         """Re-key the table: mapper(key, value) -> (new_key, new_value); the grouped table's
@@ -205,3 +221,89 @@ class KTable:
         graph.add(ProcessorGraphNode(name, (self._node,), lambda: TableSelectProcessor(mapper)))
         return KGroupedTable(self._builder, name, _serdes.resolve_serde(key_serde, "KTable.group_by key_serde"),
                              _serdes.resolve_serde(value_serde, "KTable.group_by value_serde"))
+
+    # ---- joins ------------------------------------------------------------------------------
+
+    def join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
+             store: str | Materialized | None = None, *,
+             foreign_key_extractor: Optional[Callable[[Any], Any]] = None) -> "KTable":
+        """Inner primary-key join: joiner(value, other_value) for keys both tables hold (Kafka's
+        KTableKTableInnerJoin); with `foreign_key_extractor` the foreign-key join."""
+        if foreign_key_extractor is not None:
+            return self._fk_join(other, joiner, foreign_key_extractor, False, store)
+        return self._table_join("KTable.join", INNER, other, joiner, store)
+
+    def left_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
+                  store: str | Materialized | None = None, *,
+                  foreign_key_extractor: Optional[Callable[[Any], Any]] = None) -> "KTable":
+        """Every key of this table, joined with the other's value or None (Kafka's KTableKTableLeftJoin)."""
+        if foreign_key_extractor is not None:
+            return self._fk_join(other, joiner, foreign_key_extractor, True, store)
+        return self._table_join("KTable.left_join", LEFT, other, joiner, store)
+
+    def outer_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
+                   store: str | Materialized | None = None) -> "KTable":
+        """Every key of either table; the missing side is None (Kafka's KTableKTableOuterJoin)."""
+        return self._table_join("KTable.outer_join", OUTER, other, joiner, store)
+
+    def _check_join(self, op: str, other: Any, joiner: Any) -> None:
+        if not isinstance(other, KTable):
+            raise TopologyError(f"{op} needs a KTable to join with, got {type(other).__name__}")
+        if other._builder is not self._builder:
+            raise TopologyError(f"{op}: both tables must come from the same StreamsBuilder")
+        if joiner is None:
+            raise TopologyError(f"{op} needs a joiner(value, other_value)")
+        N.check_fn(joiner, op)
+
+    def _fk_join(self, other: Any, joiner: Any, extractor: Any, left: bool, store: Any) -> "KTable":
+        """The foreign-key join's own module builds and checks it (branch fkjoin)."""
+        from streams.dsl.fk_join import fk_join
+
+        return fk_join(self, other, joiner, extractor, left_join=left, store=store)
+
+    def _table_join(self, op: str, join_type: str, other: Any, joiner: Any, store: Any) -> "KTable":
+        """Kafka's KTableImpl.doJoin: names (store, merge, this, other) in Kafka's order; left and
+        outer joins need old values from the left table, outer joins from the right one too."""
+        self._check_join(op, other, joiner)
+        graph = self._builder._graph
+        mat = None if store is None else as_materialized(store, op)
+        name_of_store = None if mat is None else N.store_name(graph, mat, N.TABLE_MERGE)
+        merge = graph.new_name(N.TABLE_MERGE)
+        if join_type != INNER:
+            self._enable_send_old_values()
+        if join_type == OUTER:
+            other._enable_send_old_values()
+        join_this = graph.new_name(N.TABLE_JOINTHIS)
+        join_other = graph.new_name(N.TABLE_JOINOTHER)
+        this_getter = self._value_getter_supplier(op)
+        other_getter = other._value_getter_supplier(op)
+        flag = [False]
+
+        def send_old() -> bool:
+            return flag[0]
+        store_builder, deferred, caching = None, (), False
+        key_serde, value_serde = self.key_serde, None
+        if mat is not None:
+            key_serde = mat.key_serde or self.key_serde
+            value_serde = mat.value_serde
+            where = f"table store {name_of_store!r}"
+            store_key = N.key_or_default(key_serde, where)
+            store_value = N.value_or_default(value_serde, where)
+            caching = mat.caching_enabled
+            store_builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
+                mat, name_of_store, store_key, store_value, timestamped=True))
+            deferred = N.deferred(store_key, store_value)
+        graph.add(TableTableJoinNode(
+            merge, (self._node, other._node), join_this=join_this, join_other=join_other,
+            this_supplier=lambda: TableJoinSideProcessor(True, other_getter, joiner, join_type, send_old),
+            other_supplier=lambda: TableJoinSideProcessor(False, this_getter, joiner, join_type, send_old),
+            merge_supplier=lambda: TableJoinMergeProcessor(name_of_store, caching, send_old),
+            this_store_names=this_getter.store_names, other_store_names=other_getter.store_names,
+            store_builder=store_builder, deferred_serdes=deferred))
+        table = KTable(self._builder, merge, key_serde, value_serde, name_of_store, store_name=name_of_store,
+                       old_values=False)
+        table._send_old = flag
+        table._join_parents = (self, other)
+        if name_of_store is None:
+            table._getter = JoinValueGetter(this_getter, other_getter, joiner, join_type)
+        return table

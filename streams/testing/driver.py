@@ -119,6 +119,9 @@ class TopologyTestDriver:
         # as Kafka's driver: no wall-clock throttle on emitting final window results (its wall
         # clock only moves when the test moves it)
         raw.setdefault(WINDOWED_EMIT_INTERVAL_CONFIG, 0)
+        # Kafka's driver: stream-stream outer joins emit held records on every record, not once
+        # per second of wall clock
+        raw.setdefault("__emit.interval.ms.kstreams.outer.join.spurious.results.fix__", 0)
         # the App's own validation (same ConfigErrors, same defaults and deprecated-key fallbacks);
         # only bootstrap.servers is optional: the driver talks to no cluster
         parsed = StreamsConfig.parse(raw, require_bootstrap_servers=False)

@@ -73,7 +73,7 @@ def test_describe_matches_kafka_layout():
     assert t.decorate_topic("streams-plaintext-input", "wc") == "streams-plaintext-input"
 
 
-def test_branching_successors_sorted_by_subtree_size_then_name():
+def test_branching_successors_and_nodes_in_kafkas_order():
     t = Topology()
     t.add_source("s", "a", "b")
     t.add_processor("z-small", Noop, "s")
@@ -81,7 +81,10 @@ def test_branching_successors_sorted_by_subtree_size_then_name():
     t.add_processor("m-big", Noop, "s")
     t.add_sink("k", "out", "m-big")
     text = str(t.describe())
-    assert "Source: s (topics: [a, b])\n      --> m-big, a-small, z-small\n" in text
+    # Kafka Streams 4.1.1 prints this order: a node's successors are a TreeSet filled while the
+    # sub-tree sizes still grow (m-big joined it before its sink made it bigger), so it is not
+    # the final size order the node list has
+    assert "Source: s (topics: [a, b])\n      --> a-small, m-big, z-small\n" in text
     names = [line.split()[1] for line in text.splitlines() if line.startswith("    ") and ":" in line.split()[0]]
     # equal sub-tree sizes fall back to the name, as in Kafka's NODE_COMPARATOR
     assert names == ["s", "m-big", "a-small", "k", "z-small"]

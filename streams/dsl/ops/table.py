@@ -185,12 +185,13 @@ class TableSourceProcessor(StageOperator):
         return table_source
 
 
-class _TableValueOperator(StageOperator):
-    """A table node computing its value from the parent's: optionally materialized."""
+class OptionallyMaterialized(StageOperator):
+    """A table node with its own timestamped store when materialized (`store_name`), forwarding
+    on every update or, with a caching store, from the cache's flush listener
+    (`forward_on_update` says which); `send_old_values()` says whether downstream wants old
+    values."""
 
-    def __init__(self, compute: Callable[[Any, Any], Any], store_name: Optional[str], caching: bool,
-                 send_old_values: Callable[[], bool]) -> None:
-        self.compute = compute
+    def __init__(self, store_name: Optional[str], caching: bool, send_old_values: Callable[[], bool]) -> None:
         self.store_name = store_name
         self.caching = caching
         self.send_old_values = send_old_values
@@ -200,6 +201,15 @@ class _TableValueOperator(StageOperator):
         self.store = None if self.store_name is None else context.get_state_store(self.store_name)
         self.forward_on_update = (True if self.store is None
                                   else attach_tuple_forwarder(self, self.store, self.caching))
+
+
+class _TableValueOperator(OptionallyMaterialized):
+    """A table node computing its value from the parent's: optionally materialized."""
+
+    def __init__(self, compute: Callable[[Any, Any], Any], store_name: Optional[str], caching: bool,
+                 send_old_values: Callable[[], bool]) -> None:
+        super().__init__(store_name, caching, send_old_values)
+        self.compute = compute
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
         compute, store, forward_on_update = self.compute, self.store, self.forward_on_update

@@ -1,0 +1,240 @@
+"""KStream joins (stream-stream, stream-table) through the DSL on the TopologyTestDriver. Expected
+outputs are derived by hand from Kafka's rules (KStreamKStreamJoin: a left record at t joins right
+records in [t - before, t + after], a match goes out at once with the larger timestamp, an
+unmatched left/outer record only once t + after (+ before for the right side) + grace < stream
+time, the scan running for a record at stream time; KStreamKTableJoin: only the stream triggers,
+the table's current value, the stream record's key and timestamp). The rules' own corner cases
+are tested in test_join_stream_stream.py / test_join_stream_table.py; these test the wiring."""
+
+import pytest
+
+from streams import StreamsBuilder, serdes
+from streams.dsl import JoinWindows
+from streams.errors import TopologyError
+from streams.testing import TopologyTestDriver
+
+S = serdes.STRING
+CONFIG = {"application.id": "joins", "default.key.serde": "string", "default.value.serde": "string"}
+
+
+def joiner(left, right):
+    return f"{left}+{right}"
+
+
+def records(out):
+    return [(r.key, r.value, r.timestamp) for r in out.read_records_to_list()]
+
+
+def dropped(driver):
+    return sum(m.value for m in driver.metrics() if m.name == "dropped-records-total")
+
+
+def stream_stream(join, windows, config=CONFIG, **kw):
+    b = StreamsBuilder()
+    left, right = b.stream("left", key_serde=S, value_serde=S), b.stream("right", key_serde=S, value_serde=S)
+    getattr(left, join)(right, joiner, windows, **kw).to("out", value_serde=S)
+    d = TopologyTestDriver(b.build(), config)
+    return d, d.create_input_topic("left", S, S), d.create_input_topic("right", S, S), d.create_output_topic("out", S, S)
+
+
+def test_inner_join_before_after_asymmetry_and_out_of_order_records():
+    # before=0, after=10: a left record at t joins right records in [t, t + 10]; a right
+    # record at t joins left records in [t - 10, t]. Grace 20 makes the stores retain 10 + 20,
+    # so the out-of-order L12 still finds R15 (a store serves [max(from, its time - retention +
+    # 1), to], as Kafka's segmented stores)
+    d, left, right, out = stream_stream("join", JoinWindows.of_time_difference_and_grace(10, 20).before(0))
+    with d:
+        left.pipe_input("k", "L10", 10)
+        right.pipe_input("k", "R5", 5)      # left in [-5, 5]: L10 is after it
+        right.pipe_input("k", "R15", 15)    # left in [5, 15]: L10
+        right.pipe_input("k", "R25", 25)    # left in [15, 25]: nothing
+        left.pipe_input("k", "L20", 20)     # right in [20, 30]: R25
+        left.pipe_input("k", "L12", 12)     # out of order (stream time 25): right in [12, 22]: R15
+        left.pipe_input("j", "J12", 12)     # another key: nothing
+        assert records(out) == [("k", "L10+R15", 15), ("k", "L20+R25", 25), ("k", "L12+R15", 15)]
+        assert dropped(d) == 0
+
+
+def test_left_join_emits_unmatched_records_only_when_their_window_closed():
+    # diff 10, grace 5: a held left record at t is emitted once t + 15 < stream time
+    d, left, right, out = stream_stream("left_join", JoinWindows.of_time_difference_and_grace(10, 5))
+    with d:
+        left.pipe_input("a", "A0", 0)       # held
+        left.pipe_input("z", "Z14", 14)     # A0 still open (15 >= 14); held
+        right.pipe_input("a", "a9", 9)      # joins A0 (left in [-1, 19]), which is no longer held
+        assert records(out) == [("a", "A0+a9", 9)]
+        right.pipe_input("b", "b12", 12)    # right side of a left join: no match, nothing
+        left.pipe_input("y", "Y16", 16)     # Z14 open (29 >= 16); held
+        left.pipe_input("x", "X31", 31)     # Z14 closes (29 < 31), Y16 open (31 >= 31)
+        assert records(out) == [("z", "Z14+None", 14)]
+        left.pipe_input("w", "W40", 40)     # Y16 closes; X31 open (46 >= 40)
+        left.pipe_input("v", None, 41)      # a None value is dropped and counted
+        assert records(out) == [("y", "Y16+None", 16)]
+        assert dropped(d) == 1
+
+
+def test_outer_join_with_named_stores_emits_both_sides():
+    d, left, right, out = stream_stream("outer_join", JoinWindows.of_time_difference_with_no_grace(5), store="pay")
+    with d:
+        right.pipe_input("x", "r1", 1)      # held (right)
+        left.pipe_input("y", "l2", 2)       # held (left)
+        left.pipe_input("x", "l4", 4)       # right in [-1, 9]: r1, no longer held
+        left.pipe_input("z", "l10", 10)     # y@2 closes (2 + 5 < 10); z held
+        right.pipe_input("q", "r17", 17)    # z@10 closes (10 + 5 < 17); q held
+        left.pipe_input("e", "l40", 40)     # q@17 closes (17 + 5 < 40)
+        assert records(out) == [("x", "l4+r1", 4), ("y", "l2+None", 2), ("z", "l10+None", 10),
+                                ("q", "None+r17", 17)]
+        # the window stores are StreamJoined-named after store=
+        assert d.get_window_store("pay-outer-this-join-store").fetch("e", 40) == "l40"
+        assert d.get_window_store("pay-outer-other-join-store").fetch("q", 17) == "r17"
+
+
+def test_emit_interval_holds_unmatched_records_until_wall_clock_passes_it():
+    config = {**CONFIG, "__emit.interval.ms.kstreams.outer.join.spurious.results.fix__": 1000}
+    d, left, _, out = stream_stream("left_join", JoinWindows.of_time_difference_with_no_grace(10), config)
+    with d:
+        left.pipe_input("a", "A0", 0)
+        left.pipe_input("b", "B20", 20)     # scan at wall 0: A0 closed; the next one is due at 1000
+        left.pipe_input("c", "C40", 40)     # B20 closed, but not scanned yet
+        assert records(out) == [("a", "A0+None", 0)]
+        d.advance_wall_clock_time(1000)
+        left.pipe_input("d", "D41", 41)     # scan: B20 closed, C40 open (50 >= 41)
+        assert records(out) == [("b", "B20+None", 20)]
+
+
+def test_key_change_repartitions_both_sides_before_the_join():
+    b = StreamsBuilder()
+    left = b.stream("left", key_serde=S, value_serde=S).select_key(lambda k, v: v.split(":")[0])
+    right = b.stream("right", key_serde=S, value_serde=S).map(lambda k, v: (v, k))
+    left.join(right, joiner, JoinWindows.of_time_difference_with_no_grace(100)).to("out", value_serde=S)
+    topology = b.build()
+    # named after the node before each key change (left: source 0, key-select 1; right: 2, 3)
+    assert set(topology.internal_topics) == {"KSTREAM-KEY-SELECT-0000000001-repartition",
+                                             "KSTREAM-MAP-0000000003-repartition"}
+    assert topology.copartition_groups() == [frozenset(topology.internal_topics)]
+    with TopologyTestDriver(topology, CONFIG) as d:
+        d.create_input_topic("left", S, S).pipe_input("k1", "u7:click", 5)
+        d.create_input_topic("right", S, S).pipe_input("pay", "u7", 8)
+        assert records(d.create_output_topic("out", S, S)) == [("u7", "u7:click+pay", 8)]
+        assert [r.key for r in d.producer_history("joins-KSTREAM-KEY-SELECT-0000000001-repartition")] == [b"u7"]
+
+
+def clicks_and_profiles(join, table=lambda t: t, stream=lambda s: s):
+    b = StreamsBuilder()
+    clicks = stream(b.stream("clicks", key_serde=S, value_serde=S))
+    getattr(clicks, join)(table(b.table("profiles", key_serde=S, value_serde=S)), joiner).to("out", value_serde=S)
+    topology = b.build()
+    d = TopologyTestDriver(topology, CONFIG)
+    return (topology, d, d.create_input_topic("clicks", S, S), d.create_input_topic("profiles", S, S),
+            d.create_output_topic("out", S, S))
+
+
+@pytest.mark.parametrize("join", ["join", "left_join"])
+def test_stream_table_join_reads_the_current_table_value(join):
+    topology, d, clicks, profiles, out = clicks_and_profiles(join)
+    assert topology.copartition_groups() == [frozenset({"clicks", "profiles"})]
+    with d:
+        clicks.pipe_input("u1", "c0", 1)    # no profile yet: left join only
+        profiles.pipe_input("u1", "P1", 10)  # the table side triggers nothing
+        clicks.pipe_input("u1", "c1", 5)    # the stream's timestamp, the table's current value
+        profiles.pipe_input("u1", "P2", 11)
+        clicks.pipe_input("u1", "c2", 12)
+        profiles.pipe_input("u1", None, 20)  # tombstone
+        clicks.pipe_input("u1", "c3", 25)   # no value after the tombstone
+        clicks.pipe_input("u1", None, 26)   # a None value is dropped and counted
+        inner = [("u1", "c1+P1", 5), ("u1", "c2+P2", 12)]
+        if join == "join":
+            assert records(out) == inner
+        else:
+            assert records(out) == [("u1", "c0+None", 1), *inner, ("u1", "c3+None", 25)]
+        assert dropped(d) == 1
+
+
+def test_stream_table_join_through_unmaterialized_filter_and_map_values():
+    # the join reads the source table's store through the filter's and the mapper's getters
+    _, d, clicks, profiles, out = clicks_and_profiles(
+        "join", table=lambda t: t.filter(lambda k, v: v.startswith("gold")).map_values(str.upper))
+    with d:
+        profiles.pipe_input("u1", "gold:ann", 1)
+        profiles.pipe_input("u2", "silver:bob", 2)
+        clicks.pipe_input("u1", "c1", 3)
+        clicks.pipe_input("u2", "c2", 4)    # filtered out: no value
+        profiles.pipe_input("u1", "silver:ann", 5)
+        clicks.pipe_input("u1", "c3", 6)
+        assert records(out) == [("u1", "c1+GOLD:ANN", 3)]
+
+
+def test_stream_table_join_repartitions_a_key_changed_stream():
+    topology, d, clicks, profiles, out = clicks_and_profiles(
+        "left_join", stream=lambda s: s.select_key(lambda k, v: v))
+    assert set(topology.internal_topics) == {"KSTREAM-KEY-SELECT-0000000001-repartition"}
+    assert topology.copartition_groups() == [frozenset({"KSTREAM-KEY-SELECT-0000000001-repartition", "profiles"})]
+    with d:
+        profiles.pipe_input("u1", "P1", 1)
+        clicks.pipe_input("session-9", "u1", 2)
+        assert records(out) == [("u1", "u1+P1", 2)]
+
+
+def test_stream_joined_with_a_count_table_from_a_plain_store():
+    # a grouped stream's count keeps plain values (no timestamp): the join reads them as is
+    b = StreamsBuilder()
+    counts = b.stream("visits", key_serde=S, value_serde=S).group_by_key().count(store="visits")
+    b.stream("clicks", key_serde=S, value_serde=S).join(counts, joiner).to("out", value_serde=S)
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        visits, clicks = d.create_input_topic("visits", S, S), d.create_input_topic("clicks", S, S)
+        visits.pipe_input("u1", "v", 1)
+        visits.pipe_input("u1", "v", 2)
+        clicks.pipe_input("u1", "c", 3)
+        clicks.pipe_input("u2", "c", 4)
+        assert records(d.create_output_topic("out", S, S)) == [("u1", "c+2", 3)]
+
+
+def test_join_argument_errors_name_the_problem():
+    b = StreamsBuilder()
+    s1, s2 = b.stream("a"), b.stream("b")
+    table = b.table("t")
+    w = JoinWindows.of_time_difference_with_no_grace(1)
+    with pytest.raises(TopologyError, match="needs windows: a JoinWindows"):
+        s1.join(s2, joiner)
+    with pytest.raises(TopologyError, match="needs a JoinWindows, got int"):
+        s1.left_join(s2, joiner, 10)
+    with pytest.raises(TopologyError, match="needs a joiner"):
+        s1.join(s2, windows=w)
+    with pytest.raises(TopologyError, match="joiner"):
+        s1.join(table, "not callable")
+    with pytest.raises(TopologyError, match="with a KTable takes \\(table, joiner\\) only"):
+        s1.join(table, joiner, w)
+    with pytest.raises(TopologyError, match="outer_join joins two KStreams"):
+        s1.outer_join(table, joiner, w)
+    with pytest.raises(TopologyError, match="needs a KStream, a KTable or a GlobalKTable .* got str"):
+        s1.join("b", joiner, w)
+    with pytest.raises(TopologyError, match="same StreamsBuilder"):
+        s1.join(StreamsBuilder().stream("c"), joiner, w)
+    with pytest.raises(TopologyError, match="same StreamsBuilder"):
+        s1.join(StreamsBuilder().table("c"), joiner)
+    with pytest.raises(TopologyError, match="key_selector= is for a join with a GlobalKTable"):
+        s1.join(table, joiner, key_selector=lambda k, v: k)
+    with pytest.raises(TopologyError, match="store= names the join's window stores"):
+        from streams.dsl import Materialized
+        s1.join(s2, joiner, w, store=Materialized.as_("x").with_value_serde(S))
+
+
+def test_a_global_table_join_is_chosen_by_the_table_type():
+    # KStream.join(global_table, key_selector, joiner), positional or by keyword: the lookup key
+    # comes from the selector; the stream's key and timestamp are kept
+    b = StreamsBuilder()
+    pages = b.global_table("pages", key_serde=S, value_serde=S)
+    clicks = b.stream("clicks", key_serde=S, value_serde=S)
+    clicks.join(pages, lambda user, page: page, joiner).to("inner", value_serde=S)
+    clicks.left_join(pages, key_selector=lambda user, page: page, joiner=joiner).to("left", value_serde=S)
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        d.create_input_topic("pages", S, S).pipe_input("/a", "A", 1)
+        click = d.create_input_topic("clicks", S, S)
+        click.pipe_input("u", "/a", 5)
+        click.pipe_input("u", "/b", 6)
+        assert records(d.create_output_topic("inner", S, S)) == [("u", "/a+A", 5)]
+        assert records(d.create_output_topic("left", S, S)) == [("u", "/a+A", 5), ("u", "/b+None", 6)]
+    with pytest.raises(TopologyError, match="key_selector"):
+        clicks.join(pages, None, joiner)
+    with pytest.raises(TopologyError, match="takes \\(global_table, key_selector, joiner\\) only"):
+        clicks.join(pages, lambda k, v: v, joiner, store="x")
