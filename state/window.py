@@ -10,6 +10,8 @@ prefixes. Kafka instead opens one RocksDB per segment; a single instance was cho
 and (3) there are no segment directories to open, list or delete. The cost is that disk space of
 dropped segments comes back on compaction rather than immediately.
 The in-memory store uses the same keys on the in-memory sorted store, so both behave identically.
+`TimeOrderedWindowStore` keys its records `segment id + window start + key + sequence number`
+instead (Kafka's time-ordered store, for final results on window close): scans by start, then key.
 
 Changelog key = the stored key without the segment prefix: Kafka's WindowKeySchema
 (`key + 8-byte BE window start + 4-byte BE sequence number`); restore decodes it.
@@ -29,7 +31,7 @@ import logging
 import pathlib
 import struct
 from abc import abstractmethod
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError
 from state.memory_kv import InMemoryKeyValueStore
@@ -228,6 +230,9 @@ class SegmentedBytesStore(StateStore):
     # ------------------------------------------------------------------ restore
     # Bytes after the segment timestamp's start in a changelog key (window: ts + seq; session: end + start).
     _time_suffix = TIMESTAMP_SIZE + SEQNUM_SIZE
+    # `rekey(changelog_key, at) -> stored key` (`at`: where the segment timestamp starts) for a
+    # layout that does not store the changelog key as it is; None: stored as it is
+    _restored_key: Optional[Callable[[bytes, int], bytes]] = None
 
     def restore_batch(self, records: list) -> None:
         """Re-key restored changelog records into their segments; one engine batch."""
@@ -239,16 +244,18 @@ class SegmentedBytesStore(StateStore):
         batch = []
         append = batch.append
         max_time = -1
+        rekey = self._restored_key
         try:
             for key, value in records:
-                t = unpack(key, len(key) - suffix)[0]
+                at = len(key) - suffix
+                t = unpack(key, at)[0]
                 if t > max_time:
                     max_time = t
                 seg = t // interval
                 prefix = prefixes.get(seg)
                 if prefix is None:
                     prefix = prefixes[seg] = _I64.pack(seg)
-                append((prefix + key, value))
+                append((prefix + key if rekey is None else prefix + rekey(key, at), value))
         except (struct.error, TypeError) as exc:
             bad = next((k for k, _ in records if not isinstance(k, bytes) or len(k) < suffix), None)
             raise StateError(
@@ -333,6 +340,8 @@ _WINDOW_SUFFIX = TIMESTAMP_SIZE + SEQNUM_SIZE
 
 class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
     layout = "window-v1"
+    # a record's key within its segment: the changelog key (key first)
+    _stored_key = staticmethod(window_changelog_key)
 
     def __init__(self, name: str, *, retention_ms: int, window_size_ms: int, segment_interval_ms: int,
                  retain_duplicates: bool = False, persistent: bool) -> None:
@@ -368,7 +377,7 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
             seqnum = self._seqnum
         else:
             seqnum = 0
-        self._write(window_start_timestamp, window_changelog_key(key, window_start_timestamp, seqnum), value)
+        self._write(window_start_timestamp, self._stored_key(key, window_start_timestamp, seqnum), value)
         return seqnum
 
     def _check_range(self, time_from, time_to) -> None:
@@ -383,7 +392,7 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
             if window_start < self.actual_from(0):
                 return None
             if not self.retain_duplicates:
-                return self._get(window_start, window_changelog_key(key, window_start, 0))
+                return self._get(window_start, self._stored_key(key, window_start, 0))
             with self._fetch_key(key, window_start, window_start, False) as it:
                 first = next(it, None)
             return first[1] if first is not None else None
@@ -482,3 +491,64 @@ class InMemoryWindowStore(SegmentedWindowStore):
         super().__init__(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
                          segment_interval_ms=segment_interval_ms, retain_duplicates=retain_duplicates,
                          persistent=False)
+
+
+# ------------------------------------------------------------------------------ time-ordered window stores
+def time_first_key(key: bytes, window_start: int, seqnum: int) -> bytes:
+    """Kafka's TimeFirstWindowKeySchema: 8-byte BE start + key + 4-byte BE seqnum."""
+    return _I64.pack(window_start) + key + _I32.pack(seqnum)
+
+
+def _time_first_of_changelog_key(changelog_key: bytes, at: int) -> bytes:
+    """A changelog key (key + start + seqnum, the start at `at`) as a time-first key."""
+    return changelog_key[at:at + TIMESTAMP_SIZE] + changelog_key[:at] + changelog_key[at + TIMESTAMP_SIZE:]
+
+
+class TimeOrderedWindowStore(SegmentedWindowStore):
+    """A window store ordered by window start, then key (Kafka's RocksDBTimeOrderedWindowStore
+    without index, which the DSL gives a time-windowed aggregation emitting final results on
+    window close): within a segment each record is keyed `start + key + sequence number`, so the
+    windows that closed are one range scan (`fetch_all`), in (start, key) order. Reads of one key
+    scan the time range and keep that key's windows (Kafka's store without index does the same).
+
+    Retention as Kafka's time-first schema: fetches return windows starting at or after observed
+    stream time - retention (the plain store: after it). The changelog is the plain store's."""
+
+    layout = "window-time-ordered-v1"
+    _stored_key = staticmethod(time_first_key)
+    _restored_key = staticmethod(_time_first_of_changelog_key)
+
+    def actual_from(self, time_from: int) -> int:
+        return max(time_from, self.observed_stream_time - self.retention_ms)
+
+    def _scan(self, time_from: int, time_to: int, reverse: bool) -> Iterator[tuple[bytes, int, bytes]]:
+        """(stored key, segment prefix included; start; value) of the windows starting within
+        [time_from, time_to], in (start, key, sequence number) order."""
+        if time_from > time_to:
+            return
+        unpack = _I64.unpack_from
+        raw_range = self._engine.raw_range
+        low = _I64.pack(time_from)
+        high = _I64.pack(time_to + 1) if time_to < MAX_TIMESTAMP else None
+        for seg in self._segments(time_from, time_to, reverse):
+            prefix = self._segment_prefix(seg)
+            upper = prefix + high if high is not None else self._segment_prefix(seg + 1)
+            for k, v in raw_range(prefix + low, upper, reverse):
+                yield k, unpack(k, SEGMENT_PREFIX_SIZE)[0], v
+
+    def _fetch_key_gen(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> Iterator:
+        total = SEGMENT_PREFIX_SIZE + TIMESTAMP_SIZE + len(key) + SEQNUM_SIZE
+        at = SEGMENT_PREFIX_SIZE + TIMESTAMP_SIZE
+        for k, start, v in self._scan(time_from, time_to, reverse):
+            if len(k) == total and k[at:at + len(key)] == key:
+                yield start, v
+
+    def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
+                     time_to: int, reverse: bool) -> Iterator:
+        size = self.window_size_ms
+        at = SEGMENT_PREFIX_SIZE + TIMESTAMP_SIZE
+        for k, start, v in self._scan(time_from, time_to, reverse):
+            user_key = k[at:-SEQNUM_SIZE]
+            if (key_from is not None and user_key < key_from) or (key_to is not None and user_key > key_to):
+                continue
+            yield Windowed(user_key, Window(start, start + size)), v

@@ -10,7 +10,8 @@ from state.cache.thread_cache import UNKNOWN, ThreadCache
 from state.rocksdb_kv import key_after
 from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
-from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp, decode_window_changelog_key, window_changelog_key
+from state.window import (MAX_TIMESTAMP, TimeOrderedWindowStore, Window, Windowed, check_timestamp,
+                          decode_window_changelog_key, window_changelog_key)
 
 
 class CachingWindowStore(CachingStore):
@@ -25,6 +26,8 @@ class CachingWindowStore(CachingStore):
         super().__init__(wrapped, cache)
         self.window_size_ms = wrapped.window_size_ms
         self.retain_duplicates = wrapped.retain_duplicates
+        # a store ordered by window start below (state.window.TimeOrderedWindowStore)
+        self._time_ordered = isinstance(self._reader, TimeOrderedWindowStore)
 
     def set_flush_listener(self, listener) -> bool:
         if self.retain_duplicates:
@@ -190,8 +193,19 @@ class CachingWindowStore(CachingStore):
         if self.retain_duplicates:
             return store_iter
         interval = self.wrapped.segment_interval_ms
-        actual_from = self.wrapped.actual_from(time_from)
         size = self.window_size_ms
+        if self._time_ordered:
+            # Kafka's TimeOrderedCachingWindowStore: by (start, key), and the cached windows within
+            # the time bounds without the retention of the store below (which filters its own)
+            actual_from = time_from
+
+            def sort_key(key: bytes, start: int) -> tuple:
+                return start, key
+        else:
+            actual_from = self.wrapped.actual_from(time_from)
+
+            def sort_key(key: bytes, start: int) -> tuple:
+                return start // interval, window_changelog_key(key, start, 0)
         cached = []
         for ck, v in self._cache.range_snapshot(self._namespace, None, None):
             key, start, _ = decode_window_changelog_key(ck)
@@ -200,12 +214,11 @@ class CachingWindowStore(CachingStore):
             if (key_from is not None and key < key_from) or (key_to is not None and key > key_to):
                 continue
             item = (Windowed(key, Window(start, start + size)), v) if v is not None else None
-            cached.append(((start // interval, ck), item))
+            cached.append((sort_key(key, start), item))
         cached.sort(key=lambda c: c[0], reverse=reverse)
 
         def store_sort_key(item):
-            start = item[0].window.start
-            return start // interval, window_changelog_key(item[0].key, start, 0)
+            return sort_key(item[0].key, item[0].window.start)
 
         return KeyValueIterator(merge_sorted_by(cached, store_iter, store_sort_key, reverse), self.name)
 

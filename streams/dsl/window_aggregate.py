@@ -22,6 +22,7 @@ processor metadata, committed with the input offsets).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Optional
 
 from state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
@@ -33,6 +34,8 @@ from streams.dsl.windows import (EmitStrategy, EmitThrottle, LateRecordReporter,
 
 __all__ = ["WindowAggregateLogic", "TimeWindowAggregateLogic", "SessionWindowAggregateLogic",
            "SlidingWindowAggregateLogic", "WindowUpdates", "NO_TIMESTAMP"]
+
+log = logging.getLogger(__name__)
 
 NO_TIMESTAMP = -1
 Forward = Callable[[Windowed, Any, Any, int], None]
@@ -221,6 +224,14 @@ class WindowAggregateLogic:
             return None
         return self._emit_bounds(close_time, last)
 
+    def _maybe_forward_final_results(self, close_time: int) -> None:
+        """Kafka's maybeForwardFinalResult, after a record's puts: the windows that `close_time`
+        closed since the last emission, from the store as it is now (with the cache, if any), in
+        its order. A window the store no longer returns (past its retention) is never emitted."""
+        bounds = self._due(close_time)
+        if bounds is not None:
+            self._forward_final_windows(close_time, bounds)
+
     def _emitted(self, close_time: int) -> None:
         self.last_emit_window_close_time = close_time
         if self.on_final_results_emitted is not None:
@@ -265,8 +276,6 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
         """Aggregate one record (a None key is the caller's to drop and count, as Kafka)."""
         close_time = self._close_time(timestamp)
         bounds = self.windows.window_bounds(timestamp)
-        if self.emit_on_close:
-            self._emit_before_put(close_time, bounds[-1][0])
         count = self._count
         if count is not None:
             key_bytes, update_many = self.updates.key_bytes(key), self.updates.update_many
@@ -284,6 +293,8 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
             else:
                 self.late.report(key, timestamp, Window(start, end), close_time, self.observed_stream_time,
                                  topic, partition, offset)
+        if self.emit_on_close:
+            self._maybe_forward_final_results(close_time)
 
     def counting_run(self) -> Optional[Callable[[list, list, Any], None]]:
         """For a count whose updates a caching store forwards (`forward=None`): `run(keys,
@@ -315,24 +326,6 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
                         self.late.report(key_of(keys[i]), t, Window(start, end), close_time, observed)
             update_many(run_keys, run_starts, count, run_times, clock)
         return run
-
-    def _emit_before_put(self, close_time: int, newest_start: int) -> None:
-        # Before this record's put: the put may move the store's retention past windows that close
-        # now (Kafka emits after the put); what is emitted is the same, since a record never
-        # updates a closed window. A throttled scan is forced when the put would expire a window
-        # not emitted yet.
-        retention = self._retention
-        last = self.last_emit_window_close_time
-        next_lower = 0 if last == NO_TIMESTAMP else max(0, last - self.windows.size_ms) + 1
-        bounds = self._due(close_time, force=retention is None or next_lower <= newest_start - retention)
-        if bounds is not None:
-            self._forward_final_windows(close_time, bounds)
-
-    def emit_final_results(self, close_time: int, *, force: bool = False) -> int:
-        """Forward each window that closed since the last emission (end <= close time), once;
-        returns how many were forwarded (0 when not due)."""
-        bounds = self._due(close_time, force)
-        return 0 if bounds is None else self._forward_final_windows(close_time, bounds)
 
     def _emit_bounds(self, close_time: int, last: int) -> Optional[tuple[int, int]]:
         size = self.windows.size_ms
@@ -431,7 +424,7 @@ class SessionWindowAggregateLogic(WindowAggregateLogic):
 
 class SlidingWindowAggregateLogic(WindowAggregateLogic):
     """Sliding window aggregation over a typed window store of ValueAndTimestamp (Kafka's
-    KStreamSlidingWindowAggregate, forward-iterator form): each record updates the windows that
+    KStreamSlidingWindowAggregate, reverse-iterator form, as over RocksDB): each record updates the windows that
     contain it, creates its left window [t - d, t], its right window [t + 1, t + 1 + d] when a
     later record falls in it, and the previous record's right window when this record falls in it.
     Records earlier than d share the window [0, d]. Windows are [start, start + d], ends inclusive;
@@ -446,30 +439,26 @@ class SlidingWindowAggregateLogic(WindowAggregateLogic):
 
     def process(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                 offset: int = -1) -> None:
-        """Aggregate one record; a None value is dropped and counted here, as Kafka does for
-        sliding windows (a None key is the caller's)."""
+        """Aggregate one record; a None value is dropped and counted here, before it is observed
+        in the stream time, as Kafka does for sliding windows (a None key is the caller's)."""
+        if value is None:
+            self.late.sensor.count += 1
+            log.warning("sliding windowed aggregation: skipping a record with a None value. topic=[%s] "
+                        "partition=[%d] offset=[%d]", topic, partition, offset)
+            return
         self._where = (topic, partition, offset)
         close_time = self._close_time(timestamp)
         diff = self.diff
-        if value is None or timestamp + diff < close_time:
+        if timestamp + diff < close_time:
             self.late.report(key, timestamp, Window(timestamp, timestamp + diff), close_time,
                              self.observed_stream_time, topic, partition, offset)
             return
         if timestamp < diff:  # Kafka emits no final results after an early record
             self._process_early(key, value, timestamp, close_time)
             return
+        self._process_reverse(key, value, timestamp, close_time)
         if self.emit_on_close:
-            self._emit_before_put(close_time, timestamp)
-        self._process_in_order(key, value, timestamp, close_time)
-
-    def _emit_before_put(self, close_time: int, timestamp: int) -> None:
-        # as TimeWindowAggregateLogic's: the puts below start at t - d at the earliest
-        retention = self._retention
-        last = self.last_emit_window_close_time
-        next_lower = 0 if last == NO_TIMESTAMP else max(0, last - self.diff)
-        bounds = self._due(close_time, force=retention is None or next_lower <= timestamp + 1 - retention)
-        if bounds is not None:
-            self._forward_final_windows(close_time, bounds)
+            self._maybe_forward_final_results(close_time)
 
     def _emit_bounds(self, close_time: int, last: int) -> Optional[tuple[int, int]]:
         upper = close_time - self.diff - 1  # ends are inclusive: start + d < close time
@@ -477,35 +466,41 @@ class SlidingWindowAggregateLogic(WindowAggregateLogic):
             return None
         return (0 if last == NO_TIMESTAMP else max(0, last - self.diff)), upper
 
-    def _existing(self, key: Any, time_from: int, time_to: int) -> list:
-        with self.store.fetch_range(key, key, time_from, time_to) as it:
+    def _existing(self, key: Any, time_from: int, time_to: int, reverse: bool = False) -> list:
+        fetch = self.store.backward_fetch_range if reverse else self.store.fetch_range
+        with fetch(key, key, time_from, time_to) as it:
             return list(it)
 
-    def _process_in_order(self, key: Any, value: Any, t: int, close_time: int) -> None:
+    def _process_reverse(self, key: Any, value: Any, t: int, close_time: int) -> None:
+        """Kafka's processReverse: the key's windows from the latest start down, updating those
+        that contain t, until the first that ends before t (whose aggregate seeds t's left window);
+        then the windows t lacks are created. Nothing is created when t's left window exists and
+        already holds a record at t or later."""
         diff = self.diff
         starts = set()
         left_agg = right_agg = None
         left_created = right_created = False
         previous = None
-        for windowed, vat in self._existing(key, max(0, t - 2 * diff), t + 1):
+        for windowed, vat in self._existing(key, max(0, t - 2 * diff), t + 1, reverse=True):
             start = windowed.window.start
             starts.add(start)
             end = start + diff
-            if end < t:
-                left_agg = vat
-                previous = vat.timestamp
+            if start == t + 1:
+                right_created = True
+            elif end > t:  # a window containing t; the first one met (latest start) seeds t's right window
+                if right_agg is None:
+                    right_agg = vat
+                self._update(windowed.window, vat, key, value, close_time, t)
             elif end == t:
                 left_created = True
-                if vat.timestamp < t:
-                    previous = vat.timestamp
                 self._update(windowed.window, vat, key, value, close_time, t)
-            elif start <= t:  # end > t: a window containing t
-                right_agg = vat
-                self._update(windowed.window, vat, key, value, close_time, t)
-            elif start == t + 1:
-                right_created = True
-            else:  # pragma: no cover - the fetch bounds exclude it
-                raise AssertionError(f"unexpected sliding window start {start} for a record at {t}")
+                if vat.timestamp >= t:
+                    return
+                previous = vat.timestamp
+            else:
+                left_agg = vat
+                previous = vat.timestamp
+                break
         self._create_windows(key, value, t, close_time, starts, right_agg, left_agg, left_created,
                              right_created, previous)
 

@@ -32,11 +32,6 @@ def _has_suppress(scenario: dict) -> bool:
     return any(step["op"] == "suppress" for step in scenario["ops"])
 
 
-def _is_subsequence(short: list, long: list) -> bool:
-    it = iter(long)
-    return all(any(x == y for y in it) for x in short)
-
-
 def _running_max(records: list):
     """(record, max timestamp of the records before it) for each record."""
     top = None
@@ -101,40 +96,6 @@ def _session_tombstone_time(scenario: dict, got: dict, expected: dict) -> bool:
     return _has_suppress(scenario) or any(row[2] > WALL_CLOCK_MS for row in got["output"])
 
 
-def _final_results_from_a_time_ordered_store(scenario: dict, got: dict, expected: dict) -> bool:
-    """Tumbling or hopping windows emitting on window close: Kafka's final results are some of
-    Eddy's (a put past retention loses some in Kafka), maybe in another order within one scan
-    (window start first in Kafka), and its store may hold one more expired window."""
-    step = _windowed(scenario)
-    if step is None or step["windows"]["type"] not in ("tumbling", "hopping") or step["emit"] != "close":
-        return False
-    if not _is_subsequence(sorted(map(repr, expected["output"])), sorted(map(repr, got["output"]))):
-        return False
-    return all(_is_subsequence(rows, expected["store"].get(name, [])) for name, rows in got["store"].items())
-
-
-def _sliding_null_values(scenario: dict, got: dict, expected: dict) -> bool:
-    """Sliding windows and a record with a None value: Kafka drops it before it moves the
-    observed stream time (KStreamSlidingWindowAggregate), Eddy after."""
-    step = _windowed(scenario)
-    if step is None or step["windows"]["type"] != "sliding":
-        return False
-    records, fns = scenario["records"], {s.get("fn") for s in scenario["ops"]}
-    # a None value: in the input, from a mapper dropping values, or a None key made a value
-    return (any(record[1] is None for record in records) or "drop_to_null" in fns
-            or (bool(fns & {"swap", "both_ways"}) and any(record[0] is None for record in records)))
-
-
-def _sliding_update_order(scenario: dict, got: dict, expected: dict) -> bool:
-    """Sliding windows, and only the order of the updates differs: Kafka updates the windows a
-    record falls in from the latest start down (processReverse over RocksDB), Eddy from the
-    earliest up."""
-    step = _windowed(scenario)
-    if step is None or step["windows"]["type"] != "sliding" or got["store"] != expected["store"]:
-        return False
-    return sorted(map(repr, got["output"])) == sorted(map(repr, expected["output"]))
-
-
 GAPS = (
     Gap("kip258", "kip258",
         "KStream count/reduce/aggregate: Kafka stamps the result max(record, previous aggregate) timestamps and "
@@ -148,19 +109,6 @@ GAPS = (
         "a merged-away session's tombstone out of the session cache carries the wall clock: Eddy's store.remove "
         "passes no timestamp and the flush forwards the entry's; Kafka's SessionCacheFlushListener forwards "
         "every flushed session at its window end", _session_tombstone_time),
-    Gap("final-results-time-ordered", "windows",
-        "on_window_close (time windows): Kafka keeps the store's cache (WindowStoreMaterializer) in a time-ordered "
-        "store and emits after the record's put, scanning by window start then key from observed stream time - "
-        "retention (uncached windows past it are never emitted); Eddy drops the cache, emits before the put and "
-        "scans by key then start", _final_results_from_a_time_ordered_store),
-    Gap("sliding-null-values", "windows",
-        "sliding windows: Kafka drops a record with a None value before it updates the observed stream time "
-        "(KStreamSlidingWindowAggregate.process); Eddy's SlidingWindowAggregateLogic advances it first",
-        _sliding_null_values),
-    Gap("sliding-update-order", "windows",
-        "sliding windows: Kafka updates the windows of one record from the latest start down "
-        "(KStreamSlidingWindowAggregate.processReverse, RocksDB); Eddy from the earliest up",
-        _sliding_update_order),
 )
 
 
