@@ -383,7 +383,7 @@ class SessionWindowAggregateLogic(WindowAggregateLogic):
             self.late.report(key, timestamp, merged_window, close_time, self.observed_stream_time,
                              topic, partition, offset)
         else:
-            self._update(key, value, agg, merged, merged_window, new_window)
+            self._update(key, value, timestamp, agg, merged, merged_window, new_window)
             if closed and merged_window != new_window:
                 gone = {session for session, _ in merged}
                 closed = [pair for pair in closed if pair[0] not in gone]
@@ -392,16 +392,18 @@ class SessionWindowAggregateLogic(WindowAggregateLogic):
                 self.forward(session, session_agg, None, session.window.end)
             self._emitted(close_time)
 
-    def _update(self, key: Any, value: Any, agg: Any, merged: list, merged_window: Window,
+    def _update(self, key: Any, value: Any, timestamp: int, agg: Any, merged: list, merged_window: Window,
                 new_window: Window) -> None:
+        # the store's writes carry the record's timestamp (their changelog records' and cache
+        # entries', as Kafka's context.timestamp()); forwards carry the session's end
         start, end = merged_window
         if merged_window != new_window:
             for session, session_agg in merged:
-                self.store.remove(key, session.window.start, session.window.end)
+                self.store.remove(key, session.window.start, session.window.end, timestamp)
                 if not self.emit_on_close:
                     self.forward(session, None, session_agg if self.send_old_values else None, session.window.end)
         agg = self.aggregator(key, value, agg)
-        self.store.put(key, start, end, agg, end)
+        self.store.put(key, start, end, agg, timestamp)
         if not self.emit_on_close:
             self.forward(Windowed(key, merged_window), agg, None, end)
 
