@@ -26,7 +26,7 @@ import logging
 from typing import Any, Callable, Optional
 
 from state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
-from state.window import MAX_TIMESTAMP, Window, Windowed
+from state.window import Window, Windowed
 from streams import serdes as _serdes
 from streams.dsl.ops.table import TIMESTAMPED_INT64
 from streams.dsl.windows import (EmitStrategy, EmitThrottle, LateRecordReporter, SessionWindows, SlidingWindows,
@@ -43,11 +43,6 @@ Forward = Callable[[Windowed, Any, Any, int], None]
 
 def _no_forward(windowed: Windowed, new: Any, old: Any, timestamp: int) -> None:
     """The forward of a logic whose updates a caching store forwards (final results never pass here)."""
-
-
-def _store_retention(store: Any) -> Optional[int]:
-    inner = store.inner_most() if hasattr(store, "inner_most") else store
-    return getattr(inner, "retention_ms", None)
 
 
 class WindowUpdates:
@@ -196,7 +191,6 @@ class WindowAggregateLogic:
         self.emit_on_close = emit_strategy is not None and emit_strategy.emits_on_close
         self.throttle = EmitThrottle(emit_interval_ms, wall_clock)
         self.close_delay_ms = window_close_delay_ms(windows)
-        self._retention = _store_retention(store)
         self.observed_stream_time = NO_TIMESTAMP
         self.last_emit_window_close_time = last_emit_window_close_time
         self.on_final_results_emitted = on_final_results_emitted
@@ -213,11 +207,10 @@ class WindowAggregateLogic:
         makes final beyond what `last` did, or None when there is none to fetch."""
         raise NotImplementedError
 
-    def _due(self, close_time: int, force: bool = False) -> Optional[tuple[int, int]]:
+    def _due(self, close_time: int) -> Optional[tuple[int, int]]:
         """Whether final results are due now (Kafka's shouldEmitFinal: the emit interval first,
-        then a close time past the last emission's) and which stored windows they are; `force`
-        skips the interval (a window is about to leave the store's retention)."""
-        if not self.emit_on_close or (not self.throttle.ready() and not force):
+        then a close time past the last emission's) and which stored windows they are."""
+        if not self.emit_on_close or not self.throttle.ready():
             return None
         last = self.last_emit_window_close_time
         if last != NO_TIMESTAMP and last >= close_time:
@@ -238,16 +231,25 @@ class WindowAggregateLogic:
             self.on_final_results_emitted(close_time)
 
     def _forward_final_windows(self, close_time: int, bounds: tuple[int, int]) -> int:
-        """Forward each stored window with a start in `bounds`, with its aggregate's timestamp
-        (Kafka's fetchAndEmit), and record the emission; how many were forwarded."""
+        """Forward each stored window of `bounds` (Kafka's fetchAndEmit), and record the
+        emission; how many were forwarded."""
         emitted = 0
-        forward = self.forward
-        with self.store.fetch_all(bounds[0], bounds[1]) as it:
-            for windowed, vat in it:
-                forward(windowed, vat.value, None, vat.timestamp)
+        forward, final_result = self.forward, self._final_result
+        with self._final_windows(bounds) as it:
+            for windowed, stored in it:
+                value, timestamp = final_result(windowed, stored)
+                forward(windowed, value, None, timestamp)
                 emitted += 1
         self._emitted(close_time)
         return emitted
+
+    def _final_windows(self, bounds: tuple[int, int]) -> Any:
+        """The stored windows starting within `bounds` (a store iterator)."""
+        return self.store.fetch_all(bounds[0], bounds[1])
+
+    def _final_result(self, windowed: Windowed, vat: ValueAndTimestamp) -> tuple:
+        """(value, timestamp) of a final result: the aggregate with its timestamp."""
+        return vat.value, vat.timestamp
 
     def _aggregate(self, old: Optional[ValueAndTimestamp], timestamp: int, key: Any, value: Any) -> ValueAndTimestamp:
         """Kafka's rule for a window's new aggregate: the aggregator over the old aggregate (the
@@ -357,15 +359,6 @@ class SessionWindowAggregateLogic(WindowAggregateLogic):
                 offset: int = -1) -> None:
         close_time = self._close_time(timestamp)
         gap = self.windows.gap_ms
-        closed = None
-        if self.emit_on_close:
-            # Kafka emits after the put; the closed sessions are collected before it (the put may
-            # move the store's retention past them) and the ones this record merges away are
-            # left out below, which is what a scan after the put would find.
-            last = self.last_emit_window_close_time
-            retention = self._retention
-            bounds = self._due(close_time, force=retention is None or max(0, last) <= timestamp + gap - retention)
-            closed = None if bounds is None else self._closed_sessions(bounds)
         new_window = Window(timestamp, timestamp)
         start, end = timestamp, timestamp
         agg = self.initializer()
@@ -384,13 +377,8 @@ class SessionWindowAggregateLogic(WindowAggregateLogic):
                              topic, partition, offset)
         else:
             self._update(key, value, timestamp, agg, merged, merged_window, new_window)
-            if closed and merged_window != new_window:
-                gone = {session for session, _ in merged}
-                closed = [pair for pair in closed if pair[0] not in gone]
-        if closed is not None:
-            for session, session_agg in closed:
-                self.forward(session, session_agg, None, session.window.end)
-            self._emitted(close_time)
+        if self.emit_on_close:
+            self._maybe_forward_final_results(close_time)
 
     def _update(self, key: Any, value: Any, timestamp: int, agg: Any, merged: list, merged_window: Window,
                 new_window: Window) -> None:
@@ -412,16 +400,13 @@ class SessionWindowAggregateLogic(WindowAggregateLogic):
         lower = max(0, last)
         return None if upper < 0 or upper < lower else (lower, upper)
 
-    def _closed_sessions(self, bounds: tuple[int, int]) -> list:
-        """Sessions ending within `bounds`, in end order (Kafka's time-ordered session store)."""
-        lower, upper = bounds
-        closed = []
-        with self.store.find_sessions_range(None, None, lower, MAX_TIMESTAMP) as it:
-            for session, agg in it:
-                if session.window.end <= upper:
-                    closed.append((session, agg))
-        closed.sort(key=lambda pair: pair[0].window.end)
-        return closed
+    def _final_windows(self, bounds: tuple[int, int]) -> Any:
+        # Kafka's time-ordered session store: by end, then start, then key; none held back by
+        # the retention
+        return self.store.fetch_ended_sessions(bounds[0], bounds[1])
+
+    def _final_result(self, session: Windowed, agg: Any) -> tuple:
+        return agg, session.window.end
 
 
 class SlidingWindowAggregateLogic(WindowAggregateLogic):

@@ -80,6 +80,18 @@ _CASES = {
                              [{"op": "group_by", "fn": "first_char"},
                               _windowed("sliding", "reduce", "longer", size=500)],
                              [["dd", "ab d ab", 500], [None, "abc abc d", 1000], [None, "abc", 1000]], NO_CACHE),
+    # Kafka's caching session store finds what it caches whatever the retention of the store
+    # below: a@250 finds [200,200] (the store below, at end 300 with retention 100, no longer
+    # returns it) and merges it; its tombstone is not forwarded (the store below has none)
+    "session-cached-past-retention": ("windowed", "stream",
+                                      [_GROUP_BY_KEY, _windowed("session", "reduce", "concat", gap=100, grace=0)],
+                                      [["a", "x", 200], ["b", "y", 300], ["a", "z", 250]], CACHE),
+    # final results of sessions come from the time-ordered session store after the put, by end,
+    # none held back by the retention: [2800,2800], created past the retention, is emitted
+    "session-final-results-past-retention": ("windowed", "stream",
+                                             [_GROUP_BY_KEY, _windowed("session", "reduce", "concat", "close",
+                                                                       gap=100, grace=100)],
+                                             [["c", "x", 3000], ["a", "y", 2800], ["b", "z", 3100]], NO_CACHE),
     # --- fixed on other branches (kip258, windows) ---------------------------------------------
     "kip258-count-timestamp": ("aggregate", "stream", [_GROUP_BY_KEY, {"op": "count", "fn": None}],
                                [["a", "x", 10], ["a", "y", 5]], NO_CACHE),

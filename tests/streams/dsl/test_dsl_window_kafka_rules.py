@@ -210,6 +210,28 @@ def test_sliding_windows_update_from_the_latest_start_down():
                            [("a@19/29", 2, 20), ("a@16/26", 3, 20), ("a@10/20", 4, 20)]]
 
 
+def test_a_cached_session_is_found_past_the_retention_of_the_store_below():
+    # gap 100, no grace: the store keeps sessions ending after its newest end - 100. a@200, b@300
+    # (the store below has seen end 300), then a@250 looks for a's sessions ending from 150 on:
+    # [200,200] is behind the store's retention but still cached (Kafka's CachingSessionStore
+    # reads its cache first): merged into [200,250]. The tombstone of [200,200] is not forwarded:
+    # the store below returns no old value for it (Kafka skips a delete of nothing)
+    outputs, _ = session_outputs(SessionWindows.of_inactivity_gap_with_no_grace(100),
+                                 [("a", 200), ("b", 300), ("a", 250)], caching=True)
+    assert outputs == [[("a@200/200", 1, 200)], [("b@300/300", 1, 300)], [("a@200/250", 2, 250)]]
+
+
+def test_session_final_results_are_scanned_by_end_whatever_the_retention():
+    # gap 100, grace 100: close time = stream time - 200, retention 200. c@3000 (close time 2800:
+    # nothing ended before it); a@2800 is on time (its session ends at 2800, not before 2800) but
+    # already behind the store's retention (3000 - 200); b@3100 (close time 2900) scans the
+    # sessions ending in [2800, 2899] after its put: Kafka's time-ordered session store keeps
+    # no retention there, so [2800,2800] is emitted, at its end
+    outputs = on_close_outputs(SessionWindows.of_inactivity_gap_and_grace(100, 100),
+                               [("c", 3000), ("a", 2800), ("b", 3100)], caching=False)
+    assert outputs == [[], [], [("a@2800/2800", 1, 2800)]]
+
+
 class _Context:
     application_id = "app"
     task_id = "0_0"
