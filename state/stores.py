@@ -224,7 +224,8 @@ class Stores:
         return KeyValueBytesStoreSupplier(name, lambda: InMemoryKeyValueStore(name), False)
 
     @staticmethod
-    def _window_supplier(name, retention_ms, window_size_ms, retain_duplicates, persistent, time_ordered=False):
+    def _window_supplier(name, retention_ms, window_size_ms, retain_duplicates, persistent, time_ordered=False,
+                         with_index=False):
         _check_name(name)
         _check_ms("retention_ms", retention_ms, name)
         _check_ms("window_size_ms", window_size_ms, name)  # >= 0, as Kafka
@@ -237,7 +238,7 @@ class Stores:
             def factory():
                 return TimeOrderedWindowStore(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
                                               segment_interval_ms=interval, retain_duplicates=bool(retain_duplicates),
-                                              persistent=persistent)
+                                              persistent=persistent, with_index=with_index)
         else:
             cls = RocksDBWindowStore if persistent else InMemoryWindowStore
 
@@ -261,11 +262,13 @@ class Stores:
 
     @staticmethod
     def time_ordered_window_store(name: str, retention_ms: int, window_size_ms: int, *,
-                                  persistent: bool = True) -> WindowBytesStoreSupplier:
-        """A window store ordered by window start, then key (state.window.TimeOrderedWindowStore):
-        what the DSL gives a time-windowed aggregation emitting final results on window close
-        (Kafka's internal RocksDbIndexedTimeOrderedWindowBytesStoreSupplier, without index)."""
-        return Stores._window_supplier(name, retention_ms, window_size_ms, False, persistent, time_ordered=True)
+                                  persistent: bool = True, with_index: bool = False) -> WindowBytesStoreSupplier:
+        """A window store ordered by window start, then key (state.window.TimeOrderedWindowStore),
+        with a key index if asked: what the DSL gives a windowed aggregation emitting final
+        results on window close (Kafka's internal RocksDbIndexedTimeOrderedWindowBytesStoreSupplier:
+        with index for sliding windows, without for time windows)."""
+        return Stores._window_supplier(name, retention_ms, window_size_ms, False, persistent, time_ordered=True,
+                                       with_index=with_index)
 
     @staticmethod
     def _session_supplier(name, retention_ms, persistent):

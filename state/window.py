@@ -408,21 +408,25 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
         return self._engine.track(self._fetch_key_gen(key, self.actual_from(time_from), time_to, reverse))
 
+    # Where the key-first records of a segment are: from the segment's prefix to the next's (a
+    # time-ordered store keeps its key index in a part of the segment: see TimeOrderedWindowStore)
+    def _key_first_bounds(self, seg: int) -> tuple[bytes, bytes]:
+        return self._segment_prefix(seg), self._segment_prefix(seg + 1)
+
     def _fetch_key_gen(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> Iterator:
         if time_from > time_to:
             return
         klen = len(key)
-        total = SEGMENT_PREFIX_SIZE + klen + _WINDOW_SUFFIX
-        ts_at = SEGMENT_PREFIX_SIZE + klen
         unpack = _I64.unpack_from
         low = key + _I64.pack(time_from) + _SEQ_MIN
         high = key + _I64.pack(time_to) + _SEQ_MAX
         raw_range = self._engine.raw_range
         for seg in self._segments(time_from, time_to, reverse):
-            prefix = self._segment_prefix(seg)
+            prefix = self._key_first_bounds(seg)[0]
+            total = len(prefix) + klen + _WINDOW_SUFFIX
             for k, v in raw_range(prefix + low, key_after(prefix + high), reverse):
                 if len(k) == total:  # same length and within the bounds => same key
-                    yield unpack(k, ts_at)[0], v
+                    yield unpack(k, total - _WINDOW_SUFFIX)[0], v
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
                      time_to: int, reverse: bool) -> Iterator:
@@ -432,16 +436,16 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         unpack = _I64.unpack_from
         raw_range = self._engine.raw_range
         for seg in self._segments(time_from, time_to, reverse):
-            prefix = self._segment_prefix(seg)
+            prefix, end = self._key_first_bounds(seg)
+            at = len(prefix)
             lower = prefix + key_from if key_from is not None else prefix
-            upper = (key_after(prefix + key_to + b"\xff" * _WINDOW_SUFFIX) if key_to is not None
-                     else self._segment_prefix(seg + 1))
+            upper = key_after(prefix + key_to + b"\xff" * _WINDOW_SUFFIX) if key_to is not None else end
             for k, v in raw_range(lower, upper, reverse):
                 n = len(k) - _WINDOW_SUFFIX
                 start = unpack(k, n)[0]
                 if start < time_from or start > time_to:
                     continue
-                user_key = k[SEGMENT_PREFIX_SIZE:n]
+                user_key = k[at:n]
                 if (key_from is not None and user_key < key_from) or (key_to is not None and user_key > key_to):
                     continue
                 yield Windowed(user_key, Window(start, start + size)), v
@@ -494,6 +498,11 @@ class InMemoryWindowStore(SegmentedWindowStore):
 
 
 # ------------------------------------------------------------------------------ time-ordered window stores
+# the part of a time-ordered store's segment holding its key index (start bytes are below 0x80)
+_INDEX_MARK = b"\x80"
+_INDEX_END = b"\x81"
+
+
 def time_first_key(key: bytes, window_start: int, seqnum: int) -> bytes:
     """Kafka's TimeFirstWindowKeySchema: 8-byte BE start + key + 4-byte BE seqnum."""
     return _I64.pack(window_start) + key + _I32.pack(seqnum)
@@ -505,21 +514,62 @@ def _time_first_of_changelog_key(changelog_key: bytes, at: int) -> bytes:
 
 
 class TimeOrderedWindowStore(SegmentedWindowStore):
-    """A window store ordered by window start, then key (Kafka's RocksDBTimeOrderedWindowStore
-    without index, which the DSL gives a time-windowed aggregation emitting final results on
-    window close): within a segment each record is keyed `start + key + sequence number`, so the
-    windows that closed are one range scan (`fetch_all`), in (start, key) order. Reads of one key
-    scan the time range and keep that key's windows (Kafka's store without index does the same).
+    """A window store ordered by window start, then key (Kafka's RocksDBTimeOrderedWindowStore,
+    which the DSL gives windowed aggregations emitting final results on window close): within a
+    segment each record is keyed `start + key + sequence number`, so the windows that closed are
+    one range scan (`fetch_all`), in (start, key) order.
 
-    Retention as Kafka's time-first schema: fetches return windows starting at or after observed
+    Reads of keys: `with_index` (Kafka's indexed store, for sliding windows, which read their
+    key's windows for every record) keeps a copy of each record under its changelog key (key
+    first) after a 0x80 byte in its segment (no start's first byte is that high), and reads keys
+    there; without it (time windows, which read single windows) a read of keys scans the time
+    range, as Kafka's store without index does.
+
+    Retention as Kafka's time-first schema: reads return windows starting at or after observed
     stream time - retention (the plain store: after it). The changelog is the plain store's."""
 
     layout = "window-time-ordered-v1"
     _stored_key = staticmethod(time_first_key)
     _restored_key = staticmethod(_time_first_of_changelog_key)
 
+    def __init__(self, name: str, *, retention_ms: int, window_size_ms: int, segment_interval_ms: int,
+                 retain_duplicates: bool = False, persistent: bool, with_index: bool = False) -> None:
+        super().__init__(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
+                         segment_interval_ms=segment_interval_ms, retain_duplicates=retain_duplicates,
+                         persistent=persistent)
+        self.with_index = with_index
+        if with_index:
+            self.layout = "window-time-ordered-indexed-v1"
+            self._engine.layout = self.layout
+
     def actual_from(self, time_from: int) -> int:
         return max(time_from, self.observed_stream_time - self.retention_ms)
+
+    def _key_first_bounds(self, seg: int) -> tuple[bytes, bytes]:
+        prefix = self._segment_prefix(seg)
+        return prefix + _INDEX_MARK, prefix + _INDEX_END
+
+    def _write(self, segment_time: int, stored_key: bytes, value: Optional[bytes]) -> bool:
+        written = super()._write(segment_time, stored_key, value)
+        if written and self.with_index:
+            # the index entry: the changelog key (key + start + sequence number) of the record
+            index_key = stored_key[TIMESTAMP_SIZE:-SEQNUM_SIZE] + stored_key[:TIMESTAMP_SIZE] + stored_key[-SEQNUM_SIZE:]
+            self._engine.put(self._key_first_bounds(segment_time // self.segment_interval_ms)[0] + index_key, value)
+        return written
+
+    def restore_batch(self, records: list) -> None:
+        super().restore_batch(records)
+        if not self.with_index or not records:
+            return
+        # the records of live segments (the others were dropped with their segments) in the index
+        suffix, interval, min_live = self._time_suffix, self.segment_interval_ms, self._min_live_segment
+        unpack = _I64.unpack_from
+        index = []
+        for key, value in records:
+            seg = unpack(key, len(key) - suffix)[0] // interval
+            if seg >= min_live:
+                index.append((self._key_first_bounds(seg)[0] + key, value))
+        self._engine.restore_batch(index)
 
     def _scan(self, time_from: int, time_to: int, reverse: bool) -> Iterator[tuple[bytes, int, bytes]]:
         """(stored key, segment prefix included; start; value) of the windows starting within
@@ -529,14 +579,16 @@ class TimeOrderedWindowStore(SegmentedWindowStore):
         unpack = _I64.unpack_from
         raw_range = self._engine.raw_range
         low = _I64.pack(time_from)
-        high = _I64.pack(time_to + 1) if time_to < MAX_TIMESTAMP else None
+        high = _I64.pack(time_to + 1) if time_to < MAX_TIMESTAMP else _INDEX_MARK
         for seg in self._segments(time_from, time_to, reverse):
             prefix = self._segment_prefix(seg)
-            upper = prefix + high if high is not None else self._segment_prefix(seg + 1)
-            for k, v in raw_range(prefix + low, upper, reverse):
+            for k, v in raw_range(prefix + low, prefix + high, reverse):
                 yield k, unpack(k, SEGMENT_PREFIX_SIZE)[0], v
 
     def _fetch_key_gen(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> Iterator:
+        if self.with_index:
+            yield from super()._fetch_key_gen(key, time_from, time_to, reverse)
+            return
         total = SEGMENT_PREFIX_SIZE + TIMESTAMP_SIZE + len(key) + SEQNUM_SIZE
         at = SEGMENT_PREFIX_SIZE + TIMESTAMP_SIZE
         for k, start, v in self._scan(time_from, time_to, reverse):
@@ -545,6 +597,9 @@ class TimeOrderedWindowStore(SegmentedWindowStore):
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
                      time_to: int, reverse: bool) -> Iterator:
+        if self.with_index and (key_from is not None or key_to is not None):
+            yield from super()._windows_gen(key_from, key_to, time_from, time_to, reverse)  # by key
+            return
         size = self.window_size_ms
         at = SEGMENT_PREFIX_SIZE + TIMESTAMP_SIZE
         for k, start, v in self._scan(time_from, time_to, reverse):

@@ -177,12 +177,12 @@ class _WindowedStream:
                   value_serde: Any) -> KTable:
         grouped, windows, emit = self._grouped, self._windows, self._emit
         mat = as_materialized(store, op)
-        # Final results on window close come from the processor, never a cache flush. Kafka keeps
-        # the cache of time windows (WindowStoreMaterializer: its store is time-ordered, the
-        # processor scans it and the cache) but drops that of sliding and session windows
+        # Final results on window close come from the processor scanning a time-ordered store,
+        # never from a cache flush. Kafka keeps the cache of time windows (WindowStoreMaterializer:
+        # the processor scans it too) but drops that of sliding and session windows
         # (SlidingWindowStoreMaterializer, SessionStoreMaterializer).
-        time_ordered = emit.emits_on_close and isinstance(windows, TimeWindows)
-        if emit.emits_on_close and not time_ordered:
+        time_ordered = emit.emits_on_close and not isinstance(windows, SessionWindows)
+        if emit.emits_on_close and not isinstance(windows, TimeWindows):
             mat = mat.with_caching_disabled()
         graph = grouped._builder._graph
         name_of_store = N.store_name(graph, mat, prefix)

@@ -161,8 +161,9 @@ def window_store_builder(mat: Materialized, store_name: str, windows: Any, key_s
                     f"plus the grace period. Got time difference=[{size}], grace=[{grace}], retention=[{retention}]")
         else:
             raise TopologyError(f"window store {name!r}: windows must be TimeWindows or SlidingWindows, got {windows!r}")
-        if time_ordered:
-            supplier = Stores.time_ordered_window_store(name, retention, size, persistent=not mat.in_memory)
+        if time_ordered:  # sliding windows read their key's windows for each record: indexed (Kafka)
+            supplier = Stores.time_ordered_window_store(name, retention, size, persistent=not mat.in_memory,
+                                                        with_index=isinstance(windows, SlidingWindows))
         else:
             make = Stores.in_memory_window_store if mat.in_memory else Stores.persistent_window_store
             supplier = make(name, retention_ms=retention, window_size_ms=size)

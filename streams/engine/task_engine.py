@@ -48,6 +48,7 @@ from streams.engine.fusion import FusedChains
 from streams.engine.nodes import ProcessorNode, RecordCollector, SinkNode, SourceNode
 from streams.engine.processor_metadata import ProcessorMetadata
 from streams.engine.punctuation import PunctuationQueue, PunctuationSchedule
+from streams.engine.stages import StageOperator
 from streams.metrics import MetricsRegistry, task_dropped_records_sensor, task_process_sensor
 from streams.errors import (ConfigError, DeserializationHandlerError, InvalidTimestampError,
                             RecordDeserializationError, SerializationError, StreamsError, ProcessingError)
@@ -157,7 +158,9 @@ class TaskEngine:
                     raise ProcessingError(
                         f"processor {name!r}: supplier returned {processor!r}, which has no process(record)")
                 node = ProcessorNode(name, processor, spec.stores)
-                if spec.stores:
+                if spec.stores and not isinstance(processor, StageOperator):
+                    # a Processor API node's store writes without a timestamp get its record's
+                    # (the DSL's operators give every write its timestamp)
                     node.process = self.context.in_record_context(node.process)
             self.nodes[name] = node
         for name in self.subtopology.node_names:

@@ -80,6 +80,12 @@ _CASES = {
                              [{"op": "group_by", "fn": "first_char"},
                               _windowed("sliding", "reduce", "longer", size=500)],
                              [["dd", "ab d ab", 500], [None, "abc abc d", 1000], [None, "abc", 1000]], NO_CACHE),
+    # sliding windows emitting final results on window close: a time-ordered (indexed) store,
+    # scanned by start, then key: b's [50,150] before a's [60,160]
+    "sliding-final-results-order": ("windowed", "stream",
+                                    [_GROUP_BY_KEY, _windowed("sliding", "reduce", "concat", "close", size=100,
+                                                              grace=200)],
+                                    [["b", "x", 150], ["a", "y", 160], ["c", "z", 400]], NO_CACHE),
     # Kafka's caching session store finds what it caches whatever the retention of the store
     # below: a@250 finds [200,200] (the store below, at end 300 with retention 100, no longer
     # returns it) and merges it; its tombstone is not forwarded (the store below has none)

@@ -1,6 +1,7 @@
-"""The time-ordered window store (Kafka's RocksDBTimeOrderedWindowStore without index, what the DSL
-gives time windows emitting final results on window close): (start, key) order, Kafka's
-time-first retention boundary, the plain store's changelog, restore, and a caching layer over it."""
+"""The time-ordered window store (Kafka's RocksDBTimeOrderedWindowStore, what the DSL gives windowed
+aggregations emitting final results on window close; with a key index for sliding windows):
+(start, key) order, Kafka's time-first retention boundary, the plain store's changelog, restore,
+and a caching layer over it."""
 
 import pytest
 
@@ -25,9 +26,15 @@ def ctx(tmp_path):
     return RecordingContext(tmp_path / "0_0")
 
 
-def make(ctx, persistent=True, retention=2 * MIN, size=1000, name="w"):
+@pytest.fixture(params=[False, True], ids=["plain", "indexed"])
+def indexed(request):
+    return request.param
+
+
+def make(ctx, persistent=True, retention=2 * MIN, size=1000, name="w", with_index=False):
     store = TimeOrderedWindowStore(name, retention_ms=retention, window_size_ms=size,
-                                   segment_interval_ms=max(retention // 2, MIN), persistent=persistent)
+                                   segment_interval_ms=max(retention // 2, MIN), persistent=persistent,
+                                   with_index=with_index)
     store.init(ctx)
     return store
 
@@ -36,8 +43,8 @@ def w(key, start, size=1000):
     return Windowed(key, Window(start, start + size)), key + b"@%d" % start
 
 
-def test_scans_are_by_start_then_key(ctx, persistent):
-    store = make(ctx, persistent)
+def test_scans_are_by_start_then_key(ctx, persistent, indexed):
+    store = make(ctx, persistent, with_index=indexed)
     for key, start in [(b"b", 0), (b"a", 1000), (b"c", 0), (b"a", 0), (b"ab", 1000), (b"b", 61_000), (b"a", 62_000)]:
         store.put(key, key + b"@%d" % start, start)
     everything = [w(b"a", 0), w(b"b", 0), w(b"c", 0), w(b"a", 1000), w(b"ab", 1000), w(b"b", 61_000),
@@ -47,8 +54,11 @@ def test_scans_are_by_start_then_key(ctx, persistent):
     assert list(store.fetch_all(0, 1000)) == everything[:5]
     assert list(store.fetch_all(500, 61_000)) == [w(b"a", 1000), w(b"ab", 1000), w(b"b", 61_000)]
     assert list(store.backward_fetch_all(0, 999)) == [w(b"c", 0), w(b"b", 0), w(b"a", 0)]
-    assert list(store.fetch_range(b"a", b"b", 0, 100_000)) == [w(b"a", 0), w(b"b", 0), w(b"a", 1000),
-                                                               w(b"ab", 1000), w(b"b", 61_000), w(b"a", 62_000)]
+    in_range = list(store.fetch_range(b"a", b"b", 0, 100_000))
+    if indexed:  # Kafka's indexed store reads keys through its index: by segment, then key
+        assert in_range == [w(b"a", 0), w(b"a", 1000), w(b"ab", 1000), w(b"b", 0), w(b"a", 62_000), w(b"b", 61_000)]
+    else:
+        assert in_range == [w(b"a", 0), w(b"b", 0), w(b"a", 1000), w(b"ab", 1000), w(b"b", 61_000), w(b"a", 62_000)]
     # one key: a key that extends it ("ab") does not leak in
     assert list(store.fetch(b"a", 0, 100_000)) == [(0, b"a@0"), (1000, b"a@1000"), (62_000, b"a@62000")]
     assert list(store.backward_fetch(b"a", 0, 1000)) == [(1000, b"a@1000"), (0, b"a@0")]
@@ -59,10 +69,10 @@ def test_scans_are_by_start_then_key(ctx, persistent):
     store.close()
 
 
-def test_retention_keeps_the_window_at_the_boundary(ctx, persistent):
+def test_retention_keeps_the_window_at_the_boundary(ctx, persistent, indexed):
     # Kafka's time-first schema: windows starting at observed stream time - retention are still
     # returned (the key-first store: only after it)
-    store = make(ctx, persistent, retention=2 * MIN)
+    store = make(ctx, persistent, retention=2 * MIN, with_index=indexed)
     store.put(b"k", b"at-edge", 121_000)
     store.put(b"k", b"before-edge", 120_999)
     store.put(b"k", b"new", 241_000)
@@ -73,12 +83,30 @@ def test_retention_keeps_the_window_at_the_boundary(ctx, persistent):
     store.close()
 
 
-def test_restore_puts_changelog_keys_in_time_order(ctx, persistent):
-    store = make(ctx, persistent)
+def test_restore_puts_changelog_keys_in_time_order(ctx, persistent, indexed):
+    store = make(ctx, persistent, with_index=indexed)
     store.restore_batch([(window_changelog_key(b"b", 0, 0), b"b@0"), (window_changelog_key(b"a", 1000, 0), b"a@1000"),
                          (window_changelog_key(b"a", 0, 0), b"a@0"), (window_changelog_key(b"b", 0, 0), None)])
     assert list(store.all()) == [w(b"a", 0), w(b"a", 1000)]
+    assert list(store.fetch(b"a", 0, 1000)) == [(0, b"a@0"), (1000, b"a@1000")]
+    assert list(store.fetch(b"b", 0, 1000)) == []
     assert store.observed_stream_time == 1000
+    # a later batch moves past the retention: the old segment goes, its index part too
+    store.restore_batch([(window_changelog_key(b"c", 5 * MIN, 0), b"c@300000"), (window_changelog_key(b"old", 0, 0), b"x")])
+    assert store.live_segment_ids() == [5]
+    assert list(store.fetch_range(b"a", b"z", 0, 10 * MIN)) == [w(b"c", 5 * MIN)]
+    store.close()
+
+
+def test_the_index_follows_puts_and_deletes(ctx):
+    store = make(ctx, persistent=False, with_index=True)
+    store.put(b"a", b"a@0", 0)
+    store.put(b"a", b"a@0", 0)
+    store.put(b"b", b"b@0", 0)
+    store.put(b"b", None, 0)
+    assert list(store.fetch_range(b"a", b"b", 0, 10)) == [w(b"a", 0)]
+    assert list(store.backward_fetch(b"a", 0, 10)) == [(0, b"a@0")]
+    assert store.approximate_num_entries() >= 2  # the record and its index entry
     store.close()
 
 
@@ -99,6 +127,8 @@ def test_a_key_ordered_store_directory_is_refused(ctx):
     plain.close()
     with pytest.raises(StoreLayoutError, match="window-v1"):
         make(ctx)
+    with pytest.raises(StoreLayoutError, match="window-v1"):
+        make(ctx, with_index=True)
 
 
 def test_logs_the_plain_changelog_keys(ctx):
@@ -111,7 +141,8 @@ def test_logs_the_plain_changelog_keys(ctx):
 def test_supplier_builds_it():
     supplier = Stores.time_ordered_window_store("t", 2 * MIN, 1000)
     store = supplier.get()
-    assert isinstance(store, TimeOrderedWindowStore) and store.persistent
+    assert isinstance(store, TimeOrderedWindowStore) and store.persistent and not store.with_index
+    assert Stores.time_ordered_window_store("t", 2 * MIN, 1000, with_index=True).get().with_index
     assert (supplier.retention_ms, supplier.window_size_ms, supplier.segment_interval_ms) == (2 * MIN, 1000, MIN)
     assert not Stores.time_ordered_window_store("t", 2 * MIN, 1000, persistent=False).get().persistent
 

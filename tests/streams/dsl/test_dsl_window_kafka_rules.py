@@ -175,6 +175,16 @@ def test_final_results_come_by_window_start_then_key(caching):
     assert outputs == [[], [], expected if caching else []]
 
 
+def test_sliding_final_results_come_by_window_start_then_key():
+    # difference 100, grace 200 (close time = stream time - 200): b@150 and a@160 make their left
+    # windows [50,150] and [60,160]; c@400 (close time 200) scans the windows ending before 200,
+    # starting in [0, 99], of a time-ordered store: by start, then key (Kafka's indexed
+    # time-ordered store for sliding windows)
+    outputs = on_close_outputs(SlidingWindows.of_time_difference_and_grace(100, 200),
+                               [("b", 150), ("a", 160), ("c", 400)], caching=False)
+    assert outputs == [[], [], [("b@50/150", 1, 150), ("a@60/160", 1, 160)]]
+
+
 def sliding_outputs(windows, records):
     b = StreamsBuilder()
     (b.stream("in", key_serde=S, value_serde=S).group_by_key().windowed_by(windows)
