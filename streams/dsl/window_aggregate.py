@@ -411,9 +411,10 @@ class SessionWindowAggregateLogic(WindowAggregateLogic):
 
 class SlidingWindowAggregateLogic(WindowAggregateLogic):
     """Sliding window aggregation over a typed window store of ValueAndTimestamp (Kafka's
-    KStreamSlidingWindowAggregate, reverse-iterator form, as over RocksDB): each record updates the windows that
-    contain it, creates its left window [t - d, t], its right window [t + 1, t + 1 + d] when a
-    later record falls in it, and the previous record's right window when this record falls in it.
+    KStreamSlidingWindowAggregate, reverse-iterator form, as over RocksDB): each record updates
+    the windows that contain it, creates its left window [t - d, t], its right window
+    [t + 1, t + 1 + d] when a later record falls in it, and the previous record's right window
+    when this record falls in it.
     Records earlier than d share the window [0, d]. Windows are [start, start + d], ends inclusive;
     a window is closed once its end < stream time - grace."""
 

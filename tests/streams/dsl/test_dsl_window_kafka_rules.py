@@ -24,9 +24,21 @@ S, I64 = serdes.STRING, serdes.INT64
 CONFIG = {"application.id": "rules", "default.key.serde": "string", "default.value.serde": "string"}
 
 
+def pipe_each(b, records, config=CONFIG):
+    """Pipe (key, value, timestamp) records one at a time into `b`'s topology: the output
+    records after each, and the driver's dropped-records total at the end."""
+    with TopologyTestDriver(b.build(), config) as d:
+        inp = d.create_input_topic("in", S, S)
+        after_each = []
+        for key, value, t in records:
+            inp.pipe_input(key, value, timestamp=t)
+            after_each.append(out_records(d))
+        return after_each, metric(d, "dropped-records-total")
+
+
 def session_outputs(windows, records, caching=False, suppress=False):
-    """The output records after each input record of a session count (optionally suppressed),
-    and the driver's dropped-records total at the end."""
+    """The output records after each (key, timestamp) record of a session count (optionally
+    suppressed), and the driver's dropped-records total at the end."""
     b = StreamsBuilder()
     mat = Materialized.as_("sessions")
     table = (b.stream("in", key_serde=S, value_serde=S).group_by_key().windowed_by(windows)
@@ -34,13 +46,7 @@ def session_outputs(windows, records, caching=False, suppress=False):
     if suppress:
         table = table.suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
     table.to_stream().map(flat).to("out", key_serde=S, value_serde=I64)
-    with TopologyTestDriver(b.build(), CONFIG) as d:
-        inp = d.create_input_topic("in", S, S)
-        after_each = []
-        for key, t in records:
-            inp.pipe_input(key, "v", timestamp=t)
-            after_each.append(out_records(d))
-        return after_each, metric(d, "dropped-records-total")
+    return pipe_each(b, [(key, "v", t) for key, t in records])
 
 
 def test_a_session_closes_a_gap_after_its_end():
@@ -142,13 +148,7 @@ def on_close_outputs(windows, records, caching):
         .count(store=mat if caching else mat.with_caching_disabled())
         .to_stream().map(flat).to("out", key_serde=S, value_serde=I64))
     config = {**CONFIG, "__emit.interval.ms.kstreams.windowed.aggregation__": 0}
-    with TopologyTestDriver(b.build(), config) as d:
-        inp = d.create_input_topic("in", S, S)
-        after_each = []
-        for key, t in records:
-            inp.pipe_input(key, "v", timestamp=t)
-            after_each.append(out_records(d))
-        return after_each
+    return pipe_each(b, [(key, "v", t) for key, t in records], config)[0]
 
 
 @pytest.mark.parametrize("caching", [False, True], ids=["uncached", "cached"])
@@ -190,13 +190,7 @@ def sliding_outputs(windows, records):
     (b.stream("in", key_serde=S, value_serde=S).group_by_key().windowed_by(windows)
         .count(store=Materialized.as_("sliding").with_caching_disabled())
         .to_stream().map(flat).to("out", key_serde=S, value_serde=I64))
-    with TopologyTestDriver(b.build(), CONFIG) as d:
-        inp = d.create_input_topic("in", S, S)
-        after_each = []
-        for key, value, t in records:
-            inp.pipe_input(key, value, timestamp=t)
-            after_each.append(out_records(d))
-        return after_each, metric(d, "dropped-records-total")
+    return pipe_each(b, records)
 
 
 def test_sliding_windows_drop_a_none_value_before_it_moves_stream_time():
