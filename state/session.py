@@ -189,7 +189,6 @@ class SegmentedSessionStore(SegmentedBytesStore, SessionStore):
                                      latest_session_start_time: int) -> KeyValueIterator:
         return self._find(key_from, key_to, False, earliest_session_end_time, latest_session_start_time, True)
 
-
     def fetch_ended_sessions(self, earliest_session_end_time: int, latest_session_end_time: int) -> KeyValueIterator:
         """The sessions of every key that ended within [earliest, latest], by end, then start,
         then key (Kafka's time-ordered session store's fetchSessions, what final results on

@@ -529,6 +529,7 @@ class TimeOrderedWindowStore(SegmentedWindowStore):
     stream time - retention (the plain store: after it). The changelog is the plain store's."""
 
     layout = "window-time-ordered-v1"
+    time_ordered = True  # what a caching layer above merges its cache by
     _stored_key = staticmethod(time_first_key)
     _restored_key = staticmethod(_time_first_of_changelog_key)
 

@@ -10,8 +10,7 @@ from state.cache.thread_cache import UNKNOWN, ThreadCache
 from state.rocksdb_kv import key_after
 from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
-from state.window import (MAX_TIMESTAMP, TimeOrderedWindowStore, Window, Windowed, check_timestamp,
-                          decode_window_changelog_key, window_changelog_key)
+from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp, decode_window_changelog_key, window_changelog_key
 
 
 class CachingWindowStore(CachingStore):
@@ -28,8 +27,8 @@ class CachingWindowStore(CachingStore):
         super().__init__(wrapped, cache)
         self.window_size_ms = wrapped.window_size_ms
         self.retain_duplicates = wrapped.retain_duplicates
-        # a store ordered by window start below (state.window.TimeOrderedWindowStore)
-        self._time_ordered = isinstance(self._reader, TimeOrderedWindowStore)
+        # the store below iterates by window start, then key (state.window.TimeOrderedWindowStore)
+        self._time_ordered = bool(getattr(self._reader, "time_ordered", False))
 
     def set_flush_listener(self, listener) -> bool:
         if self.retain_duplicates:
@@ -78,9 +77,9 @@ class CachingWindowStore(CachingStore):
         """A windowed aggregation's read-modify-write for a run of records: for each key (bytes),
         window start and record timestamp in order, `fn(old, timestamp) -> (new, entry
         timestamp)` over the window's stored bytes (old: None when absent, or expired below and
-        not cached, as `fetch(key, start)` reads it) is written as `put(key, new, start, entry timestamp)` would:
-        a read that misses is read through (kept clean), then the dirty write. The cache lock is
-        held once. `clock`: the owner of the caller's stream time, raised to each record's
+        not cached, as `fetch(key, start)` reads it) is written as `put(key, new, start, entry
+        timestamp)` would: a read that misses is read through (kept clean), then the dirty write.
+        The cache lock is held once. `clock`: the owner of the caller's stream time, raised to each record's
         timestamp before anything that could read it (as CachingKeyValueStore.update_many)."""
         cache = self._check()
         if self.retain_duplicates:
