@@ -189,6 +189,30 @@ class SegmentedSessionStore(SegmentedBytesStore, SessionStore):
                                      latest_session_start_time: int) -> KeyValueIterator:
         return self._find(key_from, key_to, False, earliest_session_end_time, latest_session_start_time, True)
 
+    def fetch_ended_sessions(self, earliest_session_end_time: int, latest_session_end_time: int) -> KeyValueIterator:
+        """The sessions of every key that ended within [earliest, latest], by end, then start,
+        then key (Kafka's time-ordered session store's fetchSessions, what final results on
+        window close scan: its keys are end + start + key): every session of the live segments,
+        none held back by the retention."""
+        self._check()
+        check_timestamp(self.name, "earliest_session_end_time", earliest_session_end_time)
+        check_timestamp(self.name, "latest_session_end_time", latest_session_end_time)
+        return self._engine.track(self._ended_gen(earliest_session_end_time, latest_session_end_time))
+
+    def _ended_gen(self, earliest_end: int, latest_end: int) -> Iterator:
+        unpack = _I64.unpack_from
+        raw_range = self._engine.raw_range
+        for seg in self._segments(earliest_end, latest_end, False):
+            ended = []
+            for k, v in raw_range(self._segment_prefix(seg), self._segment_prefix(seg + 1)):
+                n = len(k) - _SESSION_SUFFIX
+                end = unpack(k, n)[0]
+                if earliest_end <= end <= latest_end:
+                    ended.append((end, unpack(k, n + TIMESTAMP_SIZE)[0], k[SEGMENT_PREFIX_SIZE:n], v))
+            ended.sort(key=lambda session: session[:3])
+            for end, start, user_key, v in ended:
+                yield Windowed(user_key, Window(start, end)), v
+
 
 class RocksDBSessionStore(SegmentedSessionStore):
     def __init__(self, name: str, *, retention_ms: int, segment_interval_ms: int) -> None:

@@ -21,7 +21,7 @@ from state.store import StateStore
 from state.session import InMemorySessionStore, RocksDBSessionStore
 from state.timestamped import TimestampedKeyValueStore, ValueAndTimestampSerde
 from state.typed import TypedKeyValueStore, TypedSessionStore, TypedWindowStore
-from state.window import InMemoryWindowStore, RocksDBWindowStore
+from state.window import InMemoryWindowStore, RocksDBWindowStore, TimeOrderedWindowStore
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,8 @@ class Stores:
         return KeyValueBytesStoreSupplier(name, lambda: InMemoryKeyValueStore(name), False)
 
     @staticmethod
-    def _window_supplier(name, retention_ms, window_size_ms, retain_duplicates, persistent):
+    def _window_supplier(name, retention_ms, window_size_ms, retain_duplicates, persistent, time_ordered=False,
+                         with_index=False):
         _check_name(name)
         _check_ms("retention_ms", retention_ms, name)
         _check_ms("window_size_ms", window_size_ms, name)  # >= 0, as Kafka
@@ -233,11 +234,17 @@ class Stores:
                 f"store {name!r}: retention_ms ({retention_ms}) must be >= window_size_ms ({window_size_ms})"
             )
         interval = segment_interval_for(retention_ms)
-        cls = RocksDBWindowStore if persistent else InMemoryWindowStore
+        if time_ordered:
+            def factory():
+                return TimeOrderedWindowStore(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
+                                              segment_interval_ms=interval, retain_duplicates=bool(retain_duplicates),
+                                              persistent=persistent, with_index=with_index)
+        else:
+            cls = RocksDBWindowStore if persistent else InMemoryWindowStore
 
-        def factory():
-            return cls(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
-                       segment_interval_ms=interval, retain_duplicates=bool(retain_duplicates))
+            def factory():
+                return cls(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
+                           segment_interval_ms=interval, retain_duplicates=bool(retain_duplicates))
 
         return WindowBytesStoreSupplier(name, factory, persistent, retention_ms=retention_ms,
                                         window_size_ms=window_size_ms, segment_interval_ms=interval,
@@ -252,6 +259,16 @@ class Stores:
     def in_memory_window_store(name: str, retention_ms: int, window_size_ms: int,
                                retain_duplicates: bool = False) -> WindowBytesStoreSupplier:
         return Stores._window_supplier(name, retention_ms, window_size_ms, retain_duplicates, False)
+
+    @staticmethod
+    def time_ordered_window_store(name: str, retention_ms: int, window_size_ms: int, *,
+                                  persistent: bool = True, with_index: bool = False) -> WindowBytesStoreSupplier:
+        """A window store ordered by window start, then key (state.window.TimeOrderedWindowStore),
+        with a key index if asked: what the DSL gives a windowed aggregation emitting final
+        results on window close (Kafka's internal RocksDbIndexedTimeOrderedWindowBytesStoreSupplier:
+        with index for sliding windows, without for time windows)."""
+        return Stores._window_supplier(name, retention_ms, window_size_ms, False, persistent, time_ordered=True,
+                                       with_index=with_index)
 
     @staticmethod
     def _session_supplier(name, retention_ms, persistent):

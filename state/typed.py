@@ -349,6 +349,9 @@ class TypedSessionStore(_TypedBase):
             s.bound_to_bytes(key_from, "key_from"), s.bound_to_bytes(key_to, "key_to"),
             earliest_session_end_time, latest_session_start_time))
 
+    def fetch_ended_sessions(self, earliest_session_end_time: int, latest_session_end_time: int) -> KeyValueIterator:
+        return self._windowed(self.wrapped.fetch_ended_sessions(earliest_session_end_time, latest_session_end_time))
+
     def fetch(self, key) -> KeyValueIterator:
         return self._windowed(self.wrapped.fetch(self.serdes.key_to_bytes(key)))
 

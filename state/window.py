@@ -10,6 +10,8 @@ prefixes. Kafka instead opens one RocksDB per segment; a single instance was cho
 and (3) there are no segment directories to open, list or delete. The cost is that disk space of
 dropped segments comes back on compaction rather than immediately.
 The in-memory store uses the same keys on the in-memory sorted store, so both behave identically.
+`TimeOrderedWindowStore` keys its records `segment id + window start + key + sequence number`
+instead (Kafka's time-ordered store, for final results on window close): scans by start, then key.
 
 Changelog key = the stored key without the segment prefix: Kafka's WindowKeySchema
 (`key + 8-byte BE window start + 4-byte BE sequence number`); restore decodes it.
@@ -29,7 +31,7 @@ import logging
 import pathlib
 import struct
 from abc import abstractmethod
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError
 from state.memory_kv import InMemoryKeyValueStore
@@ -230,6 +232,9 @@ class SegmentedBytesStore(StateStore):
     # ------------------------------------------------------------------ restore
     # Bytes after the segment timestamp's start in a changelog key (window: ts + seq; session: end + start).
     _time_suffix = TIMESTAMP_SIZE + SEQNUM_SIZE
+    # `rekey(changelog_key, at) -> stored key` (`at`: where the segment timestamp starts) for a
+    # layout that does not store the changelog key as it is; None: stored as it is
+    _restored_key: Optional[Callable[[bytes, int], bytes]] = None
 
     def restore_batch(self, records: list) -> None:
         """Re-key restored changelog records into their segments; one engine batch."""
@@ -241,16 +246,18 @@ class SegmentedBytesStore(StateStore):
         batch = []
         append = batch.append
         max_time = -1
+        rekey = self._restored_key
         try:
             for key, value in records:
-                t = unpack(key, len(key) - suffix)[0]
+                at = len(key) - suffix
+                t = unpack(key, at)[0]
                 if t > max_time:
                     max_time = t
                 seg = t // interval
                 prefix = prefixes.get(seg)
                 if prefix is None:
                     prefix = prefixes[seg] = _I64.pack(seg)
-                append((prefix + key, value))
+                append((prefix + key if rekey is None else prefix + rekey(key, at), value))
         except (struct.error, TypeError) as exc:
             bad = next((k for k, _ in records if not isinstance(k, bytes) or len(k) < suffix), None)
             raise StateError(
@@ -335,6 +342,8 @@ _WINDOW_SUFFIX = TIMESTAMP_SIZE + SEQNUM_SIZE
 
 class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
     layout = "window-v1"
+    # a record's key within its segment: the changelog key (key first)
+    _stored_key = staticmethod(window_changelog_key)
 
     def __init__(self, name: str, *, retention_ms: int, window_size_ms: int, segment_interval_ms: int,
                  retain_duplicates: bool = False, persistent: bool) -> None:
@@ -370,7 +379,7 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
             seqnum = self._seqnum
         else:
             seqnum = 0
-        self._write(window_start_timestamp, window_changelog_key(key, window_start_timestamp, seqnum), value)
+        self._write(window_start_timestamp, self._stored_key(key, window_start_timestamp, seqnum), value)
         return seqnum
 
     def _check_range(self, time_from, time_to) -> None:
@@ -388,7 +397,7 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
             if window_start < self.actual_from(0):
                 return None
             if not self.retain_duplicates:
-                return self._get(window_start, window_changelog_key(key, window_start, 0))
+                return self._get(window_start, self._stored_key(key, window_start, 0))
             with self._fetch_key(key, window_start, window_start, False) as it:
                 first = next(it, None)
             return first[1] if first is not None else None
@@ -402,12 +411,21 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         return self._fetch_key(key, time_from, time_to, True)
 
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
+        # tracked, so closing the store invalidates it
+        return self._engine.track(self._fetch_key_gen(key, self.actual_from(time_from), time_to, reverse))
+
+    # Where the key-first records of a segment are: from the segment's prefix to the next's (a
+    # time-ordered store keeps its key index in a part of the segment: see TimeOrderedWindowStore)
+    def _key_first_bounds(self, seg: int) -> tuple[bytes, bytes]:
+        return self._segment_prefix(seg), self._segment_prefix(seg + 1)
+
+    def _fetch_key_gen(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> Iterator:
         # one key's records in a time range: read at once (one engine scan per segment), so no
-        # RocksDB iterator stays open; still tracked, so closing the store invalidates it
-        found = self._fetch_key_list(key, self.actual_from(time_from), time_to)
+        # RocksDB iterator stays open
+        found = self._fetch_key_list(key, time_from, time_to)
         if reverse:
             found.reverse()
-        return self._engine.track(iter(found))
+        return iter(found)
 
     def _fetch_key_list(self, key: bytes, time_from: int, time_to: int) -> list:
         """(timestamp, value) of `key` in [time_from, time_to], in time order."""
@@ -415,17 +433,16 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         if time_from > time_to:
             return found
         klen = len(key)
-        total = SEGMENT_PREFIX_SIZE + klen + _WINDOW_SUFFIX
-        ts_at = SEGMENT_PREFIX_SIZE + klen
         unpack = _I64.unpack_from
         low = key + _I64.pack(time_from) + _SEQ_MIN
         high = key_after(key + _I64.pack(time_to) + _SEQ_MAX)  # the scan's exclusive end
         scan = self._engine.scan
         for seg in self._segments(time_from, time_to, False):
-            prefix = self._segment_prefix(seg)
+            prefix = self._key_first_bounds(seg)[0]
+            total = len(prefix) + klen + _WINDOW_SUFFIX
             for k, v in scan(prefix + low, prefix + high):
                 if len(k) == total:  # same length and within the bounds => same key
-                    found.append((unpack(k, ts_at)[0], v))
+                    found.append((unpack(k, total - _WINDOW_SUFFIX)[0], v))
         return found
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
@@ -436,16 +453,16 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         unpack = _I64.unpack_from
         raw_range = self._engine.raw_range
         for seg in self._segments(time_from, time_to, reverse):
-            prefix = self._segment_prefix(seg)
+            prefix, end = self._key_first_bounds(seg)
+            at = len(prefix)
             lower = prefix + key_from if key_from is not None else prefix
-            upper = (key_after(prefix + key_to + b"\xff" * _WINDOW_SUFFIX) if key_to is not None
-                     else self._segment_prefix(seg + 1))
+            upper = key_after(prefix + key_to + b"\xff" * _WINDOW_SUFFIX) if key_to is not None else end
             for k, v in raw_range(lower, upper, reverse):
                 n = len(k) - _WINDOW_SUFFIX
                 start = unpack(k, n)[0]
                 if start < time_from or start > time_to:
                     continue
-                user_key = k[SEGMENT_PREFIX_SIZE:n]
+                user_key = k[at:n]
                 if (key_from is not None and user_key < key_from) or (key_to is not None and user_key > key_to):
                     continue
                 yield Windowed(user_key, Window(start, start + size)), v
@@ -495,3 +512,116 @@ class InMemoryWindowStore(SegmentedWindowStore):
         super().__init__(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
                          segment_interval_ms=segment_interval_ms, retain_duplicates=retain_duplicates,
                          persistent=False)
+
+
+# ------------------------------------------------------------------------------ time-ordered window stores
+# the part of a time-ordered store's segment holding its key index (start bytes are below 0x80)
+_INDEX_MARK = b"\x80"
+_INDEX_END = b"\x81"
+
+
+def time_first_key(key: bytes, window_start: int, seqnum: int) -> bytes:
+    """Kafka's TimeFirstWindowKeySchema: 8-byte BE start + key + 4-byte BE seqnum."""
+    return _I64.pack(window_start) + key + _I32.pack(seqnum)
+
+
+def _time_first_of_changelog_key(changelog_key: bytes, at: int) -> bytes:
+    """A changelog key (key + start + seqnum, the start at `at`) as a time-first key."""
+    return changelog_key[at:at + TIMESTAMP_SIZE] + changelog_key[:at] + changelog_key[at + TIMESTAMP_SIZE:]
+
+
+class TimeOrderedWindowStore(SegmentedWindowStore):
+    """A window store ordered by window start, then key (Kafka's RocksDBTimeOrderedWindowStore,
+    which the DSL gives windowed aggregations emitting final results on window close): within a
+    segment each record is keyed `start + key + sequence number`, so the windows that closed are
+    one range scan (`fetch_all`), in (start, key) order.
+
+    Reads of keys: `with_index` (Kafka's indexed store, for sliding windows, which read their
+    key's windows for every record) keeps a copy of each record under its changelog key (key
+    first) after a 0x80 byte in its segment (no start's first byte is that high), and reads keys
+    there; without it (time windows, which read single windows) a read of keys scans the time
+    range, as Kafka's store without index does.
+
+    Retention as Kafka's time-first schema: reads return windows starting at or after observed
+    stream time - retention (the plain store: after it). The changelog is the plain store's."""
+
+    layout = "window-time-ordered-v1"
+    time_ordered = True  # what a caching layer above merges its cache by
+    _stored_key = staticmethod(time_first_key)
+    _restored_key = staticmethod(_time_first_of_changelog_key)
+
+    def __init__(self, name: str, *, retention_ms: int, window_size_ms: int, segment_interval_ms: int,
+                 retain_duplicates: bool = False, persistent: bool, with_index: bool = False) -> None:
+        super().__init__(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
+                         segment_interval_ms=segment_interval_ms, retain_duplicates=retain_duplicates,
+                         persistent=persistent)
+        self.with_index = with_index
+        if with_index:
+            self.layout = "window-time-ordered-indexed-v1"
+            self._engine.layout = self.layout
+
+    def actual_from(self, time_from: int) -> int:
+        return max(time_from, self.observed_stream_time - self.retention_ms)
+
+    def _key_first_bounds(self, seg: int) -> tuple[bytes, bytes]:
+        prefix = self._segment_prefix(seg)
+        return prefix + _INDEX_MARK, prefix + _INDEX_END
+
+    def _write(self, segment_time: int, stored_key: bytes, value: Optional[bytes]) -> bool:
+        written = super()._write(segment_time, stored_key, value)
+        if written and self.with_index:
+            # the index entry: the changelog key (key + start + sequence number) of the record
+            index_key = stored_key[TIMESTAMP_SIZE:-SEQNUM_SIZE] + stored_key[:TIMESTAMP_SIZE] + stored_key[-SEQNUM_SIZE:]
+            self._engine.put(self._key_first_bounds(segment_time // self.segment_interval_ms)[0] + index_key, value)
+        return written
+
+    def restore_batch(self, records: list) -> None:
+        super().restore_batch(records)
+        if not self.with_index or not records:
+            return
+        # the records of live segments (the others were dropped with their segments) in the index
+        suffix, interval, min_live = self._time_suffix, self.segment_interval_ms, self._min_live_segment
+        unpack = _I64.unpack_from
+        index = []
+        for key, value in records:
+            seg = unpack(key, len(key) - suffix)[0] // interval
+            if seg >= min_live:
+                index.append((self._key_first_bounds(seg)[0] + key, value))
+        self._engine.restore_batch(index)
+
+    def _scan(self, time_from: int, time_to: int, reverse: bool) -> Iterator[tuple[bytes, int, bytes]]:
+        """(stored key, segment prefix included; start; value) of the windows starting within
+        [time_from, time_to], in (start, key, sequence number) order."""
+        if time_from > time_to:
+            return
+        unpack = _I64.unpack_from
+        raw_range = self._engine.raw_range
+        low = _I64.pack(time_from)
+        high = _I64.pack(time_to + 1) if time_to < MAX_TIMESTAMP else _INDEX_MARK
+        for seg in self._segments(time_from, time_to, reverse):
+            prefix = self._segment_prefix(seg)
+            for k, v in raw_range(prefix + low, prefix + high, reverse):
+                yield k, unpack(k, SEGMENT_PREFIX_SIZE)[0], v
+
+    def _fetch_key_gen(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> Iterator:
+        if self.with_index:
+            yield from super()._fetch_key_gen(key, time_from, time_to, reverse)
+            return
+        total = SEGMENT_PREFIX_SIZE + TIMESTAMP_SIZE + len(key) + SEQNUM_SIZE
+        at = SEGMENT_PREFIX_SIZE + TIMESTAMP_SIZE
+        for k, start, v in self._scan(time_from, time_to, reverse):
+            if len(k) == total and k[at:at + len(key)] == key:
+                yield start, v
+
+    def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
+                     time_to: int, reverse: bool) -> Iterator:
+        if self.with_index and (key_from is not None or key_to is not None):
+            yield from super()._windows_gen(key_from, key_to, time_from, time_to, reverse)  # by key
+            return
+        size = self.window_size_ms
+        at = SEGMENT_PREFIX_SIZE + TIMESTAMP_SIZE
+        for k, start, v in self._scan(time_from, time_to, reverse):
+            user_key = k[at:-SEQNUM_SIZE]
+            if (key_from is not None and user_key < key_from) or (key_to is not None and user_key > key_to):
+                continue
+            yield Windowed(user_key, Window(start, start + size)), v

@@ -17,7 +17,9 @@ class CachingSessionStore(CachingStore):
     """Caching for session stores: dedups updates of a session between commits.
 
     Cache keys are the session changelog keys. The flush listener receives
-    `(Windowed(key, Window(start, end)), new, old, timestamp)`.
+    `(Windowed(key, Window(start, end)), new, old, timestamp)`. Reads give what is cached
+    whatever the retention of the store below, which filters only its own sessions (Kafka's
+    CachingSessionStore: a session still cached is still found).
     """
 
     def _write_down(self, entries: list) -> None:
@@ -66,14 +68,11 @@ class CachingSessionStore(CachingStore):
         check_key(self.name, key)
         entry = cache.get(self._namespace, session_changelog_key(key, session_start, session_end))
         if entry is not None:
-            if session_end < self.wrapped.actual_from(0):
-                return None
             return entry.value
         return self.wrapped.fetch_session(key, session_start, session_end)
 
     def _sessions(self, key_from, key_to, exact, earliest_end, latest_start, reverse, store_iter) -> KeyValueIterator:
         interval = self.wrapped.segment_interval_ms
-        actual_from = self.wrapped.actual_from(earliest_end)
         if exact:
             lower, upper = key_from, key_after(key_from + b"\xff" * 16)
         else:
@@ -81,7 +80,7 @@ class CachingSessionStore(CachingStore):
         cached = []
         for ck, v in self._cache.range_snapshot(self._namespace, lower, upper):
             key, start, end = decode_session_changelog_key(ck)
-            if end < actual_from or start > latest_start:
+            if end < earliest_end or start > latest_start:
                 continue
             if exact and key != key_from:
                 continue

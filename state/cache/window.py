@@ -19,12 +19,16 @@ class CachingWindowStore(CachingStore):
     Cache keys are the window changelog keys (sequence number 0). With `retain_duplicates` every
     put must be kept, so writes go straight through and `set_flush_listener` returns False.
     The flush listener receives `(Windowed(key, Window(start, end)), new, old, timestamp)`.
+    Reads give what is cached whatever the retention of the store below, which filters only its
+    own windows (Kafka's caching window stores: a window still cached is still read).
     """
 
     def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
         super().__init__(wrapped, cache)
         self.window_size_ms = wrapped.window_size_ms
         self.retain_duplicates = wrapped.retain_duplicates
+        # the store below iterates by window start, then key (state.window.TimeOrderedWindowStore)
+        self._time_ordered = bool(getattr(self._reader, "time_ordered", False))
 
     def set_flush_listener(self, listener) -> bool:
         if self.retain_duplicates:
@@ -72,10 +76,10 @@ class CachingWindowStore(CachingStore):
                     clock: Any = None) -> None:
         """A windowed aggregation's read-modify-write for a run of records: for each key (bytes),
         window start and record timestamp in order, `fn(old, timestamp) -> (new, entry
-        timestamp)` over the window's stored bytes (old: None when absent or expired, as
-        `fetch(key, start)` reads it) is written as `put(key, new, start, entry timestamp)` would:
-        a read that misses is read through (kept clean), then the dirty write. The cache lock is
-        held once. `clock`: the owner of the caller's stream time, raised to each record's
+        timestamp)` over the window's stored bytes (old: None when absent, or expired below and
+        not cached, as `fetch(key, start)` reads it) is written as `put(key, new, start, entry
+        timestamp)` would: a read that misses is read through (kept clean), then the dirty write.
+        The cache lock is held once. `clock`: the owner of the caller's stream time, raised to each record's
         timestamp before anything that could read it (as CachingKeyValueStore.update_many)."""
         cache = self._check()
         if self.retain_duplicates:
@@ -108,20 +112,18 @@ class CachingWindowStore(CachingStore):
                     check_key(self.name, key)
                 cache_key = key + suffix
                 read = UNKNOWN
-                entry = None
-                if start < live_from:
-                    old = None  # expired: fetch reads nothing there (the write down skips it)
+                entry = entries.get(cache_key)  # cached: whatever the retention below (Kafka)
+                if entry is not None:
+                    named.hits += 1
+                    old = entry.value
                 else:
-                    entry = entries.get(cache_key)
-                    if entry is not None:
-                        named.hits += 1
-                        old = entry.value
+                    named.misses += 1
+                    if start < live_from:
+                        old = None  # expired: fetch reads nothing there
+                    elif newest_stored is not None and start > newest_stored:
+                        old = read = None
                     else:
-                        named.misses += 1
-                        if newest_stored is not None and start > newest_stored:
-                            old = read = None
-                        else:
-                            old = read = fetch(key, start)
+                        old = read = fetch(key, start)
                 if clock is not None and newest > clock.stream_time:
                     clock.advance_stream_time(newest)  # before fn and what the put may evict and forward
                 new, entry_timestamp = fn(old, timestamp)
@@ -155,8 +157,6 @@ class CachingWindowStore(CachingStore):
         check_key(self.name, key)
         if time_to is None:
             start = check_timestamp(self.name, "window_start", time_from)
-            if start < self.wrapped.actual_from(0):
-                return None
             entry = cache.get(self._namespace, window_changelog_key(key, start, 0))
             if entry is not None:
                 return entry.value
@@ -173,9 +173,8 @@ class CachingWindowStore(CachingStore):
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
         store_iter = self.wrapped.backward_fetch(key, time_from, time_to) if reverse else \
             self.wrapped.fetch(key, time_from, time_to)
-        actual_from = self.wrapped.actual_from(time_from)
-        lower = window_changelog_key(key, max(actual_from, 0), 0)
-        upper = key_after(window_changelog_key(key, time_to, 0)) if time_to >= actual_from else lower
+        lower = window_changelog_key(key, time_from, 0)
+        upper = key_after(window_changelog_key(key, time_to, 0)) if time_to >= time_from else lower
         total = len(key) + 12
         cached = []
         for ck, v in self._cache.range_snapshot(self._namespace, lower, upper):
@@ -190,22 +189,26 @@ class CachingWindowStore(CachingStore):
         if self.retain_duplicates:
             return store_iter
         interval = self.wrapped.segment_interval_ms
-        actual_from = self.wrapped.actual_from(time_from)
         size = self.window_size_ms
+        if self._time_ordered:  # Kafka's TimeOrderedCachingWindowStore: by (start, key)
+            def sort_key(key: bytes, start: int) -> tuple:
+                return start, key
+        else:  # Kafka's CachingWindowStore: by segment, then the changelog key
+            def sort_key(key: bytes, start: int) -> tuple:
+                return start // interval, window_changelog_key(key, start, 0)
         cached = []
         for ck, v in self._cache.range_snapshot(self._namespace, None, None):
             key, start, _ = decode_window_changelog_key(ck)
-            if start < actual_from or start > time_to:
+            if start < time_from or start > time_to:
                 continue
             if (key_from is not None and key < key_from) or (key_to is not None and key > key_to):
                 continue
             item = (Windowed(key, Window(start, start + size)), v) if v is not None else None
-            cached.append(((start // interval, ck), item))
+            cached.append((sort_key(key, start), item))
         cached.sort(key=lambda c: c[0], reverse=reverse)
 
         def store_sort_key(item):
-            start = item[0].window.start
-            return start // interval, window_changelog_key(item[0].key, start, 0)
+            return sort_key(item[0].key, item[0].window.start)
 
         return KeyValueIterator(merge_sorted_by(cached, store_iter, store_sort_key, reverse), self.name)
 

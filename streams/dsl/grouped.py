@@ -138,10 +138,10 @@ class KGroupedStream:
 
 
 def windowed_store(graph: Any, mat: Materialized, name_of_store: str, windows: Any, key_serde: Any,
-                   value_serde: Any) -> tuple[LazyStoreBuilder, Any]:
-    """The store of a windowed aggregation (a window store of ValueAndTimestamp, or a session
-    store for SessionWindows) and the Windowed key serde of its table; the retention checks fail
-    here, at build time, as Kafka's."""
+                   value_serde: Any, time_ordered: bool = False) -> tuple[LazyStoreBuilder, Any]:
+    """The store of a windowed aggregation (a window store of ValueAndTimestamp, time-ordered
+    if asked, or a session store for SessionWindows) and the Windowed key serde of its table; the
+    retention checks fail here, at build time, as Kafka's."""
     config = getattr(graph, "config", None)
     if isinstance(windows, SessionWindows):
         kind = "session"
@@ -154,7 +154,7 @@ def windowed_store(graph: Any, mat: Materialized, name_of_store: str, windows: A
 
         def make() -> Any:
             return window_store_builder(mat, name_of_store, windows, key_serde, value_serde, timestamped=True,
-                                        config=config)
+                                        time_ordered=time_ordered, config=config)
         windowed_key = _serdes.time_windowed(key_serde, windows.size())
     make()
     return LazyStoreBuilder(name_of_store, kind, make), windowed_key
@@ -177,7 +177,12 @@ class _WindowedStream:
                   value_serde: Any) -> KTable:
         grouped, windows, emit = self._grouped, self._windows, self._emit
         mat = as_materialized(store, op)
-        if emit.emits_on_close:  # final results come from the processor, never a cache flush (Kafka)
+        # Final results on window close come from the processor scanning a time-ordered store,
+        # never from a cache flush. Kafka keeps the cache of time windows (WindowStoreMaterializer:
+        # the processor scans it too) but drops that of sliding and session windows
+        # (SlidingWindowStoreMaterializer, SessionStoreMaterializer).
+        time_ordered = emit.emits_on_close and not isinstance(windows, SessionWindows)
+        if emit.emits_on_close and not isinstance(windows, TimeWindows):
             mat = mat.with_caching_disabled()
         graph = grouped._builder._graph
         name_of_store = N.store_name(graph, mat, prefix)
@@ -186,7 +191,8 @@ class _WindowedStream:
         where = f"store {name_of_store!r}"
         key_serde = N.key_or_default(mat.key_serde or grouped.key_serde, where)
         value_serde = N.value_or_default(mat.value_serde or value_serde, where)
-        store_builder, windowed_key = windowed_store(graph, mat, name_of_store, windows, key_serde, value_serde)
+        store_builder, windowed_key = windowed_store(graph, mat, name_of_store, windows, key_serde, value_serde,
+                                                     time_ordered)
         caching = mat.caching_enabled
         graph.add(StatefulProcessorNode(
             name, (parent,),

@@ -129,13 +129,14 @@ def key_value_store_builder(mat: Materialized, store_name: str, key_serde: Any =
 
 
 def window_store_builder(mat: Materialized, store_name: str, windows: Any, key_serde: Any = None,
-                         value_serde: Any = None, *, timestamped: bool = False,
+                         value_serde: Any = None, *, timestamped: bool = False, time_ordered: bool = False,
                          config: Optional[dict] = None) -> Any:
     """The StoreBuilder of a time- or sliding-windowed aggregation's window store (Kafka's
     TimeWindowedKStreamImpl / SlidingWindowedKStreamImpl.materialize). With `timestamped`, values
     are ValueAndTimestamp (Kafka's TimestampedWindowStore: 8-byte timestamp + value, logged in
     Kafka's timestamped changelog format), so the aggregate keeps the largest record timestamp of
-    its window."""
+    its window. `time_ordered`: the store made without a supplier is ordered by window start
+    (Kafka's choice for final results on window close, BuiltInDslStoreSuppliers)."""
     from state.stores import Stores
     from streams.dsl.windows import SlidingWindows, TimeWindows
 
@@ -160,8 +161,12 @@ def window_store_builder(mat: Materialized, store_name: str, windows: Any, key_s
                     f"plus the grace period. Got time difference=[{size}], grace=[{grace}], retention=[{retention}]")
         else:
             raise TopologyError(f"window store {name!r}: windows must be TimeWindows or SlidingWindows, got {windows!r}")
-        make = Stores.in_memory_window_store if mat.in_memory else Stores.persistent_window_store
-        supplier = make(name, retention_ms=retention, window_size_ms=size)
+        if time_ordered:  # sliding windows read their key's windows for each record: indexed (Kafka)
+            supplier = Stores.time_ordered_window_store(name, retention, size, persistent=not mat.in_memory,
+                                                        with_index=isinstance(windows, SlidingWindows))
+        else:
+            make = Stores.in_memory_window_store if mat.in_memory else Stores.persistent_window_store
+            supplier = make(name, retention_ms=retention, window_size_ms=size)
     make_builder = Stores.timestamped_window_store_builder if timestamped else Stores.window_store_builder
     return _finish(make_builder(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde), mat, config)
 

@@ -22,10 +22,11 @@ processor metadata, committed with the input offsets).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Optional
 
 from state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
-from state.window import MAX_TIMESTAMP, Window, Windowed
+from state.window import Window, Windowed
 from streams import serdes as _serdes
 from streams.dsl.ops.table import TIMESTAMPED_INT64
 from streams.dsl.windows import (EmitStrategy, EmitThrottle, LateRecordReporter, SessionWindows, SlidingWindows,
@@ -34,17 +35,14 @@ from streams.dsl.windows import (EmitStrategy, EmitThrottle, LateRecordReporter,
 __all__ = ["WindowAggregateLogic", "TimeWindowAggregateLogic", "SessionWindowAggregateLogic",
            "SlidingWindowAggregateLogic", "WindowUpdates", "NO_TIMESTAMP"]
 
+log = logging.getLogger(__name__)
+
 NO_TIMESTAMP = -1
 Forward = Callable[[Windowed, Any, Any, int], None]
 
 
 def _no_forward(windowed: Windowed, new: Any, old: Any, timestamp: int) -> None:
     """The forward of a logic whose updates a caching store forwards (final results never pass here)."""
-
-
-def _store_retention(store: Any) -> Optional[int]:
-    inner = store.inner_most() if hasattr(store, "inner_most") else store
-    return getattr(inner, "retention_ms", None)
 
 
 class WindowUpdates:
@@ -193,7 +191,6 @@ class WindowAggregateLogic:
         self.emit_on_close = emit_strategy is not None and emit_strategy.emits_on_close
         self.throttle = EmitThrottle(emit_interval_ms, wall_clock)
         self.close_delay_ms = window_close_delay_ms(windows)
-        self._retention = _store_retention(store)
         self.observed_stream_time = NO_TIMESTAMP
         self.last_emit_window_close_time = last_emit_window_close_time
         self.on_final_results_emitted = on_final_results_emitted
@@ -210,16 +207,23 @@ class WindowAggregateLogic:
         makes final beyond what `last` did, or None when there is none to fetch."""
         raise NotImplementedError
 
-    def _due(self, close_time: int, force: bool = False) -> Optional[tuple[int, int]]:
+    def _due(self, close_time: int) -> Optional[tuple[int, int]]:
         """Whether final results are due now (Kafka's shouldEmitFinal: the emit interval first,
-        then a close time past the last emission's) and which stored windows they are; `force`
-        skips the interval (a window is about to leave the store's retention)."""
-        if not self.emit_on_close or (not self.throttle.ready() and not force):
+        then a close time past the last emission's) and which stored windows they are."""
+        if not self.emit_on_close or not self.throttle.ready():
             return None
         last = self.last_emit_window_close_time
         if last != NO_TIMESTAMP and last >= close_time:
             return None
         return self._emit_bounds(close_time, last)
+
+    def _maybe_forward_final_results(self, close_time: int) -> None:
+        """Kafka's maybeForwardFinalResult, after a record's puts: the windows that `close_time`
+        closed since the last emission, from the store as it is now (with the cache, if any), in
+        its order. A window the store no longer returns (past its retention) is never emitted."""
+        bounds = self._due(close_time)
+        if bounds is not None:
+            self._forward_final_windows(close_time, bounds)
 
     def _emitted(self, close_time: int) -> None:
         self.last_emit_window_close_time = close_time
@@ -227,16 +231,25 @@ class WindowAggregateLogic:
             self.on_final_results_emitted(close_time)
 
     def _forward_final_windows(self, close_time: int, bounds: tuple[int, int]) -> int:
-        """Forward each stored window with a start in `bounds`, with its aggregate's timestamp
-        (Kafka's fetchAndEmit), and record the emission; how many were forwarded."""
+        """Forward each stored window of `bounds` (Kafka's fetchAndEmit), and record the
+        emission; how many were forwarded."""
         emitted = 0
-        forward = self.forward
-        with self.store.fetch_all(bounds[0], bounds[1]) as it:
-            for windowed, vat in it:
-                forward(windowed, vat.value, None, vat.timestamp)
+        forward, final_result = self.forward, self._final_result
+        with self._final_windows(bounds) as it:
+            for windowed, stored in it:
+                value, timestamp = final_result(windowed, stored)
+                forward(windowed, value, None, timestamp)
                 emitted += 1
         self._emitted(close_time)
         return emitted
+
+    def _final_windows(self, bounds: tuple[int, int]) -> Any:
+        """The stored windows starting within `bounds` (a store iterator)."""
+        return self.store.fetch_all(bounds[0], bounds[1])
+
+    def _final_result(self, windowed: Windowed, vat: ValueAndTimestamp) -> tuple:
+        """(value, timestamp) of a final result: the aggregate with its timestamp."""
+        return vat.value, vat.timestamp
 
     def _aggregate(self, old: Optional[ValueAndTimestamp], timestamp: int, key: Any, value: Any) -> ValueAndTimestamp:
         """Kafka's rule for a window's new aggregate: the aggregator over the old aggregate (the
@@ -265,8 +278,6 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
         """Aggregate one record (a None key is the caller's to drop and count, as Kafka)."""
         close_time = self._close_time(timestamp)
         bounds = self.windows.window_bounds(timestamp)
-        if self.emit_on_close:
-            self._emit_before_put(close_time, bounds[-1][0])
         count = self._count
         if count is not None:
             key_bytes, update_many = self.updates.key_bytes(key), self.updates.update_many
@@ -284,6 +295,8 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
             else:
                 self.late.report(key, timestamp, Window(start, end), close_time, self.observed_stream_time,
                                  topic, partition, offset)
+        if self.emit_on_close:
+            self._maybe_forward_final_results(close_time)
 
     def counting_run(self) -> Optional[Callable[[list, list, Any], None]]:
         """For a count whose updates a caching store forwards (`forward=None`): `run(keys,
@@ -316,24 +329,6 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
             update_many(run_keys, run_starts, count, run_times, clock)
         return run
 
-    def _emit_before_put(self, close_time: int, newest_start: int) -> None:
-        # Before this record's put: the put may move the store's retention past windows that close
-        # now (Kafka emits after the put); what is emitted is the same, since a record never
-        # updates a closed window. A throttled scan is forced when the put would expire a window
-        # not emitted yet.
-        retention = self._retention
-        last = self.last_emit_window_close_time
-        next_lower = 0 if last == NO_TIMESTAMP else max(0, last - self.windows.size_ms) + 1
-        bounds = self._due(close_time, force=retention is None or next_lower <= newest_start - retention)
-        if bounds is not None:
-            self._forward_final_windows(close_time, bounds)
-
-    def emit_final_results(self, close_time: int, *, force: bool = False) -> int:
-        """Forward each window that closed since the last emission (end <= close time), once;
-        returns how many were forwarded (0 when not due)."""
-        bounds = self._due(close_time, force)
-        return 0 if bounds is None else self._forward_final_windows(close_time, bounds)
-
     def _emit_bounds(self, close_time: int, last: int) -> Optional[tuple[int, int]]:
         size = self.windows.size_ms
         upper = close_time - size  # starts <= upper: end <= close time
@@ -364,15 +359,6 @@ class SessionWindowAggregateLogic(WindowAggregateLogic):
                 offset: int = -1) -> None:
         close_time = self._close_time(timestamp)
         gap = self.windows.gap_ms
-        closed = None
-        if self.emit_on_close:
-            # Kafka emits after the put; the closed sessions are collected before it (the put may
-            # move the store's retention past them) and the ones this record merges away are
-            # left out below, which is what a scan after the put would find.
-            last = self.last_emit_window_close_time
-            retention = self._retention
-            bounds = self._due(close_time, force=retention is None or max(0, last) <= timestamp + gap - retention)
-            closed = None if bounds is None else self._closed_sessions(bounds)
         new_window = Window(timestamp, timestamp)
         start, end = timestamp, timestamp
         agg = self.initializer()
@@ -390,25 +376,22 @@ class SessionWindowAggregateLogic(WindowAggregateLogic):
             self.late.report(key, timestamp, merged_window, close_time, self.observed_stream_time,
                              topic, partition, offset)
         else:
-            self._update(key, value, agg, merged, merged_window, new_window)
-            if closed and merged_window != new_window:
-                gone = {session for session, _ in merged}
-                closed = [pair for pair in closed if pair[0] not in gone]
-        if closed is not None:
-            for session, session_agg in closed:
-                self.forward(session, session_agg, None, session.window.end)
-            self._emitted(close_time)
+            self._update(key, value, timestamp, agg, merged, merged_window, new_window)
+        if self.emit_on_close:
+            self._maybe_forward_final_results(close_time)
 
-    def _update(self, key: Any, value: Any, agg: Any, merged: list, merged_window: Window,
+    def _update(self, key: Any, value: Any, timestamp: int, agg: Any, merged: list, merged_window: Window,
                 new_window: Window) -> None:
+        # the store's writes carry the record's timestamp (their changelog records' and cache
+        # entries', as Kafka's context.timestamp()); forwards carry the session's end
         start, end = merged_window
         if merged_window != new_window:
             for session, session_agg in merged:
-                self.store.remove(key, session.window.start, session.window.end)
+                self.store.remove(key, session.window.start, session.window.end, timestamp)
                 if not self.emit_on_close:
                     self.forward(session, None, session_agg if self.send_old_values else None, session.window.end)
         agg = self.aggregator(key, value, agg)
-        self.store.put(key, start, end, agg, end)
+        self.store.put(key, start, end, agg, timestamp)
         if not self.emit_on_close:
             self.forward(Windowed(key, merged_window), agg, None, end)
 
@@ -417,23 +400,21 @@ class SessionWindowAggregateLogic(WindowAggregateLogic):
         lower = max(0, last)
         return None if upper < 0 or upper < lower else (lower, upper)
 
-    def _closed_sessions(self, bounds: tuple[int, int]) -> list:
-        """Sessions ending within `bounds`, in end order (Kafka's time-ordered session store)."""
-        lower, upper = bounds
-        closed = []
-        with self.store.find_sessions_range(None, None, lower, MAX_TIMESTAMP) as it:
-            for session, agg in it:
-                if session.window.end <= upper:
-                    closed.append((session, agg))
-        closed.sort(key=lambda pair: pair[0].window.end)
-        return closed
+    def _final_windows(self, bounds: tuple[int, int]) -> Any:
+        # Kafka's time-ordered session store: by end, then start, then key; none held back by
+        # the retention
+        return self.store.fetch_ended_sessions(bounds[0], bounds[1])
+
+    def _final_result(self, session: Windowed, agg: Any) -> tuple:
+        return agg, session.window.end
 
 
 class SlidingWindowAggregateLogic(WindowAggregateLogic):
     """Sliding window aggregation over a typed window store of ValueAndTimestamp (Kafka's
-    KStreamSlidingWindowAggregate, forward-iterator form): each record updates the windows that
-    contain it, creates its left window [t - d, t], its right window [t + 1, t + 1 + d] when a
-    later record falls in it, and the previous record's right window when this record falls in it.
+    KStreamSlidingWindowAggregate, reverse-iterator form, as over RocksDB): each record updates
+    the windows that contain it, creates its left window [t - d, t], its right window
+    [t + 1, t + 1 + d] when a later record falls in it, and the previous record's right window
+    when this record falls in it.
     Records earlier than d share the window [0, d]. Windows are [start, start + d], ends inclusive;
     a window is closed once its end < stream time - grace."""
 
@@ -446,30 +427,26 @@ class SlidingWindowAggregateLogic(WindowAggregateLogic):
 
     def process(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                 offset: int = -1) -> None:
-        """Aggregate one record; a None value is dropped and counted here, as Kafka does for
-        sliding windows (a None key is the caller's)."""
+        """Aggregate one record; a None value is dropped and counted here, before it is observed
+        in the stream time, as Kafka does for sliding windows (a None key is the caller's)."""
+        if value is None:
+            self.late.sensor.count += 1
+            log.warning("sliding windowed aggregation: skipping a record with a None value. topic=[%s] "
+                        "partition=[%d] offset=[%d]", topic, partition, offset)
+            return
         self._where = (topic, partition, offset)
         close_time = self._close_time(timestamp)
         diff = self.diff
-        if value is None or timestamp + diff < close_time:
+        if timestamp + diff < close_time:
             self.late.report(key, timestamp, Window(timestamp, timestamp + diff), close_time,
                              self.observed_stream_time, topic, partition, offset)
             return
         if timestamp < diff:  # Kafka emits no final results after an early record
             self._process_early(key, value, timestamp, close_time)
             return
+        self._process_reverse(key, value, timestamp, close_time)
         if self.emit_on_close:
-            self._emit_before_put(close_time, timestamp)
-        self._process_in_order(key, value, timestamp, close_time)
-
-    def _emit_before_put(self, close_time: int, timestamp: int) -> None:
-        # as TimeWindowAggregateLogic's: the puts below start at t - d at the earliest
-        retention = self._retention
-        last = self.last_emit_window_close_time
-        next_lower = 0 if last == NO_TIMESTAMP else max(0, last - self.diff)
-        bounds = self._due(close_time, force=retention is None or next_lower <= timestamp + 1 - retention)
-        if bounds is not None:
-            self._forward_final_windows(close_time, bounds)
+            self._maybe_forward_final_results(close_time)
 
     def _emit_bounds(self, close_time: int, last: int) -> Optional[tuple[int, int]]:
         upper = close_time - self.diff - 1  # ends are inclusive: start + d < close time
@@ -477,35 +454,41 @@ class SlidingWindowAggregateLogic(WindowAggregateLogic):
             return None
         return (0 if last == NO_TIMESTAMP else max(0, last - self.diff)), upper
 
-    def _existing(self, key: Any, time_from: int, time_to: int) -> list:
-        with self.store.fetch_range(key, key, time_from, time_to) as it:
+    def _existing(self, key: Any, time_from: int, time_to: int, reverse: bool = False) -> list:
+        fetch = self.store.backward_fetch_range if reverse else self.store.fetch_range
+        with fetch(key, key, time_from, time_to) as it:
             return list(it)
 
-    def _process_in_order(self, key: Any, value: Any, t: int, close_time: int) -> None:
+    def _process_reverse(self, key: Any, value: Any, t: int, close_time: int) -> None:
+        """Kafka's processReverse: the key's windows from the latest start down, updating those
+        that contain t, until the first that ends before t (whose aggregate seeds t's left window);
+        then the windows t lacks are created. Nothing is created when t's left window exists and
+        already holds a record at t or later."""
         diff = self.diff
         starts = set()
         left_agg = right_agg = None
         left_created = right_created = False
         previous = None
-        for windowed, vat in self._existing(key, max(0, t - 2 * diff), t + 1):
+        for windowed, vat in self._existing(key, max(0, t - 2 * diff), t + 1, reverse=True):
             start = windowed.window.start
             starts.add(start)
             end = start + diff
-            if end < t:
-                left_agg = vat
-                previous = vat.timestamp
+            if start == t + 1:
+                right_created = True
+            elif end > t:  # a window containing t; the first one met (latest start) seeds t's right window
+                if right_agg is None:
+                    right_agg = vat
+                self._update(windowed.window, vat, key, value, close_time, t)
             elif end == t:
                 left_created = True
-                if vat.timestamp < t:
-                    previous = vat.timestamp
                 self._update(windowed.window, vat, key, value, close_time, t)
-            elif start <= t:  # end > t: a window containing t
-                right_agg = vat
-                self._update(windowed.window, vat, key, value, close_time, t)
-            elif start == t + 1:
-                right_created = True
-            else:  # pragma: no cover - the fetch bounds exclude it
-                raise AssertionError(f"unexpected sliding window start {start} for a record at {t}")
+                if vat.timestamp >= t:
+                    return
+                previous = vat.timestamp
+            else:
+                left_agg = vat
+                previous = vat.timestamp
+                break
         self._create_windows(key, value, t, close_time, starts, right_agg, left_agg, left_created,
                              right_created, previous)
 

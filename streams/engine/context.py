@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from state.store import wall_clock_ms
 from streams.engine.nodes import ProcessorNode, SinkNode
 from streams.errors import StoreAccessError, ProcessingError, UnknownProcessorError
 from streams.processor import Cancellable, ProcessorContext, PunctuationType, Record, RecordMetadata
@@ -54,6 +55,9 @@ class ProcessorContextImpl(ProcessorContext):
         # None in punctuations and cache flushes
         self.metadata: Optional[tuple[str, int, int]] = None
         self.commit_requested = False
+        # Kafka's recordContext().timestamp() for store writes that give no timestamp: the record
+        # a node with stores is processing, the time of a punctuation; -1 outside both
+        self.record_timestamp = -1
 
     @property
     def application_id(self) -> str:
@@ -196,6 +200,28 @@ class ProcessorContextImpl(ProcessorContext):
     def add_processor_metadata_key_value(self, key: str, value: int) -> None:
         """Set the task's processor metadata value of `key`; the next commit takes it along."""
         self._engine.processor_metadata.put(key, value)
+
+    def write_timestamp(self) -> int:
+        """The timestamp of a store write that gives none (every store of the task has this as
+        its timestamp supplier): the current record's, a punctuation's time in a punctuation, as
+        Kafka's change logging and caching take `context.timestamp()`; the wall clock outside of
+        both (a write from init())."""
+        t = self.record_timestamp
+        return t if t >= 0 else wall_clock_ms()
+
+    def in_record_context(self, process: Callable[[Record], None]) -> Callable[[Record], None]:
+        """`process` with the record's timestamp as `record_timestamp` while it runs (a node
+        with stores: what it writes without a timestamp is stamped with its record's)."""
+        ctx = self
+
+        def process_in_record_context(record: Record) -> None:
+            previous = ctx.record_timestamp
+            ctx.record_timestamp = record.timestamp
+            try:
+                process(record)
+            finally:
+                ctx.record_timestamp = previous
+        return process_in_record_context
 
     def record_metadata(self) -> RecordMetadata | None:
         meta = self.metadata

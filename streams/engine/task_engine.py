@@ -48,6 +48,7 @@ from streams.engine.fusion import FusedChains
 from streams.engine.nodes import ProcessorNode, RecordCollector, SinkNode, SourceNode
 from streams.engine.processor_metadata import ProcessorMetadata
 from streams.engine.punctuation import PunctuationQueue, PunctuationSchedule
+from streams.engine.stages import StageOperator
 from streams.metrics import MetricsRegistry, task_dropped_records_sensor, task_process_sensor
 from streams.errors import (ConfigError, DeserializationHandlerError, InvalidTimestampError,
                             RecordDeserializationError, SerializationError, StreamsError, ProcessingError)
@@ -157,6 +158,10 @@ class TaskEngine:
                     raise ProcessingError(
                         f"processor {name!r}: supplier returned {processor!r}, which has no process(record)")
                 node = ProcessorNode(name, processor, spec.stores)
+                if spec.stores and not isinstance(processor, StageOperator):
+                    # a Processor API node's store writes without a timestamp get its record's
+                    # (the DSL's operators give every write its timestamp)
+                    node.process = self.context.in_record_context(node.process)
             self.nodes[name] = node
         for name in self.subtopology.node_names:
             for parent in topo.node(name).parents:
@@ -165,10 +170,15 @@ class TaskEngine:
     # ---- lifecycle ------------------------------------------------------------------------
 
     def build_stores(self) -> dict[str, Any]:
-        """Build (not open) the task's stores from the topology's store builders."""
+        """Build (not open) the task's stores from the topology's store builders; a write that
+        gives no timestamp is stamped by the context (`ProcessorContextImpl.write_timestamp`)."""
         for store_name in self.subtopology.store_names:
             if store_name not in self.stores:
                 self.stores[store_name] = self.topology.store_builder(store_name).build()
+        for store in self.stores.values():  # also those handed over (a promoted standby's)
+            set_supplier = getattr(store, "set_timestamp_supplier", None)
+            if set_supplier is not None:
+                set_supplier(self.context.write_timestamp)
         return self.stores
 
     def init_stores(self) -> None:
@@ -388,8 +398,9 @@ class TaskEngine:
 
     def _punctuate(self, sched: PunctuationSchedule, now: int) -> None:
         ctx = self.context
-        prev_node, prev_meta = ctx.current_node, ctx.metadata
-        ctx.current_node, ctx.metadata = sched.node, None
+        prev_node, prev_meta, prev_timestamp = ctx.current_node, ctx.metadata, ctx.record_timestamp
+        # a punctuation's record context: its time, no record metadata (Kafka's StreamTask.punctuate)
+        ctx.current_node, ctx.metadata, ctx.record_timestamp = sched.node, None, now
         try:
             sched.callback(now)
         except StreamsError:
@@ -400,7 +411,7 @@ class TaskEngine:
                 f"exception caught while punctuating: task_id={self.task_id}, processor={failed}, "
                 f"timestamp={now}: {exc!r}") from exc
         finally:
-            ctx.current_node, ctx.metadata = prev_node, prev_meta
+            ctx.current_node, ctx.metadata, ctx.record_timestamp = prev_node, prev_meta, prev_timestamp
 
     def maybe_punctuate_stream_time(self) -> bool:
         if self.stream_time == UNKNOWN_TIME:

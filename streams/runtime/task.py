@@ -156,7 +156,7 @@ class StreamTask:
         if self.state is not TaskState.RESTORING:
             raise RuntimeStateError(f"task {self.id}: complete_restoration in state {self.state.value}")
         if not self._processors_initialized:
-            if not self._load_processor_metadata():
+            if not self._load_committed_metadata():
                 return False
             self.engine.init_processors()
             self._processors_initialized = True
@@ -164,9 +164,12 @@ class StreamTask:
         log.info("task %s restored and running", self.id)
         return True
 
-    def _load_processor_metadata(self) -> bool:
-        """Merge the processor metadata committed on the input partitions into the engine's (the
-        largest value of each key wins, as Kafka's ProcessorMetadata.update)."""
+    def _load_committed_metadata(self) -> bool:
+        """What the offsets committed on the input partitions carry (Kafka's initializeMetadata):
+        each partition's time, from which the task's stream time goes on (initializeTaskTime: a
+        restarted task's stream time, punctuations and extractors see no earlier time than
+        before), and the processor metadata, merged (the largest value of each key wins, as
+        Kafka's ProcessorMetadata.update)."""
         if self.committed_metadata is None:
             return True
         try:
@@ -174,9 +177,15 @@ class StreamTask:
         except Exception as exc:  # noqa: BLE001 - a broker round trip: retried on the next loop
             log.warning("task %s: cannot read the committed offsets' metadata yet (%s); retrying", self.id, exc)
             return False
-        merged = self.engine.processor_metadata
-        for text in committed.values():
-            merged.update(decode_offset_metadata(text)[1])
+        engine = self.engine
+        merged = engine.processor_metadata
+        for tp, text in committed.items():
+            partition_time, metadata = decode_offset_metadata(text)
+            merged.update(metadata)
+            if partition_time != NO_PARTITION_TIME and tp in self.partition_group.queues:
+                engine.partition_times[tp] = partition_time
+                engine.advance_stream_time(partition_time)
+                log.debug("task %s: partition time of %s-%d is %d (committed)", self.id, tp[0], tp[1], partition_time)
         merged.needs_commit = False
         return True
 

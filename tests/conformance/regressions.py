@@ -47,7 +47,58 @@ _CASES = {
                                [_GROUP_BY_KEY, _windowed("session", gap=100),
                                 {"op": "suppress", "until": "window_close"}],
                                [["c", "cab", 964], ["d", "x", 1063], ["d", "y", 1064]], NO_CACHE),
-    # --- left to other branches (known_gaps.py) -------------------------------------------------
+    # on_window_close, time windows: Kafka emits after the record's puts, scanning a time-ordered
+    # store from observed stream time - retention: c@1829's put (start 1800) leaves [1400,1500)
+    # behind the store's retention (100), so it is never emitted ...
+    "final-results-past-retention": ("windowed", "stream",
+                                     [_GROUP_BY_KEY, _windowed("tumbling", "aggregate", "concat", "close",
+                                                               size=100, advance=100)],
+                                     [["c", "bb ab", 1423], ["c", "a cab ab", 1829]], NO_CACHE),
+    # ... but with the cache kept (WindowStoreMaterializer), c@1829's put is still in the cache
+    # when the scan runs: the store below has seen only start 1400 and returns [1400,1500)
+    "final-results-past-retention-cached": ("windowed", "stream",
+                                            [_GROUP_BY_KEY, _windowed("tumbling", "aggregate", "concat", "close",
+                                                                      size=100, advance=100)],
+                                            [["c", "bb ab", 1423], ["c", "a cab ab", 1829]], CACHE),
+    # d@702 closes the windows of 217 ([50,250) to [200,400)); cached, the store below has seen
+    # start 200 only and the scan gives them by start, then key: bb@50, d@50, bb@100, d@100, ...;
+    # uncached, d@702's puts (start 700) leave them all behind the retention (200): none
+    "final-results-scan-order": ("windowed", "stream",
+                                 [_GROUP_BY_KEY, _windowed("hopping", emit="close", size=200, advance=50, grace=0)],
+                                 [["bb", "x", 217], ["d", "x", 217], ["d", "x", 702]], CACHE),
+    "final-results-scan-order-uncached": ("windowed", "stream",
+                                          [_GROUP_BY_KEY, _windowed("hopping", emit="close", size=200, advance=50,
+                                                                    grace=0)],
+                                          [["bb", "x", 217], ["d", "x", 217], ["d", "x", 702]], NO_CACHE),
+    # sliding windows drop a None value before it moves the observed stream time: b@1199 is
+    # not late after a@1693 (None)
+    "sliding-null-value": ("windowed", "stream", [_GROUP_BY_KEY, _windowed("sliding", "reduce", "max", size=200,
+                                                                           grace=100)],
+                           [["b", "ab cab", 400], ["a", None, 1693], ["b", "cab", 1199]], NO_CACHE),
+    # sliding windows update a record's windows from the latest start down (processReverse)
+    "sliding-update-order": ("windowed", "stream",
+                             [{"op": "group_by", "fn": "first_char"},
+                              _windowed("sliding", "reduce", "longer", size=500)],
+                             [["dd", "ab d ab", 500], [None, "abc abc d", 1000], [None, "abc", 1000]], NO_CACHE),
+    # sliding windows emitting final results on window close: a time-ordered (indexed) store,
+    # scanned by start, then key: b's [50,150] before a's [60,160]
+    "sliding-final-results-order": ("windowed", "stream",
+                                    [_GROUP_BY_KEY, _windowed("sliding", "reduce", "concat", "close", size=100,
+                                                              grace=200)],
+                                    [["b", "x", 150], ["a", "y", 160], ["c", "z", 400]], NO_CACHE),
+    # Kafka's caching session store finds what it caches whatever the retention of the store
+    # below: a@250 finds [200,200] (the store below, at end 300 with retention 100, no longer
+    # returns it) and merges it; its tombstone is not forwarded (the store below has none)
+    "session-cached-past-retention": ("windowed", "stream",
+                                      [_GROUP_BY_KEY, _windowed("session", "reduce", "concat", gap=100, grace=0)],
+                                      [["a", "x", 200], ["b", "y", 300], ["a", "z", 250]], CACHE),
+    # final results of sessions come from the time-ordered session store after the put, by end,
+    # none held back by the retention: [2800,2800], created past the retention, is emitted
+    "session-final-results-past-retention": ("windowed", "stream",
+                                             [_GROUP_BY_KEY, _windowed("session", "reduce", "concat", "close",
+                                                                       gap=100, grace=100)],
+                                             [["c", "x", 3000], ["a", "y", 2800], ["b", "z", 3100]], NO_CACHE),
+    # --- fixed on other branches (kip258, windows) ---------------------------------------------
     "kip258-count-timestamp": ("aggregate", "stream", [_GROUP_BY_KEY, {"op": "count", "fn": None}],
                                [["a", "x", 10], ["a", "y", 5]], NO_CACHE),
     "session-close-time-late": ("windowed", "stream", [_GROUP_BY_KEY, _windowed("session", gap=100)],
@@ -56,20 +107,6 @@ _CASES = {
                                  [["b", None, 143], ["a", "cab", 152]], NO_CACHE),
     "session-tombstone-time": ("windowed", "stream", [_GROUP_BY_KEY, _windowed("session", gap=100)],
                                [["a", "x", 599], ["a", "y", 644]], CACHE),
-    "final-results-past-retention": ("windowed", "stream",
-                                     [_GROUP_BY_KEY, _windowed("tumbling", "aggregate", "concat", "close",
-                                                               size=100, advance=100)],
-                                     [["c", "bb ab", 1423], ["c", "a cab ab", 1829]], NO_CACHE),
-    "final-results-scan-order": ("windowed", "stream",
-                                 [_GROUP_BY_KEY, _windowed("hopping", emit="close", size=200, advance=50, grace=0)],
-                                 [["bb", "x", 217], ["d", "x", 217], ["d", "x", 702]], CACHE),
-    "sliding-null-value": ("windowed", "stream", [_GROUP_BY_KEY, _windowed("sliding", "reduce", "max", size=200,
-                                                                           grace=100)],
-                           [["b", "ab cab", 400], ["a", None, 1693], ["b", "cab", 1199]], NO_CACHE),
-    "sliding-update-order": ("windowed", "stream",
-                             [{"op": "group_by", "fn": "first_char"},
-                              _windowed("sliding", "reduce", "longer", size=500)],
-                             [["dd", "ab d ab", 500], [None, "abc abc d", 1000], [None, "abc", 1000]], NO_CACHE),
 }
 
 

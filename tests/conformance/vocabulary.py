@@ -213,7 +213,7 @@ def _stream_family(rng: random.Random, family: str) -> list:
     windows = _windows(rng)
     agg, fn = _aggregation(rng)
     emit = "update"
-    if windows["type"] != "sliding" and rng.random() < 0.3:  # Eddy refuses on_window_close for sliding windows
+    if rng.random() < 0.3:
         emit = "close"
     ops.append({"op": WINDOWED, "windows": windows, "agg": agg, "fn": fn, "emit": emit})
     if emit == "update" and rng.random() < 0.4:

@@ -65,17 +65,22 @@ def test_updates_read_through_write_dirty_and_flush_with_the_stored_old_value(in
     store.close()
 
 
-def test_expired_windows_start_over(inner, tmp_path):
+def test_a_cached_window_is_read_whatever_the_retention_below(inner, tmp_path):
+    # Kafka's caching window store reads its cache first, whatever the retention of the store
+    # below (which filters only its own windows)
     store, _, out = make(inner, tmp_path)
+    inner.put(b"j", b"y", 0)     # below only, never cached
     store.update_many([b"k"], [0], appended, [1])
-    store.flush()
+    store.flush()                # [0, 1000) of k stays cached, clean
     store.update_many([b"k"], [3 * MIN], appended, [3 * MIN])
-    store.flush()  # the store has seen start 3 min: [0, 1000) is past its retention of 2 min
+    store.flush()  # the store below has seen start 3 min: [0, 1000) is past its retention of 2 min
     out.clear()
-    store.update_many([b"k"], [0], appended, [2])
-    assert store.fetch(b"k", 0) is None  # nothing reads an expired window
+    store.update_many([b"k", b"j"], [0, 0], appended, [2, 3])
+    assert store.fetch(b"k", 0) == b"xx"  # still cached: read and updated
+    assert store.fetch(b"j", 0) == b"x"   # not cached: the store below reads nothing there
     store.flush()
-    assert inner.fetch(b"k", 0) is None
+    # written down into an expired segment: the store below drops them
+    assert inner.fetch(b"k", 0) is None and inner.fetch(b"j", 0) is None
     store.close()
 
 

@@ -362,7 +362,7 @@ def test_session_cache_dedups_merges_and_forwards(session_inner, ctx):
 class _Layer:
     """A layer between a caching store and the change-logging layer that records what the
     caching store asks of it: the caching store must use the protocol (reads_from,
-    write_changes, actual_from, segment_interval_ms), not its type or private fields."""
+    write_changes, segment_interval_ms, the reads), not its type or private fields."""
 
     def __init__(self, below):
         self.below = below
@@ -416,10 +416,10 @@ def test_window_and_session_caches_talk_to_the_layer_below_through_the_protocol(
     assert [row[3] for row in ctx.logged_changes] == [5, 6, 7]
     if kind == "window":
         assert [v for _t, v in store.fetch(b"k1", 0, MIN)] == [b"v"]
-        assert "actual_from" in layer.asked
+        assert "fetch" in layer.asked
     else:
         assert [w.window for w, _v in store.find_sessions(b"k2", 0, MIN)] == [Window(0, 2)]
-        assert "actual_from" in layer.asked and "segment_interval_ms" in layer.asked
+        assert "find_sessions" in layer.asked and "segment_interval_ms" in layer.asked
     store.close()
 
 

@@ -134,3 +134,20 @@ def test_bad_inputs_and_closed(cls, ctx):
         store.fetch(b"k")
     with pytest.raises(StoreClosedError):
         next(it)
+
+
+def test_fetch_ended_sessions_by_end_then_start_then_key_without_the_retention(cls, ctx):
+    # Kafka's time-ordered session store (keys end + start + key), what final results on window
+    # close scan: the sessions of every key ending within the bounds, from the live segments,
+    # whatever the retention within them
+    store = make(cls, ctx, retention=2 * MIN)  # segments of 60 s
+    for key, start, end in [(b"b", 10, 50), (b"a", 20, 50), (b"c", 5, 50), (b"a", 0, 30), (b"d", 70, 70)]:
+        store.put(key, start, end, key)
+    assert list(store.fetch_ended_sessions(30, 60)) == [
+        sess(b"a", 0, 30, b"a"), sess(b"c", 5, 50, b"c"), sess(b"b", 10, 50, b"b"), sess(b"a", 20, 50, b"a")]
+    store.put(b"z", 150_000, 150_000, b"z")  # retention now keeps ends after 30 s; segment 0 stays live
+    assert list(store.find_sessions_range(None, None, 0, 100)) == []
+    assert [w.key for w, _ in store.fetch_ended_sessions(0, 100)] == [b"a", b"c", b"b", b"a", b"d"]
+    store.put(b"z", 190_000, 190_000, b"z")  # segment 0 is dropped
+    assert list(store.fetch_ended_sessions(0, 100)) == []
+    store.close()

@@ -47,7 +47,10 @@ def count_logic(tmp_path, reg, windows, retention=None, **kw):
     mat = Materialized.as_("agg").with_in_memory_store().with_caching_disabled().with_logging_disabled()
     if retention is not None:
         mat = mat.with_retention(retention)
-    store = opened(window_store_builder(mat, "agg", windows, serdes.STRING, serdes.INT64, timestamped=True), tmp_path)
+    # final results on window close come from a time-ordered store, as the DSL builds it
+    on_close = kw.get("emit_strategy") is not None and kw["emit_strategy"].emits_on_close
+    store = opened(window_store_builder(mat, "agg", windows, serdes.STRING, serdes.INT64, timestamped=True,
+                                        time_ordered=on_close), tmp_path)
     out = []
     late = LateRecordReporter(task_dropped_records_sensor(reg, "t", "0_0"), "0_0")
     logic = TimeWindowAggregateLogic(windows, store, lambda: 0, lambda k, v, agg: agg + 1,
@@ -127,22 +130,47 @@ def test_emit_interval_throttles_by_wall_clock(tmp_path, reg):
     assert out[1:] == [(W("a", 10, 20), 1, None, 10)]
 
 
-def test_throttled_scan_is_forced_before_retention_drops_a_window(tmp_path, reg):
+def test_a_throttled_scan_loses_what_the_retention_passed(tmp_path, reg):
     now = {"t": 0}
     logic, out, _ = count_logic(tmp_path, reg, TimeWindows.of_size_with_no_grace(10),  # retention 10
                                 emit_strategy=EmitStrategy.on_window_close(), emit_interval_ms=1000,
                                 wall_clock=lambda: now["t"])
-    logic.process("a", "x", 1)
-    logic.process("a", "x", 20)  # throttled, but the put at start 20 would expire [0,10): emitted now
-    assert out == [(W("a", 0, 10), 1, None, 1)]
+    logic.process("a", "x", 1)   # the scan of wall-clock interval [0, 1000): nothing closed yet
+    logic.process("a", "x", 20)  # [0,10) closed, but the scan waits for the interval
+    now["t"] = 1000
+    logic.process("a", "x", 21)  # close time 21: scan [0, 11] from the store's 20 - 10 = 10 on:
+    assert out == []             # [0,10) is behind the retention, never emitted (Kafka)
 
 
-def test_emit_on_close_survives_a_jump_past_retention(tmp_path, reg):
-    logic, out, _ = count_logic(tmp_path, reg, TimeWindows.of_size_and_grace(10, 5),
+def test_final_results_are_scanned_after_the_put(tmp_path, reg):
+    logic, out, _ = count_logic(tmp_path, reg, TimeWindows.of_size_and_grace(10, 5),  # retention 15
                                 emit_strategy=EmitStrategy.on_window_close())
     logic.process("a", "x", 1)
-    logic.process("a", "x", 100)  # far past [0,10)'s retention: its final result is still emitted
-    assert out == [(W("a", 0, 10), 1, None, 1)]
+    logic.process("a", "x", 100)  # its put (start 100) leaves [0,10) behind the retention: lost
+    assert out == []
+    logic.process("b", "x", 105)  # close time 100: [90,100) and before; none stored
+    assert out == []
+
+
+def test_the_scan_includes_the_window_at_the_retention_boundary(tmp_path, reg):
+    # Kafka's time-ordered store returns windows starting at observed stream time - retention
+    # (a key-ordered one: only after it)
+    logic, out, store = count_logic(tmp_path, reg, TimeWindows.of_size_with_no_grace(10),  # retention 10
+                                    emit_strategy=EmitStrategy.on_window_close())
+    logic.process("a", "x", 5)
+    logic.process("a", "x", 10)   # put [10,20): scan [0, 0] from 10 - 10 = 0 on: [0,10) is there
+    assert out == [(W("a", 0, 10), 1, None, 5)]
+    assert [(w.window.start, v.value) for w, v in store.all()] == [(0, 1), (10, 1)]
+
+
+def test_final_results_come_by_window_start_then_key(tmp_path, reg):
+    logic, out, _ = count_logic(tmp_path, reg, TimeWindows.of_size_with_no_grace(10).advance_by(5), retention=100,
+                                emit_strategy=EmitStrategy.on_window_close())
+    logic.process("b", "x", 7)    # b: [0,10), [5,15)
+    logic.process("a", "x", 8)    # a: [0,10), [5,15)
+    logic.process("c", "x", 20)   # close time 20: the windows starting at 10 at the latest, by start
+    assert out == [(W("a", 0, 10), 1, None, 8), (W("b", 0, 10), 1, None, 7),
+                   (W("a", 5, 15), 1, None, 8), (W("b", 5, 15), 1, None, 7)]
 
 
 def session_logic(tmp_path, reg, windows, **kw):
@@ -229,8 +257,8 @@ def test_sliding_left_and_right_windows(tmp_path, reg):
                    (W("a", 10, 20), 2, 20)]           # left window of 20 (holds 15 and 20)
     out.clear()
     logic.process("a", "x", 18)                       # out of order
-    assert out == [(W("a", 10, 20), 3, 20),           # windows containing 18 are updated
-                   (W("a", 16, 26), 2, 20),
+    assert out == [(W("a", 16, 26), 2, 20),           # windows containing 18, latest start first
+                   (W("a", 10, 20), 3, 20),           # (Kafka's processReverse)
                    (W("a", 8, 18), 2, 18),            # left window of 18: 15 and 18
                    (W("a", 19, 29), 1, 20)]           # right window of 18: holds 20
     got = {(w.window.start, w.window.end): (v.value, v.timestamp) for w, v in store.all()}

@@ -24,9 +24,21 @@ S, I64 = serdes.STRING, serdes.INT64
 CONFIG = {"application.id": "rules", "default.key.serde": "string", "default.value.serde": "string"}
 
 
+def pipe_each(b, records, config=CONFIG):
+    """Pipe (key, value, timestamp) records one at a time into `b`'s topology: the output
+    records after each, and the driver's dropped-records total at the end."""
+    with TopologyTestDriver(b.build(), config) as d:
+        inp = d.create_input_topic("in", S, S)
+        after_each = []
+        for key, value, t in records:
+            inp.pipe_input(key, value, timestamp=t)
+            after_each.append(out_records(d))
+        return after_each, metric(d, "dropped-records-total")
+
+
 def session_outputs(windows, records, caching=False, suppress=False):
-    """The output records after each input record of a session count (optionally suppressed),
-    and the driver's dropped-records total at the end."""
+    """The output records after each (key, timestamp) record of a session count (optionally
+    suppressed), and the driver's dropped-records total at the end."""
     b = StreamsBuilder()
     mat = Materialized.as_("sessions")
     table = (b.stream("in", key_serde=S, value_serde=S).group_by_key().windowed_by(windows)
@@ -34,13 +46,7 @@ def session_outputs(windows, records, caching=False, suppress=False):
     if suppress:
         table = table.suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
     table.to_stream().map(flat).to("out", key_serde=S, value_serde=I64)
-    with TopologyTestDriver(b.build(), CONFIG) as d:
-        inp = d.create_input_topic("in", S, S)
-        after_each = []
-        for key, t in records:
-            inp.pipe_input(key, "v", timestamp=t)
-            after_each.append(out_records(d))
-        return after_each, metric(d, "dropped-records-total")
+    return pipe_each(b, [(key, "v", t) for key, t in records])
 
 
 def test_a_session_closes_a_gap_after_its_end():
@@ -123,9 +129,111 @@ def test_sliding_windows_emit_final_results_on_window_close():
         # are final (Kafka's emit range [0, 17 - 5 - 1]): [5,10], with its timestamp 10
         inp.pipe_input("a", "v", timestamp=17)
         assert out_records(d) == [("a@5/10", 1, 10)]
-        # close time 30: from the last close time 17 - 5 = 12 to 24: [12,17]
+        # close time 30: from the last close time 17 - 5 = 12 to 24, scanned after the put of
+        # 30's left window [25,30]: the store (retention 2 * 5) keeps starts after 25 - 10 only,
+        # so [12,17] is never emitted (Kafka)
         inp.pipe_input("a", "v", timestamp=30)
-        assert out_records(d) == [("a@12/17", 1, 17)]
+        assert out_records(d) == []
+        # close time 31: from 30 - 5 = 25 to 25: [25,30]
+        inp.pipe_input("a", "v", timestamp=31)
+        assert out_records(d) == [("a@25/30", 1, 30)]
+
+
+def on_close_outputs(windows, records, caching):
+    """The output after each input record of a count emitting final results on window close."""
+    b = StreamsBuilder()
+    mat = Materialized.as_("closing")
+    (b.stream("in", key_serde=S, value_serde=S).group_by_key().windowed_by(windows)
+        .emit_strategy(EmitStrategy.on_window_close())
+        .count(store=mat if caching else mat.with_caching_disabled())
+        .to_stream().map(flat).to("out", key_serde=S, value_serde=I64))
+    config = {**CONFIG, "__emit.interval.ms.kstreams.windowed.aggregation__": 0}
+    return pipe_each(b, [(key, "v", t) for key, t in records], config)[0]
+
+
+@pytest.mark.parametrize("caching", [False, True], ids=["uncached", "cached"])
+def test_final_results_are_scanned_after_the_put_from_the_stores_retention(caching):
+    # tumbling 100, no grace: retention 100. c@1423 puts [1400,1500); c@1829 puts [1800,1900),
+    # then scans for windows starting in [0 + 1, 1829 - 100] (the last emission's close time
+    # was 1423: nothing had closed). Uncached, the store has seen start 1800 and returns starts
+    # from 1800 - 100 on: [1400,1500) is lost. Cached, 1829's put waits in the cache and the store
+    # below has seen start 1400 only: [1400,1500) is emitted (Kafka: the cache is kept for time
+    # windows, WindowStoreMaterializer)
+    outputs = on_close_outputs(TimeWindows.of_size_with_no_grace(100), [("c", 1423), ("c", 1829)], caching)
+    assert outputs == [[], [("c@1400/1500", 1, 1423)] if caching else []]
+
+
+@pytest.mark.parametrize("caching", [False, True], ids=["uncached", "cached"])
+def test_final_results_come_by_window_start_then_key(caching):
+    # hopping 200 by 50, no grace (retention 200): bb@217 and d@217 go into the windows starting
+    # 50, 100, 150 and 200. d@702 (close time 702) scans starts [217 - 200 + 1, 702 - 200] =
+    # [18, 502]: cached, the store below has seen start 200 (from 0 on): all eight, by start
+    # then key; uncached, it has seen 700 (d@702's windows) and keeps starts from 500 on: none
+    outputs = on_close_outputs(TimeWindows.of_size_and_grace(200, 0).advance_by(50),
+                               [("bb", 217), ("d", 217), ("d", 702)], caching)
+    expected = [(f"{key}@{start}/{start + 200}", 1, 217) for start in (50, 100, 150, 200) for key in ("bb", "d")]
+    assert outputs == [[], [], expected if caching else []]
+
+
+def test_sliding_final_results_come_by_window_start_then_key():
+    # difference 100, grace 200 (close time = stream time - 200): b@150 and a@160 make their left
+    # windows [50,150] and [60,160]; c@400 (close time 200) scans the windows ending before 200,
+    # starting in [0, 99], of a time-ordered store: by start, then key (Kafka's indexed
+    # time-ordered store for sliding windows)
+    outputs = on_close_outputs(SlidingWindows.of_time_difference_and_grace(100, 200),
+                               [("b", 150), ("a", 160), ("c", 400)], caching=False)
+    assert outputs == [[], [], [("b@50/150", 1, 150), ("a@60/160", 1, 160)]]
+
+
+def sliding_outputs(windows, records):
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S).group_by_key().windowed_by(windows)
+        .count(store=Materialized.as_("sliding").with_caching_disabled())
+        .to_stream().map(flat).to("out", key_serde=S, value_serde=I64))
+    return pipe_each(b, records)
+
+
+def test_sliding_windows_drop_a_none_value_before_it_moves_stream_time():
+    # a@1693's None value is dropped first (KStreamSlidingWindowAggregate): the stream time stays
+    # 400, so b@1199 (close time 1199 - 100) is on time and gets its left window [999,1199]
+    outputs, dropped = sliding_outputs(SlidingWindows.of_time_difference_and_grace(200, 100),
+                                       [("b", "x", 400), ("a", None, 1693), ("b", "y", 1199)])
+    assert outputs == [[("b@200/400", 1, 400)], [], [("b@999/1199", 1, 1199)]]
+    assert dropped == 1
+
+
+def test_sliding_windows_update_from_the_latest_start_down():
+    # difference 10: a@15 -> [5,15]; a@20 -> [16,26] (15's right window) and [10,20]. a@18:
+    # its windows from the latest start down (processReverse): [16,26] and [10,20] contain it,
+    # [5,15] ends before it (its aggregate seeds 18's left window [8,18]: 15 and 18); then 18's
+    # right window [19,29] holds 20. a@20 again: [19,29], [16,26], then its left window [10,20],
+    # which already holds a record at 20: nothing is created
+    outputs, _ = sliding_outputs(SlidingWindows.of_time_difference_and_grace(10, 100),
+                                 [("a", "v", 15), ("a", "v", 20), ("a", "v", 18), ("a", "v", 20)])
+    assert outputs[2:] == [[("a@16/26", 2, 20), ("a@10/20", 3, 20), ("a@8/18", 2, 18), ("a@19/29", 1, 20)],
+                           [("a@19/29", 2, 20), ("a@16/26", 3, 20), ("a@10/20", 4, 20)]]
+
+
+def test_a_cached_session_is_found_past_the_retention_of_the_store_below():
+    # gap 100, no grace: the store keeps sessions ending after its newest end - 100. a@200, b@300
+    # (the store below has seen end 300), then a@250 looks for a's sessions ending from 150 on:
+    # [200,200] is behind the store's retention but still cached (Kafka's CachingSessionStore
+    # reads its cache first): merged into [200,250]. The tombstone of [200,200] is not forwarded:
+    # the store below returns no old value for it (Kafka skips a delete of nothing)
+    outputs, _ = session_outputs(SessionWindows.of_inactivity_gap_with_no_grace(100),
+                                 [("a", 200), ("b", 300), ("a", 250)], caching=True)
+    assert outputs == [[("a@200/200", 1, 200)], [("b@300/300", 1, 300)], [("a@200/250", 2, 250)]]
+
+
+def test_session_final_results_are_scanned_by_end_whatever_the_retention():
+    # gap 100, grace 100: close time = stream time - 200, retention 200. c@3000 (close time 2800:
+    # nothing ended before it); a@2800 is on time (its session ends at 2800, not before 2800) but
+    # already behind the store's retention (3000 - 200); b@3100 (close time 2900) scans the
+    # sessions ending in [2800, 2899] after its put: Kafka's time-ordered session store keeps
+    # no retention there, so [2800,2800] is emitted, at its end
+    outputs = on_close_outputs(SessionWindows.of_inactivity_gap_and_grace(100, 100),
+                               [("c", 3000), ("a", 2800), ("b", 3100)], caching=False)
+    assert outputs == [[], [], [("a@2800/2800", 1, 2800)]]
 
 
 class _Context:
