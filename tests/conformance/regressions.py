@@ -6,7 +6,7 @@ xfails through known_gaps.py until that branch lands.
 
 from __future__ import annotations
 
-from vocabulary import CACHE, INPUT2, NO_CACHE
+from vocabulary import CACHE, INPUT2, NO_CACHE, RIGHT
 
 FIRST_SEED = 1_000_000  # apart from the random scenarios' seeds
 
@@ -16,6 +16,20 @@ def _windowed(kind: str, agg: str = "count", fn: str | None = None, emit: str = 
 
 
 _GROUP_BY_KEY = {"op": "group_by_key", "fn": None}
+
+
+def _join(op: str, kind: str, joiner: str, **fields) -> dict:
+    return {"op": op, "type": kind, "joiner": joiner, **fields}
+
+
+def _stream_join(kind: str, joiner: str, *, store: bool = False, other: tuple = (), **windows) -> dict:
+    spec = {"diff": 100, "grace": None, "before": None, "after": None, **windows}
+    return _join("stream_join", kind, joiner, windows=spec, store=store,
+                 other={"source": "stream", "source_store": True, "ops": list(other)})
+
+
+#: the other side of a join: builder.table("right") with its store named right-source-store
+_TABLE = {"source": "table", "source_store": True, "ops": []}
 
 #: name -> (family, source, ops, records, cache, extra scenario fields)
 _CASES = {
@@ -70,6 +84,27 @@ _CASES = {
                              [{"op": "group_by", "fn": "first_char"},
                               _windowed("sliding", "reduce", "longer", size=500)],
                              [["dd", "ab d ab", 500], [None, "abc abc d", 1000], [None, "abc", 1000]], NO_CACHE),
+    # --- joins (fixed on branch joinconf) -------------------------------------------------------
+    # a repartition topic keeps None keys when a left/outer join is downstream (KIP-962,
+    # InternalStreamsBuilder.rewriteRepartitionNodes): the outer side forwards joiner(value, None)
+    "join-null-key-repartition-outer": ("join", "stream",
+                                        [{"op": "map", "fn": "key_upper"},
+                                         _stream_join("outer", "both_or_none", diff=100, grace=50)],
+                                        [[None, "ba b", 142], [None, "a", 150, RIGHT]], NO_CACHE),
+    "join-null-key-repartition-left-table": ("join", "stream",
+                                             [{"op": "select_key", "fn": "key_upper"},
+                                              _join("stream_table_join", "left", "pair", other=_TABLE)],
+                                             [["a", "x", 1, RIGHT], ["A", "y", 2, RIGHT], [None, "ab", 3],
+                                              ["a", "b", 4]], NO_CACHE),
+    # the foreign-key join reads both tables through their value getters: an unmaterialized
+    # filter on the left, an unmaterialized value mapper on the right
+    "fk-join-value-getters": ("join", "table",
+                              [{"op": "table_filter", "fn": "value_has_a", "store": False},
+                               _join("fk_join", "inner", "pair", extractor="first_char", store=False,
+                                     other={"source": "table", "source_store": False,
+                                            "ops": [{"op": "table_map_values", "fn": "upper", "store": False}]})],
+                              [["a", "x", 1, RIGHT], ["k", "ab", 2], ["k", "bb", 3], ["a", "y", 4, RIGHT],
+                               ["j", "a", 5]], CACHE),
 }
 
 
