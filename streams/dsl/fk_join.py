@@ -76,6 +76,16 @@ class ForeignKeyJoinTable(KTable):
         self.store_name = self.result_store
         return self.result_store
 
+    def _enable_send_old_values(self, force: bool = True) -> bool:
+        """Kafka's KTableSource.enableSendingOldValues: a result without a store refuses unless
+        forced (a filter asks without force, and then forwards every filtered-out key as a
+        tombstone); forcing makes the store."""
+        if not self._send_old[0]:
+            if not force:
+                return False
+            self._send_old[0] = True
+        return True
+
 
 def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
             foreign_key_extractor: Callable[[Any], Any], *, left_join: bool,

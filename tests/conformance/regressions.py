@@ -105,6 +105,13 @@ _CASES = {
                                             "ops": [{"op": "table_map_values", "fn": "upper", "store": False}]})],
                               [["a", "x", 1, RIGHT], ["k", "ab", 2], ["k", "bb", 3], ["a", "y", 4, RIGHT],
                                ["j", "a", 5]], CACHE),
+    # a foreign-key join's result without a store refuses old values to a filter that does not
+    # force them (KTableSource.enableSendingOldValues(false)): the filter forwards a tombstone
+    "fk-join-result-filter-tombstone": ("join", "table",
+                                        [_join("fk_join", "left", "pair", extractor="first_char_not_b", store=False,
+                                               other=_TABLE),
+                                         {"op": "table_filter_not", "fn": "key_present", "store": True}],
+                                        [["a", "ab bb", 0]], NO_CACHE),
 }
 
 

@@ -322,6 +322,21 @@ def test_result_gets_a_store_when_a_later_operation_needs_old_values():
             in str(grouped.describe()))
 
 
+@pytest.mark.parametrize("store", [None, "joined"])
+def test_a_filter_below_the_result_forwards_tombstones_unless_the_result_has_a_store(run, store):
+    """KTable.filter asks its parent for old values without forcing it (Kafka's KTableFilter):
+    the result of an FK join without store= is a KTableSource that refuses, so the filter,
+    knowing no old value, forwards every key it filters out as a tombstone (and it stays
+    unmaterialized); with store= the result sends old values and the filter forwards nothing for
+    a key it never forwarded. o1 joins Ann at 2 (the larger timestamp) and is filtered out."""
+    r = run(True, store, lambda joined: joined.filter(lambda k, v: "Bob" in v).to_stream().to(
+        "out", key_serde=S, value_serde=S))
+    stores = "[joined]" if store else "[]"
+    assert f"KTABLE-FK-JOIN-OUTPUT-0000000018 (stores: {stores})" in str(r.driver.topology.describe())
+    r.customer("c1", "Ann", 1)
+    assert r.order("o1", "c1|x", 2) == ([] if store else [("o1", None, 2)])
+
+
 def test_chained_foreign_key_joins():
     """An FK join's result joined again by foreign key: the first result is read by key, so it
     gets its store. orders (id -> product) -> products (id -> "category:name") -> categories."""
