@@ -87,6 +87,6 @@ if __name__ == "__main__":
         small = minimise(int(arg))
         expected = runner.run_kafka_streams([small])[small["seed"]]
         got = vocabulary.run_eddy(small, str(runner.scratch_dir("eddy-minimise-")))
-        print(json.dumps({k: small[k] for k in ("seed", "family", "source", "ops", "cache_max_bytes", "records")}))
+        print(json.dumps(small))
         print(" eddy ", json.dumps(got))
         print(" kafka", json.dumps({k: expected[k] for k in ("output", "store")}))

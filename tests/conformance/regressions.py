@@ -112,6 +112,15 @@ _CASES = {
                                                other=_TABLE),
                                          {"op": "table_filter_not", "fn": "key_present", "store": True}],
                                         [["a", "ab bb", 0]], NO_CACHE),
+    # a materialized filter/map_values reads its old values from its own store and asks its
+    # parent none (KTableFilter / KTableMapValues): the filter above, built on an unnamed source,
+    # forwards Change(None, None) and the outer join's right side emits too
+    "table-join-materialized-node-old-values": (
+        "join", "table",
+        [_join("table_join", "outer", "pair", store=False,
+               other={"source": "self", "ops": [{"op": "table_filter_not", "fn": "key_present", "store": False},
+                                                {"op": "table_map_values", "fn": "upper", "store": True}]})],
+        [["b", "ab d bb", 300]], NO_CACHE, {"source_store": False}),
 }
 
 

@@ -16,8 +16,10 @@ out-of-order and late timestamps and timestamps on window boundaries are generat
 2n + 1 are one topology and its records without and with caching.
 
 Join scenarios (family ``join``, ``JOINS``): a join step joins the current KStream or KTable with
-the pipeline its ``other`` describes (over the topic ``right``, stores prefixed ``right-``) or
-with the global table of the topic ``global``; the records go to ``input`` and to that topic.
+the pipeline its ``other`` describes (over its ``topic``, ``right`` or ``right2``, its stores
+prefixed with the topic: ``right-source-store``, ``right-store-<i>``; or ``source: self``, the
+current stream or table itself through the side's operations, stores prefixed ``self-``) or with
+the global table of the topic ``global``; the records go to ``input`` and to those topics.
 
 ``ConformanceDriver.java`` builds the same topology with Kafka Streams from the same names: a
 function added here needs its twin there (same name, same result, same None handling), an
@@ -186,15 +188,15 @@ FAMILIES = ("stateless", "aggregate", "windowed", "table")
 #: the family of join scenarios, drawn apart from FAMILIES (see generate)
 JOIN_FAMILY = "join"
 JOIN_SHARE = 0.4
-RIGHT, GLOBAL = "right", "global"
-RIGHT_PREFIX = "right-"
+RIGHT, RIGHT2, GLOBAL = "right", "right2", "global"
 GLOBAL_STORE = "global-store"
 #: the stream operations before a join (the key-changing ones make it repartition)
 JOIN_STREAM_OPS = ("filter", "map_values", "flat_map_values", "select_key", "map")
 
 _KEYS = ["a", "b", "c", "dd", None]
 _WORDS = ["a", "b", "ab", "ba", "cab", "d", "abc", "bb"]
-_RIGHT_KEYS = ["a", "b", "c", "dd", "d", "A", None]  # some are keys a select_key makes
+_JOIN_KEYS = ["a", "b", "c", None]  # fewer keys than _KEYS: more matches
+_RIGHT_KEYS = ["a", "b", "c", "d", "A", None]  # some are keys a select_key makes
 _FOREIGN_KEYS = ["a", "b", "c", "d", "ab", "cab", None]  # what the foreign key extractors make
 _GLOBAL_KEYS = ["a", "b", "c", "d", "A", "B", None]  # what the key selectors make
 
@@ -358,51 +360,70 @@ def _join_windows(rng: random.Random) -> dict:
     return spec
 
 
-def _join_table(rng: random.Random) -> dict:
-    """A table to join: builder.table (its store named or not) or a stream's to_table, then maybe
-    filters and value mappers with and without a store (read through value getters)."""
-    ops: list = []
-    if rng.random() < 0.75:
-        side = {"source": "table", "source_store": rng.random() < 0.6}
-    else:
-        side = {"source": "stream", "source_store": True}
-        ops += _steps(rng, JOIN_STREAM_OPS, 1)
-        ops.append({"op": "to_table"})
-    for _ in range(rng.choice((0, 0, 1, 1, 2))):
+def _table_ops(rng: random.Random, least: int = 0) -> list:
+    ops = []
+    for _ in range(max(least, rng.choice((0, 0, 1, 1, 2)))):
         name = _pick(rng, TABLE_OPS)
         ops.append({"op": name, "fn": _pick(rng, TABLE_OPS[name]), "store": rng.random() < 0.5})
-    side["ops"] = ops
+    return ops
+
+
+def _join_table(rng: random.Random, topic: str = RIGHT) -> dict:
+    """A table to join over `topic`: builder.table (its store named or not) or a stream's
+    to_table, then maybe filters and value mappers with and without a store (read through value
+    getters)."""
+    if rng.random() < 0.75:
+        side = {"source": "table", "topic": topic, "source_store": rng.random() < 0.6, "ops": []}
+    else:
+        side = {"source": "stream", "topic": topic, "source_store": True,
+                "ops": _steps(rng, JOIN_STREAM_OPS, 1) + [{"op": "to_table"}]}
+    side["ops"] += _table_ops(rng)
     return side
+
+
+def _join_step(rng: random.Random, kind: str, nested: bool = False) -> dict:
+    """A join of `kind` with its other side: maybe the left side itself through operations
+    (``source: self``: one record updates both sides), maybe (not when `nested`) a table that is
+    itself a join's result (read through the join's value getter or its store)."""
+    step: dict = {"op": kind, "type": rng.choice(JOINS[kind]), "joiner": _pick(rng, JOINERS)}
+    r = rng.random()
+    if kind == "stream_join":
+        other = ({"source": "self", "ops": _steps(rng, JOIN_STREAM_OPS, 2) or [{"op": "map_values", "fn": "upper"}]}
+                 if r < 0.15 else {"source": "stream", "topic": RIGHT, "source_store": True,
+                                   "ops": _steps(rng, JOIN_STREAM_OPS, 2)})
+        step.update(windows=_join_windows(rng), store=rng.random() < 0.3, other=other)
+    elif kind == "global_join":
+        step.update(key_selector=_pick(rng, KEY_SELECTORS), store=rng.random() < 0.5)
+    else:
+        if r < 0.15 and kind != "stream_table_join":
+            step["other"] = {"source": "self", "ops": _table_ops(rng, 1)}
+        elif r < 0.35 and not nested:
+            side = _join_table(rng)
+            side["ops"].append(_join_step(rng, rng.choice(("table_join", "fk_join")), nested=True))
+            side["ops"] += _table_ops(rng)[:1]
+            step["other"] = side
+        else:
+            step["other"] = _join_table(rng, RIGHT2 if nested else RIGHT)
+        if kind == "fk_join":
+            step["extractor"] = _pick(rng, FK_EXTRACTORS)
+        if kind != "stream_table_join":
+            step["store"] = rng.random() < 0.5
+    return step
 
 
 def _join_family(rng: random.Random) -> tuple[dict, list]:
     """(the left side, the ops: the left side's, the join, maybe one more operation)."""
     kinds = ("stream_join", "stream_table_join", "global_join", "table_join", "fk_join")
     kind = rng.choices(kinds, weights=[3, 2, 1.5, 2.5, 3])[0]
-    step: dict = {"op": kind, "type": rng.choice(JOINS[kind]), "joiner": _pick(rng, JOINERS)}
-    if kind in STREAM_JOINS:
-        left = {"source": "stream", "source_store": True, "ops": _steps(rng, JOIN_STREAM_OPS, 2)}
-    else:
-        left = _join_table(rng)
-    if kind == "stream_join":
-        step.update(windows=_join_windows(rng), store=rng.random() < 0.3,
-                    other={"source": "stream", "source_store": True, "ops": _steps(rng, JOIN_STREAM_OPS, 2)})
-    elif kind == "global_join":
-        step.update(key_selector=_pick(rng, KEY_SELECTORS), store=rng.random() < 0.5)
-    else:
-        step["other"] = _join_table(rng)
-        if kind == "fk_join":
-            step["extractor"] = _pick(rng, FK_EXTRACTORS)
-        if kind != "stream_table_join":
-            step["store"] = rng.random() < 0.5
-    ops = left["ops"] + [step]
+    left = ({"source": "stream", "source_store": True, "ops": _steps(rng, JOIN_STREAM_OPS, 2)}
+            if kind in STREAM_JOINS else _join_table(rng, INPUT))
+    ops = left["ops"] + [_join_step(rng, kind)]
     if kind in STREAM_JOINS:
         ops += _steps(rng, ("filter", "map_values"), 1)
     else:  # old values downstream of the join: a filter, a value mapper or a re-keyed aggregate
         r = rng.random()
         if r < 0.3:
-            name = _pick(rng, TABLE_OPS)
-            ops.append({"op": name, "fn": _pick(rng, TABLE_OPS[name]), "store": rng.random() < 0.5})
+            ops += _table_ops(rng, 1)[:1]
         elif r < 0.45:
             agg = rng.choice(("count", "reduce"))
             ops.append({"op": TABLE_AGGREGATE, "by": _pick(rng, KV_MAPPERS), "agg": agg,
@@ -411,17 +432,32 @@ def _join_family(rng: random.Random) -> tuple[dict, list]:
 
 
 def join_step(scenario: dict) -> dict | None:
+    """The scenario's (first) join."""
     return next((step for step in scenario["ops"] if step["op"] in JOINS), None)
 
 
-def _join_records(rng: random.Random, step: dict) -> list:
-    """Records for the left topic and the join's other topic (more tombstones on a table's)."""
-    kind = step["op"]
-    other = GLOBAL if kind == "global_join" else RIGHT
-    other_keys = _GLOBAL_KEYS if kind == "global_join" else _FOREIGN_KEYS if kind == "fk_join" else _RIGHT_KEYS
-    other_is_table = kind != "stream_join"
+def _join_topics(ops: list, roles: dict) -> dict:
+    """{topic: what reads it: stream | table | fk (a foreign-key join's right table) | global}."""
+    for step in ops:
+        if step["op"] == "global_join":
+            roles[GLOBAL] = "global"
+        elif step["op"] in JOINS and step["other"]["source"] != "self":
+            roles[step["other"].get("topic", RIGHT)] = {"stream_join": "stream", "fk_join": "fk"}.get(
+                step["op"], "table")
+        if step["op"] in JOINS and "other" in step:
+            _join_topics(step["other"]["ops"], roles)
+    return roles
+
+
+_TOPIC_KEYS = {"stream": _RIGHT_KEYS, "table": _RIGHT_KEYS, "fk": _FOREIGN_KEYS, "global": _GLOBAL_KEYS}
+
+
+def _join_records(rng: random.Random, ops: list) -> list:
+    """Records for the left topic and the joins' other topics (more tombstones on a table's)."""
+    step = join_step({"ops": ops})
+    others = sorted(_join_topics(ops, {}).items())
     grid = spread = 100
-    if kind == "stream_join":
+    if step["op"] == "stream_join":
         w = step["windows"]
         grid = w["diff"]
         spread = max(50, w["diff"] + (w["before"] or 0) + (w["after"] or 0) + (w["grace"] or 0))
@@ -429,10 +465,11 @@ def _join_records(rng: random.Random, step: dict) -> list:
     ts = rng.choice([0, 1_000])
     for _ in range(rng.randint(1, 40)):
         ts = _next_timestamp(rng, ts, grid, spread)
-        if rng.random() < 0.5:
-            records.append([rng.choice(_KEYS), _value(rng), ts])
+        if not others or rng.random() < 0.5:
+            records.append([rng.choice(_JOIN_KEYS), _value(rng), ts])
         else:
-            records.append([rng.choice(other_keys), _value(rng, 0.25 if other_is_table else 0.15), ts, other])
+            topic, role = rng.choice(others)
+            records.append([rng.choice(_TOPIC_KEYS[role]), _value(rng, 0.15 if role == "stream" else 0.25), ts, topic])
     return records
 
 
@@ -446,7 +483,7 @@ def generate(seed: int) -> dict:
         left, ops = _join_family(rng)
         scenario = {"seed": seed, "family": JOIN_FAMILY, "source": left["source"], "ops": ops,
                     "cache_max_bytes": CACHE if seed % 2 else NO_CACHE,
-                    "records": _join_records(rng, join_step({"ops": ops}))}
+                    "records": _join_records(rng, ops)}
         if not left["source_store"]:
             scenario["source_store"] = False
         return scenario
@@ -596,7 +633,12 @@ def join_window_stores(step: dict, name: str) -> list:
             name + ("-other-join" if kind == "inner" else "-outer-other-join") + "-store"]
 
 
-def _eddy_join(builder: Any, current: Any, step: dict, name: str, built: _Built, input2: list) -> Any:
+def side_prefix(side: dict, prefix: str) -> str:
+    """The store name prefix of a join's other side in a pipeline of store `prefix`."""
+    return (prefix + "self" if side["source"] == "self" else side.get("topic", RIGHT)) + "-"
+
+
+def _eddy_join(builder: Any, current: Any, step: dict, name: str, prefix: str, built: _Built, input2: list) -> Any:
     from streams import Materialized, serdes
 
     kind, joiner = step["op"], JOINERS[step["joiner"]]
@@ -607,7 +649,8 @@ def _eddy_join(builder: Any, current: Any, step: dict, name: str, built: _Built,
         if step["store"]:
             built.stores.append((GLOBAL_STORE, "kv"))
         return getattr(current, method)(table, KEY_SELECTORS[step["key_selector"]], joiner)
-    other = _eddy_pipeline(builder, RIGHT, step["other"], RIGHT_PREFIX, built, input2)
+    side = step["other"]
+    other = _eddy_pipeline(builder, side.get("topic", RIGHT), side, side_prefix(side, prefix), built, input2, current)
     if kind == "stream_join":
         if step["store"]:
             built.stores.extend((store, "join_window") for store in join_window_stores(step, name))
@@ -639,12 +682,16 @@ def build_eddy(scenario: dict) -> _Built:
     return built
 
 
-def _eddy_pipeline(builder: Any, topic: str, spec: dict, prefix: str, built: _Built, input2: list) -> Any:
-    """`spec`'s source over `topic` and its ops (stores named with `prefix`): a KStream or a KTable."""
+def _eddy_pipeline(builder: Any, topic: str, spec: dict, prefix: str, built: _Built, input2: list,
+                   this: Any = None) -> Any:
+    """`spec`'s source over `topic` (``self``: `this`) and its ops (stores named with `prefix`): a
+    KStream or a KTable."""
     from streams import Materialized, serdes
 
     current: Any
-    if spec["source"] == "table":  # named: materialized (Kafka's sense) and compared
+    if spec["source"] == "self":
+        current = this
+    elif spec["source"] == "table":  # named: materialized (Kafka's sense) and compared
         named = spec.get("source_store", True)
         current = builder.table(topic, key_serde=serdes.STRING, value_serde=serdes.STRING,
                                 store=prefix + SOURCE_STORE if named else None)
@@ -655,7 +702,7 @@ def _eddy_pipeline(builder: Any, topic: str, spec: dict, prefix: str, built: _Bu
     for index, step in enumerate(spec["ops"]):
         op, fn, name = step["op"], step.get("fn"), store_name(index, prefix)
         if op in JOINS:
-            current = _eddy_join(builder, current, step, name, built, input2)
+            current = _eddy_join(builder, current, step, name, prefix, built, input2)
         elif op in STATELESS_OPS:
             current = _eddy_stream_step(builder, current, step, index, input2)
         elif op == "group_by":

@@ -283,7 +283,8 @@ public final class ConformanceDriver {
             name + (type.equals("inner") ? "-other-join" : "-outer-other-join") + "-store"};
     }
 
-    static Object join(StreamsBuilder builder, Object current, JsonNode step, String name, Built built, KStream[] input2) {
+    static Object join(StreamsBuilder builder, Object current, JsonNode step, String name, String prefix, Built built,
+                       KStream[] input2) {
         String kind = step.get("op").asText();
         String type = step.get("type").asText();
         BinaryOperator<String> j = fn(JOINERS, step, "joiner");
@@ -298,7 +299,10 @@ public final class ConformanceDriver {
             return type.equals("left") ? ((KStream) current).leftJoin(table, selector, joiner)
                 : ((KStream) current).join(table, selector, joiner);
         }
-        Object other = pipeline(builder, "right", step.get("other"), "right-", built, input2);
+        JsonNode side = step.get("other");
+        boolean self = side.get("source").asText().equals("self");
+        String topic = side.has("topic") ? side.get("topic").asText() : "right";
+        Object other = pipeline(builder, topic, side, (self ? prefix + "self" : topic) + "-", built, input2, current);
         if (kind.equals("stream_join")) {
             StreamJoined joined = StreamJoined.with(STRING, STRING, STRING);
             if (stored) {
@@ -333,14 +337,18 @@ public final class ConformanceDriver {
     }
 
     static Object build(StreamsBuilder builder, JsonNode scenario, Built built) {
-        Object current = pipeline(builder, "input", scenario, "", built, new KStream[] {null});
+        Object current = pipeline(builder, "input", scenario, "", built, new KStream[] {null}, null);
         return current instanceof KTable ? ((KTable) current).toStream() : current;
     }
 
-    /** spec's source over topic and its ops (stores named with prefix): a KStream or a KTable. */
-    static Object pipeline(StreamsBuilder builder, String topic, JsonNode spec, String prefix, Built built, KStream[] input2) {
+    /** spec's source over topic (self: the given stream or table) and its ops (stores named with
+     *  prefix): a KStream or a KTable. */
+    static Object pipeline(StreamsBuilder builder, String topic, JsonNode spec, String prefix, Built built, KStream[] input2,
+                           Object self) {
         Object current;
-        if (spec.get("source").asText().equals("table")) {
+        if (spec.get("source").asText().equals("self")) {
+            current = self;
+        } else if (spec.get("source").asText().equals("table")) {
             JsonNode named = spec.get("source_store");
             if (named == null || named.asBoolean()) {
                 current = builder.table(topic, Consumed.with(STRING, STRING), mat(prefix + "source-store", "string"));
@@ -357,7 +365,7 @@ public final class ConformanceDriver {
             String name = prefix + "store-" + ++index;
             switch (op) {
                 case "stream_join": case "stream_table_join": case "global_join": case "table_join": case "fk_join":
-                    current = join(builder, current, step, name, built, input2); break;
+                    current = join(builder, current, step, name, prefix, built, input2); break;
                 case "filter": case "filter_not": case "select_key": case "map_values": case "flat_map_values":
                 case "map": case "flat_map": case "merge": case "split":
                     current = streamStep(builder, (KStream) current, step, index, input2); break;
