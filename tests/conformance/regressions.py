@@ -121,6 +121,17 @@ _CASES = {
                other={"source": "self", "ops": [{"op": "table_filter_not", "fn": "key_present", "store": False},
                                                 {"op": "table_map_values", "fn": "upper", "store": True}]})],
         [["b", "ab d bb", 300]], NO_CACHE, {"source_store": False}),
+    # Kafka's driver takes the records of its internal topics lowest head timestamp first, ties
+    # in java.util.PriorityQueue's order (PartitionGroup): both sides of a self-join repartitioned
+    # at one timestamp take turns
+    "self-join-repartition-order": ("join", "stream",
+                                    [{"op": "select_key", "fn": "key_upper"},
+                                     _join("stream_join", "left", "both_or_none",
+                                           windows={"diff": 300, "grace": None, "before": 50, "after": None},
+                                           store=False,
+                                           other={"source": "self",
+                                                  "ops": [{"op": "flat_map_values", "fn": "words"}]})],
+                                    [["b", "abc a d", 0], ["b", "ba b", 0]], NO_CACHE),
 }
 
 
