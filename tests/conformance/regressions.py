@@ -132,6 +132,18 @@ _CASES = {
                                            other={"source": "self",
                                                   "ops": [{"op": "flat_map_values", "fn": "words"}]})],
                                     [["b", "abc a d", 0], ["b", "ba b", 0]], NO_CACHE),
+    # a table join's value getter gives no result when the joiner returns None
+    # (ValueAndTimestamp.make): the foreign-key join reading it sends no response for a
+    # PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE subscription
+    "fk-join-over-join-getter-none": ("join", "stream",
+                                      [_GROUP_BY_KEY, {"op": "reduce", "fn": "max"},
+                                       _join("fk_join", "inner", "both_or_none", extractor="first_char", store=True,
+                                             other={"source": "table", "topic": RIGHT, "source_store": False,
+                                                    "ops": [_join("table_join", "outer", "both_or_none", store=False,
+                                                                  other={"source": "table", "topic": "right2",
+                                                                         "source_store": True, "ops": []})]})],
+                                      [["a", "d b", 99], ["d", "d ab ba", 99, RIGHT], ["a", "bb cab cab", 99]],
+                                      NO_CACHE),
 }
 
 

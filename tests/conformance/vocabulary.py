@@ -188,7 +188,7 @@ FAMILIES = ("stateless", "aggregate", "windowed", "table")
 #: the family of join scenarios, drawn apart from FAMILIES (see generate)
 JOIN_FAMILY = "join"
 JOIN_SHARE = 0.4
-RIGHT, RIGHT2, GLOBAL = "right", "right2", "global"
+RIGHT, RIGHT2, RIGHT3, GLOBAL = "right", "right2", "right3", "global"
 GLOBAL_STORE = "global-store"
 #: the stream operations before a join (the key-changing ones make it repartition)
 JOIN_STREAM_OPS = ("filter", "map_values", "flat_map_values", "select_key", "map")
@@ -372,24 +372,30 @@ def _join_table(rng: random.Random, topic: str = RIGHT) -> dict:
     """A table to join over `topic`: builder.table (its store named or not) or a stream's
     to_table, then maybe filters and value mappers with and without a store (read through value
     getters)."""
-    if rng.random() < 0.75:
+    r = rng.random()
+    if r < 0.65:
         side = {"source": "table", "topic": topic, "source_store": rng.random() < 0.6, "ops": []}
-    else:
+    elif r < 0.85:
         side = {"source": "stream", "topic": topic, "source_store": True,
                 "ops": _steps(rng, JOIN_STREAM_OPS, 1) + [{"op": "to_table"}]}
+    else:  # an aggregation's table (String values: reduce)
+        side = {"source": "stream", "topic": topic, "source_store": True,
+                "ops": [_grouping(rng), {"op": "reduce", "fn": _pick(rng, REDUCERS)}]}
     side["ops"] += _table_ops(rng)
     return side
 
 
-def _join_step(rng: random.Random, kind: str, nested: bool = False) -> dict:
-    """A join of `kind` with its other side: maybe the left side itself through operations
-    (``source: self``: one record updates both sides), maybe (not when `nested`) a table that is
-    itself a join's result (read through the join's value getter or its store)."""
+def _join_step(rng: random.Random, kind: str, nested: bool = False, topic: str = RIGHT) -> dict:
+    """A join of `kind` with its other side over `topic`: maybe the left side itself through
+    operations (``source: self``: one record updates both sides), maybe (not when `nested`) a
+    table that is itself a join's result (read through the join's value getter or its store),
+    over ``right2``. Every side reads a topic of its own (Eddy refuses a topic read twice, which
+    Kafka merges into one source)."""
     step: dict = {"op": kind, "type": rng.choice(JOINS[kind]), "joiner": _pick(rng, JOINERS)}
     r = rng.random()
     if kind == "stream_join":
         other = ({"source": "self", "ops": _steps(rng, JOIN_STREAM_OPS, 2) or [{"op": "map_values", "fn": "upper"}]}
-                 if r < 0.15 else {"source": "stream", "topic": RIGHT, "source_store": True,
+                 if r < 0.15 else {"source": "stream", "topic": topic, "source_store": True,
                                    "ops": _steps(rng, JOIN_STREAM_OPS, 2)})
         step.update(windows=_join_windows(rng), store=rng.random() < 0.3, other=other)
     elif kind == "global_join":
@@ -398,12 +404,12 @@ def _join_step(rng: random.Random, kind: str, nested: bool = False) -> dict:
         if r < 0.15 and kind != "stream_table_join":
             step["other"] = {"source": "self", "ops": _table_ops(rng, 1)}
         elif r < 0.35 and not nested:
-            side = _join_table(rng)
-            side["ops"].append(_join_step(rng, rng.choice(("table_join", "fk_join")), nested=True))
+            side = _join_table(rng, topic)
+            side["ops"].append(_join_step(rng, rng.choice(("table_join", "fk_join")), nested=True, topic=RIGHT2))
             side["ops"] += _table_ops(rng)[:1]
             step["other"] = side
         else:
-            step["other"] = _join_table(rng, RIGHT2 if nested else RIGHT)
+            step["other"] = _join_table(rng, topic)
         if kind == "fk_join":
             step["extractor"] = _pick(rng, FK_EXTRACTORS)
         if kind != "stream_table_join":
@@ -420,6 +426,8 @@ def _join_family(rng: random.Random) -> tuple[dict, list]:
     ops = left["ops"] + [_join_step(rng, kind)]
     if kind in STREAM_JOINS:
         ops += _steps(rng, ("filter", "map_values"), 1)
+        if rng.random() < 0.2:  # the joined stream (out of order after a left/outer join) joined again
+            ops.append(_join_step(rng, rng.choice(("stream_join", "stream_table_join")), nested=True, topic=RIGHT3))
     else:  # old values downstream of the join: a filter, a value mapper or a re-keyed aggregate
         r = rng.random()
         if r < 0.3:
