@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from streams import serdes as _serdes
+from streams.dsl.ops.stateless import PassThroughProcessor
 from streams.topology import Topology
 
 
@@ -103,8 +104,6 @@ class RepartitionNode(GraphNode):
         _defer(topology, self.key_serde, self.value_serde, *self.deferred_serdes)
         parent = self.parents
         if self.filter_supplier is not None:
-            from streams.dsl.ops.stateless import PassThroughProcessor  # the DSL's operators import this module
-
             supplier = PassThroughProcessor if self.keeps_null_keys else self.filter_supplier
             topology.add_processor(self.filter_name, supplier, *self.parents)
             parent = (self.filter_name,)
