@@ -3,9 +3,9 @@
 value, timestamp) and final store contents compared one by one.
 
 All scenarios of a run go through one JVM (a module fixture), which runs them in the background
-while the tests compare; ``EDDY_CONFORMANCE_SCENARIOS`` sets how many random ones (default 400:
-200 topologies, each without and with caching), ``EDDY_CONFORMANCE_SEED`` the first seed
-(default 0). A mismatch names its seed: ``vocabulary.generate(seed)`` rebuilds the scenario and
+while the tests compare; ``EDDY_CONFORMANCE_SCENARIOS`` sets how many random ones (default 500:
+250 topologies, each without and with caching, about 40% of them joins),
+``EDDY_CONFORMANCE_SEED`` the first seed (default 0). A mismatch names its seed: ``vocabulary.generate(seed)`` rebuilds the scenario and
 ``python tests/conformance/minimise.py SEED`` shrinks it. A mismatch a known gap explains
 (known_gaps.py: fixed on another branch) xfails with that gap's reason.
 """
@@ -28,7 +28,7 @@ import vocabulary  # noqa: E402
 
 from streams.testing.maven_jars import JarFetchError  # noqa: E402
 
-COUNT = int(os.environ.get("EDDY_CONFORMANCE_SCENARIOS", "400"))
+COUNT = int(os.environ.get("EDDY_CONFORMANCE_SCENARIOS", "500"))
 FIRST_SEED = int(os.environ.get("EDDY_CONFORMANCE_SEED", "0"))
 SEEDS = list(range(FIRST_SEED, FIRST_SEED + COUNT))
 
