@@ -27,8 +27,10 @@ the internal topics read as Kafka's):
        the left table's store) -> KTABLE-FK-JOIN-OUTPUT-<n> (the result table; its store is the
        given one or KTABLE-FK-JOIN-OUTPUT-STATE-STORE-<n>, made only when asked for or needed)
 
-Both tables must be readable by key: a table with a store (a source, an aggregation, a
-materialized filter/map_values, another join's result). Serdes: the foreign key's is the right
+Both tables are read by key through their value getters (streams/dsl/ops/value_getter.py): a
+table's store (a source, an aggregation, a materialized filter/map_values, another join's
+result, whose store is then made), or a filter/map_values without a store computed over its
+parent's getter, as Kafka. Serdes: the foreign key's is the right
 table's key serde, the hash uses the left table's value serde, the result's value serde comes
 from `store=` (then `default.value.serde`), each falling back to the config's defaults.
 """
@@ -74,16 +76,15 @@ class ForeignKeyJoinTable(KTable):
         self.store_name = self.result_store
         return self.result_store
 
-
-def _store_of(table: KTable, side: str) -> str:
-    """The store a join reads `table` from by key (Kafka's value getter)."""
-    if isinstance(table, ForeignKeyJoinTable):
-        return table.materialize()
-    if table.store_name is None:
-        raise TopologyError(
-            f"the foreign-key join reads its {side} table {table.name!r} by key, but that table has no store: "
-            "pass store= to the filter/map_values that made it")
-    return table.store_name
+    def _enable_send_old_values(self, force: bool = True) -> bool:
+        """Kafka's KTableSource.enableSendingOldValues: a result without a store refuses unless
+        forced (a filter asks without force, and then forwards every filtered-out key as a
+        tombstone); forcing makes the store."""
+        if not self._send_old[0]:
+            if not force:
+                return False
+            self._send_old[0] = True
+        return True
 
 
 def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
@@ -97,11 +98,13 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
     N.check_fn(joiner, f"{op} joiner")
     N.check_fn(foreign_key_extractor, f"{op} foreign_key_extractor")
     mat = as_materialized(store, op)
-    left_store, right_store = _store_of(this, "left"), _store_of(other, "right")
     # both sides send old values: the left's tell the send processor which subscription to delete,
     # the right's are Kafka's (identical values need no fan-out)
     other._enable_send_old_values()
     this._enable_send_old_values()
+    # both tables are read by key through their value getters (Kafka's valueGetterSupplier): a
+    # table's store, or an unmaterialized filter/map_values computed over its parent's
+    left_getter, right_getter = this._value_getter_supplier(op), other._value_getter_supplier(op)
 
     graph = this._builder._graph
     new = graph.new_name
@@ -143,7 +146,7 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
                                     lambda: SubscriptionReceiveProcessor(subscription_store, key_schema),
                                     store_builder=subscription_builder, store_name=subscription_store))
     graph.add(ProcessorWithStoresNode(subscription_join_name, (receive_name,),
-                                      lambda: SubscriptionJoinProcessor(right_store), (right_store,)))
+                                      lambda: SubscriptionJoinProcessor(right_getter), right_getter.store_names))
     graph.add(ProcessorWithStoresNode(foreign_join_name, (other.name,),
                                       lambda: ForeignTableJoinProcessor(subscription_store, key_schema),
                                       (subscription_store,)))
@@ -152,7 +155,7 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
         primary_key_serde, response_serde, response_partitioner, copartition_with=this.name,
         deferred_serdes=N.deferred(foreign_value_serde)))
     graph.add(ProcessorWithStoresNode(resolver_name, (response_source,), lambda: ResponseJoinProcessor(
-        left_store, left_value_serde, joiner, left_join=left_join), (left_store,)))
+        left_getter, left_value_serde, joiner, left_join=left_join), left_getter.store_names))
 
     result_store_where = f"table store {name_of_store!r}"
     store_key = N.key_or_default(mat.key_serde or this.key_serde, result_store_where)

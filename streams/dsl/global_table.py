@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streams.dsl import naming as N
-from streams.dsl.graph import ProcessorGraphNode
+from streams.dsl.graph import StreamGlobalTableJoinNode
 from streams.dsl.ops.stream_join import StreamTableJoinProcessor
 from streams.dsl.ops.value_getter import StoreValueGetter
 from streams.errors import TopologyError
@@ -62,6 +62,6 @@ def stream_global_join(stream: "KStream", global_table: GlobalKTable, key_select
     graph = stream._builder._graph
     name = graph.new_name(N.LEFTJOIN)
     table = StoreValueGetter(global_table.store_name)  # every processor may read a global store
-    graph.add(ProcessorGraphNode(name, (stream.name,),
-                                 lambda: StreamTableJoinProcessor(table, joiner, left, key_selector=key_selector)))
+    graph.add(StreamGlobalTableJoinNode(name, (stream.name,), lambda: StreamTableJoinProcessor(
+        table, joiner, left, key_selector=key_selector), relaxed_null_key_join=left))
     return KStream(stream._builder, name, stream.key_serde, None, stream._repartition_required)

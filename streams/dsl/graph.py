@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from streams import serdes as _serdes
+from streams.dsl.ops.stateless import PassThroughProcessor
 from streams.topology import Topology
 
 
@@ -23,6 +24,9 @@ class GraphNode:
 
     name: str
     parents: tuple[str, ...]
+    #: a join that lets None-key records through (Kafka's NULL_KEY_RELAXED_JOIN label: stream-stream
+    #: left/outer joins, stream-table and stream-global-table left joins, KIP-962)
+    relaxed_null_key_join = False
 
     def write(self, topology: Topology) -> None:
         raise NotImplementedError
@@ -57,6 +61,14 @@ class ProcessorGraphNode(GraphNode):
 
 
 @dataclass
+class StreamGlobalTableJoinNode(ProcessorGraphNode):
+    """A stream-global-table join (Kafka's StreamTableJoinNode without stores: every processor may
+    read a global store)."""
+
+    relaxed_null_key_join: bool = False  # a left join
+
+
+@dataclass
 class StatefulProcessorNode(ProcessorGraphNode):
     """A processor with the store it owns (the store's builder, added with the processor)."""
 
@@ -84,13 +96,16 @@ class RepartitionNode(GraphNode):
     value_serde: Any = None
     deferred_serdes: tuple = ()
     num_partitions: Optional[int] = None  # fixed by repartition(num_partitions=)
+    #: set by Graph.to_topology: a join downstream takes None keys, so the filter passes them
+    keeps_null_keys: bool = False
 
     def write(self, topology: Topology) -> None:
         topology.add_internal_topic(self.topic, num_partitions=self.num_partitions)
         _defer(topology, self.key_serde, self.value_serde, *self.deferred_serdes)
         parent = self.parents
         if self.filter_supplier is not None:
-            topology.add_processor(self.filter_name, self.filter_supplier, *self.parents)
+            supplier = PassThroughProcessor if self.keeps_null_keys else self.filter_supplier
+            topology.add_processor(self.filter_name, supplier, *self.parents)
             parent = (self.filter_name,)
         topology.add_sink(self.sink_name, self.topic, *parent, key_serde=self.key_serde,
                           value_serde=self.value_serde)
@@ -295,6 +310,7 @@ class StreamStreamJoinNode(GraphNode):
     other_store: Any = None
     outer_store: Any = None
     deferred_serdes: tuple = ()
+    relaxed_null_key_join: bool = False  # a left or outer join
 
     def write(self, topology: Topology) -> None:
         _defer(topology, *self.deferred_serdes)
@@ -320,6 +336,7 @@ class StreamTableJoinNode(GraphNode):
     supplier: Callable[[], Any] = None  # type: ignore[assignment]
     table_node: str = ""
     store_names: tuple = ()
+    relaxed_null_key_join: bool = False  # a left join
 
     def write(self, topology: Topology) -> None:
         topology.add_processor(self.name, self.supplier, *self.parents)
@@ -380,6 +397,25 @@ class Graph:
 
     def to_topology(self, topology: Optional[Topology] = None) -> Topology:
         topology = topology if topology is not None else Topology()
+        relaxed = self._upstream_of_relaxed_joins()
         for node in self.nodes:
+            if isinstance(node, RepartitionNode):
+                node.keeps_null_keys = node.name in relaxed
             node.write(topology)
         return topology
+
+    def _upstream_of_relaxed_joins(self) -> set[str]:
+        """The nodes with a None-key relaxed join downstream (Kafka's
+        NodesWithRelaxedNullKeyJoinDownstream): a repartition among them keeps its None-key records,
+        the others drop them (InternalStreamsBuilder.rewriteRepartitionNodes)."""
+        by_name = {node.name: node for node in self.nodes}
+        found: set[str] = set()
+        todo = [parent for node in self.nodes if node.relaxed_null_key_join for parent in node.parents]
+        while todo:
+            name = todo.pop()
+            if name not in found:
+                found.add(name)
+                upstream = by_name.get(name)
+                if upstream is not None:
+                    todo.extend(upstream.parents)
+        return found

@@ -479,7 +479,7 @@ class KStream:
             other_supplier=shared.side(False), windowed_supplier=PassThroughProcessor,
             merge_supplier=PassThroughProcessor, this_store=window_store(this_store, this_vs),
             other_store=window_store(other_store, other_vs), outer_store=outer_builder,
-            deferred_serdes=N.deferred(key_serde, this_vs, other_vs)))
+            deferred_serdes=N.deferred(key_serde, this_vs, other_vs), relaxed_null_key_join=left_outer))
         return KStream(self._builder, merge, this.key_serde, None)
 
     def _stream_table_join(self, op: str, table: Any, joiner: Any, left: bool) -> "KStream":
@@ -490,7 +490,7 @@ class KStream:
         name = graph.new_name(N.LEFTJOIN if left else N.JOIN)
         getter = table._value_getter_supplier(op)
         graph.add(StreamTableJoinNode(name, (this._node,), lambda: StreamTableJoinProcessor(getter, joiner, left),
-                                      table._node, getter.store_names))
+                                      table._node, getter.store_names, relaxed_null_key_join=left))
         return KStream(self._builder, name, this.key_serde, None)
 
 

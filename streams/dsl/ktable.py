@@ -72,10 +72,10 @@ class KTable:
         """Kafka's KTableImpl.enableSendingOldValues(forceMaterialization): switch old values on
         here and upstream; without `force` a source that is not materialized in Kafka's sense (its
         store unnamed and not forced yet) refuses, and so does every unmaterialized node below it.
-        A materialized node in Kafka reads its old values from its own store; Eddy's compute them
-        from their parent's, so there the parent is asked with force (sources always keep a store
-        here, so that only switches flags). A table-table join's result asks both its sides with
-        force (Kafka's KTableKTableJoinMerger)."""
+        A materialized filter/map_values reads its old values from its own store and asks its
+        parent nothing (Kafka's KTableFilter / KTableMapValues): a filter above it that was not
+        asked keeps forwarding tombstones of keys it never forwarded. A table-table join's result
+        asks both its sides with force (Kafka's KTableKTableJoinMerger)."""
         if self._send_old[0]:
             return True
         parent = self._parent
@@ -85,9 +85,7 @@ class KTable:
         elif parent is None:
             if self._source and not force and self._queryable is None and not self._read_by_key:
                 return False
-        elif self._queryable is not None:
-            parent._enable_send_old_values(True)
-        elif not parent._enable_send_old_values(force):
+        elif self._queryable is None and not parent._enable_send_old_values(force):
             return False
         self._send_old[0] = True
         return True

@@ -3,8 +3,9 @@
 Each sub-topology runs as one task (partition 0) on the same `TaskEngine` the real runtime uses.
 Every piped record is processed, then stream-time punctuation runs and all tasks commit (caches
 flush, as Kafka's driver commits after every record). Records produced to internal topics
-(repartition) or to any topic a source reads are fed back in, in order, before `pipe_input`
-returns. Everything produced (outputs, repartition and changelog records) is kept in
+(repartition) or to any topic a source reads are fed back in before `pipe_input` returns, in the
+order Kafka's driver takes them (streams/testing/record_order.py: lowest head timestamp first
+across topics). Everything produced (outputs, repartition and changelog records) is kept in
 `producer_history()`. Records piped (or produced) to the topic of a global store update that
 store at once through the App's own GlobalStateUpdateTask; every task can read it.
 
@@ -37,6 +38,7 @@ from streams.engine import TaskEngine
 from streams.engine.global_task import GlobalStateUpdateTask, global_update_task
 from streams.engine.task_engine import raw_message
 from streams.processor import _normalize_headers
+from streams.testing.record_order import TaskQueues
 from streams.runtime.config import StreamsConfig
 from streams.topology import Topology, changelog_topic_name
 
@@ -133,7 +135,10 @@ class TopologyTestDriver:
         self._closed = False
         self._collector = _Collector(self)
         self._outputs: dict[str, collections.deque[ProducerRecord]] = collections.defaultdict(collections.deque)
-        self._pending: collections.deque[ProducerRecord] = collections.deque()
+        # what the topology produced to topics it reads: global ones applied after the record
+        # that produced them, the others queued as in Kafka's driver (record_order.py)
+        self._pending = TaskQueues()
+        self._pending_global: list[ProducerRecord] = []
         self._engines: list[TaskEngine] = []
         self._engine_for_topic: dict[str, TaskEngine] = {}
         self._store_owner: dict[str, TaskEngine] = {}
@@ -204,8 +209,10 @@ class TopologyTestDriver:
 
     def _on_produced(self, record: ProducerRecord) -> None:
         self._outputs[record.topic].append(record)
-        if record.topic in self._engine_for_topic or record.topic in self._global_topics:
-            self._pending.append(record)
+        if record.topic in self._global_topics:
+            self._pending_global.append(record)
+        if record.topic in self._engine_for_topic:
+            self._pending.add(record)
 
     def _process_one(self, topic: str, offset: int, key: bytes | None, value: bytes | None,
                      timestamp: int, headers: Any) -> None:
@@ -230,14 +237,29 @@ class TopologyTestDriver:
                 manager.checkpoint()
 
     def _drain(self) -> None:
+        """Process what the records so far produced to topics the topology reads, as Kafka's
+        driver: after each record, its global records update their stores, then the next queued
+        record is taken in Kafka's order (TaskQueues)."""
         pending = self._pending
         try:
+            self._apply_global_records()
             while pending:
-                rec = pending.popleft()
+                rec = pending.pop()
                 self._process_one(rec.topic, rec.offset, rec.key, rec.value, rec.timestamp, rec.headers)
+                self._apply_global_records()
         except BaseException:
-            pending.clear()  # a failed pipe must not leak half-routed records into the next one
+            self._clear_pending()  # a failed pipe must not leak half-routed records into the next one
             raise
+
+    def _apply_global_records(self) -> None:
+        produced = self._pending_global
+        while produced:
+            rec = produced.pop(0)
+            self._process_one(rec.topic, rec.offset, rec.key, rec.value, rec.timestamp, rec.headers)
+
+    def _clear_pending(self) -> None:
+        self._pending.clear()
+        self._pending_global.clear()
 
     def pipe_raw(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
                  headers: Any = None) -> None:
@@ -248,7 +270,7 @@ class TopologyTestDriver:
         try:
             self._process_one(topic, offset, key, value, timestamp, _normalize_headers(headers))
         except BaseException:
-            self._pending.clear()
+            self._clear_pending()
             raise
         self._drain()
 

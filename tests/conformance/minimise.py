@@ -3,7 +3,8 @@
     python tests/conformance/minimise.py SEED [SEED...]
 
 Each round builds every one-step reduction of the current scenario (drop a record, drop a half
-of the records, drop an operation, reset a timestamp to its predecessor's), runs them all through
+of the records, drop an operation, also one of a join's other side, reset a timestamp to its
+predecessor's), runs them all through
 Kafka Streams in one JVM and through Eddy, and keeps the smallest that still mismatches in the
 same part (output or store) without failing on either side; it stops when none does. Prints the
 minimal scenario as JSON (feed it to ``vocabulary.run_eddy`` and ``runner.run_kafka_streams``).
@@ -36,6 +37,10 @@ def _candidates(scenario: dict) -> list[dict]:
     shapes = [dict(scenario, records=r) for r in out]
     for i in range(len(ops)):  # an op may be droppable (the JVM or Eddy rejects what is not)
         shapes.append(dict(scenario, ops=ops[:i] + ops[i + 1:]))
+        side = ops[i].get("other")
+        for j in range(len(side["ops"]) if side else 0):  # and so may one of a join's other side
+            step = dict(ops[i], other=dict(side, ops=side["ops"][:j] + side["ops"][j + 1:]))
+            shapes.append(dict(scenario, ops=ops[:i] + [step] + ops[i + 1:]))
     for i in range(1, n):
         if records[i][2] != records[i - 1][2]:
             r = copy.deepcopy(records)
@@ -87,6 +92,6 @@ if __name__ == "__main__":
         small = minimise(int(arg))
         expected = runner.run_kafka_streams([small])[small["seed"]]
         got = vocabulary.run_eddy(small, str(runner.scratch_dir("eddy-minimise-")))
-        print(json.dumps({k: small[k] for k in ("seed", "family", "source", "ops", "cache_max_bytes", "records")}))
+        print(json.dumps(small))
         print(" eddy ", json.dumps(got))
         print(" kafka", json.dumps({k: expected[k] for k in ("output", "store")}))

@@ -6,7 +6,7 @@ xfails through known_gaps.py until that branch lands.
 
 from __future__ import annotations
 
-from vocabulary import CACHE, INPUT2, NO_CACHE
+from vocabulary import CACHE, INPUT2, NO_CACHE, RIGHT
 
 FIRST_SEED = 1_000_000  # apart from the random scenarios' seeds
 
@@ -16,6 +16,20 @@ def _windowed(kind: str, agg: str = "count", fn: str | None = None, emit: str = 
 
 
 _GROUP_BY_KEY = {"op": "group_by_key", "fn": None}
+
+
+def _join(op: str, kind: str, joiner: str, **fields) -> dict:
+    return {"op": op, "type": kind, "joiner": joiner, **fields}
+
+
+def _stream_join(kind: str, joiner: str, *, store: bool = False, other: tuple = (), **windows) -> dict:
+    spec = {"diff": 100, "grace": None, "before": None, "after": None, **windows}
+    return _join("stream_join", kind, joiner, windows=spec, store=store,
+                 other={"source": "stream", "source_store": True, "ops": list(other)})
+
+
+#: the other side of a join: builder.table("right") with its store named right-source-store
+_TABLE = {"source": "table", "source_store": True, "ops": []}
 
 #: name -> (family, source, ops, records, cache, extra scenario fields)
 _CASES = {
@@ -107,6 +121,66 @@ _CASES = {
                                  [["b", None, 143], ["a", "cab", 152]], NO_CACHE),
     "session-tombstone-time": ("windowed", "stream", [_GROUP_BY_KEY, _windowed("session", gap=100)],
                                [["a", "x", 599], ["a", "y", 644]], CACHE),
+    # --- joins (fixed on branch joinconf) -------------------------------------------------------
+    # a repartition topic keeps None keys when a left/outer join is downstream (KIP-962,
+    # InternalStreamsBuilder.rewriteRepartitionNodes): the outer side forwards joiner(value, None)
+    "join-null-key-repartition-outer": ("join", "stream",
+                                        [{"op": "map", "fn": "key_upper"},
+                                         _stream_join("outer", "both_or_none", diff=100, grace=50)],
+                                        [[None, "ba b", 142], [None, "a", 150, RIGHT]], NO_CACHE),
+    "join-null-key-repartition-left-table": ("join", "stream",
+                                             [{"op": "select_key", "fn": "key_upper"},
+                                              _join("stream_table_join", "left", "pair", other=_TABLE)],
+                                             [["a", "x", 1, RIGHT], ["A", "y", 2, RIGHT], [None, "ab", 3],
+                                              ["a", "b", 4]], NO_CACHE),
+    # the foreign-key join reads both tables through their value getters: an unmaterialized
+    # filter on the left, an unmaterialized value mapper on the right
+    "fk-join-value-getters": ("join", "table",
+                              [{"op": "table_filter", "fn": "value_has_a", "store": False},
+                               _join("fk_join", "inner", "pair", extractor="first_char", store=False,
+                                     other={"source": "table", "source_store": False,
+                                            "ops": [{"op": "table_map_values", "fn": "upper", "store": False}]})],
+                              [["a", "x", 1, RIGHT], ["k", "ab", 2], ["k", "bb", 3], ["a", "y", 4, RIGHT],
+                               ["j", "a", 5]], CACHE),
+    # a foreign-key join's result without a store refuses old values to a filter that does not
+    # force them (KTableSource.enableSendingOldValues(false)): the filter forwards a tombstone
+    "fk-join-result-filter-tombstone": ("join", "table",
+                                        [_join("fk_join", "left", "pair", extractor="first_char_not_b", store=False,
+                                               other=_TABLE),
+                                         {"op": "table_filter_not", "fn": "key_present", "store": True}],
+                                        [["a", "ab bb", 0]], NO_CACHE),
+    # a materialized filter/map_values reads its old values from its own store and asks its
+    # parent none (KTableFilter / KTableMapValues): the filter above, built on an unnamed source,
+    # forwards Change(None, None) and the outer join's right side emits too
+    "table-join-materialized-node-old-values": (
+        "join", "table",
+        [_join("table_join", "outer", "pair", store=False,
+               other={"source": "self", "ops": [{"op": "table_filter_not", "fn": "key_present", "store": False},
+                                                {"op": "table_map_values", "fn": "upper", "store": True}]})],
+        [["b", "ab d bb", 300]], NO_CACHE, {"source_store": False}),
+    # Kafka's driver takes the records of its internal topics lowest head timestamp first, ties
+    # in java.util.PriorityQueue's order (PartitionGroup): both sides of a self-join repartitioned
+    # at one timestamp take turns
+    "self-join-repartition-order": ("join", "stream",
+                                    [{"op": "select_key", "fn": "key_upper"},
+                                     _join("stream_join", "left", "both_or_none",
+                                           windows={"diff": 300, "grace": None, "before": 50, "after": None},
+                                           store=False,
+                                           other={"source": "self",
+                                                  "ops": [{"op": "flat_map_values", "fn": "words"}]})],
+                                    [["b", "abc a d", 0], ["b", "ba b", 0]], NO_CACHE),
+    # a table join's value getter gives no result when the joiner returns None
+    # (ValueAndTimestamp.make): the foreign-key join reading it sends no response for a
+    # PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE subscription
+    "fk-join-over-join-getter-none": ("join", "stream",
+                                      [_GROUP_BY_KEY, {"op": "reduce", "fn": "max"},
+                                       _join("fk_join", "inner", "both_or_none", extractor="first_char", store=True,
+                                             other={"source": "table", "topic": RIGHT, "source_store": False,
+                                                    "ops": [_join("table_join", "outer", "both_or_none", store=False,
+                                                                  other={"source": "table", "topic": "right2",
+                                                                         "source_store": True, "ops": []})]})],
+                                      [["a", "d b", 99], ["d", "d ab ba", 99, RIGHT], ["a", "bb cab cab", 99]],
+                                      NO_CACHE),
 }
 
 

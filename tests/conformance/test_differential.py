@@ -3,9 +3,9 @@
 value, timestamp) and final store contents compared one by one.
 
 All scenarios of a run go through one JVM (a module fixture), which runs them in the background
-while the tests compare; ``EDDY_CONFORMANCE_SCENARIOS`` sets how many random ones (default 400:
-200 topologies, each without and with caching), ``EDDY_CONFORMANCE_SEED`` the first seed
-(default 0). A mismatch names its seed: ``vocabulary.generate(seed)`` rebuilds the scenario and
+while the tests compare; ``EDDY_CONFORMANCE_SCENARIOS`` sets how many random ones (default 500:
+250 topologies, each without and with caching, about 40% of them joins),
+``EDDY_CONFORMANCE_SEED`` the first seed (default 0). A mismatch names its seed: ``vocabulary.generate(seed)`` rebuilds the scenario and
 ``python tests/conformance/minimise.py SEED`` shrinks it. A mismatch a known gap explains
 (known_gaps.py: fixed on another branch) xfails with that gap's reason.
 """
@@ -28,7 +28,7 @@ import vocabulary  # noqa: E402
 
 from streams.testing.maven_jars import JarFetchError  # noqa: E402
 
-COUNT = int(os.environ.get("EDDY_CONFORMANCE_SCENARIOS", "400"))
+COUNT = int(os.environ.get("EDDY_CONFORMANCE_SCENARIOS", "500"))
 FIRST_SEED = int(os.environ.get("EDDY_CONFORMANCE_SEED", "0"))
 SEEDS = list(range(FIRST_SEED, FIRST_SEED + COUNT))
 
@@ -108,6 +108,18 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     assert {(w["windows"]["type"], w["windows"]["grace"] is None) for w in windowed} == {
         (kind, no_grace) for kind in kinds for no_grace in (True, False)}
     assert {w["emit"] for w in windowed} == {"update", "close"}
-    assert {s["family"] for s in scenarios} == set(vocabulary.FAMILIES)
+    assert {s["family"] for s in scenarios} == {*vocabulary.FAMILIES, vocabulary.JOIN_FAMILY}
+    joins = [vocabulary.join_step(s) for s in scenarios if s["family"] == vocabulary.JOIN_FAMILY]
+    assert {(j["op"], j["type"]) for j in joins} == {(kind, t) for kind, types in vocabulary.JOINS.items()
+                                                    for t in types}
+    assert {(j["op"], j.get("store")) for j in joins} == {
+        (kind, stored) for kind in vocabulary.JOINS for stored in ((None,) if kind == "stream_table_join"
+                                                                   else (True, False))}
+    sides = [j["other"] for j in joins if "other" in j]
+    # tables read through value getters: unmaterialized filters and mappers on either side
+    assert any(not step["store"] for side in sides for step in side["ops"] if step["op"] in vocabulary.TABLE_OPS)
+    assert {j["op"] for s in scenarios if s["family"] == vocabulary.JOIN_FAMILY
+            for j in [vocabulary.join_step(s)] if any(step["op"] in ("select_key", "map") for step in s["ops"])} >= {
+        "stream_join", "stream_table_join"}
     assert {s["source"] for s in scenarios} == {"stream", "table"}
     assert {s["cache_max_bytes"] > 0 for s in scenarios} == {True, False}

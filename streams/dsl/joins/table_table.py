@@ -130,7 +130,8 @@ class TableTableJoinLogic:
     # ------------------------------------------------------------------ value getter
     def get(self, key: Any) -> Optional[ValueAndTimestamp]:
         """The join's current result for `key` (the store's when materialized, else computed from
-        both sides as Kafka's KTableKTable*JoinValueGetter)."""
+        both sides as Kafka's KTableKTable*JoinValueGetter); a joiner's None is no result (None,
+        as ValueAndTimestamp.make gives)."""
         if self.store is not None:
             return self.store.get(key)
         left = self.left_getter(key)
@@ -139,10 +140,11 @@ class TableTableJoinLogic:
             return None
         right = self.right_getter(key)
         right_value = None if right is None else right.value
+        make = ValueAndTimestamp.make
         if right_value is None:
             if self.join_type == INNER or left_value is None:
                 return None
-            return ValueAndTimestamp(self.joiner(left_value, None), left.timestamp)
+            return make(self.joiner(left_value, None), left.timestamp)
         if left_value is None:
-            return ValueAndTimestamp(self.joiner(None, right_value), right.timestamp)
-        return ValueAndTimestamp(self.joiner(left_value, right_value), max(left.timestamp, right.timestamp))
+            return make(self.joiner(None, right_value), right.timestamp)
+        return make(self.joiner(left_value, right_value), max(left.timestamp, right.timestamp))

@@ -4,9 +4,9 @@ ForeignTableJoinProcessorSupplier, ResponseJoinProcessorSupplier and the unmater
 KTableSource of the result): each wires one logic class of streams/dsl/joins/foreign_key.py to
 its records and stores, as a stage. The rules live there; these only route.
 
-Stores: the subscription store (receive and foreign-table join), the right table's store (read
-by the subscription join) and the left table's store (read by the response join), all
-timestamped key-value stores whose `get` returns a ValueAndTimestamp or None.
+Stores: the subscription store (receive and foreign-table join); the right table (read by the
+subscription join) and the left table (read by the response join) are read through their value
+getters (streams/dsl/ops/value_getter.py), which return a ValueAndTimestamp or None.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Callable
 from streams.dsl.change import Change
 from streams.dsl.joins.foreign_key import (CombinedKeySchema, ForeignTableJoinLogic, ResponseJoinLogic,
                                            SubscriptionJoinLogic, SubscriptionReceiveLogic, SubscriptionSendLogic)
+from streams.dsl.ops.value_getter import ValueGetterSupplier
 from streams.engine.stages import Stage, StageOperator
 from streams.errors import ProcessingError
 from streams.processor import ProcessorContext
@@ -120,39 +121,39 @@ class ForeignTableJoinProcessor(_SubscriptionStoreOperator):
 
 
 class SubscriptionJoinProcessor(_FkJoinOperator):
-    """A received subscription meets the right table (read from `right_store_name`): a response."""
+    """A received subscription meets the right table (read through its value getter): a response."""
 
     changes = True
     what = "the foreign-key join's subscription join"
 
-    def __init__(self, right_store_name: str) -> None:
-        self.right_store_name = right_store_name
+    def __init__(self, right: ValueGetterSupplier) -> None:
+        self.right = right
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self.right = context.get_state_store(self.right_store_name)
+        self.right_get = self.right.getter(context)
 
     def _process(self, forward: Callable[[Any, Any, int], None]) -> Callable[[Any, Any, int], None]:
-        return SubscriptionJoinLogic(self.right.get, forward).process
+        return SubscriptionJoinLogic(self.right_get, forward).process
 
 
 class ResponseJoinProcessor(_FkJoinOperator):
     """Responses -> join results (stale ones dropped by the left value's hash), the left table
-    read from `left_store_name`."""
+    read through its value getter."""
 
-    def __init__(self, left_store_name: str, value_serde: Any, joiner: Callable[[Any, Any], Any], *,
+    def __init__(self, left: ValueGetterSupplier, value_serde: Any, joiner: Callable[[Any, Any], Any], *,
                  left_join: bool) -> None:
-        self.left_store_name = left_store_name
+        self.left = left
         self.value_serde = value_serde
         self.joiner = joiner
         self.left_join = left_join
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self.left = context.get_state_store(self.left_store_name)
+        self.left_get = self.left.getter(context)
 
     def _process(self, forward: Callable[[Any, Any, int], None]) -> Callable[[Any, Any, int], None]:
-        return ResponseJoinLogic(self.left.get, self.value_serde, self.joiner, forward, left_join=self.left_join,
+        return ResponseJoinLogic(self.left_get, self.value_serde, self.joiner, forward, left_join=self.left_join,
                                  dropped=self.context.dropped_records_sensor).process
 
 

@@ -204,7 +204,9 @@ class OptionallyMaterialized(StageOperator):
 
 
 class _TableValueOperator(OptionallyMaterialized):
-    """A table node computing its value from the parent's: optionally materialized."""
+    """A table node computing its value from the parent's: optionally materialized. Its old
+    value is its own store's when materialized, else computed from the parent's (Kafka's
+    KTableFilter / KTableMapValues computeOldValue)."""
 
     def __init__(self, compute: Callable[[Any, Any], Any], store_name: Optional[str], caching: bool,
                  send_old_values: Callable[[], bool]) -> None:
@@ -221,7 +223,12 @@ class _TableValueOperator(OptionallyMaterialized):
             try:
                 change = _check_change(value, op)
                 new = compute(key, change.new_value)
-                old = compute(key, change.old_value) if send_old else None
+                if not send_old:
+                    old = None
+                elif store is None:
+                    old = compute(key, change.old_value)
+                else:
+                    old = _plain(store.get(key))
                 if skip_empty and send_old and new is None and old is None:
                     return  # Kafka: nothing changed downstream
                 if store is not None:

@@ -29,17 +29,22 @@ import org.apache.kafka.streams.TopologyTestDriver;
 import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.EmitStrategy;
+import org.apache.kafka.streams.kstream.GlobalKTable;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.JoinWindows;
+import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.KGroupedTable;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
+import org.apache.kafka.streams.kstream.KeyValueMapper;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
+import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
@@ -68,6 +73,8 @@ public final class ConformanceDriver {
     static final Map<String, Agg> AGGREGATORS = new HashMap<>();
     static final Map<String, BinaryOperator<String>[]> TABLE_REDUCERS = new HashMap<>();
     static final Map<String, TableAgg> TABLE_AGGREGATORS = new HashMap<>();
+    static final Map<String, BinaryOperator<String>> JOINERS = new HashMap<>();
+    static final Map<String, Function<String, String>> FK_EXTRACTORS = new HashMap<>();
 
     interface Fn3 { Object apply(Object a, Object b, Object c); }
 
@@ -114,6 +121,11 @@ public final class ConformanceDriver {
             (BinaryOperator<String>) ConformanceDriver::longer, (BinaryOperator<String>) (a, v) -> a});
         TABLE_AGGREGATORS.put("sum_of_lengths", new TableAgg(() -> 0L, (k, v, a) -> (Long) a + length(v), (k, v, a) -> (Long) a - length(v), "long"));
         TABLE_AGGREGATORS.put("trace", new TableAgg(() -> "", (k, v, a) -> a + "+" + s(v), (k, v, a) -> a + "-" + s(v), "string"));
+        JOINERS.put("pair", (l, r) -> l + "+" + r);
+        JOINERS.put("both_or_none", (l, r) -> l == null || r == null ? null : l + r);
+        FK_EXTRACTORS.put("first_char", ConformanceDriver::firstChar);
+        FK_EXTRACTORS.put("first_word", v -> v == null ? null : v.split(" ", -1)[0]);
+        FK_EXTRACTORS.put("first_char_not_b", v -> firstChar(v) == null || firstChar(v).equals("b") ? null : firstChar(v));
     }
 
     static final Serde STRING = Serdes.String();
@@ -255,25 +267,105 @@ public final class ConformanceDriver {
         return Suppressed.untilTimeLimit(Duration.ofMillis(step.get("limit").asLong()), buffer);
     }
 
+    static JoinWindows joinWindows(JsonNode spec) {
+        JsonNode grace = spec.get("grace");
+        Duration diff = Duration.ofMillis(spec.get("diff").asLong());
+        JoinWindows windows = grace == null || grace.isNull() ? JoinWindows.ofTimeDifferenceWithNoGrace(diff)
+            : JoinWindows.ofTimeDifferenceAndGrace(diff, Duration.ofMillis(grace.asLong()));
+        if (!spec.get("before").isNull()) windows = windows.before(Duration.ofMillis(spec.get("before").asLong()));
+        if (!spec.get("after").isNull()) windows = windows.after(Duration.ofMillis(spec.get("after").asLong()));
+        return windows;
+    }
+
+    /** The window stores StreamJoined.withStoreName(name) names (vocabulary.join_window_stores). */
+    static String[] joinWindowStores(String type, String name) {
+        return new String[] {name + (type.equals("outer") ? "-outer-this-join" : "-this-join") + "-store",
+            name + (type.equals("inner") ? "-other-join" : "-outer-other-join") + "-store"};
+    }
+
+    static Object join(StreamsBuilder builder, Object current, JsonNode step, String name, String prefix, Built built,
+                       KStream[] input2) {
+        String kind = step.get("op").asText();
+        String type = step.get("type").asText();
+        BinaryOperator<String> j = fn(JOINERS, step, "joiner");
+        org.apache.kafka.streams.kstream.ValueJoiner joiner = (l, r) -> j.apply((String) l, (String) r);
+        boolean stored = step.has("store") && step.get("store").asBoolean();
+        if (kind.equals("global_join")) {
+            GlobalKTable table = stored ? builder.globalTable("global", Consumed.with(STRING, STRING), mat("global-store", "string"))
+                : builder.globalTable("global", Consumed.with(STRING, STRING));
+            if (stored) built.stores.add(new String[] {"global-store", "kv"});
+            BiFunction<String, String, String> f = fn(KEY_SELECTORS, step, "key_selector");
+            KeyValueMapper selector = (k, v) -> f.apply((String) k, (String) v);
+            return type.equals("left") ? ((KStream) current).leftJoin(table, selector, joiner)
+                : ((KStream) current).join(table, selector, joiner);
+        }
+        JsonNode side = step.get("other");
+        boolean self = side.get("source").asText().equals("self");
+        String topic = side.has("topic") ? side.get("topic").asText() : "right";
+        Object other = pipeline(builder, topic, side, (self ? prefix + "self" : topic) + "-", built, input2, current);
+        if (kind.equals("stream_join")) {
+            StreamJoined joined = StreamJoined.with(STRING, STRING, STRING);
+            if (stored) {
+                joined = joined.withStoreName(name);
+                for (String store : joinWindowStores(type, name)) built.stores.add(new String[] {store, "join_window"});
+            }
+            JoinWindows windows = joinWindows(step.get("windows"));
+            KStream left = (KStream) current;
+            KStream right = (KStream) other;
+            if (type.equals("inner")) return left.join(right, joiner, windows, joined);
+            if (type.equals("left")) return left.leftJoin(right, joiner, windows, joined);
+            return left.outerJoin(right, joiner, windows, joined);
+        }
+        if (kind.equals("stream_table_join")) {
+            Joined joined = Joined.with(STRING, STRING, STRING);
+            return type.equals("left") ? ((KStream) current).leftJoin((KTable) other, joiner, joined)
+                : ((KStream) current).join((KTable) other, joiner, joined);
+        }
+        KTable left = (KTable) current;
+        KTable right = (KTable) other;
+        Materialized m = stored ? mat(name, "string") : null;
+        if (stored) built.stores.add(new String[] {name, "kv"});
+        if (kind.equals("fk_join")) {
+            Function<String, String> f = fn(FK_EXTRACTORS, step, "extractor");
+            Function extractor = v -> f.apply((String) v);
+            if (type.equals("left")) return m == null ? left.leftJoin(right, extractor, joiner) : left.leftJoin(right, extractor, joiner, m);
+            return m == null ? left.join(right, extractor, joiner) : left.join(right, extractor, joiner, m);
+        }
+        if (type.equals("inner")) return m == null ? left.join(right, joiner) : left.join(right, joiner, m);
+        if (type.equals("left")) return m == null ? left.leftJoin(right, joiner) : left.leftJoin(right, joiner, m);
+        return m == null ? left.outerJoin(right, joiner) : left.outerJoin(right, joiner, m);
+    }
+
     static Object build(StreamsBuilder builder, JsonNode scenario, Built built) {
+        Object current = pipeline(builder, "input", scenario, "", built, new KStream[] {null}, null);
+        return current instanceof KTable ? ((KTable) current).toStream() : current;
+    }
+
+    /** spec's source over topic (self: the given stream or table) and its ops (stores named with
+     *  prefix): a KStream or a KTable. */
+    static Object pipeline(StreamsBuilder builder, String topic, JsonNode spec, String prefix, Built built, KStream[] input2,
+                           Object self) {
         Object current;
-        if (scenario.get("source").asText().equals("table")) {
-            JsonNode named = scenario.get("source_store");
+        if (spec.get("source").asText().equals("self")) {
+            current = self;
+        } else if (spec.get("source").asText().equals("table")) {
+            JsonNode named = spec.get("source_store");
             if (named == null || named.asBoolean()) {
-                current = builder.table("input", Consumed.with(STRING, STRING), mat("source-store", "string"));
-                built.stores.add(new String[] {"source-store", "kv"});
+                current = builder.table(topic, Consumed.with(STRING, STRING), mat(prefix + "source-store", "string"));
+                built.stores.add(new String[] {prefix + "source-store", "kv"});
             } else {
-                current = builder.table("input", Consumed.with(STRING, STRING));
+                current = builder.table(topic, Consumed.with(STRING, STRING));
             }
         } else {
-            current = builder.stream("input", Consumed.with(STRING, STRING));
+            current = builder.stream(topic, Consumed.with(STRING, STRING));
         }
         int index = -1;
-        KStream[] input2 = {null};
-        for (JsonNode step : scenario.get("ops")) {
+        for (JsonNode step : spec.get("ops")) {
             String op = step.get("op").asText();
-            String name = "store-" + ++index;
+            String name = prefix + "store-" + ++index;
             switch (op) {
+                case "stream_join": case "stream_table_join": case "global_join": case "table_join": case "fk_join":
+                    current = join(builder, current, step, name, prefix, built, input2); break;
                 case "filter": case "filter_not": case "select_key": case "map_values": case "flat_map_values":
                 case "map": case "flat_map": case "merge": case "split":
                     current = streamStep(builder, (KStream) current, step, index, input2); break;
@@ -330,7 +422,7 @@ public final class ConformanceDriver {
                 default: throw new IllegalArgumentException("operation " + op + " is not in the vocabulary");
             }
         }
-        return current instanceof KTable ? ((KTable) current).toStream() : current;
+        return current;
     }
 
     static Serde outputKeySerde(Built built) {
@@ -359,6 +451,7 @@ public final class ConformanceDriver {
         KeyValueIterator it;
         if (kind.equals("kv")) it = driver.getTimestampedKeyValueStore(name).all();
         else if (kind.equals("window")) it = driver.getTimestampedWindowStore(name).all();
+        else if (kind.equals("join_window")) it = driver.getWindowStore(name).all();
         else it = driver.getSessionStore(name).findSessions(null, null, 0L, Long.MAX_VALUE);
         try {
             while (it.hasNext()) {
@@ -391,6 +484,9 @@ public final class ConformanceDriver {
         // a suppress buffer after an unmaterialized table operation takes the default serdes
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+        // as TopologyTestDriver sets it when absent (and Eddy's driver too): left/outer stream-stream
+        // join results are emitted on the first record past the window close, not throttled
+        props.put(StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, 0L);
         Built built = new Built();
         try {
             StreamsBuilder builder = new StreamsBuilder();

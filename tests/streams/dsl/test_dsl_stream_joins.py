@@ -119,6 +119,39 @@ def test_key_change_repartitions_both_sides_before_the_join():
         assert [r.key for r in d.producer_history("joins-KSTREAM-KEY-SELECT-0000000001-repartition")] == [b"u7"]
 
 
+@pytest.mark.parametrize("join", ["join", "left_join", "outer_join"])
+def test_a_repartition_before_a_left_or_outer_join_keeps_none_keys(join):
+    # Kafka (KIP-962, InternalStreamsBuilder.rewriteRepartitionNodes): a repartition topic's filter
+    # drops None keys unless a left/outer join is downstream of it. select_key makes the key of
+    # "x" None; a left side with a None key and a value is forwarded at once as joiner(value,
+    # None) by an outer side (the left of a left join, both of an outer join), so L1 goes out
+    # for left and outer; the inner join never sees it (the repartition dropped it) and the
+    # right-side R2 (a None key, not outer in a left join) is dropped by the join and counted
+    b = StreamsBuilder()
+    left = b.stream("left", key_serde=S, value_serde=S).select_key(lambda k, v: None if k == "x" else k)
+    right = b.stream("right", key_serde=S, value_serde=S).select_key(lambda k, v: None if k == "x" else k)
+    getattr(left, join)(right, joiner, JoinWindows.of_time_difference_with_no_grace(10)).to("out", value_serde=S)
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        d.create_input_topic("left", S, S).pipe_input("x", "L1", 1)
+        d.create_input_topic("right", S, S).pipe_input("x", "R2", 2)
+        got = records(d.create_output_topic("out", S, S))
+        expected = {"join": [], "left_join": [(None, "L1+None", 1)],
+                    "outer_join": [(None, "L1+None", 1), (None, "None+R2", 2)]}[join]
+        assert got == expected
+        assert dropped(d) == (1 if join == "left_join" else 0)
+
+
+def test_a_repartition_before_a_stream_table_left_join_keeps_none_keys():
+    # the same rule for a stream-table left join: the None-key record reaches the join, which
+    # forwards joiner(value, None) (KStreamKTableJoinProcessor); the inner join never sees it
+    for join, expected in (("join", []), ("left_join", [(None, "c1+None", 1)])):
+        _, d, clicks, _, out = clicks_and_profiles(join, stream=lambda s: s.select_key(lambda k, v: None))
+        with d:
+            clicks.pipe_input("u1", "c1", 1)
+            assert records(out) == expected
+            assert dropped(d) == 0
+
+
 def clicks_and_profiles(join, table=lambda t: t, stream=lambda s: s):
     b = StreamsBuilder()
     clicks = stream(b.stream("clicks", key_serde=S, value_serde=S))

@@ -109,6 +109,32 @@ def test_left_join_gets_old_values_from_an_unmaterialized_filter():
         assert records(d.create_output_topic("out", S, S)) == [("k", "x+None", 1), ("k", None, 2)]
 
 
+@pytest.mark.parametrize("cache", [0, 10 * 1024 * 1024])
+@pytest.mark.parametrize("named", [False, True])
+def test_a_materialized_filter_reads_its_old_values_from_its_own_store(named, cache):
+    """t outer-joined with t.filter_not(always, store).map_values(upper, store): one record
+    updates both sides. The source's children run in the order they were added: the filter
+    first, then the join's left side. A materialized node asks its parent for no old values
+    (Kafka's KTableMapValues / KTableFilter read their own store), so the filter sends old values
+    only if its parent agreed when it was built: a named source does, an unnamed one refuses.
+    - unnamed: the filter forwards Change(None, None) (it knows no old value), the mapper too
+      (its store has nothing for b); the join's right side then finds x on the left:
+      joiner(x, None) at 300; the join's left side finds nothing on the right: joiner(x, None)
+      again. Two results.
+    - named: the filter knows the old value is None as well: nothing changed, nothing forwarded;
+      only the join's left side: one result.
+    With caching, the filter's store holds the delete until the commit, whose flush forwards
+    nothing for a key that neither the cache nor the store had (Kafka's CachingKeyValueStore):
+    one result either way."""
+    b = StreamsBuilder()
+    t = b.table("t", key_serde=S, value_serde=S, store="t" if named else None)
+    right = t.filter_not(lambda k, v: True, store="f").map_values(str.upper, store="m")
+    t.outer_join(right, joiner).to_stream().to("out", key_serde=S, value_serde=S)
+    with TopologyTestDriver(b.build(), {**CONFIG, "statestore.cache.max.bytes": cache}) as d:
+        d.create_input_topic("t", S, S).pipe_input("b", "x", 300)
+        assert records(d.create_output_topic("out", S, S)) == [("b", "x+None", 300)] * (1 if named or cache else 2)
+
+
 def test_a_join_of_an_unmaterialized_join_reads_both_of_its_sides():
     b = StreamsBuilder()
     t1, t2, t3 = (b.table(t, key_serde=S, value_serde=S) for t in ("t1", "t2", "t3"))

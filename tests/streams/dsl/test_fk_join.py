@@ -9,7 +9,7 @@ timestamps, dropped-record counts and text."""
 import pytest
 
 from streams import StreamsBuilder, Topology, serdes
-from streams.dsl import Materialized
+from streams.dsl import BufferConfig, Materialized, Suppressed
 from streams.dsl.joins.foreign_key import CombinedKeySchema
 from streams.dsl.ops.fk_join import ResultTableProcessor
 from streams.errors import TopologyError
@@ -45,8 +45,8 @@ def build(left_join=False, store=None, downstream=None):
 
 
 class Run:
-    def __init__(self, topology):
-        self.driver = TopologyTestDriver(topology, CONFIG)
+    def __init__(self, topology, config=CONFIG):
+        self.driver = TopologyTestDriver(topology, config)
         self.orders = self.driver.create_input_topic("orders", S, S)
         self.customers = self.driver.create_input_topic("customers", S, S)
         self.out = self.driver.create_output_topic("out", S, S)
@@ -322,6 +322,21 @@ def test_result_gets_a_store_when_a_later_operation_needs_old_values():
             in str(grouped.describe()))
 
 
+@pytest.mark.parametrize("store", [None, "joined"])
+def test_a_filter_below_the_result_forwards_tombstones_unless_the_result_has_a_store(run, store):
+    """KTable.filter asks its parent for old values without forcing it (Kafka's KTableFilter):
+    the result of an FK join without store= is a KTableSource that refuses, so the filter,
+    knowing no old value, forwards every key it filters out as a tombstone (and it stays
+    unmaterialized); with store= the result sends old values and the filter forwards nothing for
+    a key it never forwarded. o1 joins Ann at 2 (the larger timestamp) and is filtered out."""
+    r = run(True, store, lambda joined: joined.filter(lambda k, v: "Bob" in v).to_stream().to(
+        "out", key_serde=S, value_serde=S))
+    stores = "[joined]" if store else "[]"
+    assert f"KTABLE-FK-JOIN-OUTPUT-0000000018 (stores: {stores})" in str(r.driver.topology.describe())
+    r.customer("c1", "Ann", 1)
+    assert r.order("o1", "c1|x", 2) == ([] if store else [("o1", None, 2)])
+
+
 def test_chained_foreign_key_joins():
     """An FK join's result joined again by foreign key: the first result is read by key, so it
     gets its store. orders (id -> product) -> products (id -> "category:name") -> categories."""
@@ -373,6 +388,33 @@ def test_bad_arguments_are_named():
         orders.left_join(customers, joiner, foreign_key_extractor=42)
     with pytest.raises(TopologyError, match="store must be a name or a Materialized"):
         orders.join(customers, joiner, foreign_key_extractor=customer_of, store=3)
-    unstored = orders.filter(lambda k, v: True)
-    with pytest.raises(TopologyError, match="reads its left table 'KTABLE-FILTER-.*' by key, but that table has no store"):
-        unstored.join(customers, joiner, foreign_key_extractor=customer_of)
+    suppressed = orders.suppress(Suppressed.until_time_limit(10, BufferConfig.unbounded()))
+    with pytest.raises(TopologyError, match="the table KTABLE-SUPPRESS-.* cannot be read by a join"):
+        suppressed.join(customers, joiner, foreign_key_extractor=customer_of)
+
+
+def test_tables_without_a_store_are_read_through_value_getters():
+    """Kafka reads both sides of the join through their value getters: an unmaterialized filter on
+    the left, an unmaterialized map_values on the right. Derivation (inner join):
+    - c1=ann@1: no subscriber of c1: nothing.
+    - o1=c1|pan@2 passes the filter: subscribe to c1 (PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE); the
+      right getter maps ann to ANN@1; the response's hash matches the left getter's value, so
+      joiner(c1|pan, ANN) at max(2, 1) = 2.
+    - o1=c1|xpot@3 fails the filter: the filter forwards Change(None, c1|pan) (the source sends
+      old values); the foreign key of the old value, c1, is unsubscribed with
+      DELETE_KEY_AND_PROPAGATE: a tombstone for o1 at 3.
+    - c1=bob@4: no subscriber left: nothing.
+    - o2=c1|cup@5: subscribes, meets BOB@4: joiner(c1|cup, BOB) at 5."""
+    b = StreamsBuilder()
+    orders = b.table("orders", key_serde=S, value_serde=S).filter(lambda k, v: "x" not in v)
+    customers = b.table("customers", key_serde=S, value_serde=S).map_values(str.upper)
+    orders.join(customers, joiner, foreign_key_extractor=customer_of).to_stream().to("out", key_serde=S, value_serde=S)
+    r = Run(b.build(), {**CONFIG, "default.value.serde": "string"})  # map_values gives no value serde
+    try:
+        assert r.customer("c1", "ann", 1) == []
+        assert r.order("o1", "c1|pan", 2) == [("o1", "c1|pan/ANN", 2)]
+        assert r.order("o1", "c1|xpot", 3) == [("o1", None, 3)]
+        assert r.customer("c1", "bob", 4) == []
+        assert r.order("o2", "c1|cup", 5) == [("o2", "c1|cup/BOB", 5)]
+    finally:
+        r.close()

@@ -105,6 +105,20 @@ def test_value_getter_without_store(join_type, expected):
     assert logic.get("k") == (ValueAndTimestamp("None+R", 9) if join_type == OUTER else None)
 
 
+@pytest.mark.parametrize("join_type", [INNER, LEFT, OUTER])
+def test_value_getter_gives_no_result_for_a_joiner_returning_none(join_type):
+    # Kafka's join value getters wrap the joiner's result with ValueAndTimestamp.make: a None
+    # result is no value at all (a foreign-key join reading this table then finds nothing, as for
+    # a missing key), not a value of None
+    logic, left, right, _, _ = make(join_type, joiner=lambda a, b: None if a is None or b is None else a + b)
+    left.update("k", "L", 3)
+    assert logic.get("k") is None               # left/outer: joiner(L, None) is None
+    right.update("k", "R", 9)
+    assert logic.get("k") == ValueAndTimestamp("LR", 9)
+    left.update("k", None, 10)
+    assert logic.get("k") is None               # outer: joiner(None, R) is None
+
+
 def test_null_key_dropped_and_bad_type_named():
     logic, _, _, out, reg = make(INNER)
     logic.process_left(None, C("x", None), 1)
