@@ -357,6 +357,8 @@ def _join_windows(rng: random.Random) -> dict:
         spec["after"] = rng.choice([0, 50, 200])
     elif r < 0.6:  # a negative side, the other covering it
         spec["before"], spec["after"] = -(diff // 2), diff
+    elif r < 0.7:
+        spec["before"], spec["after"] = diff, -(diff // 2)
     return spec
 
 
