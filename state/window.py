@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+_pack_i64 = _I64.pack
+_pack_window_suffix = struct.Struct(">qi").pack  # window start + sequence number, one C call
 TIMESTAMP_SIZE = 8
 SEQNUM_SIZE = 4
 SEGMENT_PREFIX_SIZE = 8
@@ -71,7 +73,7 @@ class Windowed(NamedTuple):
 # ------------------------------------------------------------------------------ key schemas
 def window_changelog_key(key: bytes, window_start: int, seqnum: int) -> bytes:
     """Kafka's WindowKeySchema.toStoreKeyBinary: key + 8-byte BE start + 4-byte BE seqnum."""
-    return key + _I64.pack(window_start) + _I32.pack(seqnum)
+    return key + _pack_window_suffix(window_start, seqnum)
 
 
 def decode_window_changelog_key(data: bytes) -> tuple[bytes, int, int]:
@@ -328,8 +330,6 @@ class WindowStore(StateStore):
         ...
 
 
-_SEQ_MIN = _I32.pack(0)
-_SEQ_MAX = _I32.pack(0x7FFFFFFF)
 _WINDOW_SUFFIX = TIMESTAMP_SIZE + SEQNUM_SIZE
 
 
@@ -353,8 +353,17 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
             timestamp: Optional[int] = None) -> Optional[int]:
         """Store the value; returns the sequence number used, or None if the put was ignored
         (None value with retain_duplicates)."""
-        # every write of a window store passes here (a cache's write down): the checks call the
-        # validators only for an argument about to fail them
+        if self.put_for_changelog(key, value, window_start_timestamp) is None:
+            return None
+        return self._seqnum if self.retain_duplicates else 0
+
+    def put_for_changelog(self, key: bytes, value: Optional[bytes], window_start_timestamp: int) -> Optional[bytes]:
+        """Store the value as `put` does; returns the record's changelog key
+        (`window_changelog_key`: what a change-logging layer logs), or None if the put was
+        ignored (None value with retain_duplicates). A put into an expired segment is skipped
+        (and counted) but still returns its key: Kafka logs it all the same."""
+        # every write of a window store passes here (a join's every record, a cache's write
+        # down): the checks call the validators only for an argument about to fail them
         if not self._engine.is_open:
             self._check()
         if type(key) is not bytes:
@@ -366,12 +375,12 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         if self.retain_duplicates:
             if value is None:
                 return None
-            self._seqnum = (self._seqnum + 1) & 0x7FFFFFFF
-            seqnum = self._seqnum
+            seqnum = self._seqnum = (self._seqnum + 1) & 0x7FFFFFFF
         else:
             seqnum = 0
-        self._write(window_start_timestamp, window_changelog_key(key, window_start_timestamp, seqnum), value)
-        return seqnum
+        changelog_key = key + _pack_window_suffix(window_start_timestamp, seqnum)
+        self._write(window_start_timestamp, changelog_key, value)
+        return changelog_key
 
     def _check_range(self, time_from, time_to) -> None:
         if type(time_from) is not int or time_from < 0:
@@ -401,6 +410,17 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         self._check_range(time_from, time_to)
         return self._fetch_key(key, time_from, time_to, True)
 
+    def fetch_values(self, key: bytes, time_from: int, time_to: int) -> list:
+        """`fetch(key, time_from, time_to)` read at once: a list of (window start, value) in
+        time order, no iterator to close (for a layer above that decodes as it goes)."""
+        if not self._engine.is_open:
+            self._check()
+        if type(key) is not bytes:
+            check_key(self.name, key)
+        if type(time_from) is not int or time_from < 0 or type(time_to) is not int or time_to < 0:
+            self._check_range(time_from, time_to)
+        return self._fetch_key_list(key, self.actual_from(time_from), time_to)
+
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
         # one key's records in a time range: read at once (one engine scan per segment), so no
         # RocksDB iterator stays open; still tracked, so closing the store invalidates it
@@ -411,21 +431,31 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
 
     def _fetch_key_list(self, key: bytes, time_from: int, time_to: int) -> list:
         """(timestamp, value) of `key` in [time_from, time_to], in time order."""
-        found: list = []
         if time_from > time_to:
-            return found
-        klen = len(key)
-        total = SEGMENT_PREFIX_SIZE + klen + _WINDOW_SUFFIX
-        ts_at = SEGMENT_PREFIX_SIZE + klen
+            return []
+        interval = self.segment_interval_ms
+        first = time_from // interval
+        if first < self._min_live_segment:
+            first = self._min_live_segment
+        last = time_to // interval
+        if last > self._max_segment:
+            last = self._max_segment
+        if first > last:
+            return []
+        ts_at = SEGMENT_PREFIX_SIZE + len(key)
+        total = ts_at + _WINDOW_SUFFIX
         unpack = _I64.unpack_from
-        low = key + _I64.pack(time_from) + _SEQ_MIN
-        high = key_after(key + _I64.pack(time_to) + _SEQ_MAX)  # the scan's exclusive end
+        low = key + _pack_window_suffix(time_from, 0)
+        high = key_after(key + _pack_window_suffix(time_to, 0x7FFFFFFF))  # the scan's exclusive end
         scan = self._engine.scan
-        for seg in self._segments(time_from, time_to, False):
-            prefix = self._segment_prefix(seg)
-            for k, v in scan(prefix + low, prefix + high):
-                if len(k) == total:  # same length and within the bounds => same key
-                    found.append((unpack(k, ts_at)[0], v))
+        if first == last:  # the common case: the range lies in one segment
+            prefix = _pack_i64(first)
+            # same length and within the bounds => same key
+            return [(unpack(k, ts_at)[0], v) for k, v in scan(prefix + low, prefix + high) if len(k) == total]
+        found: list = []
+        for seg in range(first, last + 1):
+            prefix = _pack_i64(seg)
+            found += [(unpack(k, ts_at)[0], v) for k, v in scan(prefix + low, prefix + high) if len(k) == total]
         return found
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
