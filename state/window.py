@@ -379,7 +379,17 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         else:
             seqnum = 0
         changelog_key = key + _pack_window_suffix(window_start_timestamp, seqnum)
-        self._write(window_start_timestamp, changelog_key, value)
+        # _write inlined
+        if window_start_timestamp > self.observed_stream_time:
+            self._observe(window_start_timestamp)
+        seg = window_start_timestamp // self.segment_interval_ms
+        if seg < self._min_live_segment:
+            self.expired_records += 1
+            log.debug("state store %s: skipping record for expired segment %d", self.name, seg)
+            return changelog_key
+        if seg > self._max_segment:
+            self._max_segment = seg
+        self._engine.put(_pack_i64(seg) + changelog_key, value)
         return changelog_key
 
     def _check_range(self, time_from, time_to) -> None:
@@ -419,18 +429,12 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
             check_key(self.name, key)
         if type(time_from) is not int or time_from < 0 or type(time_to) is not int or time_to < 0:
             self._check_range(time_from, time_to)
-        return self._fetch_key_list(key, self.actual_from(time_from), time_to)
-
-    def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
-        # one key's records in a time range: read at once (one engine scan per segment), so no
-        # RocksDB iterator stays open; still tracked, so closing the store invalidates it
-        found = self._fetch_key_list(key, self.actual_from(time_from), time_to)
-        if reverse:
-            found.reverse()
-        return self._engine.track(iter(found))
-
-    def _fetch_key_list(self, key: bytes, time_from: int, time_to: int) -> list:
-        """(timestamp, value) of `key` in [time_from, time_to], in time order."""
+        # actual_from inlined; nothing starts after the observed stream time: the scan ends there
+        oldest = self.observed_stream_time - self.retention_ms + 1
+        if time_from < oldest:
+            time_from = oldest
+        if time_to > self.observed_stream_time:
+            time_to = self.observed_stream_time
         if time_from > time_to:
             return []
         interval = self.segment_interval_ms
@@ -438,10 +442,6 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         if first < self._min_live_segment:
             first = self._min_live_segment
         last = time_to // interval
-        if last > self._max_segment:
-            last = self._max_segment
-        if first > last:
-            return []
         ts_at = SEGMENT_PREFIX_SIZE + len(key)
         total = ts_at + _WINDOW_SUFFIX
         unpack = _I64.unpack_from
@@ -457,6 +457,14 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
             prefix = _pack_i64(seg)
             found += [(unpack(k, ts_at)[0], v) for k, v in scan(prefix + low, prefix + high) if len(k) == total]
         return found
+
+    def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
+        # one key's records in a time range: read at once (one engine scan per segment), so no
+        # RocksDB iterator stays open; still tracked, so closing the store invalidates it
+        found = self.fetch_values(key, time_from, time_to)
+        if reverse:
+            found.reverse()
+        return self._engine.track(iter(found))
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
                      time_to: int, reverse: bool) -> Iterator:
