@@ -268,40 +268,39 @@ class TimedFetch:
     KeyValueIterator in all but the class: a context manager, closed when exhausted or by
     close(); closing the store invalidates it (the next next() raises StoreClosedError)."""
 
-    __slots__ = ("_found", "_at", "_decode", "_checked", "_store", "_store_name", "_invalidated")
+    __slots__ = ("_found", "_at", "_codec")
 
-    def __init__(self, found: list, decode: Optional[Callable], checked: Optional[Callable], store: Any,
-                 store_name: str) -> None:
+    def __init__(self, found: list, codec: tuple) -> None:
         self._found: Optional[list] = found
-        self._at = 0
-        self._decode = decode  # the value serde's C form where it has one, None for bytes
-        self._checked = checked  # the serde's own deserialize: its error for what `decode` refuses
-        self._store = store  # the bytes store read (its is_open)
-        self._store_name = store_name
-        self._invalidated = False
+        self._at = 0  # the next record's index; -1 once invalidated
+        # (decode, checked, probe): the value serde's C form where it has one (None for bytes),
+        # its own deserialize (the error for what `decode` refuses), and the store whose plain
+        # is_open attribute says whether the bytes store is open (it has the store's name)
+        self._codec = codec
 
     def __iter__(self) -> "TimedFetch":
         return self
 
     def __next__(self) -> tuple:
         found = self._found
-        at = self._at
-        if found is not None and at < len(found) and self._store.is_open:
-            self._at = at + 1
-            window_start, data = found[at]
-            decode = self._decode
-            if decode is None:
-                return window_start, data
-            try:
-                return window_start, decode(data)
-            except Exception:
-                return window_start, self._checked(data)
-        if found is not None and not self._store.is_open:
-            self.invalidate()
-        if self._invalidated:
+        if found is not None:
+            at = self._at
+            decode, checked, probe = self._codec
+            if at < len(found) and probe.is_open:
+                self._at = at + 1
+                window_start, data = found[at]
+                if decode is None:
+                    return window_start, data
+                try:
+                    return window_start, decode(data)
+                except Exception:
+                    return window_start, checked(data)
+            self._found = None
+            if at < len(found):  # the store closed while this was open
+                self._at = -1
+        if self._at < 0:
             raise StoreClosedError(
-                f"iterator of state store {self._store_name!r} was invalidated: the store was closed")
-        self._found = None
+                f"iterator of state store {self._codec[2].name!r} was invalidated: the store was closed")
         raise StopIteration
 
     def close(self) -> None:
@@ -310,7 +309,7 @@ class TimedFetch:
     def invalidate(self) -> None:
         if self._found is not None:
             self._found = None
-            self._invalidated = True
+            self._at = -1
 
     @property
     def is_open(self) -> bool:
@@ -329,7 +328,9 @@ def _window_reader(store: Any) -> Any:
     otherwise (a cache) or the store offers no `fetch_values`."""
     while getattr(store, "reads_from", None) is not None:
         store = store.reads_from
-    return store if callable(getattr(store, "fetch_values", None)) else None
+    if callable(getattr(store, "fetch_values", None)) and callable(getattr(store, "open_probe", None)):
+        return store
+    return None
 
 
 class TypedWindowStore(_TypedBase):
@@ -348,13 +349,17 @@ class TypedWindowStore(_TypedBase):
         s = self.serdes
         self._key_bytes = getattr(key_serde, "serialize_unchecked", None) or s.key_to_bytes
         self._value_bytes = getattr(value_serde, "serialize_unchecked", None) or s.value_to_bytes
-        self._value_checked = value_serde.deserialize if value_serde is not None else None
-        self._value_decode = getattr(value_serde, "deserialize_unchecked", None) or self._value_checked
         self._reader = None  # see _window_reader; found at init
+        self._codec: tuple = ()  # TimedFetch's
 
     def init(self, context) -> None:
         super().init(context)
-        self._reader = _window_reader(self.wrapped)
+        reader = self._reader = _window_reader(self.wrapped)
+        if reader is not None:
+            value_serde = self.serdes.value_serde
+            checked = value_serde.deserialize if value_serde is not None else None
+            decode = getattr(value_serde, "deserialize_unchecked", None) or checked
+            self._codec = (decode, checked, reader.open_probe())
 
     def put(self, key, value, window_start_timestamp: int, timestamp: Optional[int] = None) -> None:
         try:
@@ -379,8 +384,7 @@ class TypedWindowStore(_TypedBase):
         reader = self._reader
         if reader is None:
             return KeyValueIterator(_typed_timed(s, self.wrapped.fetch(key_bytes, time_from, time_to)), self.name)
-        return TimedFetch(reader.fetch_values(key_bytes, time_from, time_to), self._value_decode,
-                          self._value_checked, reader, self.name)
+        return TimedFetch(reader.fetch_values(key_bytes, time_from, time_to), self._codec)
 
     def backward_fetch(self, key, time_from: int, time_to: int) -> KeyValueIterator:
         s = self.serdes
