@@ -15,7 +15,7 @@ import pathlib
 import threading
 from _thread import get_ident as _get_ident
 from itertools import starmap
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from rocksdict import (
     BlockBasedOptions,
@@ -612,25 +612,9 @@ class RocksDBKeyValueStore(KeyValueStore):
 
     def scan(self, lower: bytes, upper_exclusive: bytes) -> list:
         """Every (key, value) in [lower, upper_exclusive), read at once (no iterator left open
-        to the caller): for the short ranges of segmented stores built on this one.
-
-        The reads go through one tailing iterator kept for the handle (a seek on it sees every
-        write made since, and costs no iterator creation per call). A tailing iterator does not
-        see range deletions (delete_range), so a range given here must not overlap one: the
-        segmented stores delete only expired segments and scan only live ones. The iterator is
-        dropped at flush (so it pins no replaced files past a commit), at close and whenever
-        the handle changes. It is the stream thread's: a scan on another thread (an interactive
-        query) uses an iterator of its own."""
-        db = self._db
-        if db is None:
-            db = self._open_db()
-        tail = self._tail
-        thread = _get_ident()
-        if tail is None or tail[0] is not db:
-            read_opts = ReadOptions()
-            read_opts.set_tailing(True)
-            tail = self._tail = (db, db.iter(read_opts), thread)
-        it = tail[1] if tail[2] == thread else db.iter()
+        to the caller): for the short ranges of segmented stores built on this one (through
+        `scan_iterator`)."""
+        it = self.scan_iterator()
         it.seek(lower)
         found = []
         valid, key, value, step = it.valid, it.key, it.value, it.next
@@ -641,6 +625,26 @@ class RocksDBKeyValueStore(KeyValueStore):
             found.append((k, value()))
             step()
         return found
+
+    def scan_iterator(self) -> Any:
+        """The RocksDB iterator short scans seek (`scan`, and segmented stores' own loops): one
+        tailing iterator kept for the handle (a seek on it sees every write made since, and
+        costs no iterator creation per scan). A tailing iterator does not see range deletions
+        (delete_range), so a range read with it must not overlap one: the segmented stores
+        delete only expired segments and read only live ones. It is dropped at flush (so it
+        pins no replaced files past a commit), at close and whenever the handle changes; it is
+        the stream thread's: on another thread (an interactive query) this gives a new
+        iterator each time."""
+        db = self._db
+        if db is None:
+            db = self._open_db()
+        tail = self._tail
+        thread = _get_ident()
+        if tail is None or tail[0] is not db:
+            read_opts = ReadOptions()
+            read_opts.set_tailing(True)
+            tail = self._tail = (db, db.iter(read_opts), thread)
+        return tail[1] if tail[2] == thread else db.iter()
 
     def raw_range(self, lower: Optional[bytes], upper_exclusive: Optional[bytes], reverse: bool = False) -> Iterator:
         """Untracked generator over [lower, upper_exclusive) for segmented stores built on this one."""

@@ -38,6 +38,11 @@ from state.store import KeyValueIterator, StateStore, StoreContext, check_key, c
 
 log = logging.getLogger(__name__)
 
+try:  # the C form of fetch_values' loop over a RocksDB engine (state/_window.c)
+    from state._window import scan_key as _scan_key_c
+except ImportError:  # pragma: no cover - the accelerator is optional
+    _scan_key_c = None
+
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _pack_i64 = _I64.pack
@@ -116,6 +121,8 @@ class SegmentedBytesStore(StateStore):
         self.segment_interval_ms = segment_interval_ms
         self._engine = RocksDBKeyValueStore(name) if persistent else InMemoryKeyValueStore(name)
         self._engine.layout = self.layout
+        # fetch_values' C loop reads the engine's iterator directly (RocksDB only)
+        self._scan_iterator = getattr(self._engine, "scan_iterator", None) if _scan_key_c is not None else None
         self.observed_stream_time = -1
         self._min_live_segment = 0
         self._max_segment = -1
@@ -447,6 +454,9 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         if first < self._min_live_segment:
             first = self._min_live_segment
         last = time_to // interval
+        scan_iterator = self._scan_iterator
+        if scan_iterator is not None:  # RocksDB and the C loop: the same records (a parity test)
+            return _scan_key_c(scan_iterator(), key, first, last, time_from, time_to)
         ts_at = SEGMENT_PREFIX_SIZE + len(key)
         total = ts_at + _WINDOW_SUFFIX
         unpack = _I64.unpack_from

@@ -11,6 +11,7 @@ from state.errors import InvalidStoreArgumentError, StoreClosedError
 from state.rocksdb_kv import RocksDBKeyValueStore
 from state.stores import Stores
 from state.typed import TimedFetch
+from state import window as window_module
 from state.window import InMemoryWindowStore, RocksDBWindowStore, window_changelog_key
 from streams import serdes
 
@@ -24,12 +25,20 @@ def persistent(request):
     return request.param == "rocksdb"
 
 
+@pytest.fixture(params=["C", "python"])
+def loop(request):
+    """fetch_values' loop over a RocksDB engine: state/_window.c, or the Python one."""
+    if request.param == "C" and window_module._scan_key_c is None:
+        pytest.skip("state._window (the C loop) not built")
+    return request.param
+
+
 @pytest.fixture
 def ctx(tmp_path):
     return RecordingContext(tmp_path / "0_0")
 
 
-def test_fetch_values_follows_kafkas_rules(persistent, ctx):
+def test_fetch_values_follows_kafkas_rules(persistent, loop, ctx):
     """Random puts (keys that extend one another, duplicates, times over several segments, some
     older than the retention) and fetches; each fetch's answer derived from the rules: the
     key's records whose window start is in [time_from, time_to] and after observed stream time
@@ -40,6 +49,10 @@ def test_fetch_values_follows_kafkas_rules(persistent, ctx):
     store = cls("w", retention_ms=retention, window_size_ms=1000, segment_interval_ms=interval,
                 retain_duplicates=True)
     store.init(ctx)
+    if persistent:
+        assert (store._scan_iterator is not None) == (window_module._scan_key_c is not None)
+        if loop == "python":
+            store._scan_iterator = None
     rng = random.Random(7)
     keys = [b"a", b"ab", b"a\x00", b"b", b"\xff"]
     kept: list = []  # (key, start, value) in put order
@@ -62,6 +75,33 @@ def test_fetch_values_follows_kafkas_rules(persistent, ctx):
                                and s > observed - retention), key=lambda r: r[0])  # stable: put order
             assert store.fetch_values(key, time_from, time_to) == expected
             assert list(store.fetch(key, time_from, time_to)) == expected
+        if i % 500 == 499:
+            store.flush()  # later fetches read files too
+    store.close()
+
+
+def test_the_c_loop_gives_what_the_python_loop_gives(ctx):
+    """Parity of the seam: the same store read by both loops, keys of many lengths (a long
+    one past the C loop's stack buffer), some sharing bytes with the bounds' encodings."""
+    if window_module._scan_key_c is None:
+        pytest.skip("state._window (the C loop) not built")
+    store = RocksDBWindowStore("w", retention_ms=10 * MIN, window_size_ms=1, segment_interval_ms=MIN,
+                               retain_duplicates=True)
+    store.init(ctx)
+    rng = random.Random(3)
+    keys = [b"", b"\x00", b"\xff", b"\x7f\xff\xff\xff", b"a" * 200] + [
+        bytes(rng.randrange(256) for _ in range(rng.randrange(1, 12))) for _ in range(30)]
+    for i in range(4000):
+        store.put(rng.choice(keys), b"%d" % i, rng.randrange(0, 9 * MIN))
+    c_loop = store._scan_iterator
+    for _ in range(400):
+        key = rng.choice(keys)
+        time_from = rng.randrange(0, 9 * MIN)
+        time_to = time_from + rng.randrange(0, 3 * MIN)
+        store._scan_iterator = c_loop
+        by_c = store.fetch_values(key, time_from, time_to)
+        store._scan_iterator = None
+        assert by_c == store.fetch_values(key, time_from, time_to)
     store.close()
 
 
