@@ -232,7 +232,7 @@ class SegmentedBytesStore(StateStore):
             return False
         if seg > self._max_segment:
             self._max_segment = seg
-        self._engine.put(self._segment_prefix(seg) + changelog_key, value)
+        self._engine.put(_pack_i64(seg) + changelog_key, value)
         return True
 
     def _get(self, segment_time: int, changelog_key: bytes) -> Optional[bytes]:
@@ -391,17 +391,7 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         else:
             seqnum = 0
         changelog_key = key + _pack_window_suffix(window_start_timestamp, seqnum)
-        # _write inlined
-        if window_start_timestamp > self.observed_stream_time:
-            self._observe(window_start_timestamp)
-        seg = window_start_timestamp // self.segment_interval_ms
-        if seg < self._min_live_segment:
-            self.expired_records += 1
-            log.debug("state store %s: skipping record for expired segment %d", self.name, seg)
-            return changelog_key
-        if seg > self._max_segment:
-            self._max_segment = seg
-        self._engine.put(_pack_i64(seg) + changelog_key, value)
+        self._write(window_start_timestamp, changelog_key, value)
         return changelog_key
 
     def _check_range(self, time_from, time_to) -> None:
