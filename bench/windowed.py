@@ -8,7 +8,7 @@ embedded cluster (issues 16 and 17).
                              [--profile wordcount|windowed|table|stream_table|stream_stream]
 
 Apps one after the other, each on one stream thread over `--records` input records
-written beforehand (not timed), processing time only (records carry increasing event times):
+written beforehand (not timed), processing time only (records carry event times):
 
 - word count: bench/wordcount.py's topology and lines, the baseline; its records are lines.
 - windowed: records keyed by one of 10,000 keys, event time advancing 1 ms per record with 10%
@@ -55,10 +55,12 @@ import random
 import shutil
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
@@ -66,6 +68,7 @@ from bench import app_bench  # noqa: E402
 from bench.wordcount import make_lines, topology as wordcount_topology  # noqa: E402
 from streams import (BufferConfig, JoinWindows, Materialized, StreamsBuilder, Suppressed,  # noqa: E402
                      TimeWindows, serdes)
+from streams.backends import for_config  # noqa: E402
 
 S, I64 = serdes.STRING, serdes.INT64
 KEYS = 10_000
@@ -207,11 +210,6 @@ def stream_stream_topology(orders: str, out: str, payments: str = "bench-payment
 def count_records(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60) -> int:
     """The records of `topic` (all partitions), read until `expected` are seen or nothing new
     comes for 3 s (or `timeout` passes)."""
-    import time
-
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-    from streams.backends import for_config
     backend = for_config({"bootstrap.servers": bootstrap})
     consumer = backend.consumer({"group.id": f"bench-count-{topic}", "enable.auto.commit": False})
     try:
