@@ -1,5 +1,5 @@
 """Build hook for the optional C accelerators of replication/records.py, eddy/murmur2.py,
-eddy/messages.py, state/cache/kv.py and streams/runtime/direct_sink.py.
+eddy/messages.py, state/cache/kv.py, state/window.py and streams/runtime/direct_sink.py.
 
 Everything else lives in pyproject.toml. The extensions are optional: without a compiler the
 install still succeeds and each module falls back to its pure-Python code.
@@ -38,6 +38,12 @@ setup(
             optional=True,
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],
+        ),
+        Extension(
+            "state._window",
+            ["state/_window.c"],
+            optional=True,
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
         Extension(
             "streams.runtime._sink",

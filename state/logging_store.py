@@ -24,6 +24,7 @@ from state.window import window_changelog_key
 from state.store import KeyValueIterator, KeyValueStore, StoreContext, WrappedStateStore, child_context
 
 _stamp_of = struct.Struct(">q").unpack_from
+_seqnum_at = struct.Struct(">i").unpack_from  # a window changelog key ends with its sequence number
 
 
 class _ChangeLoggingMixin:
@@ -183,6 +184,13 @@ class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
         super().__init__(wrapped)
         self.window_size_ms = wrapped.window_size_ms
         self.retain_duplicates = wrapped.retain_duplicates
+        # the store's put that returns the changelog key it stored under (state/window.py);
+        # another window store's put returns the sequence number, the key is made here
+        self._put_keyed = getattr(wrapped, "put_for_changelog", None) or self._keyed_by_seqnum
+
+    def _keyed_by_seqnum(self, key: bytes, value: Optional[bytes], window_start: int) -> Optional[bytes]:
+        seqnum = self.wrapped.put(key, value, window_start)
+        return None if seqnum is None else window_changelog_key(key, window_start, seqnum)
 
     @property
     def reads_from(self):
@@ -193,21 +201,23 @@ class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
         """Write `(key, value, window_start, timestamp)` changes, as `put` of each would: the
         inner store's writes first, then one changelog record each, in order. A caching layer
         writes its flush down through this."""
-        put = self.wrapped.put
+        put_keyed = self._put_keyed
         logged = []
         for key, value, window_start, timestamp in changes:
-            seqnum = put(key, value, window_start, timestamp)
-            if seqnum is not None:
-                logged.append((window_changelog_key(key, window_start, seqnum), value, timestamp))
+            changelog_key = put_keyed(key, value, window_start)
+            if changelog_key is not None:
+                logged.append((changelog_key, value, timestamp))
         for changelog_key, value, timestamp in logged:
             self._log(changelog_key, value, timestamp)
 
     def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
             timestamp: Optional[int] = None) -> Optional[int]:
-        seqnum = self.wrapped.put(key, value, window_start_timestamp, timestamp)
-        if seqnum is not None:
-            self._log(window_changelog_key(key, window_start_timestamp, seqnum), value, timestamp)
-        return seqnum
+        # the hot write (a join's every record): the inner store makes the changelog key once
+        changelog_key = self._put_keyed(key, value, window_start_timestamp)
+        if changelog_key is None:
+            return None
+        self._log(changelog_key, value, timestamp)
+        return _seqnum_at(changelog_key, len(changelog_key) - 4)[0]
 
     def fetch(self, key: bytes, time_from: int, time_to: Optional[int] = None):
         # the hot read (a join's every record) without __getattr__'s lookup

@@ -13,8 +13,9 @@ import logging
 import os
 import pathlib
 import threading
+from _thread import get_ident as _get_ident
 from itertools import starmap
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from rocksdict import (
     BlockBasedOptions,
@@ -269,6 +270,7 @@ class RocksDBKeyValueStore(KeyValueStore):
         self._bulk = _BULK_OFF
         self._restored_since_flush = 0
         self._bulk_batches = 0
+        self._tail: Optional[tuple] = None  # (handle, its tailing iterator, thread): see scan()
         # Mode switches reopen the DB; a reader on another thread (interactive queries) that finds
         # the store bulk loading ends the mode under this lock rather than racing the switch.
         self._mode_lock = threading.RLock()
@@ -326,6 +328,7 @@ class RocksDBKeyValueStore(KeyValueStore):
     def flush(self) -> None:
         """Flush memtables to SST files (the WAL is off, so this is what makes writes durable)."""
         db = self._open_db()  # ends bulk loading (which flushes)
+        self._tail = None
         self._bulk = _BULK_OFF
         self._restored_since_flush = 0
         db.flush(True)
@@ -336,6 +339,7 @@ class RocksDBKeyValueStore(KeyValueStore):
             if db is None:
                 return
             self._iterators.invalidate_all()
+            self._tail = None
             self._db = self._bulk_db = None
             self.is_open = False
             self._bulk = _BULK_OFF
@@ -372,6 +376,7 @@ class RocksDBKeyValueStore(KeyValueStore):
         with self._mode_lock:
             path = self._path
             self._iterators.invalidate_all()  # they read the handle that is about to close
+            self._tail = None
             self._db = None
             self._flush_and_close(db, "start bulk loading in")
             try:
@@ -433,6 +438,7 @@ class RocksDBKeyValueStore(KeyValueStore):
 
     def _closed_by_failure(self) -> None:
         self._iterators.invalidate_all()
+        self._tail = None
         self._db = self._bulk_db = None
         self.is_open = False
         self._bulk = _BULK_OFF
@@ -605,12 +611,10 @@ class RocksDBKeyValueStore(KeyValueStore):
         return self.reverse_range(None, None)
 
     def scan(self, lower: bytes, upper_exclusive: bytes) -> list:
-        """Every (key, value) in [lower, upper_exclusive), read at once (one seek, no iterator
-        left open): for the short ranges of segmented stores built on this one."""
-        db = self._db
-        if db is None:
-            db = self._open_db()
-        it = db.iter()
+        """Every (key, value) in [lower, upper_exclusive), read at once (no iterator left open
+        to the caller): for the short ranges of segmented stores built on this one (through
+        `scan_iterator`)."""
+        it = self.scan_iterator()
         it.seek(lower)
         found = []
         valid, key, value, step = it.valid, it.key, it.value, it.next
@@ -621,6 +625,26 @@ class RocksDBKeyValueStore(KeyValueStore):
             found.append((k, value()))
             step()
         return found
+
+    def scan_iterator(self) -> Any:
+        """The RocksDB iterator short scans seek (`scan`, and segmented stores' own loops): one
+        tailing iterator kept for the handle (a seek on it sees every write made since, and
+        costs no iterator creation per scan). A tailing iterator does not see range deletions
+        (delete_range), so a range read with it must not overlap one: the segmented stores
+        delete only expired segments and read only live ones. It is dropped at flush (so it
+        pins no replaced files past a commit), at close and whenever the handle changes; it is
+        the stream thread's: on another thread (an interactive query) this gives a new
+        iterator each time."""
+        db = self._db
+        if db is None:
+            db = self._open_db()
+        tail = self._tail
+        thread = _get_ident()
+        if tail is None or tail[0] is not db:
+            read_opts = ReadOptions()
+            read_opts.set_tailing(True)
+            tail = self._tail = (db, db.iter(read_opts), thread)
+        return tail[1] if tail[2] == thread else db.iter()
 
     def raw_range(self, lower: Optional[bytes], upper_exclusive: Optional[bytes], reverse: bool = False) -> Iterator:
         """Untracked generator over [lower, upper_exclusive) for segmented stores built on this one."""

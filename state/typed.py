@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from state.errors import InvalidStoreArgumentError
+from state.errors import InvalidStoreArgumentError, StoreClosedError
 from state.store import KeyValueIterator, KeyValueStore, WrappedStateStore
 
 
@@ -262,24 +262,129 @@ def _typed_timed(serdes: _Serdes, inner: KeyValueIterator) -> Iterator:
         inner.close()
 
 
+class TimedFetch:
+    """What a typed window store's `fetch(key, time_from, time_to)` returns when the bytes store
+    read the range at once: (window start, value) pairs, each value decoded when reached. A
+    KeyValueIterator in all but the class: a context manager, closed when exhausted or by
+    close(); closing the store invalidates it (the next next() raises StoreClosedError)."""
+
+    __slots__ = ("_found", "_at", "_codec")
+
+    def __init__(self, found: list, codec: tuple) -> None:
+        self._found: Optional[list] = found
+        self._at = 0  # the next record's index; -1 once invalidated
+        # (decode, checked, probe): the value serde's C form where it has one (None for bytes),
+        # its own deserialize (the error for what `decode` refuses), and the store whose plain
+        # is_open attribute says whether the bytes store is open (it has the store's name)
+        self._codec = codec
+
+    def __iter__(self) -> "TimedFetch":
+        return self
+
+    def __next__(self) -> tuple:
+        found = self._found
+        if found is not None:
+            at = self._at
+            decode, checked, probe = self._codec
+            if at < len(found) and probe.is_open:
+                self._at = at + 1
+                window_start, data = found[at]
+                if decode is None:
+                    return window_start, data
+                try:
+                    return window_start, decode(data)
+                except Exception:
+                    return window_start, checked(data)
+            self._found = None
+            if at < len(found):  # the store closed while this was open
+                self._at = -1
+        if self._at < 0:
+            raise StoreClosedError(
+                f"iterator of state store {self._codec[2].name!r} was invalidated: the store was closed")
+        raise StopIteration
+
+    def close(self) -> None:
+        self._found = None
+
+    def invalidate(self) -> None:
+        if self._found is not None:
+            self._found = None
+            self._at = -1
+
+    @property
+    def is_open(self) -> bool:
+        return self._found is not None
+
+    def __enter__(self) -> "TimedFetch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._found = None
+
+
+def _window_reader(store: Any) -> Any:
+    """The bytes window store that single-key fetches may read directly (`fetch_values`):
+    below the layers that only log writes (`reads_from`); None when a layer between reads
+    otherwise (a cache) or the store offers no `fetch_values`."""
+    while getattr(store, "reads_from", None) is not None:
+        store = store.reads_from
+    if callable(getattr(store, "fetch_values", None)) and callable(getattr(store, "open_probe", None)):
+        return store
+    return None
+
+
 class TypedWindowStore(_TypedBase):
-    """The window store users and processors see (see state.window.WindowStore for semantics)."""
+    """The window store users and processors see (see state.window.WindowStore for semantics).
+
+    put and single-key fetch are a stream-stream join's path for every record: each serde is
+    applied once, through its C form where it offers one (`serialize_unchecked` /
+    `deserialize_unchecked`, see streams.serdes.unchecked_serializer) with the checked form
+    raising the error for anything that refuses; a fetch with no cache below reads its range at
+    once from the bytes store (`fetch_values`) and decodes each value when reached (TimedFetch)."""
 
     def __init__(self, wrapped, key_serde=None, value_serde=None) -> None:
         super().__init__(wrapped, key_serde, value_serde)
         self.window_size_ms = wrapped.window_size_ms
         self.retain_duplicates = wrapped.retain_duplicates
+        s = self.serdes
+        self._key_bytes = getattr(key_serde, "serialize_unchecked", None) or s.key_to_bytes
+        self._value_bytes = getattr(value_serde, "serialize_unchecked", None) or s.value_to_bytes
+        self._reader = None  # see _window_reader; found at init
+        self._codec: tuple = ()  # TimedFetch's
+
+    def init(self, context) -> None:
+        super().init(context)
+        reader = self._reader = _window_reader(self.wrapped)
+        if reader is not None:
+            value_serde = self.serdes.value_serde
+            checked = value_serde.deserialize if value_serde is not None else None
+            decode = getattr(value_serde, "deserialize_unchecked", None) or checked
+            self._codec = (decode, checked, reader.open_probe())
 
     def put(self, key, value, window_start_timestamp: int, timestamp: Optional[int] = None) -> None:
-        s = self.serdes
-        self.wrapped.put(s.key_to_bytes(key), s.value_to_bytes(value), window_start_timestamp, timestamp)
+        try:
+            key_bytes = self._key_bytes(key)
+        except Exception:
+            key_bytes = self.serdes.key_to_bytes(key)  # the typed error
+        if value is not None:
+            try:
+                value = self._value_bytes(value)
+            except Exception:
+                value = self.serdes.value_to_bytes(value)
+        self.wrapped.put(key_bytes, value, window_start_timestamp, timestamp)
 
     def fetch(self, key, time_from: int, time_to: Optional[int] = None):
         s = self.serdes
-        result = self.wrapped.fetch(s.key_to_bytes(key), time_from, time_to)
         if time_to is None:
-            return s.value_from_bytes(result)
-        return KeyValueIterator(_typed_timed(s, result), self.name)
+            return s.value_from_bytes(self.wrapped.fetch(s.key_to_bytes(key), time_from, time_to))
+        try:
+            key_bytes = self._key_bytes(key)
+        except Exception:
+            key_bytes = s.key_to_bytes(key)
+        reader = self._reader
+        if reader is None:
+            return KeyValueIterator(_typed_timed(s, self.wrapped.fetch(key_bytes, time_from, time_to)), self.name)
+        return TimedFetch(reader.fetch_values(key_bytes, time_from, time_to), self._codec)
 
     def backward_fetch(self, key, time_from: int, time_to: int) -> KeyValueIterator:
         s = self.serdes

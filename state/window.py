@@ -40,8 +40,15 @@ from state.store import KeyValueIterator, StateStore, StoreContext, check_key, c
 
 log = logging.getLogger(__name__)
 
+try:  # the C form of fetch_values' loop over a RocksDB engine (state/_window.c)
+    from state._window import scan_key as _scan_key_c
+except ImportError:  # pragma: no cover - the accelerator is optional
+    _scan_key_c = None
+
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+_pack_i64 = _I64.pack
+_pack_window_suffix = struct.Struct(">qi").pack  # window start + sequence number, one C call
 TIMESTAMP_SIZE = 8
 SEQNUM_SIZE = 4
 SEGMENT_PREFIX_SIZE = 8
@@ -73,7 +80,7 @@ class Windowed(NamedTuple):
 # ------------------------------------------------------------------------------ key schemas
 def window_changelog_key(key: bytes, window_start: int, seqnum: int) -> bytes:
     """Kafka's WindowKeySchema.toStoreKeyBinary: key + 8-byte BE start + 4-byte BE seqnum."""
-    return key + _I64.pack(window_start) + _I32.pack(seqnum)
+    return key + _pack_window_suffix(window_start, seqnum)
 
 
 def decode_window_changelog_key(data: bytes) -> tuple[bytes, int, int]:
@@ -116,6 +123,8 @@ class SegmentedBytesStore(StateStore):
         self.segment_interval_ms = segment_interval_ms
         self._engine = RocksDBKeyValueStore(name) if persistent else InMemoryKeyValueStore(name)
         self._engine.layout = self.layout
+        # fetch_values' C loop reads the engine's iterator directly (RocksDB only)
+        self._scan_iterator = getattr(self._engine, "scan_iterator", None) if _scan_key_c is not None else None
         self.observed_stream_time = -1
         self._min_live_segment = 0
         self._max_segment = -1
@@ -143,6 +152,11 @@ class SegmentedBytesStore(StateStore):
     @property
     def is_open(self) -> bool:
         return self._engine.is_open
+
+    def open_probe(self) -> Any:
+        """An object named as this store whose plain `is_open` attribute is this store's (a
+        hot path tests it without a property call): the engine."""
+        return self._engine
 
     def _check(self) -> None:
         if not self._engine.is_open:
@@ -220,7 +234,7 @@ class SegmentedBytesStore(StateStore):
             return False
         if seg > self._max_segment:
             self._max_segment = seg
-        self._engine.put(self._segment_prefix(seg) + changelog_key, value)
+        self._engine.put(_pack_i64(seg) + changelog_key, value)
         return True
 
     def _get(self, segment_time: int, changelog_key: bytes) -> Optional[bytes]:
@@ -335,8 +349,6 @@ class WindowStore(StateStore):
         ...
 
 
-_SEQ_MIN = _I32.pack(0)
-_SEQ_MAX = _I32.pack(0x7FFFFFFF)
 _WINDOW_SUFFIX = TIMESTAMP_SIZE + SEQNUM_SIZE
 
 
@@ -362,8 +374,17 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
             timestamp: Optional[int] = None) -> Optional[int]:
         """Store the value; returns the sequence number used, or None if the put was ignored
         (None value with retain_duplicates)."""
-        # every write of a window store passes here (a cache's write down): the checks call the
-        # validators only for an argument about to fail them
+        if self.put_for_changelog(key, value, window_start_timestamp) is None:
+            return None
+        return self._seqnum if self.retain_duplicates else 0
+
+    def put_for_changelog(self, key: bytes, value: Optional[bytes], window_start_timestamp: int) -> Optional[bytes]:
+        """Store the value as `put` does; returns the record's changelog key
+        (`window_changelog_key`: what a change-logging layer logs), or None if the put was
+        ignored (None value with retain_duplicates). A put into an expired segment is skipped
+        (and counted) but still returns its key: Kafka logs it all the same."""
+        # every write of a window store passes here (a join's every record, a cache's write
+        # down): the checks call the validators only for an argument about to fail them
         if not self._engine.is_open:
             self._check()
         if type(key) is not bytes:
@@ -375,12 +396,14 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         if self.retain_duplicates:
             if value is None:
                 return None
-            self._seqnum = (self._seqnum + 1) & 0x7FFFFFFF
-            seqnum = self._seqnum
+            seqnum = self._seqnum = (self._seqnum + 1) & 0x7FFFFFFF
         else:
             seqnum = 0
-        self._write(window_start_timestamp, self._stored_key(key, window_start_timestamp, seqnum), value)
-        return seqnum
+        changelog_key = key + _pack_window_suffix(window_start_timestamp, seqnum)
+        restored_key = self._restored_key  # a layout that does not store the changelog key as it is
+        self._write(window_start_timestamp,
+                    changelog_key if restored_key is None else restored_key(changelog_key, len(key)), value)
+        return changelog_key
 
     def _check_range(self, time_from, time_to) -> None:
         if type(time_from) is not int or time_from < 0:
@@ -410,6 +433,42 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         self._check_range(time_from, time_to)
         return self._fetch_key(key, time_from, time_to, True)
 
+    def fetch_values(self, key: bytes, time_from: int, time_to: int) -> list:
+        """`fetch(key, time_from, time_to)` read at once: a list of (window start, value) in
+        time order, no iterator to close (for a layer above that decodes as it goes)."""
+        if not self._engine.is_open:
+            self._check()
+        if type(key) is not bytes:
+            check_key(self.name, key)
+        if type(time_from) is not int or time_from < 0 or type(time_to) is not int or time_to < 0:
+            self._check_range(time_from, time_to)
+        # nothing starts after the observed stream time: the scan ends there
+        time_from = self.actual_from(time_from)
+        if time_to > self.observed_stream_time:
+            time_to = self.observed_stream_time
+        if time_from > time_to:
+            return []
+        interval = self.segment_interval_ms
+        first = time_from // interval
+        if first < self._min_live_segment:
+            first = self._min_live_segment
+        last = time_to // interval
+        scan_iterator = self._scan_iterator
+        if scan_iterator is not None:  # RocksDB and the C loop: the same records (a parity test)
+            return _scan_key_c(scan_iterator(), key, first, last, time_from, time_to)
+        unpack = _I64.unpack_from
+        low = key + _pack_window_suffix(time_from, 0)
+        high = key_after(key + _pack_window_suffix(time_to, 0x7FFFFFFF))  # the scan's exclusive end
+        scan = self._engine.scan
+        found: list = []
+        for seg in range(first, last + 1):
+            prefix = self._key_first_bounds(seg)[0]
+            ts_at = len(prefix) + len(key)
+            total = ts_at + _WINDOW_SUFFIX
+            # same length and within the bounds => same key
+            found += [(unpack(k, ts_at)[0], v) for k, v in scan(prefix + low, prefix + high) if len(k) == total]
+        return found
+
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
         # tracked, so closing the store invalidates it
         return self._engine.track(self._fetch_key_gen(key, self.actual_from(time_from), time_to, reverse))
@@ -422,28 +481,10 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
     def _fetch_key_gen(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> Iterator:
         # one key's records in a time range: read at once (one engine scan per segment), so no
         # RocksDB iterator stays open
-        found = self._fetch_key_list(key, time_from, time_to)
+        found = self.fetch_values(key, time_from, time_to)
         if reverse:
             found.reverse()
         return iter(found)
-
-    def _fetch_key_list(self, key: bytes, time_from: int, time_to: int) -> list:
-        """(timestamp, value) of `key` in [time_from, time_to], in time order."""
-        found: list = []
-        if time_from > time_to:
-            return found
-        klen = len(key)
-        unpack = _I64.unpack_from
-        low = key + _I64.pack(time_from) + _SEQ_MIN
-        high = key_after(key + _I64.pack(time_to) + _SEQ_MAX)  # the scan's exclusive end
-        scan = self._engine.scan
-        for seg in self._segments(time_from, time_to, False):
-            prefix = self._key_first_bounds(seg)[0]
-            total = len(prefix) + klen + _WINDOW_SUFFIX
-            for k, v in scan(prefix + low, prefix + high):
-                if len(k) == total:  # same length and within the bounds => same key
-                    found.append((unpack(k, total - _WINDOW_SUFFIX)[0], v))
-        return found
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
                      time_to: int, reverse: bool) -> Iterator:
@@ -556,6 +597,7 @@ class TimeOrderedWindowStore(SegmentedWindowStore):
                          segment_interval_ms=segment_interval_ms, retain_duplicates=retain_duplicates,
                          persistent=persistent)
         self.with_index = with_index
+        self._scan_iterator = None  # the C loop reads key-first records at a segment's prefix
         if with_index:
             self.layout = "window-time-ordered-indexed-v1"
             self._engine.layout = self.layout
@@ -602,6 +644,14 @@ class TimeOrderedWindowStore(SegmentedWindowStore):
             prefix = self._segment_prefix(seg)
             for k, v in raw_range(prefix + low, prefix + high, reverse):
                 yield k, unpack(k, SEGMENT_PREFIX_SIZE)[0], v
+
+    def fetch_values(self, key: bytes, time_from: int, time_to: int) -> list:
+        if self.with_index:  # the index part, key first
+            return super().fetch_values(key, time_from, time_to)
+        self._check()
+        check_key(self.name, key)
+        self._check_range(time_from, time_to)
+        return list(self._fetch_key_gen(key, self.actual_from(time_from), time_to, False))
 
     def _fetch_key_gen(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> Iterator:
         if self.with_index:

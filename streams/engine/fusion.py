@@ -4,9 +4,12 @@ A node takes part when it has at most one child and one parent and its processor
 operator (streams/engine/stages.py: its `stage(down, failed)` is the operator). The chain ends at a
 sink (serializing and sending directly) or at the first node that cannot be fused, which is called
 through `process(Record)` as `forward` would, with that node current. A node with several parents
-(after a merge) is never fused: every chain reaching it would build its own stage, and an operator
+(after a merge) is not fused: every chain reaching it would build its own stage, and an operator
 keeping state in its stage (a windowed aggregation's stream time, a suppression's) would keep one
-copy per parent; through `process` it has one stage per task.
+copy per parent; through `process` it has one stage per task. An operator whose stage keeps
+nothing (`StageOperator.stateless_stage`: the merge's pass-through) is fused all the same, and
+after it only such stages and sinks: a stateful node below it, reached from several chains,
+is called through `process`.
 
 An entry is called with `context.current_node` = its head (as `forward` sets it); on return it
 is the head again. A stage that fails sets the failing node current before the exception leaves
@@ -46,10 +49,12 @@ class FusedChains:
     @staticmethod
     def can_start(node: ProcessorNode) -> bool:
         """Whether `node` may start a fused chain: a sink, or a stage operator with at most one
-        child and one parent."""
+        child and one parent (any number of parents when its stage keeps no state)."""
         if isinstance(node, SinkNode):
             return True
-        return isinstance(node.processor, StageOperator) and len(node.children) <= 1 and node.parent_count <= 1
+        processor = node.processor
+        return (isinstance(processor, StageOperator) and len(node.children) <= 1
+                and (node.parent_count <= 1 or processor.stateless_stage))
 
     def _failed_marker(self, node: ProcessorNode, head: ProcessorNode) -> Callable[[], None]:
         ctx = self.context
@@ -59,18 +64,21 @@ class FusedChains:
                 ctx.current_node = node
         return failed
 
-    def _stage(self, node: ProcessorNode, head: ProcessorNode) -> Stage:
+    def _stage(self, node: ProcessorNode, head: ProcessorNode, shared: bool = False) -> Stage:
+        """`node`'s stage in the chain of `head`; `shared`: a node above it in the chain has
+        several parents (so this one is reached from several chains)."""
         ctx = self.context
         failed = self._failed_marker(node, head)
 
         if isinstance(node, SinkNode):
             return node.stage(failed)
-        if self.can_start(node):
+        if self.can_start(node) and (not shared or node.processor.stateless_stage):
             only = node.only_child
             if isinstance(only, SinkNode) and getattr(node.processor, "null_key_filter", False):
                 # the filter's whole work (drop None keys; it cannot fail) done by the sink's stage
                 return only.stage(self._failed_marker(only, head), drop_null_keys=True)
-            return node.processor.stage(self._stage(only, head) if only is not None else drop, failed)
+            below = self._stage(only, head, shared or node.parent_count > 1) if only is not None else drop
+            return node.processor.stage(below, failed)
         process = node.process
         new = _new_record
 

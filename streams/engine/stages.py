@@ -28,6 +28,9 @@ class StageOperator(Processor):
     """Base of operators written as a stage (see the module doc). Subclasses implement `stage`."""
 
     _entry: Any = None
+    #: the stage keeps no state of its own (a pass-through): it may be fused into every chain
+    #: that reaches its node, after a merge too (streams/engine/fusion.py)
+    stateless_stage = False
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
         raise NotImplementedError

@@ -215,3 +215,25 @@ def test_an_operator_after_a_merge_keeps_one_stream_time():
         assert [(r.key.key, r.key.window.start, r.value, r.timestamp) for r in out.read_records_to_list()] == [
             ("b", 1800, 1, 1867)]
         assert sum(m.value for m in driver.metrics() if m.name == "dropped-records-total") == 1
+
+
+def test_a_merge_is_fused_into_each_merged_chain():
+    """The merge's pass-through keeps no state: each merged stream's chain runs through it (its
+    node's process is never called), down to the sink. (A stateful node below a merge stays one
+    operator entered through its node: the test above.)"""
+    b = StreamsBuilder()
+    one = b.stream("one", key_serde=S, value_serde=S).map_values(str.upper)
+    two = b.stream("two", key_serde=S, value_serde=S).filter(lambda k, v: v != "drop")
+    one.merge(two).to("out", key_serde=S, value_serde=S)
+    with TopologyTestDriver(b.build()) as driver:
+        merge = driver._engine_for_topic["one"].nodes["KSTREAM-MERGE-0000000004"]
+        assert merge.parent_count == 2
+
+        def not_called(record):
+            raise AssertionError("the merge ran as a node: not fused")
+        merge.process = not_called
+        driver.create_input_topic("one", S, S).pipe_input("a", "x", timestamp=1)
+        two = driver.create_input_topic("two", S, S)
+        two.pipe_input("a", "drop", timestamp=2)
+        two.pipe_input("b", "y", timestamp=3)
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [("a", "X"), ("b", "y")]

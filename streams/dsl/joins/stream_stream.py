@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import closing
+from functools import partial
 from typing import Any, Callable, Optional
 
 from state.outer_join_store import OuterJoinStore
@@ -84,6 +85,11 @@ def outer_join_store_builder(name: str, *, in_memory: bool = False, logging_enab
     return builder.with_logging_enabled(log_config) if logging_enabled else builder.with_logging_disabled()
 
 
+class _NoExpiryCount:
+    expired_records = 0
+    observed_stream_time = NO_TIMESTAMP
+
+
 class _Side:
     __slots__ = ("is_left", "this_store", "other_store", "join_before", "join_after", "outer", "this_inner")
 
@@ -95,8 +101,10 @@ class _Side:
         self.join_before = join_before
         self.join_after = join_after
         self.outer = outer
-        # the bytes store under the layers: it counts the puts it skips as expired
-        self.this_inner = this_store.inner_most() if hasattr(this_store, "inner_most") else this_store
+        # the bytes store under the layers: it counts the puts it skips as expired (a store that
+        # does not count them: a stand-in that never changes)
+        inner = this_store.inner_most() if hasattr(this_store, "inner_most") else this_store
+        self.this_inner = inner if hasattr(inner, "expired_records") else _NoExpiryCount()
 
 
 class StreamStreamJoinLogic:
@@ -142,11 +150,16 @@ class StreamStreamJoinLogic:
                       offset: int = -1) -> None:
         self._process(self.right, key, value, timestamp, topic, partition, offset)
 
+    def side_process(self, is_left: bool) -> Callable[[Any, Any, int, str, int, int], None]:
+        """process_left / process_right as one positional call `(key, value, timestamp, topic,
+        partition, offset)` (the operator's per-record path: no method frame in between)."""
+        return partial(self._process, self.left if is_left else self.right)
+
     def _joined(self, side: _Side, this_value: Any, other_value: Any) -> Any:
         return self.joiner(this_value, other_value) if side.is_left else self.joiner(other_value, this_value)
 
-    def _process(self, side: _Side, key: Any, value: Any, timestamp: int, topic: str, partition: int,
-                 offset: int) -> None:
+    def _process(self, side: _Side, key: Any, value: Any, timestamp: int, topic: str = "", partition: int = -1,
+                 offset: int = -1) -> None:
         if timestamp > self.stream_time:
             self.stream_time = timestamp
         if key is None or value is None:
@@ -161,38 +174,43 @@ class StreamStreamJoinLogic:
         outer_store = self.outer_store
         if outer_store is not None and timestamp == self.stream_time:
             self._emit_non_joined(side)
-        # Kafka's KStreamJoinWindow: every record starts its own window in its side's store
-        self._put(side, key, value, timestamp, topic, partition, offset)
-        time_from = max(0, timestamp - side.join_before)
-        time_to = max(0, window_end)
+        # Kafka's KStreamJoinWindow: every record starts its own window in its side's store; a
+        # put the store skips as expired is counted and logged as Kafka's segmented store does
+        inner = side.this_inner
+        expired_before = inner.expired_records
+        side.this_store.put(key, value, timestamp, timestamp)
+        if inner.expired_records != expired_before:
+            self._report_expired(side, key, timestamp, topic, partition, offset)
+        time_from = timestamp - side.join_before
+        if time_from < 0:
+            time_from = 0
+        time_to = window_end if window_end > 0 else 0
         matched = False
+        forward = self.forward
+        joiner = self.joiner
+        is_left = side.is_left
         with side.other_store.fetch(key, time_from, time_to) as it:
             for other_ts, other_value in it:
                 matched = True
                 if outer_store is not None:
-                    outer_store.remove_if_present(key, other_ts, not side.is_left)
-                self.forward(key, self._joined(side, value, other_value),
-                             timestamp if timestamp > other_ts else other_ts)
+                    outer_store.remove_if_present(key, other_ts, not is_left)
+                forward(key, joiner(value, other_value) if is_left else joiner(other_value, value),
+                        timestamp if timestamp > other_ts else other_ts)
         if not matched and side.outer:
             if time_to < self.stream_time:
                 # out of order and its window already ended: nothing held for it (Kafka)
-                self.forward(key, self._joined(side, value, None), timestamp)
+                forward(key, self._joined(side, value, None), timestamp)
             else:
                 if timestamp < self.min_time:
                     self.min_time = timestamp
-                outer_store.put(key, timestamp, side.is_left, value)
+                outer_store.put(key, timestamp, is_left, value)
 
-    def _put(self, side: _Side, key: Any, value: Any, timestamp: int, topic: str, partition: int,
-             offset: int) -> None:
-        """Store the record in its side's window store; a put the store skips as expired is
-        counted and logged as Kafka's segmented store does."""
-        inner = side.this_inner
-        expired_before = getattr(inner, "expired_records", 0)
-        side.this_store.put(key, value, timestamp, timestamp)
-        if getattr(inner, "expired_records", 0) != expired_before:
-            retention = self.windows.size() + self.grace_ms
-            self.late.report(key, timestamp, Window(max(0, timestamp - side.join_before), timestamp + side.join_after),
-                             inner.observed_stream_time - retention, self.stream_time, topic, partition, offset)
+    def _report_expired(self, side: _Side, key: Any, timestamp: int, topic: str, partition: int,
+                        offset: int) -> None:
+        retention = self.windows.size() + self.grace_ms
+        self.late.report(key, timestamp, Window(max(0, timestamp - side.join_before), timestamp + side.join_after),
+                         side.this_inner.observed_stream_time - retention, self.stream_time, topic, partition,
+                         offset)
 
     def _emit_non_joined(self, side: _Side) -> None:
         """Forward and remove every held record whose window has closed (Kafka's

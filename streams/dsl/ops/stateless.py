@@ -155,6 +155,8 @@ class FlatMapProcessor(StageOperator):
 class PassThroughProcessor(StageOperator):
     """Forwards every record unchanged (Kafka's PassThrough: merge and branch children)."""
 
+    stateless_stage = True  # fused after a merge too
+
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
         return down
 

@@ -125,7 +125,7 @@ class StreamJoinSideProcessor(StageOperator):
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
         task = self.task
         logic = self.join.logic(task)
-        process = logic.process_left if self.is_left else logic.process_right
+        process = logic.side_process(self.is_left)
         route = task.route
         context = self.context
 
@@ -137,7 +137,7 @@ class StreamJoinSideProcessor(StageOperator):
                 if meta is None:
                     process(key, value, timestamp)
                 else:
-                    process(key, value, timestamp, topic=meta[0], partition=meta[1], offset=meta[2])
+                    process(key, value, timestamp, meta[0], meta[1], meta[2])
             except BaseException:
                 failed()
                 raise
