@@ -3,7 +3,7 @@ word count, through the runtime on the embedded cluster (issue 16).
 
     python bench/windowed.py [--records 1000000] [--guarantee at_least_once] [--partitions 2]
                              [--replication-factor 1] [--only wordcount,windowed,table]
-                             [--profile windowed|table|wordcount]
+                             [--profile windowed|table|wordcount] [--table-design default|uncached-hot]
 
 Three apps, one after the other, each on one stream thread over `--records` input records
 written beforehand (not timed), processing time only (records carry increasing event times):
@@ -14,18 +14,37 @@ written beforehand (not timed), processing time only (records carry increasing e
   `group_by_key().windowed_by(TimeWindows.of_size_and_grace(60 s, 5 s)).count()` (a cached
   RocksDB window store and its changelog) `.suppress(until_window_closes(unbounded()))`, the
   final counts written out. No repartition.
-- table: updates of 10,000 users' group (one of 100; 1% tombstones), `builder.table(...)`
-  (source store uncached, so every update regroups; a cached one would dedup most of them away
-  and leave little for the aggregate to do) `.group_by(group, user).count()` (adder and
-  subtractor, a cached timestamped store and its changelog) through the repartition topic, the
-  counts written out. An update moving a user sends two repartition records (the old group's
-  subtraction, the new group's addition); all are processed.
+- table: updates of users' group (one of 100; 1% tombstones) into `builder.table(...)`
+  `.group_by(group, user).count()` (adder and subtractor, a cached timestamped store and its
+  changelog) through the repartition topic, the counts written out. An update moving a user
+  sends two repartition records (the old group's subtraction, the new group's addition), one
+  keeping the group sends one, a first update one, a tombstone of a present user one.
+  `--table-design` picks the input and the source table's store:
+  - `default` (what a Kafka Streams user runs): the source table as `builder.table(topic)`
+    leaves it, materialized by group_by with caching on (Kafka's default), under the default
+    10 MiB record cache. The input cannot let the cache hide the work: 250,000 users each
+    updated 4 times, once per round, every round over all users in its own random order, so
+    two updates of one user are ~250,000 updates apart on average, while the thread's cache
+    holds ~120,000 entries of this store: nearly every update is evicted (written, logged,
+    regrouped) before its user comes again. The updates the cache does merge are counted
+    (printed: the repartition records actually sent against the updates' own count).
+  - `uncached-hot` (the first design): 10,000 users updated at random (~100 times each), the
+    source store uncached (`Materialized...with_caching_disabled()`) so that every update
+    regroups (with the cache on, that input would be merged away almost entirely).
 
-Each run is timed from RUNNING until every input and repartition record is processed, plus the
-app's final commit. Printed: records/s of each (input records / seconds) and the ratio of the
-windowed and table rates to word count's of the same run (issue 16's target: each >= 0.5), also
-by the process's CPU seconds (steadier than wall time on a shared machine), with the stream
-thread's and the process's CPU seconds. Not a test: nothing is asserted.
+Every run uses one config: the processing guarantee of `--guarantee` and the default
+commit.interval.ms (30 s at least once, 100 ms exactly once: Kafka's defaults), the default
+cache size; so the ratio compares like with like.
+
+Each run is timed from RUNNING until every input record is processed and every record its
+processing sent through a repartition topic is processed too, plus the app's final commit. The
+table's source cache holds the last updates back until a commit: once the input is processed,
+the table run asks its input tasks for a commit (what a processor's `context.commit()` does) and
+stops the clock when the repartition records that commit wrote out are aggregated. Printed:
+records/s of each (input records / seconds) and the ratio of the windowed and table rates to
+word count's of the same run (issue 16's target: each >= 0.5), also by the process's CPU
+seconds (steadier than wall time on a shared machine), with the stream thread's and the
+process's CPU seconds. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -44,14 +63,18 @@ sys.path.insert(0, ROOT)
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 
+from confluent_kafka import TopicPartition  # noqa: E402
+
 from bench import app_bench  # noqa: E402
 from bench.wordcount import make_lines, topology as wordcount_topology  # noqa: E402
-from streams import (BufferConfig, Materialized, StreamsBuilder, Suppressed, TimeWindows,  # noqa: E402
+from streams import (App, BufferConfig, Materialized, StreamsBuilder, Suppressed, TimeWindows,  # noqa: E402
                      serdes)
+from streams.backends import for_config  # noqa: E402
 
 S, I64 = serdes.STRING, serdes.INT64
 KEYS = 10_000
 GROUPS = 100
+SPREAD_USERS, SPREAD_ROUNDS = 250_000, 4  # the default table design's input (see the module doc)
 WINDOW_MS, GRACE_MS = 60_000, 5_000
 START_MS = 1_700_000_000_000
 
@@ -72,17 +95,26 @@ def make_events(n: int, seed: int = 2) -> list[tuple[bytes, bytes, int]]:
     return out
 
 
-def make_updates(n: int, seed: int = 3) -> tuple[list[tuple[bytes, bytes | None]], int]:
-    """(user, group or None) updates, and how many repartition records they make (Kafka's
-    KTableRepartitionMap: one when the group stays, two when it changes, none for a tombstone
-    of an absent user)."""
+def make_updates(n: int, design: str, seed: int = 3) -> tuple[list[tuple[bytes, bytes | None]], int]:
+    """(user, group or None) updates of the table design (see the module doc), and how many
+    repartition records they make without a cache merging any (Kafka's KTableRepartitionMap:
+    one when the group stays, two when it changes, none for a tombstone of an absent user)."""
     rng = random.Random(seed)
-    users = [f"u{i:05d}".encode() for i in range(KEYS)]
     groups = [f"g{i:03d}".encode() for i in range(GROUPS)]
+    if design == "default":
+        users = [f"u{i:06d}".encode() for i in range(SPREAD_USERS)]
+        order: list[bytes] = []
+        while len(order) < n:
+            round_ = users[:]
+            rng.shuffle(round_)
+            order += round_
+        del order[n:]
+    else:
+        users = [f"u{i:05d}".encode() for i in range(KEYS)]
+        order = [rng.choice(users) for _ in range(n)]
     table: dict[bytes, bytes] = {}
     out, repartitioned = [], 0
-    for _ in range(n):
-        user = rng.choice(users)
+    for user in order:
         group = None if rng.random() < 0.01 else rng.choice(groups)
         old = table.get(user)
         if group is None:
@@ -107,14 +139,67 @@ def windowed_topology(events_topic: str, out: str):
     return b.build()
 
 
-def table_topology(updates_topic: str, out: str):
+def table_topology(updates_topic: str, out: str, design: str = "default"):
     b = StreamsBuilder()
-    (b.table(updates_topic, key_serde=S, value_serde=S, store=Materialized.as_("users").with_caching_disabled())
+    store = None if design == "default" else Materialized.as_("users").with_caching_disabled()
+    (b.table(updates_topic, key_serde=S, value_serde=S, store=store)
         .group_by(lambda user, group: (group, user), key_serde=S, value_serde=S)
         .count(store="users-per-group")
         .to_stream()
         .to(out, key_serde=S, value_serde=I64))
     return b.build()
+
+
+class ThroughRepartition:
+    """`done` for `app_bench.run_app`: the `n` input records of `input_topic` are processed, a
+    commit of their tasks has written out what their caches held back, and every record the
+    app sent to its repartition topics is processed. `sent` is then the repartition records'
+    count (the repartition topics are new: their end offsets count every record)."""
+
+    def __init__(self, bootstrap: str, input_topic: str, n: int, partitions: int) -> None:
+        self.input_topic, self.n, self.partitions = input_topic, n, partitions
+        self.backend = for_config({"bootstrap.servers": bootstrap})
+        self.probe = self.backend.consumer({"group.id": "bench-probe"})
+        self.requested = False
+        self.target: int | None = None
+        self.sent = 0
+
+    def close(self) -> None:
+        self.probe.close()
+        self.backend.close()
+
+    def _offsets(self, app: App, attr: str) -> int:
+        """The sum over the input partitions of the input tasks' `attr` offsets (consumed: the
+        last processed; committed: the next to read), as the number of records they cover."""
+        total = 0
+        for thread in app.threads:
+            for task in list(thread.task_manager.tasks.values()):
+                for (topic, _), offset in list(getattr(task, attr).items()):
+                    if topic == self.input_topic:
+                        total += offset + 1 if attr == "consumed" else offset
+        return total
+
+    def __call__(self, app: App) -> bool:
+        processed = sum(thread.processed_total for thread in app.threads)
+        if self.target is not None:
+            return processed >= self.target
+        if self._offsets(app, "consumed") < self.n:
+            return False
+        if not self.requested:
+            for thread in app.threads:
+                for task in list(thread.task_manager.tasks.values()):
+                    if task.engine is not None and any(tp[0] == self.input_topic for tp in task.consumed):
+                        task.engine.context.commit()
+            self.requested = True
+            return False
+        if self._offsets(app, "committed") < self.n:
+            return False
+        # committed: the caches were flushed and the producer flushed before the offsets went
+        repartition = {t for thread in app.threads for t in thread.repartition_topics}
+        self.sent = sum(self.probe.get_watermark_offsets(TopicPartition(t, p), timeout=30)[1]
+                        for t in repartition for p in range(self.partitions))
+        self.target = self.n + self.sent
+        return processed >= self.target
 
 
 def main() -> None:
@@ -126,6 +211,8 @@ def main() -> None:
     parser.add_argument("--only", default="wordcount,windowed,table")
     parser.add_argument("--profile", choices=("wordcount", "windowed", "table"),
                         help="cProfile the stream thread of this run (slower)")
+    parser.add_argument("--table-design", choices=("default", "uncached-hot"), default="default",
+                        help="the table run's input and source store (see the module doc)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)  # late records are dropped by design: no WARN per window
     runs = args.only.split(",")
@@ -138,11 +225,12 @@ def main() -> None:
         lines = make_lines(n)
         n_words = sum(len(line.split()) for line in lines)
         events = make_events(n)
-        updates, repartitioned = make_updates(n)
+        updates, repartitioned = make_updates(n, args.table_design)
         inputs = {"wordcount": ("bench-lines", [(None, line) for line in lines]),
                   "windowed": ("bench-events", events), "table": ("bench-updates", updates)}
         targets = {"wordcount": n + n_words, "windowed": n, "table": n + repartitioned}
-        topologies = {"wordcount": wordcount_topology, "windowed": windowed_topology, "table": table_topology}
+        topologies = {"wordcount": wordcount_topology, "windowed": windowed_topology,
+                      "table": lambda t, out: table_topology(t, out, args.table_design)}
         app_bench.create_topics(bootstrap, {inputs[r][0]: args.partitions for r in runs}
                                 | {f"{r}-out": args.partitions for r in runs}, rf)
         with Progress(*columns, console=console) as progress:
@@ -151,8 +239,8 @@ def main() -> None:
                 task = progress.add_task(f"writing {topic}", total=len(records))
                 app_bench.produce(bootstrap, topic, records, lambda k, task=task: progress.advance(task, k))
         console.print(f"{n:,} records per run (word count: {n_words:,} words repartitioned; "
-                      f"table: {repartitioned:,} records repartitioned); {args.guarantee}, "
-                      f"{args.partitions} partitions")
+                      f"table ({args.table_design}): {repartitioned:,} records to repartition without a cache); "
+                      f"{args.guarantee}, {args.partitions} partitions")
         rates: dict[str, float] = {}
         cpu_rates: dict[str, float] = {}  # records per CPU second of the process: steadier on a shared machine
         for run in runs:
@@ -169,8 +257,13 @@ def main() -> None:
 
                 def show(app, task=task, progress=progress):
                     progress.update(task, completed=sum(t.processed_total for t in app.threads))
-                secs = app_bench.run_app(topologies[run](inputs[run][0], f"{run}-out"), config,
-                                         app_bench.processed_at_least(target), show)
+                done = (ThroughRepartition(bootstrap, inputs[run][0], n, args.partitions) if run == "table"
+                        else app_bench.processed_at_least(target))
+                try:
+                    secs = app_bench.run_app(topologies[run](inputs[run][0], f"{run}-out"), config, done, show)
+                finally:
+                    if run == "table":
+                        done.close()
             rates[run] = n / secs
             cpu_rates[run] = n / app_bench.THREAD_CPU["process"]
             ratio = ""
@@ -180,6 +273,9 @@ def main() -> None:
             console.print(f"{run:<10}: {secs:6.2f}s  {rates[run]:10,.0f} records/s{ratio}")
             if app_bench.cpu_line():
                 console.print(app_bench.cpu_line())
+            if run == "table":
+                console.print(f"  {done.sent:,} records repartitioned ({repartitioned - done.sent:,} "
+                              "merged away by the source table's cache)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
