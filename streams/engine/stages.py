@@ -45,6 +45,9 @@ class StageOperator(Processor):
 
     def _to_children(self) -> Stage:
         context = self.context
+        node_stage = getattr(context, "node_stage", None)
+        if node_stage is not None:  # the engine's context: no Record where a fused chain follows
+            return node_stage()
         node_forward = getattr(context, "node_forward", None)
         forward = node_forward() if node_forward is not None else context.forward
         new = _new_record
