@@ -57,7 +57,11 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             # tell: every flushed key is still cached (a read returns its new value either way)
             # except an evicted one, which is written and forwarded first in both orders.
             changed = self._changes(entries)
-            if changed:
+            if len(changed) == 1:  # one change (an eviction's, mostly): the layer's put, no batch
+                key, value, timestamp, old = changed[0]
+                wrapped.put(key, value, timestamp)
+                listener(key, value, old, timestamp)
+            elif changed:
                 write_changes([(key, value, timestamp) for key, value, timestamp, _old in changed])
                 for key, value, timestamp, old in changed:
                     listener(key, value, old, timestamp)

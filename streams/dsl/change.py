@@ -48,14 +48,18 @@ class ChangeSerde:
             if change is None:
                 return None
             new, old = change
-            if new is not None:
+            if new is not None and old is not None:
                 new_bytes = ser(new)
-                if old is not None:
-                    return len(new_bytes).to_bytes(4, "big") + new_bytes + ser(old) + b"\x02"
-                return new_bytes + b"\x01"
-            if old is not None:
-                return ser(old) + b"\x00"
-            raise SerializationError("a Change with neither a new nor an old value cannot be serialized")
+                return len(new_bytes).to_bytes(4, "big") + new_bytes + ser(old) + b"\x02"
+            # one side (a key change's two records): ser() inlined
+            one, flag = (new, b"\x01") if new is not None else (old, b"\x00")
+            if one is None:
+                raise SerializationError("a Change with neither a new nor an old value cannot be serialized")
+            try:
+                data = inner_ser(one)
+            except Exception:
+                data = None
+            return (data if type(data) is bytes else checked_ser(one)) + flag
 
         def deserialize(data: Optional[bytes]) -> Optional[Change]:
             if data is None:
@@ -63,10 +67,12 @@ class ChangeSerde:
             if not data:
                 raise SerializationError("a serialized Change needs at least its flag byte")
             flag = data[-1]
-            if flag == 1:
-                return _new_tuple(Change, (de(data[:-1]), None))
-            if flag == 0:
-                return _new_tuple(Change, (None, de(data[:-1])))
+            if flag < 2:  # de() inlined for the one-sided changes
+                try:
+                    value = inner_de(data[:-1])
+                except Exception:  # the serde's own call: its value or its error
+                    value = checked_de(data[:-1])
+                return _new_tuple(Change, (value, None) if flag else (None, value))
             if flag == 2 and len(data) >= 5:
                 n = int.from_bytes(data[:4], "big")
                 return _new_tuple(Change, (de(data[4:4 + n]), de(data[4 + n:-1])))

@@ -338,15 +338,16 @@ class TableSelectProcessor(StageOperator):
 
         def select(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             try:
-                change = _check_change(value, "KTable.group_by")
-                new_pair = None if change.new_value is None else mapper(key, change.new_value)
-                old_pair = None if change.old_value is None else mapper(key, change.old_value)
+                if type(value) is not Change:
+                    value = _check_change(value, "KTable.group_by")
+                new, old = value
+                new_pair = None if new is None else mapper(key, new)
+                old_pair = None if old is None else mapper(key, old)
                 new_ok = new_pair is not None and new_pair[0] is not None and new_pair[1] is not None
-                old_ok = old_pair is not None and old_pair[0] is not None and old_pair[1] is not None
-                if new_ok and old_ok and new_pair[0] == old_pair[0]:
-                    down(new_pair[0], _new_tuple(Change, (new_pair[1], old_pair[1])), timestamp, headers)
-                    return
-                if old_ok:
+                if old_pair is not None and old_pair[0] is not None and old_pair[1] is not None:
+                    if new_ok and new_pair[0] == old_pair[0]:
+                        down(new_pair[0], _new_tuple(Change, (new_pair[1], old_pair[1])), timestamp, headers)
+                        return
                     down(old_pair[0], _new_tuple(Change, (None, old_pair[1])), timestamp, headers)
                 if new_ok:
                     down(new_pair[0], _new_tuple(Change, (new_pair[1], None)), timestamp, headers)
