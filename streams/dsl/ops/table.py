@@ -52,12 +52,18 @@ def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool,
         # ValueAndTimestamp would give (no ValueAndTimestamp made per entry)
         key_of, value_of = access.key_of, access.value_of
 
+        def on_flush_many(changes: list) -> None:  # the caching store's batch form, scoped once
+            for key, new_value, timestamp, old_value in changes:
+                to_children(key_of(key), _new_tuple(Change, (None if new_value is None else value_of(new_value),
+                                                             None if old_value is None else value_of(old_value))),
+                            timestamp, ())
+
         def on_flush_bytes(key: bytes, new_value: Optional[bytes], old_value: Optional[bytes],
                            timestamp: int) -> None:
-            to_children(key_of(key), _new_tuple(Change, (None if new_value is None else value_of(new_value),
-                                                         None if old_value is None else value_of(old_value))),
-                        timestamp, ())
-        return caching_layer.set_flush_listener(scoped(on_flush_bytes)) is False
+            on_flush_many(((key, new_value, timestamp, old_value),))
+        listener = scoped(on_flush_bytes)
+        listener.flush_many = scoped(on_flush_many)
+        return caching_layer.set_flush_listener(listener) is False
 
     if stamp is None:
         def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
