@@ -1,5 +1,5 @@
 """Build hook for the optional C accelerators of replication/records.py, eddy/murmur2.py,
-eddy/messages.py, state/cache/kv.py and streams/runtime/direct_sink.py.
+eddy/messages.py, state/cache/kv.py, streams/runtime/direct_sink.py and streams/dsl/change.py.
 
 Everything else lives in pyproject.toml. The extensions are optional: without a compiler the
 install still succeeds and each module falls back to its pure-Python code.
@@ -35,6 +35,13 @@ setup(
         Extension(
             "state.cache._cache",
             ["state/cache/_cache.c"],
+            optional=True,
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-Wno-missing-field-initializers"],
+        ),
+        Extension(
+            "streams.dsl._change",
+            ["streams/dsl/_change.c"],
             optional=True,
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, NamedTuple, Optional
 
 from streams.errors import SerializationError
+
+try:  # the unchecked functions in C (streams/dsl/_change.c); the Python ones below without it
+    from streams.dsl import _change as _change_c
+except ImportError:  # pragma: no cover - the accelerator is optional
+    _change_c = None
 
 _new_tuple = tuple.__new__  # a Change without NamedTuple's Python-level __new__
 
@@ -21,9 +27,12 @@ class ChangeSerde:
     grouped table's repartition topic: `old + 0x00`, `new + 0x01`, or
     `new length (4, big-endian) + new + old + 0x02` when both are present.
 
-    `serialize_unchecked` / `deserialize_unchecked` (streams.serdes.unchecked_serializer) are the
-    same functions: they let the repartition topic's sink and source take the engine's C routes;
-    the inner serde's own unchecked functions are used where it has them."""
+    `serialize_unchecked` / `deserialize_unchecked` (streams.serdes.unchecked_serializer) let the
+    repartition topic's sink and source take the engine's C routes: C functions
+    (streams/dsl/_change.c) doing the common case of `serialize`/`deserialize` and raising for
+    any other (the caller then calls the Python function, the definition), or without the
+    accelerator the Python functions themselves; the inner serde's own unchecked functions are
+    used where it has them."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -80,3 +89,6 @@ class ChangeSerde:
 
         self.serialize = self.serialize_unchecked = serialize
         self.deserialize = self.deserialize_unchecked = deserialize
+        if _change_c is not None:
+            self.serialize_unchecked = partial(_change_c.serialize, inner_ser)
+            self.deserialize_unchecked = partial(_change_c.deserialize, inner_de, Change)
