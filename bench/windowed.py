@@ -197,10 +197,13 @@ class ThroughRepartition:
         if self._offsets(app, "consumed") < self.n:
             return False
         if not self.requested:
-            for thread in app.threads:
-                for task in list(thread.task_manager.tasks.values()):
-                    if task.engine is not None and any(tp[0] == self.input_topic for tp in task.consumed):
-                        task.engine.context.commit()
+            # not when a commit already took every input offset: a task with nothing to commit
+            # would keep the request (and the thread would try to commit on every loop turn)
+            if self._offsets(app, "committed") < self.n:
+                for thread in app.threads:
+                    for task in list(thread.task_manager.tasks.values()):
+                        if task.engine is not None and any(tp[0] == self.input_topic for tp in task.consumed):
+                            task.engine.context.commit()
             self.requested = True
             return False
         if self._offsets(app, "committed") < self.n:

@@ -6,9 +6,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streams.engine.nodes import ProcessorNode, SinkNode
 from streams.errors import StoreAccessError, ProcessingError, UnknownProcessorError
+from streams.engine.stages import as_records
 from streams.processor import Cancellable, ProcessorContext, PunctuationType, Record, RecordMetadata
-
-_new_record = object.__new__  # Record._make inlined (fields already validated)
 
 if TYPE_CHECKING:
     from streams.engine.task_engine import TaskEngine
@@ -168,16 +167,7 @@ class ProcessorContextImpl(ProcessorContext):
         no Record made; otherwise a Record goes through `node_forward`. Either way it behaves
         exactly like `forward`."""
         node = self.current_node
-        forward = self.node_forward()
-        new = _new_record
-
-        def via_record(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            rec = new(Record)
-            rec.key = key
-            rec.value = value
-            rec.timestamp = timestamp
-            rec.headers = headers
-            forward(rec)
+        via_record = as_records(self.node_forward())
         only = node.only_child if node is not None else None
         chains = self._engine.chains
         if only is None or not chains.can_start(only):
