@@ -1,5 +1,6 @@
 """Build hook for the optional C accelerators of replication/records.py, eddy/murmur2.py,
-eddy/messages.py, state/cache/kv.py, state/window.py and streams/runtime/direct_sink.py.
+eddy/messages.py, state/cache/kv.py, state/window.py, streams/runtime/direct_sink.py and
+streams/dsl/change.py.
 
 Everything else lives in pyproject.toml. The extensions are optional: without a compiler the
 install still succeeds and each module falls back to its pure-Python code.
@@ -44,6 +45,13 @@ setup(
             ["state/_window.c"],
             optional=True,
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
+        Extension(
+            "streams.dsl._change",
+            ["streams/dsl/_change.c"],
+            optional=True,
+            extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-Wno-missing-field-initializers"],
         ),
         Extension(
             "streams.runtime._sink",

@@ -6,6 +6,7 @@ embedded cluster (issues 16 and 17).
                              [--replication-factor 1]
                              [--only wordcount,windowed,table,stream_table,stream_stream]
                              [--profile wordcount|windowed|table|stream_table|stream_stream]
+                             [--table-design default|uncached-hot]
 
 Apps one after the other, each on one stream thread over `--records` input records
 written beforehand (not timed), processing time only (records carry event times):
@@ -16,12 +17,29 @@ written beforehand (not timed), processing time only (records carry event times)
   `group_by_key().windowed_by(TimeWindows.of_size_and_grace(60 s, 5 s)).count()` (a cached
   RocksDB window store and its changelog) `.suppress(until_window_closes(unbounded()))`, the
   final counts written out. No repartition.
-- table: updates of 10,000 users' group (one of 100; 1% tombstones), `builder.table(...)`
-  (source store uncached, so every update regroups; a cached one would dedup most of them away
-  and leave little for the aggregate to do) `.group_by(group, user).count()` (adder and
-  subtractor, a cached timestamped store and its changelog) through the repartition topic, the
-  counts written out. An update moving a user sends two repartition records (the old group's
-  subtraction, the new group's addition); all are processed.
+- table: updates of users' group (one of 100; 1% tombstones) into `builder.table(...)`
+  `.group_by(group, user).count()` (adder and subtractor, a cached timestamped store and its
+  changelog) through the repartition topic, the counts written out. An update moving a user
+  sends two repartition records (the old group's subtraction, the new group's addition), one
+  keeping the group sends one, a first update one, a tombstone of a present user one.
+  `--table-design` picks the input and the source table's store:
+  - `default` (what a Kafka Streams user runs): the source table as `builder.table(topic)`
+    leaves it, materialized by group_by with caching on (Kafka's default), under the default
+    10 MiB record cache. The input cannot let the cache hide the work: 250,000 users each
+    updated 4 times, once per round, every round over all users in its own random order, so
+    two updates of one user are ~250,000 updates apart on average, while the thread's cache
+    holds ~120,000 entries of this store: nearly every update is evicted (written, logged,
+    regrouped) before its user comes again. The updates the cache does merge are counted
+    (printed: the repartition records actually sent against the updates' own count).
+  - `uncached-hot` (the first design): 10,000 users updated at random (~100 times each), the
+    source store uncached (`Materialized...with_caching_disabled()`) so that every update
+    regroups (with the cache on, that input would be merged away almost entirely).
+  Printed with the table's rate: the repartition records and the counts written out. Under
+  `default` the source table's entries fill the thread's cache, and the aggregation's cache
+  (Kafka's rule: a store over the budget evicts its own entries) can hold its 100 groups only
+  if it wins room before the source table takes it back; when it does not, most updates of a
+  count are evicted at once (read, written, logged and written out one by one): the counts
+  written out show which case a run met, and the rate differs between the two.
 - stream_table: clicks keyed by one of 10,000 users `.join(profiles table)` (a cached RocksDB
   store and its changelog, loaded from 10,000 profile records written first, with earlier
   timestamps, so the task reads them first) `.to(...)`: every click finds its profile.
@@ -38,12 +56,20 @@ waits for its other input at start rather than running one input ahead (which wo
 records unjoined: a cheaper workload). After each join run its output topic is read back (not
 timed) and the joined results counted against the expected count.
 
-Each run is timed from RUNNING until every input and repartition record is processed, plus the
-app's final commit. Printed: records/s of each (input records / seconds; the 10,000 profiles
-are not counted) and the ratio of each rate to word count's of the same run (issue 16's
-targets: windowed and table each >= 0.5; issue 17's: stream_table >= 0.7, stream_stream >= 0.4), also
-by the process's CPU seconds (steadier than wall time on a shared machine), with the stream
-thread's and the process's CPU seconds. Not a test: nothing is asserted.
+Every run uses one config: the processing guarantee of `--guarantee` and the default
+commit.interval.ms (30 s at least once, 100 ms exactly once: Kafka's defaults), the default
+cache size; so the ratio compares like with like.
+
+Each run is timed from RUNNING until every input record is processed and every record its
+processing sent through a repartition topic is processed too, plus the app's final commit. The
+table's source cache holds the last updates back until a commit: once the input is processed,
+the table run asks its input tasks for a commit (what a processor's `context.commit()` does) and
+stops the clock when the repartition records that commit wrote out are aggregated. Printed:
+records/s of each (input records / seconds; the 10,000 profiles are not counted) and the ratio
+of each rate to word count's of the same run (issue 16's targets: windowed and table each >=
+0.5; issue 17's: stream_table >= 0.7, stream_stream >= 0.4), also by the process's CPU seconds
+(steadier than wall time on a shared machine), with the stream thread's and the process's CPU
+seconds. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -66,13 +92,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bench import app_bench  # noqa: E402
 from bench.wordcount import make_lines, topology as wordcount_topology  # noqa: E402
-from streams import (BufferConfig, JoinWindows, Materialized, StreamsBuilder, Suppressed,  # noqa: E402
+from streams import (App, BufferConfig, JoinWindows, Materialized, StreamsBuilder, Suppressed,  # noqa: E402
                      TimeWindows, serdes)
 from streams.backends import for_config  # noqa: E402
 
 S, I64 = serdes.STRING, serdes.INT64
 KEYS = 10_000
 GROUPS = 100
+SPREAD_USERS, SPREAD_ROUNDS = 250_000, 4  # the default table design's input (see the module doc)
 WINDOW_MS, GRACE_MS = 60_000, 5_000
 START_MS = 1_700_000_000_000
 USERS = 10_000  # stream_table: profiles
@@ -97,17 +124,26 @@ def make_events(n: int, seed: int = 2) -> list[tuple[bytes, bytes, int]]:
     return out
 
 
-def make_updates(n: int, seed: int = 3) -> tuple[list[tuple[bytes, bytes | None]], int]:
-    """(user, group or None) updates, and how many repartition records they make (Kafka's
-    KTableRepartitionMap: one when the group stays, two when it changes, none for a tombstone
-    of an absent user)."""
+def make_updates(n: int, design: str, seed: int = 3) -> tuple[list[tuple[bytes, bytes | None]], int]:
+    """(user, group or None) updates of the table design (see the module doc), and how many
+    repartition records they make without a cache merging any (Kafka's KTableRepartitionMap:
+    one when the group stays, two when it changes, none for a tombstone of an absent user)."""
     rng = random.Random(seed)
-    users = [f"u{i:05d}".encode() for i in range(KEYS)]
     groups = [f"g{i:03d}".encode() for i in range(GROUPS)]
+    if design == "default":
+        users = [f"u{i:06d}".encode() for i in range(SPREAD_USERS)]
+        order: list[bytes] = []
+        while len(order) < n:
+            round_ = users[:]
+            rng.shuffle(round_)
+            order += round_
+        del order[n:]
+    else:
+        users = [f"u{i:05d}".encode() for i in range(KEYS)]
+        order = [rng.choice(users) for _ in range(n)]
     table: dict[bytes, bytes] = {}
     out, repartitioned = [], 0
-    for _ in range(n):
-        user = rng.choice(users)
+    for user in order:
         group = None if rng.random() < 0.01 else rng.choice(groups)
         old = table.get(user)
         if group is None:
@@ -181,9 +217,10 @@ def windowed_topology(events_topic: str, out: str):
     return b.build()
 
 
-def table_topology(updates_topic: str, out: str):
+def table_topology(updates_topic: str, out: str, design: str = "default"):
     b = StreamsBuilder()
-    (b.table(updates_topic, key_serde=S, value_serde=S, store=Materialized.as_("users").with_caching_disabled())
+    store = None if design == "default" else Materialized.as_("users").with_caching_disabled()
+    (b.table(updates_topic, key_serde=S, value_serde=S, store=store)
         .group_by(lambda user, group: (group, user), key_serde=S, value_serde=S)
         .count(store="users-per-group")
         .to_stream()
@@ -226,6 +263,65 @@ def count_records(bootstrap: str, topic: str, partitions: int, expected: int, ti
         backend.close()
 
 
+class ThroughRepartition:
+    """`done` for `app_bench.run_app`: the `n` input records of `input_topic` are processed, a
+    commit of their tasks has written out what their caches held back, and every record the
+    app sent to its repartition topics is processed. `sent` is then the repartition records'
+    count (the repartition topics are new: their end offsets count every record)."""
+
+    def __init__(self, bootstrap: str, input_topic: str, n: int, partitions: int) -> None:
+        self.input_topic, self.n, self.partitions = input_topic, n, partitions
+        self.backend = for_config({"bootstrap.servers": bootstrap})
+        self.probe = self.backend.consumer({"group.id": "bench-probe"})
+        self.requested = False
+        self.target: int | None = None
+        self.sent = 0
+
+    def end_offsets(self, topic: str) -> int:
+        """How many records `topic` (new, not transactional) holds."""
+        return sum(self.probe.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                   for p in range(self.partitions))
+
+    def close(self) -> None:
+        self.probe.close()
+        self.backend.close()
+
+    def _offsets(self, app: App, attr: str) -> int:
+        """The sum over the input partitions of the input tasks' `attr` offsets (consumed: the
+        last processed; committed: the next to read), as the number of records they cover."""
+        total = 0
+        for thread in app.threads:
+            for task in list(thread.task_manager.tasks.values()):
+                for (topic, _), offset in list(getattr(task, attr).items()):
+                    if topic == self.input_topic:
+                        total += offset + 1 if attr == "consumed" else offset
+        return total
+
+    def __call__(self, app: App) -> bool:
+        processed = sum(thread.processed_total for thread in app.threads)
+        if self.target is not None:
+            return processed >= self.target
+        if self._offsets(app, "consumed") < self.n:
+            return False
+        if not self.requested:
+            # not when a commit already took every input offset: a task with nothing to commit
+            # would keep the request (and the thread would try to commit on every loop turn)
+            if self._offsets(app, "committed") < self.n:
+                for thread in app.threads:
+                    for task in list(thread.task_manager.tasks.values()):
+                        if task.engine is not None and any(tp[0] == self.input_topic for tp in task.consumed):
+                            task.engine.context.commit()
+            self.requested = True
+            return False
+        if self._offsets(app, "committed") < self.n:
+            return False
+        # committed: the caches were flushed and the producer flushed before the offsets went
+        repartition = {t for thread in app.threads for t in thread.repartition_topics}
+        self.sent = sum(map(self.end_offsets, repartition))
+        self.target = self.n + self.sent
+        return processed >= self.target
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -234,6 +330,8 @@ def main() -> None:
     parser.add_argument("--replication-factor", type=int, default=1)
     parser.add_argument("--only", default=",".join(RUNS))
     parser.add_argument("--profile", choices=RUNS, help="cProfile the stream thread of this run (slower)")
+    parser.add_argument("--table-design", choices=("default", "uncached-hot"), default="default",
+                        help="the table run's input and source store (see the module doc)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)  # late records are dropped by design: no WARN per window
     runs = args.only.split(",")
@@ -246,11 +344,12 @@ def main() -> None:
         lines = make_lines(n)
         n_words = sum(len(line.split()) for line in lines)
         events = make_events(n)
-        updates, repartitioned = make_updates(n)
+        updates, repartitioned = make_updates(n, args.table_design)
         inputs = {"wordcount": ("bench-lines", [(None, line) for line in lines]),
                   "windowed": ("bench-events", events), "table": ("bench-updates", updates)}
         targets = {"wordcount": n + n_words, "windowed": n, "table": n + repartitioned}
-        topologies = {"wordcount": wordcount_topology, "windowed": windowed_topology, "table": table_topology}
+        topologies = {"wordcount": wordcount_topology, "windowed": windowed_topology,
+                      "table": lambda t, out: table_topology(t, out, args.table_design)}
         # the joins: their main input here, their other input (written first) in `second`
         orders, payments = make_orders(n)
         inputs |= {"stream_table": ("bench-clicks", make_clicks(n)), "stream_stream": ("bench-orders", orders)}
@@ -267,8 +366,9 @@ def main() -> None:
                     task = progress.add_task(f"writing {topic}", total=len(records))
                     app_bench.produce(bootstrap, topic, records, lambda k, task=task: progress.advance(task, k))
         console.print(f"{n:,} records per run (word count: {n_words:,} words repartitioned; "
-                      f"table: {repartitioned:,} records repartitioned; stream_table: {USERS:,} profiles "
-                      f"first; stream_stream: {len(orders):,} orders, {len(payments):,} payments); "
+                      f"table ({args.table_design}): {repartitioned:,} records to repartition without a cache; "
+                      f"stream_table: {USERS:,} profiles first; stream_stream: {len(orders):,} orders, "
+                      f"{len(payments):,} payments); "
                       f"{args.guarantee}, {args.partitions} partitions")
         rates: dict[str, float] = {}
         cpu_rates: dict[str, float] = {}  # records per CPU second of the process: steadier on a shared machine
@@ -286,8 +386,14 @@ def main() -> None:
 
                 def show(app, task=task, progress=progress):
                     progress.update(task, completed=sum(t.processed_total for t in app.threads))
-                secs = app_bench.run_app(topologies[run](inputs[run][0], f"{run}-out"), config,
-                                         app_bench.processed_at_least(target), show)
+                done = (ThroughRepartition(bootstrap, inputs[run][0], n, args.partitions) if run == "table"
+                        else app_bench.processed_at_least(target))
+                try:
+                    secs = app_bench.run_app(topologies[run](inputs[run][0], f"{run}-out"), config, done, show)
+                    written = done.end_offsets(f"{run}-out") if run == "table" else 0
+                finally:
+                    if run == "table":
+                        done.close()
             rates[run] = n / secs
             cpu_rates[run] = n / app_bench.THREAD_CPU["process"]
             ratio = ""
@@ -300,6 +406,9 @@ def main() -> None:
             if run in joined:
                 got = count_records(bootstrap, f"{run}-out", args.partitions, joined[run])
                 console.print(f"  joined: {got:,} results of {joined[run]:,} expected")
+            if run == "table":
+                console.print(f"  {done.sent:,} records repartitioned ({repartitioned - done.sent:,} "
+                              f"merged away by the source table's cache); {written:,} counts written out")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

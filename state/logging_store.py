@@ -159,13 +159,21 @@ class ChangeLoggingTimestampedKeyValueStore(_TimestampedChangeLogging, ChangeLog
             log_change(name, key, value, timestamp)
 
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
+        # the hot path of an uncached table's writes: split_timestamped and _log inlined
         if value is None:
             self.wrapped.put(key, None, timestamp)
             _ChangeLoggingMixin._log(self, key, None, timestamp)
             return
-        raw, record_timestamp = split_timestamped(self.name, value)  # first: a malformed value is written nowhere
+        try:  # first: a malformed value is written nowhere
+            raw, record_timestamp = value[_STAMP:], _stamp_of(value)[0]
+        except (struct.error, TypeError):
+            split_timestamped(self.name, value)  # raises the typed error
+            raise
         self.wrapped.put(key, value, timestamp)
-        _ChangeLoggingMixin._log(self, key, raw, record_timestamp)
+        log_change = self._log_change
+        if log_change is None:
+            raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
+        log_change(self.name, key, raw, record_timestamp)
 
     def put_all(self, entries: Iterable[tuple], timestamp: Optional[int] = None) -> None:
         entries = list(entries)

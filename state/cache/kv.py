@@ -41,6 +41,11 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     (max_bytes < ENTRY_OVERHEAD, e.g. statestore.cache.max.bytes=0) they skip it: a put is
     written down at once and a read is not kept, exactly what inserting the entry and evicting
     it again would do (same listener calls, changelog and stats), as Kafka bypasses a zero cache.
+
+    A flush listener with a `flush_many` attribute is handed the changes of a flush at once
+    where they are written down at once (over a change-logging layer): `flush_many(changes)`,
+    `(key, new_value, timestamp, old_value)` each, in order, does what the listener's call of
+    each would do.
     """
 
     # update_many's C loop for an int64 increment's hot case, None without state.cache._cache (a
@@ -57,8 +62,17 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             # tell: every flushed key is still cached (a read returns its new value either way)
             # except an evicted one, which is written and forwarded first in both orders.
             changed = self._changes(entries)
-            if changed:
+            if len(changed) == 1:  # one change (an eviction's, mostly): the layer's put, no batch
+                key, value, timestamp, _old = changed[0]
+                wrapped.put(key, value, timestamp)
+            elif changed:
                 write_changes([(key, value, timestamp) for key, value, timestamp, _old in changed])
+            else:
+                return
+            flush_many = getattr(listener, "flush_many", None)
+            if flush_many is not None:
+                flush_many(changed)
+            else:
                 for key, value, timestamp, old in changed:
                     listener(key, value, old, timestamp)
             return

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, NamedTuple, Optional
 
 from streams.errors import SerializationError
+
+try:  # the unchecked functions in C (streams/dsl/_change.c); the Python ones below without it
+    from streams.dsl import _change as _change_c
+except ImportError:  # pragma: no cover - the accelerator is optional
+    _change_c = None
 
 _new_tuple = tuple.__new__  # a Change without NamedTuple's Python-level __new__
 
@@ -21,9 +27,12 @@ class ChangeSerde:
     grouped table's repartition topic: `old + 0x00`, `new + 0x01`, or
     `new length (4, big-endian) + new + old + 0x02` when both are present.
 
-    `serialize_unchecked` / `deserialize_unchecked` (streams.serdes.unchecked_serializer) are the
-    same functions: they let the repartition topic's sink and source take the engine's C routes;
-    the inner serde's own unchecked functions are used where it has them."""
+    `serialize_unchecked` / `deserialize_unchecked` (streams.serdes.unchecked_serializer) let the
+    repartition topic's sink and source take the engine's C routes: C functions
+    (streams/dsl/_change.c) doing the common case of `serialize`/`deserialize` and raising for
+    any other (the caller then calls the Python function, the definition), or without the
+    accelerator the Python functions themselves; the inner serde's own unchecked functions are
+    used where it has them."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -48,14 +57,18 @@ class ChangeSerde:
             if change is None:
                 return None
             new, old = change
-            if new is not None:
+            if new is not None and old is not None:
                 new_bytes = ser(new)
-                if old is not None:
-                    return len(new_bytes).to_bytes(4, "big") + new_bytes + ser(old) + b"\x02"
-                return new_bytes + b"\x01"
-            if old is not None:
-                return ser(old) + b"\x00"
-            raise SerializationError("a Change with neither a new nor an old value cannot be serialized")
+                return len(new_bytes).to_bytes(4, "big") + new_bytes + ser(old) + b"\x02"
+            # one side (a key change's two records): ser() inlined
+            one, flag = (new, b"\x01") if new is not None else (old, b"\x00")
+            if one is None:
+                raise SerializationError("a Change with neither a new nor an old value cannot be serialized")
+            try:
+                data = inner_ser(one)
+            except Exception:
+                data = None
+            return (data if type(data) is bytes else checked_ser(one)) + flag
 
         def deserialize(data: Optional[bytes]) -> Optional[Change]:
             if data is None:
@@ -63,10 +76,12 @@ class ChangeSerde:
             if not data:
                 raise SerializationError("a serialized Change needs at least its flag byte")
             flag = data[-1]
-            if flag == 1:
-                return _new_tuple(Change, (de(data[:-1]), None))
-            if flag == 0:
-                return _new_tuple(Change, (None, de(data[:-1])))
+            if flag < 2:  # de() inlined for the one-sided changes
+                try:
+                    value = inner_de(data[:-1])
+                except Exception:  # the serde's own call: its value or its error
+                    value = checked_de(data[:-1])
+                return _new_tuple(Change, (value, None) if flag else (None, value))
             if flag == 2 and len(data) >= 5:
                 n = int.from_bytes(data[:4], "big")
                 return _new_tuple(Change, (de(data[4:4 + n]), de(data[4 + n:-1])))
@@ -74,3 +89,6 @@ class ChangeSerde:
 
         self.serialize = self.serialize_unchecked = serialize
         self.deserialize = self.deserialize_unchecked = deserialize
+        if _change_c is not None:
+            self.serialize_unchecked = partial(_change_c.serialize, inner_ser)
+            self.deserialize_unchecked = partial(_change_c.deserialize, inner_de, Change)

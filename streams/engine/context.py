@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from state.store import wall_clock_ms
 from streams.engine.nodes import ProcessorNode, SinkNode
 from streams.errors import StoreAccessError, ProcessingError, UnknownProcessorError
+from streams.engine.stages import as_records
 from streams.processor import Cancellable, ProcessorContext, PunctuationType, Record, RecordMetadata
 
 if TYPE_CHECKING:
@@ -162,6 +163,34 @@ class ProcessorContextImpl(ProcessorContext):
             else:
                 generic(record, child_name)
         return forward
+
+    def node_stage(self) -> Callable[[Any, Any, int, Any], None]:
+        """`node_forward` as a stage, `stage(key, value, timestamp, headers)`, for a processor to
+        keep from init(): where the current node's only child starts a fused chain
+        (streams/engine/fusion.py) and this node is current, the chain is called directly, with
+        no Record made; otherwise a Record goes through `node_forward`. Either way it behaves
+        exactly like `forward`."""
+        node = self.current_node
+        via_record = as_records(self.node_forward())
+        only = node.only_child if node is not None else None
+        chains = self._engine.chains
+        if only is None or not chains.can_start(only):
+            return via_record
+        ctx = self
+        entry: Any = None
+
+        def to_chain(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            nonlocal entry
+            if ctx.current_node is node:
+                if entry is None:
+                    entry = chains.entry(only)  # at the first use: the chain's processors are initialised
+                ctx.current_node = only
+                entry(key, value, timestamp, headers)
+                # not restored in a finally: after an exception current_node names the failing node
+                ctx.current_node = node
+            else:
+                via_record(key, value, timestamp, headers)
+        return to_chain
 
     def schedule(self, interval_ms: int, punctuation_type: PunctuationType,
                  callback: Callable[[int], None]) -> Cancellable:

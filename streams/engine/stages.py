@@ -48,18 +48,25 @@ class StageOperator(Processor):
 
     def _to_children(self) -> Stage:
         context = self.context
+        node_stage = getattr(context, "node_stage", None)
+        if node_stage is not None:  # the engine's context: no Record where a fused chain follows
+            return node_stage()
         node_forward = getattr(context, "node_forward", None)
-        forward = node_forward() if node_forward is not None else context.forward
-        new = _new_record
+        return as_records(node_forward() if node_forward is not None else context.forward)
 
-        def to_children(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            rec = new(Record)
-            rec.key = key
-            rec.value = value
-            rec.timestamp = timestamp
-            rec.headers = headers
-            forward(rec)
-        return to_children
+
+def as_records(forward: Callable[[Record], None]) -> Stage:
+    """A stage handing each record to `forward` as a Record."""
+    new = _new_record
+
+    def to_forward(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        rec = new(Record)
+        rec.key = key
+        rec.value = value
+        rec.timestamp = timestamp
+        rec.headers = headers
+        forward(rec)
+    return to_forward
 
 
 def drop(key: Any, value: Any, timestamp: int, headers: Any) -> None:

@@ -478,3 +478,29 @@ def test_a_logged_rocksdb_flush_in_one_batch_equals_entry_by_entry(tmp_path, max
     # forwarding x3 (before x0's delete is forwarded) sees x0 deleted, not the stored b"a"
     reads_while_forwarding_x3 = next(reads for k, _n, _o, _t, reads in forwarded if k == b"x3")
     assert reads_while_forwarding_x3[0] is None
+
+
+def test_a_listener_with_flush_many_gets_each_flush_at_once(inner, ctx):
+    """Over a change-logging layer a listener offering `flush_many` is handed each flush's
+    changes in one call, `(key, new, timestamp, old)` in write order, where the plain listener
+    would be called for each; the plain call is never made then."""
+    store = CachingKeyValueStore(ChangeLoggingKeyValueStore(inner), ThreadCache(10_000))
+    store.init(ctx)
+    plain, batches = [], []
+
+    def listener(key, new, old, ts):
+        plain.append((key, new, old, ts))
+    listener.flush_many = lambda changes: batches.append(list(changes))
+    store.set_flush_listener(listener)
+    store.put(b"a", b"1", timestamp=1)
+    store.put(b"b", b"2", timestamp=2)
+    store.put(b"a", b"3", timestamp=3)
+    store.flush()
+    # dedup: a once with its latest value, after b (order of the latest write); nothing stored before
+    assert batches == [[(b"b", b"2", 2, None), (b"a", b"3", 3, None)]]
+    store.delete(b"b", timestamp=4)
+    store.flush()  # one change: written with the layer's put, still handed over as a batch
+    assert batches[1:] == [[(b"b", None, 4, b"2")]]
+    assert ctx.logged_changes == [("c", b"b", b"2", 2), ("c", b"a", b"3", 3), ("c", b"b", None, 4)]
+    assert plain == []
+    store.close()

@@ -13,6 +13,7 @@ import struct
 from typing import Any, Callable, Optional
 
 from state.timestamped import TimestampedKeyValueStore, ValueAndTimestamp, ValueAndTimestampSerde
+from state.typed import find_caching_layer
 from streams import serdes as _serdes
 from streams.dsl.change import Change
 from streams.engine.stages import Stage, StageOperator, drop
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 _new_tuple = tuple.__new__
 TIMESTAMPED_INT64 = struct.Struct(">qq")  # a timestamped INT64's bytes: 8-byte timestamp, 8-byte value
+_STAMP = struct.Struct(">q")  # the 8-byte timestamp in front of a timestamped value
 
 
 def _plain(value: Any) -> Any:
@@ -43,6 +45,25 @@ def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool,
     if scoped is None or set_listener is None:
         return True
     to_children = operator._to_children()
+    caching_layer = find_caching_layer(store) if stamp is None else None
+    access = TimestampedAccess(store) if caching_layer is not None else None
+    if access is not None and access.value_of is not None:
+        # the flushed bytes decoded here, to the plain values the typed listener's
+        # ValueAndTimestamp would give (no ValueAndTimestamp made per entry)
+        key_of, value_of = access.key_of, access.value_of
+
+        def on_flush_many(changes: list) -> None:  # the caching store's batch form, scoped once
+            for key, new_value, timestamp, old_value in changes:
+                to_children(key_of(key), _new_tuple(Change, (None if new_value is None else value_of(new_value),
+                                                             None if old_value is None else value_of(old_value))),
+                            timestamp, ())
+
+        def on_flush_bytes(key: bytes, new_value: Optional[bytes], old_value: Optional[bytes],
+                           timestamp: int) -> None:
+            on_flush_many(((key, new_value, timestamp, old_value),))
+        listener = scoped(on_flush_bytes)
+        listener.flush_many = scoped(on_flush_many)
+        return caching_layer.set_flush_listener(listener) is False
 
     if stamp is None:
         def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
@@ -56,12 +77,16 @@ def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool,
 class TimestampedAccess:
     """A timestamped key-value store's reads and writes as (value, timestamp) pairs, the hot
     path of the table operators: below its typed layer where it can (the store's key serde's C
-    serializer and its ValueAndTimestamp serde applied here; a timestamped INT64 unpacked
-    directly), else through it. `get(key) -> (handle, value, timestamp)` (value None when
-    absent) and `put(handle, value, timestamp)` (value None deletes)."""
+    serializer and the inner value serde's C functions applied here around the 8-byte
+    timestamp, a timestamped INT64 (un)packed directly: no ValueAndTimestamp made), else
+    through it. `get(key) -> (handle, value, timestamp)` (value None when absent) and
+    `put(handle, value, timestamp)` (value None deletes). Below the typed layer `key_of(bytes)`
+    and `value_of(bytes)` decode a stored key and value (the plain value of its
+    ValueAndTimestamp); else `value_of` is None."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any) -> None:  # noqa: C901 - per-record closures, each in one frame on purpose
         self.store = store
+        self.value_of: Optional[Callable[[bytes], Any]] = None
         key_serde = getattr(store, "key_serde", None)
         vat_serde = getattr(store, "value_serde", None)
         inner = getattr(store, "inner_value_serde", None)
@@ -78,6 +103,28 @@ class TimestampedAccess:
         below_get, below_put = reader.get, below.put
         serialize, deserialize = vat_serde.serialize, vat_serde.deserialize
         fixed = TIMESTAMPED_INT64 if inner is _serdes.INT64 else None
+        inner_ser = _serdes.unchecked_serializer(inner)
+        inner_de = _serdes.unchecked_deserializer(inner)
+        key_de = key_serde.deserialize
+        key_de_unchecked = _serdes.unchecked_deserializer(key_serde) or key_de
+        pack_stamp, unpack_stamp = _STAMP.pack, _STAMP.unpack_from
+
+        def value_of(data: bytes) -> Any:
+            """The plain value of stored bytes: ValueAndTimestampSerde.deserialize(data).value."""
+            if fixed is not None and len(data) == 16:
+                return fixed.unpack(data)[1]
+            if inner_de is not None and len(data) >= 8:
+                try:
+                    return inner_de(data[8:])
+                except Exception:  # the serde's own call: its value or its error
+                    pass
+            return deserialize(data).value
+
+        def key_of(data: bytes) -> Any:
+            try:
+                return key_de_unchecked(data)
+            except Exception:
+                return key_de(data)
 
         def get(key: Any) -> tuple:
             try:
@@ -92,6 +139,11 @@ class TimestampedAccess:
             if fixed is not None and len(data) == 16:
                 timestamp, value = fixed.unpack(data)
                 return key_bytes, value, timestamp
+            if inner_de is not None and len(data) >= 8:
+                try:
+                    return key_bytes, inner_de(data[8:]), unpack_stamp(data)[0]
+                except Exception:  # the serde's own call below: its value or its error
+                    pass
             vat = deserialize(data)
             return key_bytes, vat.value, vat.timestamp
 
@@ -100,15 +152,20 @@ class TimestampedAccess:
                 below_put(key_bytes, None, timestamp)
                 return
             data = None
-            if fixed is not None and type(value) is int:
-                try:
+            try:
+                if fixed is not None and type(value) is int:
                     data = fixed.pack(timestamp, value)
-                except Exception:  # out of range: the serde's error
-                    data = None
+                elif inner_ser is not None:
+                    raw = inner_ser(value)
+                    if type(raw) is bytes:
+                        data = pack_stamp(timestamp) + raw
+            except Exception:  # out of range, not the serde's type: the serde's own call and error
+                data = None
             if data is None:
                 data = serialize(ValueAndTimestamp(value, timestamp))
             below_put(key_bytes, data, timestamp)
         self.get, self.put = get, put
+        self.key_of, self.value_of = key_of, value_of
 
     def _typed_get(self, key: Any) -> tuple:
         vat = self.store.get(key)
@@ -304,15 +361,16 @@ class TableSelectProcessor(StageOperator):
 
         def select(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             try:
-                change = _check_change(value, "KTable.group_by")
-                new_pair = None if change.new_value is None else mapper(key, change.new_value)
-                old_pair = None if change.old_value is None else mapper(key, change.old_value)
+                if type(value) is not Change:
+                    value = _check_change(value, "KTable.group_by")
+                new, old = value
+                new_pair = None if new is None else mapper(key, new)
+                old_pair = None if old is None else mapper(key, old)
                 new_ok = new_pair is not None and new_pair[0] is not None and new_pair[1] is not None
-                old_ok = old_pair is not None and old_pair[0] is not None and old_pair[1] is not None
-                if new_ok and old_ok and new_pair[0] == old_pair[0]:
-                    down(new_pair[0], _new_tuple(Change, (new_pair[1], old_pair[1])), timestamp, headers)
-                    return
-                if old_ok:
+                if old_pair is not None and old_pair[0] is not None and old_pair[1] is not None:
+                    if new_ok and new_pair[0] == old_pair[0]:
+                        down(new_pair[0], _new_tuple(Change, (new_pair[1], old_pair[1])), timestamp, headers)
+                        return
                     down(old_pair[0], _new_tuple(Change, (None, old_pair[1])), timestamp, headers)
                 if new_ok:
                     down(new_pair[0], _new_tuple(Change, (new_pair[1], None)), timestamp, headers)

@@ -1,0 +1,117 @@
+"""The table operators' hot path (streams/dsl/ops/table.py): TimestampedAccess reads and writes
+a timestamped store's bytes below its typed layer, and a cached table's forwarder decodes the
+flushed bytes itself; both must see and write exactly what the typed store (ValueAndTimestamp
+through its serde) does, errors included, and forward through a fused chain as `forward` does."""
+
+import sys
+
+import pytest
+
+from state.errors import InvalidStoreArgumentError
+from state.stores import Stores
+from state.timestamped import ValueAndTimestamp
+from streams import StreamsBuilder, serdes
+from streams.dsl.ops.table import TimestampedAccess
+from streams.errors import ProcessingError, SerializationError
+from streams.testing import TopologyTestDriver
+
+sys.path.insert(0, __file__.rsplit("/tests/", 1)[0] + "/tests/state")
+from recording_context import RecordingContext  # noqa: E402
+
+S = serdes.STRING
+
+CASES = {
+    "string": (serdes.STRING, ["a", "", "\u00e9\u4e2d"]),
+    "int64": (serdes.INT64, [0, -1, 2**63 - 1, -2**63]),
+    "json": (serdes.JSON, [{"a": [1, 2]}, "s", 3.5]),
+}
+
+
+def _store(tmp_path, inner, caching):
+    builder = Stores.timestamped_key_value_store_builder(Stores.persistent_key_value_store("ts"), S, inner)
+    store = (builder.with_caching_enabled() if caching else builder).build()
+    ctx = RecordingContext(tmp_path / "0_0")
+    store.init(ctx)
+    return store, ctx
+
+
+@pytest.mark.parametrize("caching", [False, True], ids=["uncached", "cached"])
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_access_reads_and_writes_what_the_typed_store_does(tmp_path, kind, caching):
+    inner, values = CASES[kind]
+    ours, ours_ctx = _store(tmp_path / "access", inner, caching)
+    typed, typed_ctx = _store(tmp_path / "typed", inner, caching)
+    access = TimestampedAccess(ours)
+    assert access.value_of is not None  # below the typed layer
+    for ts, value in enumerate(values + [None] + values[:1], start=10):
+        key = f"k{ts % 2}"
+        handle, old, old_ts = access.get(key)
+        expected = typed.get(key)
+        assert (old, old_ts) == ((None, None) if expected is None else (expected.value, expected.timestamp))
+        access.put(handle, value, ts)
+        typed.put(key, ValueAndTimestamp.make(value, ts), ts)
+        assert ours.get(key) == typed.get(key)
+    ours.flush()
+    typed.flush()
+    assert ours_ctx.logged_changes == typed_ctx.logged_changes  # the changelog too (Kafka's format)
+    stored = [(k, v) for k, v in ours.all()]
+    assert stored == [(k, v) for k, v in typed.all()]
+    for key, vat in stored:
+        raw = ours.wrapped.get(S.serialize(key))  # bytes below the typed layer
+        assert access.key_of(S.serialize(key)) == key and access.value_of(raw) == vat.value
+
+
+def test_access_raises_the_value_serdes_errors(tmp_path):
+    """A value the C packer refuses gets the serde's own error, the one the typed store wraps."""
+    store, _ = _store(tmp_path, serdes.INT64, caching=False)
+    access = TimestampedAccess(store)
+    handle, _, _ = access.get("k")
+    for bad in ("not a number", 2**63):
+        with pytest.raises(SerializationError) as ours:
+            access.put(handle, bad, 1)
+        with pytest.raises(InvalidStoreArgumentError) as typed:
+            store.put("k", ValueAndTimestamp(bad, 1), 1)
+        assert type(typed.value.__cause__) is SerializationError
+        assert str(ours.value) == str(typed.value.__cause__)
+    with pytest.raises(InvalidStoreArgumentError):
+        access.get(None)  # the typed store's key error
+    assert store.get("k") is None  # nothing was written
+
+
+def test_a_cached_tables_flush_runs_the_chain_after_it():
+    """A named (so cached) source table forwards from its cache's flush into the fused chain
+    after it (no Record made): the records forwarding each would give."""
+    b = StreamsBuilder()
+    (b.table("in", key_serde=S, value_serde=S, store="t")
+        .to_stream()
+        .map_values(lambda v: v if v is None else v.upper())
+        .to("out", key_serde=S, value_serde=S))
+    with TopologyTestDriver(b.build()) as driver:
+        inp = driver.create_input_topic("in", S, S)
+        out = driver.create_output_topic("out", S, S)
+        inp.pipe_input("k", "a", timestamp=1)
+        inp.pipe_input("j", None, timestamp=2)  # a delete of an absent key: never forwarded
+        inp.pipe_input("k", None, timestamp=3)  # a delete: the tombstone goes on (to_stream: None)
+        assert [(r.key, r.value, r.timestamp) for r in out.read_records_to_list()] == [
+            ("k", "A", 1), ("k", None, 3)]
+
+
+def test_a_stage_operator_as_a_node_forwards_into_a_chain_and_names_its_failing_node():
+    """After a merge an operator runs as a node (two parents); its only child, a sink, is a chain
+    it calls directly (context.node_stage): the records are forwarded, and an error there names
+    the sink, as `forward` would."""
+    b = StreamsBuilder()
+    left = b.stream("a", key_serde=S, value_serde=S)
+    (left.merge(b.stream("b", key_serde=S, value_serde=S))
+        .map_values(lambda v: 5 if v == "bad" else v + "!")
+        .to("out", key_serde=S, value_serde=S))
+    topology = b.build()
+    sink = next(word for word in str(topology.describe()).replace(",", " ").split() if word.startswith("KSTREAM-SINK"))
+    with TopologyTestDriver(topology) as driver:
+        out = driver.create_output_topic("out", S, S)
+        driver.create_input_topic("a", S, S).pipe_input("k", "x", timestamp=1)
+        driver.create_input_topic("b", S, S).pipe_input("k", "y", timestamp=2)
+        assert out.read_key_values_to_list() == [("k", "x!"), ("k", "y!")]
+        with pytest.raises(ProcessingError) as err:
+            driver.create_input_topic("b", S, S).pipe_input("k", "bad", timestamp=3)
+        assert f"processor={sink}," in str(err.value)
