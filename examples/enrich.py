@@ -27,7 +27,6 @@ import collections
 import logging
 import os
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ from confluent_kafka.admin import NewTopic
 
 from streams import App, AppState, JoinWindows, StreamsBuilder, serdes
 from streams.backends import for_config
+from examples._common import embedded_bootstrap, fresh_data_dir
 
 S = serdes.STRING
 PAYMENT_WINDOW = timedelta(minutes=10)
@@ -221,10 +221,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
 
-    data_dir = os.path.abspath(args.data_dir)
-    shutil.rmtree(data_dir, ignore_errors=True)
-    os.makedirs(data_dir)
-    bootstrap = f"local://{data_dir}/cluster"
+    data_dir = fresh_data_dir(args.data_dir)
+    bootstrap = embedded_bootstrap(data_dir)
     print(f"enrich on the embedded cluster, data directory: {data_dir}")
     profiles, clicks = generate_clicks(args.users, args.clicks, args.seed)
     pages = generate_pages(args.seed)

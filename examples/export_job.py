@@ -16,7 +16,6 @@ import argparse
 import collections
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from confluent_kafka.admin import NewTopic
 from examples.wordcount import build_topology, generate_lines, wait_until
 from streams import App, AppState
 from streams.backends import for_config
+from examples._common import embedded_bootstrap, fresh_data_dir
 
 TOP_WORDS_SQL = """
 WITH ranked AS (
@@ -67,10 +67,8 @@ def main(argv: list[str] | None = None, spark=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    data_dir = os.path.abspath(args.data_dir)
-    shutil.rmtree(data_dir, ignore_errors=True)
-    os.makedirs(data_dir)
-    bootstrap = f"local://{data_dir}/cluster"
+    data_dir = fresh_data_dir(args.data_dir)
+    bootstrap = embedded_bootstrap(data_dir)
     backend = for_config({"bootstrap.servers": bootstrap})
     try:
         admin = backend.admin()

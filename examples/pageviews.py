@@ -36,6 +36,7 @@ from confluent_kafka.admin import NewTopic
 
 from streams import (App, AppState, BufferConfig, StreamsBuilder, Suppressed, TimeWindows, serdes)
 from streams.backends import for_config
+from examples._common import embedded_bootstrap, fresh_data_dir
 
 S, I64 = serdes.STRING, serdes.INT64
 SIZE_MS, ADVANCE_MS, GRACE_MS = 60_000, 30_000, 10_000
@@ -161,10 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
 
-    data_dir = os.path.abspath(args.data_dir)
-    shutil.rmtree(data_dir, ignore_errors=True)
-    os.makedirs(data_dir)
-    bootstrap = f"local://{data_dir}/cluster"
+    data_dir = fresh_data_dir(args.data_dir)
+    bootstrap = embedded_bootstrap(data_dir)
     print(f"pageviews on the embedded cluster, data directory: {data_dir}")
     views = generate_views(args.users, args.views, args.seed)
     windows, dropped = expected_windows(views)

@@ -35,6 +35,7 @@ from confluent_kafka.admin import NewTopic
 from state.listener import StateRestoreListener
 from streams import App, AppState, StreamsBuilder, serdes
 from streams.backends import for_config
+from examples._common import embedded_bootstrap, fresh_data_dir
 
 VOCABULARY = ("the stream flows past the mill and the eddy turns the water back on itself while the "
               "river keeps its course under stone bridges through quiet towns toward a distant sea "
@@ -159,15 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    data_dir = os.path.abspath(args.data_dir)
-    shutil.rmtree(data_dir, ignore_errors=True)
-    os.makedirs(data_dir)
+    data_dir = fresh_data_dir(args.data_dir)
     if args.bootstrap_servers:
         bootstrap = args.bootstrap_servers
         suffix = "-" + uuid.uuid4().hex[:8]  # a real cluster keeps topics between runs
         rf = args.replication_factor or 1
     else:
-        bootstrap = f"local://{data_dir}/cluster"
+        bootstrap = embedded_bootstrap(data_dir)
         suffix = ""
         rf = args.replication_factor or 3
     app_id = "wordcount" + suffix
