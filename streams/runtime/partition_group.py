@@ -115,12 +115,17 @@ class PartitionGroup:
         emitted = 0
         ordered = [(tp, q) for tp, q in self.queues.items()]
         head_ts = self._head_ts if self.head_timestamp is not None else None
+        heads: list = [(None, 0)] * len(ordered)  # (head message, its timestamp) last read
         while emitted < max_records:
             best = other = -1
             best_ts = other_ts = 0
             for i, (tp, q) in enumerate(ordered):
                 if q:
-                    ts = _TIMESTAMP(q[0])[1] if head_ts is None else head_ts(tp, q[0])
+                    head = q[0]
+                    seen, ts = heads[i]
+                    if seen is not head:
+                        ts = _TIMESTAMP(head)[1] if head_ts is None else head_ts(tp, head)
+                        heads[i] = (head, ts)
                     if best < 0 or ts < best_ts:
                         best, best_ts, other, other_ts = i, ts, best, best_ts
                     elif other < 0 or ts < other_ts:
@@ -134,8 +139,10 @@ class PartitionGroup:
             append = run.append
             while q and emitted < max_records:
                 if other >= 0:
-                    ts = _TIMESTAMP(q[0])[1] if head_ts is None else head_ts(tp, q[0])
+                    head = q[0]
+                    ts = _TIMESTAMP(head)[1] if head_ts is None else head_ts(tp, head)
                     if ts > other_ts or (ts == other_ts and best > other):
+                        heads[best] = (head, ts)
                         break
                 append(popleft())
                 emitted += 1
