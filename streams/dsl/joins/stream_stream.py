@@ -141,6 +141,7 @@ class StreamStreamJoinLogic:
         self.min_time = MAX_TIME
         if self.outer_store is not None:
             self._recover_min_time()
+        self._steps = (self._step(self.left), self._step(self.right))
 
     def _recover_min_time(self) -> None:
         """After a restart the outer store may hold records; start from the oldest one."""
@@ -162,12 +163,8 @@ class StreamStreamJoinLogic:
         partition, offset])` (the operator's per-record path: no method frame in between)."""
         return self._steps[0 if is_left else 1]
 
-    @property
-    def _steps(self) -> tuple:
-        steps = self.__dict__.get("_built_steps")
-        if steps is None:
-            steps = self._built_steps = (self._step(self.left), self._step(self.right))
-        return steps
+    def _joined(self, side: _Side, this_value: Any, other_value: Any) -> Any:
+        return self.joiner(this_value, other_value) if side.is_left else self.joiner(other_value, this_value)
 
     def _step(self, side: _Side) -> Callable[..., None]:
         """The per-record work of one side, as one function with what it reads bound once."""
@@ -188,7 +185,7 @@ class StreamStreamJoinLogic:
                 self.stream_time = timestamp
             if key is None or value is None:
                 if outer and key is None and value is not None:
-                    forward(None, joiner(value, None) if is_left else joiner(None, value), timestamp)
+                    forward(None, self._joined(side, value, None), timestamp)
                     return
                 log.warning("Skipping record due to null key or value. topic=[%s] partition=[%d] offset=[%d]",
                             topic, partition, offset)
@@ -216,7 +213,7 @@ class StreamStreamJoinLogic:
             if not found and outer:
                 if time_to < self.stream_time:
                     # out of order and its window already ended: nothing held for it (Kafka)
-                    forward(key, joiner(value, None) if is_left else joiner(None, value), timestamp)
+                    forward(key, self._joined(side, value, None), timestamp)
                 else:
                     if timestamp < self.min_time:
                         self.min_time = timestamp
