@@ -180,15 +180,41 @@ class ProcessorStateManager:
         timestamp: int,
         headers: Any = None,
     ) -> None:
+        send = self._log_senders.get(store_name)
+        if send is None:
+            send = self._log_sender(store_name)
+        send(key, value, timestamp, headers)
+
+    def _log_sender(self, store_name: str) -> Any:
+        """The collector's sender to the store's changelog partition (`partition_sender` where
+        the collector offers it), kept until the collector changes."""
         try:
             topic, partition = self._log_targets[store_name]
         except KeyError:
             raise StateError(
                 f"task {self.task_id}: store {store_name!r} is not registered as a logged store"
             ) from None
-        if self.collector is None:
+        collector = self.collector
+        if collector is None:
             raise StateError(f"task {self.task_id}: no record collector to send changelog records to")
-        self.collector.send(topic, key, value, partition=partition, timestamp=timestamp, headers=headers)
+        make = getattr(collector, "partition_sender", None)
+        if make is not None:
+            send = make(topic, partition)
+        else:
+            def send(key: bytes, value: Optional[bytes], timestamp: int, headers: Any = None) -> None:
+                collector.send(topic, key, value, partition=partition, timestamp=timestamp, headers=headers)
+        self._log_senders[store_name] = send
+        return send
+
+    @property
+    def collector(self) -> Any:
+        """Where changelog records go (the task's record collector; None for a standby)."""
+        return self._collector
+
+    @collector.setter
+    def collector(self, collector: Any) -> None:
+        self._collector = collector
+        self._log_senders: dict[str, Any] = {}
 
     # ----------------------------------------------------------- inspection
 

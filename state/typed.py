@@ -351,15 +351,20 @@ class TypedWindowStore(_TypedBase):
         self._value_bytes = getattr(value_serde, "serialize_unchecked", None) or s.value_to_bytes
         self._reader = None  # see _window_reader; found at init
         self._codec: tuple = ()  # TimedFetch's
+        self._read_values = None  # the reader's fetch_values
+        self._decode = None  # the value serde's C form (or its checked form; None: bytes)
 
     def init(self, context) -> None:
         super().init(context)
         reader = self._reader = _window_reader(self.wrapped)
+        self._read_values = self._decode = None
         if reader is not None:
             value_serde = self.serdes.value_serde
             checked = value_serde.deserialize if value_serde is not None else None
             decode = getattr(value_serde, "deserialize_unchecked", None) or checked
             self._codec = (decode, checked, reader.open_probe())
+            self._read_values = reader.fetch_values
+            self._decode = decode
 
     def put(self, key, value, window_start_timestamp: int, timestamp: Optional[int] = None) -> None:
         try:
@@ -385,6 +390,28 @@ class TypedWindowStore(_TypedBase):
         if reader is None:
             return KeyValueIterator(_typed_timed(s, self.wrapped.fetch(key_bytes, time_from, time_to)), self.name)
         return TimedFetch(reader.fetch_values(key_bytes, time_from, time_to), self._codec)
+
+    def fetch_values(self, key, time_from: int, time_to: int) -> list:
+        """`fetch(key, time_from, time_to)` read and decoded at once: a list of (window start,
+        value) in time order, no iterator to close (a stream-stream join's every record). A
+        value that does not decode raises here, before any is returned."""
+        try:
+            key_bytes = self._key_bytes(key)
+        except Exception:
+            key_bytes = self.serdes.key_to_bytes(key)
+        read_values = self._read_values
+        if read_values is None:
+            with self.fetch(key, time_from, time_to) as it:
+                return list(it)
+        found = read_values(key_bytes, time_from, time_to)
+        decode = self._decode
+        if decode is None or not found:
+            return found
+        try:
+            return [(window_start, decode(data)) for window_start, data in found]
+        except Exception:
+            # the checked form's error for the value the C form refused (TimedFetch's rule)
+            return list(TimedFetch(found, self._codec))
 
     def backward_fetch(self, key, time_from: int, time_to: int) -> KeyValueIterator:
         s = self.serdes

@@ -180,13 +180,6 @@ class SegmentedBytesStore(StateStore):
     def _segment_prefix(self, segment_id: int) -> bytes:
         return _I64.pack(segment_id)
 
-    def _observe(self, timestamp: int) -> None:
-        if timestamp > self.observed_stream_time:
-            self.observed_stream_time = timestamp
-            # most records move time within the live segments: nothing to drop
-            if (timestamp - self.retention_ms) // self.segment_interval_ms > self._min_live_segment:
-                self._drop_expired_segments()
-
     def _drop_expired_segments(self) -> None:
         if self.observed_stream_time < 0:
             return
@@ -225,9 +218,13 @@ class SegmentedBytesStore(StateStore):
 
     def _write(self, segment_time: int, changelog_key: bytes, value: Optional[bytes]) -> bool:
         """Observe the time and store the record if its segment is live; False if expired."""
+        interval = self.segment_interval_ms
         if segment_time > self.observed_stream_time:
-            self._observe(segment_time)
-        seg = segment_time // self.segment_interval_ms
+            self.observed_stream_time = segment_time
+            # most records move time within the live segments: nothing to drop
+            if (segment_time - self.retention_ms) // interval > self._min_live_segment:
+                self._drop_expired_segments()
+        seg = segment_time // interval
         if seg < self._min_live_segment:
             self.expired_records += 1
             log.debug("state store %s: skipping record for expired segment %d", self.name, seg)

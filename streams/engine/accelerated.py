@@ -42,21 +42,33 @@ class AcceleratedRoute:
 
     def __init__(self, engine: "TaskEngine") -> None:
         self.engine = engine
+        # per source node: what `_route` found (a task's runs are often a record or two long)
+        self._routes: dict[SourceNode, tuple] = {}
 
     def process(self, source: SourceNode, topic: str, partition: int, messages: list) -> Optional[int]:
         """Process `messages` (one partition, offset order); how many were processed, or None
         when this route does not apply (nothing was done)."""
-        if (_dispatch_run is None or len(source.children) != 1 or source.timestamp_extractor is not None
-                or source.key_deserialize_unchecked is None or source.value_deserialize_unchecked is None):
-            return None
-        first = source.children[0]
-        fused = self.engine.chains.entry(first)
+        route = self._routes.get(source)
+        if route is None:
+            route = self._routes[source] = self._route(source)
+        fused, run = route
         if fused is None:
             return None
-        run = self._key_run(source, fused)
-        if run is not None and _keyed_run is not None:
-            return self._keyed(source, topic, partition, messages, run, first)
+        if run is not None:
+            return self._keyed(source, topic, partition, messages, run, source.children[0])
         return self._dispatched(source, topic, partition, messages, fused)
+
+    def _route(self, source: SourceNode) -> tuple:
+        """(the fused chain, its bulk key run or None), or (None, None) where this route does
+        not apply."""
+        if (_dispatch_run is None or len(source.children) != 1 or source.timestamp_extractor is not None
+                or source.key_deserialize_unchecked is None or source.value_deserialize_unchecked is None):
+            return None, None
+        fused = self.engine.chains.entry(source.children[0])
+        if fused is None:
+            return None, None
+        run = self._key_run(source, fused)
+        return fused, run if _keyed_run is not None else None
 
     @staticmethod
     def _key_run(source: SourceNode, fused: Any) -> Optional[KeyRun]:

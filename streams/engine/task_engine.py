@@ -248,7 +248,7 @@ class TaskEngine:
     def process_messages(self, topic: str, partition: int, messages: list) -> int:
         """Process consumed messages of one partition, in offset order: the accelerated route
         where it applies (streams/engine/accelerated.py), else the Python route; the same effects."""
-        source = self._source(topic)
+        source = self.sources_by_topic.get(topic) or self._source(topic)
         done = self.accelerated.process(source, topic, partition, messages)
         if done is None:
             done = self.process_rows(source, topic, partition, message_rows(messages))

@@ -23,6 +23,11 @@
  * innermost first, with the failing exception handled while they run (sys.exc_info() and
  * __context__ are as in Python).
  *
+ * With a fixed `partition` in its namespace (and None serializers: it is given bytes) the same
+ * stage queues a changelog's records (RecordCollector.partition_sender): the partition is the
+ * given one (a partition the queues do not have goes to `send`), a None key is queued, and
+ * `sink` and `send` are both the collector's send path to that partition.
+ *
  * One deliberate difference: collector._since_poll is counted in a C variable while only the
  * user's functions (selector, serializers, values iterator) run, and written back before any
  * other call out and when the stage returns; nothing but the collector itself reads it.
@@ -79,6 +84,7 @@ typedef struct {
     Slot topics_slot, cb_slot, entries_slot, kick_at_slot;
     int same_serializer;
     long poll_every;
+    Py_ssize_t partition; /* a fixed partition (a changelog's), or -1: murmur2 of the key */
     vectorcallfunc vectorcall;
 } DirectSink;
 
@@ -232,7 +238,7 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
     Py_DECREF(topics);
     if (queues == NULL && PyErr_Occurred())
         goto done;
-    if (queues == NULL || k == Py_None || !PyList_CheckExact(queues))
+    if (queues == NULL || (k == Py_None && s->partition < 0) || !PyList_CheckExact(queues))
         goto sink;
     int has_headers = PyObject_IsTrue(headers);
     if (has_headers < 0)
@@ -246,10 +252,13 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
     if (error != Py_None) /* only compared: the collector still holds it */
         goto sink;
 
-    key_bytes = PyObject_Vectorcall(s->key_serialize, &k, 1, NULL);
+    /* a None serializer: the stage is given bytes (a changelog's records) */
+    key_bytes = s->key_serialize == Py_None ? Py_NewRef(k) : PyObject_Vectorcall(s->key_serialize, &k, 1, NULL);
     if (key_bytes == NULL)
         goto serialize_failed;
-    if (value == k && s->same_serializer) {
+    if (s->value_serialize == Py_None) {
+        value_bytes = Py_NewRef(value);
+    } else if (value == k && s->same_serializer) {
         value_bytes = Py_NewRef(key_bytes);
     } else if (value == Py_None) {
         value_bytes = Py_NewRef(Py_None);
@@ -260,15 +269,23 @@ static int sink_value(DirectSink *s, Run *r, PyObject *key, PyObject *value, PyO
     }
 
     /* from here anything unusual is the collector's send path's */
-    if (!PyBytes_CheckExact(key_bytes) || (value_bytes != Py_None && !PyBytes_CheckExact(value_bytes)))
+    if ((!PyBytes_CheckExact(key_bytes) && !(key_bytes == Py_None && s->partition >= 0)) ||
+        (value_bytes != Py_None && !PyBytes_CheckExact(value_bytes)))
         goto send;
     if (!PyLong_CheckExact(ts) || _PyLong_Sign(ts) <= 0) /* 0 (now), negative, not an int */
         goto send;
     Py_ssize_t n = PyList_GET_SIZE(queues); /* read now: the list may have grown meanwhile */
     if (n <= 0)
         goto send;
-    size_t partition = eddy_murmur2_partition((const uint8_t *)PyBytes_AS_STRING(key_bytes),
-                                              (size_t)PyBytes_GET_SIZE(key_bytes), (size_t)n);
+    size_t partition;
+    if (s->partition >= 0) {
+        if (s->partition >= n)
+            goto send;
+        partition = (size_t)s->partition;
+    } else {
+        partition = eddy_murmur2_partition((const uint8_t *)PyBytes_AS_STRING(key_bytes),
+                                           (size_t)PyBytes_GET_SIZE(key_bytes), (size_t)n);
+    }
     queue = Py_NewRef(PyList_GET_ITEM(queues, (Py_ssize_t)partition));
 
     PyObject *cb = slot_get(queue, str_cb, &s->cb_slot);
@@ -524,6 +541,15 @@ static PyObject *sink_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (s->poll_every <= 0) {
         PyErr_Format(PyExc_ValueError, "DirectSink: POLL_EVERY must be positive, got %ld", s->poll_every);
         goto fail;
+    }
+    s->partition = -1;
+    PyObject *partition = PyDict_GetItemString(ns, "partition");
+    if (partition != NULL && partition != Py_None) {
+        if (!PyLong_Check(partition) || (s->partition = PyLong_AsSsize_t(partition)) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "DirectSink: partition must be a non-negative int or None");
+            goto fail;
+        }
     }
     return (PyObject *)s;
 fail:

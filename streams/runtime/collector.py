@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from streams.errors import ConfigError
 from streams.runtime.errors import ProductionError, TaskMigratedError
 from eddy.murmur2 import murmur2_partition as partition_for_key
-from streams.runtime.direct_sink import direct_sink_stage
+from streams.runtime.direct_sink import direct_sink_stage, partition_sender as direct_partition_sender
 
 log = logging.getLogger(__name__)
 
@@ -269,6 +269,19 @@ class RecordCollector:
             return None
         return direct_sink_stage(self, self._view, topic, key_serialize, value_serialize, sink,
                                  self.sender(topic), failed)
+
+    def partition_sender(self, topic: str, partition: int) -> Callable[[Any, Any, int, Any], None]:
+        """`send(topic, key, value, partition=partition, timestamp=timestamp, headers=headers)`
+        as one function `(key, value, timestamp, headers)` (a changelog's per-record path): the
+        sink accelerator's C stage where it is offered (streams/runtime/direct_sink.py), which
+        hands every uncommon case to `send`."""
+        send = self.send
+
+        def send_to_partition(key: Any, value: Any, timestamp: int, headers: Any = None) -> None:
+            send(topic, key, value, partition=partition, timestamp=timestamp, headers=headers)
+        if self._view is None:
+            return send_to_partition
+        return direct_partition_sender(self, self._view, topic, partition, send_to_partition) or send_to_partition
 
     def _send_sink(self, topic: str, key: Optional[bytes], value: Optional[bytes], partition: int, timestamp: int,
                    headers: Any = None) -> None:

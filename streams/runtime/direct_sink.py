@@ -62,3 +62,26 @@ def direct_sink_stage(collector: Any, view: Any, topic: str, key_serialize: Call
                                      values_fn=fn, values_failed=fn_failed)
         stage.with_values_from = with_values_from
     return stage
+
+
+def partition_sender(collector: Any, view: Any, topic: str, partition: int,
+                     send: Callable[[Any, Any, int, Any], None]) -> Optional[Callable[[Any, Any, int, Any], None]]:
+    """The C form of `send(key_bytes, value_bytes, timestamp, headers)`, the collector's send
+    path to `partition` of `topic` (a changelog's records: serialized, the partition fixed), or
+    None where the C module is not built or the view lacks `untracked_entries`. Every case but
+    the common one (bytes or None key, bytes or None value, a positive timestamp, no headers,
+    the partition's queue carrying the collector's own callback) goes to `send`."""
+    if _accel is None or not getattr(view, "untracked_entries", False):
+        return None
+    return _accel.DirectSink({
+        "collector": collector, "producer": collector.producer, "view": view, "topic": topic,
+        "on_delivery": collector._on_delivery, "kick": view.kick, "key_serialize": None, "value_serialize": None,
+        "same_serializer": False, "sink": send, "send": send, "failed": _no_marker, "partition": partition,
+        "key_selector": None, "selector_failed": None, "values_fn": None, "values_failed": None,
+        "POLL_EVERY": collector.POLL_EVERY,
+    })
+
+
+def _no_marker() -> None:
+    """A changelog sender belongs to no node: nothing to mark when it fails."""
+

@@ -108,32 +108,48 @@ class PartitionGroup:
             self.buffered -= len(run)
             yield tp, run
             return
-        run_tp = None
-        run: list = []
+        # Kafka's choice, record by record: the head with the lowest timestamp, the first
+        # partition (in `queues` order) on a tie. The other heads do not move while one
+        # partition's records are taken, so its run goes on while its head still wins against
+        # the best of the others.
         emitted = 0
-        queues = self.queues
+        ordered = [(tp, q) for tp, q in self.queues.items()]
+        head_ts = self._head_ts if self.head_timestamp is not None else None
+        heads: list = [(None, 0)] * len(ordered)  # (head message, its timestamp) last read
         while emitted < max_records:
-            best_tp = None
-            best_ts = 0
-            for tp, q in queues.items():
+            best = other = -1
+            best_ts = other_ts = 0
+            for i, (tp, q) in enumerate(ordered):
                 if q:
-                    ts = self._head_ts(tp, q[0])
-                    if best_tp is None or ts < best_ts:
-                        best_tp, best_ts = tp, ts
-            if best_tp is None:
+                    head = q[0]
+                    seen, ts = heads[i]
+                    if seen is not head:
+                        ts = _TIMESTAMP(head)[1] if head_ts is None else head_ts(tp, head)
+                        heads[i] = (head, ts)
+                    if best < 0 or ts < best_ts:
+                        best, best_ts, other, other_ts = i, ts, best, best_ts
+                    elif other < 0 or ts < other_ts:
+                        other, other_ts = i, ts
+            if best < 0:
                 break
-            if best_tp != run_tp:
-                if run:
-                    yield run_tp, run
-                run_tp, run = best_tp, []
-            q = queues[best_tp]
-            run.append(q.popleft())
-            self.buffered -= 1
+            tp, q = ordered[best]
+            run = [q.popleft()]
             emitted += 1
+            popleft = q.popleft
+            append = run.append
+            while q and emitted < max_records:
+                if other >= 0:
+                    head = q[0]
+                    ts = _TIMESTAMP(head)[1] if head_ts is None else head_ts(tp, head)
+                    if ts > other_ts or (ts == other_ts and best > other):
+                        heads[best] = (head, ts)
+                        break
+                append(popleft())
+                emitted += 1
+            self.buffered -= len(run)
+            yield tp, run
             if stop_when_empty and not q:
                 break
-        if run:
-            yield run_tp, run
 
     def drain(self, max_records: int) -> Iterator[Any]:
         """Yield up to `max_records` messages in timestamp order across partitions."""

@@ -107,6 +107,13 @@ class _Side:
         self.this_inner = inner if hasattr(inner, "expired_records") else _NoExpiryCount()
 
 
+def _fetched(store: Any, key: Any, time_from: int, time_to: int) -> list:
+    """A window store's records of `key` in [time_from, time_to] as a list (a store without
+    `fetch_values`)."""
+    with store.fetch(key, time_from, time_to) as it:
+        return list(it)
+
+
 class StreamStreamJoinLogic:
     """Both sides of one windowed stream-stream join in one task."""
 
@@ -134,6 +141,7 @@ class StreamStreamJoinLogic:
         self.min_time = MAX_TIME
         if self.outer_store is not None:
             self._recover_min_time()
+        self._steps = (self._step(self.left), self._step(self.right))
 
     def _recover_min_time(self) -> None:
         """After a restart the outer store may hold records; start from the oldest one."""
@@ -144,66 +152,73 @@ class StreamStreamJoinLogic:
 
     def process_left(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                      offset: int = -1) -> None:
-        self._process(self.left, key, value, timestamp, topic, partition, offset)
+        self._steps[0](key, value, timestamp, topic, partition, offset)
 
     def process_right(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                       offset: int = -1) -> None:
-        self._process(self.right, key, value, timestamp, topic, partition, offset)
+        self._steps[1](key, value, timestamp, topic, partition, offset)
 
-    def side_process(self, is_left: bool) -> Callable[[Any, Any, int, str, int, int], None]:
-        """process_left / process_right as one positional call `(key, value, timestamp, topic,
-        partition, offset)` (the operator's per-record path: no method frame in between)."""
-        return partial(self._process, self.left if is_left else self.right)
+    def side_process(self, is_left: bool) -> Callable[..., None]:
+        """process_left / process_right as one positional call `(key, value, timestamp[, topic,
+        partition, offset])` (the operator's per-record path: no method frame in between)."""
+        return self._steps[0 if is_left else 1]
 
     def _joined(self, side: _Side, this_value: Any, other_value: Any) -> Any:
         return self.joiner(this_value, other_value) if side.is_left else self.joiner(other_value, this_value)
 
-    def _process(self, side: _Side, key: Any, value: Any, timestamp: int, topic: str = "", partition: int = -1,
-                 offset: int = -1) -> None:
-        if timestamp > self.stream_time:
-            self.stream_time = timestamp
-        if key is None or value is None:
-            if side.outer and key is None and value is not None:
-                self.forward(None, self._joined(side, value, None), timestamp)
-                return
-            log.warning("Skipping record due to null key or value. topic=[%s] partition=[%d] offset=[%d]",
-                        topic, partition, offset)
-            self.late.sensor.count += 1
-            return
-        window_end = timestamp + side.join_after
-        outer_store = self.outer_store
-        if outer_store is not None and timestamp == self.stream_time:
-            self._emit_non_joined(side)
-        # Kafka's KStreamJoinWindow: every record starts its own window in its side's store; a
-        # put the store skips as expired is counted and logged as Kafka's segmented store does
+    def _step(self, side: _Side) -> Callable[..., None]:
+        """The per-record work of one side, as one function with what it reads bound once."""
+        this_put = side.this_store.put
+        other = side.other_store
+        # the other side's records in a time range, decoded, read at once where the store offers it
+        fetch_values = getattr(other, "fetch_values", None) or partial(_fetched, other)
         inner = side.this_inner
-        expired_before = inner.expired_records
-        side.this_store.put(key, value, timestamp, timestamp)
-        if inner.expired_records != expired_before:
-            self._report_expired(side, key, timestamp, topic, partition, offset)
-        time_from = timestamp - side.join_before
-        if time_from < 0:
-            time_from = 0
-        time_to = window_end if window_end > 0 else 0
-        matched = False
-        forward = self.forward
-        joiner = self.joiner
+        join_before, join_after, outer = side.join_before, side.join_after, side.outer
         is_left = side.is_left
-        with side.other_store.fetch(key, time_from, time_to) as it:
-            for other_ts, other_value in it:
-                matched = True
+        forward, joiner = self.forward, self.joiner
+        outer_store = self.outer_store
+        late = self.late
+
+        def process(key: Any, value: Any, timestamp: int, topic: str = "", partition: int = -1,
+                    offset: int = -1) -> None:
+            if timestamp > self.stream_time:
+                self.stream_time = timestamp
+            if key is None or value is None:
+                if outer and key is None and value is not None:
+                    forward(None, self._joined(side, value, None), timestamp)
+                    return
+                log.warning("Skipping record due to null key or value. topic=[%s] partition=[%d] offset=[%d]",
+                            topic, partition, offset)
+                late.sensor.count += 1
+                return
+            window_end = timestamp + join_after
+            if outer_store is not None and timestamp == self.stream_time:
+                self._emit_non_joined(side)
+            # Kafka's KStreamJoinWindow: every record starts its own window in its side's store; a
+            # put the store skips as expired is counted and logged as Kafka's segmented store does
+            expired_before = inner.expired_records
+            this_put(key, value, timestamp, timestamp)
+            if inner.expired_records != expired_before:
+                self._report_expired(side, key, timestamp, topic, partition, offset)
+            time_from = timestamp - join_before
+            if time_from < 0:
+                time_from = 0
+            time_to = window_end if window_end > 0 else 0
+            found = fetch_values(key, time_from, time_to)
+            for other_ts, other_value in found:
                 if outer_store is not None:
                     outer_store.remove_if_present(key, other_ts, not is_left)
                 forward(key, joiner(value, other_value) if is_left else joiner(other_value, value),
                         timestamp if timestamp > other_ts else other_ts)
-        if not matched and side.outer:
-            if time_to < self.stream_time:
-                # out of order and its window already ended: nothing held for it (Kafka)
-                forward(key, self._joined(side, value, None), timestamp)
-            else:
-                if timestamp < self.min_time:
-                    self.min_time = timestamp
-                outer_store.put(key, timestamp, is_left, value)
+            if not found and outer:
+                if time_to < self.stream_time:
+                    # out of order and its window already ended: nothing held for it (Kafka)
+                    forward(key, self._joined(side, value, None), timestamp)
+                else:
+                    if timestamp < self.min_time:
+                        self.min_time = timestamp
+                    outer_store.put(key, timestamp, is_left, value)
+        return process
 
     def _report_expired(self, side: _Side, key: Any, timestamp: int, topic: str, partition: int,
                         offset: int) -> None:

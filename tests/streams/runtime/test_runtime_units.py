@@ -79,6 +79,41 @@ def test_partition_group_picks_lowest_head_timestamp(monkeypatch):
     assert group.buffered == 0 and list(group.drain(10)) == []
 
 
+def test_partition_group_runs_follow_the_record_by_record_choice(monkeypatch):
+    """runs() takes stretches of one partition; what it yields, flattened, is Kafka's choice
+    made record by record (the lowest head timestamp, the first partition on a tie), each run
+    one partition's records, up to max_records in all; with stop_when_empty it stops once the
+    partition it took from runs empty."""
+    import random
+
+    import streams.runtime.partition_group as pg
+
+    monkeypatch.setattr(pg, "_TIMESTAMP", _Msg.timestamp)
+    rng = random.Random(11)
+    for case in range(300):
+        tps = [("t", p) for p in range(rng.randint(2, 3))]
+        contents = {tp: [_Msg(rng.randint(0, 12), f"{tp[1]}:{i}") for i in range(rng.randint(0, 8))] for tp in tps}
+        stop_when_empty = case % 3 == 0
+        limit = rng.randint(1, 30)
+        # the model: record by record over copies of the queues
+        heads = {tp: list(ms) for tp, ms in contents.items()}
+        expected = []
+        while len(expected) < limit:
+            live = [tp for tp in tps if heads[tp]]
+            if not live:
+                break
+            tp = min(live, key=lambda t: (heads[t][0].ts, tps.index(t)))
+            expected.append((tp, heads[tp].pop(0).tag))
+            if stop_when_empty and len(live) > 1 and not heads[tp]:
+                break
+        group = PartitionGroup(tps)
+        for tp, ms in contents.items():
+            group.add(tp, ms)
+        got = [(tp, m.tag) for tp, run in group.runs(limit, stop_when_empty) for m in run]
+        assert got == expected, case
+        assert group.buffered == sum(map(len, contents.values())) - len(expected)
+
+
 def test_task_state_machine_rejects_invalid_transitions(tmp_path):
     topo = wordcount_topology("lines", "out")
     sub = topo.build()[0]

@@ -666,3 +666,25 @@ def test_queue_attributes_are_read_as_getattr_reads_them_when_the_queue_class_ch
     Queue.cb = property(lambda self: None)
     stage("k", "v6", 6, ())
     assert bench.produced[-1] == ("direct", b"k", b"v6", 0, 6, None) and len(queue.entries) == 3
+
+
+def test_a_partition_sender_queues_what_the_collectors_send_writes(cluster, impl):
+    """A changelog's sender (RecordCollector.partition_sender): the C stage where offered, or
+    the collector's send path; both write to the named partition what `send` writes, None keys
+    and values, headers and a timestamp of 0 included, and report the last written offset."""
+    records = [(b"k1", b"v1", 1, None), (b"k2", None, 2, None), (None, b"v3", 3, None),
+               (b"k4", b"v4", 4, [("h", b"1")]), (b"k5", b"v5", 0, None), (b"k6", b"v6", 6, None)]
+    with closing(cluster.producer({"linger.ms": 1})) as producer:
+        collector = RecordCollector(producer)
+        send = collector.partition_sender("direct", 2)
+        assert (type(send).__name__ == "DirectSink") == (impl == "c")
+        for key, value, ts, headers in records:
+            send(key, value, ts, headers)
+            collector.send("ordinary", key, value, partition=2, timestamp=ts, headers=headers)
+        collector.flush()
+        offsets = (collector.offset_of("direct", 2), collector.offset_of("ordinary", 2))
+    got, want = _written(cluster, "direct"), _written(cluster, "ordinary")
+    # the record of timestamp 0 is stamped with the wall clock by both: compare all else
+    assert [(p, k, v, h) for p, k, v, _t, h in got] == [(p, k, v, h) for p, k, v, _t, h in want]
+    assert [t for _p, _k, _v, t, _h in got][:4] == [1, 2, 3, 4] and len(got) == len(records)
+    assert offsets == (len(records) - 1, len(records) - 1)
