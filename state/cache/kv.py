@@ -51,8 +51,17 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     # update_many's C loop for an int64 increment's hot case, None without state.cache._cache (a
     # store's own attribute set to None makes it use the Python loop, as tests do)
     _increment_run: Optional[Callable] = _increment_run
+    # The key whose last read found nothing in the store, until the next write of any kind:
+    # a put of that key right after the read (a table source's get-then-put) knows the store's
+    # old value (None) and its flush need not read it again.
+    _absent: Optional[bytes] = None
+
+    def init(self, context: Any) -> None:
+        self._absent = None  # a restore may have written the store since
+        super().init(context)
 
     def _write_down(self, entries: list) -> None:
+        self._absent = None
         wrapped = self.wrapped
         listener = self._flush_listener
         write_changes = getattr(wrapped, "write_changes", None)
@@ -127,6 +136,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                     named.evictions += 1  # kept and evicted at once: a clean entry flushes nothing
                 else:
                     named.put_clean(key, value)
+            else:
+                self._absent = key
             return value
         finally:
             lock.release()
@@ -182,15 +193,17 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         lock = cache.lock
         lock.acquire()
         try:
+            absent = self._absent
+            self._absent = None
             entries = named.entries
             if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-                named.write_through(key, value, timestamp, UNKNOWN)
+                named.write_through(key, value, timestamp, None if key == absent else UNKNOWN)
                 return
             # NamedCache.put_dirty, inlined.
             size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
             entry = entries.get(key)
             if entry is None:
-                entries[key] = CacheEntry(value, True, timestamp, size)
+                entries[key] = CacheEntry(value, True, timestamp, size, None if key == absent else UNKNOWN)
                 delta = size
             else:
                 delta = size - entry.size
@@ -252,6 +265,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         named = self._named
         if named is None or not self._probe.is_open:
             raise StoreClosedError(f"state store {self.name!r} is not open")
+        self._absent = None
         cache = self._cache
         lock = cache.lock
         entries = named.entries
