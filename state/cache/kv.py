@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted
-from state.cache.thread_cache import ENTRY_OVERHEAD, UNKNOWN, CacheEntry, NamedCache, ThreadCache
+from state.cache.thread_cache import (ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache, write_entry,
+                                      write_entry_py)
 from state.errors import StoreClosedError
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import KeyValueIterator, KeyValueStore, check_key, check_value
@@ -25,8 +26,7 @@ try:  # update_many's hot case in C (state/cache/_cache.c); the Python loop does
     from state.cache import _cache as _cache_c
 except ImportError:  # pragma: no cover - the accelerator is optional
     _cache_c = None
-if _cache_c is not None:
-    _cache_c.set_entry_layout(CacheEntry)
+if _cache_c is not None:  # the entry layout registered by state.cache.thread_cache
     _increment_run: Optional[Callable] = _cache_c.increment_run
 else:  # pragma: no cover
     _increment_run = None
@@ -200,24 +200,10 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                 named.write_through(key, value, timestamp, None if key == absent else UNKNOWN)
                 return
             # NamedCache.put_dirty, inlined.
-            size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
-            entry = entries.get(key)
-            if entry is None:
-                entries[key] = CacheEntry(value, True, timestamp, size, None if key == absent else UNKNOWN)
-                delta = size
-            else:
-                delta = size - entry.size
-                if not entry.dirty:
-                    entry.old = entry.value  # a clean entry holds the store's value
-                    entry.dirty = True
-                entry.value = value
-                entry.timestamp = timestamp
-                entry.size = size
-                entries.move_to_end(key)
-            dirty = named.dirty
-            if key in dirty:
-                del dirty[key]
-            dirty[key] = None
+            old = None if key == absent else UNKNOWN
+            delta = write_entry(entries, named.dirty, key, value, timestamp, old)
+            if delta is None:
+                delta = write_entry_py(entries, named.dirty, key, value, timestamp, old)
             if delta:
                 named.size_bytes += delta
                 cache._total_bytes += delta
