@@ -75,7 +75,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                 key, value, timestamp, _old = changed[0]
                 wrapped.put(key, value, timestamp)
             elif changed:
-                write_changes([(key, value, timestamp) for key, value, timestamp, _old in changed])
+                write_changes(changed)
             else:
                 return
             flush_many = getattr(listener, "flush_many", None)
