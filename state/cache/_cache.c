@@ -358,6 +358,13 @@ static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t n
         SLOT(made, off_timestamp) = Py_NewRef(timestamp);
         SLOT(made, off_size) = size_obj;
         SLOT(made, off_old) = Py_NewRef(old);
+        /* An entry holding only atomic objects (bytes, None, bools, ints, the bare UNKNOWN
+         * marker) can be in no reference cycle: the cyclic collector need not scan it, as
+         * CPython untracks such tuples and dicts. The cache keeps many long-lived entries, and
+         * every full collection would scan them all. */
+        if (PyLong_CheckExact(timestamp)
+            && (old == Py_None || PyBytes_CheckExact(old) || Py_IS_TYPE(old, &PyBaseObject_Type)))
+            PyObject_GC_UnTrack(made);
         int rc = PyObject_SetItem(entries, key, made);
         Py_DECREF(made);
         if (rc < 0)

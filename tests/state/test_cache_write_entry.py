@@ -97,3 +97,18 @@ def test_the_caches_use_the_c_write_when_built():
     named.put_dirty(b"k", b"v", 3)
     assert snapshot(named.entries, named.dirty) == ([(b"k", b"v", True, 3, 2 + ENTRY_OVERHEAD, UNKNOWN)], [b"k"])
     assert named.size_bytes == cache.size_bytes == 2 + ENTRY_OVERHEAD
+
+
+@needs_c
+def test_c_leaves_atomic_entries_to_no_cycle_collection():
+    """A new entry holding only bytes, None, ints, bools or the UNKNOWN marker is in no cycle:
+    the C write untracks it from the cyclic collector (a cache keeps many of them); one holding
+    anything else stays tracked."""
+    import gc
+    entries, dirty = OrderedDict(), {}
+    _cache.write_entry(entries, dirty, b"a", b"1", 1, UNKNOWN)
+    _cache.write_entry(entries, dirty, b"b", None, 2, None)
+    _cache.write_entry(entries, dirty, b"c", b"3", 3, b"old")
+    _cache.write_entry(entries, dirty, b"d", b"4", 4.0, UNKNOWN)  # a float timestamp
+    _cache.write_entry(entries, dirty, b"e", b"5", 5, [])  # a container as the old value
+    assert [gc.is_tracked(entries[k]) for k in (b"a", b"b", b"c", b"d", b"e")] == [False, False, False, True, True]
