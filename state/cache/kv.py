@@ -199,7 +199,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             if cache.max_bytes < ENTRY_OVERHEAD and not entries:
                 named.write_through(key, value, timestamp, None if key == absent else UNKNOWN)
                 return
-            # NamedCache.put_dirty, inlined.
+            # NamedCache.put_dirty's work (without its call)
             old = None if key == absent else UNKNOWN
             delta = write_entry(entries, named.dirty, key, value, timestamp, old)
             if delta is None:
