@@ -411,6 +411,67 @@ static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t n
     return PyLong_FromSsize_t(delta);
 }
 
+/* take_dirty(entries, dirty, entry_tuple_type, flushed, tombstones) -> bool: NamedCache._take_dirty's
+ * loop (the Python loop is the definition): for each key of `dirty` in order, append
+ * entry_tuple_type(key, value, timestamp, old) of its entry to `flushed` (and the key to
+ * `tombstones` when the value is None) and mark the entry clean. False, having done nothing,
+ * when an entry is missing or not of the registered type (the Python loop then runs). */
+static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "take_dirty() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *entries = args[0], *dirty = args[1], *type_obj = args[2], *flushed = args[3], *tombstones = args[4];
+    if (entry_type == NULL || !PyODict_CheckExact(entries) || !PyDict_CheckExact(dirty)
+        || !PyList_CheckExact(flushed) || !PyList_CheckExact(tombstones) || !PyType_Check(type_obj)
+        || !PyType_IsSubtype((PyTypeObject *)type_obj, &PyTuple_Type)
+        || ((PyTypeObject *)type_obj)->tp_basicsize != PyTuple_Type.tp_basicsize)
+        Py_RETURN_FALSE;
+    PyTypeObject *type = (PyTypeObject *)type_obj;
+    Py_ssize_t pos = 0;
+    PyObject *key, *ignored;
+    /* every entry checked first: the loop below then cannot stop half way for a type */
+    while (PyDict_Next(dirty, &pos, &key, &ignored)) {
+        if (!PyBytes_CheckExact(key))
+            Py_RETURN_FALSE;
+        PyObject *entry = PyDict_GetItemWithError(entries, key);
+        if (entry == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_FALSE;
+        }
+        if (!Py_IS_TYPE(entry, entry_type) || SLOT(entry, off_value) == NULL || SLOT(entry, off_timestamp) == NULL
+            || SLOT(entry, off_old) == NULL)
+            Py_RETURN_FALSE;
+    }
+    pos = 0;
+    while (PyDict_Next(dirty, &pos, &key, &ignored)) {
+        PyObject *entry = PyDict_GetItemWithError(entries, key);  /* borrowed; checked above */
+        if (entry == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, key);
+            return NULL;
+        }
+        PyObject *value = SLOT(entry, off_value);
+        PyObject *item = type->tp_alloc(type, 4);
+        if (item == NULL)
+            return NULL;
+        PyTuple_SET_ITEM(item, 0, Py_NewRef(key));
+        PyTuple_SET_ITEM(item, 1, Py_NewRef(value));
+        PyTuple_SET_ITEM(item, 2, Py_NewRef(SLOT(entry, off_timestamp)));
+        PyTuple_SET_ITEM(item, 3, Py_NewRef(SLOT(entry, off_old)));
+        int rc = PyList_Append(flushed, item);
+        Py_DECREF(item);
+        if (rc < 0)
+            return NULL;
+        slot_set(entry, off_dirty, Py_NewRef(Py_False));
+        if (value == Py_None && PyList_Append(tombstones, key) < 0)
+            return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef module_methods[] = {
     {"set_entry_layout", (PyCFunction)(void (*)(void))set_entry_layout, METH_FASTCALL,
      "set_entry_layout(entry_type, overhead=None)\n--\n\n"
@@ -418,6 +479,11 @@ static PyMethodDef module_methods[] = {
      "object slots of that type and keeps their offsets for increment_run and write_entry, and\n"
      "the bookkeeping bytes of an entry (ENTRY_OVERHEAD; until it is given write_entry declines\n"
      "every write). Raises TypeError otherwise."},
+    {"take_dirty", (PyCFunction)(void (*)(void))take_dirty, METH_FASTCALL,
+     "take_dirty(entries, dirty, entry_tuple_type, flushed, tombstones)\n--\n\n"
+     "NamedCache._take_dirty's loop in C: each dirty key's entry_tuple_type(key, value,\n"
+     "timestamp, old) appended to flushed (a None value's key to tombstones too), the entry\n"
+     "marked clean. Returns False, having done nothing, for an entry it does not take."},
     {"write_entry", (PyCFunction)(void (*)(void))write_entry, METH_FASTCALL,
      "write_entry(entries, dirty, key, value, timestamp, old)\n--\n\n"
      "state.cache.thread_cache.write_entry_py's write in C: returns the size change, or None\n"

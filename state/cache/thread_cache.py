@@ -96,15 +96,17 @@ def write_entry_py(entries: "OrderedDict[bytes, CacheEntry]", dirty: "dict[bytes
     return delta
 
 
-try:  # write_entry in C (state/cache/_cache.c), write_entry_py without it
+try:  # write_entry and _take_dirty's loop in C (state/cache/_cache.c), Python without it
     from state.cache import _cache as _cache_c
 except ImportError:  # pragma: no cover - the accelerator is optional
     _cache_c = None
 if _cache_c is not None:
     _cache_c.set_entry_layout(CacheEntry, ENTRY_OVERHEAD)
     write_entry: Callable[..., Optional[int]] = _cache_c.write_entry
+    _take_dirty_c: Optional[Callable[..., bool]] = _cache_c.take_dirty  # NamedCache._take_dirty's loop
 else:  # pragma: no cover
     write_entry = write_entry_py
+    _take_dirty_c = None
 
 
 class NamedCache:
@@ -160,9 +162,12 @@ class NamedCache:
 
     def _take_dirty(self, first: Optional[DirtyEntry]) -> tuple[list, list]:
         flushed = [first] if first is not None else []
-        append = flushed.append
         entries = self.entries
-        tombstones = []
+        tombstones: list = []
+        if _take_dirty_c is not None and _take_dirty_c(entries, self.dirty, DirtyEntry, flushed, tombstones):
+            self.dirty = {}  # the loop below, done in C
+            return flushed, tombstones
+        append = flushed.append
         for key in self.dirty:
             entry = entries[key]
             value = entry.value

@@ -112,3 +112,44 @@ def test_c_leaves_atomic_entries_to_no_cycle_collection():
     _cache.write_entry(entries, dirty, b"d", b"4", 4.0, UNKNOWN)  # a float timestamp
     _cache.write_entry(entries, dirty, b"e", b"5", 5, [])  # a container as the old value
     assert [gc.is_tracked(entries[k]) for k in (b"a", b"b", b"c", b"d", b"e")] == [False, False, False, True, True]
+
+
+def _named_with_dirty(seed):
+    """A named cache after random writes, some flushed, so clean and dirty entries mix."""
+    rng = random.Random(seed)
+    named = ThreadCache(10_000_000).named_cache("0_0-s")
+    named.listener = lambda entries: None
+    for step in range(300):
+        key = b"k%d" % rng.randrange(40)
+        named.put_dirty(key, rng.choice([None, b"", b"v", b"value"]), step, rng.choice([UNKNOWN, None, b"o"]))
+        if rng.random() < 0.05:
+            named.flush()
+    named.put_dirty(b"gone", None, 300)  # a tombstone among them
+    return named
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(4))
+def test_c_and_python_take_the_same_dirty_entries(seed, monkeypatch):
+    results = []
+    for c in (True, False):
+        if not c:
+            monkeypatch.setattr(thread_cache, "_take_dirty_c", None)
+        named = _named_with_dirty(seed)
+        first = thread_cache.DirtyEntry(b"first", b"x", 1, UNKNOWN)
+        flushed, tombstones = named._take_dirty(first)
+        assert all(type(e) is thread_cache.DirtyEntry for e in flushed)
+        results.append((flushed, tombstones, named.dirty, snapshot(named.entries, {})))
+    assert results[0] == results[1]
+    assert len(results[0][0]) > 1 and results[0][1]  # entries and tombstones were taken
+
+
+@needs_c
+def test_c_take_dirty_declines_an_entry_it_does_not_take():
+    entries, dirty = OrderedDict([(b"a", CacheEntry(b"1", True, 0, 1 + 1 + ENTRY_OVERHEAD))]), {b"a": None, b"b": None}
+    flushed, tombstones = [], []
+    assert _cache.take_dirty(entries, dirty, thread_cache.DirtyEntry, flushed, tombstones) is False  # b not cached
+    assert flushed == [] and entries[b"a"].dirty is True
+    del dirty[b"b"]
+    assert _cache.take_dirty(entries, dirty, thread_cache.DirtyEntry, flushed, tombstones) is True
+    assert flushed == [(b"a", b"1", 0, UNKNOWN)] and entries[b"a"].dirty is False and tombstones == []
