@@ -58,15 +58,16 @@ class ChangeLoggingKeyValueStore(_ChangeLoggingMixin, WrappedStateStore, KeyValu
         return self.wrapped.get(key)
 
     def write_changes(self, changes: list) -> None:
-        """Write `(key, value, timestamp)` changes of distinct keys, as `put` of each would: the
-        inner store's writes in one `put_all` (one WriteBatch on RocksDB), then one changelog
-        record each, in order. A caching layer writes its flush down through this."""
+        """Write a flush's `(key, value, timestamp, old_value)` changes of distinct keys (the
+        old value plays no part), as `put` of each would: the inner store's writes in one
+        `put_all` (one WriteBatch on RocksDB), then one changelog record each, in order. A
+        caching layer writes its flush down through this."""
         log_change = self._log_change
         if log_change is None:
             raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
-        self.wrapped.put_all([(key, value) for key, value, _timestamp in changes])
+        self.wrapped.put_all([(key, value) for key, value, _timestamp, _old in changes])
         name = self.name
-        for key, value, timestamp in changes:
+        for key, value, timestamp, _old in changes:
             log_change(name, key, value, timestamp)
 
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
@@ -148,13 +149,13 @@ class ChangeLoggingTimestampedKeyValueStore(_TimestampedChangeLogging, ChangeLog
         name = self.name
         try:
             records = [(key, None, timestamp) if value is None else (key, value[_STAMP:], _stamp_of(value)[0])
-                       for key, value, timestamp in changes]
+                       for key, value, timestamp, _old in changes]
         except (struct.error, TypeError):
-            for _key, value, _timestamp in changes:
+            for _key, value, _timestamp, _old in changes:
                 if value is not None:
                     split_timestamped(name, value)  # raises the typed error
             raise
-        self.wrapped.put_all([(key, value) for key, value, _timestamp in changes])
+        self.wrapped.put_all([(key, value) for key, value, _timestamp, _old in changes])
         for key, value, timestamp in records:
             log_change(name, key, value, timestamp)
 

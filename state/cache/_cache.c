@@ -19,7 +19,8 @@
  * descriptor's __set__ does for a T_OBJECT_EX member (swap the pointer, drop the old value),
  * minus two attribute lookups per field. */
 static PyTypeObject *entry_type = NULL;
-static Py_ssize_t off_value, off_dirty, off_timestamp, off_old;
+static Py_ssize_t off_value, off_dirty, off_timestamp, off_old, off_size;
+static Py_ssize_t entry_overhead = -1;  /* ENTRY_OVERHEAD, set with the layout; -1: write_entry declines */
 static PyObject *str_move_to_end = NULL;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
@@ -52,8 +53,23 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
     return 0;
 }
 
-static PyObject *set_entry_layout(PyObject *self, PyObject *type_obj)
+static PyObject *set_entry_layout(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (nargs != 1 && nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "set_entry_layout() takes 1 or 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *type_obj = args[0];
+    Py_ssize_t overhead = -1;
+    if (nargs == 2) {
+        overhead = PyLong_AsSsize_t(args[1]);
+        if (overhead == -1 && PyErr_Occurred())
+            return NULL;
+        if (overhead < 0) {
+            PyErr_Format(PyExc_ValueError, "set_entry_layout() overhead must be >= 0, got %zd", overhead);
+            return NULL;
+        }
+    }
     if (!PyType_Check(type_obj)) {
         PyErr_Format(PyExc_TypeError, "set_entry_layout() wants the CacheEntry type, got %R", type_obj);
         return NULL;
@@ -65,9 +81,10 @@ static PyObject *set_entry_layout(PyObject *self, PyObject *type_obj)
                      type->tp_name);
         return NULL;
     }
-    Py_ssize_t value, dirty, timestamp, old;
+    Py_ssize_t value, dirty, timestamp, old, size;
     if (slot_offset(type, "value", &value) < 0 || slot_offset(type, "dirty", &dirty) < 0
-        || slot_offset(type, "timestamp", &timestamp) < 0 || slot_offset(type, "old", &old) < 0)
+        || slot_offset(type, "timestamp", &timestamp) < 0 || slot_offset(type, "old", &old) < 0
+        || slot_offset(type, "size", &size) < 0)
         return NULL;
     Py_INCREF(type);
     Py_XSETREF(entry_type, type);
@@ -75,6 +92,9 @@ static PyObject *set_entry_layout(PyObject *self, PyObject *type_obj)
     off_dirty = dirty;
     off_timestamp = timestamp;
     off_old = old;
+    off_size = size;
+    if (nargs == 2)  /* else the overhead registered before stays */
+        entry_overhead = overhead;
     Py_RETURN_NONE;
 }
 
@@ -301,11 +321,173 @@ done:
     }
 }
 
+/* NamedCache's write of a dirty entry (thread_cache.write_entry_py, the definition): the
+ * entry made or rewritten in place and made MRU, the key moved to the end of the write
+ * order; returns the size change. Only exact bytes keys (hashing and comparing them runs no
+ * Python code), None or exact bytes values, and a cached entry of the registered type with an
+ * exact int size and a bool dirty flag; any other case returns None before doing anything,
+ * and the caller writes through the Python definition. */
+static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "write_entry() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *entries = args[0], *dirty = args[1], *key = args[2], *value = args[3];
+    PyObject *timestamp = args[4], *old = args[5];
+    if (entry_type == NULL || entry_overhead < 0 || !PyODict_CheckExact(entries) || !PyDict_CheckExact(dirty)
+        || !PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value)))
+        Py_RETURN_NONE;
+    Py_ssize_t size = PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + entry_overhead;
+    PyObject *entry = PyDict_GetItemWithError(entries, key);  /* borrowed */
+    Py_ssize_t delta;
+    if (entry == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        PyObject *size_obj = PyLong_FromSsize_t(size);
+        if (size_obj == NULL)
+            return NULL;
+        /* CacheEntry(value, True, timestamp, size, old): its __init__ only sets the slots */
+        PyObject *made = entry_type->tp_alloc(entry_type, 0);
+        if (made == NULL) {
+            Py_DECREF(size_obj);
+            return NULL;
+        }
+        SLOT(made, off_value) = Py_NewRef(value);
+        SLOT(made, off_dirty) = Py_NewRef(Py_True);
+        SLOT(made, off_timestamp) = Py_NewRef(timestamp);
+        SLOT(made, off_size) = size_obj;
+        SLOT(made, off_old) = Py_NewRef(old);
+        /* An entry holding only atomic objects (bytes, None, bools, ints, the bare UNKNOWN
+         * marker) can be in no reference cycle: the cyclic collector need not scan it, as
+         * CPython untracks such tuples and dicts. The cache keeps many long-lived entries, and
+         * every full collection would scan them all. */
+        if (PyLong_CheckExact(timestamp)
+            && (old == Py_None || PyBytes_CheckExact(old) || Py_IS_TYPE(old, &PyBaseObject_Type)))
+            PyObject_GC_UnTrack(made);
+        int rc = PyObject_SetItem(entries, key, made);
+        Py_DECREF(made);
+        if (rc < 0)
+            return NULL;
+        delta = size;
+    } else {
+        PyObject *size_was = SLOT(entry, off_size), *flag = SLOT(entry, off_dirty);
+        if (!Py_IS_TYPE(entry, entry_type) || size_was == NULL || !PyLong_CheckExact(size_was)
+            || (flag != Py_True && flag != Py_False) || SLOT(entry, off_value) == NULL)
+            Py_RETURN_NONE;
+        Py_ssize_t was = PyLong_AsSsize_t(size_was);
+        if (was == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        PyObject *size_obj = PyLong_FromSsize_t(size);
+        if (size_obj == NULL)
+            return NULL;
+        delta = size - was;
+        Py_INCREF(entry);  /* held while old values are dropped */
+        if (flag == Py_False) {
+            /* a clean entry holds the store's value: it becomes the old value */
+            slot_set(entry, off_old, Py_NewRef(SLOT(entry, off_value)));
+            slot_set(entry, off_dirty, Py_NewRef(Py_True));
+        }
+        slot_set(entry, off_value, Py_NewRef(value));
+        slot_set(entry, off_timestamp, Py_NewRef(timestamp));
+        slot_set(entry, off_size, size_obj);
+        Py_DECREF(entry);
+        PyObject *call_args[2] = {entries, key};
+        PyObject *r = PyObject_VectorcallMethod(str_move_to_end, call_args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    /* `if key in dirty: del dirty[key]` then `dirty[key] = None`: to the end of the write order */
+    if (PyDict_DelItem(dirty, key) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+            return NULL;
+        PyErr_Clear();
+    }
+    if (PyDict_SetItem(dirty, key, Py_None) < 0)
+        return NULL;
+    return PyLong_FromSsize_t(delta);
+}
+
+/* take_dirty(entries, dirty, entry_tuple_type, flushed, tombstones) -> bool: NamedCache._take_dirty's
+ * loop (the Python loop is the definition): for each key of `dirty` in order, append
+ * entry_tuple_type(key, value, timestamp, old) of its entry to `flushed` (and the key to
+ * `tombstones` when the value is None) and mark the entry clean. False, having done nothing,
+ * when an entry is missing or not of the registered type (the Python loop then runs). */
+static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "take_dirty() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *entries = args[0], *dirty = args[1], *type_obj = args[2], *flushed = args[3], *tombstones = args[4];
+    if (entry_type == NULL || !PyODict_CheckExact(entries) || !PyDict_CheckExact(dirty)
+        || !PyList_CheckExact(flushed) || !PyList_CheckExact(tombstones) || !PyType_Check(type_obj)
+        || !PyType_IsSubtype((PyTypeObject *)type_obj, &PyTuple_Type)
+        || ((PyTypeObject *)type_obj)->tp_basicsize != PyTuple_Type.tp_basicsize)
+        Py_RETURN_FALSE;
+    PyTypeObject *type = (PyTypeObject *)type_obj;
+    Py_ssize_t pos = 0;
+    PyObject *key, *ignored;
+    /* every entry checked first: the loop below then cannot stop half way for a type */
+    while (PyDict_Next(dirty, &pos, &key, &ignored)) {
+        if (!PyBytes_CheckExact(key))
+            Py_RETURN_FALSE;
+        PyObject *entry = PyDict_GetItemWithError(entries, key);
+        if (entry == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_FALSE;
+        }
+        if (!Py_IS_TYPE(entry, entry_type) || SLOT(entry, off_value) == NULL || SLOT(entry, off_timestamp) == NULL
+            || SLOT(entry, off_old) == NULL)
+            Py_RETURN_FALSE;
+    }
+    pos = 0;
+    while (PyDict_Next(dirty, &pos, &key, &ignored)) {
+        PyObject *entry = PyDict_GetItemWithError(entries, key);  /* borrowed; checked above */
+        if (entry == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, key);
+            return NULL;
+        }
+        PyObject *value = SLOT(entry, off_value);
+        PyObject *item = type->tp_alloc(type, 4);
+        if (item == NULL)
+            return NULL;
+        PyTuple_SET_ITEM(item, 0, Py_NewRef(key));
+        PyTuple_SET_ITEM(item, 1, Py_NewRef(value));
+        PyTuple_SET_ITEM(item, 2, Py_NewRef(SLOT(entry, off_timestamp)));
+        PyTuple_SET_ITEM(item, 3, Py_NewRef(SLOT(entry, off_old)));
+        int rc = PyList_Append(flushed, item);
+        Py_DECREF(item);
+        if (rc < 0)
+            return NULL;
+        slot_set(entry, off_dirty, Py_NewRef(Py_False));
+        if (value == Py_None && PyList_Append(tombstones, key) < 0)
+            return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef module_methods[] = {
-    {"set_entry_layout", (PyCFunction)set_entry_layout, METH_O,
-     "set_entry_layout(entry_type)\n--\n\n"
-     "Registers CacheEntry: checks that value, dirty, timestamp and old are writable object\n"
-     "slots of that type and keeps their offsets for increment_run. Raises TypeError otherwise."},
+    {"set_entry_layout", (PyCFunction)(void (*)(void))set_entry_layout, METH_FASTCALL,
+     "set_entry_layout(entry_type, overhead=None)\n--\n\n"
+     "Registers CacheEntry: checks that value, dirty, timestamp, size and old are writable\n"
+     "object slots of that type and keeps their offsets for increment_run and write_entry, and\n"
+     "the bookkeeping bytes of an entry (ENTRY_OVERHEAD; until it is given write_entry declines\n"
+     "every write). Raises TypeError otherwise."},
+    {"take_dirty", (PyCFunction)(void (*)(void))take_dirty, METH_FASTCALL,
+     "take_dirty(entries, dirty, entry_tuple_type, flushed, tombstones)\n--\n\n"
+     "NamedCache._take_dirty's loop in C: each dirty key's entry_tuple_type(key, value,\n"
+     "timestamp, old) appended to flushed (a None value's key to tombstones too), the entry\n"
+     "marked clean. Returns False, having done nothing, for an entry it does not take."},
+    {"write_entry", (PyCFunction)(void (*)(void))write_entry, METH_FASTCALL,
+     "write_entry(entries, dirty, key, value, timestamp, old)\n--\n\n"
+     "state.cache.thread_cache.write_entry_py's write in C: returns the size change, or None\n"
+     "(having done nothing) for a case it does not take (see the function's comment)."},
     {"increment_run", (PyCFunction)(void (*)(void))increment_run, METH_FASTCALL,
      "increment_run(entries, dirty, keys, timestamps, start, newest, stamped=False)\n--\n\n"
      "CachingKeyValueStore.update_many's hot case for keys[start:] with an int64 add-one fn:\n"

@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted
-from state.cache.thread_cache import ENTRY_OVERHEAD, UNKNOWN, CacheEntry, NamedCache, ThreadCache
+from state.cache.thread_cache import (ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache, write_entry,
+                                      write_entry_py)
 from state.errors import StoreClosedError
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import KeyValueIterator, KeyValueStore, check_key, check_value
@@ -25,8 +26,7 @@ try:  # update_many's hot case in C (state/cache/_cache.c); the Python loop does
     from state.cache import _cache as _cache_c
 except ImportError:  # pragma: no cover - the accelerator is optional
     _cache_c = None
-if _cache_c is not None:
-    _cache_c.set_entry_layout(CacheEntry)
+if _cache_c is not None:  # the entry layout registered by state.cache.thread_cache
     _increment_run: Optional[Callable] = _cache_c.increment_run
 else:  # pragma: no cover
     _increment_run = None
@@ -51,8 +51,17 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     # update_many's C loop for an int64 increment's hot case, None without state.cache._cache (a
     # store's own attribute set to None makes it use the Python loop, as tests do)
     _increment_run: Optional[Callable] = _increment_run
+    # The key whose last read found nothing in the store, until the next write of any kind:
+    # a put of that key right after the read (a table source's get-then-put) knows the store's
+    # old value (None) and its flush need not read it again.
+    _absent: Optional[bytes] = None
+
+    def init(self, context: Any) -> None:
+        self._absent = None  # a restore may have written the store since
+        super().init(context)
 
     def _write_down(self, entries: list) -> None:
+        self._absent = None
         wrapped = self.wrapped
         listener = self._flush_listener
         write_changes = getattr(wrapped, "write_changes", None)
@@ -66,7 +75,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                 key, value, timestamp, _old = changed[0]
                 wrapped.put(key, value, timestamp)
             elif changed:
-                write_changes([(key, value, timestamp) for key, value, timestamp, _old in changed])
+                write_changes(changed)
             else:
                 return
             flush_many = getattr(listener, "flush_many", None)
@@ -127,6 +136,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                     named.evictions += 1  # kept and evicted at once: a clean entry flushes nothing
                 else:
                     named.put_clean(key, value)
+            else:
+                self._absent = key
             return value
         finally:
             lock.release()
@@ -182,29 +193,17 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         lock = cache.lock
         lock.acquire()
         try:
+            absent = self._absent
+            self._absent = None
             entries = named.entries
             if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-                named.write_through(key, value, timestamp, UNKNOWN)
+                named.write_through(key, value, timestamp, None if key == absent else UNKNOWN)
                 return
-            # NamedCache.put_dirty, inlined.
-            size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
-            entry = entries.get(key)
-            if entry is None:
-                entries[key] = CacheEntry(value, True, timestamp, size)
-                delta = size
-            else:
-                delta = size - entry.size
-                if not entry.dirty:
-                    entry.old = entry.value  # a clean entry holds the store's value
-                    entry.dirty = True
-                entry.value = value
-                entry.timestamp = timestamp
-                entry.size = size
-                entries.move_to_end(key)
-            dirty = named.dirty
-            if key in dirty:
-                del dirty[key]
-            dirty[key] = None
+            # NamedCache.put_dirty's work (without its call)
+            old = None if key == absent else UNKNOWN
+            delta = write_entry(entries, named.dirty, key, value, timestamp, old)
+            if delta is None:
+                delta = write_entry_py(entries, named.dirty, key, value, timestamp, old)
             if delta:
                 named.size_bytes += delta
                 cache._total_bytes += delta
@@ -252,6 +251,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         named = self._named
         if named is None or not self._probe.is_open:
             raise StoreClosedError(f"state store {self.name!r} is not open")
+        self._absent = None
         cache = self._cache
         lock = cache.lock
         entries = named.entries

@@ -69,6 +69,46 @@ DirtyEntryFlushListener = Callable[[list], None]
 _new_tuple = tuple.__new__
 
 
+def write_entry_py(entries: "OrderedDict[bytes, CacheEntry]", dirty: "dict[bytes, None]", key: bytes,
+                   value: Optional[bytes], timestamp: int, old: object) -> int:
+    """A write of a dirty entry into a named cache's maps: a new entry, or the cached one
+    rewritten in place (a clean one's value becoming its old value), made MRU and last in the
+    write order. Returns the size change; the caller accounts for it and evicts.
+    `old`: the wrapped store's value for a key not cached, when the caller knows it.
+    `write_entry` is this, in C where state.cache._cache is built (None: not taken, call this)."""
+    size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+    entry = entries.get(key)
+    if entry is None:
+        entries[key] = CacheEntry(value, True, timestamp, size, old)
+        delta = size
+    else:
+        delta = size - entry.size
+        if not entry.dirty:
+            entry.old = entry.value  # a clean entry holds the store's value
+            entry.dirty = True
+        entry.value = value
+        entry.timestamp = timestamp
+        entry.size = size
+        entries.move_to_end(key)
+    if key in dirty:
+        del dirty[key]
+    dirty[key] = None
+    return delta
+
+
+try:  # write_entry and _take_dirty's loop in C (state/cache/_cache.c), Python without it
+    from state.cache import _cache as _cache_c
+except ImportError:  # pragma: no cover - the accelerator is optional
+    _cache_c = None
+if _cache_c is not None:
+    _cache_c.set_entry_layout(CacheEntry, ENTRY_OVERHEAD)
+    write_entry: Callable[..., Optional[int]] = _cache_c.write_entry
+    _take_dirty_c: Optional[Callable[..., bool]] = _cache_c.take_dirty  # NamedCache._take_dirty's loop
+else:  # pragma: no cover
+    write_entry = write_entry_py
+    _take_dirty_c = None
+
+
 class NamedCache:
     """The LRU map of one store's cache; used only through `ThreadCache` (which holds the lock).
 
@@ -95,26 +135,10 @@ class NamedCache:
     def put_dirty(self, key: bytes, value: Optional[bytes], timestamp: int, old: object = UNKNOWN) -> None:
         """A write: replaces any cached entry (reusing its object), becomes MRU and last dirty.
         `old`: the wrapped store's value for a key not cached, when the caller read it.
-        CachingKeyValueStore.put inlines this body; keep the two in step."""
-        size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
-        entries = self.entries
-        entry = entries.get(key)
-        if entry is None:
-            entries[key] = CacheEntry(value, True, timestamp, size, old)
-            delta = size
-        else:
-            delta = size - entry.size
-            if not entry.dirty:
-                entry.old = entry.value  # a clean entry holds the store's value
-                entry.dirty = True
-            entry.value = value
-            entry.timestamp = timestamp
-            entry.size = size
-            entries.move_to_end(key)
-        dirty = self.dirty
-        if key in dirty:
-            del dirty[key]
-        dirty[key] = None
+        CachingKeyValueStore.put does the same around write_entry; keep the two in step."""
+        delta = write_entry(self.entries, self.dirty, key, value, timestamp, old)
+        if delta is None:
+            delta = write_entry_py(self.entries, self.dirty, key, value, timestamp, old)
         owner = self.owner
         if delta:
             self.size_bytes += delta
@@ -138,9 +162,12 @@ class NamedCache:
 
     def _take_dirty(self, first: Optional[DirtyEntry]) -> tuple[list, list]:
         flushed = [first] if first is not None else []
-        append = flushed.append
         entries = self.entries
-        tombstones = []
+        tombstones: list = []
+        if _take_dirty_c is not None and _take_dirty_c(entries, self.dirty, DirtyEntry, flushed, tombstones):
+            self.dirty = {}  # the loop below, done in C
+            return flushed, tombstones
+        append = flushed.append
         for key in self.dirty:
             entry = entries[key]
             value = entry.value

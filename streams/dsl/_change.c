@@ -113,6 +113,14 @@ static PyObject *make_change(PyTypeObject *type, PyObject *new, PyObject *old)  
     return change;
 }
 
+/* the Change type: a plain tuple subclass of two items (a NamedTuple: no __dict__) */
+static int change_type_ok(PyObject *type_obj)
+{
+    return PyType_Check(type_obj) && PyType_IsSubtype((PyTypeObject *)type_obj, &PyTuple_Type)
+           && ((PyTypeObject *)type_obj)->tp_basicsize == PyTuple_Type.tp_basicsize
+           && ((PyTypeObject *)type_obj)->tp_itemsize == PyTuple_Type.tp_itemsize;
+}
+
 /* deserialize(inner_deserialize, change_type, data) -> Change or None */
 static PyObject *change_deserialize(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -123,10 +131,7 @@ static PyObject *change_deserialize(PyObject *self, PyObject *const *args, Py_ss
     PyObject *fn = args[0], *type_obj = args[1], *data = args[2];
     if (data == Py_None)
         Py_RETURN_NONE;
-    /* the Change type: a plain tuple subclass of two items (a NamedTuple: no __dict__) */
-    if (!PyType_Check(type_obj) || !PyType_IsSubtype((PyTypeObject *)type_obj, &PyTuple_Type)
-        || ((PyTypeObject *)type_obj)->tp_basicsize != PyTuple_Type.tp_basicsize
-        || ((PyTypeObject *)type_obj)->tp_itemsize != PyTuple_Type.tp_itemsize) {
+    if (!change_type_ok(type_obj)) {
         PyErr_SetString(PyExc_TypeError, "deserialize() needs a tuple subclass without instance attributes");
         return NULL;
     }
@@ -168,6 +173,83 @@ static PyObject *change_deserialize(PyObject *self, PyObject *const *args, Py_ss
     return NULL;
 }
 
+static PyObject *no_headers = NULL;  /* the () a flushed change is forwarded with */
+
+/* A timestamped store's value bytes (8-byte timestamp + the inner value's bytes) decoded by
+ * inner_deserialize; None for None; NULL + error for anything else (shorter, not bytes). */
+static PyObject *stamped_value(PyObject *fn, PyObject *data)
+{
+    if (data == Py_None)
+        return Py_NewRef(Py_None);
+    if (!PyBytes_CheckExact(data) || PyBytes_GET_SIZE(data) < 8) {
+        PyErr_SetString(PyExc_ValueError, "not a timestamped value's bytes");
+        return NULL;
+    }
+    return inner_value(fn, data, 8, PyBytes_GET_SIZE(data));
+}
+
+/* forward_flushed(changes, start, key_deserialize, value_deserialize, change_type, down) -> stop
+ * A cached table's flush forwarded (streams/dsl/ops/table.py, attach_tuple_forwarder's Python
+ * loop is the definition): for each (key, new, timestamp, old) of the list from `start`,
+ * down(key_deserialize(key), change_type(new value, old value), timestamp, ()), a value being
+ * its bytes past the 8-byte timestamp through value_deserialize. Stops at the first change it
+ * cannot decode (returns its index; the caller forwards that one in Python and calls again
+ * after it) and returns len(changes) when done; an error of `down` is raised. */
+static PyObject *forward_flushed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "forward_flushed() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *changes = args[0], *key_de = args[2], *value_de = args[3], *type_obj = args[4], *down = args[5];
+    if (!PyList_CheckExact(changes)) {
+        PyErr_SetString(PyExc_TypeError, "forward_flushed() needs a list of changes");
+        return NULL;
+    }
+    if (!change_type_ok(type_obj)) {
+        PyErr_SetString(PyExc_TypeError, "forward_flushed() needs a tuple subclass without instance attributes");
+        return NULL;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0) {
+        PyErr_Format(PyExc_ValueError, "forward_flushed() start must be >= 0, got %zd", i);
+        return NULL;
+    }
+    for (; i < PyList_GET_SIZE(changes); i++) {
+        PyObject *item = PyList_GET_ITEM(changes, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4)
+            break;
+        Py_INCREF(item);  /* held while down runs */
+        PyObject *key = PyObject_CallOneArg(key_de, PyTuple_GET_ITEM(item, 0));
+        PyObject *new = key == NULL ? NULL : stamped_value(value_de, PyTuple_GET_ITEM(item, 1));
+        PyObject *old = new == NULL ? NULL : stamped_value(value_de, PyTuple_GET_ITEM(item, 3));
+        if (old == NULL) {  /* not decoded here: the caller's Python decides (its value or error) */
+            Py_XDECREF(new);
+            Py_XDECREF(key);
+            Py_DECREF(item);
+            PyErr_Clear();
+            break;
+        }
+        PyObject *change = make_change((PyTypeObject *)type_obj, new, old);
+        if (change == NULL) {
+            Py_DECREF(key);
+            Py_DECREF(item);
+            return NULL;
+        }
+        PyObject *call[4] = {key, change, PyTuple_GET_ITEM(item, 2), no_headers};
+        PyObject *r = PyObject_Vectorcall(down, call, 4, NULL);
+        Py_DECREF(change);
+        Py_DECREF(key);
+        Py_DECREF(item);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    return PyLong_FromSsize_t(i);
+}
+
 static PyMethodDef module_methods[] = {
     {"serialize", (PyCFunction)(void (*)(void))change_serialize, METH_FASTCALL,
      "serialize(inner_serialize, change)\n--\n\n"
@@ -177,6 +259,11 @@ static PyMethodDef module_methods[] = {
      "deserialize(inner_deserialize, change_type, data)\n--\n\n"
      "ChangeSerde's deserialize of bytes into change_type(new, old), each present value by\n"
      "inner_deserialize; None for None. Raises for any other case (see the module doc)."},
+    {"forward_flushed", (PyCFunction)(void (*)(void))forward_flushed, METH_FASTCALL,
+     "forward_flushed(changes, start, key_deserialize, value_deserialize, change_type, down)\n--\n\n"
+     "A cached table's flushed (key, new, timestamp, old) bytes from changes[start:] decoded\n"
+     "(values past their 8-byte timestamp) and forwarded as down(key, change_type(new, old),\n"
+     "timestamp, ()); returns the index of the first change it could not decode, or len."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -190,5 +277,7 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__change(void)
 {
+    if (no_headers == NULL && (no_headers = PyTuple_New(0)) == NULL)
+        return NULL;
     return PyModule_Create(&module_def);
 }

@@ -15,6 +15,11 @@ except ImportError:  # pragma: no cover - the accelerator is optional
 _new_tuple = tuple.__new__  # a Change without NamedTuple's Python-level __new__
 
 
+# A cached table's flush forwarded in C (streams/dsl/ops/table.py's attach_tuple_forwarder holds
+# the Python loop, the definition); None without the accelerator.
+forward_flushed = _change_c.forward_flushed if _change_c is not None else None
+
+
 class Change(NamedTuple):
     """A table update flowing between KTable nodes: the new value and the previous one."""
 

@@ -504,3 +504,54 @@ def test_a_listener_with_flush_many_gets_each_flush_at_once(inner, ctx):
     assert ctx.logged_changes == [("c", b"b", b"2", 2), ("c", b"a", b"3", 3), ("c", b"b", None, 4)]
     assert plain == []
     store.close()
+
+
+class CountingReads:
+    """The store below a caching layer, counting its reads."""
+
+    def __init__(self, inner):
+        self.inner, self.reads = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def get(self, key):
+        self.reads.append(key)
+        return self.inner.get(key)
+
+
+def test_a_put_right_after_a_read_that_found_nothing_flushes_without_reading_again(inner, ctx):
+    store, cache, flushed = make(inner, ctx)
+    store.put(b"there", b"1", timestamp=1)
+    store.flush()
+    flushed.clear()
+    counting = store._reader = CountingReads(store._reader)
+    # a table source's get-then-put: the read finds nothing, so the store's old value is None
+    assert store.get(b"k") is None
+    store.put(b"k", b"v", timestamp=2)
+    # the memo is for the next put only: a put of a key not read before still reads at flush
+    store.put(b"j", b"w", timestamp=3)
+    # a read that found nothing, then another key's put, then the first key's: read at flush
+    assert store.get(b"m") is None
+    store.put(b"j", b"x", timestamp=4)
+    store.put(b"m", b"y", timestamp=5)
+    assert counting.reads == [b"k", b"m"]
+    store.flush()
+    # k's old value known (None); j's and m's read at flush (None: never written down)
+    assert counting.reads == [b"k", b"m", b"j", b"m"]
+    assert flushed == [(b"k", b"v", None, 2), (b"j", b"x", None, 4), (b"m", b"y", None, 5)]
+    store.close()
+
+
+def test_a_write_through_between_the_read_and_the_put_is_not_forgotten(inner, ctx):
+    # a read finds nothing, an update writes the key through (a cache too small for one
+    # entry), then a put of the key: its old value is the written one, read at flush
+    store, cache, flushed = make(inner, ctx, max_bytes=0)
+    assert store.get(b"k") is None
+    store.update(b"k", lambda old: b"1", timestamp=1)
+    assert flushed == [(b"k", b"1", None, 1)]
+    cache.resize(10_000)
+    store.put(b"k", b"2", timestamp=2)
+    store.flush()
+    assert flushed[1:] == [(b"k", b"2", b"1", 2)]
+    store.close()

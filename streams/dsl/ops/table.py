@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 from state.timestamped import TimestampedKeyValueStore, ValueAndTimestamp, ValueAndTimestampSerde
 from state.typed import find_caching_layer
 from streams import serdes as _serdes
+from streams.dsl import change as _change
 from streams.dsl.change import Change
 from streams.engine.stages import Stage, StageOperator, drop
 from streams.errors import ProcessingError
@@ -51,12 +52,25 @@ def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool,
         # the flushed bytes decoded here, to the plain values the typed listener's
         # ValueAndTimestamp would give (no ValueAndTimestamp made per entry)
         key_of, value_of = access.key_of, access.value_of
+        # the loop below in C (streams/dsl/_change.c) where the serdes have unchecked functions:
+        # it stops at a change it cannot decode, which the Python loop forwards (value or error)
+        run = _change.forward_flushed if access.key_de_unchecked is not None and access.inner_de is not None else None
+        run_args = (access.key_de_unchecked, access.inner_de, Change, to_children)
 
         def on_flush_many(changes: list) -> None:  # the caching store's batch form, scoped once
-            for key, new_value, timestamp, old_value in changes:
+            i, n = 0, len(changes)
+            if run is not None and type(changes) is not list:
+                changes = list(changes)
+            while i < n:
+                if run is not None:
+                    i = run(changes, i, *run_args)
+                    if i >= n:
+                        return
+                key, new_value, timestamp, old_value = changes[i]
                 to_children(key_of(key), _new_tuple(Change, (None if new_value is None else value_of(new_value),
                                                              None if old_value is None else value_of(old_value))),
                             timestamp, ())
+                i += 1
 
         def on_flush_bytes(key: bytes, new_value: Optional[bytes], old_value: Optional[bytes],
                            timestamp: int) -> None:
@@ -87,6 +101,10 @@ class TimestampedAccess:
     def __init__(self, store: Any) -> None:  # noqa: C901 - per-record closures, each in one frame on purpose
         self.store = store
         self.value_of: Optional[Callable[[bytes], Any]] = None
+        # below the typed layer: the key serde's and the inner value serde's unchecked
+        # deserializers where they have them (else None)
+        self.key_de_unchecked: Optional[Callable[[bytes], Any]] = None
+        self.inner_de: Optional[Callable[[bytes], Any]] = None
         key_serde = getattr(store, "key_serde", None)
         vat_serde = getattr(store, "value_serde", None)
         inner = getattr(store, "inner_value_serde", None)
@@ -166,6 +184,8 @@ class TimestampedAccess:
             below_put(key_bytes, data, timestamp)
         self.get, self.put = get, put
         self.key_of, self.value_of = key_of, value_of
+        self.key_de_unchecked = _serdes.unchecked_deserializer(key_serde)
+        self.inner_de = inner_de
 
     def _typed_get(self, key: Any) -> tuple:
         vat = self.store.get(key)

@@ -115,3 +115,63 @@ def test_a_stage_operator_as_a_node_forwards_into_a_chain_and_names_its_failing_
         with pytest.raises(ProcessingError) as err:
             driver.create_input_topic("b", S, S).pipe_input("k", "bad", timestamp=3)
         assert f"processor={sink}," in str(err.value)
+
+
+def _flushed_changes(seed):
+    """(key, new, timestamp, old) bytes as a cached timestamped STRING table flushes them, some
+    undecodable (a value shorter than its timestamp, bytes that are no UTF-8, a key too)."""
+    import random
+    rng = random.Random(seed)
+    stamp = (7).to_bytes(8, "big")
+    values = [None, stamp + b"a", stamp + b"", stamp + "\u00e9".encode(), stamp + b"\xff", b"short"]
+    keys = [b"k", b"", "\u4e2d".encode(), b"\xff"]
+    return [(rng.choice(keys), rng.choice(values), rng.randrange(100), rng.choice(values)) for _ in range(300)]
+
+
+class _Recording:
+    """An operator whose children record what it forwards (its context scopes nothing)."""
+
+    context = type("Ctx", (), {"scoped": staticmethod(lambda fn: fn)})()
+
+    def __init__(self, got: list) -> None:
+        self.got = got
+
+    def _to_children(self):
+        return lambda key, value, timestamp, headers: self.got.append((key, value, timestamp, headers))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_c_flush_loop_forwards_what_the_python_loop_does(tmp_path, seed):
+    """streams/dsl/_change.c forward_flushed against attach_tuple_forwarder's Python loop (the
+    accelerator switched off): the same records, and at an undecodable change the same error,
+    after the same records."""
+    from state.typed import find_caching_layer
+    from streams.dsl import change as change_mod
+    from streams.dsl.ops import table as table_ops
+    if change_mod.forward_flushed is None:
+        pytest.skip("streams.dsl._change is not built")
+    changes = _flushed_changes(seed)
+    results = []
+    for accelerated in (True, False):
+        store, _ = _store(tmp_path / str(accelerated), S, caching=True)
+        got: list = []
+        saved = change_mod.forward_flushed
+        change_mod.forward_flushed = saved if accelerated else None
+        try:
+            assert table_ops.attach_tuple_forwarder(_Recording(got), store, True) is False
+        finally:
+            change_mod.forward_flushed = saved
+        listener = find_caching_layer(store)._flush_listener
+        outcome = []
+        start = 0
+        while start < len(changes):  # past each error, as a caller retrying the rest would
+            before = len(got)
+            try:
+                listener.flush_many(changes[start:])
+                start = len(changes)
+            except Exception as exc:  # noqa: BLE001 - compared below
+                outcome.append((len(got), type(exc).__name__, str(exc)))
+                start += len(got) - before + 1  # the records forwarded, then the failing change
+        results.append((got, outcome))
+    assert results[0] == results[1]
+    assert results[0][0] and results[0][1]  # both records and errors were met
