@@ -111,7 +111,8 @@ class PartitionGroup:
         # Kafka's choice, record by record: the head with the lowest timestamp, the first
         # partition (in `queues` order) on a tie. The other heads do not move while one
         # partition's records are taken, so its run goes on while its head still wins against
-        # the best of the others; each head's timestamp is read once (None: the queue is empty).
+        # the best of the others; each head's timestamp is read once (None: the queue is empty),
+        # records being added between calls only, never while the caller holds a run.
         emitted = 0
         ordered = [(tp, q) for tp, q in self.queues.items()]
         head_ts = self._head_ts if self.head_timestamp is not None else None
@@ -132,6 +133,8 @@ class PartitionGroup:
             if best < 0:
                 break
             tp, q = ordered[best]
+            if not q:  # cleared while the caller had a run (the task closed): nothing is left
+                break
             run = [q.popleft()]
             emitted += 1
             popleft = q.popleft
