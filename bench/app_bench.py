@@ -111,10 +111,10 @@ def record_thread_cpu() -> None:
     thread_mod.StreamThread.run = timed_run
 
 
-def profile_stream_thread(top: int = 25) -> None:
+def profile_stream_thread(top: int = int(os.environ.get("BENCH_TOP", "25"))) -> None:
     """From now on, a stream thread runs under cProfile and prints its top functions (by own
-    time; the environment variable BENCH_SORT picks another pstats order, e.g. cumulative) and
-    its own time per file when it ends."""
+    time; the environment variable BENCH_SORT picks another pstats order, e.g. cumulative,
+    BENCH_TOP how many) and its own time per file when it ends."""
     import streams.runtime.thread as thread_mod
     original = getattr(thread_mod.StreamThread.run, "__wrapped_run__", thread_mod.StreamThread.run)
 

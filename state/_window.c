@@ -2,19 +2,20 @@
  * C accelerator of state/window.py's single-key fetch (optional: window.py falls back to Python).
  *
  * scan_key(it, key, first_segment, last_segment, time_from, time_to) reads, with the RocksDB
- * iterator `it` (rocksdict's: seek/valid/key/value/next), the records of `key` in the window
- * store's layout (8-byte BE segment id + key + 8-byte BE window start + 4-byte BE sequence
- * number) whose window start lies in [time_from, time_to], segment by segment, and returns
- * them as a list of (window start, value) in key order: what SegmentedWindowStore's Python
- * loop over RocksDBKeyValueStore.scan returns. One seek per segment; a stored key of another
- * length within the bounds belongs to another key (see window.py) and is skipped.
+ * iterator `it` (rocksdict's: seek/key/value/next; key() is None where it is not valid), the
+ * records of `key` in the window store's layout (8-byte BE segment id + key + 8-byte BE window
+ * start + 4-byte BE sequence number) whose window start lies in [time_from, time_to], segment
+ * by segment, and returns them as a list of (window start, value) in key order: what
+ * SegmentedWindowStore's Python loop over RocksDBKeyValueStore.scan returns. One seek per
+ * segment; a stored key of another length within the bounds belongs to another key (see
+ * window.py) and is skipped.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-static PyObject *str_seek, *str_valid, *str_key, *str_value, *str_next;
+static PyObject *str_seek, *str_key, *str_value, *str_next;
 
 static void put_be64(unsigned char *p, uint64_t v)
 {
@@ -71,31 +72,33 @@ static PyObject *scan_key(PyObject *self, PyObject *const *args, Py_ssize_t narg
     put_be64(up + 8 + klen, (uint64_t)time_to);
     up[16 + klen] = 0x7f;
     memset(up + 17 + klen, 0xff, 3);
+    /* where the previous segment's scan stopped is where a seek to this one would land: no seek */
+    int positioned = 0;
     for (long long seg = first; seg <= last; seg++) {
+        PyObject *r;
         put_be64(lo, (uint64_t)seg);
         put_be64(up, (uint64_t)seg);
-        /* a fresh bytes object each seek: the iterator may keep the one it was given */
-        PyObject *seek_key = PyBytes_FromStringAndSize((const char *)lo, total);
-        if (seek_key == NULL)
-            goto fail;
-        PyObject *r = PyObject_CallMethodOneArg(it, str_seek, seek_key);
-        Py_DECREF(seek_key);
-        if (r == NULL)
-            goto fail;
-        Py_DECREF(r);
-        for (;;) {
-            r = call0(it, str_valid);
+        if (!positioned) {
+            /* a fresh bytes object each seek: the iterator may keep the one it was given */
+            PyObject *seek_key = PyBytes_FromStringAndSize((const char *)lo, total);
+            if (seek_key == NULL)
+                goto fail;
+            r = PyObject_CallMethodOneArg(it, str_seek, seek_key);
+            Py_DECREF(seek_key);
             if (r == NULL)
                 goto fail;
-            int valid = PyObject_IsTrue(r);
             Py_DECREF(r);
-            if (valid < 0)
-                goto fail;
-            if (!valid)
-                break;
+        }
+        positioned = 0;
+        for (;;) {
+            /* key() is None where the iterator is not valid (rocksdict): no valid() call */
             PyObject *k = call0(it, str_key);
             if (k == NULL)
                 goto fail;
+            if (k == Py_None) {  /* nothing after: no later segment holds a record either */
+                Py_DECREF(k);
+                goto done;
+            }
             if (!PyBytes_Check(k)) {
                 PyErr_Format(PyExc_TypeError, "scan_key(): the iterator's key is %.100s, not bytes",
                              Py_TYPE(k)->tp_name);
@@ -107,6 +110,12 @@ static PyObject *scan_key(PyObject *self, PyObject *const *args, Py_ssize_t narg
             /* k > upper (byte order, a longer key with upper as its prefix being greater) ends it */
             int c = memcmp(kp, up, n < total ? n : total);
             if (c > 0 || (c == 0 && n > total)) {
+                if (seg < last) {
+                    /* at or past the next segment's lower bound: the seek there lands here */
+                    put_be64(lo, (uint64_t)(seg + 1));
+                    c = memcmp(kp, lo, n < total ? n : total);
+                    positioned = c > 0 || (c == 0 && n >= total);
+                }
                 Py_DECREF(k);
                 break;
             }
@@ -143,6 +152,7 @@ static PyObject *scan_key(PyObject *self, PyObject *const *args, Py_ssize_t narg
             Py_DECREF(r);
         }
     }
+done:
     if (lo != buf)
         PyMem_Free(lo);
     return found;
@@ -164,11 +174,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "state._window", NULL
 PyMODINIT_FUNC PyInit__window(void)
 {
     str_seek = PyUnicode_InternFromString("seek");
-    str_valid = PyUnicode_InternFromString("valid");
     str_key = PyUnicode_InternFromString("key");
     str_value = PyUnicode_InternFromString("value");
     str_next = PyUnicode_InternFromString("next");
-    if (!str_seek || !str_valid || !str_key || !str_value || !str_next)
+    if (!str_seek || !str_key || !str_value || !str_next)
         return NULL;
     return PyModule_Create(&module);
 }

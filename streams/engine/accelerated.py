@@ -10,8 +10,8 @@ Two shapes of the source's only child are accelerated:
 - any fused chain: C `dispatch_run` is the per-record loop for the common record (no headers, a
   timestamp, a key and value the source's C deserializers take).
 
-`AcceleratedRoute.process` answers None when neither applies (or the accelerator is not built):
-the caller then takes the Python route.
+`AcceleratedRoute.processor` answers None when neither applies (or the accelerator is not
+built): the caller then takes the Python route.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ class AcceleratedRoute:
         # per source node: what `_route` found (a task's runs are often a record or two long)
         self._routes: dict[SourceNode, tuple] = {}
 
-    def process(self, source: SourceNode, topic: str, partition: int, messages: list) -> Optional[int]:
-        """Process `messages` (one partition, offset order); how many were processed, or None
-        when this route does not apply (nothing was done)."""
+    def processor(self, source: SourceNode, topic: str, partition: int) -> Optional[Callable[[list], int]]:
+        """The function processing `messages` of one partition (offset order) on this route,
+        returning how many were processed; None when this route does not apply."""
         route = self._routes.get(source)
         if route is None:
             route = self._routes[source] = self._route(source)
@@ -55,8 +55,9 @@ class AcceleratedRoute:
         if fused is None:
             return None
         if run is not None:
-            return self._keyed(source, topic, partition, messages, run, source.children[0])
-        return self._dispatched(source, topic, partition, messages, fused)
+            first = source.children[0]
+            return lambda messages: self._keyed(source, topic, partition, messages, run, first)
+        return self._dispatcher(source, topic, partition, fused)
 
     def _route(self, source: SourceNode) -> tuple:
         """(the fused chain, its bulk key run or None), or (None, None) where this route does
@@ -83,45 +84,53 @@ class AcceleratedRoute:
         """The Python route for messages this route does not take."""
         return self.engine.process_rows(source, topic, partition, message_rows(messages))
 
-    def _dispatched(self, source: SourceNode, topic: str, partition: int, messages: list, fused: Any) -> int:
-        """The common record through C `dispatch_run`, any other through the Python route alone."""
+    def _dispatcher(self, source: SourceNode, topic: str, partition: int, fused: Any) -> Callable[[list], int]:
+        """The common record through C `dispatch_run`, any other through the Python route alone;
+        what it reads bound once (a task's runs are often a record or two long)."""
         engine = self.engine
         tp = (topic, partition)
-        times = [engine.partition_times.get(tp, UNKNOWN_TIME)]
-        start_time = times[0]
+        partition_times = engine.partition_times
         ctx = engine.context
         first = source.children[0]
-        n = len(messages)
-        start = 0
-        done = 0
-        try:
-            while start < n:
-                try:
-                    stop = _dispatch_run(messages, start, source.key_deserialize_unchecked,
-                                         source.value_deserialize_unchecked, fused, ctx, first, engine,
-                                         topic, partition, times)
-                except (RecordDeserializationError, InvalidTimestampError):
-                    raise
-                except Exception as exc:
-                    metadata = ctx.metadata  # set by dispatch_run before it calls the chain
-                    engine.raise_process_error(exc, source, topic, partition, metadata[2] if metadata else -1)
-                if stop is None:  # the layout went away: the Python route
-                    return done + self._one(source, topic, partition, messages[start:])
-                done += stop - start
-                if stop >= n:
-                    break
-                # the Python route reads the partition time from the engine: hand it over
+        key_check = source.key_deserialize_unchecked
+        value_check = source.value_deserialize_unchecked
+        one = self._one
+        raise_process_error = engine.raise_process_error
+
+        def dispatched(messages: list) -> int:
+            times = [partition_times.get(tp, UNKNOWN_TIME)]
+            start_time = times[0]
+            n = len(messages)
+            start = 0
+            done = 0
+            try:
+                while start < n:
+                    try:
+                        stop = _dispatch_run(messages, start, key_check, value_check, fused, ctx, first, engine,
+                                             topic, partition, times)
+                    except (RecordDeserializationError, InvalidTimestampError):
+                        raise
+                    except Exception as exc:
+                        metadata = ctx.metadata  # set by dispatch_run before it calls the chain
+                        raise_process_error(exc, source, topic, partition, metadata[2] if metadata else -1)
+                    if stop is None:  # the layout went away: the Python route
+                        return done + one(source, topic, partition, messages[start:])
+                    done += stop - start
+                    if stop >= n:
+                        break
+                    # the Python route reads the partition time from the engine: hand it over
+                    if times[0] != start_time:
+                        partition_times[tp] = start_time = times[0]
+                    done += one(source, topic, partition, messages[stop:stop + 1])
+                    times[0] = start_time = partition_times.get(tp, UNKNOWN_TIME)
+                    start = stop + 1
+            finally:
+                ctx.current_node = None
+                ctx.metadata = None
                 if times[0] != start_time:
-                    engine.partition_times[tp] = start_time = times[0]
-                done += self._one(source, topic, partition, messages[stop:stop + 1])
-                times[0] = start_time = engine.partition_times.get(tp, UNKNOWN_TIME)
-                start = stop + 1
-        finally:
-            ctx.current_node = None
-            ctx.metadata = None
-            if times[0] != start_time:
-                engine.partition_times[tp] = times[0]
-        return done
+                    partition_times[tp] = times[0]
+            return done
+        return dispatched
 
     def _keyed(self, source: SourceNode, topic: str, partition: int, messages: list, run: KeyRun,
                first: ProcessorNode) -> int:

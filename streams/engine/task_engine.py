@@ -85,6 +85,18 @@ def _cache_flusher(store: Any) -> Optional[Callable[[], None]]:
     return None
 
 
+class _PartitionProcessors(dict):
+    """A dict making its missing entries with `make(key)`."""
+
+    def __init__(self, make: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key: Any) -> Any:
+        value = self[key] = self._make(key)
+        return value
+
+
 class TaskEngine:
     """One sub-topology instantiated for one task (see the module doc)."""
 
@@ -127,6 +139,9 @@ class TaskEngine:
         self._cache_flushers: Optional[list[Callable[[], None]]] = None
         self.chains = FusedChains(self.context)
         self.accelerated = AcceleratedRoute(self)
+        #: `(topic, partition) -> process(messages) -> count`, found on first use (the runtime's
+        #: runs are often a record or two long: nothing is looked up again per run)
+        self.partition_processors = _PartitionProcessors(self._partition_processor)
         topology.bind_config(self.config)
         self._build_nodes()
 
@@ -248,12 +263,24 @@ class TaskEngine:
     def process_messages(self, topic: str, partition: int, messages: list) -> int:
         """Process consumed messages of one partition, in offset order: the accelerated route
         where it applies (streams/engine/accelerated.py), else the Python route; the same effects."""
+        return self.partition_processors[(topic, partition)](messages)
+
+    def _partition_processor(self, tp: tuple[str, int]) -> Callable[[list], int]:
+        """`process_messages` of one partition, with its source and route found once."""
+        topic, partition = tp
         source = self.sources_by_topic.get(topic) or self._source(topic)
-        done = self.accelerated.process(source, topic, partition, messages)
-        if done is None:
-            done = self.process_rows(source, topic, partition, message_rows(messages))
-        self.process_sensor.count += done
-        return done
+        route = self.accelerated.processor(source, topic, partition)
+        sensor = self.process_sensor
+        process_rows = self.process_rows
+
+        def process(messages: list) -> int:
+            if route is None:
+                done = process_rows(source, topic, partition, message_rows(messages))
+            else:
+                done = route(messages)
+            sensor.count += done
+            return done
+        return process
 
     def _source(self, topic: str) -> SourceNode:
         source = self.sources_by_topic.get(topic)

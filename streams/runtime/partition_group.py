@@ -111,41 +111,47 @@ class PartitionGroup:
         # Kafka's choice, record by record: the head with the lowest timestamp, the first
         # partition (in `queues` order) on a tie. The other heads do not move while one
         # partition's records are taken, so its run goes on while its head still wins against
-        # the best of the others.
+        # the best of the others; each head's timestamp is read once (None: the queue is empty),
+        # records being added between calls only, never while the caller holds a run.
         emitted = 0
         ordered = [(tp, q) for tp, q in self.queues.items()]
         head_ts = self._head_ts if self.head_timestamp is not None else None
-        heads: list = [(None, 0)] * len(ordered)  # (head message, its timestamp) last read
+        stamps: list = [None if not q else _TIMESTAMP(q[0])[1] if head_ts is None else head_ts(tp, q[0])
+                        for tp, q in ordered]
+        count = len(ordered)
         while emitted < max_records:
             best = other = -1
             best_ts = other_ts = 0
-            for i, (tp, q) in enumerate(ordered):
-                if q:
-                    head = q[0]
-                    seen, ts = heads[i]
-                    if seen is not head:
-                        ts = _TIMESTAMP(head)[1] if head_ts is None else head_ts(tp, head)
-                        heads[i] = (head, ts)
-                    if best < 0 or ts < best_ts:
-                        best, best_ts, other, other_ts = i, ts, best, best_ts
-                    elif other < 0 or ts < other_ts:
-                        other, other_ts = i, ts
+            for i in range(count):
+                ts = stamps[i]
+                if ts is None:
+                    continue
+                if best < 0 or ts < best_ts:
+                    best, best_ts, other, other_ts = i, ts, best, best_ts
+                elif other < 0 or ts < other_ts:
+                    other, other_ts = i, ts
             if best < 0:
                 break
             tp, q = ordered[best]
+            if not q:  # cleared while the caller had a run (the task closed): nothing is left
+                break
             run = [q.popleft()]
             emitted += 1
             popleft = q.popleft
             append = run.append
+            next_ts = None  # the new head's timestamp, once read
             while q and emitted < max_records:
                 if other >= 0:
                     head = q[0]
                     ts = _TIMESTAMP(head)[1] if head_ts is None else head_ts(tp, head)
                     if ts > other_ts or (ts == other_ts and best > other):
-                        heads[best] = (head, ts)
+                        next_ts = ts
                         break
                 append(popleft())
                 emitted += 1
+            if next_ts is None and q:
+                next_ts = _TIMESTAMP(q[0])[1] if head_ts is None else head_ts(tp, q[0])
+            stamps[best] = next_ts
             self.buffered -= len(run)
             yield tp, run
             if stop_when_empty and not q:

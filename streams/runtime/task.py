@@ -283,11 +283,11 @@ class StreamTask:
         if (self.max_task_idle_ms >= 0 and not group.all_buffered()
                 and not group.ready_to_process(self.clock_ms(), self.max_task_idle_ms, self.fetched_lag)):
             return 0  # max.task.idle.ms: an empty partition may still bring earlier records
-        process_messages = self.engine.process_messages
+        processors = self.engine.partition_processors
         consumed = self.consumed
         n = 0
         for tp, run in group.runs(max_records, self.max_task_idle_ms >= 0):
-            process_messages(tp[0], tp[1], run)
+            processors[tp](run)
             consumed[tp] = _OFFSET(run[-1])
             n += len(run)
         if n:
