@@ -225,10 +225,7 @@ class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
         changelog_key = self._put_keyed(key, value, window_start_timestamp)
         if changelog_key is None:
             return None
-        log_change = self._log_change  # _log inlined (the timestamped class logs through _log)
-        if log_change is None:
-            raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
-        log_change(self.name, changelog_key, value, self._timestamp_supplier() if timestamp is None else timestamp)
+        self._log(changelog_key, value, timestamp)  # the timestamped class's _log: Kafka's format
         return _seqnum_at(changelog_key, len(changelog_key) - 4)[0]
 
     def fetch(self, key: bytes, time_from: int, time_to: Optional[int] = None):
@@ -244,14 +241,6 @@ class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
 
 class ChangeLoggingTimestampedWindowStore(_TimestampedChangeLogging, ChangeLoggingWindowStore):
     """Kafka's ChangeLoggingTimestampedWindowBytesStore over a window store of timestamped values."""
-
-    def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
-            timestamp: Optional[int] = None) -> Optional[int]:
-        changelog_key = self._put_keyed(key, value, window_start_timestamp)
-        if changelog_key is None:
-            return None
-        self._log(changelog_key, value, timestamp)  # Kafka's timestamped format
-        return _seqnum_at(changelog_key, len(changelog_key) - 4)[0]
 
 
 class ChangeLoggingSessionStore(_ChangeLoggingMixin, WrappedStateStore):
