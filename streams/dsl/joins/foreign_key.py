@@ -351,7 +351,8 @@ class SubscriptionReceiveLogic:
             store_key = self.key_schema.to_bytes(foreign_key, wrapper.primary_key)
             old = self.store.get(store_key)
             if wrapper.instruction in (Instruction.DELETE_KEY_AND_PROPAGATE, Instruction.DELETE_KEY_NO_PROPAGATE):
-                self.store.delete(store_key)
+                # the tombstone is logged at the subscription's time (Kafka's context.timestamp())
+                self.store.delete(store_key, timestamp)
             else:
                 self.store.put(store_key, new, timestamp)
             change = Change(new, old)

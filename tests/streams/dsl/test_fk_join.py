@@ -264,6 +264,23 @@ def test_left_join_none_foreign_key(run):
     assert r.dropped() == 0 and r.subscriptions() == []
 
 
+def test_subscription_store_changelog_records_carry_their_subscriptions_time():
+    """Kafka's change logging stamps a delete with context.timestamp(): the subscription store's
+    tombstones carry the time of the subscription that removed the entry, never the wall clock.
+    o1 subscribes to c1 at 20; moving to c2 at 30 unsubscribes c1 (tombstone at 30) and
+    subscribes to c2 (put at 30); deleting o1 at 40 unsubscribes c2 (tombstone at 40)."""
+    r = Run(build())
+    r.customer("c1", "Ann", 10)
+    r.order("o1", "c1|pen", 20)
+    r.order("o1", "c2|ink", 30)
+    r.order("o1", None, 40)
+    schema = CombinedKeySchema(S, S)
+    logged = [(schema.from_bytes(rec.key), rec.value is None, rec.timestamp)
+              for rec in r.driver.producer_history(r.driver.changelog_topic(SUBSCRIPTION_STORE))]
+    assert logged == [(("c1", "o1"), False, 20), (("c1", "o1"), True, 30),
+                      (("c2", "o1"), False, 30), (("c2", "o1"), True, 40)]
+
+
 def test_stale_response_is_dropped_by_the_value_hash():
     """One input record updates order o1 twice before any subscription is processed (the
     driver queues internal records FIFO): "c1|a" subscribes to c1 (hash of "c1|a"), then "c2|b"
