@@ -37,6 +37,10 @@ from replication.transport import Transport
 
 log = logging.getLogger(__name__)
 
+# How soon a fetcher thread left with no partition is stopped (Kafka does it at once, at the end
+# of each leadership change; here the broker's upkeep thread sweeps for them).
+_IDLE_FETCHERS_INTERVAL_S = 1.0
+
 
 class BrokerState(enum.Enum):
     NOT_RUNNING = "NOT_RUNNING"
@@ -214,13 +218,15 @@ class Broker:
             self.cleaner.add_log(lg)
 
     def _upkeep(self) -> None:
-        """Periodic tasks: ISR shrink every lag/2 (rule 18), retention, and flush.ms flushing."""
+        """Periodic tasks: ISR shrink every lag/2 (rule 18), retention, flush.ms flushing, and
+        stopping fetcher threads left with no partition."""
         isr_interval = int(self.config.get("replica.lag.time.max.ms", 30000)) / 2000.0
         retention_interval = int(self.config.get("log.retention.check.interval.ms", 300000)) / 1000.0
         flush_interval = int(self.config.get("log.flush.scheduler.interval.ms", 1000)) / 1000.0
-        tick = max(0.01, min(isr_interval, retention_interval, flush_interval))
-        due = {"isr": 0.0, "retention": 0.0, "flush": 0.0}
-        intervals = {"isr": isr_interval, "retention": retention_interval, "flush": flush_interval}
+        tick = max(0.01, min(isr_interval, retention_interval, flush_interval, _IDLE_FETCHERS_INTERVAL_S))
+        due = {"isr": 0.0, "retention": 0.0, "flush": 0.0, "idle fetchers": 0.0}
+        intervals = {"isr": isr_interval, "retention": retention_interval, "flush": flush_interval,
+                     "idle fetchers": _IDLE_FETCHERS_INTERVAL_S}
         now = time.monotonic()
         for name in due:
             due[name] = now + intervals[name]
@@ -230,7 +236,7 @@ class Broker:
                 return
             now = time.monotonic()
             for name, task in (("isr", rm.maybe_shrink_isr), ("retention", rm.delete_old_segments),
-                               ("flush", rm.flush_due_logs)):
+                               ("flush", rm.flush_due_logs), ("idle fetchers", self._shutdown_idle_fetchers)):
                 if now < due[name]:
                     continue
                 due[name] = now + intervals[name]
@@ -238,6 +244,15 @@ class Broker:
                     task()
                 except Exception:
                     log.exception("broker %d: %s upkeep failed", self.broker_id, name)
+
+    def _shutdown_idle_fetchers(self) -> None:
+        """Kafka's shutdownIdleFetcherThreads after a leadership change: a fetcher thread whose
+        partitions all moved to other leaders (or here) stops and closes its end point. Done on
+        this thread, not in the controller's callbacks, because it joins the fetcher thread,
+        which may be waiting on a lock a callback holds."""
+        fm = self.fetcher_manager
+        if fm is not None:
+            fm.shutdown_idle_fetcher_threads()
 
 
 __all__ = ["Broker", "BrokerState", "AppendRecordsRequest"]

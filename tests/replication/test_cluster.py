@@ -109,6 +109,29 @@ def test_leader_failover_bumps_epoch_and_keeps_acknowledged_records(cluster):
         assert records_on(cluster, b) == expected
 
 
+def test_fetcher_threads_left_without_partitions_stop(cluster):
+    """Kafka's shutdownIdleFetcherThreads: once the leader stops, the threads that fetched from it
+    hold no partition any more and stop (closing their end points); the remaining follower
+    fetches from the new leader through a thread of its own."""
+    cluster.create_topic("t", partitions=1, replication_factor=3)
+    assert cluster.produce("t", 0, batch(b"v0"), acks=-1).error is Errors.NONE
+    wait_replicated(cluster)
+    old_leader = cluster.leader("t", 0)
+    followers = [b for b in range(3) if b != old_leader]
+    from_old = [t for b in followers for key, t in cluster.brokers[b].fetcher_manager.fetcher_threads.items()
+                if key[0] == old_leader]
+    assert len(from_old) == 2 and all(t.is_alive() for t in from_old)
+    cluster.stop_broker(old_leader)
+    new_leader = cluster.leader("t", 0)
+    cluster.wait_until(lambda: not any(t.is_alive() for t in from_old), 20, "idle fetcher threads stopped")
+    assert list(cluster.brokers[new_leader].fetcher_manager.fetcher_threads) == []
+    (follower,) = [b for b in followers if b != new_leader]
+    assert [key[0] for key in cluster.brokers[follower].fetcher_manager.fetcher_threads] == [new_leader]
+    resp = cluster.produce("t", 0, batch(b"v1"), acks=-1)
+    assert resp.error is Errors.NONE and resp.base_offset == 1
+    cluster.wait_until(lambda: cluster.log_end_offset(follower, "t", 0) == 2, 20, "the follower fetched v1")
+
+
 def test_acks_all_refused_below_min_insync_replicas(tmp_path):
     with LocalCluster(tmp_path / "c", num_brokers=3, config=dict(FAST, **{"min.insync.replicas": 2})) as cluster:
         cluster.create_topic("t", partitions=1, replication_factor=3)
