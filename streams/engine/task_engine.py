@@ -403,6 +403,9 @@ class TaskEngine:
                 f"the deserialization exception handler failed on the record from {where}: {handler_exc!r}",
                 topic=topic, partition=partition, offset=offset) from handler_exc
         if response is _serdes.DeserializationHandlerResponse.CONTINUE:
+            # Kafka's RecordDeserializer: a skipped record is a dropped record
+            log.warning("Skipping record due to deserialization error. %s: %s", where, exc)
+            self.dropped_records_sensor.record()
             return
         if response is not _serdes.DeserializationHandlerResponse.FAIL:
             raise DeserializationHandlerError(
