@@ -59,7 +59,8 @@ def enforce_copartitioning(group: Iterable[str], *, partition_counts: Mapping[st
     group = set(group)
     if not group:
         return {}
-    repartition = {topic: repartition_topics[topic] for topic in group if topic in repartition_topics}
+    # sorted: the first mismatch named is the same on every run (a set has no fixed order)
+    repartition = {topic: repartition_topics[topic] for topic in sorted(group) if topic in repartition_topics}
     user_topics = group - repartition.keys()
     user_counts = {}
     for topic in user_topics:

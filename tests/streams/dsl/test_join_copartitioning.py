@@ -42,6 +42,14 @@ def test_enforced_repartition_count_must_match_the_source_topics():
         enforce_copartitioning(["s", "r"], partition_counts={"s": 4}, repartition_topics={"r": 2}, enforced={"r"})
 
 
+def test_of_several_mismatched_repartition_topics_the_first_by_name_is_named():
+    """Every run names the same topic (the group is a set; its topics are taken in name order)."""
+    for group in (["s", "r-b", "r-a", "r-c"], ["r-c", "r-a", "s", "r-b"]):
+        with pytest.raises(CoPartitioningError, match=r"repartition topic \[r-a\]"):
+            enforce_copartitioning(group, partition_counts={"s": 4},
+                                   repartition_topics={"r-a": 2, "r-b": 3, "r-c": 1}, enforced={"r-a", "r-b", "r-c"})
+
+
 def test_missing_topic_and_unknown_counts_are_named():
     with pytest.raises(MissingSourceTopicError, match="Topic not found: gone"):
         enforce_copartitioning(["gone"], partition_counts={}, repartition_topics={})
