@@ -14,41 +14,50 @@ import org.apache.kafka.streams.StoreQueryParameters;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.ForeachAction;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.Repartitioned;
+import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.QueryableStoreTypes;
 import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
 
 /**
- * Kafka Streams' side of bench/table_kafka.py: bench/windowed.py's word count or its table
- * aggregation (default design), one stream thread, at-least-once, Kafka's defaults except the
- * commit interval. Timed from RUNNING until the work is done: word count, when the last word
- * reaches the count (a peek right before it counts the words); the table, when its count store
- * (read through interactive queries every 10 ms, 100 groups) holds the expected final count of
- * every group. Prints one JSON line {"running": s, "done": s} (epoch seconds).
+ * Kafka Streams' side of bench/dsl_kafka.py: one of bench/windowed.py's workloads (its word
+ * count, its table aggregation in the default design, its stream-stream join), one stream
+ * thread, at-least-once, Kafka's defaults except the commit interval (and max.task.idle.ms 200
+ * for the join, as windowed.py runs it). Timed from RUNNING until the work is done: word count,
+ * when the last word reaches the count (a peek right before the count); the table, when its
+ * count store (read through interactive queries every 10 ms, 100 groups) holds the expected
+ * final count of every group; the join, when every input record has gone through it (a peek on
+ * each side before it). Prints one JSON line {"running": s, "done": s, "joined": n} (epoch
+ * seconds; the join's results, counted by a peek after it).
  *
- * args: wordcount|table bootstrap input output application.id state.dir commit.interval.ms expected
- * (wordcount: the number of words; table: a file of "group count" lines, the final counts)
+ * args: wordcount|table|stream_stream bootstrap input output application.id state.dir
+ *       commit.interval.ms expected
+ * (input: the join's two topics as "orders,payments"; expected: wordcount the number of words,
+ * table a file of "group count" lines with the final counts, stream_stream the number of input records)
  */
-public final class TableVsWordCount {
+public final class DslWorkloads {
     public static void main(String[] args) throws Exception {
         String mode = args[0], bootstrap = args[1], input = args[2], output = args[3], appId = args[4];
         String stateDir = args[5], commitMs = args[6];
-        AtomicLong counted = new AtomicLong(0), lastWord = new AtomicLong(0);
-        long words = 0;
+        // words counted or join inputs processed, and when the last one was; the join's results
+        AtomicLong counted = new AtomicLong(0), finished = new AtomicLong(0), joined = new AtomicLong(0);
+        long target = 0;
         Map<String, Long> expected = new HashMap<>();
-        if (mode.equals("wordcount")) {
-            words = Long.parseLong(args[7]);
+        if (!mode.equals("table")) {
+            target = Long.parseLong(args[7]);
         } else {
             for (String line : Files.readAllLines(Paths.get(args[7]))) {
                 String[] parts = line.split(" ");
                 expected.put(parts[0], Long.parseLong(parts[1]));
             }
         }
-        final long wordsToCount = words;
+        final long toCount = target;
 
         StreamsBuilder builder = new StreamsBuilder();
         String store;
@@ -60,12 +69,27 @@ public final class TableVsWordCount {
                 .selectKey((key, word) -> word)
                 .repartition(Repartitioned.with(Serdes.String(), Serdes.String()))
                 .peek((word, v) -> {
-                    if (counted.incrementAndGet() == wordsToCount) lastWord.set(System.currentTimeMillis());
+                    if (counted.incrementAndGet() == toCount) finished.set(System.currentTimeMillis());
                 })
                 .groupByKey()
                 .count(Materialized.as(store))
                 .toStream()
                 .to(output, Produced.with(Serdes.String(), Serdes.Long()));
+        } else if (mode.equals("stream_stream")) {
+            store = null;
+            String[] inputs = input.split(",");
+            // done when every input record went through the join (a peek on each side before it)
+            ForeachAction<String, String> processed = (key, value) -> {
+                if (counted.incrementAndGet() == toCount) finished.set(System.currentTimeMillis());
+            };
+            builder.stream(inputs[0], Consumed.with(Serdes.String(), Serdes.String()))
+                .peek(processed)
+                .join(builder.stream(inputs[1], Consumed.with(Serdes.String(), Serdes.String())).peek(processed),
+                      (order, method) -> order + " paid by " + method,
+                      JoinWindows.ofTimeDifferenceWithNoGrace(Duration.ofSeconds(10)),
+                      StreamJoined.with(Serdes.String(), Serdes.String(), Serdes.String()))
+                .peek((order, paid) -> joined.incrementAndGet())
+                .to(output, Produced.with(Serdes.String(), Serdes.String()));
         } else {
             store = "users-per-group";
             builder.table(input, Consumed.with(Serdes.String(), Serdes.String()))
@@ -84,6 +108,7 @@ public final class TableVsWordCount {
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, "1");
         props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.AT_LEAST_ONCE);
         props.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
+        if (mode.equals("stream_stream")) props.put(StreamsConfig.MAX_TASK_IDLE_MS_CONFIG, "200");
 
         AtomicLong running = new AtomicLong(0);
         KafkaStreams streams = new KafkaStreams(builder.build(), props);
@@ -101,8 +126,8 @@ public final class TableVsWordCount {
             }
             Thread.sleep(10);
             if (running.get() == 0) continue;
-            if (mode.equals("wordcount")) {
-                done = lastWord.get();
+            if (!mode.equals("table")) {
+                done = finished.get();
                 continue;
             }
             try {
@@ -121,6 +146,7 @@ public final class TableVsWordCount {
             }
         }
         streams.close(Duration.ofSeconds(60));
-        System.out.println("{\"running\": " + running.get() / 1000.0 + ", \"done\": " + done / 1000.0 + "}");
+        System.out.println("{\"running\": " + running.get() / 1000.0 + ", \"done\": " + done / 1000.0
+            + ", \"joined\": " + joined.get() + "}");
     }
 }
