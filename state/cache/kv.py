@@ -10,8 +10,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted
-from state.cache.thread_cache import (ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache, write_entry,
-                                      write_entry_py)
+from state.cache.thread_cache import (ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache)
 from state.errors import StoreClosedError
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import KeyValueIterator, KeyValueStore, check_key, check_value
@@ -37,10 +36,11 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     """Caches reads and deduplicates writes of the wrapped bytes store until flush or eviction.
 
     get and put are the processors' hot path: they work on their named cache directly (the
-    ThreadCache lock held once), and when the cache cannot hold even the smallest entry
-    (max_bytes < ENTRY_OVERHEAD, e.g. statestore.cache.max.bytes=0) they skip it: a put is
-    written down at once and a read is not kept, exactly what inserting the entry and evicting
-    it again would do (same listener calls, changelog and stats), as Kafka bypasses a zero cache.
+    ThreadCache lock held once). An entry the named cache cannot take (it is empty and the
+    entry does not fit the budget, always so when statestore.cache.max.bytes=0) is not kept:
+    a put is written down at once and a read is not kept, exactly what inserting the entry and
+    evicting it again would do (same listener calls, changelog and stats; NamedCache.put_dirty
+    and put_clean), as Kafka bypasses a zero cache.
 
     A flush listener with a `flush_many` attribute is handed the changes of a flush at once
     where they are written down at once (over a change-logging layer): `flush_many(changes)`,
@@ -132,10 +132,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             named.misses += 1
             value = self._reader.get(key)
             if value is not None:
-                if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-                    named.evictions += 1  # kept and evicted at once: a clean entry flushes nothing
-                else:
-                    named.put_clean(key, value)
+                named.put_clean(key, value)
             else:
                 self._absent = key
             return value
@@ -195,20 +192,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         try:
             absent = self._absent
             self._absent = None
-            entries = named.entries
-            if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-                named.write_through(key, value, timestamp, None if key == absent else UNKNOWN)
-                return
-            # NamedCache.put_dirty's work (without its call)
-            old = None if key == absent else UNKNOWN
-            delta = write_entry(entries, named.dirty, key, value, timestamp, old)
-            if delta is None:
-                delta = write_entry_py(entries, named.dirty, key, value, timestamp, old)
-            if delta:
-                named.size_bytes += delta
-                cache._total_bytes += delta
-            if cache._total_bytes > cache.max_bytes:
-                cache._maybe_evict(named)
+            named.put_dirty(key, value, timestamp, None if key == absent else UNKNOWN)
         finally:
             lock.release()
 
@@ -357,23 +341,16 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     def _update_missed(self, named: NamedCache, cache: ThreadCache, key: bytes,
                        fn: Callable[..., Any], timestamp: int, stamped: bool) -> Optional[bytes]:
         """update() of a key the cache does not hold (the lock is held): read through, write dirty."""
-        entries = named.entries
         named.misses += 1
         old = self._reader.get(key)
         if old is not None:
-            if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-                named.evictions += 1
-            else:
-                named.put_clean(key, old)  # then dirtied below (it keeps `old`), unless evicted at once
+            named.put_clean(key, old)  # then dirtied below (it keeps `old`), unless evicted at once
         if stamped:
             value, timestamp = fn(old, timestamp)
         else:
             value = fn(old)
         if value is not None and type(value) is not bytes:
             check_value(self.name, value)
-        if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-            named.write_through(key, value, timestamp, old)
-            return value
         named.put_dirty(key, value, timestamp, old)
         return value
 

@@ -135,11 +135,17 @@ class NamedCache:
     def put_dirty(self, key: bytes, value: Optional[bytes], timestamp: int, old: object = UNKNOWN) -> None:
         """A write: replaces any cached entry (reusing its object), becomes MRU and last dirty.
         `old`: the wrapped store's value for a key not cached, when the caller read it.
-        CachingKeyValueStore.put does the same around write_entry; keep the two in step."""
-        delta = write_entry(self.entries, self.dirty, key, value, timestamp, old)
-        if delta is None:
-            delta = write_entry_py(self.entries, self.dirty, key, value, timestamp, old)
+        A write into an empty named cache that the budget cannot take is written through
+        (`write_through`): inserting it would evict it, alone, at once."""
+        entries = self.entries
         owner = self.owner
+        if not entries and (owner._total_bytes + len(key) + (len(value) if value is not None else 0)
+                            + ENTRY_OVERHEAD > owner.max_bytes):
+            self.write_through(key, value, timestamp, old)
+            return
+        delta = write_entry(entries, self.dirty, key, value, timestamp, old)
+        if delta is None:
+            delta = write_entry_py(entries, self.dirty, key, value, timestamp, old)
         if delta:
             self.size_bytes += delta
             owner._total_bytes += delta
@@ -147,15 +153,20 @@ class NamedCache:
             owner._maybe_evict(self)
 
     def put_clean(self, key: bytes, value: Optional[bytes], timestamp: int = -1) -> None:
-        """A read-through: never replaces what the cache holds (it may be a pending dirty write)."""
+        """A read-through: never replaces what the cache holds (it may be a pending dirty write).
+        An entry an empty named cache cannot take under the budget is not kept: inserting it
+        would evict it at once (counted as an eviction; a clean entry flushes nothing)."""
         entries = self.entries
         if key in entries:
             entries.move_to_end(key)
             return
         size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+        owner = self.owner
+        if not entries and owner._total_bytes + size > owner.max_bytes:
+            self.evictions += 1
+            return
         entries[key] = CacheEntry(value, False, timestamp, size)
         self.size_bytes += size
-        owner = self.owner
         owner._total_bytes += size
         if owner._total_bytes > owner.max_bytes:
             owner._maybe_evict(self)
@@ -199,9 +210,10 @@ class NamedCache:
         return len(flushed)
 
     def write_through(self, key: bytes, value: Optional[bytes], timestamp: int, old: object) -> None:
-        """A write no entry can hold (the cache is smaller than one entry and empty): inserting
-        it and evicting it at once would flush it alone, which is NamedCache.flush(first) with
-        nothing else to take; this does exactly that, counted as an eviction."""
+        """A write this cache cannot hold (it is empty and the entry does not fit the budget):
+        inserting it and evicting it at once would flush it alone, which is
+        NamedCache.flush(first) with nothing else to take (an empty cache has no dirty entry);
+        this does exactly that, counted as an eviction."""
         self.evictions += 1
         if self.listener is None:
             raise StateError(f"cache {self.name!r} has dirty entries but no flush listener")

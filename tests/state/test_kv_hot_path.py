@@ -163,6 +163,37 @@ def test_cache_too_small_for_any_entry_writes_each_put_down_at_once(tmp_path, ma
     store.close()
 
 
+def test_empty_cache_in_a_budget_another_store_fills_writes_each_put_down_at_once(tmp_path):
+    """Another store's entries fill the thread's budget and this store's cache is empty: each
+    entry would be inserted and evicted at once (a store over the budget evicts only its own
+    entries, Kafka's ThreadCache.maybeEvict), so the same listener calls, changelog and stats as
+    a cache too small for any entry; the other store's entry stays, never evicted by this one."""
+    ctx = RecordingContext(tmp_path / "f")
+    filler_bytes = 1 + 200 + ENTRY_OVERHEAD
+    cache = ThreadCache(filler_bytes)
+    filler = CachingKeyValueStore(ChangeLoggingKeyValueStore(InMemoryKeyValueStore("fill")), cache)
+    filler.init(ctx)
+    filler.set_flush_listener(lambda *change: None)
+    filler.put(b"f", b"x" * 200, 0)
+    store = CachingKeyValueStore(ChangeLoggingKeyValueStore(InMemoryKeyValueStore("hp")), cache)
+    store.init(ctx)
+    flushed = []
+    store.set_flush_listener(lambda k, new, old, ts: flushed.append((k, new, old, ts)))
+    assert run_ops(store, [op for op in OPS if op[0] != "flush"]) == [None, b"1", None, b"1", b"1", None, None]
+    assert flushed == [
+        (b"a", b"1", None, 1), (b"b", b"1", None, 2), (b"a", b"2", b"1", 3), (b"c", b"9", None, 5),
+        (b"b", None, b"1", 6), (b"a", b"3", b"2", 7),
+    ]
+    assert store.cache.stats(store.namespace) == STATS_AFTER_OPS
+    assert cache.stats(filler.namespace)["entries"] == 1 and cache.stats(filler.namespace)["evictions"] == 0
+    assert cache.size_bytes == filler_bytes
+    # room again (the filler flushed and closed): an entry is kept
+    filler.close()
+    store.put(b"k", b"v", 9)
+    assert cache.stats(store.namespace)["entries"] == 1 and flushed[-1][0] == b"a"
+    store.close()
+
+
 def test_write_through_without_listener_logs_every_write(tmp_path):
     ctx = RecordingContext(tmp_path / "x")
     store = CachingKeyValueStore(ChangeLoggingKeyValueStore(InMemoryKeyValueStore("hp")), ThreadCache(0))
