@@ -22,6 +22,7 @@ static PyTypeObject *entry_type = NULL;
 static Py_ssize_t off_value, off_dirty, off_timestamp, off_old, off_size;
 static Py_ssize_t entry_overhead = -1;  /* ENTRY_OVERHEAD, set with the layout; -1: write_entry declines */
 static PyObject *str_move_to_end = NULL;
+static PyObject *unknown_marker = NULL;  /* thread_cache.UNKNOWN, registered with set_entry_layout */
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -55,13 +56,13 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
 
 static PyObject *set_entry_layout(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 1 && nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "set_entry_layout() takes 1 or 2 arguments (%zd given)", nargs);
+    if (nargs < 1 || nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "set_entry_layout() takes 1 to 3 arguments (%zd given)", nargs);
         return NULL;
     }
     PyObject *type_obj = args[0];
     Py_ssize_t overhead = -1;
-    if (nargs == 2) {
+    if (nargs >= 2) {
         overhead = PyLong_AsSsize_t(args[1]);
         if (overhead == -1 && PyErr_Occurred())
             return NULL;
@@ -93,8 +94,12 @@ static PyObject *set_entry_layout(PyObject *self, PyObject *const *args, Py_ssiz
     off_timestamp = timestamp;
     off_old = old;
     off_size = size;
-    if (nargs == 2)  /* else the overhead registered before stays */
+    if (nargs >= 2)  /* else the overhead registered before stays */
         entry_overhead = overhead;
+    if (nargs == 3) {
+        Py_INCREF(args[2]);
+        Py_XSETREF(unknown_marker, args[2]);
+    }
     Py_RETURN_NONE;
 }
 
@@ -327,14 +332,9 @@ done:
  * Python code), None or exact bytes values, and a cached entry of the registered type with an
  * exact int size and a bool dirty flag; any other case returns None before doing anything,
  * and the caller writes through the Python definition. */
-static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *write_entry_impl(PyObject *entries, PyObject *dirty, PyObject *key, PyObject *value,
+                                  PyObject *timestamp, PyObject *old)
 {
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "write_entry() takes 6 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    PyObject *entries = args[0], *dirty = args[1], *key = args[2], *value = args[3];
-    PyObject *timestamp = args[4], *old = args[5];
     if (entry_type == NULL || entry_overhead < 0 || !PyODict_CheckExact(entries) || !PyDict_CheckExact(dirty)
         || !PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value)))
         Py_RETURN_NONE;
@@ -409,6 +409,342 @@ static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (PyDict_SetItem(dirty, key, Py_None) < 0)
         return NULL;
     return PyLong_FromSsize_t(delta);
+}
+
+static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "write_entry() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    return write_entry_impl(args[0], args[1], args[2], args[3], args[4], args[5]);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * A named cache's operations (thread_cache.NamedCache / ThreadCache, the definitions): the
+ * lookup of a read, the read-through and dirty writes with their size accounting, and the
+ * eviction loop. The NamedCache and its owner are read and written through their attributes
+ * (any types: sizes and counters with Python's number protocol), so these take every case of
+ * the loop; the write functions decline (None, nothing done) the keys and values write_entry
+ * declines. A dirty eldest entry is evicted by NamedCache.evict_eldest itself (its flush runs
+ * the listener: Python either way). */
+static PyObject *str_entries, *str_dirty, *str_owner, *str_size_bytes, *str_total_bytes, *str_max_bytes,
+    *str_evictions, *str_hits, *str_misses, *str_evict_eldest, *str_write_through;
+static PyObject *one = NULL;
+
+static int attr_add(PyObject *obj, PyObject *name, PyObject *delta, int subtract)
+{
+    PyObject *was = PyObject_GetAttr(obj, name);
+    if (was == NULL)
+        return -1;
+    PyObject *now = subtract ? PyNumber_Subtract(was, delta) : PyNumber_Add(was, delta);
+    Py_DECREF(was);
+    if (now == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(obj, name, now);
+    Py_DECREF(now);
+    return rc;
+}
+
+/* owner._total_bytes (+ extra) > owner.max_bytes: 1, 0, or -1 with an exception */
+static int over_budget(PyObject *owner, PyObject *extra)
+{
+    PyObject *total = PyObject_GetAttr(owner, str_total_bytes);
+    if (total == NULL)
+        return -1;
+    if (extra != NULL) {
+        PyObject *sum = PyNumber_Add(total, extra);
+        Py_DECREF(total);
+        if (sum == NULL)
+            return -1;
+        total = sum;
+    }
+    PyObject *max = PyObject_GetAttr(owner, str_max_bytes);
+    if (max == NULL) {
+        Py_DECREF(total);
+        return -1;
+    }
+    int over = PyObject_RichCompareBool(total, max, Py_GT);
+    Py_DECREF(total);
+    Py_DECREF(max);
+    return over;
+}
+
+/* ThreadCache._maybe_evict(named): while the owner is over its budget and the named cache holds
+ * entries, evict its eldest: a clean one here (NamedCache.evict_eldest's accounting), a dirty
+ * one (or one this does not read) by evict_eldest itself. */
+static int evict_loop(PyObject *named, PyObject *owner, PyObject *entries)
+{
+    for (;;) {
+        int over = over_budget(owner, NULL);
+        if (over <= 0)
+            return over;
+        Py_ssize_t n = PyObject_Length(entries);
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            return 0;
+        PyObject *key = NULL, *entry = NULL;
+        if (entry_type != NULL && PyODict_CheckExact(entries)) {
+            PyObject *it = PyObject_GetIter(entries);  /* an OrderedDict iterates eldest first */
+            if (it == NULL)
+                return -1;
+            key = PyIter_Next(it);
+            Py_DECREF(it);
+            if (key == NULL && PyErr_Occurred())
+                return -1;
+            if (key != NULL) {
+                entry = PyDict_GetItemWithError(entries, key);  /* borrowed */
+                if (entry == NULL && PyErr_Occurred()) {
+                    Py_DECREF(key);
+                    return -1;
+                }
+            }
+        }
+        if (entry != NULL && Py_IS_TYPE(entry, entry_type) && SLOT(entry, off_dirty) == Py_False
+            && SLOT(entry, off_size) != NULL) {
+            PyObject *size = Py_NewRef(SLOT(entry, off_size));
+            /* popitem(last=False): the eldest key removed, then the sizes and the count */
+            int rc = PyObject_DelItem(entries, key);
+            if (rc == 0)
+                rc = attr_add(named, str_size_bytes, size, 1);
+            if (rc == 0)
+                rc = attr_add(owner, str_total_bytes, size, 1);
+            if (rc == 0)
+                rc = attr_add(named, str_evictions, one, 0);
+            Py_DECREF(size);
+            Py_DECREF(key);
+            if (rc < 0)
+                return -1;
+            continue;
+        }
+        Py_XDECREF(key);
+        PyObject *r = PyObject_CallMethodNoArgs(named, str_evict_eldest);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+}
+
+/* named.entries and named.owner (new references), or -1 */
+static int named_parts(PyObject *named, PyObject **entries, PyObject **owner)
+{
+    *entries = PyObject_GetAttr(named, str_entries);
+    if (*entries == NULL)
+        return -1;
+    *owner = PyObject_GetAttr(named, str_owner);
+    if (*owner == NULL) {
+        Py_CLEAR(*entries);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *maybe_evict(PyObject *self, PyObject *named)
+{
+    PyObject *entries, *owner;
+    if (named_parts(named, &entries, &owner) < 0)
+        return NULL;
+    int rc = evict_loop(named, owner, entries);
+    Py_DECREF(entries);
+    Py_DECREF(owner);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* lookup(named, key): NamedCache.lookup_py */
+static PyObject *lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "lookup() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *named = args[0], *key = args[1];
+    PyObject *entries = PyObject_GetAttr(named, str_entries);
+    if (entries == NULL)
+        return NULL;
+    PyObject *entry;
+    if (PyDict_Check(entries)) {
+        entry = PyDict_GetItemWithError(entries, key);  /* borrowed */
+        if (entry == NULL && PyErr_Occurred()) {
+            Py_DECREF(entries);
+            return NULL;
+        }
+        Py_XINCREF(entry);
+    } else {
+        entry = PyObject_CallMethod(entries, "get", "O", key);
+        if (entry == NULL) {
+            Py_DECREF(entries);
+            return NULL;
+        }
+        if (entry == Py_None)
+            Py_CLEAR(entry);
+    }
+    if (entry == NULL) {
+        Py_DECREF(entries);
+        if (attr_add(named, str_misses, one, 0) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *call_args[2] = {entries, key};
+    PyObject *r = NULL;
+    if (attr_add(named, str_hits, one, 0) == 0)
+        r = PyObject_VectorcallMethod(str_move_to_end, call_args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(entries);
+    if (r == NULL) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return entry;
+}
+
+static inline int takes_key_value(PyObject *key, PyObject *value)
+{
+    return entry_type != NULL && entry_overhead >= 0 && PyBytes_CheckExact(key)
+           && (value == Py_None || PyBytes_CheckExact(value));
+}
+
+/* put_clean(named, key, value, timestamp): NamedCache.put_clean_py; True, or None declined */
+static PyObject *put_clean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "put_clean() takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *named = args[0], *key = args[1], *value = args[2], *timestamp = args[3];
+    if (!takes_key_value(key, value) || unknown_marker == NULL)
+        Py_RETURN_NONE;
+    PyObject *entries, *owner, *size_obj = NULL;
+    if (named_parts(named, &entries, &owner) < 0)
+        return NULL;
+    if (!PyODict_CheckExact(entries)) {
+        Py_DECREF(entries);
+        Py_DECREF(owner);
+        Py_RETURN_NONE;
+    }
+    int contains = PyDict_Contains(entries, key);
+    if (contains < 0)
+        goto fail;
+    if (contains) {
+        PyObject *call_args[2] = {entries, key};
+        PyObject *r = PyObject_VectorcallMethod(str_move_to_end, call_args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+        goto done;
+    }
+    size_obj = PyLong_FromSsize_t(PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value))
+                                  + entry_overhead);
+    if (size_obj == NULL)
+        goto fail;
+    if (PyDict_GET_SIZE(entries) == 0) {
+        int over = over_budget(owner, size_obj);
+        if (over < 0)
+            goto fail;
+        if (over) {  /* inserted and evicted at once: counted, nothing kept */
+            if (attr_add(named, str_evictions, one, 0) < 0)
+                goto fail;
+            goto done;
+        }
+    }
+    PyObject *made = entry_type->tp_alloc(entry_type, 0);
+    if (made == NULL)
+        goto fail;
+    SLOT(made, off_value) = Py_NewRef(value);
+    SLOT(made, off_dirty) = Py_NewRef(Py_False);
+    SLOT(made, off_timestamp) = Py_NewRef(timestamp);
+    SLOT(made, off_size) = Py_NewRef(size_obj);
+    SLOT(made, off_old) = Py_NewRef(unknown_marker);
+    if (PyLong_CheckExact(timestamp))  /* atomic fields only: see write_entry */
+        PyObject_GC_UnTrack(made);
+    int rc = PyObject_SetItem(entries, key, made);
+    Py_DECREF(made);
+    if (rc < 0 || attr_add(named, str_size_bytes, size_obj, 0) < 0
+        || attr_add(owner, str_total_bytes, size_obj, 0) < 0 || evict_loop(named, owner, entries) < 0)
+        goto fail;
+done:
+    Py_XDECREF(size_obj);
+    Py_DECREF(entries);
+    Py_DECREF(owner);
+    Py_RETURN_TRUE;
+fail:
+    Py_XDECREF(size_obj);
+    Py_DECREF(entries);
+    Py_DECREF(owner);
+    return NULL;
+}
+
+/* put_dirty(named, key, value, timestamp, old): NamedCache.put_dirty_py; True, or None declined */
+static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "put_dirty() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *named = args[0], *key = args[1], *value = args[2], *timestamp = args[3], *old = args[4];
+    if (!takes_key_value(key, value))
+        Py_RETURN_NONE;
+    PyObject *entries, *owner, *dirty = NULL, *delta = NULL;
+    if (named_parts(named, &entries, &owner) < 0)
+        return NULL;
+    if (!PyODict_CheckExact(entries)) {
+        Py_DECREF(entries);
+        Py_DECREF(owner);
+        Py_RETURN_NONE;
+    }
+    if (PyDict_GET_SIZE(entries) == 0) {
+        PyObject *size_obj = PyLong_FromSsize_t(PyBytes_GET_SIZE(key)
+                                                + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + entry_overhead);
+        if (size_obj == NULL)
+            goto fail;
+        int over = over_budget(owner, size_obj);
+        Py_DECREF(size_obj);
+        if (over < 0)
+            goto fail;
+        if (over) {  /* it would be evicted, alone, at once: written through */
+            PyObject *call_args[5] = {named, key, value, timestamp, old};
+            PyObject *r = PyObject_VectorcallMethod(str_write_through, call_args,
+                                                    5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (r == NULL)
+                goto fail;
+            Py_DECREF(r);
+            goto done;
+        }
+    }
+    dirty = PyObject_GetAttr(named, str_dirty);
+    if (dirty == NULL)
+        goto fail;
+    delta = write_entry_impl(entries, dirty, key, value, timestamp, old);
+    if (delta == NULL)
+        goto fail;
+    if (delta == Py_None) {  /* declined, nothing done */
+        Py_DECREF(delta);
+        Py_DECREF(dirty);
+        Py_DECREF(entries);
+        Py_DECREF(owner);
+        Py_RETURN_NONE;
+    }
+    int nonzero = PyObject_IsTrue(delta);
+    if (nonzero < 0)
+        goto fail;
+    if (nonzero && (attr_add(named, str_size_bytes, delta, 0) < 0 || attr_add(owner, str_total_bytes, delta, 0) < 0))
+        goto fail;
+    if (evict_loop(named, owner, entries) < 0)
+        goto fail;
+done:
+    Py_XDECREF(delta);
+    Py_XDECREF(dirty);
+    Py_DECREF(entries);
+    Py_DECREF(owner);
+    Py_RETURN_TRUE;
+fail:
+    Py_XDECREF(delta);
+    Py_XDECREF(dirty);
+    Py_DECREF(entries);
+    Py_DECREF(owner);
+    return NULL;
 }
 
 /* take_dirty(entries, dirty, entry_tuple_type, flushed, tombstones) -> bool: NamedCache._take_dirty's
@@ -501,6 +837,17 @@ static PyMethodDef module_methods[] = {
      "largest of newest and their timestamps, last_value the last value written (None if\n"
      "none) and error None or the exception a key's update failed with (not raised, so the\n"
      "caller can account for the keys done before it)."},
+    {"lookup", (PyCFunction)(void (*)(void))lookup, METH_FASTCALL,
+     "lookup(named, key)\n--\n\nstate.cache.thread_cache.lookup_py in C: the entry (made MRU, a hit) or None (a miss)."},
+    {"put_clean", (PyCFunction)(void (*)(void))put_clean, METH_FASTCALL,
+     "put_clean(named, key, value, timestamp)\n--\n\nstate.cache.thread_cache.put_clean_py in C: True, or None\n"
+     "(having done nothing) for a key or value write_entry declines."},
+    {"put_dirty", (PyCFunction)(void (*)(void))put_dirty, METH_FASTCALL,
+     "put_dirty(named, key, value, timestamp, old)\n--\n\nstate.cache.thread_cache.put_dirty_py in C: True, or\n"
+     "None (having done nothing) for a case write_entry declines."},
+    {"maybe_evict", (PyCFunction)maybe_evict, METH_O,
+     "maybe_evict(named)\n--\n\nstate.cache.thread_cache.maybe_evict_py in C: evicts the named cache's eldest\n"
+     "entries while its owner is over budget (a dirty one by named.evict_eldest())."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -516,7 +863,22 @@ PyMODINIT_FUNC PyInit__cache(void)
 {
     if (str_move_to_end == NULL) {
         str_move_to_end = PyUnicode_InternFromString("move_to_end");
-        if (str_move_to_end == NULL)
+        str_entries = PyUnicode_InternFromString("entries");
+        str_dirty = PyUnicode_InternFromString("dirty");
+        str_owner = PyUnicode_InternFromString("owner");
+        str_size_bytes = PyUnicode_InternFromString("size_bytes");
+        str_total_bytes = PyUnicode_InternFromString("_total_bytes");
+        str_max_bytes = PyUnicode_InternFromString("max_bytes");
+        str_evictions = PyUnicode_InternFromString("evictions");
+        str_hits = PyUnicode_InternFromString("hits");
+        str_misses = PyUnicode_InternFromString("misses");
+        str_evict_eldest = PyUnicode_InternFromString("evict_eldest");
+        str_write_through = PyUnicode_InternFromString("write_through");
+        one = PyLong_FromLong(1);
+        if (str_move_to_end == NULL || str_entries == NULL || str_dirty == NULL || str_owner == NULL
+            || str_size_bytes == NULL || str_total_bytes == NULL || str_max_bytes == NULL || str_evictions == NULL
+            || str_hits == NULL || str_misses == NULL || str_evict_eldest == NULL || str_write_through == NULL
+            || one == NULL)
             return NULL;
     }
     return PyModule_Create(&module_def);

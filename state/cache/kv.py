@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted
-from state.cache.thread_cache import (ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache)
+from state.cache.thread_cache import (ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache, lookup, put_clean,
+                                      put_clean_py, put_dirty, put_dirty_py)
 from state.errors import StoreClosedError
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import KeyValueIterator, KeyValueStore, check_key, check_value
@@ -123,16 +124,13 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         lock = cache.lock
         lock.acquire()
         try:
-            entries = named.entries
-            entry = entries.get(key)
+            entry = lookup(named, key)
             if entry is not None:
-                named.hits += 1
-                entries.move_to_end(key)
                 return entry.value
-            named.misses += 1
             value = self._reader.get(key)
             if value is not None:
-                named.put_clean(key, value)
+                if put_clean(named, key, value, -1) is None:
+                    put_clean_py(named, key, value, -1)
             else:
                 self._absent = key
             return value
@@ -192,7 +190,9 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         try:
             absent = self._absent
             self._absent = None
-            named.put_dirty(key, value, timestamp, None if key == absent else UNKNOWN)
+            old = None if key == absent else UNKNOWN
+            if put_dirty(named, key, value, timestamp, old) is None:
+                put_dirty_py(named, key, value, timestamp, old)
         finally:
             lock.release()
 
