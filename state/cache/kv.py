@@ -52,17 +52,19 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     # update_many's C loop for an int64 increment's hot case, None without state.cache._cache (a
     # store's own attribute set to None makes it use the Python loop, as tests do)
     _increment_run: Optional[Callable] = _increment_run
-    # The key whose last read found nothing in the store, until the next write of any kind:
-    # a put of that key right after the read (a table source's get-then-put) knows the store's
-    # old value (None) and its flush need not read it again.
-    _absent: Optional[bytes] = None
+    # The key whose last read missed the cache and read the store, and what it read (None or
+    # the bytes), until the next write of any kind: a put of that key right after the read (a
+    # table source's or an aggregation's get-then-put) knows the store's old value and its flush
+    # need not read it again (the store changes only through this cache's write-downs).
+    _read_key: Optional[bytes] = None
+    _read_value: Optional[bytes] = None
 
     def init(self, context: Any) -> None:
-        self._absent = None  # a restore may have written the store since
+        self._read_key = None  # a restore may have written the store since
         super().init(context)
 
     def _write_down(self, entries: list) -> None:
-        self._absent = None
+        self._read_key = None
         wrapped = self.wrapped
         listener = self._flush_listener
         write_changes = getattr(wrapped, "write_changes", None)
@@ -128,11 +130,10 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             if entry is not None:
                 return entry.value
             value = self._reader.get(key)
-            if value is not None:
-                if put_clean(named, key, value, -1) is None:
-                    put_clean_py(named, key, value, -1)
-            else:
-                self._absent = key
+            if value is not None and put_clean(named, key, value, -1) is None:
+                put_clean_py(named, key, value, -1)
+            # after put_clean: a flush it caused wrote other keys (this one was not cached)
+            self._read_key, self._read_value = key, value
             return value
         finally:
             lock.release()
@@ -188,9 +189,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         lock = cache.lock
         lock.acquire()
         try:
-            absent = self._absent
-            self._absent = None
-            old = None if key == absent else UNKNOWN
+            old = self._read_value if key == self._read_key else UNKNOWN
+            self._read_key = None
             if put_dirty(named, key, value, timestamp, old) is None:
                 put_dirty_py(named, key, value, timestamp, old)
         finally:
@@ -235,7 +235,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         named = self._named
         if named is None or not self._probe.is_open:
             raise StoreClosedError(f"state store {self.name!r} is not open")
-        self._absent = None
+        self._read_key = None
         cache = self._cache
         lock = cache.lock
         entries = named.entries
