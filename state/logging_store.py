@@ -65,7 +65,7 @@ class ChangeLoggingKeyValueStore(_ChangeLoggingMixin, WrappedStateStore, KeyValu
         log_change = self._log_change
         if log_change is None:
             raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
-        self.wrapped.put_all([(key, value) for key, value, _timestamp, _old in changes])
+        self.wrapped.put_all((key, value) for key, value, _timestamp, _old in changes)  # no pairs kept (below)
         name = self.name
         for key, value, timestamp, _old in changes:
             log_change(name, key, value, timestamp)
@@ -147,17 +147,17 @@ class ChangeLoggingTimestampedKeyValueStore(_TimestampedChangeLogging, ChangeLog
         if log_change is None:
             raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
         name = self.name
-        try:
-            records = [(key, None, timestamp) if value is None else (key, value[_STAMP:], _stamp_of(value)[0])
-                       for key, value, timestamp, _old in changes]
-        except (struct.error, TypeError):
-            for _key, value, _timestamp, _old in changes:
-                if value is not None:
-                    split_timestamped(name, value)  # raises the typed error
-            raise
-        self.wrapped.put_all([(key, value) for key, value, _timestamp, _old in changes])
-        for key, value, timestamp in records:
-            log_change(name, key, value, timestamp)
+        for _key, value, _timestamp, _old in changes:
+            if value is not None and (type(value) is not bytes or len(value) < _STAMP):
+                split_timestamped(name, value)  # raises the typed error
+        # No list of pairs or of records kept: a big flush's tuples would outlive the young
+        # collections and trigger full ones (each pair and record is dropped as it is used).
+        self.wrapped.put_all((key, value) for key, value, _timestamp, _old in changes)
+        for key, value, timestamp, _old in changes:
+            if value is None:
+                log_change(name, key, None, timestamp)
+            else:
+                log_change(name, key, value[_STAMP:], _stamp_of(value)[0])
 
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
         # the hot path of an uncached table's writes: split_timestamped and _log inlined

@@ -796,7 +796,14 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyTuple_SET_ITEM(item, 0, Py_NewRef(key));
         PyTuple_SET_ITEM(item, 1, Py_NewRef(value));
         PyTuple_SET_ITEM(item, 2, Py_NewRef(SLOT(entry, off_timestamp)));
-        PyTuple_SET_ITEM(item, 3, Py_NewRef(SLOT(entry, off_old)));
+        PyObject *old = SLOT(entry, off_old), *stamp = SLOT(entry, off_timestamp);
+        PyTuple_SET_ITEM(item, 3, Py_NewRef(old));
+        /* Atomic fields only (as write_entry's entries): in no cycle, so left out of the cyclic
+         * collector. A big flush's entries live while its listener runs; tracked, they would be
+         * promoted to the oldest generation and trigger its full collections. */
+        if ((value == Py_None || PyBytes_CheckExact(value)) && PyLong_CheckExact(stamp)
+            && (old == Py_None || PyBytes_CheckExact(old) || Py_IS_TYPE(old, &PyBaseObject_Type)))
+            PyObject_GC_UnTrack(item);
         int rc = PyList_Append(flushed, item);
         Py_DECREF(item);
         if (rc < 0)
