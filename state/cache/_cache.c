@@ -815,6 +815,223 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_RETURN_TRUE;
 }
 
+/* ------------------------------------------------------------------------------------------
+ * CachingKeyValueStore.get / put (state/cache/kv.py, the definitions) in one C call: bound to
+ * each store as its `get` and `put`. The hot case only (an open store, exact bytes key and value,
+ * an int timestamp); anything else is handed to the Python definition, registered with
+ * set_store_definitions, which does the checks and raises the typed errors. */
+static PyObject *str_named, *str_probe, *str_is_open, *str_cache, *str_lock, *str_acquire, *str_release,
+    *str_reader, *str_get, *str_read_key, *str_read_value, *str_put_clean, *str_put_dirty;
+static PyObject *store_get_py = NULL, *store_put_py = NULL;
+
+static PyObject *set_store_definitions(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "set_store_definitions(get, put) takes two callables");
+        return NULL;
+    }
+    Py_XSETREF(store_get_py, Py_NewRef(args[0]));
+    Py_XSETREF(store_put_py, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
+/* The store's named cache (new reference) when the store is open, else NULL without an error
+ * (the caller hands the call to the Python definition); NULL with an error on failure. */
+static PyObject *open_named(PyObject *store)
+{
+    PyObject *named = PyObject_GetAttr(store, str_named);
+    if (named == NULL)
+        return NULL;
+    if (named == Py_None) {
+        Py_DECREF(named);
+        return NULL;
+    }
+    PyObject *probe = PyObject_GetAttr(store, str_probe);
+    PyObject *is_open = probe == NULL ? NULL : PyObject_GetAttr(probe, str_is_open);
+    Py_XDECREF(probe);
+    int open = is_open == NULL ? -1 : PyObject_IsTrue(is_open);
+    Py_XDECREF(is_open);
+    if (open <= 0) {
+        Py_DECREF(named);
+        return NULL;
+    }
+    return named;
+}
+
+static PyObject *lock_call(PyObject *lock, PyObject *name)
+{
+    return PyObject_VectorcallMethod(name, &lock, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* store.<_cache>.lock acquired (new reference to the lock), or NULL with an error */
+static PyObject *acquire_lock(PyObject *store)
+{
+    PyObject *cache = PyObject_GetAttr(store, str_cache);
+    if (cache == NULL)
+        return NULL;
+    PyObject *lock = PyObject_GetAttr(cache, str_lock);
+    Py_DECREF(cache);
+    if (lock == NULL)
+        return NULL;
+    PyObject *r = lock_call(lock, str_acquire);
+    if (r == NULL) {
+        Py_DECREF(lock);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return lock;
+}
+
+/* releases the lock (and drops the reference), keeping a pending exception */
+static int release_lock(PyObject *lock)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = lock_call(lock, str_release);
+    Py_DECREF(lock);
+    if (r == NULL) {
+        if (type != NULL) {  /* the operation's own error is the one raised */
+            PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+        }
+        return -1;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(type, value, tb);
+    return type != NULL ? -1 : 0;
+}
+
+static PyObject *cached_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0 && store_get_py != NULL)  /* the definition's */
+        return PyObject_Vectorcall(store_get_py, args, nargs, kwnames);
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "cached_get() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *store = args[0], *key = args[1];
+    if (store_get_py == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cached_get() before set_store_definitions()");
+        return NULL;
+    }
+    PyObject *named = PyBytes_CheckExact(key) ? open_named(store) : NULL;
+    if (named == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_Vectorcall(store_get_py, args, 2, NULL);
+    }
+    PyObject *lock = acquire_lock(store);
+    if (lock == NULL) {
+        Py_DECREF(named);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *lookup_args[2] = {named, key};
+    PyObject *entry = lookup(NULL, lookup_args, 2);
+    if (entry == NULL)
+        goto out;
+    if (entry != Py_None) {
+        result = Py_IS_TYPE(entry, entry_type) && SLOT(entry, off_value) != NULL
+                 ? Py_NewRef(SLOT(entry, off_value)) : PyObject_GetAttrString(entry, "value");
+        Py_DECREF(entry);
+        goto out;
+    }
+    Py_DECREF(entry);
+    PyObject *reader = PyObject_GetAttr(store, str_reader);
+    if (reader == NULL)
+        goto out;
+    PyObject *value = PyObject_VectorcallMethod(str_get, (PyObject *[]){reader, key},
+                                                2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(reader);
+    if (value == NULL)
+        goto out;
+    if (value != Py_None) {
+        PyObject *put_args[4] = {named, key, value, NULL};
+        PyObject *minus_one = PyLong_FromLong(-1);
+        if (minus_one == NULL) {
+            Py_DECREF(value);
+            goto out;
+        }
+        put_args[3] = minus_one;
+        PyObject *r = put_clean(NULL, put_args, 4);
+        if (r == Py_None) {  /* declined: the method runs the Python definition */
+            Py_DECREF(r);
+            r = PyObject_VectorcallMethod(str_put_clean, put_args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        }
+        Py_DECREF(minus_one);
+        if (r == NULL) {
+            Py_DECREF(value);
+            goto out;
+        }
+        Py_DECREF(r);
+    }
+    /* after put_clean: a flush it caused wrote other keys (this one was not cached) */
+    if (PyObject_SetAttr(store, str_read_key, key) < 0 || PyObject_SetAttr(store, str_read_value, value) < 0) {
+        Py_DECREF(value);
+        goto out;
+    }
+    result = value;
+out:
+    Py_DECREF(named);
+    if (release_lock(lock) < 0)
+        Py_CLEAR(result);
+    return result;
+}
+
+static PyObject *cached_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0 && store_put_py != NULL)  /* the definition's */
+        return PyObject_Vectorcall(store_put_py, args, nargs, kwnames);
+    if (nargs < 3 || nargs > 4) {
+        PyErr_Format(PyExc_TypeError, "cached_put() takes 3 or 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *store = args[0], *key = args[1], *value = args[2], *timestamp = nargs == 4 ? args[3] : Py_None;
+    if (store_put_py == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cached_put() before set_store_definitions()");
+        return NULL;
+    }
+    PyObject *named = (PyBytes_CheckExact(key) && (value == Py_None || PyBytes_CheckExact(value))
+                       && PyLong_CheckExact(timestamp) && unknown_marker != NULL) ? open_named(store) : NULL;
+    if (named == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_Vectorcall(store_put_py, args, nargs, NULL);
+    }
+    PyObject *lock = acquire_lock(store);
+    if (lock == NULL) {
+        Py_DECREF(named);
+        return NULL;
+    }
+    PyObject *result = NULL, *old = NULL;
+    PyObject *read_key = PyObject_GetAttr(store, str_read_key);
+    if (read_key == NULL)
+        goto out;
+    int same = read_key == Py_None ? 0 : PyObject_RichCompareBool(key, read_key, Py_EQ);
+    Py_DECREF(read_key);
+    if (same < 0)
+        goto out;
+    old = same ? PyObject_GetAttr(store, str_read_value) : Py_NewRef(unknown_marker);
+    if (old == NULL || PyObject_SetAttr(store, str_read_key, Py_None) < 0)
+        goto out;
+    PyObject *put_args[5] = {named, key, value, timestamp, old};
+    PyObject *r = put_dirty(NULL, put_args, 5);
+    if (r == Py_None) {  /* declined: the method runs the Python definition */
+        Py_DECREF(r);
+        r = PyObject_VectorcallMethod(str_put_dirty, put_args, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    if (r == NULL)
+        goto out;
+    Py_DECREF(r);
+    result = Py_NewRef(Py_None);
+out:
+    Py_XDECREF(old);
+    Py_DECREF(named);
+    if (release_lock(lock) < 0)
+        Py_CLEAR(result);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"set_entry_layout", (PyCFunction)(void (*)(void))set_entry_layout, METH_FASTCALL,
      "set_entry_layout(entry_type, overhead=None)\n--\n\n"
@@ -855,6 +1072,16 @@ static PyMethodDef module_methods[] = {
     {"maybe_evict", (PyCFunction)maybe_evict, METH_O,
      "maybe_evict(named)\n--\n\nstate.cache.thread_cache.maybe_evict_py in C: evicts the named cache's eldest\n"
      "entries while its owner is over budget (a dirty one by named.evict_eldest())."},
+    {"set_store_definitions", (PyCFunction)(void (*)(void))set_store_definitions, METH_FASTCALL,
+     "set_store_definitions(get, put)\n--\n\nRegisters CachingKeyValueStore's Python get and put: cached_get and\n"
+     "cached_put hand them every case they do not take."},
+    {"cached_get", (PyCFunction)(void (*)(void))cached_get, METH_FASTCALL | METH_KEYWORDS,
+     "cached_get(store, key)\n--\n\nCachingKeyValueStore.get (the Python definition) in C for an open store and\n"
+     "a bytes key; any other case is the definition's."},
+    {"cached_put", (PyCFunction)(void (*)(void))cached_put, METH_FASTCALL | METH_KEYWORDS,
+     "cached_put(store, key, value, timestamp=None)\n--\n\nCachingKeyValueStore.put (the Python definition) in\n"
+     "C for an open store, a bytes key, a bytes or None value and an int timestamp; any other case is the\n"
+     "definition's."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -882,6 +1109,23 @@ PyMODINIT_FUNC PyInit__cache(void)
         str_evict_eldest = PyUnicode_InternFromString("evict_eldest");
         str_write_through = PyUnicode_InternFromString("write_through");
         one = PyLong_FromLong(1);
+        str_named = PyUnicode_InternFromString("_named");
+        str_probe = PyUnicode_InternFromString("_probe");
+        str_is_open = PyUnicode_InternFromString("is_open");
+        str_cache = PyUnicode_InternFromString("_cache");
+        str_lock = PyUnicode_InternFromString("lock");
+        str_acquire = PyUnicode_InternFromString("acquire");
+        str_release = PyUnicode_InternFromString("release");
+        str_reader = PyUnicode_InternFromString("_reader");
+        str_get = PyUnicode_InternFromString("get");
+        str_read_key = PyUnicode_InternFromString("_read_key");
+        str_read_value = PyUnicode_InternFromString("_read_value");
+        str_put_clean = PyUnicode_InternFromString("put_clean");
+        str_put_dirty = PyUnicode_InternFromString("put_dirty");
+        if (str_named == NULL || str_probe == NULL || str_is_open == NULL || str_cache == NULL || str_lock == NULL
+            || str_acquire == NULL || str_release == NULL || str_reader == NULL || str_get == NULL
+            || str_read_key == NULL || str_read_value == NULL || str_put_clean == NULL || str_put_dirty == NULL)
+            return NULL;
         if (str_move_to_end == NULL || str_entries == NULL || str_dirty == NULL || str_owner == NULL
             || str_size_bytes == NULL || str_total_bytes == NULL || str_max_bytes == NULL || str_evictions == NULL
             || str_hits == NULL || str_misses == NULL || str_evict_eldest == NULL || str_write_through == NULL

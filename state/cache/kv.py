@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from types import MethodType
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from state.cache.base import CachingStore
@@ -28,8 +29,10 @@ except ImportError:  # pragma: no cover - the accelerator is optional
     _cache_c = None
 if _cache_c is not None:  # the entry layout registered by state.cache.thread_cache
     _increment_run: Optional[Callable] = _cache_c.increment_run
+    _cached_get: Optional[Callable] = _cache_c.cached_get
+    _cached_put: Optional[Callable] = _cache_c.cached_put
 else:  # pragma: no cover
-    _increment_run = None
+    _increment_run = _cached_get = _cached_put = None
 _LIST_OR_TUPLE = (list, tuple)
 
 
@@ -58,6 +61,14 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     # need not read it again (the store changes only through this cache's write-downs).
     _read_key: Optional[bytes] = None
     _read_value: Optional[bytes] = None
+
+    def __init__(self, wrapped: Any, cache: Optional[ThreadCache] = None) -> None:
+        super().__init__(wrapped, cache)
+        if _cached_get is not None:
+            # get and put in one C call each (state/cache/_cache.c): the methods below are their
+            # definitions, and what the C calls hand every case but the hot one
+            self.get = MethodType(_cached_get, self)  # type: ignore[method-assign]
+            self.put = MethodType(_cached_put, self)  # type: ignore[method-assign]
 
     def init(self, context: Any) -> None:
         self._read_key = None  # a restore may have written the store since
@@ -378,3 +389,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             old = self.get(key)
             self.put(key, None, timestamp)
             return old
+
+
+if _cache_c is not None:
+    _cache_c.set_store_definitions(CachingKeyValueStore.get, CachingKeyValueStore.put)

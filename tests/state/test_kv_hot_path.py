@@ -14,6 +14,11 @@ from state.typed import TypedKeyValueStore
 
 from recording_context import RecordingContext
 
+try:
+    from state.cache import _cache
+except ImportError:  # pragma: no cover - the accelerator is optional
+    _cache = None
+
 
 class CountingSerde:
     """A str or JSON serde that counts serialize calls."""
@@ -234,3 +239,75 @@ def test_closed_inner_store_fails_cached_reads_and_writes(inner, ctx):
     store.close(dirty=True)
     with pytest.raises(StoreClosedError, match="'hp'"):
         store.get(b"a")
+
+
+def _python_store(store):
+    """The same store through the Python definitions of get and put (not the C calls bound to it)."""
+    store.__dict__.pop("get", None)
+    store.__dict__.pop("put", None)
+    return store
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_c_get_and_put_match_the_python_definitions(tmp_path, seed):
+    """CachingKeyValueStore.get / put in C (state/cache/_cache.c, where built) against the
+    Python methods: the same reads, flushes (old values too), changelog, stats and reads of
+    the store below, over random operations of two stores sharing a small budget."""
+    import random
+    runs = []
+    for python in (False, True):
+        rng = random.Random(seed)
+        ctx = RecordingContext(tmp_path / f"{seed}_{python}")
+        cache = ThreadCache(600)
+        stores, flushed, reads = [], [], []
+        for name in ("a", "b"):
+            inner = ChangeLoggingKeyValueStore(InMemoryKeyValueStore(name))
+            store = CachingKeyValueStore(inner, cache)
+            store.init(ctx)
+            if python:
+                _python_store(store)
+            elif _cache is not None:
+                assert store.get.__func__ is _cache.cached_get and store.put.__func__ is _cache.cached_put
+            store.set_flush_listener(lambda k, new, old, ts, name=name, flushed=flushed:
+                                     flushed.append((name, k, new, old, ts)))
+            below_get = store._reader.get
+            store._reader.get = (lambda key, below_get=below_get, name=name, reads=reads:
+                                 reads.append((name, key)) or below_get(key))
+            stores.append(store)
+        results = []
+        for step in range(2500):
+            store = rng.choice(stores)
+            key = b"k%d" % rng.randrange(12)
+            r = rng.random()
+            if r < 0.45:
+                results.append(store.get(key))
+            elif r < 0.95:
+                store.put(key, rng.choice([None, b"", b"v", b"w" * 100, b"x" * 600]), step)
+            else:
+                store.flush()
+        runs.append((results, flushed, reads, ctx.logged_changes,
+                     [cache.stats(store.namespace) for store in stores], cache.size_bytes))
+    assert runs[0] == runs[1]
+    assert runs[0][1] and runs[0][2]  # flushes and reads below happened
+
+
+def test_c_get_and_put_hand_other_cases_to_the_python_definitions(inner, ctx):
+    store = CachingKeyValueStore(ChangeLoggingKeyValueStore(inner), ThreadCache(10_000))
+    store.init(ctx)
+    flushed = []
+    store.set_flush_listener(lambda k, new, old, ts: flushed.append((k, new, old, ts)))
+    with pytest.raises(InvalidStoreArgumentError, match="'hp'.*key must be bytes"):
+        store.get("k")
+    with pytest.raises(InvalidStoreArgumentError, match="'hp'"):
+        store.put(b"k", "v", 1)
+    store.put(b"k", b"v", timestamp=3)  # a keyword: the Python method's call
+    store.put(b"j", b"w")  # no timestamp: the supplier's
+    assert store.get(key=b"k") == b"v"
+    store.flush()
+    assert [(k, new, old) for k, new, old, _ in flushed] == [(b"k", b"v", None), (b"j", b"w", None)]
+    assert flushed[0][3] == 3
+    store.close()
+    with pytest.raises(StoreClosedError):
+        store.get(b"k")
+    with pytest.raises(StoreClosedError):
+        store.put(b"k", b"v", 1)
