@@ -432,8 +432,62 @@ static PyObject *str_entries, *str_dirty, *str_owner, *str_size_bytes, *str_tota
     *str_evictions, *str_hits, *str_misses, *str_evict_eldest, *str_write_through;
 static PyObject *one = NULL;
 
+/* NamedCache's type and its slots' offsets (set_named_layout): its fields read and written
+ * directly, as the slot descriptors would, instead of through attribute lookups. */
+static PyTypeObject *named_type = NULL;
+#define NAMED_FIELDS 7
+static PyObject **named_names[NAMED_FIELDS] = {&str_entries, &str_dirty, &str_owner, &str_size_bytes, &str_hits,
+                                               &str_misses, &str_evictions};
+static Py_ssize_t named_offsets[NAMED_FIELDS];
+
+static inline Py_ssize_t named_offset(PyObject *obj, PyObject *name)
+{
+    if (named_type == NULL || !Py_IS_TYPE(obj, named_type))
+        return -1;
+    for (int i = 0; i < NAMED_FIELDS; i++)
+        if (*named_names[i] == name)
+            return SLOT(obj, named_offsets[i]) != NULL ? named_offsets[i] : -1;
+    return -1;
+}
+
+static PyObject *get_attr(PyObject *obj, PyObject *name)  /* new reference */
+{
+    Py_ssize_t off = named_offset(obj, name);
+    return off >= 0 ? Py_NewRef(SLOT(obj, off)) : PyObject_GetAttr(obj, name);
+}
+
+static PyObject *set_named_layout(PyObject *self, PyObject *type_obj)
+{
+    if (!PyType_Check(type_obj)) {
+        PyErr_Format(PyExc_TypeError, "set_named_layout() wants the NamedCache type, got %R", type_obj);
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)type_obj;
+    if (type->tp_setattro != PyObject_GenericSetAttr || type->tp_getattro != PyObject_GenericGetAttr) {
+        PyErr_Format(PyExc_TypeError, "%s customizes attribute access; its slots cannot be read directly",
+                     type->tp_name);
+        return NULL;
+    }
+    Py_ssize_t offsets[NAMED_FIELDS];
+    for (int i = 0; i < NAMED_FIELDS; i++)
+        if (slot_offset(type, PyUnicode_AsUTF8(*named_names[i]), &offsets[i]) < 0)
+            return NULL;
+    memcpy(named_offsets, offsets, sizeof offsets);
+    Py_INCREF(type);
+    Py_XSETREF(named_type, type);
+    Py_RETURN_NONE;
+}
+
 static int attr_add(PyObject *obj, PyObject *name, PyObject *delta, int subtract)
 {
+    Py_ssize_t off = named_offset(obj, name);
+    if (off >= 0) {
+        PyObject *now = subtract ? PyNumber_Subtract(SLOT(obj, off), delta) : PyNumber_Add(SLOT(obj, off), delta);
+        if (now == NULL)
+            return -1;
+        slot_set(obj, off, now);
+        return 0;
+    }
     PyObject *was = PyObject_GetAttr(obj, name);
     if (was == NULL)
         return -1;
@@ -529,10 +583,10 @@ static int evict_loop(PyObject *named, PyObject *owner, PyObject *entries)
 /* named.entries and named.owner (new references), or -1 */
 static int named_parts(PyObject *named, PyObject **entries, PyObject **owner)
 {
-    *entries = PyObject_GetAttr(named, str_entries);
+    *entries = get_attr(named, str_entries);
     if (*entries == NULL)
         return -1;
-    *owner = PyObject_GetAttr(named, str_owner);
+    *owner = get_attr(named, str_owner);
     if (*owner == NULL) {
         Py_CLEAR(*entries);
         return -1;
@@ -561,7 +615,7 @@ static PyObject *lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *named = args[0], *key = args[1];
-    PyObject *entries = PyObject_GetAttr(named, str_entries);
+    PyObject *entries = get_attr(named, str_entries);
     if (entries == NULL)
         return NULL;
     PyObject *entry;
@@ -713,7 +767,7 @@ static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nar
             goto done;
         }
     }
-    dirty = PyObject_GetAttr(named, str_dirty);
+    dirty = get_attr(named, str_dirty);
     if (dirty == NULL)
         goto fail;
     delta = write_entry_impl(entries, dirty, key, value, timestamp, old);
@@ -1069,6 +1123,10 @@ static PyMethodDef module_methods[] = {
     {"put_dirty", (PyCFunction)(void (*)(void))put_dirty, METH_FASTCALL,
      "put_dirty(named, key, value, timestamp, old)\n--\n\nstate.cache.thread_cache.put_dirty_py in C: True, or\n"
      "None (having done nothing) for a case write_entry declines."},
+    {"set_named_layout", (PyCFunction)set_named_layout, METH_O,
+     "set_named_layout(named_cache_type)\n--\n\nRegisters NamedCache: its entries, dirty, owner, size_bytes, hits,\n"
+     "misses and evictions slots are then read and written directly. Raises TypeError if they are not\n"
+     "writable object slots of that type."},
     {"maybe_evict", (PyCFunction)maybe_evict, METH_O,
      "maybe_evict(named)\n--\n\nstate.cache.thread_cache.maybe_evict_py in C: evicts the named cache's eldest\n"
      "entries while its owner is over budget (a dirty one by named.evict_eldest())."},

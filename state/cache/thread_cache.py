@@ -276,6 +276,10 @@ class NamedCache:
         return size
 
 
+if _cache_c is not None:  # the C functions above read and write its slots directly
+    _cache_c.set_named_layout(NamedCache)
+
+
 class ThreadCache:
     """A byte-bounded record cache shared by the caching stores of one stream thread."""
 
