@@ -660,6 +660,27 @@ static inline int takes_key_value(PyObject *key, PyObject *value)
            && (value == Py_None || PyBytes_CheckExact(value));
 }
 
+/* The size an entry of key and value costs (a new int), or NULL with an error */
+static PyObject *entry_size(PyObject *key, PyObject *value)
+{
+    return PyLong_FromSsize_t(PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + entry_overhead);
+}
+
+/* The rule of put_clean_py and put_dirty_py: an entry an empty named cache cannot take under the
+ * budget would be evicted, alone, at once. 1, 0, or -1 with an error. */
+static int cannot_keep(PyObject *entries, PyObject *owner, PyObject *size_obj)
+{
+    return PyDict_GET_SIZE(entries) == 0 ? over_budget(owner, size_obj) : 0;
+}
+
+/* The named cache and its owner grown by `delta` bytes, then the eviction loop: 0 or -1 */
+static int grow(PyObject *named, PyObject *owner, PyObject *entries, PyObject *delta)
+{
+    if (attr_add(named, str_size_bytes, delta, 0) < 0 || attr_add(owner, str_total_bytes, delta, 0) < 0)
+        return -1;
+    return evict_loop(named, owner, entries);
+}
+
 /* put_clean(named, key, value, timestamp): NamedCache.put_clean_py; True, or None declined */
 static PyObject *put_clean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -689,19 +710,16 @@ static PyObject *put_clean(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Py_DECREF(r);
         goto done;
     }
-    size_obj = PyLong_FromSsize_t(PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value))
-                                  + entry_overhead);
+    size_obj = entry_size(key, value);
     if (size_obj == NULL)
         goto fail;
-    if (PyDict_GET_SIZE(entries) == 0) {
-        int over = over_budget(owner, size_obj);
-        if (over < 0)
+    int over = cannot_keep(entries, owner, size_obj);
+    if (over < 0)
+        goto fail;
+    if (over) {  /* inserted and evicted at once: counted, nothing kept */
+        if (attr_add(named, str_evictions, one, 0) < 0)
             goto fail;
-        if (over) {  /* inserted and evicted at once: counted, nothing kept */
-            if (attr_add(named, str_evictions, one, 0) < 0)
-                goto fail;
-            goto done;
-        }
+        goto done;
     }
     PyObject *made = entry_type->tp_alloc(entry_type, 0);
     if (made == NULL)
@@ -715,8 +733,7 @@ static PyObject *put_clean(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyObject_GC_UnTrack(made);
     int rc = PyObject_SetItem(entries, key, made);
     Py_DECREF(made);
-    if (rc < 0 || attr_add(named, str_size_bytes, size_obj, 0) < 0
-        || attr_add(owner, str_total_bytes, size_obj, 0) < 0 || evict_loop(named, owner, entries) < 0)
+    if (rc < 0 || grow(named, owner, entries, size_obj) < 0)
         goto fail;
 done:
     Py_XDECREF(size_obj);
@@ -749,11 +766,10 @@ static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Py_RETURN_NONE;
     }
     if (PyDict_GET_SIZE(entries) == 0) {
-        PyObject *size_obj = PyLong_FromSsize_t(PyBytes_GET_SIZE(key)
-                                                + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + entry_overhead);
+        PyObject *size_obj = entry_size(key, value);
         if (size_obj == NULL)
             goto fail;
-        int over = over_budget(owner, size_obj);
+        int over = cannot_keep(entries, owner, size_obj);
         Py_DECREF(size_obj);
         if (over < 0)
             goto fail;
@@ -783,9 +799,7 @@ static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nar
     int nonzero = PyObject_IsTrue(delta);
     if (nonzero < 0)
         goto fail;
-    if (nonzero && (attr_add(named, str_size_bytes, delta, 0) < 0 || attr_add(owner, str_total_bytes, delta, 0) < 0))
-        goto fail;
-    if (evict_loop(named, owner, entries) < 0)
+    if (nonzero ? grow(named, owner, entries, delta) < 0 : evict_loop(named, owner, entries) < 0)
         goto fail;
 done:
     Py_XDECREF(delta);
