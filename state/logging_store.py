@@ -32,11 +32,25 @@ class _ChangeLoggingMixin:
     # `context.log_change`, resolved once at init (the context handed down by an outer wrapper
     # delegates attributes through __getattr__, too slow to go through on every put).
     _log_change = None
+    # `context.change_sender` where the context offers it (the state manager), else None
+    _change_sender = None
 
     def init(self, context: StoreContext) -> None:
         self._context = context
         self._log_change = context.log_change
+        self._change_sender = getattr(context, "change_sender", None)
         self.wrapped.init(child_context(context, self, logged=True))
+
+    def _batch_sender(self):
+        """`send(key, value, timestamp, headers)` logging a batch of this store's changes: the
+        context's sender for the store where it offers one (one lookup a batch), else its
+        log_change of each."""
+        if self._log_change is None:
+            raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
+        if self._change_sender is not None:
+            return self._change_sender(self.name)
+        log_change, name = self._log_change, self.name
+        return lambda key, value, timestamp, _headers: log_change(name, key, value, timestamp)
 
     def _log(self, key: bytes, value: Optional[bytes], timestamp: Optional[int]) -> None:
         log_change = self._log_change
@@ -62,13 +76,10 @@ class ChangeLoggingKeyValueStore(_ChangeLoggingMixin, WrappedStateStore, KeyValu
         old value plays no part), as `put` of each would: the inner store's writes in one
         `put_all` (one WriteBatch on RocksDB), then one changelog record each, in order. A
         caching layer writes its flush down through this."""
-        log_change = self._log_change
-        if log_change is None:
-            raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
-        self.wrapped.put_all([(key, value) for key, value, _timestamp, _old in changes])
-        name = self.name
+        send = self._batch_sender()
+        self.wrapped.put_all((key, value) for key, value, _timestamp, _old in changes)  # no pairs kept (below)
         for key, value, timestamp, _old in changes:
-            log_change(name, key, value, timestamp)
+            send(key, value, timestamp, None)
 
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
         # The hot path of every write-down: _log inlined.
@@ -143,21 +154,19 @@ class ChangeLoggingTimestampedKeyValueStore(_TimestampedChangeLogging, ChangeLog
     def write_changes(self, changes: list) -> None:
         """As ChangeLoggingKeyValueStore.write_changes, each record in Kafka's timestamped format
         (all values split before anything is written, so a malformed one writes nothing)."""
-        log_change = self._log_change
-        if log_change is None:
-            raise StoreClosedError(f"state store {self.name!r} is not initialized (no context to log to)")
+        send = self._batch_sender()
         name = self.name
-        try:
-            records = [(key, None, timestamp) if value is None else (key, value[_STAMP:], _stamp_of(value)[0])
-                       for key, value, timestamp, _old in changes]
-        except (struct.error, TypeError):
-            for _key, value, _timestamp, _old in changes:
-                if value is not None:
-                    split_timestamped(name, value)  # raises the typed error
-            raise
-        self.wrapped.put_all([(key, value) for key, value, _timestamp, _old in changes])
-        for key, value, timestamp in records:
-            log_change(name, key, value, timestamp)
+        for _key, value, _timestamp, _old in changes:
+            if value is not None and (type(value) is not bytes or len(value) < _STAMP):
+                split_timestamped(name, value)  # raises the typed error
+        # No list of pairs or of records kept: a big flush's tuples would outlive the young
+        # collections and trigger full ones (each pair and record is dropped as it is used).
+        self.wrapped.put_all((key, value) for key, value, _timestamp, _old in changes)
+        for key, value, timestamp, _old in changes:
+            if value is None:
+                send(key, None, timestamp, None)
+            else:
+                send(key, value[_STAMP:], _stamp_of(value)[0], None)
 
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
         # the hot path of an uncached table's writes: split_timestamped and _log inlined

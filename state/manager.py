@@ -185,6 +185,13 @@ class ProcessorStateManager:
             send = self._log_sender(store_name)
         send(key, value, timestamp, headers)
 
+    def change_sender(self, store_name: str) -> Any:
+        """`send(key, value, timestamp, headers)`: where log_change(store_name, ...) sends, for a
+        batch of the store's changes (one lookup, not one a record; valid until the collector
+        changes)."""
+        send = self._log_senders.get(store_name)
+        return send if send is not None else self._log_sender(store_name)
+
     def _log_sender(self, store_name: str) -> Any:
         """The collector's sender to the store's changelog partition (`partition_sender` where
         the collector offers it), kept until the collector changes."""

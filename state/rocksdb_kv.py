@@ -482,11 +482,13 @@ class RocksDBKeyValueStore(KeyValueStore):
         batch = WriteBatch(raw_mode=True)
         name = self.name
         for key, value in entries:
-            check_key(name, key)
+            if type(key) is not bytes:
+                check_key(name, key)
             if value is None:
                 batch.delete(key)
             else:
-                check_value(name, value)
+                if type(value) is not bytes:
+                    check_value(name, value)
                 batch.put(key, value)
         db.write(batch, self._write_opts)
 

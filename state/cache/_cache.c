@@ -22,6 +22,7 @@ static PyTypeObject *entry_type = NULL;
 static Py_ssize_t off_value, off_dirty, off_timestamp, off_old, off_size;
 static Py_ssize_t entry_overhead = -1;  /* ENTRY_OVERHEAD, set with the layout; -1: write_entry declines */
 static PyObject *str_move_to_end = NULL;
+static PyObject *unknown_marker = NULL;  /* thread_cache.UNKNOWN, registered with set_entry_layout */
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -55,13 +56,13 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
 
 static PyObject *set_entry_layout(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 1 && nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "set_entry_layout() takes 1 or 2 arguments (%zd given)", nargs);
+    if (nargs < 1 || nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "set_entry_layout() takes 1 to 3 arguments (%zd given)", nargs);
         return NULL;
     }
     PyObject *type_obj = args[0];
     Py_ssize_t overhead = -1;
-    if (nargs == 2) {
+    if (nargs >= 2) {
         overhead = PyLong_AsSsize_t(args[1]);
         if (overhead == -1 && PyErr_Occurred())
             return NULL;
@@ -93,8 +94,12 @@ static PyObject *set_entry_layout(PyObject *self, PyObject *const *args, Py_ssiz
     off_timestamp = timestamp;
     off_old = old;
     off_size = size;
-    if (nargs == 2)  /* else the overhead registered before stays */
+    if (nargs >= 2)  /* else the overhead registered before stays */
         entry_overhead = overhead;
+    if (nargs == 3) {
+        Py_INCREF(args[2]);
+        Py_XSETREF(unknown_marker, args[2]);
+    }
     Py_RETURN_NONE;
 }
 
@@ -327,14 +332,9 @@ done:
  * Python code), None or exact bytes values, and a cached entry of the registered type with an
  * exact int size and a bool dirty flag; any other case returns None before doing anything,
  * and the caller writes through the Python definition. */
-static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *write_entry_impl(PyObject *entries, PyObject *dirty, PyObject *key, PyObject *value,
+                                  PyObject *timestamp, PyObject *old)
 {
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "write_entry() takes 6 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    PyObject *entries = args[0], *dirty = args[1], *key = args[2], *value = args[3];
-    PyObject *timestamp = args[4], *old = args[5];
     if (entry_type == NULL || entry_overhead < 0 || !PyODict_CheckExact(entries) || !PyDict_CheckExact(dirty)
         || !PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value)))
         Py_RETURN_NONE;
@@ -411,6 +411,410 @@ static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t n
     return PyLong_FromSsize_t(delta);
 }
 
+static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "write_entry() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    return write_entry_impl(args[0], args[1], args[2], args[3], args[4], args[5]);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * A named cache's operations (thread_cache.NamedCache / ThreadCache, the definitions): the
+ * lookup of a read, the read-through and dirty writes with their size accounting, and the
+ * eviction loop. The NamedCache and its owner are read and written through their attributes
+ * (any types: sizes and counters with Python's number protocol), so these take every case of
+ * the loop; the write functions decline (None, nothing done) the keys and values write_entry
+ * declines. A dirty eldest entry is evicted by NamedCache.evict_eldest itself (its flush runs
+ * the listener: Python either way). */
+static PyObject *str_entries, *str_dirty, *str_owner, *str_size_bytes, *str_total_bytes, *str_max_bytes,
+    *str_evictions, *str_hits, *str_misses, *str_evict_eldest, *str_write_through;
+static PyObject *one = NULL;
+
+/* NamedCache's type and its slots' offsets (set_named_layout): its fields read and written
+ * directly, as the slot descriptors would, instead of through attribute lookups. */
+static PyTypeObject *named_type = NULL;
+#define NAMED_FIELDS 7
+static PyObject **named_names[NAMED_FIELDS] = {&str_entries, &str_dirty, &str_owner, &str_size_bytes, &str_hits,
+                                               &str_misses, &str_evictions};
+static Py_ssize_t named_offsets[NAMED_FIELDS];
+
+static inline Py_ssize_t named_offset(PyObject *obj, PyObject *name)
+{
+    if (named_type == NULL || !Py_IS_TYPE(obj, named_type))
+        return -1;
+    for (int i = 0; i < NAMED_FIELDS; i++)
+        if (*named_names[i] == name)
+            return SLOT(obj, named_offsets[i]) != NULL ? named_offsets[i] : -1;
+    return -1;
+}
+
+static PyObject *get_attr(PyObject *obj, PyObject *name)  /* new reference */
+{
+    Py_ssize_t off = named_offset(obj, name);
+    return off >= 0 ? Py_NewRef(SLOT(obj, off)) : PyObject_GetAttr(obj, name);
+}
+
+static PyObject *set_named_layout(PyObject *self, PyObject *type_obj)
+{
+    if (!PyType_Check(type_obj)) {
+        PyErr_Format(PyExc_TypeError, "set_named_layout() wants the NamedCache type, got %R", type_obj);
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)type_obj;
+    if (type->tp_setattro != PyObject_GenericSetAttr || type->tp_getattro != PyObject_GenericGetAttr) {
+        PyErr_Format(PyExc_TypeError, "%s customizes attribute access; its slots cannot be read directly",
+                     type->tp_name);
+        return NULL;
+    }
+    Py_ssize_t offsets[NAMED_FIELDS];
+    for (int i = 0; i < NAMED_FIELDS; i++)
+        if (slot_offset(type, PyUnicode_AsUTF8(*named_names[i]), &offsets[i]) < 0)
+            return NULL;
+    memcpy(named_offsets, offsets, sizeof offsets);
+    Py_INCREF(type);
+    Py_XSETREF(named_type, type);
+    Py_RETURN_NONE;
+}
+
+static int attr_add(PyObject *obj, PyObject *name, PyObject *delta, int subtract)
+{
+    Py_ssize_t off = named_offset(obj, name);
+    if (off >= 0) {
+        PyObject *now = subtract ? PyNumber_Subtract(SLOT(obj, off), delta) : PyNumber_Add(SLOT(obj, off), delta);
+        if (now == NULL)
+            return -1;
+        slot_set(obj, off, now);
+        return 0;
+    }
+    PyObject *was = PyObject_GetAttr(obj, name);
+    if (was == NULL)
+        return -1;
+    PyObject *now = subtract ? PyNumber_Subtract(was, delta) : PyNumber_Add(was, delta);
+    Py_DECREF(was);
+    if (now == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(obj, name, now);
+    Py_DECREF(now);
+    return rc;
+}
+
+/* owner._total_bytes (+ extra) > owner.max_bytes: 1, 0, or -1 with an exception */
+static int over_budget(PyObject *owner, PyObject *extra)
+{
+    PyObject *total = PyObject_GetAttr(owner, str_total_bytes);
+    if (total == NULL)
+        return -1;
+    if (extra != NULL) {
+        PyObject *sum = PyNumber_Add(total, extra);
+        Py_DECREF(total);
+        if (sum == NULL)
+            return -1;
+        total = sum;
+    }
+    PyObject *max = PyObject_GetAttr(owner, str_max_bytes);
+    if (max == NULL) {
+        Py_DECREF(total);
+        return -1;
+    }
+    int over = PyObject_RichCompareBool(total, max, Py_GT);
+    Py_DECREF(total);
+    Py_DECREF(max);
+    return over;
+}
+
+/* ThreadCache._maybe_evict(named): while the owner is over its budget and the named cache holds
+ * entries, evict its eldest: a clean one here (NamedCache.evict_eldest's accounting), a dirty
+ * one (or one this does not read) by evict_eldest itself. */
+static int evict_loop(PyObject *named, PyObject *owner, PyObject *entries)
+{
+    for (;;) {
+        int over = over_budget(owner, NULL);
+        if (over <= 0)
+            return over;
+        Py_ssize_t n = PyObject_Length(entries);
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            return 0;
+        PyObject *key = NULL, *entry = NULL;
+        if (entry_type != NULL && PyODict_CheckExact(entries)) {
+            PyObject *it = PyObject_GetIter(entries);  /* an OrderedDict iterates eldest first */
+            if (it == NULL)
+                return -1;
+            key = PyIter_Next(it);
+            Py_DECREF(it);
+            if (key == NULL && PyErr_Occurred())
+                return -1;
+            if (key != NULL) {
+                entry = PyDict_GetItemWithError(entries, key);  /* borrowed */
+                if (entry == NULL && PyErr_Occurred()) {
+                    Py_DECREF(key);
+                    return -1;
+                }
+            }
+        }
+        if (entry != NULL && Py_IS_TYPE(entry, entry_type) && SLOT(entry, off_dirty) == Py_False
+            && SLOT(entry, off_size) != NULL) {
+            PyObject *size = Py_NewRef(SLOT(entry, off_size));
+            /* popitem(last=False): the eldest key removed, then the sizes and the count */
+            int rc = PyObject_DelItem(entries, key);
+            if (rc == 0)
+                rc = attr_add(named, str_size_bytes, size, 1);
+            if (rc == 0)
+                rc = attr_add(owner, str_total_bytes, size, 1);
+            if (rc == 0)
+                rc = attr_add(named, str_evictions, one, 0);
+            Py_DECREF(size);
+            Py_DECREF(key);
+            if (rc < 0)
+                return -1;
+            continue;
+        }
+        Py_XDECREF(key);
+        PyObject *r = PyObject_CallMethodNoArgs(named, str_evict_eldest);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+}
+
+/* named.entries and named.owner (new references), or -1 */
+static int named_parts(PyObject *named, PyObject **entries, PyObject **owner)
+{
+    *entries = get_attr(named, str_entries);
+    if (*entries == NULL)
+        return -1;
+    *owner = get_attr(named, str_owner);
+    if (*owner == NULL) {
+        Py_CLEAR(*entries);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *maybe_evict(PyObject *self, PyObject *named)
+{
+    PyObject *entries, *owner;
+    if (named_parts(named, &entries, &owner) < 0)
+        return NULL;
+    int rc = evict_loop(named, owner, entries);
+    Py_DECREF(entries);
+    Py_DECREF(owner);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* lookup(named, key): NamedCache.lookup_py */
+static PyObject *lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "lookup() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *named = args[0], *key = args[1];
+    PyObject *entries = get_attr(named, str_entries);
+    if (entries == NULL)
+        return NULL;
+    PyObject *entry;
+    if (PyDict_Check(entries)) {
+        entry = PyDict_GetItemWithError(entries, key);  /* borrowed */
+        if (entry == NULL && PyErr_Occurred()) {
+            Py_DECREF(entries);
+            return NULL;
+        }
+        Py_XINCREF(entry);
+    } else {
+        entry = PyObject_CallMethod(entries, "get", "O", key);
+        if (entry == NULL) {
+            Py_DECREF(entries);
+            return NULL;
+        }
+        if (entry == Py_None)
+            Py_CLEAR(entry);
+    }
+    if (entry == NULL) {
+        Py_DECREF(entries);
+        if (attr_add(named, str_misses, one, 0) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *call_args[2] = {entries, key};
+    PyObject *r = NULL;
+    if (attr_add(named, str_hits, one, 0) == 0)
+        r = PyObject_VectorcallMethod(str_move_to_end, call_args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(entries);
+    if (r == NULL) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return entry;
+}
+
+static inline int takes_key_value(PyObject *key, PyObject *value)
+{
+    return entry_type != NULL && entry_overhead >= 0 && PyBytes_CheckExact(key)
+           && (value == Py_None || PyBytes_CheckExact(value));
+}
+
+/* The size an entry of key and value costs (a new int), or NULL with an error */
+static PyObject *entry_size(PyObject *key, PyObject *value)
+{
+    return PyLong_FromSsize_t(PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + entry_overhead);
+}
+
+/* The rule of put_clean_py and put_dirty_py: an entry an empty named cache cannot take under the
+ * budget would be evicted, alone, at once. 1, 0, or -1 with an error. */
+static int cannot_keep(PyObject *entries, PyObject *owner, PyObject *size_obj)
+{
+    return PyDict_GET_SIZE(entries) == 0 ? over_budget(owner, size_obj) : 0;
+}
+
+/* The named cache and its owner grown by `delta` bytes, then the eviction loop: 0 or -1 */
+static int grow(PyObject *named, PyObject *owner, PyObject *entries, PyObject *delta)
+{
+    if (attr_add(named, str_size_bytes, delta, 0) < 0 || attr_add(owner, str_total_bytes, delta, 0) < 0)
+        return -1;
+    return evict_loop(named, owner, entries);
+}
+
+/* put_clean(named, key, value, timestamp): NamedCache.put_clean_py; True, or None declined */
+static PyObject *put_clean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "put_clean() takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *named = args[0], *key = args[1], *value = args[2], *timestamp = args[3];
+    if (!takes_key_value(key, value) || unknown_marker == NULL)
+        Py_RETURN_NONE;
+    PyObject *entries, *owner, *size_obj = NULL;
+    if (named_parts(named, &entries, &owner) < 0)
+        return NULL;
+    if (!PyODict_CheckExact(entries)) {
+        Py_DECREF(entries);
+        Py_DECREF(owner);
+        Py_RETURN_NONE;
+    }
+    int contains = PyDict_Contains(entries, key);
+    if (contains < 0)
+        goto fail;
+    if (contains) {
+        PyObject *call_args[2] = {entries, key};
+        PyObject *r = PyObject_VectorcallMethod(str_move_to_end, call_args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+        goto done;
+    }
+    size_obj = entry_size(key, value);
+    if (size_obj == NULL)
+        goto fail;
+    int over = cannot_keep(entries, owner, size_obj);
+    if (over < 0)
+        goto fail;
+    if (over) {  /* inserted and evicted at once: counted, nothing kept */
+        if (attr_add(named, str_evictions, one, 0) < 0)
+            goto fail;
+        goto done;
+    }
+    PyObject *made = entry_type->tp_alloc(entry_type, 0);
+    if (made == NULL)
+        goto fail;
+    SLOT(made, off_value) = Py_NewRef(value);
+    SLOT(made, off_dirty) = Py_NewRef(Py_False);
+    SLOT(made, off_timestamp) = Py_NewRef(timestamp);
+    SLOT(made, off_size) = Py_NewRef(size_obj);
+    SLOT(made, off_old) = Py_NewRef(unknown_marker);
+    if (PyLong_CheckExact(timestamp))  /* atomic fields only: see write_entry */
+        PyObject_GC_UnTrack(made);
+    int rc = PyObject_SetItem(entries, key, made);
+    Py_DECREF(made);
+    if (rc < 0 || grow(named, owner, entries, size_obj) < 0)
+        goto fail;
+done:
+    Py_XDECREF(size_obj);
+    Py_DECREF(entries);
+    Py_DECREF(owner);
+    Py_RETURN_TRUE;
+fail:
+    Py_XDECREF(size_obj);
+    Py_DECREF(entries);
+    Py_DECREF(owner);
+    return NULL;
+}
+
+/* put_dirty(named, key, value, timestamp, old): NamedCache.put_dirty_py; True, or None declined */
+static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "put_dirty() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *named = args[0], *key = args[1], *value = args[2], *timestamp = args[3], *old = args[4];
+    if (!takes_key_value(key, value))
+        Py_RETURN_NONE;
+    PyObject *entries, *owner, *dirty = NULL, *delta = NULL;
+    if (named_parts(named, &entries, &owner) < 0)
+        return NULL;
+    if (!PyODict_CheckExact(entries)) {
+        Py_DECREF(entries);
+        Py_DECREF(owner);
+        Py_RETURN_NONE;
+    }
+    if (PyDict_GET_SIZE(entries) == 0) {
+        PyObject *size_obj = entry_size(key, value);
+        if (size_obj == NULL)
+            goto fail;
+        int over = cannot_keep(entries, owner, size_obj);
+        Py_DECREF(size_obj);
+        if (over < 0)
+            goto fail;
+        if (over) {  /* it would be evicted, alone, at once: written through */
+            PyObject *call_args[5] = {named, key, value, timestamp, old};
+            PyObject *r = PyObject_VectorcallMethod(str_write_through, call_args,
+                                                    5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (r == NULL)
+                goto fail;
+            Py_DECREF(r);
+            goto done;
+        }
+    }
+    dirty = get_attr(named, str_dirty);
+    if (dirty == NULL)
+        goto fail;
+    delta = write_entry_impl(entries, dirty, key, value, timestamp, old);
+    if (delta == NULL)
+        goto fail;
+    if (delta == Py_None) {  /* declined, nothing done */
+        Py_DECREF(delta);
+        Py_DECREF(dirty);
+        Py_DECREF(entries);
+        Py_DECREF(owner);
+        Py_RETURN_NONE;
+    }
+    int nonzero = PyObject_IsTrue(delta);
+    if (nonzero < 0)
+        goto fail;
+    if (nonzero ? grow(named, owner, entries, delta) < 0 : evict_loop(named, owner, entries) < 0)
+        goto fail;
+done:
+    Py_XDECREF(delta);
+    Py_XDECREF(dirty);
+    Py_DECREF(entries);
+    Py_DECREF(owner);
+    Py_RETURN_TRUE;
+fail:
+    Py_XDECREF(delta);
+    Py_XDECREF(dirty);
+    Py_DECREF(entries);
+    Py_DECREF(owner);
+    return NULL;
+}
+
 /* take_dirty(entries, dirty, entry_tuple_type, flushed, tombstones) -> bool: NamedCache._take_dirty's
  * loop (the Python loop is the definition): for each key of `dirty` in order, append
  * entry_tuple_type(key, value, timestamp, old) of its entry to `flushed` (and the key to
@@ -460,7 +864,14 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyTuple_SET_ITEM(item, 0, Py_NewRef(key));
         PyTuple_SET_ITEM(item, 1, Py_NewRef(value));
         PyTuple_SET_ITEM(item, 2, Py_NewRef(SLOT(entry, off_timestamp)));
-        PyTuple_SET_ITEM(item, 3, Py_NewRef(SLOT(entry, off_old)));
+        PyObject *old = SLOT(entry, off_old), *stamp = SLOT(entry, off_timestamp);
+        PyTuple_SET_ITEM(item, 3, Py_NewRef(old));
+        /* Atomic fields only (as write_entry's entries): in no cycle, so left out of the cyclic
+         * collector. A big flush's entries live while its listener runs; tracked, they would be
+         * promoted to the oldest generation and trigger its full collections. */
+        if ((value == Py_None || PyBytes_CheckExact(value)) && PyLong_CheckExact(stamp)
+            && (old == Py_None || PyBytes_CheckExact(old) || Py_IS_TYPE(old, &PyBaseObject_Type)))
+            PyObject_GC_UnTrack(item);
         int rc = PyList_Append(flushed, item);
         Py_DECREF(item);
         if (rc < 0)
@@ -470,6 +881,223 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
             return NULL;
     }
     Py_RETURN_TRUE;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * CachingKeyValueStore.get / put (state/cache/kv.py, the definitions) in one C call: bound to
+ * each store as its `get` and `put`. The hot case only (an open store, exact bytes key and value,
+ * an int timestamp); anything else is handed to the Python definition, registered with
+ * set_store_definitions, which does the checks and raises the typed errors. */
+static PyObject *str_named, *str_probe, *str_is_open, *str_cache, *str_lock, *str_acquire, *str_release,
+    *str_reader, *str_get, *str_read_key, *str_read_value, *str_put_clean, *str_put_dirty;
+static PyObject *store_get_py = NULL, *store_put_py = NULL;
+
+static PyObject *set_store_definitions(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "set_store_definitions(get, put) takes two callables");
+        return NULL;
+    }
+    Py_XSETREF(store_get_py, Py_NewRef(args[0]));
+    Py_XSETREF(store_put_py, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
+/* The store's named cache (new reference) when the store is open, else NULL without an error
+ * (the caller hands the call to the Python definition); NULL with an error on failure. */
+static PyObject *open_named(PyObject *store)
+{
+    PyObject *named = PyObject_GetAttr(store, str_named);
+    if (named == NULL)
+        return NULL;
+    if (named == Py_None) {
+        Py_DECREF(named);
+        return NULL;
+    }
+    PyObject *probe = PyObject_GetAttr(store, str_probe);
+    PyObject *is_open = probe == NULL ? NULL : PyObject_GetAttr(probe, str_is_open);
+    Py_XDECREF(probe);
+    int open = is_open == NULL ? -1 : PyObject_IsTrue(is_open);
+    Py_XDECREF(is_open);
+    if (open <= 0) {
+        Py_DECREF(named);
+        return NULL;
+    }
+    return named;
+}
+
+static PyObject *lock_call(PyObject *lock, PyObject *name)
+{
+    return PyObject_VectorcallMethod(name, &lock, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* store.<_cache>.lock acquired (new reference to the lock), or NULL with an error */
+static PyObject *acquire_lock(PyObject *store)
+{
+    PyObject *cache = PyObject_GetAttr(store, str_cache);
+    if (cache == NULL)
+        return NULL;
+    PyObject *lock = PyObject_GetAttr(cache, str_lock);
+    Py_DECREF(cache);
+    if (lock == NULL)
+        return NULL;
+    PyObject *r = lock_call(lock, str_acquire);
+    if (r == NULL) {
+        Py_DECREF(lock);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return lock;
+}
+
+/* releases the lock (and drops the reference), keeping a pending exception */
+static int release_lock(PyObject *lock)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = lock_call(lock, str_release);
+    Py_DECREF(lock);
+    if (r == NULL) {
+        if (type != NULL) {  /* the operation's own error is the one raised */
+            PyErr_Clear();
+            PyErr_Restore(type, value, tb);
+        }
+        return -1;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(type, value, tb);
+    return type != NULL ? -1 : 0;
+}
+
+static PyObject *cached_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0 && store_get_py != NULL)  /* the definition's */
+        return PyObject_Vectorcall(store_get_py, args, nargs, kwnames);
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "cached_get() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *store = args[0], *key = args[1];
+    if (store_get_py == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cached_get() before set_store_definitions()");
+        return NULL;
+    }
+    PyObject *named = PyBytes_CheckExact(key) ? open_named(store) : NULL;
+    if (named == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_Vectorcall(store_get_py, args, 2, NULL);
+    }
+    PyObject *lock = acquire_lock(store);
+    if (lock == NULL) {
+        Py_DECREF(named);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *lookup_args[2] = {named, key};
+    PyObject *entry = lookup(NULL, lookup_args, 2);
+    if (entry == NULL)
+        goto out;
+    if (entry != Py_None) {
+        result = Py_IS_TYPE(entry, entry_type) && SLOT(entry, off_value) != NULL
+                 ? Py_NewRef(SLOT(entry, off_value)) : PyObject_GetAttrString(entry, "value");
+        Py_DECREF(entry);
+        goto out;
+    }
+    Py_DECREF(entry);
+    PyObject *reader = PyObject_GetAttr(store, str_reader);
+    if (reader == NULL)
+        goto out;
+    PyObject *value = PyObject_VectorcallMethod(str_get, (PyObject *[]){reader, key},
+                                                2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(reader);
+    if (value == NULL)
+        goto out;
+    if (value != Py_None) {
+        PyObject *put_args[4] = {named, key, value, NULL};
+        PyObject *minus_one = PyLong_FromLong(-1);
+        if (minus_one == NULL) {
+            Py_DECREF(value);
+            goto out;
+        }
+        put_args[3] = minus_one;
+        PyObject *r = put_clean(NULL, put_args, 4);
+        if (r == Py_None) {  /* declined: the method runs the Python definition */
+            Py_DECREF(r);
+            r = PyObject_VectorcallMethod(str_put_clean, put_args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        }
+        Py_DECREF(minus_one);
+        if (r == NULL) {
+            Py_DECREF(value);
+            goto out;
+        }
+        Py_DECREF(r);
+    }
+    /* after put_clean: a flush it caused wrote other keys (this one was not cached) */
+    if (PyObject_SetAttr(store, str_read_key, key) < 0 || PyObject_SetAttr(store, str_read_value, value) < 0) {
+        Py_DECREF(value);
+        goto out;
+    }
+    result = value;
+out:
+    Py_DECREF(named);
+    if (release_lock(lock) < 0)
+        Py_CLEAR(result);
+    return result;
+}
+
+static PyObject *cached_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0 && store_put_py != NULL)  /* the definition's */
+        return PyObject_Vectorcall(store_put_py, args, nargs, kwnames);
+    if (nargs < 3 || nargs > 4) {
+        PyErr_Format(PyExc_TypeError, "cached_put() takes 3 or 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *store = args[0], *key = args[1], *value = args[2], *timestamp = nargs == 4 ? args[3] : Py_None;
+    if (store_put_py == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cached_put() before set_store_definitions()");
+        return NULL;
+    }
+    PyObject *named = (PyBytes_CheckExact(key) && (value == Py_None || PyBytes_CheckExact(value))
+                       && PyLong_CheckExact(timestamp) && unknown_marker != NULL) ? open_named(store) : NULL;
+    if (named == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_Vectorcall(store_put_py, args, nargs, NULL);
+    }
+    PyObject *lock = acquire_lock(store);
+    if (lock == NULL) {
+        Py_DECREF(named);
+        return NULL;
+    }
+    PyObject *result = NULL, *old = NULL;
+    PyObject *read_key = PyObject_GetAttr(store, str_read_key);
+    if (read_key == NULL)
+        goto out;
+    int same = read_key == Py_None ? 0 : PyObject_RichCompareBool(key, read_key, Py_EQ);
+    Py_DECREF(read_key);
+    if (same < 0)
+        goto out;
+    old = same ? PyObject_GetAttr(store, str_read_value) : Py_NewRef(unknown_marker);
+    if (old == NULL || PyObject_SetAttr(store, str_read_key, Py_None) < 0)
+        goto out;
+    PyObject *put_args[5] = {named, key, value, timestamp, old};
+    PyObject *r = put_dirty(NULL, put_args, 5);
+    if (r == Py_None) {  /* declined: the method runs the Python definition */
+        Py_DECREF(r);
+        r = PyObject_VectorcallMethod(str_put_dirty, put_args, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    if (r == NULL)
+        goto out;
+    Py_DECREF(r);
+    result = Py_NewRef(Py_None);
+out:
+    Py_XDECREF(old);
+    Py_DECREF(named);
+    if (release_lock(lock) < 0)
+        Py_CLEAR(result);
+    return result;
 }
 
 static PyMethodDef module_methods[] = {
@@ -501,6 +1129,31 @@ static PyMethodDef module_methods[] = {
      "largest of newest and their timestamps, last_value the last value written (None if\n"
      "none) and error None or the exception a key's update failed with (not raised, so the\n"
      "caller can account for the keys done before it)."},
+    {"lookup", (PyCFunction)(void (*)(void))lookup, METH_FASTCALL,
+     "lookup(named, key)\n--\n\nstate.cache.thread_cache.lookup_py in C: the entry (made MRU, a hit) or None (a miss)."},
+    {"put_clean", (PyCFunction)(void (*)(void))put_clean, METH_FASTCALL,
+     "put_clean(named, key, value, timestamp)\n--\n\nstate.cache.thread_cache.put_clean_py in C: True, or None\n"
+     "(having done nothing) for a key or value write_entry declines."},
+    {"put_dirty", (PyCFunction)(void (*)(void))put_dirty, METH_FASTCALL,
+     "put_dirty(named, key, value, timestamp, old)\n--\n\nstate.cache.thread_cache.put_dirty_py in C: True, or\n"
+     "None (having done nothing) for a case write_entry declines."},
+    {"set_named_layout", (PyCFunction)set_named_layout, METH_O,
+     "set_named_layout(named_cache_type)\n--\n\nRegisters NamedCache: its entries, dirty, owner, size_bytes, hits,\n"
+     "misses and evictions slots are then read and written directly. Raises TypeError if they are not\n"
+     "writable object slots of that type."},
+    {"maybe_evict", (PyCFunction)maybe_evict, METH_O,
+     "maybe_evict(named)\n--\n\nstate.cache.thread_cache.maybe_evict_py in C: evicts the named cache's eldest\n"
+     "entries while its owner is over budget (a dirty one by named.evict_eldest())."},
+    {"set_store_definitions", (PyCFunction)(void (*)(void))set_store_definitions, METH_FASTCALL,
+     "set_store_definitions(get, put)\n--\n\nRegisters CachingKeyValueStore's Python get and put: cached_get and\n"
+     "cached_put hand them every case they do not take."},
+    {"cached_get", (PyCFunction)(void (*)(void))cached_get, METH_FASTCALL | METH_KEYWORDS,
+     "cached_get(store, key)\n--\n\nCachingKeyValueStore.get (the Python definition) in C for an open store and\n"
+     "a bytes key; any other case is the definition's."},
+    {"cached_put", (PyCFunction)(void (*)(void))cached_put, METH_FASTCALL | METH_KEYWORDS,
+     "cached_put(store, key, value, timestamp=None)\n--\n\nCachingKeyValueStore.put (the Python definition) in\n"
+     "C for an open store, a bytes key, a bytes or None value and an int timestamp; any other case is the\n"
+     "definition's."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -516,7 +1169,39 @@ PyMODINIT_FUNC PyInit__cache(void)
 {
     if (str_move_to_end == NULL) {
         str_move_to_end = PyUnicode_InternFromString("move_to_end");
-        if (str_move_to_end == NULL)
+        str_entries = PyUnicode_InternFromString("entries");
+        str_dirty = PyUnicode_InternFromString("dirty");
+        str_owner = PyUnicode_InternFromString("owner");
+        str_size_bytes = PyUnicode_InternFromString("size_bytes");
+        str_total_bytes = PyUnicode_InternFromString("_total_bytes");
+        str_max_bytes = PyUnicode_InternFromString("max_bytes");
+        str_evictions = PyUnicode_InternFromString("evictions");
+        str_hits = PyUnicode_InternFromString("hits");
+        str_misses = PyUnicode_InternFromString("misses");
+        str_evict_eldest = PyUnicode_InternFromString("evict_eldest");
+        str_write_through = PyUnicode_InternFromString("write_through");
+        one = PyLong_FromLong(1);
+        str_named = PyUnicode_InternFromString("_named");
+        str_probe = PyUnicode_InternFromString("_probe");
+        str_is_open = PyUnicode_InternFromString("is_open");
+        str_cache = PyUnicode_InternFromString("_cache");
+        str_lock = PyUnicode_InternFromString("lock");
+        str_acquire = PyUnicode_InternFromString("acquire");
+        str_release = PyUnicode_InternFromString("release");
+        str_reader = PyUnicode_InternFromString("_reader");
+        str_get = PyUnicode_InternFromString("get");
+        str_read_key = PyUnicode_InternFromString("_read_key");
+        str_read_value = PyUnicode_InternFromString("_read_value");
+        str_put_clean = PyUnicode_InternFromString("put_clean");
+        str_put_dirty = PyUnicode_InternFromString("put_dirty");
+        if (str_named == NULL || str_probe == NULL || str_is_open == NULL || str_cache == NULL || str_lock == NULL
+            || str_acquire == NULL || str_release == NULL || str_reader == NULL || str_get == NULL
+            || str_read_key == NULL || str_read_value == NULL || str_put_clean == NULL || str_put_dirty == NULL)
+            return NULL;
+        if (str_move_to_end == NULL || str_entries == NULL || str_dirty == NULL || str_owner == NULL
+            || str_size_bytes == NULL || str_total_bytes == NULL || str_max_bytes == NULL || str_evictions == NULL
+            || str_hits == NULL || str_misses == NULL || str_evict_eldest == NULL || str_write_through == NULL
+            || one == NULL)
             return NULL;
     }
     return PyModule_Create(&module_def);

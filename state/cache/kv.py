@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import logging
 import struct
+from types import MethodType
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted
-from state.cache.thread_cache import (ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache, write_entry,
-                                      write_entry_py)
+from state.cache.thread_cache import (ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache, lookup, put_clean,
+                                      put_clean_py, put_dirty, put_dirty_py)
 from state.errors import StoreClosedError
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import KeyValueIterator, KeyValueStore, check_key, check_value
@@ -28,8 +29,10 @@ except ImportError:  # pragma: no cover - the accelerator is optional
     _cache_c = None
 if _cache_c is not None:  # the entry layout registered by state.cache.thread_cache
     _increment_run: Optional[Callable] = _cache_c.increment_run
+    _cached_get: Optional[Callable] = _cache_c.cached_get
+    _cached_put: Optional[Callable] = _cache_c.cached_put
 else:  # pragma: no cover
-    _increment_run = None
+    _increment_run = _cached_get = _cached_put = None
 _LIST_OR_TUPLE = (list, tuple)
 
 
@@ -37,10 +40,11 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     """Caches reads and deduplicates writes of the wrapped bytes store until flush or eviction.
 
     get and put are the processors' hot path: they work on their named cache directly (the
-    ThreadCache lock held once), and when the cache cannot hold even the smallest entry
-    (max_bytes < ENTRY_OVERHEAD, e.g. statestore.cache.max.bytes=0) they skip it: a put is
-    written down at once and a read is not kept, exactly what inserting the entry and evicting
-    it again would do (same listener calls, changelog and stats), as Kafka bypasses a zero cache.
+    ThreadCache lock held once). An entry the named cache cannot take (it is empty and the
+    entry does not fit the budget, always so when statestore.cache.max.bytes=0) is not kept:
+    a put is written down at once and a read is not kept, exactly what inserting the entry and
+    evicting it again would do (same listener calls, changelog and stats; NamedCache.put_dirty
+    and put_clean), as Kafka bypasses a zero cache.
 
     A flush listener with a `flush_many` attribute is handed the changes of a flush at once
     where they are written down at once (over a change-logging layer): `flush_many(changes)`,
@@ -51,17 +55,27 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     # update_many's C loop for an int64 increment's hot case, None without state.cache._cache (a
     # store's own attribute set to None makes it use the Python loop, as tests do)
     _increment_run: Optional[Callable] = _increment_run
-    # The key whose last read found nothing in the store, until the next write of any kind:
-    # a put of that key right after the read (a table source's get-then-put) knows the store's
-    # old value (None) and its flush need not read it again.
-    _absent: Optional[bytes] = None
+    # The key whose last read missed the cache and read the store, and what it read (None or
+    # the bytes), until the next write of any kind: a put of that key right after the read (a
+    # table source's or an aggregation's get-then-put) knows the store's old value and its flush
+    # need not read it again (the store changes only through this cache's write-downs).
+    _read_key: Optional[bytes] = None
+    _read_value: Optional[bytes] = None
+
+    def __init__(self, wrapped: Any, cache: Optional[ThreadCache] = None) -> None:
+        super().__init__(wrapped, cache)
+        if _cached_get is not None:
+            # get and put in one C call each (state/cache/_cache.c): the methods below are their
+            # definitions, and what the C calls hand every case but the hot one
+            self.get = MethodType(_cached_get, self)  # type: ignore[method-assign]
+            self.put = MethodType(_cached_put, self)  # type: ignore[method-assign]
 
     def init(self, context: Any) -> None:
-        self._absent = None  # a restore may have written the store since
+        self._read_key = None  # a restore may have written the store since
         super().init(context)
 
     def _write_down(self, entries: list) -> None:
-        self._absent = None
+        self._read_key = None
         wrapped = self.wrapped
         listener = self._flush_listener
         write_changes = getattr(wrapped, "write_changes", None)
@@ -123,21 +137,14 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         lock = cache.lock
         lock.acquire()
         try:
-            entries = named.entries
-            entry = entries.get(key)
+            entry = lookup(named, key)
             if entry is not None:
-                named.hits += 1
-                entries.move_to_end(key)
                 return entry.value
-            named.misses += 1
             value = self._reader.get(key)
-            if value is not None:
-                if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-                    named.evictions += 1  # kept and evicted at once: a clean entry flushes nothing
-                else:
-                    named.put_clean(key, value)
-            else:
-                self._absent = key
+            if value is not None and put_clean(named, key, value, -1) is None:
+                put_clean_py(named, key, value, -1)
+            # after put_clean: a flush it caused wrote other keys (this one was not cached)
+            self._read_key, self._read_value = key, value
             return value
         finally:
             lock.release()
@@ -193,22 +200,10 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         lock = cache.lock
         lock.acquire()
         try:
-            absent = self._absent
-            self._absent = None
-            entries = named.entries
-            if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-                named.write_through(key, value, timestamp, None if key == absent else UNKNOWN)
-                return
-            # NamedCache.put_dirty's work (without its call)
-            old = None if key == absent else UNKNOWN
-            delta = write_entry(entries, named.dirty, key, value, timestamp, old)
-            if delta is None:
-                delta = write_entry_py(entries, named.dirty, key, value, timestamp, old)
-            if delta:
-                named.size_bytes += delta
-                cache._total_bytes += delta
-            if cache._total_bytes > cache.max_bytes:
-                cache._maybe_evict(named)
+            old = self._read_value if key == self._read_key else UNKNOWN
+            self._read_key = None
+            if put_dirty(named, key, value, timestamp, old) is None:
+                put_dirty_py(named, key, value, timestamp, old)
         finally:
             lock.release()
 
@@ -251,7 +246,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         named = self._named
         if named is None or not self._probe.is_open:
             raise StoreClosedError(f"state store {self.name!r} is not open")
-        self._absent = None
+        self._read_key = None
         cache = self._cache
         lock = cache.lock
         entries = named.entries
@@ -357,23 +352,16 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     def _update_missed(self, named: NamedCache, cache: ThreadCache, key: bytes,
                        fn: Callable[..., Any], timestamp: int, stamped: bool) -> Optional[bytes]:
         """update() of a key the cache does not hold (the lock is held): read through, write dirty."""
-        entries = named.entries
         named.misses += 1
         old = self._reader.get(key)
         if old is not None:
-            if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-                named.evictions += 1
-            else:
-                named.put_clean(key, old)  # then dirtied below (it keeps `old`), unless evicted at once
+            named.put_clean(key, old)  # then dirtied below (it keeps `old`), unless evicted at once
         if stamped:
             value, timestamp = fn(old, timestamp)
         else:
             value = fn(old)
         if value is not None and type(value) is not bytes:
             check_value(self.name, value)
-        if cache.max_bytes < ENTRY_OVERHEAD and not entries:
-            named.write_through(key, value, timestamp, old)
-            return value
         named.put_dirty(key, value, timestamp, old)
         return value
 
@@ -401,3 +389,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             old = self.get(key)
             self.put(key, None, timestamp)
             return old
+
+
+if _cache_c is not None:
+    _cache_c.set_store_definitions(CachingKeyValueStore.get, CachingKeyValueStore.put)

@@ -96,17 +96,91 @@ def write_entry_py(entries: "OrderedDict[bytes, CacheEntry]", dirty: "dict[bytes
     return delta
 
 
-try:  # write_entry and _take_dirty's loop in C (state/cache/_cache.c), Python without it
+def lookup_py(named: "NamedCache", key: bytes) -> Optional[CacheEntry]:
+    """A read of a named cache: the entry of `key`, made MRU and counted a hit, or None (a miss).
+    `lookup` is this, in C where state.cache._cache is built."""
+    entries = named.entries
+    entry = entries.get(key)
+    if entry is None:
+        named.misses += 1
+        return None
+    named.hits += 1
+    entries.move_to_end(key)
+    return entry
+
+
+def put_clean_py(named: "NamedCache", key: bytes, value: Optional[bytes], timestamp: int = -1) -> bool:
+    """A read-through into a named cache: never replaces what the cache holds (it may be a
+    pending dirty write). An entry an empty named cache cannot take under the budget is not
+    kept: inserting it would evict it at once (counted as an eviction; a clean entry flushes
+    nothing). `put_clean` is this, in C where state.cache._cache is built (None: not taken,
+    nothing done, call this)."""
+    entries = named.entries
+    if key in entries:
+        entries.move_to_end(key)
+        return True
+    size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+    owner = named.owner
+    if not entries and owner._total_bytes + size > owner.max_bytes:
+        named.evictions += 1
+        return True
+    entries[key] = CacheEntry(value, False, timestamp, size)
+    named.size_bytes += size
+    owner._total_bytes += size
+    maybe_evict(named)
+    return True
+
+
+def put_dirty_py(named: "NamedCache", key: bytes, value: Optional[bytes], timestamp: int,
+                 old: object = UNKNOWN) -> bool:
+    """A write into a named cache: replaces any cached entry (reusing its object), becomes MRU
+    and last dirty (`write_entry`), then evicts while over the budget. `old`: the wrapped
+    store's value for a key not cached, when the caller read it. A write into an empty named
+    cache that the budget cannot take is written through (`write_through`): inserting it would
+    evict it, alone, at once. `put_dirty` is this, in C where state.cache._cache is built (None:
+    not taken, nothing done, call this)."""
+    entries = named.entries
+    owner = named.owner
+    if not entries and (owner._total_bytes + len(key) + (len(value) if value is not None else 0)
+                        + ENTRY_OVERHEAD > owner.max_bytes):
+        named.write_through(key, value, timestamp, old)
+        return True
+    delta = write_entry(entries, named.dirty, key, value, timestamp, old)
+    if delta is None:
+        delta = write_entry_py(entries, named.dirty, key, value, timestamp, old)
+    if delta:
+        named.size_bytes += delta
+        owner._total_bytes += delta
+    maybe_evict(named)
+    return True
+
+
+def maybe_evict_py(named: "NamedCache") -> None:
+    """While the thread's cache is over its budget, the named cache that was written evicts its
+    own eldest entries (never another's: Kafka's ThreadCache.maybeEvict), until it is empty.
+    `maybe_evict` is this, in C where state.cache._cache is built."""
+    owner = named.owner
+    entries = named.entries
+    while owner._total_bytes > owner.max_bytes and entries:
+        named.evict_eldest()
+
+
+try:  # the functions above and _take_dirty's loop in C (state/cache/_cache.c), Python without them
     from state.cache import _cache as _cache_c
 except ImportError:  # pragma: no cover - the accelerator is optional
     _cache_c = None
 if _cache_c is not None:
-    _cache_c.set_entry_layout(CacheEntry, ENTRY_OVERHEAD)
+    _cache_c.set_entry_layout(CacheEntry, ENTRY_OVERHEAD, UNKNOWN)
     write_entry: Callable[..., Optional[int]] = _cache_c.write_entry
     _take_dirty_c: Optional[Callable[..., bool]] = _cache_c.take_dirty  # NamedCache._take_dirty's loop
+    lookup: Callable[..., Optional[CacheEntry]] = _cache_c.lookup
+    put_clean: Callable[..., Optional[bool]] = _cache_c.put_clean
+    put_dirty: Callable[..., Optional[bool]] = _cache_c.put_dirty
+    maybe_evict: Callable[..., None] = _cache_c.maybe_evict
 else:  # pragma: no cover
     write_entry = write_entry_py
     _take_dirty_c = None
+    lookup, put_clean, put_dirty, maybe_evict = lookup_py, put_clean_py, put_dirty_py, maybe_evict_py
 
 
 class NamedCache:
@@ -133,32 +207,14 @@ class NamedCache:
         self.owner._total_bytes += delta
 
     def put_dirty(self, key: bytes, value: Optional[bytes], timestamp: int, old: object = UNKNOWN) -> None:
-        """A write: replaces any cached entry (reusing its object), becomes MRU and last dirty.
-        `old`: the wrapped store's value for a key not cached, when the caller read it.
-        CachingKeyValueStore.put does the same around write_entry; keep the two in step."""
-        delta = write_entry(self.entries, self.dirty, key, value, timestamp, old)
-        if delta is None:
-            delta = write_entry_py(self.entries, self.dirty, key, value, timestamp, old)
-        owner = self.owner
-        if delta:
-            self.size_bytes += delta
-            owner._total_bytes += delta
-        if owner._total_bytes > owner.max_bytes:
-            owner._maybe_evict(self)
+        """A write (put_dirty_py)."""
+        if put_dirty(self, key, value, timestamp, old) is None:
+            put_dirty_py(self, key, value, timestamp, old)
 
     def put_clean(self, key: bytes, value: Optional[bytes], timestamp: int = -1) -> None:
-        """A read-through: never replaces what the cache holds (it may be a pending dirty write)."""
-        entries = self.entries
-        if key in entries:
-            entries.move_to_end(key)
-            return
-        size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
-        entries[key] = CacheEntry(value, False, timestamp, size)
-        self.size_bytes += size
-        owner = self.owner
-        owner._total_bytes += size
-        if owner._total_bytes > owner.max_bytes:
-            owner._maybe_evict(self)
+        """A read-through (put_clean_py)."""
+        if put_clean(self, key, value, timestamp) is None:
+            put_clean_py(self, key, value, timestamp)
 
     def _take_dirty(self, first: Optional[DirtyEntry]) -> tuple[list, list]:
         flushed = [first] if first is not None else []
@@ -199,9 +255,10 @@ class NamedCache:
         return len(flushed)
 
     def write_through(self, key: bytes, value: Optional[bytes], timestamp: int, old: object) -> None:
-        """A write no entry can hold (the cache is smaller than one entry and empty): inserting
-        it and evicting it at once would flush it alone, which is NamedCache.flush(first) with
-        nothing else to take; this does exactly that, counted as an eviction."""
+        """A write this cache cannot hold (it is empty and the entry does not fit the budget):
+        inserting it and evicting it at once would flush it alone, which is
+        NamedCache.flush(first) with nothing else to take (an empty cache has no dirty entry);
+        this does exactly that, counted as an eviction."""
         self.evictions += 1
         if self.listener is None:
             raise StateError(f"cache {self.name!r} has dirty entries but no flush listener")
@@ -217,6 +274,10 @@ class NamedCache:
             del self.dirty[key]
             self.flush(_new_tuple(DirtyEntry, (key, entry.value, entry.timestamp, entry.old)))
         return size
+
+
+if _cache_c is not None:  # the C functions above read and write its slots directly
+    _cache_c.set_named_layout(NamedCache)
 
 
 class ThreadCache:
@@ -262,13 +323,7 @@ class ThreadCache:
             cache = self._caches.get(namespace)
             if cache is None:
                 return None
-            entry = cache.entries.get(key)
-            if entry is None:
-                cache.misses += 1
-                return None
-            cache.hits += 1
-            cache.entries.move_to_end(key)
-            return entry
+            return lookup(cache, key)
         finally:
             lock.release()
 
@@ -287,10 +342,7 @@ class ThreadCache:
             lock.release()
 
     def _maybe_evict(self, cache: NamedCache) -> None:
-        max_bytes = self.max_bytes
-        entries = cache.entries
-        while self._total_bytes > max_bytes and entries:
-            cache.evict_eldest()
+        maybe_evict(cache)
 
     def range_snapshot(
         self, namespace: str, lower: Optional[bytes], upper_exclusive: Optional[bytes]

@@ -11,6 +11,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 static PyObject *inner_bytes(PyObject *fn, PyObject *value)  /* new ref: exact bytes, else NULL + error */
@@ -174,6 +175,9 @@ static PyObject *change_deserialize(PyObject *self, PyObject *const *args, Py_ss
 }
 
 static PyObject *no_headers = NULL;  /* the () a flushed change is forwarded with */
+/* INT64_VALUE: forward_flushed's value_deserialize for INT64 values (the 16-byte timestamped
+ * value's last 8 bytes, big-endian signed; any other size is not decoded here) */
+static PyObject *int64_value = NULL;
 
 /* A timestamped store's value bytes (8-byte timestamp + the inner value's bytes) decoded by
  * inner_deserialize; None for None; NULL + error for anything else (shorter, not bytes). */
@@ -184,6 +188,17 @@ static PyObject *stamped_value(PyObject *fn, PyObject *data)
     if (!PyBytes_CheckExact(data) || PyBytes_GET_SIZE(data) < 8) {
         PyErr_SetString(PyExc_ValueError, "not a timestamped value's bytes");
         return NULL;
+    }
+    if (fn == int64_value) {
+        if (PyBytes_GET_SIZE(data) != 16) {
+            PyErr_SetString(PyExc_ValueError, "not a timestamped INT64's 16 bytes");
+            return NULL;
+        }
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data) + 8;
+        uint64_t u = 0;
+        for (int k = 0; k < 8; k++)
+            u = (u << 8) | p[k];
+        return PyLong_FromLongLong((long long)u);
     }
     return inner_value(fn, data, 8, PyBytes_GET_SIZE(data));
 }
@@ -263,7 +278,8 @@ static PyMethodDef module_methods[] = {
      "forward_flushed(changes, start, key_deserialize, value_deserialize, change_type, down)\n--\n\n"
      "A cached table's flushed (key, new, timestamp, old) bytes from changes[start:] decoded\n"
      "(values past their 8-byte timestamp) and forwarded as down(key, change_type(new, old),\n"
-     "timestamp, ()); returns the index of the first change it could not decode, or len."},
+     "timestamp, ()); returns the index of the first change it could not decode, or len.\n"
+     "value_deserialize INT64_VALUE: a 16-byte value's last 8 bytes as a big-endian int64."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -279,5 +295,12 @@ PyMODINIT_FUNC PyInit__change(void)
 {
     if (no_headers == NULL && (no_headers = PyTuple_New(0)) == NULL)
         return NULL;
-    return PyModule_Create(&module_def);
+    if (int64_value == NULL && (int64_value = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL)
+        return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module != NULL && PyModule_AddObjectRef(module, "INT64_VALUE", int64_value) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

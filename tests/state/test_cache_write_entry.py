@@ -153,3 +153,68 @@ def test_c_take_dirty_declines_an_entry_it_does_not_take():
     del dirty[b"b"]
     assert _cache.take_dirty(entries, dirty, thread_cache.DirtyEntry, flushed, tombstones) is True
     assert flushed == [(b"a", b"1", 0, UNKNOWN)] and entries[b"a"].dirty is False and tombstones == []
+
+
+def _cache_state(cache, flushed):
+    return (cache.size_bytes, {name: (snapshot(named.entries, named.dirty), named.size_bytes, named.hits, named.misses,
+                                      named.evictions) for name, named in cache._caches.items()}, flushed)
+
+
+def _run_named_ops(seed, ops):
+    """Random reads and writes of two stores sharing a small budget (so evictions of clean and
+    dirty entries, flushes of a whole dirty set and write-throughs into an empty cache all
+    happen), through `ops` (lookup, put_clean, put_dirty): the caches' states after every step."""
+    rng = random.Random(seed)
+    lookup, put_clean, put_dirty = ops
+    cache = ThreadCache(700)
+    flushed = []
+    names = ("0_0-a", "0_0-b")
+    for name in names:
+        cache.add_dirty_entry_flush_listener(name, lambda entries, name=name: flushed.append((name, list(entries))))
+    states = []
+    for step in range(3000):
+        named = cache.named_cache(rng.choice(names))
+        key = b"k%d" % rng.randrange(15)
+        value = rng.choice([None, b"", b"v", b"x" * 40, b"y" * 300, b"z" * 700])
+        r = rng.random()
+        if r < 0.3:
+            entry = lookup(named, key)
+            states.append(None if entry is None else (entry.value, entry.dirty))
+        elif r < 0.55:
+            put_clean(named, key, value, step)
+        elif r < 0.97:
+            put_dirty(named, key, value, step, rng.choice([UNKNOWN, None, b"o"]))
+        else:
+            named.flush()
+        states.append(_cache_state(cache, flushed))
+    return states
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(4))
+def test_c_and_python_named_cache_operations_leave_the_same_caches(seed, monkeypatch):
+    """lookup / put_clean / put_dirty / maybe_evict in C against their Python definitions: the
+    same entries (values, old values, flags, timestamps, sizes, LRU and write order), sizes,
+    stats and flushes after every step."""
+    monkeypatch.setattr(thread_cache, "maybe_evict", thread_cache.maybe_evict_py)  # the Python run's evictions
+    python = _run_named_ops(seed, (thread_cache.lookup_py, thread_cache.put_clean_py, thread_cache.put_dirty_py))
+    ours = _run_named_ops(seed, (_cache.lookup, _cache.put_clean, _cache.put_dirty))
+    assert ours == python
+    final = python[-1]
+    assert final[1]["0_0-a"][4] > 0 and any(len(entries) > 1 for _, entries in final[2])  # evictions, whole flushes
+
+
+@needs_c
+def test_c_named_cache_writes_decline_what_write_entry_declines():
+    cache = ThreadCache(10_000)
+    named = cache.named_cache("0_0-s")
+    named.listener = lambda entries: None
+    assert _cache.put_clean(named, "k", b"v", 1) is None and _cache.put_dirty(named, b"k", bytearray(b"v"), 1, None) is None
+    assert not named.entries and cache.size_bytes == 0
+    assert _cache.put_dirty(named, b"k", b"v", 1, None) is True and cache.size_bytes == 1 + 1 + ENTRY_OVERHEAD
+
+
+@needs_c
+def test_the_caches_use_the_c_named_cache_operations_when_built():
+    assert (thread_cache.lookup, thread_cache.put_clean, thread_cache.put_dirty, thread_cache.maybe_evict) == (
+        _cache.lookup, _cache.put_clean, _cache.put_dirty, _cache.maybe_evict)

@@ -543,6 +543,33 @@ def test_a_put_right_after_a_read_that_found_nothing_flushes_without_reading_aga
     store.close()
 
 
+def test_a_put_right_after_a_read_that_found_a_value_flushes_without_reading_again(inner, ctx):
+    # an aggregation's get-then-put in a cache another store has filled: the read finds the
+    # stored value, the cache cannot keep it (empty, over the budget), the put is written
+    # through; its old value is the one just read, so the store is read once
+    filler_bytes = 1 + 300 + ENTRY_OVERHEAD
+    store, cache, flushed = make(inner, ctx, max_bytes=filler_bytes)
+    filler = CachingKeyValueStore(InMemoryKeyValueStore("fill"), cache)
+    filler.init(ctx)
+    filler.set_flush_listener(lambda *change: None)
+    filler.put(b"f", b"x" * 300, 0)
+    store.put(b"k", b"1", timestamp=1)  # the cache cannot keep it: written through
+    assert flushed == [(b"k", b"1", None, 1)] and cache.size_bytes == filler_bytes
+    flushed.clear()
+    store.put(b"j", b"0", timestamp=1)
+    counting = store._reader = CountingReads(store._reader)
+    assert store.get(b"k") == b"1"
+    store.put(b"k", b"2", timestamp=2)
+    assert flushed == [(b"j", b"0", None, 1), (b"k", b"2", b"1", 2)]
+    assert counting.reads == [b"k"]
+    # the memo is for the next put only: another read of j, then k's put reads k again
+    assert store.get(b"j") == b"0"
+    store.put(b"k", b"3", timestamp=3)
+    assert flushed[2:] == [(b"k", b"3", b"2", 3)] and counting.reads == [b"k", b"j", b"k"]
+    filler.close()
+    store.close()
+
+
 def test_a_write_through_between_the_read_and_the_put_is_not_forgotten(inner, ctx):
     # a read finds nothing, an update writes the key through (a cache too small for one
     # entry), then a put of the key: its old value is the written one, read at flush

@@ -14,6 +14,11 @@ from state.typed import TypedKeyValueStore
 
 from recording_context import RecordingContext
 
+try:
+    from state.cache import _cache
+except ImportError:  # pragma: no cover - the accelerator is optional
+    _cache = None
+
 
 class CountingSerde:
     """A str or JSON serde that counts serialize calls."""
@@ -163,6 +168,37 @@ def test_cache_too_small_for_any_entry_writes_each_put_down_at_once(tmp_path, ma
     store.close()
 
 
+def test_empty_cache_in_a_budget_another_store_fills_writes_each_put_down_at_once(tmp_path):
+    """Another store's entries fill the thread's budget and this store's cache is empty: each
+    entry would be inserted and evicted at once (a store over the budget evicts only its own
+    entries, Kafka's ThreadCache.maybeEvict), so the same listener calls, changelog and stats as
+    a cache too small for any entry; the other store's entry stays, never evicted by this one."""
+    ctx = RecordingContext(tmp_path / "f")
+    filler_bytes = 1 + 200 + ENTRY_OVERHEAD
+    cache = ThreadCache(filler_bytes)
+    filler = CachingKeyValueStore(ChangeLoggingKeyValueStore(InMemoryKeyValueStore("fill")), cache)
+    filler.init(ctx)
+    filler.set_flush_listener(lambda *change: None)
+    filler.put(b"f", b"x" * 200, 0)
+    store = CachingKeyValueStore(ChangeLoggingKeyValueStore(InMemoryKeyValueStore("hp")), cache)
+    store.init(ctx)
+    flushed = []
+    store.set_flush_listener(lambda k, new, old, ts: flushed.append((k, new, old, ts)))
+    assert run_ops(store, [op for op in OPS if op[0] != "flush"]) == [None, b"1", None, b"1", b"1", None, None]
+    assert flushed == [
+        (b"a", b"1", None, 1), (b"b", b"1", None, 2), (b"a", b"2", b"1", 3), (b"c", b"9", None, 5),
+        (b"b", None, b"1", 6), (b"a", b"3", b"2", 7),
+    ]
+    assert store.cache.stats(store.namespace) == STATS_AFTER_OPS
+    assert cache.stats(filler.namespace)["entries"] == 1 and cache.stats(filler.namespace)["evictions"] == 0
+    assert cache.size_bytes == filler_bytes
+    # room again (the filler flushed and closed): an entry is kept
+    filler.close()
+    store.put(b"k", b"v", 9)
+    assert cache.stats(store.namespace)["entries"] == 1 and flushed[-1][0] == b"a"
+    store.close()
+
+
 def test_write_through_without_listener_logs_every_write(tmp_path):
     ctx = RecordingContext(tmp_path / "x")
     store = CachingKeyValueStore(ChangeLoggingKeyValueStore(InMemoryKeyValueStore("hp")), ThreadCache(0))
@@ -203,3 +239,75 @@ def test_closed_inner_store_fails_cached_reads_and_writes(inner, ctx):
     store.close(dirty=True)
     with pytest.raises(StoreClosedError, match="'hp'"):
         store.get(b"a")
+
+
+def _python_store(store):
+    """The same store through the Python definitions of get and put (not the C calls bound to it)."""
+    store.__dict__.pop("get", None)
+    store.__dict__.pop("put", None)
+    return store
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_c_get_and_put_match_the_python_definitions(tmp_path, seed):
+    """CachingKeyValueStore.get / put in C (state/cache/_cache.c, where built) against the
+    Python methods: the same reads, flushes (old values too), changelog, stats and reads of
+    the store below, over random operations of two stores sharing a small budget."""
+    import random
+    runs = []
+    for python in (False, True):
+        rng = random.Random(seed)
+        ctx = RecordingContext(tmp_path / f"{seed}_{python}")
+        cache = ThreadCache(600)
+        stores, flushed, reads = [], [], []
+        for name in ("a", "b"):
+            inner = ChangeLoggingKeyValueStore(InMemoryKeyValueStore(name))
+            store = CachingKeyValueStore(inner, cache)
+            store.init(ctx)
+            if python:
+                _python_store(store)
+            elif _cache is not None:
+                assert store.get.__func__ is _cache.cached_get and store.put.__func__ is _cache.cached_put
+            store.set_flush_listener(lambda k, new, old, ts, name=name, flushed=flushed:
+                                     flushed.append((name, k, new, old, ts)))
+            below_get = store._reader.get
+            store._reader.get = (lambda key, below_get=below_get, name=name, reads=reads:
+                                 reads.append((name, key)) or below_get(key))
+            stores.append(store)
+        results = []
+        for step in range(2500):
+            store = rng.choice(stores)
+            key = b"k%d" % rng.randrange(12)
+            r = rng.random()
+            if r < 0.45:
+                results.append(store.get(key))
+            elif r < 0.95:
+                store.put(key, rng.choice([None, b"", b"v", b"w" * 100, b"x" * 600]), step)
+            else:
+                store.flush()
+        runs.append((results, flushed, reads, ctx.logged_changes,
+                     [cache.stats(store.namespace) for store in stores], cache.size_bytes))
+    assert runs[0] == runs[1]
+    assert runs[0][1] and runs[0][2]  # flushes and reads below happened
+
+
+def test_c_get_and_put_hand_other_cases_to_the_python_definitions(inner, ctx):
+    store = CachingKeyValueStore(ChangeLoggingKeyValueStore(inner), ThreadCache(10_000))
+    store.init(ctx)
+    flushed = []
+    store.set_flush_listener(lambda k, new, old, ts: flushed.append((k, new, old, ts)))
+    with pytest.raises(InvalidStoreArgumentError, match="'hp'.*key must be bytes"):
+        store.get("k")
+    with pytest.raises(InvalidStoreArgumentError, match="'hp'"):
+        store.put(b"k", "v", 1)
+    store.put(b"k", b"v", timestamp=3)  # a keyword: the Python method's call
+    store.put(b"j", b"w")  # no timestamp: the supplier's
+    assert store.get(key=b"k") == b"v"
+    store.flush()
+    assert [(k, new, old) for k, new, old, _ in flushed] == [(b"k", b"v", None), (b"j", b"w", None)]
+    assert flushed[0][3] == 3
+    store.close()
+    with pytest.raises(StoreClosedError):
+        store.get(b"k")
+    with pytest.raises(StoreClosedError):
+        store.put(b"k", b"v", 1)

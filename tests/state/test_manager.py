@@ -112,6 +112,24 @@ def test_log_change_goes_to_changelog_partition(sd):
     close_state_manager(mgr, dirty=False)
 
 
+def test_a_flush_batch_is_logged_through_one_sender_where_log_change_sends(sd):
+    # the change-logging layer's write_changes (a caching layer's flush) sends through
+    # change_sender: the same records, in order, log_change of each would send
+    collector = Collector()
+    mgr = open_task(sd, [rocks()], collector=collector)
+    store = mgr.get_store("counts")
+    store.write_changes([(b"a", b"1", 5, None), (b"b", None, 6, None), (b"c", b"3", 7, None)])
+    # (topic, partition, key, value, offset)
+    assert collector.sent == [("app-counts-changelog", 3, b"a", b"1", 0), ("app-counts-changelog", 3, b"b", None, 1),
+                              ("app-counts-changelog", 3, b"c", b"3", 2)]
+    assert store.get(b"a") == b"1" and store.get(b"b") is None
+    mgr.change_sender("counts")(b"d", b"4", 8, None)
+    assert collector.sent[-1] == ("app-counts-changelog", 3, b"d", b"4", 3)
+    with pytest.raises(StateError, match="not registered as a logged store"):
+        mgr.change_sender("nope")
+    close_state_manager(mgr, dirty=False)
+
+
 def test_no_checkpoint_starts_from_beginning(sd):
     mgr = open_task(sd, [rocks()])
     assert mgr.store_offset(CL) is None

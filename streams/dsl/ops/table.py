@@ -21,6 +21,11 @@ from streams.engine.stages import Stage, StageOperator, drop
 from streams.errors import ProcessingError
 from streams.processor import ProcessorContext
 
+try:  # forward_flushed's INT64 value decoding (streams/dsl/_change.c), None without the accelerator
+    from streams.dsl._change import INT64_VALUE as _INT64_VALUE
+except ImportError:  # pragma: no cover - the accelerator is optional
+    _INT64_VALUE = None
+
 log = logging.getLogger(__name__)
 
 _new_tuple = tuple.__new__
@@ -54,8 +59,10 @@ def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool,
         key_of, value_of = access.key_of, access.value_of
         # the loop below in C (streams/dsl/_change.c) where the serdes have unchecked functions:
         # it stops at a change it cannot decode, which the Python loop forwards (value or error)
-        run = _change.forward_flushed if access.key_de_unchecked is not None and access.inner_de is not None else None
-        run_args = (access.key_de_unchecked, access.inner_de, Change, to_children)
+        # (an INT64 value, without an unchecked deserializer, decoded there by _INT64_VALUE)
+        value_de = access.inner_de if access.inner_de is not None else access.int64_de
+        run = _change.forward_flushed if access.key_de_unchecked is not None and value_de is not None else None
+        run_args = (access.key_de_unchecked, value_de, Change, to_children)
 
         def on_flush_many(changes: list) -> None:  # the caching store's batch form, scoped once
             i, n = 0, len(changes)
@@ -105,6 +112,7 @@ class TimestampedAccess:
         # deserializers where they have them (else None)
         self.key_de_unchecked: Optional[Callable[[bytes], Any]] = None
         self.inner_de: Optional[Callable[[bytes], Any]] = None
+        self.int64_de: Any = None  # _change.forward_flushed's INT64 decoding, for an INT64 inner serde
         key_serde = getattr(store, "key_serde", None)
         vat_serde = getattr(store, "value_serde", None)
         inner = getattr(store, "inner_value_serde", None)
@@ -186,6 +194,7 @@ class TimestampedAccess:
         self.key_of, self.value_of = key_of, value_of
         self.key_de_unchecked = _serdes.unchecked_deserializer(key_serde)
         self.inner_de = inner_de
+        self.int64_de = _INT64_VALUE if fixed is not None else None
 
     def _typed_get(self, key: Any) -> tuple:
         vat = self.store.get(key)

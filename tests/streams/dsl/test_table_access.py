@@ -117,13 +117,17 @@ def test_a_stage_operator_as_a_node_forwards_into_a_chain_and_names_its_failing_
         assert f"processor={sink}," in str(err.value)
 
 
-def _flushed_changes(seed):
-    """(key, new, timestamp, old) bytes as a cached timestamped STRING table flushes them, some
-    undecodable (a value shorter than its timestamp, bytes that are no UTF-8, a key too)."""
+def _flushed_changes(seed, inner=S):
+    """(key, new, timestamp, old) bytes as a cached timestamped STRING (or INT64) table flushes
+    them, some undecodable (a value shorter than its timestamp, bytes that are no UTF-8 or not
+    8 bytes long, a key too)."""
     import random
     rng = random.Random(seed)
     stamp = (7).to_bytes(8, "big")
     values = [None, stamp + b"a", stamp + b"", stamp + "\u00e9".encode(), stamp + b"\xff", b"short"]
+    if inner is serdes.INT64:
+        values = [None, stamp + (5).to_bytes(8, "big"), stamp + (-2).to_bytes(8, "big", signed=True),
+                  stamp + (2**63 - 1).to_bytes(8, "big"), stamp + b"\x00" * 7, stamp + b"\x00" * 9, b"short"]
     keys = [b"k", b"", "\u4e2d".encode(), b"\xff"]
     return [(rng.choice(keys), rng.choice(values), rng.randrange(100), rng.choice(values)) for _ in range(300)]
 
@@ -140,8 +144,9 @@ class _Recording:
         return lambda key, value, timestamp, headers: self.got.append((key, value, timestamp, headers))
 
 
+@pytest.mark.parametrize("inner", [S, serdes.INT64], ids=["string", "int64"])
 @pytest.mark.parametrize("seed", range(4))
-def test_the_c_flush_loop_forwards_what_the_python_loop_does(tmp_path, seed):
+def test_the_c_flush_loop_forwards_what_the_python_loop_does(tmp_path, seed, inner):
     """streams/dsl/_change.c forward_flushed against attach_tuple_forwarder's Python loop (the
     accelerator switched off): the same records, and at an undecodable change the same error,
     after the same records."""
@@ -150,10 +155,10 @@ def test_the_c_flush_loop_forwards_what_the_python_loop_does(tmp_path, seed):
     from streams.dsl.ops import table as table_ops
     if change_mod.forward_flushed is None:
         pytest.skip("streams.dsl._change is not built")
-    changes = _flushed_changes(seed)
+    changes = _flushed_changes(seed, inner)
     results = []
     for accelerated in (True, False):
-        store, _ = _store(tmp_path / str(accelerated), S, caching=True)
+        store, _ = _store(tmp_path / str(accelerated), inner, caching=True)
         got: list = []
         saved = change_mod.forward_flushed
         change_mod.forward_flushed = saved if accelerated else None
