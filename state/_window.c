@@ -171,8 +171,8 @@ static PyObject *scan_key(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
 /* ---- a plain RocksDB window store's put and single-key fetch ----------------------------------- */
 
-static PyObject *str_engine, *str_db, *str_put, *str_delete, *str_retain_duplicates, *str_seqnum, *str_interval,
-    *str_observed, *str_retention, *str_min_live, *str_max_segment, *str_is_open, *str_scan_iterator;
+static PyObject *str_db, *str_put, *str_delete, *str_seqnum, *str_observed, *str_min_live, *str_max_segment,
+    *str_is_open;
 
 static inline long long floordiv(long long a, long long b)
 {
@@ -182,27 +182,26 @@ static inline long long floordiv(long long a, long long b)
     return q;
 }
 
-/* store.<name> as a C long long; -1 with an exception on failure (*ok = 0) */
-static long long get_ll(PyObject *store, PyObject *name, int *ok)
+/* The mutable state of a store lives in its instance dict (plain attributes, no descriptor of
+ * those names on the store classes): read and written there directly. */
+static int dict_ll(PyObject *dict, PyObject *name, long long *out)
 {
-    PyObject *v = PyObject_GetAttr(store, name);
+    PyObject *v = PyDict_GetItemWithError(dict, name);
     if (v == NULL) {
-        *ok = 0;
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_AttributeError, "window store has no attribute %R", name);
         return -1;
     }
-    long long r = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    if (r == -1 && PyErr_Occurred())
-        *ok = 0;
-    return r;
+    *out = PyLong_AsLongLong(v);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
-static int set_ll(PyObject *store, PyObject *name, long long value)
+static int dict_set_ll(PyObject *dict, PyObject *name, long long value)
 {
     PyObject *v = PyLong_FromLongLong(value);
     if (v == NULL)
         return -1;
-    int rc = PyObject_SetAttr(store, name, v);
+    int rc = PyDict_SetItem(dict, name, v);
     Py_DECREF(v);
     return rc;
 }
@@ -221,66 +220,75 @@ static int plain_time(PyObject *v, long long *out)
     return overflow == 0 && *out >= 0;
 }
 
-static PyObject *call_fallback(PyObject *const *args, Py_ssize_t nargs)
+/* the Python method: fallback(store, a, b, c) */
+static PyObject *call_fallback(PyObject *fallback, PyObject *store, PyObject *a, PyObject *b, PyObject *c)
 {
-    /* the Python method, as fallback(store, *rest) */
-    return PyObject_Vectorcall(args[0], args + 1, nargs - 1, NULL);
+    PyObject *call_args[4] = {store, a, b, c};
+    return PyObject_Vectorcall(fallback, call_args, 4, NULL);
 }
 
+/* put_window(fallback, store, engine, segment_interval_ms, retention_ms, retain_duplicates, key, value,
+ * window_start): SegmentedWindowStore.put_for_changelog (fallback) of a plain key-first store on a
+ * RocksDB engine, for the common case: plain arguments, an open engine out of bulk loading, a
+ * live segment and no segment to drop. Any other case goes to fallback, unchanged. */
 static PyObject *put_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "put_window() takes 5 arguments (%zd given)", nargs);
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "put_window() takes 9 arguments (%zd given)", nargs);
         return NULL;
     }
-    PyObject *store = args[1], *key = args[2], *value = args[3];
+    PyObject *fallback = args[0], *store = args[1], *engine = args[2];
+    PyObject *key = args[6], *value = args[7];
+    long long interval = PyLong_AsLongLong(args[3]), retention = PyLong_AsLongLong(args[4]);
+    int retain = PyObject_IsTrue(args[5]);
+    if (PyErr_Occurred() || retain < 0)
+        return NULL;
+    if (interval <= 0) {
+        PyErr_SetString(PyExc_ValueError, "put_window(): the segment interval must be positive");
+        return NULL;
+    }
     long long ws;
-    if (!PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value)) || !plain_time(args[4], &ws))
-        return call_fallback(args, nargs);
-    PyObject *engine = PyObject_GetAttr(store, str_engine);
-    if (engine == NULL)
+    if (!PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value)) || !plain_time(args[8], &ws))
+        return call_fallback(fallback, store, key, value, args[8]);
+    if (retain && value == Py_None)
+        return Py_NewRef(Py_None); /* Kafka: a None value is not kept among duplicates */
+    PyObject *engine_dict = PyObject_GenericGetDict(engine, NULL);
+    if (engine_dict == NULL)
         return NULL;
-    PyObject *db = PyObject_GetAttr(engine, str_db);
-    Py_DECREF(engine);
-    if (db == NULL)
-        return NULL;
-    PyObject *result = NULL;
+    PyObject *db = PyDict_GetItemWithError(engine_dict, str_db);
+    Py_XINCREF(db);
+    Py_DECREF(engine_dict);
+    if (db == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return call_fallback(fallback, store, key, value, args[8]);
+    }
     if (db == Py_None) { /* closed, or bulk loading: the engine's own path */
         Py_DECREF(db);
-        return call_fallback(args, nargs);
+        return call_fallback(fallback, store, key, value, args[8]);
     }
-    PyObject *retain_obj = PyObject_GetAttr(store, str_retain_duplicates);
-    int retain = retain_obj == NULL ? -1 : PyObject_IsTrue(retain_obj);
-    Py_XDECREF(retain_obj);
-    if (retain < 0)
+    PyObject *result = NULL;
+    PyObject *dict = PyObject_GenericGetDict(store, NULL);
+    if (dict == NULL)
         goto out;
-    if (retain && value == Py_None) {
-        result = Py_NewRef(Py_None);
-        goto out;
-    }
-    int ok = 1;
-    long long interval = get_ll(store, str_interval, &ok);
-    long long observed = get_ll(store, str_observed, &ok);
-    long long retention = get_ll(store, str_retention, &ok);
-    long long min_live = get_ll(store, str_min_live, &ok);
-    long long max_segment = get_ll(store, str_max_segment, &ok);
-    long long seqnum = retain ? get_ll(store, str_seqnum, &ok) : 0;
-    if (!ok)
+    long long observed, min_live, max_segment, seqnum = 0;
+    if (dict_ll(dict, str_observed, &observed) < 0 || dict_ll(dict, str_min_live, &min_live) < 0
+        || dict_ll(dict, str_max_segment, &max_segment) < 0 || (retain && dict_ll(dict, str_seqnum, &seqnum) < 0))
         goto out;
     long long seg = floordiv(ws, interval);
     /* segments to drop, or an expired record: the Python path (it logs, counts and drops) */
     if ((ws > observed && floordiv(ws - retention, interval) > min_live) || seg < min_live) {
-        Py_DECREF(db);
-        return call_fallback(args, nargs);
+        result = call_fallback(fallback, store, key, value, args[8]);
+        goto out;
     }
     if (retain) {
         seqnum = (seqnum + 1) & 0x7FFFFFFF;
-        if (set_ll(store, str_seqnum, seqnum) < 0)
+        if (dict_set_ll(dict, str_seqnum, seqnum) < 0)
             goto out;
     }
-    if (ws > observed && set_ll(store, str_observed, ws) < 0)
+    if (ws > observed && dict_set_ll(dict, str_observed, ws) < 0)
         goto out;
-    if (seg > max_segment && set_ll(store, str_max_segment, seg) < 0)
+    if (seg > max_segment && dict_set_ll(dict, str_max_segment, seg) < 0)
         goto out;
     Py_ssize_t klen = PyBytes_GET_SIZE(key);
     PyObject *changelog_key = PyBytes_FromStringAndSize(NULL, klen + 12);
@@ -300,8 +308,13 @@ static PyObject *put_window(PyObject *self, PyObject *const *args, Py_ssize_t na
     unsigned char *st = (unsigned char *)PyBytes_AS_STRING(stored);
     put_be64(st, (uint64_t)seg);
     memcpy(st + 8, c, klen + 12);
-    PyObject *r = value == Py_None ? PyObject_CallMethodOneArg(db, str_delete, stored)
-                                   : PyObject_CallMethodObjArgs(db, str_put, stored, value, NULL);
+    PyObject *r;
+    if (value == Py_None) {
+        r = PyObject_CallMethodOneArg(db, str_delete, stored);
+    } else {
+        PyObject *call_args[3] = {db, stored, value};
+        r = PyObject_VectorcallMethod(str_put, call_args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
     Py_DECREF(stored);
     if (r == NULL) {
         Py_DECREF(changelog_key);
@@ -310,39 +323,48 @@ static PyObject *put_window(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_DECREF(r);
     result = changelog_key;
 out:
+    Py_XDECREF(dict);
     Py_DECREF(db);
     return result;
 }
 
+/* fetch_window(fallback, store, engine, scan_iterator, segment_interval_ms, retention_ms, key, time_from,
+ * time_to): SegmentedWindowStore.fetch_values (fallback) of a plain key-first store on a RocksDB
+ * engine, for plain arguments and an open engine; any other case goes to fallback. */
 static PyObject *fetch_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "fetch_window() takes 5 arguments (%zd given)", nargs);
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "fetch_window() takes 9 arguments (%zd given)", nargs);
         return NULL;
     }
-    PyObject *store = args[1], *key = args[2];
+    PyObject *fallback = args[0], *store = args[1], *engine = args[2], *scan_iterator = args[3], *key = args[6];
+    long long interval = PyLong_AsLongLong(args[4]), retention = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (interval <= 0) {
+        PyErr_SetString(PyExc_ValueError, "fetch_window(): the segment interval must be positive");
+        return NULL;
+    }
     long long time_from, time_to;
-    if (!PyBytes_CheckExact(key) || !plain_time(args[3], &time_from) || !plain_time(args[4], &time_to))
-        return call_fallback(args, nargs);
-    PyObject *engine = PyObject_GetAttr(store, str_engine);
-    if (engine == NULL)
+    if (!PyBytes_CheckExact(key) || !plain_time(args[7], &time_from) || !plain_time(args[8], &time_to))
+        return call_fallback(fallback, store, key, args[7], args[8]);
+    PyObject *engine_dict = PyObject_GenericGetDict(engine, NULL);
+    if (engine_dict == NULL)
         return NULL;
-    PyObject *is_open = PyObject_GetAttr(engine, str_is_open);
-    Py_DECREF(engine);
-    if (is_open == NULL)
-        return NULL;
-    int open = PyObject_IsTrue(is_open);
-    Py_DECREF(is_open);
+    PyObject *is_open = PyDict_GetItemWithError(engine_dict, str_is_open);
+    int open = is_open == NULL ? (PyErr_Occurred() ? -1 : 0) : PyObject_IsTrue(is_open);
+    Py_DECREF(engine_dict);
     if (open < 0)
         return NULL;
     if (!open)
-        return call_fallback(args, nargs);
-    int ok = 1;
-    long long interval = get_ll(store, str_interval, &ok);
-    long long observed = get_ll(store, str_observed, &ok);
-    long long retention = get_ll(store, str_retention, &ok);
-    long long min_live = get_ll(store, str_min_live, &ok);
-    if (!ok)
+        return call_fallback(fallback, store, key, args[7], args[8]);
+    PyObject *dict = PyObject_GenericGetDict(store, NULL);
+    if (dict == NULL)
+        return NULL;
+    long long observed, min_live;
+    int rc = dict_ll(dict, str_observed, &observed) < 0 || dict_ll(dict, str_min_live, &min_live) < 0;
+    Py_DECREF(dict);
+    if (rc)
         return NULL;
     /* nothing at or before observed - retention (actual_from); nothing starts after observed */
     if (time_from < observed - retention + 1)
@@ -354,16 +376,9 @@ static PyObject *fetch_window(PyObject *self, PyObject *const *args, Py_ssize_t 
     long long first = floordiv(time_from, interval), last = floordiv(time_to, interval);
     if (first < min_live)
         first = min_live;
-    PyObject *scan_iterator = PyObject_GetAttr(store, str_scan_iterator);
-    if (scan_iterator == NULL)
+    PyObject *it = PyObject_CallNoArgs(scan_iterator);
+    if (it == NULL)
         return NULL;
-    PyObject *it = scan_iterator == Py_None ? NULL : PyObject_CallNoArgs(scan_iterator);
-    Py_DECREF(scan_iterator);
-    if (it == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        return call_fallback(args, nargs);
-    }
     PyObject *found = scan(it, key, first, last, time_from, time_to);
     Py_DECREF(it);
     return found;
@@ -373,9 +388,11 @@ static PyMethodDef methods[] = {
     {"scan_key", (PyCFunction)(void (*)(void))scan_key, METH_FASTCALL,
      "scan_key(it, key, first_segment, last_segment, time_from, time_to) -> [(window start, value)]"},
     {"put_window", (PyCFunction)(void (*)(void))put_window, METH_FASTCALL,
-     "put_window(fallback, store, key, value, window_start) -> changelog key or None"},
+     "put_window(fallback, store, engine, segment_interval_ms, retention_ms, retain_duplicates, key, value, "
+     "window_start) -> changelog key or None"},
     {"fetch_window", (PyCFunction)(void (*)(void))fetch_window, METH_FASTCALL,
-     "fetch_window(fallback, store, key, time_from, time_to) -> [(window start, value)]"},
+     "fetch_window(fallback, store, engine, scan_iterator, segment_interval_ms, retention_ms, key, time_from, "
+     "time_to) -> [(window start, value)]"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -390,19 +407,14 @@ PyMODINIT_FUNC PyInit__window(void)
     if (!str_seek || !str_key || !str_value || !str_next)
         return NULL;
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
-    INTERN(str_engine, "_engine");
     INTERN(str_db, "_db");
     INTERN(str_put, "put");
     INTERN(str_delete, "delete");
-    INTERN(str_retain_duplicates, "retain_duplicates");
     INTERN(str_seqnum, "_seqnum");
-    INTERN(str_interval, "segment_interval_ms");
     INTERN(str_observed, "observed_stream_time");
-    INTERN(str_retention, "retention_ms");
     INTERN(str_min_live, "_min_live_segment");
     INTERN(str_max_segment, "_max_segment");
     INTERN(str_is_open, "is_open");
-    INTERN(str_scan_iterator, "_scan_iterator");
 #undef INTERN
     return PyModule_Create(&module);
 }

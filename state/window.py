@@ -376,8 +376,12 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
             # fetch_values in C (state/_window.c). The C form takes the common case (a live
             # segment, nothing to drop, an open engine, plain arguments) and hands every other
             # to the Python method below, which holds the rules; a parity test keeps them equal.
-            self.put_for_changelog = partial(_put_window_c, SegmentedWindowStore.put_for_changelog, self)
-            self.fetch_values = partial(_fetch_window_c, SegmentedWindowStore.fetch_values, self)
+            # (the engine, its scan iterator, the interval, the retention and retain_duplicates
+            # are fixed for the store's life)
+            self.put_for_changelog = partial(_put_window_c, SegmentedWindowStore.put_for_changelog, self,
+                                             self._engine, segment_interval_ms, self.retention_ms, retain_duplicates)
+            self.fetch_values = partial(_fetch_window_c, SegmentedWindowStore.fetch_values, self, self._engine,
+                                        self._scan_iterator, segment_interval_ms, self.retention_ms)
 
     def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
             timestamp: Optional[int] = None) -> Optional[int]:
