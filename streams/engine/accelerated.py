@@ -33,7 +33,6 @@ from streams.errors import InvalidTimestampError, RecordDeserializationError
 
 if TYPE_CHECKING:
     from streams.engine.task_engine import TaskEngine
-    from streams.runtime.partition_group import PartitionGroup
 
 # None without the accelerator or the verified Message layout (eddy/messages.py).
 _keyed_run = message_function("keyed_run")
@@ -226,9 +225,10 @@ class MergedDispatch:
         self.sources = sources
         self.routes = routes
 
-    def __call__(self, group: "PartitionGroup", max_records: int, stop_when_empty: bool,
+    def __call__(self, group: Any, max_records: int, stop_when_empty: bool,
                  consumed: dict[tuple[str, int], int]) -> tuple[int, int, bool]:
-        """Process up to `max_records` records of `group` (PartitionGroup.runs' arguments):
+        """Process up to `max_records` records of `group` (a runtime PartitionGroup: its
+        `queues` and `buffered`; PartitionGroup.runs' arguments):
         (records taken, of which processed, whether the choice is done; False: the C pass gave
         up, the caller's Python loop goes on). `consumed[tp]` is the last offset processed of
         each partition; `group.buffered` counts the records taken off."""
