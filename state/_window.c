@@ -384,6 +384,113 @@ static PyObject *fetch_window(PyObject *self, PyObject *const *args, Py_ssize_t 
     return found;
 }
 
+/* ---- a typed window store's put and fetch_values over such a store ---------------------------- */
+
+/* fallback(store, *rest): the Python method, for anything the C form does not take */
+static PyObject *call_method_fallback(PyObject *const *args, Py_ssize_t first_rest, Py_ssize_t nargs)
+{
+    PyObject *call_args[8];
+    Py_ssize_t n = 0;
+    call_args[n++] = args[1];
+    for (Py_ssize_t i = first_rest; i < nargs && n < 8; i++)
+        call_args[n++] = args[i];
+    return PyObject_Vectorcall(args[0], call_args, n, NULL);
+}
+
+/* typed_put(fallback, store, key_bytes, value_bytes, wrapped_put, key, value, window_start[, timestamp]):
+ * TypedWindowStore.put (fallback): the key and value through their serializers' C forms, then
+ * wrapped_put(key bytes, value bytes, window_start, timestamp); a serializer's Exception hands the
+ * whole put to fallback (whose checked forms raise the typed error), before anything is written. */
+static PyObject *typed_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 && nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "typed_put() takes 8 or 9 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *key = args[5], *value = args[6];
+    PyObject *kb = PyObject_CallOneArg(args[2], key);
+    if (kb == NULL)
+        goto serializer_failed;
+    PyObject *vb = value == Py_None ? Py_NewRef(Py_None) : PyObject_CallOneArg(args[3], value);
+    if (vb == NULL) {
+        Py_DECREF(kb);
+        goto serializer_failed;
+    }
+    PyObject *call_args[4] = {kb, vb, args[7], nargs == 9 ? args[8] : Py_None};
+    PyObject *r = PyObject_Vectorcall(args[4], call_args, 4, NULL);
+    Py_DECREF(kb);
+    Py_DECREF(vb);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+serializer_failed:
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
+    PyErr_Clear();
+    return call_method_fallback(args, 5, nargs);
+}
+
+/* typed_fetch(fallback, store, key_bytes, read_values, decode, key, time_from, time_to):
+ * TypedWindowStore.fetch_values (fallback): the key through its serializer's C form, the range
+ * read with read_values (the bytes store's fetch_values) and each value decoded with decode (None:
+ * values are bytes); a serializer's or decoder's Exception hands the whole fetch to fallback
+ * (whose checked forms raise the typed error). */
+static PyObject *typed_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "typed_fetch() takes 8 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *decode = args[4];
+    PyObject *kb = PyObject_CallOneArg(args[2], args[5]);
+    if (kb == NULL)
+        goto failed;
+    PyObject *call_args[3] = {kb, args[6], args[7]};
+    PyObject *found = PyObject_Vectorcall(args[3], call_args, 3, NULL);
+    Py_DECREF(kb);
+    if (found == NULL)
+        return NULL; /* the store's own error */
+    if (decode == Py_None || !PyList_CheckExact(found) || PyList_GET_SIZE(found) == 0)
+        return found;
+    Py_ssize_t n = PyList_GET_SIZE(found);
+    PyObject *result = PyList_New(n);
+    if (result == NULL) {
+        Py_DECREF(found);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(found, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "typed_fetch(): the store's records must be (window start, value) pairs");
+            Py_DECREF(result);
+            Py_DECREF(found);
+            return NULL;
+        }
+        PyObject *decoded = PyObject_CallOneArg(decode, PyTuple_GET_ITEM(pair, 1));
+        if (decoded == NULL) {
+            Py_DECREF(result);
+            Py_DECREF(found);
+            goto failed;
+        }
+        PyObject *out = PyTuple_Pack(2, PyTuple_GET_ITEM(pair, 0), decoded);
+        Py_DECREF(decoded);
+        if (out == NULL) {
+            Py_DECREF(result);
+            Py_DECREF(found);
+            return NULL;
+        }
+        PyList_SET_ITEM(result, i, out);
+    }
+    Py_DECREF(found);
+    return result;
+failed:
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
+    PyErr_Clear();
+    return call_method_fallback(args, 5, nargs);
+}
+
 static PyMethodDef methods[] = {
     {"scan_key", (PyCFunction)(void (*)(void))scan_key, METH_FASTCALL,
      "scan_key(it, key, first_segment, last_segment, time_from, time_to) -> [(window start, value)]"},
@@ -393,6 +500,10 @@ static PyMethodDef methods[] = {
     {"fetch_window", (PyCFunction)(void (*)(void))fetch_window, METH_FASTCALL,
      "fetch_window(fallback, store, engine, scan_iterator, segment_interval_ms, retention_ms, key, time_from, "
      "time_to) -> [(window start, value)]"},
+    {"typed_put", (PyCFunction)(void (*)(void))typed_put, METH_FASTCALL,
+     "typed_put(fallback, store, key_bytes, value_bytes, wrapped_put, key, value, window_start[, timestamp])"},
+    {"typed_fetch", (PyCFunction)(void (*)(void))typed_fetch, METH_FASTCALL,
+     "typed_fetch(fallback, store, key_bytes, read_values, decode, key, time_from, time_to) -> [(window start, value)]"},
     {NULL, NULL, 0, NULL},
 };
 

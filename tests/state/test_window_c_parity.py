@@ -72,3 +72,61 @@ def test_bad_arguments_and_a_closed_store_get_the_python_methods_errors(tmp_path
         store.put_for_changelog(b"k", b"v", 5)
     with pytest.raises(StoreClosedError):
         store.fetch_values(b"k", 0, 5)
+
+
+def _typed(tmp_path, name, python):
+    from recording_context import RecordingContext
+    from state.stores import Stores
+    from streams import serdes
+
+    ctx = RecordingContext(tmp_path / name / "0_0")
+    supplier = Stores.persistent_window_store(name, retention_ms=300, window_size_ms=50, retain_duplicates=True)
+    store = Stores.window_store_builder(supplier, serdes.STRING, serdes.INT64).with_caching_disabled() \
+        .with_logging_enabled().build()
+    store.init(ctx)
+    if python:  # the class's Python methods
+        del store.put
+        del store.fetch_values
+    return store, ctx
+
+
+def _outcome(call, *args):
+    try:
+        return "ok", call(*args)
+    except Exception as exc:  # the error is part of what must match
+        return type(exc).__name__, str(exc).replace("'py'", "'c'")
+
+
+def test_c_typed_put_and_fetch_match_the_python_methods(tmp_path):
+    c_store, c_ctx = _typed(tmp_path, "c", False)
+    py_store, py_ctx = _typed(tmp_path, "py", True)
+    assert not isinstance(py_store.put, type(c_store.put))  # C is in use
+    rng = random.Random(9)
+    kinds = set()
+    try:
+        for step in range(1500):
+            key = rng.choice(("a", "b", "ab", "", 5, None))  # 5 and None do not serialize
+            ts = rng.randint(0, 400)
+            if rng.random() < 0.6:
+                value = rng.choice((step, None, "not an int"))  # the last does not serialize
+                args = (key, value, ts, ts + 1)  # the record's timestamp: what the changelog record carries
+                got = _outcome(c_store.put, *args)
+                assert got == _outcome(py_store.put, *args), step
+                kinds.add(("put", got[0]))
+            else:
+                if rng.random() < 0.05 and isinstance(key, str):  # a stored value INT64 refuses
+                    for store in (c_store, py_store):
+                        store.inner_most().put(key.encode(), b"bad", ts)
+                args = (key, max(0, ts - 100), ts + 100)
+                got = _outcome(c_store.fetch_values, *args)
+                assert got == _outcome(py_store.fetch_values, *args), step
+                kinds.add(("fetch", got[0], bool(got[1]) if got[0] == "ok" else None))
+        assert [c[1:] for c in c_ctx.logged_changes] == [c[1:] for c in py_ctx.logged_changes]
+        assert len(c_ctx.logged_changes) > 100
+        # the cases the C forms hand over happened: keys and values that do not serialize, a
+        # stored value that does not decode, and plain reads that found records
+        assert {("put", "InvalidStoreArgumentError"), ("fetch", "ok", True)} <= kinds
+        assert len({k for k in kinds if k[0] == "fetch" and k[1] != "ok"}) >= 2, kinds
+    finally:
+        c_store.close()
+        py_store.close()
