@@ -227,16 +227,38 @@ static PyObject *call_fallback(PyObject *fallback, PyObject *store, PyObject *a,
     return PyObject_Vectorcall(fallback, call_args, 4, NULL);
 }
 
+/* fallback(store, *args[first_rest:], **keywords): the Python method, for a call the C form does
+ * not take as it stands (keyword arguments, another number of arguments) */
+static PyObject *fallback_as_called(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_ssize_t first_rest,
+                                    const char *name)
+{
+    if (nargs < first_rest) {
+        PyErr_Format(PyExc_TypeError, "%s() needs its %zd bound arguments", name, first_rest);
+        return NULL;
+    }
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    Py_ssize_t npos = 1 + nargs - first_rest;
+    PyObject *small[16];
+    PyObject **call_args = npos + nkw <= 16 ? small : PyMem_Malloc((npos + nkw) * sizeof(PyObject *));
+    if (call_args == NULL)
+        return PyErr_NoMemory();
+    call_args[0] = args[1];
+    for (Py_ssize_t i = first_rest; i < nargs + nkw; i++)
+        call_args[1 + i - first_rest] = args[i];
+    PyObject *r = PyObject_Vectorcall(args[0], call_args, npos, kwnames);
+    if (call_args != small)
+        PyMem_Free(call_args);
+    return r;
+}
+
 /* put_window(fallback, store, engine, segment_interval_ms, retention_ms, retain_duplicates, key, value,
  * window_start): SegmentedWindowStore.put_for_changelog (fallback) of a plain key-first store on a
  * RocksDB engine, for the common case: plain arguments, an open engine out of bulk loading, a
  * live segment and no segment to drop. Any other case goes to fallback, unchanged. */
-static PyObject *put_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *put_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (nargs != 9) {
-        PyErr_Format(PyExc_TypeError, "put_window() takes 9 arguments (%zd given)", nargs);
-        return NULL;
-    }
+    if (nargs != 9 || kwnames != NULL)
+        return fallback_as_called(args, nargs, kwnames, 6, "put_window");
     PyObject *fallback = args[0], *store = args[1], *engine = args[2];
     PyObject *key = args[6], *value = args[7];
     long long interval = PyLong_AsLongLong(args[3]), retention = PyLong_AsLongLong(args[4]);
@@ -312,8 +334,8 @@ static PyObject *put_window(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (value == Py_None) {
         r = PyObject_CallMethodOneArg(db, str_delete, stored);
     } else {
-        PyObject *call_args[3] = {db, stored, value};
-        r = PyObject_VectorcallMethod(str_put, call_args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        PyObject *call_args[4] = {NULL, db, stored, value}; /* a free slot before self: the offset flag's */
+        r = PyObject_VectorcallMethod(str_put, call_args + 1, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     }
     Py_DECREF(stored);
     if (r == NULL) {
@@ -331,12 +353,10 @@ out:
 /* fetch_window(fallback, store, engine, scan_iterator, segment_interval_ms, retention_ms, key, time_from,
  * time_to): SegmentedWindowStore.fetch_values (fallback) of a plain key-first store on a RocksDB
  * engine, for plain arguments and an open engine; any other case goes to fallback. */
-static PyObject *fetch_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *fetch_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (nargs != 9) {
-        PyErr_Format(PyExc_TypeError, "fetch_window() takes 9 arguments (%zd given)", nargs);
-        return NULL;
-    }
+    if (nargs != 9 || kwnames != NULL)
+        return fallback_as_called(args, nargs, kwnames, 6, "fetch_window");
     PyObject *fallback = args[0], *store = args[1], *engine = args[2], *scan_iterator = args[3], *key = args[6];
     long long interval = PyLong_AsLongLong(args[4]), retention = PyLong_AsLongLong(args[5]);
     if (PyErr_Occurred())
@@ -386,27 +406,14 @@ static PyObject *fetch_window(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 /* ---- a typed window store's put and fetch_values over such a store ---------------------------- */
 
-/* fallback(store, *rest): the Python method, for anything the C form does not take */
-static PyObject *call_method_fallback(PyObject *const *args, Py_ssize_t first_rest, Py_ssize_t nargs)
-{
-    PyObject *call_args[8];
-    Py_ssize_t n = 0;
-    call_args[n++] = args[1];
-    for (Py_ssize_t i = first_rest; i < nargs && n < 8; i++)
-        call_args[n++] = args[i];
-    return PyObject_Vectorcall(args[0], call_args, n, NULL);
-}
-
 /* typed_put(fallback, store, key_bytes, value_bytes, wrapped_put, key, value, window_start[, timestamp]):
  * TypedWindowStore.put (fallback): the key and value through their serializers' C forms, then
  * wrapped_put(key bytes, value bytes, window_start, timestamp); a serializer's Exception hands the
  * whole put to fallback (whose checked forms raise the typed error), before anything is written. */
-static PyObject *typed_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *typed_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (nargs != 8 && nargs != 9) {
-        PyErr_Format(PyExc_TypeError, "typed_put() takes 8 or 9 arguments (%zd given)", nargs);
-        return NULL;
-    }
+    if ((nargs != 8 && nargs != 9) || kwnames != NULL)
+        return fallback_as_called(args, nargs, kwnames, 5, "typed_put");
     PyObject *key = args[5], *value = args[6];
     PyObject *kb = PyObject_CallOneArg(args[2], key);
     if (kb == NULL)
@@ -428,7 +435,7 @@ serializer_failed:
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return NULL;
     PyErr_Clear();
-    return call_method_fallback(args, 5, nargs);
+    return fallback_as_called(args, nargs, NULL, 5, "typed_put");
 }
 
 /* typed_fetch(fallback, store, key_bytes, read_values, decode, key, time_from, time_to):
@@ -436,12 +443,10 @@ serializer_failed:
  * read with read_values (the bytes store's fetch_values) and each value decoded with decode (None:
  * values are bytes); a serializer's or decoder's Exception hands the whole fetch to fallback
  * (whose checked forms raise the typed error). */
-static PyObject *typed_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *typed_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "typed_fetch() takes 8 arguments (%zd given)", nargs);
-        return NULL;
-    }
+    if (nargs != 8 || kwnames != NULL)
+        return fallback_as_called(args, nargs, kwnames, 5, "typed_fetch");
     PyObject *decode = args[4];
     PyObject *kb = PyObject_CallOneArg(args[2], args[5]);
     if (kb == NULL)
@@ -488,21 +493,21 @@ failed:
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return NULL;
     PyErr_Clear();
-    return call_method_fallback(args, 5, nargs);
+    return fallback_as_called(args, nargs, NULL, 5, "typed_fetch");
 }
 
 static PyMethodDef methods[] = {
     {"scan_key", (PyCFunction)(void (*)(void))scan_key, METH_FASTCALL,
      "scan_key(it, key, first_segment, last_segment, time_from, time_to) -> [(window start, value)]"},
-    {"put_window", (PyCFunction)(void (*)(void))put_window, METH_FASTCALL,
+    {"put_window", (PyCFunction)(void (*)(void))put_window, METH_FASTCALL | METH_KEYWORDS,
      "put_window(fallback, store, engine, segment_interval_ms, retention_ms, retain_duplicates, key, value, "
      "window_start) -> changelog key or None"},
-    {"fetch_window", (PyCFunction)(void (*)(void))fetch_window, METH_FASTCALL,
+    {"fetch_window", (PyCFunction)(void (*)(void))fetch_window, METH_FASTCALL | METH_KEYWORDS,
      "fetch_window(fallback, store, engine, scan_iterator, segment_interval_ms, retention_ms, key, time_from, "
      "time_to) -> [(window start, value)]"},
-    {"typed_put", (PyCFunction)(void (*)(void))typed_put, METH_FASTCALL,
+    {"typed_put", (PyCFunction)(void (*)(void))typed_put, METH_FASTCALL | METH_KEYWORDS,
      "typed_put(fallback, store, key_bytes, value_bytes, wrapped_put, key, value, window_start[, timestamp])"},
-    {"typed_fetch", (PyCFunction)(void (*)(void))typed_fetch, METH_FASTCALL,
+    {"typed_fetch", (PyCFunction)(void (*)(void))typed_fetch, METH_FASTCALL | METH_KEYWORDS,
      "typed_fetch(fallback, store, key_bytes, read_values, decode, key, time_from, time_to) -> [(window start, value)]"},
     {NULL, NULL, 0, NULL},
 };

@@ -130,3 +130,23 @@ def test_c_typed_put_and_fetch_match_the_python_methods(tmp_path):
     finally:
         c_store.close()
         py_store.close()
+
+
+def test_keyword_and_odd_calls_reach_the_python_methods(tmp_path):
+    # the C forms take the positional common call; a call with keywords (or too few arguments)
+    # is the Python method's, with its own errors
+    store, ctx = _typed(tmp_path, "kw", False)
+    store.put("k", 1, window_start_timestamp=10, timestamp=11)
+    store.put(key="k", value=2, window_start_timestamp=20)
+    assert store.fetch_values("k", time_from=0, time_to=30) == [(10, 1), (20, 2)]
+    with pytest.raises(TypeError):
+        store.put("k", 3)
+    inner = store.inner_most()
+    assert inner.put_for_changelog(b"j", b"v", window_start_timestamp=25) is not None
+    assert inner.fetch_values(key=b"j", time_from=0, time_to=30) == [(25, b"v")]
+    with pytest.raises(TypeError):
+        inner.fetch_values(b"j", 0)
+    assert [change[1:3] for change in ctx.logged_changes][:2] == [
+        (window.window_changelog_key(b"k", 10, 1), b"\x00" * 7 + b"\x01"),
+        (window.window_changelog_key(b"k", 20, 2), b"\x00" * 7 + b"\x02")]
+    store.close()
