@@ -13,7 +13,7 @@
 
 #include "message_layout.h"
 
-static PyObject *empty_tuple;
+static PyObject *empty_tuple, *minus_one;
 static MessageLayout msg_layout;
 
 PyDoc_STRVAR(set_message_layout_doc, SET_MESSAGE_LAYOUT_DOC);
@@ -368,6 +368,118 @@ fail:
     return NULL;
 }
 
+/* ---- the stream task's record path ---------------------------------------------------------- */
+
+/* The fields dispatch_run and merge_dispatch read, copied once per call: the functions they call
+ * run Python code, and with it possibly code that changes the layout. */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t key, value, timestamp, headers, offset;
+} RecordFields;
+
+static PyObject *headers_name, *metadata_name, *current_node_name, *stream_time_name, *popleft_name;
+
+static int record_names(void)
+{
+    if (headers_name == NULL) {
+        headers_name = PyUnicode_InternFromString("headers");
+        metadata_name = PyUnicode_InternFromString("metadata");
+        current_node_name = PyUnicode_InternFromString("current_node");
+        stream_time_name = PyUnicode_InternFromString("stream_time");
+        popleft_name = PyUnicode_InternFromString("popleft");
+        if (!headers_name || !metadata_name || !current_node_name || !stream_time_name || !popleft_name)
+            return -1;
+    }
+    return 0;
+}
+
+/* Whether m is the common record: of the layout type, no headers, a timestamp >= 0, a key and a
+ * value the checks take (None stays None). 1: *k and *v are new references, *ts is set; 0: not
+ * taken (a check's Exception is cleared: the caller's Python route decides); -1: an error. */
+static int take_record(const RecordFields *f, PyObject *m, PyObject *key_check, PyObject *value_check,
+                       PyObject **k, PyObject **v, int64_t *ts)
+{
+    if (Py_TYPE(m) != f->type)
+        return 0;
+    *ts = layout_get_i64(m, f->timestamp);
+    if (*ts < 0 || layout_get_obj(m, f->headers) != NULL)
+        return 0;
+    Py_INCREF(m); /* keeps its fields alive through the calls */
+    /* librdkafka's messages hold their headers unconverted until headers() is called */
+    PyObject *h = PyObject_CallMethodNoArgs(m, headers_name);
+    if (h == NULL)
+        goto fail;
+    Py_DECREF(h);
+    if (h != Py_None)
+        goto not_taken;
+    PyObject *key = layout_get_obj(m, f->key), *value = layout_get_obj(m, f->value);
+    *k = key == NULL ? Py_NewRef(Py_None) : PyObject_CallOneArg(key_check, key);
+    if (*k == NULL)
+        goto check_failed;
+    *v = value == NULL ? Py_NewRef(Py_None) : PyObject_CallOneArg(value_check, value);
+    if (*v == NULL) {
+        Py_CLEAR(*k);
+        goto check_failed;
+    }
+    Py_DECREF(m);
+    return 1;
+check_failed:
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        goto fail;
+    PyErr_Clear(); /* the caller processes the message alone: its serde's errors decide */
+not_taken:
+    Py_DECREF(m);
+    return 0;
+fail:
+    Py_DECREF(m);
+    return -1;
+}
+
+/* Sets context.metadata = (topic, partition, offset of m), raises times[0] (the partition time,
+ * *partition_time its value) and engine.stream_time (*stream_time) to ts, and calls
+ * fn(k, v, ts, ()). Steals k and v. 0, or -1 with an exception (from fn: it propagates). */
+static int call_record(const RecordFields *f, PyObject *m, PyObject *k, PyObject *v, int64_t ts, PyObject *fn,
+                       PyObject *ctx, PyObject *engine, PyObject *topic, PyObject *partition, PyObject *times,
+                       int64_t *partition_time, int64_t *stream_time)
+{
+    PyObject *ts_obj = PyLong_FromLongLong(ts);
+    PyObject *offset_obj = PyLong_FromLongLong(layout_get_i64(m, f->offset));
+    PyObject *metadata = ts_obj && offset_obj ? PyTuple_Pack(3, topic, partition, offset_obj) : NULL;
+    Py_XDECREF(offset_obj);
+    int rc = metadata == NULL ? -1 : PyObject_SetAttr(ctx, metadata_name, metadata);
+    Py_XDECREF(metadata);
+    if (rc == 0 && ts > *partition_time) {
+        *partition_time = ts;
+        Py_INCREF(ts_obj);
+        rc = PyList_SetItem(times, 0, ts_obj);
+    }
+    if (rc == 0 && ts > *stream_time) {
+        *stream_time = ts;
+        rc = PyObject_SetAttr(engine, stream_time_name, ts_obj);
+    }
+    PyObject *r = NULL;
+    if (rc == 0) {
+        PyObject *call_args[4] = {k, v, ts_obj, empty_tuple};
+        r = PyObject_Vectorcall(fn, call_args, 4, NULL);
+    }
+    Py_DECREF(k);
+    Py_DECREF(v);
+    Py_XDECREF(ts_obj);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* engine.stream_time as an int64 (-1 with an exception set on failure) */
+static int64_t engine_stream_time(PyObject *engine)
+{
+    PyObject *st = PyObject_GetAttr(engine, stream_time_name);
+    int64_t stream_time = st == NULL ? -1 : PyLong_AsLongLong(st);
+    Py_XDECREF(st);
+    return stream_time;
+}
+
 PyDoc_STRVAR(dispatch_run_doc,
 "dispatch_run(messages, start, key_check, value_check, fn, context, first, engine, topic, partition, times) -> stop\n\n"
 "A stream task's per-record loop over messages[start:] of one partition, read from the fields of\n"
@@ -400,103 +512,258 @@ static PyObject *dispatch_run(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyErr_Format(PyExc_ValueError, "dispatch_run: start must be >= 0, not %zd", start);
         return NULL;
     }
-    static PyObject *headers_name, *metadata_name, *current_node_name, *stream_time_name;
-    if (headers_name == NULL) {
-        headers_name = PyUnicode_InternFromString("headers");
-        metadata_name = PyUnicode_InternFromString("metadata");
-        current_node_name = PyUnicode_InternFromString("current_node");
-        stream_time_name = PyUnicode_InternFromString("stream_time");
-        if (!headers_name || !metadata_name || !current_node_name || !stream_time_name)
-            return NULL;
-    }
-    PyTypeObject *type = msg_layout.type;
-    if (type == NULL)
+    if (record_names() < 0)
+        return NULL;
+    if (msg_layout.type == NULL)
         Py_RETURN_NONE;
-    /* A copy: fn runs Python code, and with it possibly code that changes the layout. */
-    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value, ts_off = msg_layout.timestamp;
-    const Py_ssize_t headers_off = msg_layout.headers, offset_off = msg_layout.offset;
-    Py_INCREF(type);
+    const RecordFields f = {msg_layout.type, msg_layout.key, msg_layout.value, msg_layout.timestamp,
+                            msg_layout.headers, msg_layout.offset};
+    Py_INCREF(f.type);
     int64_t partition_time = PyLong_AsLongLong(PyList_GET_ITEM(times, 0));
-    PyObject *st = PyObject_GetAttr(engine, stream_time_name);
-    int64_t stream_time = st == NULL ? -1 : PyLong_AsLongLong(st);
-    Py_XDECREF(st);
+    int64_t stream_time = engine_stream_time(engine);
     if (PyErr_Occurred() || PyObject_SetAttr(ctx, current_node_name, first) < 0) {
-        Py_DECREF(type);
+        Py_DECREF(f.type);
         return NULL;
     }
     Py_ssize_t i = start;
-    PyObject *m = NULL;
     /* The list is re-read on every step: fn can run any code, even code that edits it. */
     for (; i < PyList_GET_SIZE(msgs); i++) {
-        m = PyList_GET_ITEM(msgs, i);
-        if (Py_TYPE(m) != type)
-            break;
-        int64_t ts = layout_get_i64(m, ts_off);
-        if (ts < 0 || layout_get_obj(m, headers_off) != NULL)
-            break;
-        Py_INCREF(m); /* keeps its fields alive through the calls */
-        /* librdkafka's messages hold their headers unconverted until headers() is called */
-        PyObject *h = PyObject_CallMethodNoArgs(m, headers_name);
-        if (h == NULL)
-            goto fail_m;
-        Py_DECREF(h);
-        if (h != Py_None) {
-            Py_DECREF(m);
-            break;
-        }
-        PyObject *key = layout_get_obj(m, key_off), *value = layout_get_obj(m, value_off);
-        PyObject *k = key == NULL ? Py_NewRef(Py_None) : PyObject_CallOneArg(key_check, key);
-        if (k == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_Exception))
-                goto fail_m;
-            PyErr_Clear(); /* the caller processes message i alone: its serde's errors decide */
-            Py_DECREF(m);
-            break;
-        }
-        PyObject *v = value == NULL ? Py_NewRef(Py_None) : PyObject_CallOneArg(value_check, value);
-        if (v == NULL) {
-            Py_DECREF(k);
-            if (!PyErr_ExceptionMatches(PyExc_Exception))
-                goto fail_m;
-            PyErr_Clear();
-            Py_DECREF(m);
-            break;
-        }
-        PyObject *ts_obj = PyLong_FromLongLong(ts);
-        PyObject *offset_obj = PyLong_FromLongLong(layout_get_i64(m, offset_off));
-        PyObject *metadata = ts_obj && offset_obj ? PyTuple_Pack(3, topic, partition, offset_obj) : NULL;
-        Py_XDECREF(offset_obj);
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        PyObject *k, *v;
+        int64_t ts;
+        Py_INCREF(m);
+        int taken = take_record(&f, m, key_check, value_check, &k, &v, &ts);
+        int rc = taken <= 0 ? taken : call_record(&f, m, k, v, ts, fn, ctx, engine, topic, partition, times,
+                                                  &partition_time, &stream_time);
         Py_DECREF(m);
-        int rc = metadata == NULL ? -1 : PyObject_SetAttr(ctx, metadata_name, metadata);
-        Py_XDECREF(metadata);
-        if (rc == 0 && ts > partition_time) {
-            partition_time = ts;
-            Py_INCREF(ts_obj);
-            rc = PyList_SetItem(times, 0, ts_obj);
-        }
-        if (rc == 0 && ts > stream_time) {
-            stream_time = ts;
-            rc = PyObject_SetAttr(engine, stream_time_name, ts_obj);
-        }
-        PyObject *r = NULL;
-        if (rc == 0) {
-            PyObject *call_args[4] = {k, v, ts_obj, empty_tuple};
-            r = PyObject_Vectorcall(fn, call_args, 4, NULL);
-        }
-        Py_DECREF(k);
-        Py_DECREF(v);
-        Py_XDECREF(ts_obj);
-        if (r == NULL)
+        if (rc < 0)
             goto fail;
-        Py_DECREF(r);
+        if (taken == 0)
+            break;
     }
-    Py_DECREF(type);
+    Py_DECREF(f.type);
     return PyLong_FromSsize_t(i);
-fail_m:
-    Py_DECREF(m);
 fail:
-    Py_DECREF(type);
+    Py_DECREF(f.type);
     return NULL;
+}
+
+#define MERGE_MAX_QUEUES 64
+
+PyDoc_STRVAR(merge_dispatch_doc,
+"merge_dispatch(queues, routes, context, engine, max_records, stop_when_empty, counts, lasts, current) -> int or None\n\n"
+"A stream task's loop over several partitions' buffered messages: dispatch_run's per-record\n"
+"work (for the common record; routes[i] = (key_check, value_check, fn, first, topic, partition,\n"
+"times) of queues[i], a deque) with the partition of each record chosen as\n"
+"streams.runtime.partition_group.PartitionGroup.runs does, record by record: the queue whose\n"
+"head has the lowest timestamp (the message's own), the first queue on a tie. A record is\n"
+"popped from its queue once it deserialized; context.current_node is set to the route's first\n"
+"node when the queue changes. counts[i] counts the records popped from queues[i] and lasts[i]\n"
+"is the last of them that went through (fn returned); current[0] is the queue of the record in\n"
+"hand, -1 when none (an exception from fn propagates with it and context.metadata naming the\n"
+"record).\n"
+"Stops after max_records, when every queue is empty, or, with stop_when_empty, when a record\n"
+"leaves its queue empty while another queue still held records: returns -1. Returns i when the\n"
+"head of queues[i] is not the common record (left in its queue, for the caller's Python route).\n"
+"None, before taking anything, when there is no layout, a head is not of the layout type, or\n"
+"there are more than 64 queues: the caller then takes its Python path.");
+
+static PyObject *merge_dispatch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "merge_dispatch expects 9 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *queues = args[0], *routes = args[1], *ctx = args[2], *engine = args[3];
+    PyObject *counts = args[6], *lasts = args[7], *current = args[8];
+    if (!PyList_Check(queues) || !PyList_Check(routes) || !PyList_Check(counts) || !PyList_Check(lasts)
+        || !PyList_Check(current) || PyList_GET_SIZE(current) != 1) {
+        PyErr_SetString(PyExc_TypeError, "merge_dispatch: queues, routes, counts, lasts and current must be lists");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(queues);
+    if (PyList_GET_SIZE(routes) != n || PyList_GET_SIZE(counts) != n || PyList_GET_SIZE(lasts) != n) {
+        PyErr_SetString(PyExc_ValueError, "merge_dispatch: routes, counts and lasts must match the queues");
+        return NULL;
+    }
+    Py_ssize_t max_records = PyLong_AsSsize_t(args[4]);
+    if (max_records == -1 && PyErr_Occurred())
+        return NULL;
+    int stop_when_empty = PyObject_IsTrue(args[5]);
+    if (stop_when_empty < 0 || record_names() < 0)
+        return NULL;
+    if (msg_layout.type == NULL || n > MERGE_MAX_QUEUES)
+        Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *route = PyList_GET_ITEM(routes, i);
+        if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) != 7 || !PyList_Check(PyTuple_GET_ITEM(route, 6))
+            || PyList_GET_SIZE(PyTuple_GET_ITEM(route, 6)) != 1) {
+            PyErr_SetString(PyExc_TypeError, "merge_dispatch: a route is (key_check, value_check, fn, first, "
+                                             "topic, partition, [partition time])");
+            return NULL;
+        }
+    }
+    const RecordFields f = {msg_layout.type, msg_layout.key, msg_layout.value, msg_layout.timestamp,
+                            msg_layout.headers, msg_layout.offset};
+    Py_INCREF(f.type);
+    Py_INCREF(queues);
+    Py_INCREF(routes);
+    int64_t partition_times[MERGE_MAX_QUEUES];
+    Py_ssize_t taken_counts[MERGE_MAX_QUEUES];
+    PyObject *result = NULL;
+    Py_ssize_t emitted = 0, in_hand = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        partition_times[i] = PyLong_AsLongLong(PyList_GET_ITEM(PyTuple_GET_ITEM(PyList_GET_ITEM(routes, i), 6), 0));
+        taken_counts[i] = 0;
+    }
+    int64_t stream_time = engine_stream_time(engine);
+    if (PyErr_Occurred())
+        goto done;
+    /* every head of the layout type before anything is taken (their timestamps order them) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *q = PyList_GET_ITEM(queues, i);
+        Py_ssize_t len = PyObject_Length(q);
+        if (len < 0)
+            goto done;
+        if (len == 0)
+            continue;
+        PyObject *head = PySequence_GetItem(q, 0);
+        if (head == NULL)
+            goto done;
+        int other = Py_TYPE(head) != f.type;
+        Py_DECREF(head);
+        if (other) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    while (emitted < max_records) {
+        /* Kafka's choice: the lowest head timestamp, the first queue on a tie. The queues are read
+         * afresh every step: fn runs Python code (a task closed under it clears its queues). */
+        Py_ssize_t best = -1, live = 0;
+        int64_t best_ts = 0;
+        PyObject *head = NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *q = PyList_GET_ITEM(queues, i);
+            Py_ssize_t len = PyObject_Length(q);
+            if (len < 0) {
+                Py_XDECREF(head);
+                goto done;
+            }
+            if (len == 0)
+                continue;
+            PyObject *h = PySequence_GetItem(q, 0);
+            if (h == NULL) {
+                Py_XDECREF(head);
+                goto done;
+            }
+            live++;
+            if (Py_TYPE(h) != f.type) { /* a message of another kind came in: the Python path */
+                Py_DECREF(h);
+                Py_XDECREF(head);
+                result = Py_NewRef(Py_None);
+                goto done;
+            }
+            int64_t ts = layout_get_i64(h, f.timestamp);
+            if (best < 0 || ts < best_ts) {
+                Py_XDECREF(head);
+                head = h;
+                best = i;
+                best_ts = ts;
+            } else {
+                Py_DECREF(h);
+            }
+        }
+        if (best < 0)
+            break;
+        PyObject *route = PyList_GET_ITEM(routes, best);
+        PyObject *k, *v;
+        int64_t ts;
+        int taken = take_record(&f, head, PyTuple_GET_ITEM(route, 0), PyTuple_GET_ITEM(route, 1), &k, &v, &ts);
+        if (taken <= 0) {
+            Py_DECREF(head);
+            if (taken == 0)
+                result = PyLong_FromSsize_t(best);
+            goto done;
+        }
+        PyObject *q = PyList_GET_ITEM(queues, best);
+        PyObject *popped = PyObject_CallMethodNoArgs(q, popleft_name);
+        if (popped != head) { /* the checks ran Python code that changed the queue: not ours to take */
+            Py_XDECREF(popped);
+            Py_DECREF(k);
+            Py_DECREF(v);
+            Py_DECREF(head);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "merge_dispatch: a queue changed while its head was checked");
+            goto done;
+        }
+        Py_DECREF(popped);
+        taken_counts[best]++;
+        emitted++;
+        PyObject *best_obj = PyLong_FromSsize_t(best);
+        if (best_obj == NULL || PyList_SetItem(current, 0, best_obj) < 0) {
+            Py_DECREF(k);
+            Py_DECREF(v);
+            Py_DECREF(head);
+            goto done;
+        }
+        if (best != in_hand) {
+            in_hand = best;
+            if (PyObject_SetAttr(ctx, current_node_name, PyTuple_GET_ITEM(route, 3)) < 0) {
+                Py_DECREF(k);
+                Py_DECREF(v);
+                Py_DECREF(head);
+                goto done;
+            }
+        }
+        int rc = call_record(&f, head, k, v, ts, PyTuple_GET_ITEM(route, 2), ctx, engine, PyTuple_GET_ITEM(route, 4),
+                             PyTuple_GET_ITEM(route, 5), PyTuple_GET_ITEM(route, 6), &partition_times[best],
+                             &stream_time);
+        if (rc == 0) {
+            rc = PyList_SetItem(lasts, best, head); /* steals head */
+            if (rc == 0) {
+                Py_INCREF(minus_one);
+                rc = PyList_SetItem(current, 0, minus_one); /* nothing in hand */
+            }
+        } else {
+            Py_DECREF(head);
+        }
+        if (rc < 0)
+            goto done;
+        if (stop_when_empty && live > 1) {
+            Py_ssize_t len = PyObject_Length(q);
+            if (len < 0)
+                goto done;
+            if (len == 0)
+                break;
+        }
+    }
+    result = Py_NewRef(minus_one);
+done:
+    /* the counts, also when an exception propagates (the records before it went through) */
+    {
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (taken_counts[i] == 0)
+                continue;
+            Py_ssize_t before = PyLong_AsSsize_t(PyList_GET_ITEM(counts, i));
+            PyObject *after = before == -1 && PyErr_Occurred() ? NULL : PyLong_FromSsize_t(before + taken_counts[i]);
+            if (after == NULL || PyList_SetItem(counts, i, after) < 0) {
+                if (et == NULL) { /* this error is the one to report */
+                    PyErr_Fetch(&et, &ev, &etb);
+                    Py_CLEAR(result);
+                } else {
+                    PyErr_Clear();
+                }
+            }
+        }
+        PyErr_Restore(et, ev, etb);
+    }
+    Py_DECREF(routes);
+    Py_DECREF(queues);
+    Py_DECREF(f.type);
+    return result;
 }
 
 PyDoc_STRVAR(partition_runs_doc,
@@ -578,6 +845,7 @@ static PyMethodDef module_methods[] = {
     {"partition_runs", partition_runs, METH_O, partition_runs_doc},
     {"keyed_run", (PyCFunction)(void (*)(void))keyed_run, METH_FASTCALL, keyed_run_doc},
     {"dispatch_run", (PyCFunction)(void (*)(void))dispatch_run, METH_FASTCALL, dispatch_run_doc},
+    {"merge_dispatch", (PyCFunction)(void (*)(void))merge_dispatch, METH_FASTCALL, merge_dispatch_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -595,7 +863,8 @@ PyMODINIT_FUNC PyInit__messages(void)
     if (m == NULL)
         return NULL;
     empty_tuple = PyTuple_New(0);
-    if (empty_tuple == NULL) {
+    minus_one = PyLong_FromLong(-1);
+    if (empty_tuple == NULL || minus_one == NULL) {
         Py_DECREF(m);
         return NULL;
     }

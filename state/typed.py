@@ -7,10 +7,16 @@ Range bounds are serialized with the key serde, so ranges follow the serialized 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from state.errors import InvalidStoreArgumentError, StoreClosedError
 from state.store import KeyValueIterator, KeyValueStore, WrappedStateStore
+
+try:  # a typed window store's put and fetch_values in C (state/_window.c)
+    from state._window import typed_fetch as _typed_fetch_c, typed_put as _typed_put_c
+except ImportError:  # pragma: no cover - the accelerator is optional
+    _typed_put_c = _typed_fetch_c = None
 
 
 class _Serdes:
@@ -365,6 +371,15 @@ class TypedWindowStore(_TypedBase):
             self._codec = (decode, checked, reader.open_probe())
             self._read_values = reader.fetch_values
             self._decode = decode
+            cls = type(self)
+            if (_typed_put_c is not None and cls.put is TypedWindowStore.put
+                    and cls.fetch_values is TypedWindowStore.fetch_values):
+                # a join's every record: put and fetch_values in C (state/_window.c), which hands
+                # anything a serde's C form refuses to the methods below (a parity test)
+                self.put = partial(_typed_put_c, TypedWindowStore.put, self, self._key_bytes, self._value_bytes,
+                                   self.wrapped.put)
+                self.fetch_values = partial(_typed_fetch_c, TypedWindowStore.fetch_values, self, self._key_bytes,
+                                            reader.fetch_values, decode)
 
     def put(self, key, value, window_start_timestamp: int, timestamp: Optional[int] = None) -> None:
         try:

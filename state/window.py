@@ -31,6 +31,7 @@ import logging
 import pathlib
 import struct
 from abc import abstractmethod
+from functools import partial
 from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError
@@ -40,10 +41,10 @@ from state.store import KeyValueIterator, StateStore, StoreContext, check_key, c
 
 log = logging.getLogger(__name__)
 
-try:  # the C form of fetch_values' loop over a RocksDB engine (state/_window.c)
-    from state._window import scan_key as _scan_key_c
+try:  # the C form of fetch_values' loop over a RocksDB engine, and of the plain store's put and fetch
+    from state._window import fetch_window as _fetch_window_c, put_window as _put_window_c, scan_key as _scan_key_c
 except ImportError:  # pragma: no cover - the accelerator is optional
-    _scan_key_c = None
+    _scan_key_c = _put_window_c = _fetch_window_c = None
 
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
@@ -366,6 +367,21 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         self.window_size_ms = window_size_ms
         self.retain_duplicates = retain_duplicates
         self._seqnum = 0
+        cls = type(self)
+        if (_put_window_c is not None and self._scan_iterator is not None and self._restored_key is None
+                and cls._write is SegmentedBytesStore._write and cls.actual_from is SegmentedBytesStore.actual_from
+                and cls.put_for_changelog is SegmentedWindowStore.put_for_changelog
+                and cls.fetch_values is SegmentedWindowStore.fetch_values):
+            # A plain key-first store on RocksDB (a join's, every record): put_for_changelog and
+            # fetch_values in C (state/_window.c). The C form takes the common case (a live
+            # segment, nothing to drop, an open engine, plain arguments) and hands every other
+            # to the Python method below, which holds the rules; a parity test keeps them equal.
+            # (the engine, its scan iterator, the interval, the retention and retain_duplicates
+            # are fixed for the store's life)
+            self.put_for_changelog = partial(_put_window_c, SegmentedWindowStore.put_for_changelog, self,
+                                             self._engine, segment_interval_ms, self.retention_ms, retain_duplicates)
+            self.fetch_values = partial(_fetch_window_c, SegmentedWindowStore.fetch_values, self, self._engine,
+                                        self._scan_iterator, segment_interval_ms, self.retention_ms)
 
     def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
             timestamp: Optional[int] = None) -> Optional[int]:

@@ -12,6 +12,12 @@ Two shapes of the source's only child are accelerated:
 
 `AcceleratedRoute.processor` answers None when neither applies (or the accelerator is not
 built): the caller then takes the Python route.
+
+A task reading several partitions whose sources all take the dispatch shape can hand the
+choice between them to C as well (`AcceleratedRoute.merged`, C `merge_dispatch`): the record
+by record choice of streams/runtime/partition_group.py's `PartitionGroup.runs` (a parity test
+holds the two together) with dispatch_run's per-record work, so that the short runs a join's
+interleaved inputs make cost no Python loop per run.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
 # None without the accelerator or the verified Message layout (eddy/messages.py).
 _keyed_run = message_function("keyed_run")
 _dispatch_run = message_function("dispatch_run")
+_merge_dispatch = message_function("merge_dispatch")
 _OFFSET = Message.offset
 UNKNOWN_TIME = -1
 
@@ -58,6 +65,29 @@ class AcceleratedRoute:
             first = source.children[0]
             return lambda messages: self._keyed(source, topic, partition, messages, run, first)
         return self._dispatcher(source, topic, partition, fused)
+
+    def merged(self, partitions: list[tuple[str, int]]) -> Optional["MergedDispatch"]:
+        """The C choice and dispatch across `partitions` (a partition group's, in its order), or
+        None where it does not apply: a source that is not on the dispatch shape (or whose
+        chain takes bulk key runs), or no accelerator."""
+        if _merge_dispatch is None or len(partitions) < 2:
+            return None
+        engine = self.engine
+        sources, routes = [], []
+        for topic, partition in partitions:
+            source = engine.sources_by_topic.get(topic)
+            if source is None:
+                return None
+            route = self._routes.get(source)
+            if route is None:
+                route = self._routes[source] = self._route(source)
+            fused, run = route
+            if fused is None or run is not None:
+                return None
+            sources.append(source)
+            routes.append((source.key_deserialize_unchecked, source.value_deserialize_unchecked, fused,
+                           source.children[0], topic, partition))
+        return MergedDispatch(engine, partitions, sources, routes)
 
     def _route(self, source: SourceNode) -> tuple:
         """(the fused chain, its bulk key run or None), or (None, None) where this route does
@@ -181,3 +211,79 @@ class AcceleratedRoute:
             if newest > engine.partition_times.get(tp, UNKNOWN_TIME):
                 engine.partition_times[tp] = newest
         return len(keys)
+
+
+class MergedDispatch:
+    """One task's partitions through C `merge_dispatch` (see the module doc): records taken in
+    Kafka's order across the partitions' queues, the common record by C, any other by its
+    partition's processor alone, in order."""
+
+    def __init__(self, engine: "TaskEngine", partitions: list[tuple[str, int]], sources: list[SourceNode],
+                 routes: list[tuple]) -> None:
+        self.engine = engine
+        self.partitions = partitions
+        self.sources = sources
+        self.routes = routes
+
+    def __call__(self, group: Any, max_records: int, stop_when_empty: bool,
+                 consumed: dict[tuple[str, int], int]) -> tuple[int, int, bool]:
+        """Process up to `max_records` records of `group` (a runtime PartitionGroup: its
+        `queues` and `buffered`; PartitionGroup.runs' arguments):
+        (records taken, of which processed, whether the choice is done; False: the C pass gave
+        up, the caller's Python loop goes on). `consumed[tp]` is the last offset processed of
+        each partition; `group.buffered` counts the records taken off."""
+        queues = [group.queues[tp] for tp in self.partitions]
+        engine = self.engine
+        ctx = engine.context
+        partition_times = engine.partition_times
+        partitions, routes = self.partitions, self.routes
+        sensor = engine.process_sensor
+        k = len(partitions)
+        taken = processed = 0
+        while taken < max_records:
+            times = [[partition_times.get(tp, UNKNOWN_TIME)] for tp in partitions]
+            counts, lasts, current = [0] * k, [None] * k, [-1]
+            failed = True
+            try:
+                stop = _merge_dispatch(queues, [route + (t,) for route, t in zip(routes, times)], ctx, engine,
+                                       max_records - taken, stop_when_empty, counts, lasts, current)
+                failed = False
+            except (RecordDeserializationError, InvalidTimestampError):
+                raise
+            except Exception as exc:
+                i = current[0]
+                if i < 0:  # no record in hand: not a record's failure
+                    raise
+                metadata = ctx.metadata  # set by merge_dispatch before it calls the chain
+                engine.raise_process_error(exc, self.sources[i], partitions[i][0], partitions[i][1],
+                                           metadata[2] if metadata else -1)
+            finally:
+                ctx.current_node = None
+                ctx.metadata = None
+                popped = sum(counts)
+                group.buffered -= popped
+                ok = popped - (failed and current[0] >= 0)  # the record in hand when it failed went nowhere
+                taken += popped
+                processed += ok
+                sensor.count += ok
+                for i, tp in enumerate(partitions):
+                    if lasts[i] is not None:
+                        consumed[tp] = _OFFSET(lasts[i])
+                    if times[i][0] != partition_times.get(tp, UNKNOWN_TIME):
+                        partition_times[tp] = times[i][0]
+            if stop is None:
+                return taken, processed, False
+            if stop < 0:
+                return taken, processed, True
+            # the head of queue `stop` is not the common record: its partition's processor alone
+            live = sum(1 for q in queues if q)
+            q = queues[stop]
+            message = q.popleft()
+            group.buffered -= 1
+            tp = partitions[stop]
+            taken += 1
+            processed += engine.partition_processors[tp]([message])
+            consumed[tp] = _OFFSET(message)
+            if stop_when_empty and live > 1 and not q:
+                break
+        return taken, processed, True

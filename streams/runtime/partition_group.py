@@ -86,6 +86,10 @@ class PartitionGroup:
         self._heads.clear()
         self._idle_deadlines.clear()
 
+    def buffered_partitions(self) -> int:
+        """How many partitions have records buffered."""
+        return sum(1 for q in self.queues.values() if q)
+
     def buffered_in(self, tp: tuple[str, int]) -> int:
         return len(self.queues[tp])
 

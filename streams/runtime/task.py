@@ -100,6 +100,8 @@ class StreamTask:
         self.position_check = False  # commit again if the consumer position moves (see committable_offsets)
         self.manager: Optional[ProcessorStateManager] = state_manager  # a promoted standby's
         self.engine: Optional[TaskEngine] = None
+        # (engine, its MergedDispatch over this task's partitions or None)
+        self._merged: Optional[tuple] = None
         self._processors_initialized = False
         self._recycled = state_manager is not None
 
@@ -283,10 +285,21 @@ class StreamTask:
         if (self.max_task_idle_ms >= 0 and not group.all_buffered()
                 and not group.ready_to_process(self.clock_ms(), self.max_task_idle_ms, self.fetched_lag)):
             return 0  # max.task.idle.ms: an empty partition may still bring earlier records
-        processors = self.engine.partition_processors
+        engine = self.engine
         consumed = self.consumed
+        stop_when_empty = self.max_task_idle_ms >= 0
         n = 0
-        for tp, run in group.runs(max_records, self.max_task_idle_ms >= 0):
+        merged = self._merged
+        if merged is None or merged[0] is not engine:
+            merged = self._merged = (engine, engine.accelerated.merged(list(group.queues)))
+        if merged[1] is not None and group.head_timestamp is None and group.buffered_partitions() > 1:
+            # several partitions: Kafka's choice and the records' dispatch in one C pass
+            n, _, done = merged[1](group, max_records, stop_when_empty, consumed)
+            if done:
+                self.commit_needed = True
+                return n
+        processors = engine.partition_processors
+        for tp, run in group.runs(max_records - n, stop_when_empty):
             processors[tp](run)
             consumed[tp] = _OFFSET(run[-1])
             n += len(run)

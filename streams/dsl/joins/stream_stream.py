@@ -8,7 +8,11 @@ the join (it holds Kafka's shared TimeTracker): the left input's processor calls
 (`join_window_store_builder` for each side, `outer_join_store_builder` for left/outer joins; names
 are the operator's, e.g. Kafka's KSTREAM-JOINTHIS-/JOINOTHER-/OUTERSHARED- names) and hands in the
 typed window stores and an `OuterJoinStore` over the outer store. Results go to
-`forward(key, joined_value, timestamp)`. `emit_interval_ms` is
+`forward(key, joined_value, timestamp)`; an operator instead routes each side's results with
+`route(is_left, forward, failed)` (`forward(key, value, timestamp, headers)`: that side's child,
+with the record's headers; `failed()` before an error leaves the side) and calls the side's
+`side_process(is_left)` as a stage `(key, value, timestamp, headers)`, with `record_metadata()`
+naming the record (topic, partition, offset) in the warnings. `emit_interval_ms` is
 `__emit.interval.ms.kstreams.outer.join.spurious.results.fix__` (1000 in an App, 0 in the test
 driver) and `wall_clock` the task's cached system time in ms.
 
@@ -85,6 +89,24 @@ def outer_join_store_builder(name: str, *, in_memory: bool = False, logging_enab
     return builder.with_logging_enabled(log_config) if logging_enabled else builder.with_logging_disabled()
 
 
+_NO_METADATA = ("", -1, -1)
+
+
+def _no_metadata() -> None:
+    """No record metadata to name (the warnings print Kafka's placeholders)."""
+
+
+def _no_failure_mark() -> None:
+    """Nothing to mark: an error leaves the side as it is."""
+
+
+def _with_headers(forward: Forward) -> Callable[[Any, Any, int, Any], None]:
+    """`forward(key, value, timestamp)` called as a side's `(key, value, timestamp, headers)`."""
+    def forward_dropping_headers(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+        forward(key, value, timestamp)
+    return forward_dropping_headers
+
+
 class _NoExpiryCount:
     expired_records = 0
     observed_stream_time = NO_TIMESTAMP
@@ -120,14 +142,18 @@ class StreamStreamJoinLogic:
     def __init__(self, windows: JoinWindows, left_store: Any, right_store: Any,
                  joiner: Callable[[Any, Any], Any], forward: Forward, *, join_type: str = INNER,
                  outer_store: Optional[OuterJoinStore] = None, late: LateRecordReporter,
-                 emit_interval_ms: int = 0, wall_clock: Optional[Callable[[], int]] = None) -> None:
+                 emit_interval_ms: int = 0, wall_clock: Optional[Callable[[], int]] = None,
+                 record_metadata: Optional[Callable[[], Optional[tuple]]] = None) -> None:
         if join_type not in (INNER, LEFT, OUTER):
             raise TopologyError(f"stream-stream join type must be one of inner, left, outer; got {join_type!r}")
         if join_type != INNER and outer_store is None:
             raise TopologyError(f"a {join_type} stream-stream join needs the shared outer store")
         self.windows = windows
         self.joiner = joiner
-        self.forward = forward
+        # each side's results and failure mark (see route); both `forward` until routed
+        self._forwards: list = [_with_headers(forward)] * 2
+        self._failures: list = [_no_failure_mark] * 2
+        self.record_metadata = record_metadata or _no_metadata
         self.join_type = join_type
         self.outer_store = outer_store if join_type != INNER else None
         self.late = late
@@ -152,15 +178,23 @@ class StreamStreamJoinLogic:
 
     def process_left(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                      offset: int = -1) -> None:
-        self._steps[0](key, value, timestamp, topic, partition, offset)
+        self._steps[0](key, value, timestamp, (), topic, partition, offset)
 
     def process_right(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                       offset: int = -1) -> None:
-        self._steps[1](key, value, timestamp, topic, partition, offset)
+        self._steps[1](key, value, timestamp, (), topic, partition, offset)
+
+    def route(self, is_left: bool, forward: Callable[[Any, Any, int, Any], None],
+              failed: Callable[[], None]) -> None:
+        """Where a side's results go: `forward(key, value, timestamp, headers)` (the record's
+        headers), and `failed()` called before an error of the side leaves it."""
+        self._forwards[0 if is_left else 1] = forward
+        self._failures[0 if is_left else 1] = failed
 
     def side_process(self, is_left: bool) -> Callable[..., None]:
-        """process_left / process_right as one positional call `(key, value, timestamp[, topic,
-        partition, offset])` (the operator's per-record path: no method frame in between)."""
+        """The side's per-record path as one positional call `(key, value, timestamp[, headers,
+        topic, partition, offset])`: a stage (no method frame in between); without a topic the
+        warnings ask `record_metadata()`."""
         return self._steps[0 if is_left else 1]
 
     def _joined(self, side: _Side, this_value: Any, other_value: Any) -> Any:
@@ -168,6 +202,8 @@ class StreamStreamJoinLogic:
 
     def _step(self, side: _Side) -> Callable[..., None]:
         """The per-record work of one side, as one function with what it reads bound once."""
+        index = 0 if side.is_left else 1
+        forwards, failures = self._forwards, self._failures
         this_put = side.this_store.put
         other = side.other_store
         # the other side's records in a time range, decoded, read at once where the store offers it
@@ -175,49 +211,58 @@ class StreamStreamJoinLogic:
         inner = side.this_inner
         join_before, join_after, outer = side.join_before, side.join_after, side.outer
         is_left = side.is_left
-        forward, joiner = self.forward, self.joiner
+        joiner = self.joiner
         outer_store = self.outer_store
         late = self.late
 
-        def process(key: Any, value: Any, timestamp: int, topic: str = "", partition: int = -1,
-                    offset: int = -1) -> None:
-            if timestamp > self.stream_time:
-                self.stream_time = timestamp
-            if key is None or value is None:
-                if outer and key is None and value is not None:
-                    forward(None, self._joined(side, value, None), timestamp)
+        def process(key: Any, value: Any, timestamp: int, headers: Any = (), topic: Optional[str] = None,
+                    partition: int = -1, offset: int = -1) -> None:
+            try:
+                forward = forwards[index]
+                if timestamp > self.stream_time:
+                    self.stream_time = timestamp
+                if key is None or value is None:
+                    if outer and key is None and value is not None:
+                        forward(None, self._joined(side, value, None), timestamp, headers)
+                        return
+                    if topic is None:
+                        topic, partition, offset = self.record_metadata() or _NO_METADATA
+                    log.warning("Skipping record due to null key or value. topic=[%s] partition=[%d] offset=[%d]",
+                                topic, partition, offset)
+                    late.sensor.count += 1
                     return
-                log.warning("Skipping record due to null key or value. topic=[%s] partition=[%d] offset=[%d]",
-                            topic, partition, offset)
-                late.sensor.count += 1
-                return
-            window_end = timestamp + join_after
-            if outer_store is not None and timestamp == self.stream_time:
-                self._emit_non_joined(side)
-            # Kafka's KStreamJoinWindow: every record starts its own window in its side's store; a
-            # put the store skips as expired is counted and logged as Kafka's segmented store does
-            expired_before = inner.expired_records
-            this_put(key, value, timestamp, timestamp)
-            if inner.expired_records != expired_before:
-                self._report_expired(side, key, timestamp, topic, partition, offset)
-            time_from = timestamp - join_before
-            if time_from < 0:
-                time_from = 0
-            time_to = window_end if window_end > 0 else 0
-            found = fetch_values(key, time_from, time_to)
-            for other_ts, other_value in found:
-                if outer_store is not None:
-                    outer_store.remove_if_present(key, other_ts, not is_left)
-                forward(key, joiner(value, other_value) if is_left else joiner(other_value, value),
-                        timestamp if timestamp > other_ts else other_ts)
-            if not found and outer:
-                if time_to < self.stream_time:
-                    # out of order and its window already ended: nothing held for it (Kafka)
-                    forward(key, self._joined(side, value, None), timestamp)
-                else:
-                    if timestamp < self.min_time:
-                        self.min_time = timestamp
-                    outer_store.put(key, timestamp, is_left, value)
+                window_end = timestamp + join_after
+                if outer_store is not None and timestamp == self.stream_time:
+                    self._emit_non_joined(side, forward, headers)
+                # Kafka's KStreamJoinWindow: every record starts its own window in its side's store;
+                # a put the store skips as expired is counted and logged as Kafka's segmented store does
+                expired_before = inner.expired_records
+                this_put(key, value, timestamp, timestamp)
+                if inner.expired_records != expired_before:
+                    if topic is None:
+                        topic, partition, offset = self.record_metadata() or _NO_METADATA
+                    self._report_expired(side, key, timestamp, topic, partition, offset)
+                time_from = timestamp - join_before
+                if time_from < 0:
+                    time_from = 0
+                time_to = window_end if window_end > 0 else 0
+                found = fetch_values(key, time_from, time_to)
+                for other_ts, other_value in found:
+                    if outer_store is not None:
+                        outer_store.remove_if_present(key, other_ts, not is_left)
+                    forward(key, joiner(value, other_value) if is_left else joiner(other_value, value),
+                            timestamp if timestamp > other_ts else other_ts, headers)
+                if not found and outer:
+                    if time_to < self.stream_time:
+                        # out of order and its window already ended: nothing held for it (Kafka)
+                        forward(key, self._joined(side, value, None), timestamp, headers)
+                    else:
+                        if timestamp < self.min_time:
+                            self.min_time = timestamp
+                        outer_store.put(key, timestamp, is_left, value)
+            except BaseException:
+                failures[index]()
+                raise
         return process
 
     def _report_expired(self, side: _Side, key: Any, timestamp: int, topic: str, partition: int,
@@ -227,7 +272,7 @@ class StreamStreamJoinLogic:
                          side.this_inner.observed_stream_time - retention, self.stream_time, topic, partition,
                          offset)
 
-    def _emit_non_joined(self, side: _Side) -> None:
+    def _emit_non_joined(self, side: _Side, forward: Callable[[Any, Any, int, Any], None], headers: Any) -> None:
         """Forward and remove every held record whose window has closed (Kafka's
         emitNonJoinedOuterRecords), in time order; right before left at one timestamp."""
         grace = self.grace_ms
@@ -240,9 +285,9 @@ class StreamStreamJoinLogic:
         emitted: list = []
         for store_key, rec in closed:
             if rec.is_left:
-                self.forward(rec.key, self.joiner(rec.value, None), rec.timestamp)
+                forward(rec.key, self.joiner(rec.value, None), rec.timestamp, headers)
             else:
-                self.forward(rec.key, self.joiner(None, rec.value), rec.timestamp)
+                forward(rec.key, self.joiner(None, rec.value), rec.timestamp, headers)
             if not emitted or emitted[-1] != store_key:
                 emitted.append(store_key)
         # deleted once forwarded (Kafka deletes each key after its whole list went out)

@@ -10,7 +10,8 @@ the outer store), and the logic, built on the first record once both sides are i
 all three. The logic also stores each record in its own side's window store, which Kafka's
 KSTREAM-WINDOWED- node does: here that node only passes records on (it keeps Kafka's place and
 its store in the topology). Whatever a side's record causes (its joins, and the held records of
-either side whose window closed) goes to that side's child, with the record's headers.
+either side whose window closed) goes to that side's child, with the record's headers: each
+side's stage is the logic's side itself, routed there (StreamStreamJoinLogic.route).
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ class _TaskJoin:
         self.stores: dict[str, Any] = {}
         self.sides = 0
         self.logic: Optional[StreamStreamJoinLogic] = None
-        self.route: list = [None, ()]
 
 
 class StreamStreamJoin:
@@ -92,17 +92,17 @@ class StreamStreamJoin:
             if self.outer_store is not None:
                 key_serde, this_value_serde, other_value_serde = self.serdes
                 outer = OuterJoinStore(task.stores[self.outer_store], key_serde, this_value_serde, other_value_serde)
-            route = task.route
-
-            def forward(key: Any, value: Any, timestamp: int) -> None:
-                route[0](key, value, timestamp, route[1])
             config = getattr(context, "app_config", None) or {}
             task.logic = StreamStreamJoinLogic(
-                self.windows, task.stores[self.this_store], task.stores[self.other_store], self.joiner, forward,
+                self.windows, task.stores[self.this_store], task.stores[self.other_store], self.joiner, _unrouted,
                 join_type=self.join_type, outer_store=outer, late=late_record_reporter(context),
                 emit_interval_ms=int(config.get(EMIT_INTERVAL_CONFIG, DEFAULT_EMIT_INTERVAL_MS)),
-                wall_clock=lambda: context.current_system_time_ms)
+                wall_clock=lambda: context.current_system_time_ms, record_metadata=lambda: context.metadata)
         return task.logic
+
+
+def _unrouted(key: Any, value: Any, timestamp: int) -> None:
+    raise AssertionError("a stream-stream join side emitted before its stage was built")
 
 
 class StreamJoinSideProcessor(StageOperator):
@@ -123,25 +123,11 @@ class StreamJoinSideProcessor(StageOperator):
             self.task = None
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        task = self.task
-        logic = self.join.logic(task)
-        process = logic.side_process(self.is_left)
-        route = task.route
-        context = self.context
-
-        def stream_join(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            route[0] = down
-            route[1] = headers
-            try:
-                meta = context.metadata
-                if meta is None:
-                    process(key, value, timestamp)
-                else:
-                    process(key, value, timestamp, meta[0], meta[1], meta[2])
-            except BaseException:
-                failed()
-                raise
-        return stream_join
+        # the logic's side is the stage: its results go to `down` with the record's headers,
+        # its errors mark this node (the warnings read the record's metadata when they name it)
+        logic = self.join.logic(self.task)
+        logic.route(self.is_left, down, failed)
+        return logic.side_process(self.is_left)
 
 
 class StreamTableJoinProcessor(StageOperator):

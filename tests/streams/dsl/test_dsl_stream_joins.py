@@ -10,7 +10,7 @@ import pytest
 
 from streams import StreamsBuilder, serdes
 from streams.dsl import JoinWindows
-from streams.errors import TopologyError
+from streams.errors import ProcessingError, TopologyError
 from streams.testing import TopologyTestDriver
 
 S = serdes.STRING
@@ -271,3 +271,33 @@ def test_a_global_table_join_is_chosen_by_the_table_type():
         clicks.join(pages, None, joiner)
     with pytest.raises(TopologyError, match="takes \\(global_table, key_selector, joiner\\) only"):
         clicks.join(pages, lambda k, v: v, joiner, store="x")
+
+
+def test_each_sides_results_carry_its_records_headers_and_a_failing_joiner_names_its_side(caplog):
+    # left join, diff 5, no grace. Every result goes out with the headers of the record that
+    # caused it (Kafka forwards through the record's context): a match with the arriving
+    # record's, and a held left record whose window closed with the headers of the record whose
+    # stream time closed it, here a right one (l0 closes once 0 + 5 < 20)
+    def failing(left, right):
+        if right == "boom":
+            raise ValueError("no")
+        return joiner(left, right)
+    b = StreamsBuilder()
+    left, right = b.stream("left", key_serde=S, value_serde=S), b.stream("right", key_serde=S, value_serde=S)
+    left.left_join(right, failing, JoinWindows.of_time_difference_with_no_grace(5)).to("out", value_serde=S)
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        lin, rin = d.create_input_topic("left", S, S), d.create_input_topic("right", S, S)
+        out = d.create_output_topic("out", S, S)
+        lin.pipe_input("a", "l0", 0, headers=[("from", b"l0")])
+        lin.pipe_input("b", "l3", 3, headers=[("from", b"l3")])
+        rin.pipe_input("b", "r4", 4, headers=[("from", b"r4")])     # joins l3 (left in [-1, 9])
+        rin.pipe_input("c", "r20", 20, headers=[("from", b"r20")])  # closes l0 (0 + 5 < 20)
+        got = [(r.key, r.value, r.timestamp, [(k, bytes(v)) for k, v in r.headers])
+               for r in out.read_records_to_list()]
+        assert got == [("b", "l3+r4", 4, [("from", b"r4")]), ("a", "l0+None", 0, [("from", b"r20")])]
+        rin.pipe_input(None, "x", 21)  # a None key on the inner side: dropped, the warning names it
+        assert "topic=[right] partition=[0] offset=[2]" in caplog.text
+        with pytest.raises(ProcessingError) as err:
+            rin.pipe_input("c", "boom", 22)  # no left c: the joiner is not called
+            lin.pipe_input("c", "l22", 22)   # joins boom: the joiner fails in the left side
+        assert "KSTREAM-JOINTHIS" in str(err.value) and "offset=2" in str(err.value)
