@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import vocabulary  # noqa: E402
 
-SEEDS = range(0, 400)
+SEEDS = range(0, 250)  # about 40% of them joins
 
 
 @pytest.mark.parametrize("seed", SEEDS)
