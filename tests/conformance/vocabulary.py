@@ -821,8 +821,9 @@ def _store_rows(driver: Any, name: str, kind: str) -> list:
         return [[_key(k), v] for k, v in it]
 
 
-def run_eddy(scenario: dict, state_dir: str | None = None) -> dict:
-    """Run ``scenario`` through Eddy's TopologyTestDriver: {"output": [[k, v, ts]...], "store": {name: rows}}."""
+def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | None = None) -> dict:
+    """Run ``scenario`` through Eddy's TopologyTestDriver: {"output": [[k, v, ts]...], "store": {name: rows}}.
+    ``history``, a list, gets every record the driver's producer sent (changelogs included)."""
     from streams import serdes
     from streams.testing.driver import TopologyTestDriver
 
@@ -844,4 +845,6 @@ def run_eddy(scenario: dict, state_dir: str | None = None) -> dict:
         sink = driver.create_output_topic(OUTPUT, _output_key_serde(built), _serde(built.value_type))
         output = [[_key(r.key), r.value, r.timestamp] for r in sink.read_records_to_list()]
         stores = {name: _store_rows(driver, name, kind) for name, kind in built.stores}
+        if history is not None:
+            history += driver.producer_history()
     return {"output": output, "store": canonical(scenario, stores)}
