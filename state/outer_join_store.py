@@ -113,7 +113,8 @@ class OuterJoinStore:
         return encode_key(timestamp, is_left, _serde_bytes(self.key_serde, key, "key"))
 
     def put(self, key: Any, timestamp: int, is_left: bool, value: Any) -> None:
-        """Append one record (Kafka's ListValueStore.put)."""
+        """Append one record (Kafka's ListValueStore.put), logged at its own timestamp (the
+        record being processed: Kafka's context.timestamp())."""
         if value is None:
             raise InvalidStoreArgumentError("outer join store: a held record's value must not be None")
         serde = self.left_value_serde if is_left else self.right_value_serde
@@ -122,17 +123,19 @@ class OuterJoinStore:
         old = self.store.get(store_key)
         values = decode_value_list(old) if old is not None else []
         values.append(entry)
-        self.store.put(store_key, encode_value_list(values))
+        self.store.put(store_key, encode_value_list(values), timestamp)
 
-    def remove_if_present(self, key: Any, timestamp: int, is_left: bool) -> None:
+    def remove_if_present(self, key: Any, timestamp: int, is_left: bool, write_timestamp: int) -> None:
         """Drop every record held under (timestamp, side, key), if any (Kafka's putIfAbsent(k, null)
-        on the ListValueStore: read first, so a join that finds nothing held writes nothing)."""
+        on the ListValueStore: read first, so a join that finds nothing held writes nothing). The
+        tombstone is logged at `write_timestamp`, the time of the record being processed."""
         store_key = self._key(key, timestamp, is_left)
         if self.store.get(store_key) is not None:
-            self.store.put(store_key, None)
+            self.store.put(store_key, None, write_timestamp)
 
-    def delete_raw(self, store_key: bytes) -> None:
-        self.store.put(store_key, None)
+    def delete_raw(self, store_key: bytes, write_timestamp: int) -> None:
+        """Drop what `store_key` holds, logged at `write_timestamp` (see remove_if_present)."""
+        self.store.put(store_key, None, write_timestamp)
 
     def all(self) -> Iterator[tuple[bytes, OuterRecord]]:
         """(store key, record) in time order, then right before left, then key bytes; every record

@@ -249,7 +249,7 @@ class StreamStreamJoinLogic:
                 found = fetch_values(key, time_from, time_to)
                 for other_ts, other_value in found:
                     if outer_store is not None:
-                        outer_store.remove_if_present(key, other_ts, not is_left)
+                        outer_store.remove_if_present(key, other_ts, not is_left, timestamp)
                     forward(key, joiner(value, other_value) if is_left else joiner(other_value, value),
                             timestamp if timestamp > other_ts else other_ts, headers)
                 if not found and outer:
@@ -290,9 +290,10 @@ class StreamStreamJoinLogic:
                 forward(rec.key, self.joiner(None, rec.value), rec.timestamp, headers)
             if not emitted or emitted[-1] != store_key:
                 emitted.append(store_key)
-        # deleted once forwarded (Kafka deletes each key after its whole list went out)
+        # deleted once forwarded (Kafka deletes each key after its whole list went out), at the
+        # time of the record being processed, which is the stream time here
         for store_key in emitted:
-            self.outer_store.delete_raw(store_key)
+            self.outer_store.delete_raw(store_key, stream_time)
 
     def _closed_records(self, stream_time: int) -> tuple[list, int]:
         """The held records whose window has closed, in store order, and Kafka's next min-time

@@ -197,6 +197,23 @@ def test_stream_table_join_through_unmaterialized_filter_and_map_values():
         assert records(out) == [("u1", "c1+GOLD:ANN", 3)]
 
 
+def test_outer_join_store_changelog_records_carry_the_processed_records_time():
+    """Kafka logs every write of the shared outer store at context.timestamp(), the record being
+    processed (never the wall clock). left_join, 10 ms, no grace: k@100 is held (put at 100);
+    the right k@105 joins it, its held record is removed (tombstone at 105); m@200 is held (put
+    at 200); z@300 moves stream time past m's window (200 + 10 < 300): m goes out with its null
+    right side and is removed at 300."""
+    d, left, right, out = stream_stream("left_join", JoinWindows.of_time_difference_with_no_grace(10))
+    with d:
+        left.pipe_input("k", "a", 100)
+        right.pipe_input("k", "b", 105)
+        left.pipe_input("m", "c", 200)
+        right.pipe_input("z", "d", 300)
+        assert records(out) == [("k", "a+b", 105), ("m", "c+None", 200)]
+        logged = [(r.value is None, r.timestamp) for r in d.producer_history() if "OUTERSHARED" in r.topic]
+        assert logged == [(False, 100), (True, 105), (False, 200), (True, 300)]
+
+
 def test_stream_table_join_repartitions_a_key_changed_stream():
     topology, d, clicks, profiles, out = clicks_and_profiles(
         "left_join", stream=lambda s: s.select_key(lambda k, v: v))
