@@ -45,8 +45,7 @@ from pathlib import Path
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from confluent_kafka import Producer  # noqa: E402
-
+from bench import app_bench  # noqa: E402
 from bench.wordcount import make_lines  # noqa: E402
 from bench.windowed import (JOIN_CONFIG, JOIN_WINDOW_MS, make_orders, make_updates, pay, table_topology,  # noqa: E402
                             wordcount_topology)
@@ -54,31 +53,6 @@ from bench.wordcount_kafka import broker, create_topic  # noqa: E402
 from streams import App, AppState, JoinWindows, StreamsBuilder, serdes  # noqa: E402
 
 DEADLINE_S = 1800
-
-
-def produce(bootstrap: str, topic: str, records: list[tuple]) -> None:
-    """Write `records`: (key, value) or (key, value, timestamp)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "none"})
-    failures: list = []
-
-    def on_delivery(err, msg) -> None:
-        if err is not None:
-            failures.append(err)
-
-    for i, record in enumerate(records):
-        key, value = record[0], record[1]
-        timestamp = record[2] if len(record) > 2 else 0
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, timestamp=timestamp, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 10_000 == 9_999:
-            producer.poll(0)
-    if producer.flush(120) or failures:
-        raise SystemExit(f"could not write {topic}: {failures[:3]} (unflushed: {len(producer)})")
 
 
 def final_counts(updates: list[tuple[bytes, bytes | None]]) -> dict[str, int]:
@@ -209,7 +183,7 @@ def main() -> None:
             for mode in modes:
                 for topic, records in inputs[mode]:
                     create_topic(bootstrap, topic, args.partitions)
-                    produce(bootstrap, topic, records)
+                    app_bench.produce(bootstrap, topic, records)
             # the join reads "orders,payments"
             topics = {mode: ",".join(topic for topic, _ in reversed(inputs[mode])) for mode in modes}
             print(f"{n:,} records per run (word count: {words:,} words; table: {len(expected)} groups at the end; "

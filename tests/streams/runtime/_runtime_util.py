@@ -74,6 +74,14 @@ class Cluster:
                 p.poll(0)
         assert p.flush(30) == 0
 
+    def committed_offset(self, group: str, topic: str, partition: int = 0) -> int:
+        """The offset `group` committed for the partition (negative: none)."""
+        c = self.backend.consumer({"group.id": group, "enable.auto.commit": False})
+        try:
+            return c.committed([TopicPartition(topic, partition)], timeout=10)[0].offset
+        finally:
+            c.close()
+
     def read_all(self, topic: str, partitions: int, *, until: Callable[[list], bool], timeout: float = 60,
                  read_committed: bool = True) -> list:
         """Read `topic` from the beginning until `until(messages)` holds (or fail)."""

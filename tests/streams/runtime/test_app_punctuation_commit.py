@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import TopicPartition
 
 from state.stores import Stores
 from streams import App, AppState, Processor, PunctuationType, Record, Topology, serdes
@@ -95,14 +94,6 @@ def commit_topology(source: str, sink: str) -> Topology:
     return t
 
 
-def committed_offset(cluster: Cluster, group: str, topic: str) -> int:
-    c = cluster.backend.consumer({"group.id": group, "enable.auto.commit": False})
-    try:
-        return c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
-    finally:
-        c.close()
-
-
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
 def test_context_commit_requests_an_early_commit(backend_config, tmp_path, guarantee):
     source, sink = unique("cm-in"), unique("cm-out")
@@ -121,10 +112,10 @@ def test_context_commit_requests_an_early_commit(backend_config, tmp_path, guara
             # processed and sent (under EOS inside the still open transaction) ...
             cluster.read_all(sink, 1, until=lambda got: len(got) >= 2, timeout=60, read_committed=False)
             # ... but with a 10 minute commit interval nothing is committed yet
-            assert committed_offset(cluster, app_id, source) < 0
+            assert cluster.committed_offset(app_id, source) < 0
             cluster.produce(source, [(b"k", b"commit"), (b"k", b"after")])
             # the processor's commit() makes the thread commit right after that record's batch
-            wait_for(lambda: committed_offset(cluster, app_id, source) >= 3, 30, "the requested commit")
+            wait_for(lambda: cluster.committed_offset(app_id, source) >= 3, 30, "the requested commit")
             msgs = cluster.read_all(sink, 1, until=lambda got: len(got) >= 3, timeout=30)
             assert [m.value() for m in msgs][:3] == [b"a", b"b", b"commit"]
         finally:

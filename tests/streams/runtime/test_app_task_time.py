@@ -5,8 +5,6 @@ timestamp is logged at its record's time (Kafka's context.timestamp()), not the 
 
 from __future__ import annotations
 
-from confluent_kafka import TopicPartition
-
 from state.stores import Stores
 from streams import App, AppState, Processor, Topology, serdes
 
@@ -37,13 +35,6 @@ def topology(source: str, sink: str) -> Topology:
     return t
 
 
-def committed_offset(cluster: Cluster, group: str, topic: str) -> int:
-    c = cluster.backend.consumer({"group.id": group, "enable.auto.commit": False})
-    try:
-        return c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
-    finally:
-        c.close()
-
 
 def run(cluster: Cluster, config: dict, source: str, sink: str, records: list, outputs: int) -> None:
     """Start the app, write `records` ((key, timestamp)), wait until `outputs` records are out
@@ -60,7 +51,7 @@ def run(cluster: Cluster, config: dict, source: str, sink: str, records: list, o
         # close's commit, which a rebalance on a loaded broker can refuse, leaving at-least-once
         # duplicates for the restart) makes the restart's input exactly the new records
         # (one output per input record: `outputs` is also the input's end offset)
-        wait_for(lambda: committed_offset(cluster, config["application.id"], source) == outputs, 30,
+        wait_for(lambda: cluster.committed_offset(config["application.id"], source) == outputs, 30,
                  f"{source}-0 committed up to {outputs}")
     finally:
         assert app.close(timeout=60)  # a clean close commits the offsets with the partition time
