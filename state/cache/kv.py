@@ -11,8 +11,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted
-from state.cache.thread_cache import (ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache, lookup, put_clean,
-                                      put_clean_py, put_dirty, put_dirty_py)
+from state.cache.thread_cache import ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache, lookup
 from state.errors import StoreClosedError
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import KeyValueIterator, KeyValueStore, check_key, check_value
@@ -141,8 +140,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             if entry is not None:
                 return entry.value
             value = self._reader.get(key)
-            if value is not None and put_clean(named, key, value, -1) is None:
-                put_clean_py(named, key, value, -1)
+            if value is not None:
+                named.put_clean(key, value)
             # after put_clean: a flush it caused wrote other keys (this one was not cached)
             self._read_key, self._read_value = key, value
             return value
@@ -202,8 +201,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         try:
             old = self._read_value if key == self._read_key else UNKNOWN
             self._read_key = None
-            if put_dirty(named, key, value, timestamp, old) is None:
-                put_dirty_py(named, key, value, timestamp, old)
+            named.put_dirty(key, value, timestamp, old)
         finally:
             lock.release()
 
