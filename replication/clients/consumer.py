@@ -1023,10 +1023,14 @@ class Consumer:
                 state.buffered += 1
                 self._cv.notify_all()
                 return
-            if not msgs and state.buffered == 0 and 0 <= state.position < next_offset:
+            if (not msgs and state.buffered == 0 and state.position < next_offset
+                    and (state.position >= 0 or next_offset > fetch_offset)):
                 # Nothing to deliver (only markers or aborted records) and nothing queued:
-                # the application's position moves past them now.
+                # the application's position moves past them now, and position() reports it,
+                # as librdkafka does also before any record was delivered (a partition whose
+                # only records left are a transaction's marker is not "position unknown").
                 state.position = next_offset
+                state.delivered = True
             # Like librdkafka: an EOF event each time the fetch position reaches the end at a new
             # offset, also when only aborted records or transaction markers moved it there.
             eof = (self._partition_eof and end >= 0 and state.fetch_position >= end

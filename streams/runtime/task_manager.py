@@ -14,7 +14,6 @@ group generation: every active task is closed dirty and revived).
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any, Callable, Iterable, Optional
 
@@ -36,26 +35,33 @@ log = logging.getLogger(__name__)
 _ERROR = Message.error
 
 
-def committed_metadata(consumer: Any, tps: list[tuple[str, int]]) -> dict[tuple[str, int], Optional[str]]:
-    """The offset metadata strings `consumer`'s group committed for `tps` (those committed)."""
+def committed_offsets(consumer: Any, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, Optional[str]]]:
+    """The offsets and offset metadata strings `consumer`'s group committed for `tps` (those
+    committed)."""
     got = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
-    return {(tp.topic, tp.partition): tp.metadata for tp in got if tp.offset is not None and tp.offset >= 0}
+    return {(tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in got if tp.offset is not None and tp.offset >= 0}
 
 
-def fetched_lag(consumer: Any, tp: tuple[str, int]) -> Optional[int]:
+def fetched_lag(consumer: Any, tp: tuple[str, int], start: Optional[int] = None) -> Optional[int]:
     """Records of `tp` on the broker past `consumer`'s position, from what its fetches saw (no
-    request; max.task.idle.ms reads it): None while the high watermark is not known yet. A
-    position not known yet (nothing consumed from `tp` yet: confluent-kafka reports none, nor
-    does the embedded consumer) counts as no lag, so a partition holding nothing deliverable
-    (never written, purged, only a transaction marker left) cannot hold its task back forever;
-    after the first record Kafka's rule applies exactly."""
+    request; max.task.idle.ms reads it): None while the watermarks are not known yet (Kafka's
+    unknown lag: the task waits for them).
+
+    Before the first record is delivered (after the assign or a seek) the clients report no
+    position; the consumer is then where it started fetching: `start` (the committed offset),
+    else the log start offset (the main consumer resets to earliest). A partition holding
+    nothing deliverable past its start cannot hold its task back: an empty one has no lag from
+    its start, and the clients report a position once a fetch moves past transaction markers or
+    aborted records (librdkafka does, and the embedded consumer with it)."""
     partition = TopicPartition(tp[0], tp[1])
-    _low, high = consumer.get_watermark_offsets(partition, cached=True)
+    low, high = consumer.get_watermark_offsets(partition, cached=True)
     if high is None or high < 0:
         return None
     position = consumer.position([partition])[0].offset
     if position < 0:
-        return 0
+        if low is None or low < 0:
+            return None
+        position = low if start is None else max(start, low)  # a start before the log's: reset there
     return max(0, high - position)
 
 
@@ -78,6 +84,9 @@ class TaskManager:
         self.thread_cache = thread_cache
         self.clock_ms = clock_ms
         self.reset_producer = reset_producer
+        # where the consumer starts each input partition (its committed offset; absent: the log
+        # start), for the lag of a partition nothing was delivered from yet (fetched_lag)
+        self._start_offsets: dict[tuple[str, int], int] = {}
         self.eos = config.eos_enabled
         app = config.application_id
         self.subtopologies = {s.id: s for s in subtopologies}
@@ -140,9 +149,8 @@ class TaskManager:
                               thread_cache=self.thread_cache, eos_enabled=self.eos,
                               clock_ms=self.clock_ms, state_manager=manager, metrics=self.metrics,
                               thread_id=self.thread_id, max_task_idle_ms=self.config.max_task_idle_ms,
-                              fetched_lag=functools.partial(fetched_lag, self.consumer),
-                              global_stores=self.global_stores,
-                              committed_metadata=functools.partial(committed_metadata, self.consumer))
+                              fetched_lag=self._fetched_lag, global_stores=self.global_stores,
+                              committed_metadata=self._committed_metadata)
             self.tasks[task_id] = task
             for key in inputs:
                 self._task_of_tp[key] = task
@@ -152,6 +160,18 @@ class TaskManager:
             log.info("new active tasks %s", sorted(str(t) for t in created))
             self._refresh_running()
             self.on_tasks_changed()
+
+    def _committed_metadata(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], Optional[str]]:
+        """The offset metadata committed for a task's inputs (StreamTask reads it when it starts
+        running); the committed offsets are where the consumer starts them."""
+        committed = committed_offsets(self.consumer, tps)
+        for tp in tps:
+            self._start_offsets.pop(tp, None)
+        self._start_offsets.update((tp, offset) for tp, (offset, _) in committed.items())
+        return {tp: metadata for tp, (_, metadata) in committed.items()}
+
+    def _fetched_lag(self, tp: tuple[str, int]) -> Optional[int]:
+        return fetched_lag(self.consumer, tp, self._start_offsets.get(tp))
 
     def tasks_for_partitions(self, partitions: Iterable[TopicPartition]) -> list[StreamTask]:
         found = {}
@@ -201,6 +221,7 @@ class TaskManager:
         for key in task.input_partitions:
             if self._task_of_tp.get(key) is task:
                 del self._task_of_tp[key]
+                self._start_offsets.pop(key, None)
             self._to_pause.discard(key)
             self._buffer_paused.discard(key)
         self._refresh_running()
@@ -490,6 +511,10 @@ class TaskManager:
         committed = self.consumer.committed(tps, timeout=30)
         for tp in committed:
             offset = tp.offset if tp.offset is not None and tp.offset >= 0 else OFFSET_BEGINNING
+            if offset >= 0:
+                self._start_offsets[(tp.topic, tp.partition)] = offset
+            else:
+                self._start_offsets.pop((tp.topic, tp.partition), None)
             try:
                 self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
             except KafkaException as exc:

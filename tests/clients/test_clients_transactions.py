@@ -60,6 +60,35 @@ def test_read_committed_hides_aborted_transactions(backend, admin) -> None:
     assert _read(backend, topic, "read_committed") == [b"c1", b"c2"]
 
 
+def test_position_steps_past_a_marker_before_any_record_is_delivered(backend, admin) -> None:
+    """A consumer starting at a transaction's commit marker (its group committed the offset after
+    the transaction's last record) gets no record, yet position() moves past the marker once it
+    is fetched, as librdkafka reports; a partition never written keeps no position. (A task's
+    max.task.idle.ms reads this: such a partition has no lag, it is not "position unknown".)"""
+    topic = create_topic(admin, partitions=2)
+    producer = _transactional(backend)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"only", partition=0)
+    producer.commit_transaction(15)  # partition 0: the record at 0, the marker at 1
+    group = unique("g")
+    committer = backend.consumer({"group.id": group})
+    committer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+    committer.close()
+    consumer = backend.consumer({"group.id": group, "isolation.level": "read_committed",
+                                 "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    consumer.assign(tps)
+    assert [tp.offset for tp in consumer.position(tps)] == [-1001, -1001]  # nothing fetched yet
+
+    def fetched() -> bool:
+        assert [m for m in consumer.consume(10, 0.05) if m.error() is None] == []
+        return consumer.get_watermark_offsets(tps[0], cached=True)[1] == 2
+
+    wait_for(fetched, 15, "partition 0's high watermark from a fetch")
+    wait_for(lambda: consumer.position(tps)[0].offset == 2, 15, "the position past the marker")
+    assert consumer.position(tps)[1].offset == -1001  # nothing there: still no position
+
+
 def test_send_offsets_to_transaction_commits_only_with_the_transaction(backend, admin) -> None:
     source = create_topic(admin, prefix="src")
     sink = create_topic(admin, prefix="sink")

@@ -8,18 +8,21 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from replication.cluster import LocalCluster
 from state.directory import StateDirectory
 from state.task_id import TaskId
-from streams import Processor, Topology, serdes
+from streams import App, Processor, StreamsBuilder, Topology, serdes
 from streams.errors import ConfigError
 from streams.runtime.config import StreamsConfig
 from streams.runtime.partition_group import PartitionGroup
 from streams.runtime.task import StreamTask
 from streams.runtime.task_manager import fetched_lag
 
+from _runtime_util import Cluster, unique, wait_for
+
+S = serdes.STRING
 X, Y = ("x", 0), ("y", 0)
 
 
@@ -111,3 +114,78 @@ def test_max_task_idle_ms_is_parsed_as_kafka_defines_it(value, ok):
     else:
         with pytest.raises(ConfigError, match="max.task.idle.ms"):
             StreamsConfig.parse(config)
+
+
+def test_a_partition_nothing_was_delivered_from_lags_from_where_its_consumer_starts(backend_config):
+    """The clients report no position until a record is delivered; the lag then counts from the
+    committed offset the consumer starts at (else the log start): the records fetched but not
+    yet delivered are on their way, not "no lag" (which let a joining task run one input ahead
+    on a real broker and miss results)."""
+    cluster = Cluster(backend_config)
+    consumer = None
+    try:
+        x, y = unique("idle-x"), unique("idle-y")
+        cluster.create_topics(1, x, y)
+        cluster.produce(x, [(b"k", b"x%d" % i) for i in range(3)], timestamps=[10, 11, 12])
+        cluster.produce(y, [(b"k", b"y%d" % i) for i in range(5)], timestamps=[1, 2, 3, 4, 5])
+        consumer = cluster.backend.consumer({"group.id": unique("g"), "auto.offset.reset": "earliest",
+                                             "enable.auto.commit": False})
+        # explicit offsets: no committed-offset lookup (a new group's coordinator may not be ready)
+        consumer.assign([TopicPartition(x, 0, OFFSET_BEGINNING)])
+        got: list = []
+        wait_for(lambda: got.extend(m for m in consumer.consume(3, 0.2) if m.error() is None) or len(got) == 3,
+                 30, "x's records")
+        ty = TopicPartition(y, 0)
+        consumer.incremental_assign([TopicPartition(y, 0, 2)])  # where a committed offset 2 starts it
+        wait_for(lambda: consumer.get_watermark_offsets(ty, cached=True)[1] == 5, 30, "y's high watermark")
+        assert consumer.position([ty])[0].offset < 0  # fetched, nothing delivered: no position
+        assert fetched_lag(consumer, (y, 0), 2) == 3  # started at its committed offset 2
+        assert fetched_lag(consumer, (y, 0)) == 5  # (nothing committed: from the log start)
+        assert fetched_lag(consumer, (y, 0), 5) == 0  # (committed at its end: nothing to wait for)
+        assert fetched_lag(consumer, (x, 0), 0) == 0  # delivered: the position counts
+    finally:
+        if consumer is not None:
+            consumer.close()
+        cluster.close()
+
+
+def test_a_restarted_task_waits_for_the_records_past_its_committed_offsets(backend_config, tmp_path):
+    """x and y merged in one task under max.task.idle.ms 0, restarted with new records on both:
+    y's, earlier, come first (its lag counts from its committed offset while nothing of it is
+    delivered), however the consumer's fetches of the two partitions interleave; restarted with
+    new records on x only: they go through (y has no lag past its committed offset)."""
+    x, y, out = unique("merge-x"), unique("merge-y"), unique("merge-out")
+    cluster = Cluster(backend_config)
+    try:
+        cluster.create_topics(1, x, y, out)
+        config = {**cluster.config, "application.id": unique("merge-idle"), "state.dir": str(tmp_path),
+                  "commit.interval.ms": 100, "max.task.idle.ms": 0}
+
+        def run(expected: int, committed: tuple[int, int]) -> None:
+            b = StreamsBuilder()
+            b.stream(x, key_serde=S, value_serde=S).merge(b.stream(y, key_serde=S, value_serde=S)).to(
+                out, key_serde=S, value_serde=S)
+            app = App(b.build(), config)
+            app.start()
+            try:
+                cluster.read_all(out, 1, until=lambda got: len(got) >= expected, timeout=60)
+                wait_for(lambda: (cluster.committed_offset(config["application.id"], x),
+                                  cluster.committed_offset(config["application.id"], y)) == committed,
+                         30, "the inputs' offsets committed")
+            finally:
+                assert app.close(timeout=60)
+
+        cluster.produce(x, [(b"k", b"a")], timestamps=[100])
+        cluster.produce(y, [(b"k", b"b")], timestamps=[50])
+        run(2, (1, 1))
+        cluster.produce(x, [(b"k", b"c%d" % i) for i in range(3)], timestamps=[300, 301, 302])
+        cluster.produce(y, [(b"k", b"e")], timestamps=[200])
+        run(6, (4, 2))
+        got = cluster.read_all(out, 1, until=lambda got: len(got) >= 6)
+        assert [m.value() for m in got[2:]] == [b"e", b"c0", b"c1", b"c2"]
+        # nothing new on y: its lag is none from its committed offset, x's record goes through
+        # (counted from the log start instead, y would hold the task back for good)
+        cluster.produce(x, [(b"k", b"f")], timestamps=[400])
+        run(7, (5, 2))
+    finally:
+        cluster.close()
