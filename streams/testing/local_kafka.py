@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import socket
 import subprocess
 import tempfile
@@ -108,6 +109,16 @@ def _java(jars: Path, log4j: Path, *args: str) -> list[str]:
             "-cp", class_path(jars), *args]
 
 
+def _dies_with_parent(command: list[str]) -> list[str]:
+    """`command` run so that it gets SIGTERM when the thread that starts it ends, also when the
+    Python process is killed (a killed benchmark left brokers running that took the CPU and the
+    ports of the next run): util-linux's setpriv sets the parent-death signal before it execs
+    the command (Linux; elsewhere, or without setpriv, the command as it is). The broker must be
+    started from a thread that outlives it (the fixture's and the scripts' main thread)."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "TERM", "--", *command] if setpriv else command
+
+
 def _answers_metadata(bootstrap: str, timeout_s: float) -> bool:
     from confluent_kafka.admin import AdminClient
 
@@ -179,7 +190,7 @@ def _started(jars: Path, work: Path) -> Iterator[tuple[subprocess.Popen, int]]:
     log = work / "server.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            _java(jars, log4j, "kafka.Kafka", str(props)),
+            _dies_with_parent(_java(jars, log4j, "kafka.Kafka", str(props))),
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C in the terminal must not reach it before the fixture stops it
         )

@@ -1,6 +1,11 @@
 """The broker fixture yields a broker that really works, and the faithful marker behaves."""
 
+import contextlib
 import os
+import shutil
+import subprocess
+import sys
+import time
 import uuid
 
 import pytest
@@ -123,6 +128,48 @@ def test_local_broker_is_stopped_at_session_end(pytester: pytest.Pytester, monke
     assert kafka_broker.process is None or pid != kafka_broker.process.pid
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_local_broker_dies_with_a_killed_parent(tmp_path, kafka_broker: KafkaBroker) -> None:
+    """A script killed outright (SIGKILL: no finally runs) does not leave its broker running."""
+    if kafka_broker.kind != "kafka":
+        pytest.skip(f"no local Apache Kafka on this machine (the session runs {kafka_broker.description})")
+    if shutil.which("setpriv") is None:
+        pytest.skip("util-linux's setpriv is not installed: the broker is not tied to its parent")
+    pid_file = tmp_path / "pid"
+    script = (
+        "import sys, threading\n"
+        "from streams.testing.local_kafka import local_kafka_broker\n"
+        "with local_kafka_broker(sys.argv[2]) as (bootstrap, process):\n"
+        "    open(sys.argv[1], 'w').write(str(process.pid))\n"
+        "    threading.Event().wait()\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script, str(pid_file), str(tmp_path / "work")])
+    try:
+        deadline = time.monotonic() + 120
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert parent.poll() is None, f"the script exited with {parent.returncode}"
+            assert time.monotonic() < deadline, "the broker did not start"
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                parent.wait(timeout=0.2)
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)  # running
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"broker pid {pid} outlived its killed parent"
+        time.sleep(0.1)  # no event to wait on for an unrelated process's exit
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an exited child of nobody waiting yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_unknown_broker_choice_is_a_usage_error(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
