@@ -547,7 +547,10 @@ class App:
         with self._lock:
             sd, self._state_directory = self._state_directory, None
             backend, self._backend = self._backend, None
+            # the admin client has no close: dropping every reference ends it (the stream
+            # threads drop theirs as they close their clients)
             self._admin = None
+            self._shutdown_requests = None
         if sd is not None:
             sd.close()
         if backend is not None:

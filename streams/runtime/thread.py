@@ -419,6 +419,11 @@ class StreamThread(threading.Thread):
                     close()
                 except Exception:  # noqa: BLE001
                     pass
+        # the admin client is the app's, shared, and has no close: the last reference dropped ends
+        # it (the app drops its own when it closes), so a closed thread keeps none
+        self.admin = None
+        if self.task_manager is not None:
+            self.task_manager.reader.admin = None
 
     def _abandon(self) -> None:
         """A simulated process death: nothing is committed, flushed or aborted."""
