@@ -22,7 +22,8 @@ from typing import Any, Callable, NamedTuple, Optional
 __all__ = [
     "Metric", "Sensor", "LatencySensor", "Counter", "MetricsRegistry",
     "TASK_GROUP", "THREAD_GROUP", "STATE_GROUP", "CLIENT_GROUP", "CONSUMER_FETCH_GROUP",
-    "task_dropped_records_sensor", "task_process_sensor", "thread_process_sensor", "thread_commit_sensor",
+    "task_dropped_records_sensor", "task_enforced_processing_sensor", "task_process_sensor",
+    "thread_process_sensor", "thread_commit_sensor",
     "store_restore_sensors", "records_lag_max_gauge", "client_state_gauge", "thread_state_gauge",
 ]
 
@@ -234,6 +235,12 @@ def task_dropped_records_sensor(registry: MetricsRegistry, thread_id: str, task_
     """dropped-records-total / -rate (late records, records with invalid timestamps, skipped
     deserialization errors...)."""
     return registry.sensor("dropped-records", TASK_GROUP, _task_tags(thread_id, task_id))
+
+
+def task_enforced_processing_sensor(registry: MetricsRegistry, thread_id: str, task_id: Any) -> Sensor:
+    """enforced-processing-total / -rate: records a task processed while one of its input
+    partitions had nothing buffered, its max.task.idle.ms having run out (Kafka's, KIP-695)."""
+    return registry.sensor("enforced-processing", TASK_GROUP, _task_tags(thread_id, task_id))
 
 
 def task_process_sensor(registry: MetricsRegistry, thread_id: str, task_id: Any) -> Sensor:

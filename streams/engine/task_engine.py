@@ -49,7 +49,8 @@ from streams.engine.nodes import ProcessorNode, RecordCollector, SinkNode, Sourc
 from streams.engine.processor_metadata import ProcessorMetadata
 from streams.engine.punctuation import PunctuationQueue, PunctuationSchedule
 from streams.engine.stages import StageOperator
-from streams.metrics import MetricsRegistry, task_dropped_records_sensor, task_process_sensor
+from streams.metrics import (MetricsRegistry, task_dropped_records_sensor, task_enforced_processing_sensor,
+                             task_process_sensor)
 from streams.errors import (ConfigError, DeserializationHandlerError, InvalidTimestampError,
                             RecordDeserializationError, SerializationError, StreamsError, ProcessingError)
 from streams.processor import Cancellable, ConsumerRecord, FailOnInvalidTimestamp, PunctuationType, Record
@@ -124,6 +125,7 @@ class TaskEngine:
         self.thread_id = thread_id
         self.dropped_records_sensor = task_dropped_records_sensor(self.metrics, thread_id, task_id)
         self.process_sensor = task_process_sensor(self.metrics, thread_id, task_id)
+        self.enforced_processing_sensor = task_enforced_processing_sensor(self.metrics, thread_id, task_id)
         # named values processors keep across restarts, committed with the input offsets
         self.processor_metadata = ProcessorMetadata()
         self.context = ProcessorContextImpl(self)

@@ -33,6 +33,13 @@ class PartitionGroup:
         """Every partition has buffered records (always true for a one-partition task with any)."""
         return all(self.queues.values())
 
+    def forget_idle_deadlines(self) -> None:
+        """Every partition has records: none is idling. What ready_to_process does for a partition
+        with records (Kafka calls it for every record), for a caller that skips it then: a
+        partition that empties again idles max.task.idle.ms again from then."""
+        if self._idle_deadlines:
+            self._idle_deadlines.clear()
+
     def ready_to_process(self, now_ms: int, max_task_idle_ms: int,
                          fetched_lag: Callable[[tuple[str, int]], Optional[int]]) -> bool:
         """Kafka's PartitionGroup.readyToProcess (KIP-695), for a group with records buffered:

@@ -282,9 +282,14 @@ class StreamTask:
         group = self.partition_group
         if self.state is not TaskState.RUNNING or not group.buffered:
             return 0
-        if (self.max_task_idle_ms >= 0 and not group.all_buffered()
-                and not group.ready_to_process(self.clock_ms(), self.max_task_idle_ms, self.fetched_lag)):
-            return 0  # max.task.idle.ms: an empty partition may still bring earlier records
+        enforced = False  # Kafka's enforced processing: going on while an input partition is empty
+        if self.max_task_idle_ms >= 0:
+            if group.all_buffered():
+                group.forget_idle_deadlines()
+            elif not group.ready_to_process(self.clock_ms(), self.max_task_idle_ms, self.fetched_lag):
+                return 0  # max.task.idle.ms: an empty partition may still bring earlier records
+            else:
+                enforced = True
         engine = self.engine
         consumed = self.consumed
         stop_when_empty = self.max_task_idle_ms >= 0
@@ -297,6 +302,8 @@ class StreamTask:
             n, _, done = merged[1](group, max_records, stop_when_empty, consumed)
             if done:
                 self.commit_needed = True
+                if enforced:
+                    engine.enforced_processing_sensor.record(n)
                 return n
         processors = engine.partition_processors
         for tp, run in group.runs(max_records - n, stop_when_empty):
@@ -305,6 +312,8 @@ class StreamTask:
             n += len(run)
         if n:
             self.commit_needed = True
+            if enforced:  # counted per record, as Kafka checks per record
+                engine.enforced_processing_sensor.record(n)
         return n
 
     def maybe_punctuate(self) -> bool:

@@ -15,6 +15,7 @@ from state.directory import StateDirectory
 from state.task_id import TaskId
 from streams import App, Processor, StreamsBuilder, Topology, serdes
 from streams.errors import ConfigError
+from streams.metrics import TASK_GROUP, MetricsRegistry
 from streams.runtime.config import StreamsConfig
 from streams.runtime.partition_group import PartitionGroup
 from streams.runtime.task import StreamTask
@@ -80,6 +81,46 @@ def test_a_task_with_an_empty_partition_that_has_lag_does_not_process(tmp_path):
     assert task.process(100) == 1 and seen == [10, 20]  # y empty again, still lagging: x's 30 waits
     lags[Y] = 0
     assert task.process(100) == 1 and seen == [10, 20, 30]
+
+
+def test_processing_on_past_the_idle_deadline_is_counted_as_enforced(tmp_path):
+    """Kafka's enforced-processing-total: the records a task processes while one of its inputs
+    has nothing buffered and its max.task.idle.ms ran out; none while it waits or has records
+    on every input."""
+    seen = []
+
+    class Collect(Processor):
+        def process(self, record):
+            seen.append(record.timestamp)
+
+    topo = Topology()
+    topo.add_source("x", "x", key_serde=serdes.BYTES, value_serde=serdes.BYTES)
+    topo.add_source("y", "y", key_serde=serdes.BYTES, value_serde=serdes.BYTES)
+    topo.add_processor("p", Collect, "x", "y")
+    registry, clock = MetricsRegistry(), [0]
+    task = StreamTask(TaskId(0, 0), topo.build()[0], topo, input_partitions=[X, Y], application_id="app",
+                      config={}, collector=None, state_directory=StateDirectory(tmp_path, "app"), thread_cache=None,
+                      eos_enabled=False, clock_ms=lambda: clock[0], max_task_idle_ms=100, fetched_lag={Y: 0}.get,
+                      metrics=registry)
+    task.initialize_if_needed()
+    task.complete_restoration() if task.state.value != "RUNNING" else None
+
+    def enforced() -> int:
+        return registry.value("enforced-processing-total", TASK_GROUP, task_id="0_0")
+
+    task.add_records(X, [_msg("x", 0, 10), _msg("x", 1, 30)])
+    assert task.process(100) == 0 and enforced() == 0  # y is idle: wait 100 ms
+    clock[0] = 100
+    assert task.process(1) == 1 and seen == [10] and enforced() == 1  # the deadline passed
+    task.add_records(Y, [_msg("y", 0, 20)])
+    assert task.process(1) == 1 and seen == [10, 20] and enforced() == 1  # both buffered: not enforced
+    # y had a record: empty again, it idles 100 ms again from now (Kafka drops a partition's
+    # deadline whenever it has records), then the task goes on
+    assert task.process(100) == 0 and enforced() == 1
+    clock[0] = 199
+    assert task.process(100) == 0
+    clock[0] = 200
+    assert task.process(100) == 1 and seen == [10, 20, 30] and enforced() == 2
 
 
 def test_the_lag_comes_from_the_consumers_fetches_on_the_embedded_cluster(tmp_path):
