@@ -83,7 +83,6 @@ class RecordCollector:
                  metadata_refresh_ms: int = 300000) -> None:
         """`metadata_refresh_ms` (librdkafka's topic.metadata.refresh.interval.ms): how often
         `refresh_partition_counts` looks again at the partition counts it routes keys by."""
-        self.producer = producer
         self.eos_enabled = eos_enabled
         self.in_transaction = False
         self._handler = production_handler or (lambda error, msg: "fail")
@@ -94,16 +93,26 @@ class RecordCollector:
         self._metadata_refresh_s = max(0, metadata_refresh_ms) / 1000.0
         self._next_refresh = time.monotonic() + self._metadata_refresh_s
         self._since_poll = 0
-        self._produce = producer.produce
         self._on_delivery = self._delivery_callback()
-        queue_view = getattr(producer, "queue_view", None)
-        self._view = queue_view() if queue_view is not None else None
+        self.use_producer(producer)
         # one object: the producer's per-queue callback (the sink accelerator compares it)
         self.sink_delivery_callback = self._sink_delivery_callback()
         # With the producer on Kafka's default partitioner (murmur2), keyed records are routed
         # here, remembering each key's partition: the same choice, made once per distinct key.
         self._murmur2 = murmur2_partitioning
         self._key_partitions: dict[str, dict[bytes, int]] = {}
+
+    def use_producer(self, producer: Any) -> None:
+        """Send through `producer` from now on (the thread replaces a fenced or broken
+        transactional one): its produce() and, where it offers one, its queue view (the sinks'
+        in-process path; the old producer's would take records it never sends). Stages built
+        before keep the old view: the thread revives its tasks after a replacement."""
+        self.producer = producer
+        self._produce = producer.produce
+        queue_view = getattr(producer, "queue_view", None)
+        self._view = queue_view() if queue_view is not None else None
+        self.in_transaction = False
+        self.reset_error()
 
     # ---- delivery reports -----------------------------------------------------------------
 

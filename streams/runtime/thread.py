@@ -185,10 +185,7 @@ class StreamThread(threading.Thread):
         except Exception:  # noqa: BLE001 - the old producer is discarded anyway
             pass
         self.producer = self._new_producer()
-        self.collector.producer = self.producer
-        self.collector._produce = self.producer.produce
-        self.collector.in_transaction = False
-        self.collector.reset_error()
+        self.collector.use_producer(self.producer)
 
     def _create_clients(self) -> None:
         cfg = self.config

@@ -688,3 +688,25 @@ def test_a_partition_sender_queues_what_the_collectors_send_writes(cluster, impl
     assert [(p, k, v, h) for p, k, v, _t, h in got] == [(p, k, v, h) for p, k, v, _t, h in want]
     assert [t for _p, _k, _v, t, _h in got][:4] == [1, 2, 3, 4] and len(got) == len(records)
     assert offsets == (len(records) - 1, len(records) - 1)
+
+
+def test_a_replaced_producer_takes_the_sends_of_stages_built_after_it(cluster, impl):
+    """The thread replaces a fenced producer and revives its tasks: their new stages and the
+    collector's own sends queue on the new producer, none on the old one (whose queue view,
+    still open here, would take records it is no longer asked to send)."""
+    with closing(cluster.producer({"linger.ms": 1})) as old, closing(cluster.producer({"linger.ms": 1})) as new:
+        collector = RecordCollector(old, murmur2_partitioning=True)
+        _stage(collector, "direct", serdes.STRING, serdes.STRING)("a", "before", 1, ())
+        collector.flush()
+        collector.use_producer(new)
+        assert collector.producer is new
+        stage = _stage(collector, "direct", serdes.STRING, serdes.STRING)
+        for i, key in enumerate(("a", "b", "c", "d")):
+            stage(key, "after", 2 + i, ())
+        collector.sender("direct")(b"e", b"sent", 9, None)
+        assert len(old) == 0 and len(new) == 5  # queued on the new producer, nothing on the old
+        collector.flush()
+        assert len(new) == 0
+    written = _written(cluster, "direct")
+    assert sorted((k, v) for _p, k, v, _t, _h in written) == [
+        (b"a", b"after"), (b"a", b"before"), (b"b", b"after"), (b"c", b"after"), (b"d", b"after"), (b"e", b"sent")]
