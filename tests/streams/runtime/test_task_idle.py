@@ -57,8 +57,9 @@ def test_ready_to_process_follows_kip_695():
     assert not PartitionGroup([X, Y]).ready_to_process(0, 0, {X: 0, Y: 0}.get)  # nothing buffered
 
 
-def test_a_task_with_an_empty_partition_that_has_lag_does_not_process(tmp_path):
-    seen = []
+def _task_of_x_and_y(tmp_path, seen: list, **kwargs) -> StreamTask:
+    """A running task over partitions X and Y whose processor appends each record's timestamp
+    to `seen`; `kwargs` go to StreamTask (clock_ms, max_task_idle_ms, fetched_lag, metrics)."""
 
     class Collect(Processor):
         def process(self, record):
@@ -68,12 +69,18 @@ def test_a_task_with_an_empty_partition_that_has_lag_does_not_process(tmp_path):
     topo.add_source("x", "x", key_serde=serdes.BYTES, value_serde=serdes.BYTES)
     topo.add_source("y", "y", key_serde=serdes.BYTES, value_serde=serdes.BYTES)
     topo.add_processor("p", Collect, "x", "y")
-    lags = {Y: 4}
     task = StreamTask(TaskId(0, 0), topo.build()[0], topo, input_partitions=[X, Y], application_id="app",
                       config={}, collector=None, state_directory=StateDirectory(tmp_path, "app"), thread_cache=None,
-                      eos_enabled=False, clock_ms=lambda: 0, max_task_idle_ms=0, fetched_lag=lags.get)
+                      eos_enabled=False, **kwargs)
     task.initialize_if_needed()
     task.complete_restoration() if task.state.value != "RUNNING" else None
+    return task
+
+
+def test_a_task_with_an_empty_partition_that_has_lag_does_not_process(tmp_path):
+    seen: list = []
+    lags = {Y: 4}
+    task = _task_of_x_and_y(tmp_path, seen, clock_ms=lambda: 0, max_task_idle_ms=0, fetched_lag=lags.get)
     task.add_records(X, [_msg("x", 0, 10), _msg("x", 1, 30)])
     assert task.process(100) == 0 and seen == []  # y may still bring a record before 10
     task.add_records(Y, [_msg("y", 0, 20)])
@@ -87,23 +94,10 @@ def test_processing_on_past_the_idle_deadline_is_counted_as_enforced(tmp_path):
     """Kafka's enforced-processing-total: the records a task processes while one of its inputs
     has nothing buffered and its max.task.idle.ms ran out; none while it waits or has records
     on every input."""
-    seen = []
-
-    class Collect(Processor):
-        def process(self, record):
-            seen.append(record.timestamp)
-
-    topo = Topology()
-    topo.add_source("x", "x", key_serde=serdes.BYTES, value_serde=serdes.BYTES)
-    topo.add_source("y", "y", key_serde=serdes.BYTES, value_serde=serdes.BYTES)
-    topo.add_processor("p", Collect, "x", "y")
+    seen: list = []
     registry, clock = MetricsRegistry(), [0]
-    task = StreamTask(TaskId(0, 0), topo.build()[0], topo, input_partitions=[X, Y], application_id="app",
-                      config={}, collector=None, state_directory=StateDirectory(tmp_path, "app"), thread_cache=None,
-                      eos_enabled=False, clock_ms=lambda: clock[0], max_task_idle_ms=100, fetched_lag={Y: 0}.get,
-                      metrics=registry)
-    task.initialize_if_needed()
-    task.complete_restoration() if task.state.value != "RUNNING" else None
+    task = _task_of_x_and_y(tmp_path, seen, clock_ms=lambda: clock[0], max_task_idle_ms=100,
+                            fetched_lag={Y: 0}.get, metrics=registry)
 
     def enforced() -> int:
         return registry.value("enforced-processing-total", TASK_GROUP, task_id="0_0")
