@@ -17,9 +17,9 @@ import logging
 import os
 import shutil
 import signal
-import sys
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
