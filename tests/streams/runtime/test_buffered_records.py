@@ -9,7 +9,7 @@ import pytest
 
 from streams import App, AppState, Topology, serdes
 from streams.errors import ConfigError
-from streams.runtime.config import StreamsConfig
+from streams.runtime.config import DEFAULT_BUFFERED_RECORDS_PER_PARTITION, StreamsConfig
 
 from _runtime_util import Cluster, Exploding, embedded_config, unique, wait_for
 
@@ -68,3 +68,11 @@ def test_buffered_records_per_partition_must_be_a_positive_int(value):
     with pytest.raises(ConfigError, match="buffered.records.per.partition"):
         StreamsConfig.parse({"application.id": "a", "bootstrap.servers": "x",
                                  "buffered.records.per.partition": value})
+
+
+def test_the_default_bound_leaves_room_for_a_fetch_dropped_by_a_pause():
+    """10,000 unless set (Kafka's 1000 made every join pause and fetch again: see the default's
+    comment); a setting still wins."""
+    base = {"application.id": "a", "bootstrap.servers": "x"}
+    assert StreamsConfig.parse(base).buffered_records_per_partition == DEFAULT_BUFFERED_RECORDS_PER_PARTITION == 10_000
+    assert StreamsConfig.parse(base | {"buffered.records.per.partition": 1000}).buffered_records_per_partition == 1000
