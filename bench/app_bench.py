@@ -66,9 +66,12 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple], on_sent: Optio
 
 
 def run_app(topology: Any, config: dict, done: Callable[[App], bool],
-            on_progress: Optional[Callable[[App], None]] = None) -> float:
-    """Run `topology` until `done(app)` holds, then close the app (its final commit is part of
-    the work); the seconds from RUNNING to closed. `on_progress(app)` is called while waiting."""
+            on_progress: Optional[Callable[[App], None]] = None, *, time_close: bool = True,
+            deadline_s: Optional[float] = None) -> float:
+    """Run `topology` until `done(app)` holds, then close the app; the seconds from RUNNING to
+    closed (its final commit is part of the work), or only to `done` without `time_close`.
+    `on_progress(app)` is called while waiting; past `deadline_s` (None: no deadline), or when a
+    stream thread died or the app stopped, the run fails."""
     app = App(topology, config)
     pause = threading.Event()
     app.start()
@@ -77,15 +80,22 @@ def run_app(topology: Any, config: dict, done: Callable[[App], bool],
             raise SystemExit(f"app not RUNNING: {app.state}")
         t0 = time.perf_counter()
         cpu0 = time.process_time()
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
         while not done(app):
             if not all(thread.is_alive() for thread in app.threads):
                 raise SystemExit("a stream thread died")
+            if app.state in (AppState.ERROR, AppState.PENDING_ERROR, AppState.NOT_RUNNING):
+                raise SystemExit(f"the app stopped: {app.state}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise SystemExit(f"the run did not finish in {deadline_s:.0f}s")
             if on_progress is not None:
                 on_progress(app)
             pause.wait(0.01)
+        elapsed = time.perf_counter() - t0
     finally:
         app.close(timeout=120)
-    elapsed = time.perf_counter() - t0
+    if time_close:
+        elapsed = time.perf_counter() - t0
     THREAD_CPU["process"] = time.process_time() - cpu0
     return elapsed
 

@@ -37,8 +37,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -50,7 +48,7 @@ from bench.wordcount import make_lines  # noqa: E402
 from bench.windowed import (JOIN_CONFIG, JOIN_WINDOW_MS, make_orders, make_updates, pay, table_topology,  # noqa: E402
                             wordcount_topology)
 from bench.wordcount_kafka import broker, create_topic  # noqa: E402
-from streams import App, AppState, JoinWindows, StreamsBuilder, serdes  # noqa: E402
+from streams import App, JoinWindows, StreamsBuilder, serdes  # noqa: E402
 
 DEADLINE_S = 1800
 
@@ -97,34 +95,19 @@ def run_eddy(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: 
         topology = stream_stream_topology(*input_topic.split(","), output, counts)
     else:
         topology = (wordcount_topology if mode == "wordcount" else table_topology)(input_topic, output)
-    app = App(topology, {"application.id": f"eddy-{mode}-{suffix}", "bootstrap.servers": bootstrap,
-                         "state.dir": os.path.join(work, f"eddy-{mode}"), "processing.guarantee": "at_least_once",
-                         "commit.interval.ms": commit_ms, "replication.factor": 1}
-              | (JOIN_CONFIG if mode == "stream_stream" else {}))
-    pause = threading.Event()
-    app.start()
-    try:
-        if not app.wait_for_state(AppState.RUNNING, timeout=120):
-            raise SystemExit(f"Eddy's {mode} app not RUNNING: {app.state}")
-        t0 = time.perf_counter()
-        deadline = time.monotonic() + DEADLINE_S
+    config = {"application.id": f"eddy-{mode}-{suffix}", "bootstrap.servers": bootstrap,
+              "state.dir": os.path.join(work, f"eddy-{mode}"), "processing.guarantee": "at_least_once",
+              "commit.interval.ms": commit_ms, "replication.factor": 1} | (JOIN_CONFIG if mode == "stream_stream" else {})
 
-        def done() -> bool:
-            if mode == "wordcount":
-                return sum(t.processed_total for t in app.threads) >= n + target
-            if mode == "stream_stream":
-                return counts[0] >= target
-            got = {key: count for key, count in app.store("users-per-group").all() if count}
-            return got == expected
-        while not done():
-            if app.state in (AppState.ERROR, AppState.PENDING_ERROR, AppState.NOT_RUNNING):
-                raise SystemExit(f"Eddy's {mode} app stopped: {app.state}")
-            if time.monotonic() > deadline:
-                raise SystemExit(f"Eddy's {mode} run did not finish")
-            pause.wait(0.01)
-        return time.perf_counter() - t0, counts[1]
-    finally:
-        app.close(timeout=120)
+    def done(app: App) -> bool:
+        if mode == "wordcount":
+            return sum(t.processed_total for t in app.threads) >= n + target
+        if mode == "stream_stream":
+            return counts[0] >= target
+        got = {key: count for key, count in app.store("users-per-group").all() if count}
+        return got == expected
+    secs = app_bench.run_app(topology, config, done, time_close=False, deadline_s=DEADLINE_S)
+    return secs, counts[1]
 
 
 def run_kafka_streams(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: int, target: int,
