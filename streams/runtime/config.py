@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import tempfile
+import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from streams.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
@@ -30,6 +33,33 @@ SNAPSHOT_PREFIX = "snapshot."
 #: stream-stream join ran 2.9x faster at 10,000 (bench/dsl_kafka.py). Setting it still bounds
 #: a partition's buffer at any value.
 DEFAULT_BUFFERED_RECORDS_PER_PARTITION = 10_000
+
+
+#: topology.optimization's values (Kafka's StreamsConfig): "none", "all", or a comma-separated
+#: list of these names.
+NO_OPTIMIZATION, OPTIMIZE = "none", "all"
+TOPOLOGY_OPTIMIZATIONS = ("reuse.ktable.source.topics", "merge.repartition.topics", "single.store.self.join")
+
+
+def topology_optimizations(raw: Mapping[str, Any]) -> frozenset:
+    """The optimizations topology.optimization names (Kafka's rules: "none" or "all" alone, else
+    known names), or ConfigError naming what is wrong."""
+    value = raw.get("topology.optimization", NO_OPTIMIZATION)
+    if not isinstance(value, str):
+        raise ConfigError(f"config 'topology.optimization' must be a string, got {value!r}")
+    names = [name.strip() for name in value.split(",")]
+    if names == [NO_OPTIMIZATION]:
+        return frozenset()
+    if names == [OPTIMIZE]:
+        return frozenset(TOPOLOGY_OPTIMIZATIONS)
+    unknown = [name for name in names if name not in TOPOLOGY_OPTIMIZATIONS]
+    if unknown:
+        alone = [name for name in unknown if name in (NO_OPTIMIZATION, OPTIMIZE)]
+        detail = (f"{alone[0]!r} cannot be combined with other values" if alone
+                  else f"unknown optimization {unknown[0]!r}")
+        raise ConfigError(f"config 'topology.optimization': {detail}, got {value!r}; expected "
+                          f"{NO_OPTIMIZATION!r}, {OPTIMIZE!r} or a comma-separated list of {TOPOLOGY_OPTIMIZATIONS}")
+    return frozenset(names)
 
 
 def default_state_dir() -> str:
@@ -79,6 +109,8 @@ class StreamsConfig:
     task_timeout_ms: int
     #: librdkafka's topic.metadata.refresh.interval.ms, which the record collector follows too.
     metadata_refresh_ms: int = 300_000
+    #: the optimizations topology.optimization asks for; none of them is applied yet (see parse)
+    topology_optimizations: frozenset = frozenset()
 
     @property
     def eos_enabled(self) -> bool:
@@ -114,6 +146,13 @@ class StreamsConfig:
         state_dir = raw.get("state.dir") or default_state_dir()
         if not isinstance(state_dir, (str, os.PathLike)):
             raise ConfigError(f"config 'state.dir' must be a path, got {state_dir!r}")
+        optimizations = topology_optimizations(raw)
+        if optimizations:
+            # accepted, so an app written for Kafka Streams runs unchanged, but said out loud:
+            # its topics are those of "none" (a source table still gets its own changelog topic)
+            log.warning("config 'topology.optimization' asks for %s: Eddy applies no topology optimization "
+                        "yet; the topology runs as with 'none' (same results, its own changelog and "
+                        "repartition topics)", ", ".join(sorted(optimizations)))
         return cls(
             raw=raw,
             application_id=app_id,
@@ -131,6 +170,7 @@ class StreamsConfig:
                                                 DEFAULT_BUFFERED_RECORDS_PER_PARTITION, 1),
             task_timeout_ms=_int(raw, "task.timeout.ms", 300_000, 0),
             metadata_refresh_ms=_int(raw, "topic.metadata.refresh.interval.ms", 300_000, 0),
+            topology_optimizations=optimizations,
         )
 
     def backend_config(self) -> dict:

@@ -48,6 +48,10 @@ def driver_error(config: dict) -> ConfigError:
     ({"cache.max.bytes.buffering": "lots"}, "cache.max.bytes.buffering"),
     ({"application.id": "has space"}, "application.id"),
     ({"state.dir": 42}, "state.dir"),
+    ({"topology.optimization": "al"}, "unknown optimization 'al'"),
+    ({"topology.optimization": "all,merge.repartition.topics"}, "'all' cannot be combined"),
+    ({"topology.optimization": "none, reuse.ktable.source.topics"}, "'none' cannot be combined"),
+    ({"topology.optimization": True}, "topology.optimization"),
 ])
 def test_driver_rejects_bad_config_like_the_app(bad, names, tmp_path):
     from_driver = driver_error(bad)
@@ -189,3 +193,24 @@ def test_the_driver_emits_final_window_results_without_a_wall_clock_throttle():
         inp.pipe_input("c", "v", timestamp=524)
         inp.pipe_input("d", "v", timestamp=1087)
         assert driver.create_output_topic("out", serdes.time_windowed(S, 1000), I64).read_records_to_list() == []
+
+
+@pytest.mark.parametrize("value,expected", [
+    (None, frozenset()),
+    ("none", frozenset()),
+    ("all", {"reuse.ktable.source.topics", "merge.repartition.topics", "single.store.self.join"}),
+    ("merge.repartition.topics, reuse.ktable.source.topics", {"merge.repartition.topics",
+                                                              "reuse.ktable.source.topics"}),
+])
+def test_topology_optimization_is_parsed_as_kafka_does_and_said_to_be_not_applied(value, expected, caplog):
+    raw = {"application.id": "cfg"} | ({} if value is None else {"topology.optimization": value})
+    with caplog.at_level("WARNING", logger="streams.runtime.config"):
+        parsed = StreamsConfig.parse(raw, require_bootstrap_servers=False)
+    assert parsed.topology_optimizations == expected
+    warned = [r.getMessage() for r in caplog.records if "topology.optimization" in r.getMessage()]
+    if expected:
+        # accepted (a Kafka Streams app runs unchanged), but the user is told nothing is optimized
+        assert len(warned) == 1 and "applies no topology optimization" in warned[0]
+        assert all(name in warned[0] for name in expected)
+    else:
+        assert warned == []
