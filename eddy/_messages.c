@@ -835,6 +835,44 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(payload_bytes_doc,
+"payload_bytes(messages) -> (total, largest) or None\n\n"
+"The key and value bytes of consumed messages (a None key or value counts 0): their sum and the\n"
+"largest message's, read from the fields of messages of the layout type. None when there is no\n"
+"layout, or a message is of another type or has a key or value that is not bytes.");
+
+static PyObject *payload_bytes(PyObject *self, PyObject *msgs)
+{
+    PyTypeObject *type = msg_layout.type;
+    if (type == NULL)
+        Py_RETURN_NONE;
+    PyObject *seq = PySequence_Fast(msgs, "payload_bytes: messages must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    long long total = 0, largest = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = items[i];
+        if (Py_TYPE(m) != type) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        PyObject *k = layout_get_obj(m, key_off), *v = layout_get_obj(m, value_off);
+        if ((k != NULL && !PyBytes_CheckExact(k)) || (v != NULL && !PyBytes_CheckExact(v))) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        long long size = (k == NULL ? 0 : PyBytes_GET_SIZE(k)) + (v == NULL ? 0 : PyBytes_GET_SIZE(v));
+        total += size;
+        if (size > largest)
+            largest = size;
+    }
+    Py_DECREF(seq);
+    return Py_BuildValue("(LL)", total, largest);
+}
+
 /* ---- module ------------------------------------------------------------------------------ */
 
 static PyMethodDef module_methods[] = {
@@ -843,6 +881,7 @@ static PyMethodDef module_methods[] = {
     {"changelog_records", (PyCFunction)(void (*)(void))changelog_records, METH_FASTCALL, changelog_records_doc},
     {"message_rows", message_rows, METH_O, message_rows_doc},
     {"partition_runs", partition_runs, METH_O, partition_runs_doc},
+    {"payload_bytes", payload_bytes, METH_O, payload_bytes_doc},
     {"keyed_run", (PyCFunction)(void (*)(void))keyed_run, METH_FASTCALL, keyed_run_doc},
     {"dispatch_run", (PyCFunction)(void (*)(void))dispatch_run, METH_FASTCALL, dispatch_run_doc},
     {"merge_dispatch", (PyCFunction)(void (*)(void))merge_dispatch, METH_FASTCALL, merge_dispatch_doc},

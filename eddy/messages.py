@@ -20,11 +20,11 @@ import operator
 import os
 import sys
 import threading
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from confluent_kafka import Message
 
-__all__ = ["message_rows", "partition_runs", "message_function", "probed_layout", "layout_arguments",
+__all__ = ["message_rows", "partition_runs", "payload_bytes", "message_function", "probed_layout", "layout_arguments",
            "POINTER_FIELDS", "INT_FIELDS"]
 
 logger = logging.getLogger(__name__)
@@ -190,6 +190,7 @@ _TS_MS = operator.itemgetter(1)  # Message.timestamp() is (type, ms)
 
 
 _partition_runs = message_function("partition_runs")
+_payload_bytes = message_function("payload_bytes")
 _FIRST = operator.itemgetter(0)
 _SECOND = operator.itemgetter(1)
 
@@ -202,6 +203,16 @@ def partition_runs(messages: list) -> Iterable[tuple[tuple[str, int], list]]:
         keyed = zip(zip(map(Message.topic, messages), map(Message.partition, messages)), messages)
         runs = ((key, list(map(_SECOND, group))) for key, group in itertools.groupby(keyed, _FIRST))
     return runs
+
+
+def payload_bytes(messages: Sequence) -> tuple[int, int]:
+    """`(total, largest)`: the key and value bytes of consumed messages (a None key or value
+    counts 0), summed and of the largest message."""
+    found = _payload_bytes(messages) if _payload_bytes is not None else None
+    if found is None:
+        sizes = [len(m.key() or b"") + len(m.value() or b"") for m in messages]
+        found = (sum(sizes), max(sizes, default=0))
+    return found
 
 
 def message_rows(messages: list) -> Iterable[tuple]:

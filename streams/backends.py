@@ -29,7 +29,7 @@ STREAMS_ONLY_KEYS = frozenset({
     "default.key.serde", "default.value.serde", "default.timestamp.extractor",
     "default.deserialization.exception.handler", "default.production.exception.handler",
     "replication.factor", "topology.optimization", "max.task.idle.ms",
-    "buffered.records.per.partition", "application.server", "state.cleanup.delay.ms",
+    "buffered.records.per.partition", "input.buffer.max.bytes", "application.server", "state.cleanup.delay.ms",
     "windowstore.changelog.additional.retention.ms", "acceptable.recovery.lag",
     "max.warmup.replicas", "probing.rebalance.interval.ms", "task.timeout.ms",
     "rocksdb.config.setter", "upgrade.from", "built.in.metrics.version",

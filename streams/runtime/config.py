@@ -34,6 +34,11 @@ SNAPSHOT_PREFIX = "snapshot."
 #: a partition's buffer at any value.
 DEFAULT_BUFFERED_RECORDS_PER_PARTITION = 10_000
 
+#: input.buffer.max.bytes' default (KIP-770's): 512 MiB of buffered records' key and value bytes
+#: for the whole App instance, shared evenly by its stream threads. With 10,000 records a
+#: partition, the record bound alone would let large records take any amount of memory.
+DEFAULT_INPUT_BUFFER_MAX_BYTES = 512 * 1024 * 1024
+
 
 #: topology.optimization's values (Kafka's StreamsConfig): "none", "all", or a comma-separated
 #: list of these names.
@@ -106,6 +111,9 @@ class StreamsConfig:
     #: a partition buffering more is paused on the main consumer until drained (TaskManager);
     #: DEFAULT_BUFFERED_RECORDS_PER_PARTITION unless set.
     buffered_records_per_partition: int
+    #: the records buffered by the tasks of the instance, in key and value bytes: over it, a
+    #: thread pauses every partition it buffers records of until its share is drained (TaskManager)
+    input_buffer_max_bytes: int
     task_timeout_ms: int
     #: librdkafka's topic.metadata.refresh.interval.ms, which the record collector follows too.
     metadata_refresh_ms: int = 300_000
@@ -168,6 +176,7 @@ class StreamsConfig:
             max_task_idle_ms=_int(raw, "max.task.idle.ms", 0, -1),
             buffered_records_per_partition=_int(raw, "buffered.records.per.partition",
                                                 DEFAULT_BUFFERED_RECORDS_PER_PARTITION, 1),
+            input_buffer_max_bytes=_int(raw, "input.buffer.max.bytes", DEFAULT_INPUT_BUFFER_MAX_BYTES, 0),
             task_timeout_ms=_int(raw, "task.timeout.ms", 300_000, 0),
             metadata_refresh_ms=_int(raw, "topic.metadata.refresh.interval.ms", 300_000, 0),
             topology_optimizations=optimizations,

@@ -18,7 +18,7 @@ import logging
 from typing import Any, Callable, Iterable, Optional
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
-from eddy.messages import partition_runs
+from eddy.messages import partition_runs, payload_bytes
 
 from state.errors import LockError, TaskCorruptedError
 from state.listener import SuspendReason
@@ -112,6 +112,13 @@ class TaskManager:
         self._max_buffered = config.buffered_records_per_partition
         self._over_limit: list[tuple[str, int]] = []
         self._buffer_paused: set[tuple[str, int]] = set()
+        # input.buffer.max.bytes (KIP-770), this thread's share: over it, every partition with
+        # records buffered is paused until the buffers are back under it (`_check_buffer_bytes`).
+        # Counting the bytes means reading every buffered record, so it is done only when the
+        # buffered records times the largest record added could be over the share.
+        self._max_buffer_bytes = config.input_buffer_max_bytes // max(1, config.num_stream_threads)
+        self._largest_record = 0  # key and value bytes of the largest record buffered, or added since
+        self._bytes_paused: set[tuple[str, int]] = set()
         self._running: list[StreamTask] = []
         self.only_idle_buffered = False  # see process()
         self.on_tasks_changed: Callable[[], None] = lambda: None
@@ -224,6 +231,7 @@ class TaskManager:
                 self._start_offsets.pop(key, None)
             self._to_pause.discard(key)
             self._buffer_paused.discard(key)
+            self._bytes_paused.discard(key)
         self._refresh_running()
         self.on_tasks_changed()
 
@@ -359,6 +367,10 @@ class TaskManager:
             task = task_of.get(tp)
             if task is not None and task.add_records(tp, run) > limit:
                 over.append(tp)
+        if msgs:
+            largest = payload_bytes(msgs)[1]
+            if largest > self._largest_record:
+                self._largest_record = largest
 
     def _pause_full(self) -> None:
         """Pause the partitions added over buffered.records.per.partition that still exceed it."""
@@ -370,7 +382,8 @@ class TaskManager:
             if (tp not in self._buffer_paused and task is not None
                     and task.partition_group.buffered_in(tp) > limit):
                 self._buffer_paused.add(tp)
-                new.append(TopicPartition(*tp))
+                if tp not in self._bytes_paused:
+                    new.append(TopicPartition(*tp))
         self._over_limit.clear()
         if new:
             self.consumer.pause(new)
@@ -388,7 +401,50 @@ class TaskManager:
                 self._buffer_paused.discard(tp)
             elif task.partition_group.buffered_in(tp) <= limit:
                 self._buffer_paused.discard(tp)
+                if tp not in self._bytes_paused:
+                    resume.append(TopicPartition(*tp))
+        if resume:
+            self.consumer.resume(resume)
+
+    def buffered_bytes(self) -> tuple[int, int]:
+        """`(total, largest)`: the key and value bytes of the records the running tasks buffer."""
+        total = largest = 0
+        for task in self._running:
+            for q in task.partition_group.queues.values():
+                if q:
+                    size, big = payload_bytes(q)
+                    total += size
+                    largest = big if big > largest else largest
+        return total, largest
+
+    def _check_buffer_bytes(self) -> None:
+        """input.buffer.max.bytes: over this thread's share, pause every partition with records
+        buffered (the others may still fetch: their tasks may be waiting for them); once back
+        under it, resume what this paused. A partition also over buffered.records.per.partition
+        stays paused until that bound lets it go too."""
+        total, self._largest_record = self.buffered_bytes()
+        paused = self._bytes_paused
+        if total > self._max_buffer_bytes:
+            new = []
+            for task in self._running:
+                for tp, q in task.partition_group.queues.items():
+                    if q and tp not in paused:
+                        paused.add(tp)
+                        if tp not in self._buffer_paused:
+                            new.append(TopicPartition(*tp))
+            if new:
+                log.debug("%s: %d bytes buffered, over input.buffer.max.bytes' share of %d: pausing %d partitions",
+                          self.thread_id, total, self._max_buffer_bytes, len(new))
+                self.consumer.pause(new)
+            return
+        task_of = self._task_of_tp
+        resume = []
+        for tp in paused:
+            task = task_of.get(tp)
+            # a task no longer running is paused and resumed by its restoration
+            if task is not None and task.state is TaskState.RUNNING and tp not in self._buffer_paused:
                 resume.append(TopicPartition(*tp))
+        paused.clear()
         if resume:
             self.consumer.resume(resume)
 
@@ -406,6 +462,8 @@ class TaskManager:
             self._resume_drained()
         if self._over_limit:
             self._pause_full()
+        if self._bytes_paused or self.buffered() * self._largest_record > self._max_buffer_bytes:
+            self._check_buffer_bytes()
         return total
 
     def punctuate(self) -> int:

@@ -1,5 +1,5 @@
 """The C passes over consumed messages (eddy/_messages.c `message_rows`, `partition_runs`,
-`keyed_run`): the same rows and runs as the Message methods give, for
+`keyed_run`, `payload_bytes`): the same rows and runs as the Message methods give, for
 filled and constructor-built messages, and None (the methods' path) for anything else."""
 
 from __future__ import annotations
@@ -86,6 +86,26 @@ def test_runs_equal_groupby_over_topic_and_partition():
     assert [(tp, [id(m) for m in run]) for tp, run in got] == [(tp, [id(m) for m in run]) for tp, run in expected]
     assert [tp for tp, _ in got] == [("a", 0), ("a", 1), ("a", 0), ("b", 0), ("a", 1)]
     assert _records.partition_runs([]) == []
+
+
+def test_payload_bytes_equal_the_key_and_value_lengths_the_methods_give():
+    import collections
+
+    filled = _messages()
+    built = [Message("t", 0, 7, b"bk", None, [("z", b"1")], None, (1, 42), -1.0, -1),
+             Message("t", 0, 8, None, None, None, None, (0, -1), -1.0, -1)]
+    for msgs in (filled, built, filled + built, []):
+        sizes = [len(m.key() or b"") + len(m.value() or b"") for m in msgs]
+        expected = (sum(sizes), max(sizes, default=0))
+        assert _records.payload_bytes(msgs) == expected
+        assert _records.payload_bytes(collections.deque(msgs)) == expected  # a task's buffer
+        assert messages.payload_bytes(msgs) == expected
+    assert _records.payload_bytes(filled)[1] == 5300  # the 300-byte key and 5000-byte value
+    sub = _SubMessage("t", 0, 1, b"k", b"v", None, None, (1, 1), -1.0, -1)
+    assert _records.payload_bytes(filled + [sub]) is None  # another type: the methods' path
+    assert messages.payload_bytes(filled + [sub]) == (_records.payload_bytes(filled)[0] + 2, 5300)
+    with pytest.raises(TypeError, match="must be a sequence"):
+        _records.payload_bytes(42)
 
 
 def _check_utf8(data):
