@@ -23,6 +23,7 @@ __all__ = [
     "Metric", "Sensor", "LatencySensor", "Counter", "MetricsRegistry",
     "TASK_GROUP", "THREAD_GROUP", "STATE_GROUP", "CLIENT_GROUP", "CONSUMER_FETCH_GROUP",
     "task_dropped_records_sensor", "task_enforced_processing_sensor", "task_process_sensor",
+    "task_input_buffer_bytes_gauge",
     "thread_process_sensor", "thread_commit_sensor",
     "store_restore_sensors", "records_lag_max_gauge", "client_state_gauge", "thread_state_gauge",
 ]
@@ -241,6 +242,13 @@ def task_enforced_processing_sensor(registry: MetricsRegistry, thread_id: str, t
     """enforced-processing-total / -rate: records a task processed while one of its input
     partitions had nothing buffered, its max.task.idle.ms having run out (Kafka's, KIP-695)."""
     return registry.sensor("enforced-processing", TASK_GROUP, _task_tags(thread_id, task_id))
+
+
+def task_input_buffer_bytes_gauge(registry: MetricsRegistry, thread_id: str, task_id: Any,
+                                  supplier: Callable[[], int]) -> None:
+    """input-buffer-bytes-total: the key and value bytes of the records a task has buffered,
+    not processed yet (Kafka's, KIP-770; what input.buffer.max.bytes bounds)."""
+    registry.gauge("input-buffer-bytes-total", TASK_GROUP, _task_tags(thread_id, task_id), supplier)
 
 
 def task_process_sensor(registry: MetricsRegistry, thread_id: str, task_id: Any) -> Sensor:

@@ -13,6 +13,8 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from confluent_kafka import Message
 
+from eddy.messages import payload_bytes
+
 _TIMESTAMP = Message.timestamp
 
 
@@ -99,6 +101,17 @@ class PartitionGroup:
 
     def buffered_in(self, tp: tuple[str, int]) -> int:
         return len(self.queues[tp])
+
+    def buffered_bytes(self) -> tuple[int, int]:
+        """`(total, largest)`: the key and value bytes of the buffered records. Reads every one
+        of them; safe from another thread (each queue is copied in one step first)."""
+        total = largest = 0
+        for q in self.queues.values():
+            if q:
+                size, big = payload_bytes(list(q))
+                total += size
+                largest = big if big > largest else largest
+        return total, largest
 
     def runs(self, max_records: int, stop_when_empty: bool = False) -> Iterator[tuple[tuple[str, int], list]]:
         """Yield `(partition, messages)` runs, up to `max_records` messages in all, in timestamp

@@ -23,6 +23,7 @@ from state.manager import ProcessorStateManager, TaskType, close_state_manager, 
 from state.task_id import TaskId
 from streams.engine import TaskEngine
 from streams.engine.processor_metadata import NO_PARTITION_TIME, decode_offset_metadata, encode_offset_metadata
+from streams.metrics import task_input_buffer_bytes_gauge
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.partition_group import PartitionGroup
 from streams.topology import Subtopology, Topology, changelog_topic_name
@@ -135,6 +136,9 @@ class StreamTask:
                                  application_id=self.application_id, config=self.config,
                                  collector=self.collector, clock_ms=self.clock_ms, state_context=self.manager,
                                  metrics=self.metrics, thread_id=self.thread_id, global_stores=self.global_stores)
+        if self.metrics is not None:
+            group = self.partition_group
+            task_input_buffer_bytes_gauge(self.metrics, self.thread_id, self.id, lambda: group.buffered_bytes()[0])
         if len(self.partition_group.queues) > 1 and self.engine.has_custom_timestamp_extractor():
             extracted = self.engine.extracted_timestamp
             self.partition_group.head_timestamp = lambda tp, m: extracted(

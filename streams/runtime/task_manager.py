@@ -410,11 +410,9 @@ class TaskManager:
         """`(total, largest)`: the key and value bytes of the records the running tasks buffer."""
         total = largest = 0
         for task in self._running:
-            for q in task.partition_group.queues.values():
-                if q:
-                    size, big = payload_bytes(q)
-                    total += size
-                    largest = big if big > largest else largest
+            size, big = task.partition_group.buffered_bytes()
+            total += size
+            largest = big if big > largest else largest
         return total, largest
 
     def _check_buffer_bytes(self) -> None:

@@ -79,6 +79,21 @@ def test_partition_group_picks_lowest_head_timestamp(monkeypatch):
     assert group.buffered == 0 and list(group.drain(10)) == []
 
 
+def test_partition_group_counts_the_key_and_value_bytes_it_buffers():
+    """What input.buffer.max.bytes and input-buffer-bytes-total count: key and value bytes (None
+    counting 0) of the records still buffered, and the largest of them."""
+    group = PartitionGroup([("a", 0), ("b", 0)])
+    assert group.buffered_bytes() == (0, 0)
+    group.add(("a", 0), [Message("a", 0, 0, b"k1", b"v" * 10, None, None, (0, 5)),
+                         Message("a", 0, 1, None, b"w" * 3, None, None, (0, 7))])
+    group.add(("b", 0), [Message("b", 0, 0, b"key", None, None, None, (0, 6))])
+    assert group.buffered_bytes() == (12 + 3 + 3, 12)
+    assert [tp for tp, _ in group.runs(1)] == [("a", 0)]  # the first record, 12 bytes, taken
+    assert group.buffered_bytes() == (6, 3)
+    group.clear()
+    assert group.buffered_bytes() == (0, 0)
+
+
 def test_partition_group_runs_follow_the_record_by_record_choice(monkeypatch):
     """runs() takes stretches of one partition; what it yields, flattened, is Kafka's choice
     made record by record (the lowest head timestamp, the first partition on a tie), each run
