@@ -128,6 +128,17 @@ def pass_through_topology(src: str, sink: str, processor: type) -> Topology:
     return topo
 
 
+def two_input_topology(a: str, b: str, sink: str) -> Topology:
+    """sources `a` and `b` -> Exploding -> sink `sink`, string keys and values: one task reading
+    two topics (it idles for max.task.idle.ms while one of them is empty)."""
+    topo = Topology()
+    topo.add_source("a", a, key_serde=serdes.STRING, value_serde=serdes.STRING)
+    topo.add_source("b", b, key_serde=serdes.STRING, value_serde=serdes.STRING)
+    topo.add_processor("p", Exploding, "a", "b")
+    topo.add_sink("k", sink, "p", key_serde=serdes.STRING, value_serde=serdes.STRING)
+    return topo
+
+
 def wordcount_topology(lines: str, out: str, store: str = "counts"):
     b = StreamsBuilder()
     (b.stream(lines, key_serde=serdes.STRING, value_serde=serdes.STRING)

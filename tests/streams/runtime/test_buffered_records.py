@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from streams import App, AppState, Topology, serdes
+from streams import App, AppState
 from streams.errors import ConfigError
 from streams.runtime.config import DEFAULT_BUFFERED_RECORDS_PER_PARTITION, StreamsConfig
 
-from _runtime_util import Cluster, Exploding, embedded_config, unique, wait_for
+from _runtime_util import Cluster, embedded_config, two_input_topology, unique, wait_for
 
 LIMIT = 7
 
@@ -23,15 +23,6 @@ def cluster(tmp_path):
     c.close()
 
 
-def _two_input_topology(a, b, sink):
-    topo = Topology()
-    topo.add_source("a", a, key_serde=serdes.STRING, value_serde=serdes.STRING)
-    topo.add_source("b", b, key_serde=serdes.STRING, value_serde=serdes.STRING)
-    topo.add_processor("p", Exploding, "a", "b")
-    topo.add_sink("k", sink, "p", key_serde=serdes.STRING, value_serde=serdes.STRING)
-    return topo
-
-
 def test_a_partition_over_the_limit_is_paused_while_its_task_idles_and_resumed_once_drained(cluster, tmp_path):
     """The task reads two topics; one stays empty, so the task idles for max.task.idle.ms while
     the other's records pile up: that partition is paused (the consumer stops fetching it),
@@ -40,7 +31,7 @@ def test_a_partition_over_the_limit_is_paused_while_its_task_idles_and_resumed_o
     cluster.create_topics(1, a, b, sink)
     records = [(b"k%d" % (i % 5), b"v%d" % i) for i in range(300)]
     cluster.produce(a, records)
-    app = App(_two_input_topology(a, b, sink),
+    app = App(two_input_topology(a, b, sink),
               {**cluster.config, "application.id": unique("buffered"), "state.dir": str(tmp_path / "state"),
                "commit.interval.ms": 100, "buffered.records.per.partition": LIMIT, "max.task.idle.ms": 3000})
     app.start()

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from streams import App, AppState, Topology, serdes
+from streams import App, AppState
 from streams.errors import ConfigError
 from streams.runtime.config import DEFAULT_INPUT_BUFFER_MAX_BYTES, StreamsConfig
 
-from _runtime_util import Cluster, Exploding, unique, wait_for
+from _runtime_util import Cluster, two_input_topology, unique, wait_for
 
 CAP = 4000  # bytes: about 20 of the records below
 
@@ -21,15 +21,6 @@ def cluster(backend_config):
     c = Cluster(backend_config)
     yield c
     c.close()
-
-
-def _two_input_topology(a, b, sink):
-    topo = Topology()
-    topo.add_source("a", a, key_serde=serdes.STRING, value_serde=serdes.STRING)
-    topo.add_source("b", b, key_serde=serdes.STRING, value_serde=serdes.STRING)
-    topo.add_processor("p", Exploding, "a", "b")
-    topo.add_sink("k", sink, "p", key_serde=serdes.STRING, value_serde=serdes.STRING)
-    return topo
 
 
 @pytest.mark.parametrize("threads,record_bound", [(1, None), (2, None), (1, 7)],
@@ -46,7 +37,7 @@ def test_a_thread_over_its_byte_share_pauses_what_it_buffers_and_resumes_once_un
     records = [(b"k%d" % (i % 5), b"v%03d" % i + b"." * 200) for i in range(300)]
     cluster.produce(a, records)
     share = CAP // threads
-    app = App(_two_input_topology(a, b, sink),
+    app = App(two_input_topology(a, b, sink),
               {**cluster.config, "application.id": unique("inbytes"), "state.dir": str(tmp_path / "state"),
                "commit.interval.ms": 100, "input.buffer.max.bytes": CAP, "max.task.idle.ms": 3000,
                "num.stream.threads": threads}
