@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 #: Requests are read once each and never needed after every instance has stopped.
 _TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
 _REQUEST_TIMEOUT_S = 10.0
+_RETRY_S = 0.1
 
 
 def shutdown_topic_name(application_id: str) -> str:
@@ -81,12 +82,19 @@ class ShutdownRequests:
             log.debug("end offset of %s not available: %s", self.topic, exc)
             return None
 
-    def start(self) -> None:
-        """Note the end offset: requests before it were made before this instance started."""
+    def start(self, timeout_s: float = _REQUEST_TIMEOUT_S) -> None:
+        """Note the end offset: requests before it were made before this instance started. A
+        topic just created may not answer at once (a real broker elects its leader first): the
+        read is tried again for up to `timeout_s`, since a request made before the first read
+        that succeeds would be taken as made before the start, and missed."""
+        deadline = time.monotonic() + timeout_s
         self._baseline = self._end_offset()
+        while self._baseline is None and time.monotonic() < deadline:
+            time.sleep(_RETRY_S)  # a back-off between reads of the broker
+            self._baseline = self._end_offset()
         if self._baseline is None:
-            log.warning("cannot read the end offset of %s yet; shutdown requests are watched from the "
-                        "first successful read", self.topic)
+            log.warning("cannot read the end offset of %s within %.0f s; shutdown requests are watched "
+                        "from the first successful read", self.topic, timeout_s)
 
     def poll(self) -> Optional[ShutdownRequest]:
         """The first request made since `start`, or None (also when the topic cannot be read)."""

@@ -6,6 +6,7 @@ does not stop it."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -121,6 +122,39 @@ def test_shutdown_requests_count_only_requests_made_after_start(backend_config):
         assert late.send("StreamThread-2", RuntimeError("second"))
         second = wait_for(late.poll, 30, "the second request seen")
         assert second.offset == 1 and second.details["process_id"] == "process-2"
+    finally:
+        cluster.close()
+
+
+class _CountingAdmin:
+    """The real admin client, counting the end-offset reads made through it."""
+
+    def __init__(self, admin) -> None:
+        self.admin, self.reads = admin, 0
+
+    def list_offsets(self, *args, **kwargs):
+        self.reads += 1
+        return self.admin.list_offsets(*args, **kwargs)
+
+
+def test_a_start_before_the_topic_answers_still_counts_requests_made_after_it(backend_config):
+    """start() reads the end offset again until the topic answers (a topic just created may not
+    yet): a request made after the start is seen, not taken for one made before it."""
+    cluster = Cluster(backend_config)
+    app_id = unique("late-topic")
+    try:
+        admin = _CountingAdmin(cluster.admin)
+        requests = ShutdownRequests(cluster.backend, admin, app_id, "process-1")
+        starting = threading.Thread(target=requests.start, kwargs={"timeout_s": 60})
+        starting.start()
+        wait_for(lambda: admin.reads >= 1, 30, "a first read, of a topic that does not exist yet")
+        InternalTopicManager(cluster.admin).make_ready({shutdown_topic_name(app_id): shutdown_topic_spec()})
+        starting.join(60)
+        assert not starting.is_alive()
+        assert admin.reads >= 2 and requests.poll() is None
+        assert requests.send("StreamThread-1", ValueError("after the start"))
+        request = wait_for(requests.poll, 30, "the request made after the start seen")
+        assert request.offset == 0 and request.details["error"] == "ValueError: after the start"
     finally:
         cluster.close()
 
