@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 
 MAX_POLL_RECORDS = 5000
 MAX_PROCESS_PER_TASK = 20000
+#: Kafka Streams' transaction.timeout.ms under exactly-once (librdkafka's default is 60 s): an
+#: instance lost mid-transaction holds its partitions' read_committed readers, the tasks moved
+#: elsewhere among them, only this long. A producer setting still wins.
+EOS_TRANSACTION_TIMEOUT_MS = 10_000
 
 
 class ThreadState(enum.Enum):
@@ -166,6 +170,9 @@ class StreamThread(threading.Thread):
         if self.transactional_id is not None:
             conf["transactional.id"] = self.transactional_id
             conf["enable.idempotence"] = True
+            raw = self.config.raw
+            if "transaction.timeout.ms" not in raw and "producer.transaction.timeout.ms" not in raw:
+                conf["transaction.timeout.ms"] = EOS_TRANSACTION_TIMEOUT_MS
         return conf
 
     def _new_producer(self) -> Any:

@@ -13,7 +13,8 @@ import pytest
 from streams import App, AppState
 from streams.runtime import SimulatedCrash
 
-from _runtime_util import Cluster, count_sequences, last_counts, make_lines, unique, wait_for, wordcount_topology
+from _runtime_util import (Cluster, count_sequences, embedded_config, last_counts, make_lines, unique, wait_for,
+                           wordcount_topology)
 
 POINTS = ("after_process", "before_commit", "after_commit")
 
@@ -119,4 +120,25 @@ def test_broker_crash_while_processing_exactly_once(tmp_path, seed):
             assert app.close(timeout=60)
         _assert_exactly_once_output(cluster, out, expected)
     finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("setting,expected", [({}, 10_000), ({"producer.transaction.timeout.ms": 30_000}, 30_000),
+                                              ({"transaction.timeout.ms": 20_000}, 20_000)])
+def test_the_transactional_producer_times_out_as_kafka_streams_does_unless_set(tmp_path, setting, expected):
+    """Kafka Streams' transaction.timeout.ms under exactly-once is 10 s (the client's default is
+    60 s): a lost instance's open transaction holds read_committed readers that long. A setting,
+    for every client or the producer's own, wins."""
+    cluster = Cluster(embedded_config(tmp_path))
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(1, lines, out)
+    app = App(wordcount_topology(lines, out), {**cluster.config, "application.id": unique("eos-timeout"),
+                                               "state.dir": str(tmp_path / "state"),
+                                               "processing.guarantee": "exactly_once_v2", **setting})
+    app.start()
+    try:
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        assert [t.producer._txn_timeout_ms for t in app.threads] == [expected]  # what the producer runs with
+    finally:
+        assert app.close(timeout=60)
         cluster.close()
