@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
-import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
 
