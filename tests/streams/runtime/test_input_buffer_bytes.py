@@ -23,10 +23,12 @@ def cluster(backend_config):
     c.close()
 
 
-@pytest.mark.parametrize("threads,record_bound", [(1, None), (2, None), (1, 7)],
+# with the record bound: both bounds are crossed by any two records, so whatever the consumer
+# hands over first, the partition is paused for both at once
+@pytest.mark.parametrize("threads,record_bound,cap", [(1, None, CAP), (2, None, CAP), (1, 1, 300)],
                          ids=["one-thread", "two-threads", "with-record-bound"])
 def test_a_thread_over_its_byte_share_pauses_what_it_buffers_and_resumes_once_under(cluster, tmp_path, threads,
-                                                                                     record_bound):
+                                                                                     record_bound, cap):
     """The task reads two topics; one stays empty, so the task idles for max.task.idle.ms while
     the other's records pile up past the thread's share of the byte bound (the bound split
     between the threads): that partition is paused, then resumed once the task has processed its
@@ -36,10 +38,10 @@ def test_a_thread_over_its_byte_share_pauses_what_it_buffers_and_resumes_once_un
     cluster.create_topics(1, a, b, sink)
     records = [(b"k%d" % (i % 5), b"v%03d" % i + b"." * 200) for i in range(300)]
     cluster.produce(a, records)
-    share = CAP // threads
+    share = cap // threads
     app = App(two_input_topology(a, b, sink),
               {**cluster.config, "application.id": unique("inbytes"), "state.dir": str(tmp_path / "state"),
-               "commit.interval.ms": 100, "input.buffer.max.bytes": CAP, "max.task.idle.ms": 3000,
+               "commit.interval.ms": 100, "input.buffer.max.bytes": cap, "max.task.idle.ms": 3000,
                "num.stream.threads": threads}
               | ({} if record_bound is None else {"buffered.records.per.partition": record_bound}))
     app.start()
