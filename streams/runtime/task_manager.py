@@ -65,6 +65,10 @@ def fetched_lag(consumer: Any, tp: tuple[str, int], start: Optional[int] = None)
     return max(0, high - position)
 
 
+#: the bounds that hold an input partition paused (TaskManager.held_by)
+RECORDS, BYTES = "buffered.records.per.partition", "input.buffer.max.bytes"
+
+
 class TaskManager:
     def __init__(self, topology: Topology, subtopologies: list[Subtopology], *, config: StreamsConfig,
                  state_directory: Any, consumer: Any, collector: RecordCollector, reader: Any,
@@ -111,14 +115,15 @@ class TaskManager:
         # fetches again what it prefetched for a paused partition (word count fell to 1/5).
         self._max_buffered = config.buffered_records_per_partition
         self._over_limit: list[tuple[str, int]] = []
-        self._buffer_paused: set[tuple[str, int]] = set()
         # input.buffer.max.bytes (KIP-770), this thread's share: over it, every partition with
         # records buffered is paused until the buffers are back under it (`_check_buffer_bytes`).
         # Counting the bytes means reading every buffered record, so it is done only when the
         # buffered records times the largest record added could be over the share.
         self._max_buffer_bytes = config.input_buffer_max_bytes // max(1, config.num_stream_threads)
         self._largest_record = 0  # key and value bytes of the largest record buffered, or added since
-        self._bytes_paused: set[tuple[str, int]] = set()
+        # the partitions the two bounds hold paused, with the bounds (RECORDS, BYTES) holding each:
+        # the consumer pauses a partition when a first bound holds it, resumes it when the last lets go
+        self._held: dict[tuple[str, int], set[str]] = {}
         self._running: list[StreamTask] = []
         self.only_idle_buffered = False  # see process()
         self.on_tasks_changed: Callable[[], None] = lambda: None
@@ -230,8 +235,7 @@ class TaskManager:
                 del self._task_of_tp[key]
                 self._start_offsets.pop(key, None)
             self._to_pause.discard(key)
-            self._buffer_paused.discard(key)
-            self._bytes_paused.discard(key)
+            self._held.pop(key, None)
         self._refresh_running()
         self.on_tasks_changed()
 
@@ -326,7 +330,7 @@ class TaskManager:
             if newly_running:
                 self._refresh_running()
                 resume = [TopicPartition(t, p) for task in newly_running for (t, p) in task.input_partitions
-                          if (t, p) not in self._to_pause and (t, p) not in self._buffer_paused]
+                          if (t, p) not in self._to_pause and (t, p) not in self._held]
                 if resume:
                     self.consumer.resume(resume)
         elif self.standbys:
@@ -372,39 +376,57 @@ class TaskManager:
             if largest > self._largest_record:
                 self._largest_record = largest
 
-    def _pause_full(self) -> None:
-        """Pause the partitions added over buffered.records.per.partition that still exceed it."""
-        limit = self._max_buffered
-        task_of = self._task_of_tp
+    def held_by(self, bound: str) -> set[tuple[str, int]]:
+        """The partitions `bound` (RECORDS: buffered.records.per.partition, BYTES:
+        input.buffer.max.bytes) holds paused."""
+        return {tp for tp, bounds in self._held.items() if bound in bounds}
+
+    def _hold(self, tps: Iterable[tuple[str, int]], bound: str) -> None:
+        """`bound` holds each of `tps` paused; the consumer pauses those no bound held yet."""
         new = []
-        for tp in self._over_limit:
-            task = task_of.get(tp)
-            if (tp not in self._buffer_paused and task is not None
-                    and task.partition_group.buffered_in(tp) > limit):
-                self._buffer_paused.add(tp)
-                if tp not in self._bytes_paused:
-                    new.append(TopicPartition(*tp))
-        self._over_limit.clear()
+        for tp in tps:
+            bounds = self._held.setdefault(tp, set())
+            if not bounds:
+                new.append(TopicPartition(*tp))
+            bounds.add(bound)
         if new:
             self.consumer.pause(new)
 
-    def _resume_drained(self) -> None:
-        """Resume the partitions paused by `_pause_full` whose buffer is down to the limit. A
+    def _release(self, tps: Iterable[tuple[str, int]], bound: str) -> None:
+        """`bound` lets each of `tps` go; the consumer resumes those no bound holds any more. A
         partition whose task is no longer running is let go without resuming: its task's
         restoration pauses and resumes it."""
-        limit = self._max_buffered
-        task_of = self._task_of_tp
         resume = []
-        for tp in list(self._buffer_paused):
-            task = task_of.get(tp)
-            if task is None or task.state is not TaskState.RUNNING:
-                self._buffer_paused.discard(tp)
-            elif task.partition_group.buffered_in(tp) <= limit:
-                self._buffer_paused.discard(tp)
-                if tp not in self._bytes_paused:
+        for tp in tps:
+            bounds = self._held.get(tp)
+            if bounds is None or bound not in bounds:
+                continue
+            bounds.discard(bound)
+            if not bounds:
+                del self._held[tp]
+                task = self._task_of_tp.get(tp)
+                if task is not None and task.state is TaskState.RUNNING:
                     resume.append(TopicPartition(*tp))
         if resume:
             self.consumer.resume(resume)
+
+    def _pause_full(self) -> None:
+        """Hold the partitions added over buffered.records.per.partition that still exceed it."""
+        limit = self._max_buffered
+        task_of = self._task_of_tp
+        held = self.held_by(RECORDS)
+        self._hold([tp for tp in self._over_limit if tp not in held and (task := task_of.get(tp)) is not None
+                    and task.partition_group.buffered_in(tp) > limit], RECORDS)
+        self._over_limit.clear()
+
+    def _resume_drained(self) -> None:
+        """Let go the partitions held by buffered.records.per.partition whose buffer is down to
+        it (or whose task is no longer running)."""
+        limit = self._max_buffered
+        task_of = self._task_of_tp
+        self._release([tp for tp in self.held_by(RECORDS)
+                       if (task := task_of.get(tp)) is None or task.state is not TaskState.RUNNING
+                       or task.partition_group.buffered_in(tp) <= limit], RECORDS)
 
     def buffered_bytes(self) -> tuple[int, int]:
         """`(total, largest)`: the key and value bytes of the records the running tasks buffer."""
@@ -416,35 +438,17 @@ class TaskManager:
         return total, largest
 
     def _check_buffer_bytes(self) -> None:
-        """input.buffer.max.bytes: over this thread's share, pause every partition with records
+        """input.buffer.max.bytes: over this thread's share, hold every partition with records
         buffered (the others may still fetch: their tasks may be waiting for them); once back
-        under it, resume what this paused. A partition also over buffered.records.per.partition
-        stays paused until that bound lets it go too."""
+        under it, let them go."""
         total, self._largest_record = self.buffered_bytes()
-        paused = self._bytes_paused
         if total > self._max_buffer_bytes:
-            new = []
-            for task in self._running:
-                for tp, q in task.partition_group.queues.items():
-                    if q and tp not in paused:
-                        paused.add(tp)
-                        if tp not in self._buffer_paused:
-                            new.append(TopicPartition(*tp))
-            if new:
-                log.debug("%s: %d bytes buffered, over input.buffer.max.bytes' share of %d: pausing %d partitions",
-                          self.thread_id, total, self._max_buffer_bytes, len(new))
-                self.consumer.pause(new)
-            return
-        task_of = self._task_of_tp
-        resume = []
-        for tp in paused:
-            task = task_of.get(tp)
-            # a task no longer running is paused and resumed by its restoration
-            if task is not None and task.state is TaskState.RUNNING and tp not in self._buffer_paused:
-                resume.append(TopicPartition(*tp))
-        paused.clear()
-        if resume:
-            self.consumer.resume(resume)
+            nonempty = [tp for task in self._running for tp, q in task.partition_group.queues.items() if q]
+            log.debug("%s: %d bytes buffered, over input.buffer.max.bytes' share of %d: holding %d partitions",
+                      self.thread_id, total, self._max_buffer_bytes, len(nonempty))
+            self._hold([tp for tp in nonempty if BYTES not in self._held.get(tp, ())], BYTES)
+        else:
+            self._release(self.held_by(BYTES), BYTES)
 
     def process(self, max_per_task: int) -> int:
         total = 0
@@ -456,11 +460,12 @@ class TaskManager:
                 waiting = waiting or not n  # buffered, yet idling (max.task.idle.ms)
         # every buffered record belongs to an idling task: the thread may block in its next poll
         self.only_idle_buffered = waiting and not total
-        if self._buffer_paused:
+        if self._held:
             self._resume_drained()
         if self._over_limit:
             self._pause_full()
-        if self._bytes_paused or self.buffered() * self._largest_record > self._max_buffer_bytes:
+        if (any(BYTES in bounds for bounds in self._held.values())
+                or self.buffered() * self._largest_record > self._max_buffer_bytes):
             self._check_buffer_bytes()
         return total
 

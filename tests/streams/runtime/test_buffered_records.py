@@ -10,6 +10,7 @@ import pytest
 from streams import App, AppState
 from streams.errors import ConfigError
 from streams.runtime.config import DEFAULT_BUFFERED_RECORDS_PER_PARTITION, StreamsConfig
+from streams.runtime.task_manager import RECORDS
 
 from _runtime_util import Cluster, embedded_config, two_input_topology, unique, wait_for
 
@@ -42,11 +43,11 @@ def test_a_partition_over_the_limit_is_paused_while_its_task_idles_and_resumed_o
 
         def paused_over_limit():
             task = tm._task_of_tp.get(tp)
-            return tp in tm._buffer_paused and task is not None and task.partition_group.buffered_in(tp) > LIMIT
+            return tp in tm.held_by(RECORDS) and task is not None and task.partition_group.buffered_in(tp) > LIMIT
         wait_for(paused_over_limit, 30, "the idle task's full partition paused")
         msgs = cluster.read_all(sink, 1, until=lambda got: len(got) >= len(records), timeout=60)
         assert [(m.key(), m.value()) for m in msgs] == records  # all of them, once, in order
-        wait_for(lambda: not tm._buffer_paused, 30, "the partition resumed")
+        wait_for(lambda: not tm.held_by(RECORDS), 30, "the partition resumed")
         cluster.produce(a, [(b"k", b"after")])  # fetched again after the resume
         msgs = cluster.read_all(sink, 1, until=lambda got: len(got) > len(records), timeout=60)
         assert msgs[-1].value() == b"after"

@@ -10,6 +10,7 @@ import pytest
 from streams import App, AppState
 from streams.errors import ConfigError
 from streams.runtime.config import DEFAULT_INPUT_BUFFER_MAX_BYTES, StreamsConfig
+from streams.runtime.task_manager import BYTES, RECORDS
 
 from _runtime_util import Cluster, two_input_topology, unique, wait_for
 
@@ -54,7 +55,7 @@ def test_a_thread_over_its_byte_share_pauses_what_it_buffers_and_resumes_once_un
         def paused_over_bytes():
             for thread in app.threads:
                 tm = thread.task_manager
-                if tp in tm._bytes_paused and (record_bound is None) is (tp not in tm._buffer_paused):
+                if tp in tm.held_by(BYTES) and (record_bound is None) is (tp not in tm.held_by(RECORDS)):
                     seen["tm"], seen["bytes"] = tm, tm.buffered_bytes()[0]
                     return True
             return False
@@ -70,7 +71,7 @@ def test_a_thread_over_its_byte_share_pauses_what_it_buffers_and_resumes_once_un
         assert len(reported()) == 1 and (reported()[0] > share or reported()[0] == 0)
         msgs = cluster.read_all(sink, 1, until=lambda got: len(got) >= len(records), timeout=60)
         assert [(m.key(), m.value()) for m in msgs] == records  # all of them, once, in order
-        wait_for(lambda: not tm._bytes_paused and not tm._buffer_paused, 30, "the partition resumed")
+        wait_for(lambda: not tm.held_by(BYTES) and not tm.held_by(RECORDS), 30, "the partition resumed")
         assert reported() == [0]
         cluster.produce(a, [(b"k", b"after")])  # fetched again after the resume
         msgs = cluster.read_all(sink, 1, until=lambda got: len(got) > len(records), timeout=60)
