@@ -117,8 +117,6 @@ class StreamsConfig:
     task_timeout_ms: int
     #: librdkafka's topic.metadata.refresh.interval.ms, which the record collector follows too.
     metadata_refresh_ms: int = 300_000
-    #: the optimizations topology.optimization asks for; none of them is applied yet (see parse)
-    topology_optimizations: frozenset = frozenset()
 
     @property
     def eos_enabled(self) -> bool:
@@ -179,7 +177,6 @@ class StreamsConfig:
             input_buffer_max_bytes=_int(raw, "input.buffer.max.bytes", DEFAULT_INPUT_BUFFER_MAX_BYTES, 0),
             task_timeout_ms=_int(raw, "task.timeout.ms", 300_000, 0),
             metadata_refresh_ms=_int(raw, "topic.metadata.refresh.interval.ms", 300_000, 0),
-            topology_optimizations=optimizations,
         )
 
     def backend_config(self) -> dict:
