@@ -62,17 +62,24 @@ class Cluster:
 
     def produce(self, topic: str, records: list[tuple[Any, Any]], *, partition: int | None = None,
                 timestamps: list[int] | None = None) -> None:
+        """Write `records` and wait for every one to be acknowledged; a rejected one fails."""
         p = self.producer
+        failed: list = []
+
+        def delivered(err, msg) -> None:
+            if err is not None:
+                failed.append(err)
         for i, (k, v) in enumerate(records):
             kwargs = {}
             if partition is not None:
                 kwargs["partition"] = partition
             if timestamps is not None:
                 kwargs["timestamp"] = timestamps[i]
-            p.produce(topic, value=v, key=k, **kwargs)
+            p.produce(topic, value=v, key=k, on_delivery=delivered, **kwargs)
             if i % 2000 == 1999:
                 p.poll(0)
         assert p.flush(30) == 0
+        assert not failed, f"{len(failed)} records to {topic} not acknowledged: {failed[0]}"
 
     def committed_offset(self, group: str, topic: str, partition: int = 0) -> int:
         """The offset `group` committed for the partition (negative: none)."""
