@@ -24,6 +24,8 @@ _I64 = struct.Struct(">q")
 _pack_i64 = _I64.pack
 _unpack_i64_from = _I64.unpack_from
 TIMESTAMP_SIZE = 8
+#: a timestamped INT64 as a timestamped store keeps it: the 8-byte timestamp, then the 8-byte value
+TIMESTAMPED_INT64 = struct.Struct(">qq")
 _second = itemgetter(1)
 _startswith = bytes.startswith
 

@@ -15,12 +15,12 @@ from state.cache.thread_cache import ENTRY_OVERHEAD, UNKNOWN, NamedCache, Thread
 from state.errors import StoreClosedError
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import KeyValueIterator, KeyValueStore, check_key, check_value
+from state.timestamped import TIMESTAMPED_INT64
 
 log = logging.getLogger(__name__)
 _INT64 = struct.Struct(">q")
 _pack_int64, _unpack_int64 = _INT64.pack, _INT64.unpack
-_STAMPED_INT64 = struct.Struct(">qq")  # a timestamped store's value: 8-byte timestamp + int64
-_pack_stamped, _unpack_stamped = _STAMPED_INT64.pack, _STAMPED_INT64.unpack
+_pack_stamped, _unpack_stamped = TIMESTAMPED_INT64.pack, TIMESTAMPED_INT64.unpack
 
 try:  # update_many's hot case in C (state/cache/_cache.c); the Python loop does the same without it
     from state.cache import _cache as _cache_c

@@ -25,10 +25,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Optional
 
-from state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
+from state.timestamped import TIMESTAMPED_INT64, ValueAndTimestamp, ValueAndTimestampSerde
 from state.window import Window, Windowed
 from streams import serdes as _serdes
-from streams.dsl.ops.table import TIMESTAMPED_INT64
 from streams.dsl.windows import (EmitStrategy, EmitThrottle, LateRecordReporter, SessionWindows, SlidingWindows,
                                  TimeWindows, window_close_delay_ms)
 

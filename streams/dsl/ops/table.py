@@ -12,7 +12,7 @@ import logging
 import struct
 from typing import Any, Callable, Optional
 
-from state.timestamped import TimestampedKeyValueStore, ValueAndTimestamp, ValueAndTimestampSerde
+from state.timestamped import TIMESTAMPED_INT64, TimestampedKeyValueStore, ValueAndTimestamp, ValueAndTimestampSerde
 from state.typed import find_caching_layer
 from streams import serdes as _serdes
 from streams.dsl import change as _change
@@ -29,7 +29,6 @@ except ImportError:  # pragma: no cover - the accelerator is optional
 log = logging.getLogger(__name__)
 
 _new_tuple = tuple.__new__
-TIMESTAMPED_INT64 = struct.Struct(">qq")  # a timestamped INT64's bytes: 8-byte timestamp, 8-byte value
 _STAMP = struct.Struct(">q")  # the 8-byte timestamp in front of a timestamped value
 
 
