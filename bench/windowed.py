@@ -6,7 +6,7 @@ embedded cluster (issues 16 and 17).
                              [--replication-factor 1]
                              [--only wordcount,windowed,table,stream_table,stream_stream]
                              [--profile wordcount|windowed|table|stream_table|stream_stream]
-                             [--table-design default|uncached-hot]
+                             [--table-design default|uncached-hot] [--config NAME=VALUE ...]
 
 Apps one after the other, each on one stream thread over `--records` input records
 written beforehand (not timed), processing time only (records carry event times):
@@ -58,7 +58,8 @@ timed) and the joined results counted against the expected count.
 
 Every run uses one config: the processing guarantee of `--guarantee` and the default
 commit.interval.ms (30 s at least once, 100 ms exactly once: Kafka's defaults), the default
-cache size; so the ratio compares like with like.
+cache size; so the ratio compares like with like. `--config` sets a Streams config for every
+run (to see, say, how the cache size moves the table's rate); the figures of record use none.
 
 Each run is timed from RUNNING until every input record is processed and every record its
 processing sent through a repartition topic is processed too, plus the app's final commit. The
@@ -332,7 +333,15 @@ def main() -> None:
     parser.add_argument("--profile", choices=RUNS, help="cProfile the stream thread of this run (slower)")
     parser.add_argument("--table-design", choices=("default", "uncached-hot"), default="default",
                         help="the table run's input and source store (see the module doc)")
+    parser.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+                        help="a Streams config for every run (repeatable), e.g. statestore.cache.max.bytes=104857600")
     args = parser.parse_args()
+    overrides = {}
+    for item in args.config:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            parser.error(f"--config expects NAME=VALUE, got {item!r}")
+        overrides[name] = value
     logging.basicConfig(level=logging.ERROR)  # late records are dropped by design: no WARN per window
     runs = args.only.split(",")
     console = Console()
@@ -381,7 +390,7 @@ def main() -> None:
                 app_bench.record_thread_cpu()
             config = {"application.id": f"bench-{run}", "bootstrap.servers": bootstrap,
                       "state.dir": os.path.join(work, f"state-{run}"), "processing.guarantee": args.guarantee,
-                      "replication.factor": rf} | (JOIN_CONFIG if run in second else {})
+                      "replication.factor": rf} | (JOIN_CONFIG if run in second else {}) | overrides
             target = targets[run]
             with Progress(*columns, console=console, transient=True) as progress:
                 task = progress.add_task(f"{run}: records processed", total=target)
