@@ -31,6 +31,26 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 
 ADMIN_DEFAULTS: dict[str, Any] = {}
 
+
+class PollingConsumer(Consumer):
+    """confluent-kafka's Consumer whose `consume(num_messages, timeout)` returns as soon as any
+    record (or event) is there, as Kafka's `poll(timeout)` and the embedded consumer do.
+    librdkafka's batch consume waits until `num_messages` have arrived or `timeout` has passed:
+    a stream thread asking for 5,000 records would sit out its whole poll.ms whenever fewer are
+    fetched, which on a real broker is most loops once its repartition records come back one
+    fetch at a time."""
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list:
+        if num_messages <= 1 or timeout == 0:
+            return super().consume(num_messages, timeout)
+        messages = super().consume(num_messages, 0)  # what is queued already, without waiting
+        if messages:
+            return messages
+        first = super().consume(1, timeout)  # waits for one at most `timeout`
+        if not first:
+            return first
+        return first + super().consume(num_messages - 1, 0)  # and what came with it
+
 _CLIENT_PREFIXES = ("producer.", "consumer.", "admin.")
 
 
@@ -101,7 +121,7 @@ class KafkaBackend:
         return Producer(self.producer_config(conf))
 
     def consumer(self, conf: Mapping[str, Any] | None = None) -> Consumer:
-        return Consumer(self.consumer_config(conf))
+        return PollingConsumer(self.consumer_config(conf))
 
     def admin(self, conf: Mapping[str, Any] | None = None) -> AdminClient:
         return AdminClient(self.admin_config(conf))

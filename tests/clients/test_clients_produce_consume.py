@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from _clients_util import create_topic, drain, kafka_partition, produce_all, unique, wait_for
@@ -26,6 +27,31 @@ def test_order_is_kept_per_partition(backend, admin) -> None:
         assert [m.value() for m in in_partition] == [f"{p}:{i}".encode() for i in range(200)]
         assert [m.offset() for m in in_partition] == list(range(200))
         assert all(m.topic() == topic for m in in_partition)
+
+
+def test_consume_returns_the_records_there_without_waiting_for_a_full_batch(backend, admin) -> None:
+    """Kafka's poll contract: consume(num_messages, timeout) returns once any record is there,
+    not when num_messages have come or the timeout has passed (librdkafka's batch consume does
+    the latter; the Kafka backend's consumer does the former). Each call below may wait 120 s;
+    it must answer within 30 (a deadline, not a measurement: a call that waits for its batch
+    answers after 120 s)."""
+    topic = create_topic(admin)
+    producer = backend.producer()
+    assert all(err is None for err, *_ in produce_all(producer, topic, [(None, b"v%d" % i) for i in range(10)]))
+    consumer = backend.consumer({"group.id": unique("g")})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got: list = []
+
+    def consume_once() -> list:
+        answered: list = []
+        threading.Thread(target=lambda: answered.append(consumer.consume(5000, 120)), daemon=True).start()
+        wait_for(lambda: answered, 30, f"consume(5000, 120) to answer with {len(got)} of 10 records read")
+        return answered[0]
+    while len(got) < 10:
+        messages = consume_once()
+        assert messages, "consume answered nothing before its timeout"
+        got += [m.value() for m in messages if m.error() is None]
+    assert got == [b"v%d" % i for i in range(10)]
 
 
 def test_keyed_records_land_on_kafkas_murmur2_partition(backend, admin) -> None:

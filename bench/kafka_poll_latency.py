@@ -1,0 +1,130 @@
+"""Benchmark: end-to-end latency of a trickle of records through an app on a real Kafka broker,
+with the Kafka backend's consumer (PollingConsumer: a consume returns once any record is there,
+as Kafka's poll does) against librdkafka's plain batch consume (which waits for its whole batch
+or its timeout) as the baseline, in the same run.
+
+    python bench/kafka_poll_latency.py [--records 200] [--interval-ms 50] [--bootstrap-servers HOST:PORT]
+
+The broker is `--bootstrap-servers`, else `KAFKA_BOOTSTRAP_SERVERS`, else a local Apache Kafka
+broker started as the integration tests start it. The app, one stream thread, at least once:
+`stream(in).map(value -> (value, value)).repartition().map_values(upper).to(out)`: two hops
+through the stream thread's consumer (the input, then the repartition topic). A producer writes
+`--records` records, one every `--interval-ms` (linger.ms 0), each stamped with its send time; a
+reader takes each output record as soon as its poll has it. Latency: the time it was read less
+the time it was sent (the output keeps the input's timestamp). Printed: the median and 90th
+percentile of each consumer and the ratio of the medians. Not a test: nothing is asserted, but a
+run that loses a record fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from connectors.kafka import backend as kafka_backend  # noqa: E402
+from streams import App, AppState, StreamsBuilder, serdes  # noqa: E402
+from streams.testing.kafka_fixture import local_apache_kafka  # noqa: E402
+
+S = serdes.STRING
+
+
+def topology(in_topic: str, out_topic: str):
+    b = StreamsBuilder()
+    (b.stream(in_topic, key_serde=S, value_serde=S)
+        .map(lambda key, value: (value, value))
+        .repartition(key_serde=S, value_serde=S)
+        .map_values(str.upper)
+        .to(out_topic, key_serde=S, value_serde=S))
+    return b.build()
+
+
+def run(bootstrap: str, n: int, interval_s: float, work: str, polling: bool) -> list[float]:
+    """The latencies (ms) of `n` records through the app, its consumers polling as Kafka does
+    (`polling`) or with librdkafka's batch consume."""
+    suffix = uuid.uuid4().hex[:8]
+    in_topic, out_topic = f"latency-in-{suffix}", f"latency-out-{suffix}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(t, 1, 1) for t in (in_topic, out_topic)]).values():
+        future.result(30)
+    original = kafka_backend.PollingConsumer
+    if not polling:
+        kafka_backend.PollingConsumer = Consumer  # the baseline: every consume a plain batch consume
+    app = App(topology(in_topic, out_topic), {
+        "application.id": f"latency-{suffix}", "bootstrap.servers": bootstrap,
+        "state.dir": os.path.join(work, f"state-{suffix}"), "replication.factor": 1,
+        "consumer.session.timeout.ms": 6000})
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"latency-reader-{suffix}",
+                       "enable.auto.commit": False})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    try:
+        app.start()
+        if not app.wait_for_state(AppState.RUNNING, timeout=120):
+            raise SystemExit(f"app not RUNNING: {app.state}")
+        reader.assign([TopicPartition(out_topic, 0, 0)])
+        latencies: list[float] = []
+        done = threading.Event()
+
+        def read() -> None:
+            deadline = None
+            while len(latencies) < n:
+                msg = reader.poll(0.005)
+                if msg is not None and msg.error() is None:
+                    latencies.append(time.time() * 1000 - msg.timestamp()[1])
+                if done.is_set():
+                    deadline = deadline or time.monotonic() + 60
+                    if time.monotonic() > deadline:
+                        return
+        reading = threading.Thread(target=read, daemon=True)
+        reading.start()
+        pace = threading.Event()
+        for i in range(n):
+            producer.produce(in_topic, key=b"k", value=b"record-%d" % i, timestamp=int(time.time() * 1000))
+            producer.poll(0)
+            pace.wait(interval_s)
+        producer.flush(30)
+        done.set()
+        reading.join()
+        if len(latencies) < n:
+            raise SystemExit(f"only {len(latencies)} of {n} records came out")
+        return latencies
+    finally:
+        kafka_backend.PollingConsumer = original
+        app.close(timeout=60)
+        reader.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200)
+    parser.add_argument("--interval-ms", type=float, default=50)
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None)
+    args = parser.parse_args()
+    console = Console()
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="eddy-latency-") as work:
+        bootstrap = args.bootstrap_servers or stack.enter_context(local_apache_kafka()).bootstrap_servers
+        results = {}
+        for label, polling in (("batch consume", False), ("Kafka's poll", True)):
+            latencies = run(bootstrap, args.records, args.interval_ms / 1000, work, polling)
+            p90 = statistics.quantiles(latencies, n=10)[-1]
+            results[label] = statistics.median(latencies)
+            console.print(f"{label:<14}: median {results[label]:6.1f} ms, p90 {p90:6.1f} ms ({len(latencies)} records)")
+        base, new = results.values()
+        console.print(f"median latency ratio, Kafka's poll / batch consume: {new / base:.2f}")
+
+
+if __name__ == "__main__":
+    main()
