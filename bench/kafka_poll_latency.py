@@ -12,8 +12,14 @@ through the stream thread's consumer (the input, then the repartition topic). A 
 `--records` records, one every `--interval-ms` (linger.ms 0), each stamped with its send time; a
 reader takes each output record as soon as its poll has it. Latency: the time it was read less
 the time it was sent (the output keeps the input's timestamp). Printed: the median and 90th
-percentile of each consumer and the ratio of the medians. Not a test: nothing is asserted, but a
-run that loses a record fails.
+percentile of each consumer and the ratio of the medians.
+
+Then the Spark export's changelog reader (connectors.spark.changelog_core, a consume of up to
+10,000 records at a time with a 0.5 s timeout) reads a topic of 8 partitions of 2,000 records
+each, one partition after the other to its end, with each consumer: the seconds of each and
+their ratio.
+
+Not a test: nothing is asserted, but a run that loses a record fails.
 """
 
 from __future__ import annotations
@@ -107,6 +113,35 @@ def run(bootstrap: str, n: int, interval_s: float, work: str, polling: bool) -> 
         reader.close()
 
 
+def read_changelog(bootstrap: str, polling: bool, partitions: int = 8, per_partition: int = 2000) -> float:
+    """Seconds for the Spark changelog reader to read every partition of a new topic to its end."""
+    from connectors.spark.changelog_core import ChangelogSpec, PartitionRange, _KafkaLog
+
+    topic = f"latency-changelog-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.produce(topic, key=b"k%d" % i, value=b"v", partition=p)
+        producer.poll(0)
+    producer.flush(30)
+    log = _KafkaLog(ChangelogSpec(bootstrap, topic))
+    original = kafka_backend.PollingConsumer
+    if not polling:
+        kafka_backend.PollingConsumer = Consumer
+    try:
+        t0 = time.perf_counter()
+        read = sum(len(batch) for p in range(partitions)
+                   for batch in log.messages(PartitionRange(p, 0, per_partition)))
+        elapsed = time.perf_counter() - t0
+    finally:
+        kafka_backend.PollingConsumer = original
+    if read != partitions * per_partition:
+        raise SystemExit(f"the changelog reader read {read} of {partitions * per_partition} records")
+    return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200)
@@ -124,6 +159,12 @@ def main() -> None:
             console.print(f"{label:<14}: median {results[label]:6.1f} ms, p90 {p90:6.1f} ms ({len(latencies)} records)")
         base, new = results.values()
         console.print(f"median latency ratio, Kafka's poll / batch consume: {new / base:.2f}")
+        seconds = {label: read_changelog(bootstrap, polling)
+                   for label, polling in (("batch consume", False), ("Kafka's poll", True))}
+        for label, secs in seconds.items():
+            console.print(f"changelog read, {label:<14}: {secs:6.2f} s (8 partitions of 2,000 records)")
+        base, new = seconds.values()
+        console.print(f"changelog read time ratio, Kafka's poll / batch consume: {new / base:.2f}")
 
 
 if __name__ == "__main__":

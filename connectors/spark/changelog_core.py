@@ -381,9 +381,11 @@ class _KafkaLog:
         self.spec = spec
 
     def _consumer(self) -> Any:
-        from confluent_kafka import Consumer
+        # a consume returns what is fetched at once (Kafka's poll) rather than waiting out its
+        # timeout for a full batch: each partition's tail (and a small partition) costs no wait
+        from connectors.kafka.backend import PollingConsumer
 
-        return Consumer({"bootstrap.servers": self.spec.bootstrap_servers, "group.id": f"eddy-spark-{uuid.uuid4().hex}",
+        return PollingConsumer({"bootstrap.servers": self.spec.bootstrap_servers, "group.id": f"eddy-spark-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "enable.partition.eof": False, **dict(self.spec.kafka_config)})
 
