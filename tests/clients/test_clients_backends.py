@@ -26,6 +26,9 @@ def test_for_config_picks_kafka_for_host_port(kafka_bootstrap_servers) -> None:
     assert producer_conf["partitioner"] == "murmur2_random" and producer_conf["enable.idempotence"] is True
     assert "fetch.min.bytes" not in producer_conf
     assert backend.consumer_config()["fetch.min.bytes"] == 2
+    # fetching again promptly once a partition's queue is drained (librdkafka waits 1 s), unless set
+    assert backend.consumer_config()["fetch.queue.backoff.ms"] == 10
+    assert backend.consumer_config({"fetch.queue.backoff.ms": 500})["fetch.queue.backoff.ms"] == 500
     # every factory builds a working client with those settings
     metadata = backend.admin().list_topics(timeout=10)
     assert metadata.brokers
