@@ -57,6 +57,7 @@ class PollingConsumer(Consumer):
             return first
         return first + super().consume(num_messages - 1, 0)  # and what came with it
 
+
 _CLIENT_PREFIXES = ("producer.", "consumer.", "admin.")
 
 

@@ -385,9 +385,10 @@ class _KafkaLog:
         # timeout for a full batch: each partition's tail (and a small partition) costs no wait
         from connectors.kafka.backend import PollingConsumer
 
-        return PollingConsumer({"bootstrap.servers": self.spec.bootstrap_servers, "group.id": f"eddy-spark-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": False, **dict(self.spec.kafka_config)})
+        return PollingConsumer({"bootstrap.servers": self.spec.bootstrap_servers,
+                                "group.id": f"eddy-spark-{uuid.uuid4().hex}",
+                                "enable.auto.commit": False, "isolation.level": "read_committed",
+                                "enable.partition.eof": False, **dict(self.spec.kafka_config)})
 
     def bounds(self) -> dict[int, tuple[int, int]]:
         from confluent_kafka import TopicPartition
