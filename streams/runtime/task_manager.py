@@ -382,7 +382,8 @@ class TaskManager:
         return {tp for tp, bounds in self._held.items() if bound in bounds}
 
     def _hold(self, tps: Iterable[tuple[str, int]], bound: str) -> None:
-        """`bound` holds each of `tps` paused; the consumer pauses those no bound held yet."""
+        """`bound` holds each of `tps` paused (again: no change); the consumer pauses those no
+        bound held yet."""
         new = []
         for tp in tps:
             bounds = self._held.setdefault(tp, set())
@@ -414,8 +415,7 @@ class TaskManager:
         """Hold the partitions added over buffered.records.per.partition that still exceed it."""
         limit = self._max_buffered
         task_of = self._task_of_tp
-        held = self.held_by(RECORDS)
-        self._hold([tp for tp in self._over_limit if tp not in held and (task := task_of.get(tp)) is not None
+        self._hold([tp for tp in self._over_limit if (task := task_of.get(tp)) is not None
                     and task.partition_group.buffered_in(tp) > limit], RECORDS)
         self._over_limit.clear()
 
@@ -446,7 +446,7 @@ class TaskManager:
             nonempty = [tp for task in self._running for tp, q in task.partition_group.queues.items() if q]
             log.debug("%s: %d bytes buffered, over input.buffer.max.bytes' share of %d: holding %d partitions",
                       self.thread_id, total, self._max_buffer_bytes, len(nonempty))
-            self._hold([tp for tp in nonempty if BYTES not in self._held.get(tp, ())], BYTES)
+            self._hold(nonempty, BYTES)
         else:
             self._release(self.held_by(BYTES), BYTES)
 
