@@ -25,23 +25,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench import app_bench  # noqa: E402
-from streams import App, AppState, Processor, Topology, serdes  # noqa: E402
+from streams import App, AppState, StreamsBuilder, serdes  # noqa: E402
 
 IDLE_MS = 8000
+B = serdes.BYTES
 
 
-class _Forward(Processor):
-    def process(self, record) -> None:
-        self.context.forward(record)
-
-
-def _topology(a: str, b: str, sink: str) -> Topology:
-    topo = Topology()
-    topo.add_source("a", a, key_serde=serdes.BYTES, value_serde=serdes.BYTES)
-    topo.add_source("b", b, key_serde=serdes.BYTES, value_serde=serdes.BYTES)
-    topo.add_processor("p", _Forward, "a", "b")
-    topo.add_sink("k", sink, "p", key_serde=serdes.BYTES, value_serde=serdes.BYTES)
-    return topo
+def _topology(a: str, b: str, sink: str):
+    """One task reading both topics: `a` merged with `b`, written to `sink`."""
+    builder = StreamsBuilder()
+    builder.stream(a, key_serde=B, value_serde=B).merge(builder.stream(b, key_serde=B, value_serde=B)).to(
+        sink, key_serde=B, value_serde=B)
+    return builder.build()
 
 
 def peak_buffered(bootstrap: str, work: str, run: str, bound: int, topics: tuple[str, str, str]) -> int:

@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import uuid
+from typing import Iterator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -46,6 +47,19 @@ from streams import App, AppState, StreamsBuilder, serdes  # noqa: E402
 from streams.testing.kafka_fixture import local_apache_kafka  # noqa: E402
 
 S = serdes.STRING
+
+
+@contextlib.contextmanager
+def consumer_kind(polling: bool) -> Iterator[None]:
+    """The Kafka backend's consumers inside the block: the PollingConsumer (`polling`), else
+    librdkafka's plain Consumer (the baseline: every consume a batch consume)."""
+    original = kafka_backend.PollingConsumer
+    if not polling:
+        kafka_backend.PollingConsumer = Consumer
+    try:
+        yield
+    finally:
+        kafka_backend.PollingConsumer = original
 
 
 def topology(in_topic: str, out_topic: str):
@@ -66,13 +80,17 @@ def run(bootstrap: str, n: int, interval_s: float, work: str, polling: bool) -> 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(t, 1, 1) for t in (in_topic, out_topic)]).values():
         future.result(30)
-    original = kafka_backend.PollingConsumer
-    if not polling:
-        kafka_backend.PollingConsumer = Consumer  # the baseline: every consume a plain batch consume
-    app = App(topology(in_topic, out_topic), {
-        "application.id": f"latency-{suffix}", "bootstrap.servers": bootstrap,
-        "state.dir": os.path.join(work, f"state-{suffix}"), "replication.factor": 1,
-        "consumer.session.timeout.ms": 6000})
+    with consumer_kind(polling):
+        app = App(topology(in_topic, out_topic), {
+            "application.id": f"latency-{suffix}", "bootstrap.servers": bootstrap,
+            "state.dir": os.path.join(work, f"state-{suffix}"), "replication.factor": 1,
+            "consumer.session.timeout.ms": 6000})
+        return _measure(app, bootstrap, in_topic, out_topic, suffix, n, interval_s)
+
+
+def _measure(app: App, bootstrap: str, in_topic: str, out_topic: str, suffix: str, n: int,
+             interval_s: float) -> list[float]:
+    """Start `app`, send the records one every `interval_s` and read each one's latency (ms)."""
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"latency-reader-{suffix}",
                        "enable.auto.commit": False})
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
@@ -108,7 +126,6 @@ def run(bootstrap: str, n: int, interval_s: float, work: str, polling: bool) -> 
             raise SystemExit(f"only {len(latencies)} of {n} records came out")
         return latencies
     finally:
-        kafka_backend.PollingConsumer = original
         app.close(timeout=60)
         reader.close()
 
@@ -127,16 +144,11 @@ def read_changelog(bootstrap: str, polling: bool, partitions: int = 8, per_parti
         producer.poll(0)
     producer.flush(30)
     log = _KafkaLog(ChangelogSpec(bootstrap, topic))
-    original = kafka_backend.PollingConsumer
-    if not polling:
-        kafka_backend.PollingConsumer = Consumer
-    try:
+    with consumer_kind(polling):
         t0 = time.perf_counter()
         read = sum(len(batch) for p in range(partitions)
                    for batch in log.messages(PartitionRange(p, 0, per_partition)))
         elapsed = time.perf_counter() - t0
-    finally:
-        kafka_backend.PollingConsumer = original
     if read != partitions * per_partition:
         raise SystemExit(f"the changelog reader read {read} of {partitions * per_partition} records")
     return elapsed
