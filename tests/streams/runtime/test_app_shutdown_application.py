@@ -127,14 +127,23 @@ def test_shutdown_requests_count_only_requests_made_after_start(backend_config):
 
 
 class _CountingAdmin:
-    """The real admin client, counting the end-offset reads made through it."""
+    """The real admin client, counting the end-offset reads made through it that came back
+    without an answer (`failed`) and with one (`answered`)."""
 
     def __init__(self, admin) -> None:
-        self.admin, self.reads = admin, 0
+        self.admin, self.failed, self.answered = admin, 0, 0
 
     def list_offsets(self, *args, **kwargs):
-        self.reads += 1
-        return self.admin.list_offsets(*args, **kwargs)
+        futures = self.admin.list_offsets(*args, **kwargs)
+        for future in futures.values():
+            future.add_done_callback(self._done)
+        return futures
+
+    def _done(self, future) -> None:
+        if future.exception() is None:
+            self.answered += 1
+        else:
+            self.failed += 1
 
 
 def test_a_start_before_the_topic_answers_still_counts_requests_made_after_it(backend_config):
@@ -147,11 +156,16 @@ def test_a_start_before_the_topic_answers_still_counts_requests_made_after_it(ba
         requests = ShutdownRequests(cluster.backend, admin, app_id, "process-1")
         starting = threading.Thread(target=requests.start, kwargs={"timeout_s": 60})
         starting.start()
-        wait_for(lambda: admin.reads >= 1, 30, "a first read, of a topic that does not exist yet")
+        # the topic is created only once a read has come back without it (created while that read
+        # is still on its way, the read could answer, and start() would not need to read again)
+        wait_for(lambda: admin.failed >= 1, 30, "a first read, of a topic that does not exist yet, failed")
+        assert admin.answered == 0
         InternalTopicManager(cluster.admin).make_ready({shutdown_topic_name(app_id): shutdown_topic_spec()})
         starting.join(60)
         assert not starting.is_alive()
-        assert admin.reads >= 2 and requests.poll() is None
+        # start() read again and got an answer (its callback may run just after start() returns)
+        wait_for(lambda: admin.answered >= 1, 30, "a later read answered")
+        assert requests.poll() is None
         assert requests.send("StreamThread-1", ValueError("after the start"))
         request = wait_for(requests.poll, 30, "the request made after the start seen")
         assert request.offset == 0 and request.details["error"] == "ValueError: after the start"
