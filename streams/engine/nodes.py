@@ -125,9 +125,18 @@ class SinkNode(ProcessorNode):
         direct = make_direct(self.topic, key_unchecked, value_unchecked, sink, failed)
         return direct or sink
 
+    def _sender(self) -> Optional[Callable[[Any, Any, int, Any], None]]:
+        """The collector's per-topic sender, `sender(key_bytes, value_bytes, timestamp,
+        headers)`: one positional call per record, where the collector offers it (the runtime's)
+        and this sink names one topic and keeps the default partitioning; else None."""
+        make_sender = getattr(self.collector, "sender", None)
+        if make_sender is None or callable(self.topic) or self.partitioner is not None:
+            return None
+        return make_sender(self.topic)
+
     def _to_topic(self) -> Callable[[Any, Any, Any, Any, int, Any], None]:
-        """`send(key, value, key_bytes, value_bytes, timestamp, headers)` through the collector:
-        its per-topic sender where it offers one, else `send` (with this sink's partitioner)."""
+        """`send(key, value, key_bytes, value_bytes, timestamp, headers)` through the collector's
+        `send` (with this sink's partitioner), where it offers no `_sender`."""
         topic, collector, partitioner = self.topic, self.collector, self.partitioner
         if collector is None:
             raise ProcessingError(f"sink {self.name!r} has no record collector to send to")
@@ -141,14 +150,6 @@ class SinkNode(ProcessorNode):
                 partition = partitioner(topic, key, value, collector.partitions_for(topic))
                 send(topic, key_bytes, value_bytes, partition=partition, timestamp=timestamp, headers=headers)
             return to_partition
-        make_sender = getattr(collector, "sender", None)
-        if make_sender is not None:  # the runtime's collector: one positional call per record
-            sender = make_sender(topic)
-
-            def to_sender(key: Any, value: Any, key_bytes: Any, value_bytes: Any, timestamp: int,
-                          headers: Any) -> None:
-                sender(key_bytes, value_bytes, timestamp, headers)
-            return to_sender
         send = collector.send
 
         def to_send(key: Any, value: Any, key_bytes: Any, value_bytes: Any, timestamp: int, headers: Any) -> None:
@@ -178,7 +179,8 @@ class SinkNode(ProcessorNode):
         key_serialize, value_serialize = self.key_serialize, self.value_serialize
         key_unchecked, value_unchecked = self.key_serialize_unchecked, self.value_serialize_unchecked
         unchecked = key_unchecked is not None and value_unchecked is not None
-        to_topic = self._to_topic() if self.collector is not None else None
+        sender = self._sender() if self.collector is not None else None
+        to_topic = self._to_topic() if self.collector is not None and sender is None else None
 
         def checked(key: Any, value: Any) -> tuple:
             try:
@@ -199,9 +201,12 @@ class SinkNode(ProcessorNode):
                         key_bytes, value_bytes = checked(key, value)
                 else:
                     key_bytes, value_bytes = checked(key, value)
-                if to_topic is None:
+                if sender is not None:
+                    sender(key_bytes, value_bytes, timestamp, list(headers) if headers else None)
+                elif to_topic is None:
                     raise ProcessingError(f"sink {name!r} has no record collector to send to")
-                to_topic(key, value, key_bytes, value_bytes, timestamp, list(headers) if headers else None)
+                else:
+                    to_topic(key, value, key_bytes, value_bytes, timestamp, list(headers) if headers else None)
             except BaseException:
                 failed()
                 raise

@@ -187,7 +187,8 @@ class RecordCollector:
             self.begin_transaction()
         if partition is not None:
             part = partition
-            if not headers and self._queue(topic, part, key, value, timestamp, self._on_delivery):
+            if self._view is not None and not headers and self._queue(topic, part, key, value, timestamp,
+                                                                      self._on_delivery):
                 return  # changelog writes
         elif key is not None and self._murmur2:
             cache = self._key_partitions.get(topic)
@@ -200,17 +201,7 @@ class RecordCollector:
                 part = cache[key] = partition_for_key(key, self.partitions_for(topic))
         else:
             part = -1
-        try:
-            if headers:
-                self._produce(topic, value=value, key=key, partition=part, on_delivery=self._on_delivery, timestamp=timestamp,
-                              headers=headers)
-            else:
-                self._produce(topic, value=value, key=key, partition=part, on_delivery=self._on_delivery, timestamp=timestamp)
-        except BufferError:
-            self._produce_when_room(topic, value, key, part, timestamp, headers)
-        except KafkaException as exc:
-            self._send_failed(topic, exc)
-        self.count_send()
+        self._produce_one(topic, key, value, part, timestamp, headers, self._on_delivery)
 
     def _queue(self, topic: str, partition: int, key: Optional[bytes], value: Optional[bytes], timestamp: Any,
                on_delivery: Callable[[Any, Any], None]) -> bool:
@@ -235,36 +226,43 @@ class RecordCollector:
     def sender(self, topic: str) -> Callable[[Any, Any, int, Any], None]:
         """`send` to `topic` with the default partitioning, as one function a sink keeps:
         `sender(topic)(key, value, timestamp, headers)` (the per-record path, no keyword call
-        and no per-topic lookups). Keyed records go to their murmur2 partition over the count
-        the producer's queues know where it offers them (what produce() would pick), else the
-        count `partitions_for` knows."""
+        and no per-topic lookups; the sinks' delivery callback). Keyed records go to their
+        murmur2 partition over the count the producer's queues know where it offers them (what
+        produce() would pick, checked per record: a queue view follows a topic's growth), else
+        the count `partitions_for` knows (`refresh_partition_counts` clears the remembered
+        partitions in place when it grows)."""
         murmur2 = self._murmur2
         cache = self._key_partitions.get(topic)
         if cache is None:
             cache = self._key_partitions[topic] = {}
-        topics = self._view.topics if self._view is not None else {}
+        topics = self._view.topics if self._view is not None else None
         counted = [0]  # the partition count the remembered partitions were computed over
         collector = self
+        produce_one, on_delivery = self._produce_one, self.sink_delivery_callback
 
         def send(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if collector._error is not None:
                 collector.check_error()
             if collector.eos_enabled and not collector.in_transaction:
                 collector.begin_transaction()
+            part = -1
             if murmur2 and key is not None:
-                queues = topics.get(topic)
-                count = len(queues) if queues else collector.partitions_for(topic)
-                if count != counted[0]:
-                    cache.clear()
-                    counted[0] = count
+                if topics is not None:
+                    queues = topics.get(topic)
+                    count = len(queues) if queues else collector.partitions_for(topic)
+                    if count != counted[0]:
+                        cache.clear()
+                        counted[0] = count
                 part = cache.get(key, -1)
                 if part < 0:
                     if len(cache) >= _KEY_CACHE_MAX:
                         cache.clear()
-                    part = cache[key] = partition_for_key(key, count)
-            else:
-                part = -1
-            collector._send_sink(topic, key, value, part, timestamp, headers)
+                    part = cache[key] = partition_for_key(key, counted[0] if topics is not None
+                                                          else collector.partitions_for(topic))
+                if topics is not None and not headers and collector._queue(topic, part, key, value, timestamp,
+                                                                           on_delivery):
+                    return
+            produce_one(topic, key, value, part, timestamp, headers, on_delivery)
         return send
 
     def sink_stage(self, topic: str, key_serialize: Callable[[Any], bytes], value_serialize: Callable[[Any], bytes],
@@ -292,13 +290,10 @@ class RecordCollector:
             return send_to_partition
         return direct_partition_sender(self, self._view, topic, partition, send_to_partition) or send_to_partition
 
-    def _send_sink(self, topic: str, key: Optional[bytes], value: Optional[bytes], partition: int, timestamp: int,
-                   headers: Any = None) -> None:
-        """`send` of a sink record to a partition already chosen (-1: the producer's choice),
-        with the sinks' callback."""
-        on_delivery = self.sink_delivery_callback
-        if not headers and partition >= 0 and self._queue(topic, partition, key, value, timestamp, on_delivery):
-            return
+    def _produce_one(self, topic: str, key: Optional[bytes], value: Optional[bytes], partition: int, timestamp: int,
+                     headers: Any, on_delivery: Callable[[Any, Any], None]) -> None:
+        """produce() of one record to a partition already chosen (-1: the producer's choice),
+        with `on_delivery` (`send`'s or the sinks' callback), counted."""
         try:
             if headers:
                 self._produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,

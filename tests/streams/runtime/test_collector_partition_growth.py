@@ -1,10 +1,14 @@
 """A sink topic that grows: after its metadata refresh, the record collector routes keyed
 records by the new partition count (Kafka's murmur2 over it), as a Kafka producer does; before
-the refresh interval it keeps the count it knows. On the embedded cluster (Tansu cannot add
-partitions)."""
+the refresh interval it keeps the count it knows. On both backends: the embedded producer's
+queue view and a Kafka producer without one take different routes through the collector (Tansu
+cannot add partitions)."""
 
 from __future__ import annotations
 
+import uuid
+
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic
 
@@ -44,29 +48,31 @@ def _send_round(collector: RecordCollector, topic: str, value: bytes) -> None:
     collector.flush()
 
 
-def test_keyed_records_follow_a_grown_topic_after_the_refresh_interval(tmp_path):
-    backend = for_config({"bootstrap.servers": f"local://{tmp_path}/cluster"})
+@pytest.mark.needs_faithful_broker(reason="Tansu cannot add partitions")
+def test_keyed_records_follow_a_grown_topic_after_the_refresh_interval(backend_config):
+    backend = for_config(backend_config)
+    topic = f"out-{uuid.uuid4().hex[:8]}"  # the Kafka broker is the session's
     try:
         admin = backend.admin()
-        admin.create_topics([NewTopic("out", 2, 1)])["out"].result(30)
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
         producer = backend.producer()
         collector = RecordCollector(producer, murmur2_partitioning=True, metadata_refresh_ms=0)
         slow = RecordCollector(backend.producer(), murmur2_partitioning=True, metadata_refresh_ms=3_600_000)
 
-        _send_round(collector, "out", b"r1")
-        _send_round(slow, "out", b"s1")
-        assert _placements(backend, "out", 2, b"r1") == {k: murmur2_partition(k, 2) for k in KEYS}
+        _send_round(collector, topic, b"r1")
+        _send_round(slow, topic, b"s1")
+        assert _placements(backend, topic, 2, b"r1") == {k: murmur2_partition(k, 2) for k in KEYS}
 
-        admin.create_partitions([NewPartitions("out", 4)])["out"].result(30)
-        wait_for(lambda: len(producer.list_topics("out", timeout=5).topics["out"].partitions) == 4, 30,
+        admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+        wait_for(lambda: len(producer.list_topics(topic, timeout=5).topics[topic].partitions) == 4, 30,
                  "the producer sees 4 partitions")
         collector.refresh_partition_counts()
         slow.refresh_partition_counts()  # within its interval: nothing re-read
-        _send_round(collector, "out", b"r2")
-        _send_round(slow, "out", b"s2")
-        after = _placements(backend, "out", 4, b"r2")
+        _send_round(collector, topic, b"r2")
+        _send_round(slow, topic, b"s2")
+        after = _placements(backend, topic, 4, b"r2")
         assert after == {k: murmur2_partition(k, 4) for k in KEYS}
         assert set(after.values()) == {0, 1, 2, 3}
-        assert _placements(backend, "out", 4, b"s2") == {k: murmur2_partition(k, 2) for k in KEYS}
+        assert _placements(backend, topic, 4, b"s2") == {k: murmur2_partition(k, 2) for k in KEYS}
     finally:
         backend.close()
