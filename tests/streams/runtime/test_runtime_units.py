@@ -241,7 +241,8 @@ class _FailingProducer:
     def __init__(self) -> None:
         self.callbacks = []
 
-    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0, headers=None):
+    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, callback=None, timestamp=0,
+                headers=None):  # confluent-kafka's order, positional or not
         self.callbacks.append((topic, partition, on_delivery))
 
     def poll(self, timeout=0):

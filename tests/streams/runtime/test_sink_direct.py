@@ -282,11 +282,11 @@ class Bench:
         self.collector._view = self.view
         real = self.collector._produce
 
-        def produce(topic, **kwargs):
-            self.produced.append((topic, kwargs["key"], kwargs["value"], kwargs["partition"], kwargs["timestamp"],
-                                  kwargs.get("headers")))
+        def produce(topic, value=None, key=None, partition=-1, on_delivery=None, callback=None, timestamp=0,
+                    headers=None):  # confluent-kafka's order, positional or not
+            self.produced.append((topic, key, value, partition, timestamp, headers))
             if real_produce:
-                real(topic, **kwargs)
+                real(topic, value, key, partition, on_delivery, callback, timestamp, headers)
         self.collector._produce = produce
 
     def new_queue(self, partition):
