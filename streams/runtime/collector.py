@@ -116,10 +116,9 @@ class RecordCollector:
 
     # ---- delivery reports -----------------------------------------------------------------
 
-    def _delivered(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self._offsets[(msg.topic(), msg.partition())] = msg.offset()
-            return
+    def _delivery_failed(self, err: Any, msg: Any) -> None:
+        """A record was not delivered: the first failure is raised at the next `send` or
+        `flush`, unless the production exception handler says to continue."""
         if self._error is not None:
             return
         error = ProductionError(
@@ -144,10 +143,13 @@ class RecordCollector:
         forward, so of a delivered batch only the last record matters: the callback says so
         with `delivery_report_last_only`, which the embedded producer honours (one Message per
         delivered batch instead of one per record); confluent-kafka calls it for every record."""
-        delivered = self._delivered
+        offsets, failed = self._offsets, self._delivery_failed
 
-        def on_delivery(err: Any, msg: Any) -> None:
-            delivered(err, msg)
+        def on_delivery(err: Any, msg: Any) -> None:  # per record on confluent-kafka: one frame
+            if err is None:
+                offsets[(msg.topic(), msg.partition())] = msg.offset()
+            else:
+                failed(err, msg)
         on_delivery.delivery_report_last_only = True  # type: ignore[attr-defined]
         return on_delivery
 
@@ -155,11 +157,11 @@ class RecordCollector:
         """The sinks' delivery callback: failures only. It says so with
         `delivery_report_only_error`, which the embedded producer honours per callback (it then
         builds no Message for a delivered record); confluent-kafka calls it for every record."""
-        delivered = self._delivered
+        failed = self._delivery_failed
 
         def sink_delivered(err: Any, msg: Any) -> None:
             if err is not None:
-                delivered(err, msg)
+                failed(err, msg)
         sink_delivered.delivery_report_only_error = True  # type: ignore[attr-defined]
         return sink_delivered
 
