@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterable
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 #: Group timings every backend honours; Tansu delays joins by half the session timeout.
@@ -38,6 +38,23 @@ def create_topic(admin: Any, partitions: int = 1, config: dict | None = None, pr
     admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(15)
     wait_for(lambda: topic in admin.list_topics(timeout=5).topics, 15, f"topic {topic} in metadata")
     return topic
+
+
+def wait_for_group_coordinator(admin: Any, group: str, timeout: float = 30.0) -> None:
+    """Wait until `group`'s coordinator answers: an offsets listing of the group succeeds.
+
+    A consumer assigned partitions without explicit offsets asks the coordinator once for the
+    committed ones. On a fresh broker that is still loading its offsets topic the answer can be
+    NOT_COORDINATOR, and librdkafka does not ask again: the partitions are never fetched
+    (confluentinc/librdkafka#5586, open). The runtime assigns explicit offsets or joins a group,
+    so only such a test meets it."""
+    def answered() -> bool:
+        try:
+            admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(5)
+            return True
+        except KafkaException:
+            return False
+    wait_for(answered, timeout, f"the coordinator of group {group}")
 
 
 def drain(consumer: Any, partitions: Iterable[TopicPartition] | None = None, expected: int | None = None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _clients_util import create_topic, drain, produce_all, unique, wait_for
+from _clients_util import create_topic, drain, produce_all, unique, wait_for, wait_for_group_coordinator
 from confluent_kafka import OFFSET_STORED, KafkaError, TopicPartition
 
 from connectors.errors import KafkaBackendError
@@ -39,11 +39,14 @@ def test_for_config_picks_kafka_for_host_port(kafka_bootstrap_servers) -> None:
 def test_kafka_consumer_defaults_start_at_earliest_and_explicit_wins(backend, admin) -> None:
     topic = create_topic(admin)
     produce_all(backend.producer(), topic, [(None, b"old")] * 3)
-    default = backend.consumer({"group.id": unique("g"), "enable.partition.eof": True})
+    groups = unique("g"), unique("g")
+    for group in groups:  # OFFSET_STORED asks the coordinator once (see wait_for_group_coordinator)
+        wait_for_group_coordinator(admin, group)
+    default = backend.consumer({"group.id": groups[0], "enable.partition.eof": True})
     tp = TopicPartition(topic, 0, OFFSET_STORED)
     default.assign([tp])
     assert [m.value() for m in drain(default, [tp])] == [b"old"] * 3
-    strict = backend.consumer({"group.id": unique("g"), "auto.offset.reset": "error"})
+    strict = backend.consumer({"group.id": groups[1], "auto.offset.reset": "error"})
     strict.assign([tp])
 
     def reset_error():

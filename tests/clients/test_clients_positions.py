@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from _clients_util import create_topic, unique, wait_for
+from _clients_util import create_topic, unique, wait_for, wait_for_group_coordinator
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -214,8 +214,9 @@ def test_auto_offset_reset_latest_starts_at_the_end(backend, admin) -> None:
     topic = create_topic(admin)
     producer = backend.producer()
     produce_singly(producer, topic, 0, [b"old0", b"old1", b"old2"])
-    consumer = backend.consumer({"group.id": unique("g"), "auto.offset.reset": "latest",
-                                 "enable.partition.eof": True})
+    group = unique("g")
+    wait_for_group_coordinator(admin, group)  # a stored-offset start asks the coordinator once
+    consumer = backend.consumer({"group.id": group, "auto.offset.reset": "latest", "enable.partition.eof": True})
     consumer.assign([TopicPartition(topic, 0)])  # no committed offset: the reset policy decides
     assert wait_for(lambda: end_of_partition(consumer), 15, "the end of the partition") == 3
     produce_singly(producer, topic, 0, [b"new3", b"new4"])

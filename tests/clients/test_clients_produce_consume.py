@@ -6,7 +6,7 @@ import json
 import threading
 
 import pytest
-from _clients_util import create_topic, drain, kafka_partition, produce_all, unique, wait_for
+from _clients_util import create_topic, drain, kafka_partition, produce_all, unique, wait_for, wait_for_group_coordinator
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, KafkaError, KafkaException, TopicPartition
 
 
@@ -108,6 +108,7 @@ def test_commits_survive_consumer_restart(backend, admin) -> None:
     produce_all(backend.producer(), topic, [(None, f"{p}-{i}".encode(), p) for i in range(10) for p in range(2)])
     conf = {"group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
 
+    wait_for_group_coordinator(admin, group)  # OFFSET_STORED asks the coordinator once
     consumer = backend.consumer(conf)
     consumer.assign([TopicPartition(topic, p, OFFSET_STORED) for p in range(2)])
     seen = drain(consumer, expected=20)
