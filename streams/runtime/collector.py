@@ -38,6 +38,15 @@ _FENCED = frozenset({
 })
 
 
+def _remember_partition(cache: dict[bytes, int], key: bytes, count: int) -> int:
+    """The murmur2 partition of `key` over `count` partitions, remembered in `cache` (a keyed
+    send's first record of a key; the cache starts over past _KEY_CACHE_MAX keys)."""
+    if len(cache) >= _KEY_CACHE_MAX:
+        cache.clear()
+    part = cache[key] = partition_for_key(key, count)
+    return part
+
+
 def production_handler_from_config(config: dict) -> Callable[[Exception, Any], str]:
     """`default.production.exception.handler`: "fail" (default), "continue" or a callable
     `handler(error, message) -> "fail" | "continue"`."""
@@ -198,9 +207,7 @@ class RecordCollector:
                 cache = self._key_partitions[topic] = {}
             part = cache.get(key, -1)
             if part < 0:
-                if len(cache) >= _KEY_CACHE_MAX:
-                    cache.clear()
-                part = cache[key] = partition_for_key(key, self.partitions_for(topic))
+                part = _remember_partition(cache, key, self.partitions_for(topic))
         else:
             part = -1
         self._produce_one(topic, key, value, part, timestamp, headers, self._on_delivery)
@@ -257,10 +264,8 @@ class RecordCollector:
                         counted[0] = count
                 part = cache.get(key, -1)
                 if part < 0:
-                    if len(cache) >= _KEY_CACHE_MAX:
-                        cache.clear()
-                    part = cache[key] = partition_for_key(key, counted[0] if topics is not None
-                                                          else collector.partitions_for(topic))
+                    part = _remember_partition(cache, key, counted[0] if topics is not None
+                                               else collector.partitions_for(topic))
                 if topics is not None and not headers and collector._queue(topic, part, key, value, timestamp,
                                                                            on_delivery):
                     return
@@ -322,15 +327,13 @@ class RecordCollector:
         raise ProductionError(f"cannot send a record to topic {topic!r}: {exc}") from exc
 
     def _produce_when_room(self, topic: str, value: Any, key: Any, part: int, timestamp: int, headers: Any,
-                           on_delivery: Any = None) -> None:
+                           on_delivery: Callable[[Any, Any], None]) -> None:
         while True:
             self.producer.poll(0.05)  # deliveries free queue space
             if self._error is not None:
                 self.check_error()
             try:
-                self._produce(topic, value=value, key=key, partition=part,
-                              on_delivery=on_delivery or self._on_delivery, timestamp=timestamp,
-                              headers=headers or None)
+                self._produce(topic, value, key, part, on_delivery, None, timestamp, headers or None)
                 return
             except BufferError:
                 continue

@@ -6,36 +6,23 @@ cannot add partitions)."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-from confluent_kafka.admin import NewPartitions, NewTopic
+from confluent_kafka.admin import NewPartitions
 
 from eddy.murmur2 import murmur2_partition
-from streams.backends import for_config
 from streams.runtime.collector import RecordCollector
 
-from _runtime_util import wait_for
+from _runtime_util import Cluster, unique, wait_for
 
 KEYS = [f"key-{i}".encode() for i in range(60)]
 
 
-def _placements(backend, topic: str, partitions: int, value: bytes) -> dict[bytes, int]:
-    consumer = backend.consumer({"group.id": "reader", "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        placed: dict[bytes, int] = {}
-
-        def read() -> bool:
-            for m in consumer.consume(500, 0.2):
-                if m.error() is None and m.value() == value:
-                    placed[m.key()] = m.partition()
-            return len(placed) == len(KEYS)
-        wait_for(read, 30, f"every key of round {value!r}")
-        return placed
-    finally:
-        consumer.close()
+def _placements(cluster: Cluster, topic: str, partitions: int, value: bytes) -> dict[bytes, int]:
+    """Where each key's record of round `value` went."""
+    def round_of(messages: list) -> list:
+        return [m for m in messages if m.value() == value]
+    messages = cluster.read_all(topic, partitions, until=lambda got: len(round_of(got)) >= len(KEYS), timeout=30)
+    return {m.key(): m.partition() for m in round_of(messages)}
 
 
 def _send_round(collector: RecordCollector, topic: str, value: bytes) -> None:
@@ -50,29 +37,28 @@ def _send_round(collector: RecordCollector, topic: str, value: bytes) -> None:
 
 @pytest.mark.needs_faithful_broker(reason="Tansu cannot add partitions")
 def test_keyed_records_follow_a_grown_topic_after_the_refresh_interval(backend_config):
-    backend = for_config(backend_config)
-    topic = f"out-{uuid.uuid4().hex[:8]}"  # the Kafka broker is the session's
+    cluster = Cluster(backend_config)
+    topic = unique("out")  # the Kafka broker is the session's
     try:
-        admin = backend.admin()
-        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-        producer = backend.producer()
+        cluster.create_topics(2, topic)
+        producer = cluster.backend.producer()
         collector = RecordCollector(producer, murmur2_partitioning=True, metadata_refresh_ms=0)
-        slow = RecordCollector(backend.producer(), murmur2_partitioning=True, metadata_refresh_ms=3_600_000)
+        slow = RecordCollector(cluster.backend.producer(), murmur2_partitioning=True, metadata_refresh_ms=3_600_000)
 
         _send_round(collector, topic, b"r1")
         _send_round(slow, topic, b"s1")
-        assert _placements(backend, topic, 2, b"r1") == {k: murmur2_partition(k, 2) for k in KEYS}
+        assert _placements(cluster, topic, 2, b"r1") == {k: murmur2_partition(k, 2) for k in KEYS}
 
-        admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+        cluster.admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
         wait_for(lambda: len(producer.list_topics(topic, timeout=5).topics[topic].partitions) == 4, 30,
                  "the producer sees 4 partitions")
         collector.refresh_partition_counts()
         slow.refresh_partition_counts()  # within its interval: nothing re-read
         _send_round(collector, topic, b"r2")
         _send_round(slow, topic, b"s2")
-        after = _placements(backend, topic, 4, b"r2")
+        after = _placements(cluster, topic, 4, b"r2")
         assert after == {k: murmur2_partition(k, 4) for k in KEYS}
         assert set(after.values()) == {0, 1, 2, 3}
-        assert _placements(backend, topic, 4, b"s2") == {k: murmur2_partition(k, 2) for k in KEYS}
+        assert _placements(cluster, topic, 4, b"s2") == {k: murmur2_partition(k, 2) for k in KEYS}
     finally:
-        backend.close()
+        cluster.close()

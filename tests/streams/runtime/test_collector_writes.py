@@ -6,16 +6,10 @@ relies on."""
 
 from __future__ import annotations
 
-import uuid
-
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-from confluent_kafka.admin import NewTopic
-
 from eddy.murmur2 import murmur2_partition
-from streams.backends import for_config
 from streams.runtime.collector import RecordCollector
 
-from _runtime_util import wait_for
+from _runtime_util import Cluster, unique
 
 PARTITIONS = 3
 RECORDS = [  # key, value, timestamp, headers
@@ -26,36 +20,21 @@ RECORDS = [  # key, value, timestamp, headers
 ]
 
 
-def _read(backend, topic: str, expected: int) -> list[tuple]:
+def _written(cluster: Cluster, topic: str) -> list[tuple]:
     """(partition, key, value, timestamp, headers) of every record of `topic`, by offset within
     each partition."""
-    consumer = backend.consumer({"group.id": f"reader-{topic}", "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        got: list = []
-
-        def read() -> bool:
-            for m in consumer.consume(500, 0.2):
-                if m.error() is None:
-                    got.append((m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1],
-                                [(k, bytes(v)) for k, v in (m.headers() or [])] or None))
-            return len(got) >= expected
-        wait_for(read, 30, f"{expected} records of {topic}")
-        return [(p, k, v, t, h) for p, _o, k, v, t, h in sorted(got, key=lambda r: (r[0], r[1]))]
-    finally:
-        consumer.close()
+    messages = cluster.read_all(topic, PARTITIONS, until=lambda got: len(got) >= len(RECORDS), timeout=30)
+    messages.sort(key=lambda m: (m.partition(), m.offset()))
+    return [(m.partition(), m.key(), m.value(), m.timestamp()[1],
+             [(k, bytes(v)) for k, v in (m.headers() or [])] or None) for m in messages]
 
 
 def test_each_send_path_writes_what_it_is_given(backend_config):
-    backend = for_config(backend_config)
-    run = uuid.uuid4().hex[:8]  # the Kafka broker is the session's
-    topics = {name: f"writes-{name}-{run}" for name in ("send", "sender", "partition")}
+    cluster = Cluster(backend_config)
+    topics = {name: unique(f"writes-{name}") for name in ("send", "sender", "partition")}
     try:
-        admin = backend.admin()
-        for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics.values()]).values():
-            future.result(30)
-        producer = backend.producer({"linger.ms": 1})
-        collector = RecordCollector(producer, murmur2_partitioning=True)
+        cluster.create_topics(PARTITIONS, *topics.values())
+        collector = RecordCollector(cluster.backend.producer({"linger.ms": 1}), murmur2_partitioning=True)
         sink_send = collector.sender(topics["sender"])
         changelog_send = collector.partition_sender(topics["partition"], 2)
         for key, value, timestamp, headers in RECORDS:
@@ -64,15 +43,35 @@ def test_each_send_path_writes_what_it_is_given(backend_config):
             changelog_send(key, value, timestamp, headers)
         collector.flush()
 
-        expected = [(key, value, timestamp, headers) for key, value, timestamp, headers in RECORDS]
-        assert _read(backend, topics["send"], len(RECORDS)) == [(1, *r) for r in expected]
-        assert _read(backend, topics["partition"], len(RECORDS)) == [(2, *r) for r in expected]
-        by_key = sorted(expected, key=lambda r: (murmur2_partition(r[0], PARTITIONS), r[2]))
-        assert _read(backend, topics["sender"], len(RECORDS)) == [
-            (murmur2_partition(r[0], PARTITIONS), *r) for r in by_key]
-        # send's and the changelog's delivery reports: the last offset written to each partition
+        assert _written(cluster, topics["send"]) == [(1, *r) for r in RECORDS]
+        assert _written(cluster, topics["partition"]) == [(2, *r) for r in RECORDS]
+        by_partition = sorted(RECORDS, key=lambda r: (murmur2_partition(r[0], PARTITIONS), r[2]))
+        assert _written(cluster, topics["sender"]) == [(murmur2_partition(r[0], PARTITIONS), *r) for r in by_partition]
+        # send's and the changelog's delivery reports: the last offset written to each partition;
+        # a sink's reports say failures only, on every partition it wrote to
         assert collector.offset_of(topics["send"], 1) == len(RECORDS) - 1
         assert collector.offset_of(topics["partition"], 2) == len(RECORDS) - 1
-        assert collector.offset_of(topics["sender"], 0) is None  # a sink's reports say failures only
+        assert {murmur2_partition(r[0], PARTITIONS) for r in RECORDS} == {0, 1, 2}
+        assert all(collector.offset_of(topics["sender"], p) is None for p in range(PARTITIONS))
     finally:
-        backend.close()
+        cluster.close()
+
+
+def test_a_full_producer_queue_waits_for_room_and_loses_nothing(backend_config):
+    """produce() refuses a record while the producer's queue is full (BufferError): the collector
+    serves delivery reports until there is room and sends it then, with its headers."""
+    cluster = Cluster(backend_config)
+    topic = unique("writes-full")
+    try:
+        cluster.create_topics(PARTITIONS, topic)
+        producer = cluster.backend.producer({"queue.buffering.max.messages": 3, "linger.ms": 5})
+        collector = RecordCollector(producer, murmur2_partitioning=True)
+        sink_send = collector.sender(topic)
+        for i in range(30):
+            sink_send(b"k%d" % i, b"v%d" % i, 1_700_000_000_000 + i, [("i", b"%d" % i)] if i % 2 else None)
+        collector.flush()
+        messages = cluster.read_all(topic, PARTITIONS, until=lambda got: len(got) >= 30, timeout=30)
+        assert sorted((m.value(), m.timestamp()[1], m.headers()) for m in messages) == sorted(
+            (b"v%d" % i, 1_700_000_000_000 + i, [("i", b"%d" % i)] if i % 2 else None) for i in range(30))
+    finally:
+        cluster.close()
