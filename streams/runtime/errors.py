@@ -14,6 +14,13 @@ class TaskMigratedError(StreamsError):
     they must be closed dirty and revived."""
 
 
+class RebalanceInProgressError(TaskMigratedError):
+    """An offset commit met REBALANCE_IN_PROGRESS: the group is between its join and sync, so
+    nothing was committed, yet the tasks are still this thread's. The stream loop skips the
+    commit and tries again on its next turn, as Kafka Streams skips commits during a rebalance;
+    any other caller treats it as the migration it derives from."""
+
+
 class ProductionError(StreamsError):
     """A record could not be delivered; raised at the next send or flush (production
     exception handler `fail`)."""

@@ -25,7 +25,7 @@ from state.listener import SuspendReason
 from state.task_id import TaskId
 from streams.runtime.collector import RecordCollector, breaks_transactional_producer
 from streams.runtime.config import StreamsConfig
-from streams.runtime.errors import TaskMigratedError
+from streams.runtime.errors import RebalanceInProgressError, TaskMigratedError
 from streams.runtime.standby import StandbyState, StandbyTask
 from streams.runtime.task import StreamTask, TaskState
 from streams.topology import Subtopology, Topology
@@ -482,7 +482,9 @@ class TaskManager:
 
     def commit(self, *, use_positions: bool = True) -> int:
         """Commit every task that has something to commit; returns how many tasks committed.
-        Raises TaskMigratedError when the commit cannot happen (the caller revives the tasks).
+        Raises TaskMigratedError when the commit cannot happen (the caller revives the tasks),
+        or its RebalanceInProgressError when it cannot happen yet (nothing committed; the tasks,
+        their flushed caches and their commit_needed stay as they are, ready for the retry).
 
         `use_positions=False` inside rebalance callbacks: librdkafka runs them in the middle of
         `consume()`, when the consumer's position already counts the messages gathered into
@@ -505,6 +507,9 @@ class TaskManager:
                 try:
                     self.consumer.commit(offsets=tps, asynchronous=False)
                 except KafkaException as exc:
+                    err = exc.args[0] if exc.args else None
+                    if isinstance(err, KafkaError) and err.code() == KafkaError.REBALANCE_IN_PROGRESS:
+                        raise RebalanceInProgressError(f"offset commit refused during a rebalance: {exc}") from exc
                     raise TaskMigratedError(f"offset commit failed: {exc}") from exc
         for task in tasks:
             task.post_commit(per_task[task.id])

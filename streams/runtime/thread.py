@@ -23,7 +23,7 @@ from state.restore import StoreChangelogReader, restore_consumer_config
 from streams.errors import ProcessingError
 from streams.runtime.collector import RecordCollector, production_handler_from_config, uses_murmur2
 from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
-from streams.runtime.errors import TaskMigratedError
+from streams.runtime.errors import RebalanceInProgressError, TaskMigratedError
 from streams.runtime.snapshots import ThreadSnapshots
 from streams.runtime.task import check_transition
 from streams.runtime.standby_placement import consumer_client_id
@@ -31,6 +31,9 @@ from streams.runtime.task_manager import TaskManager
 from streams.topology import REPARTITION
 
 log = logging.getLogger(__name__)
+
+# the consumer's retry.backoff.ms default: how soon a commit refused during a rebalance is tried again
+COMMIT_RETRY_BACKOFF_S = 0.1
 
 MAX_POLL_RECORDS = 5000
 MAX_PROCESS_PER_TASK = 20000
@@ -284,6 +287,11 @@ class StreamThread(threading.Thread):
                         if self.repartition_topics and now >= next_purge:
                             self._purge_repartition_topics()
                             next_purge = now + self.purge_interval_s
+                except RebalanceInProgressError as exc:
+                    # consume() lets the rebalance finish meanwhile; retry.backoff.ms apart, so a
+                    # long rebalance does not meet a commit on every loop turn
+                    log.info("%s: %s; committing again after the rebalance", self.name, exc)
+                    next_commit = time.monotonic() + min(commit_interval_s, COMMIT_RETRY_BACKOFF_S)
                 except TaskMigratedError as exc:
                     self.task_manager.handle_migrated(exc)
                 except ProcessingError as exc:
