@@ -339,6 +339,15 @@ class Topology:
         """The real topic name: internal topics get the `<application.id>-` prefix."""
         return f"{application_id}-{topic}" if topic in self._internal_topics else topic
 
+    def offset_reset_of(self, topic: str) -> Optional[str]:
+        """The reset policy of the source reading `topic` (undecorated): the source's
+        `offset_reset`, "earliest" for an internal (repartition) topic, None when the source set
+        none (the main consumer's auto.offset.reset applies) or no source reads it."""
+        if topic in self._internal_topics:
+            return "earliest"
+        source = self._nodes.get(self._source_of_topic.get(topic, ""))
+        return source.offset_reset if isinstance(source, SourceSpec) else None
+
     def node(self, name: str) -> SourceSpec | ProcessorSpec | SinkSpec:
         try:
             return self._nodes[name]

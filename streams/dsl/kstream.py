@@ -74,6 +74,9 @@ class StreamsBuilder:
     def stream(self, topics: str | Iterable[str], *, key_serde: Any = None, value_serde: Any = None,
                timestamp_extractor: Optional[TimestampExtractor] = None,
                offset_reset: Optional[str] = None) -> "KStream":
+        """A stream of `topics`. `offset_reset` ("earliest" or "latest") is where a partition
+        the application has no committed offset for starts (Kafka's Consumed.withOffsetResetPolicy);
+        None: the main consumer's auto.offset.reset, "earliest" unless configured."""
         topic_list = [topics] if isinstance(topics, str) else list(topics)
         if not topic_list:
             raise TopologyError("stream() needs at least one topic")

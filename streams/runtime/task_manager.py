@@ -17,15 +17,16 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterable, Optional
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from eddy.messages import partition_runs, payload_bytes
 
 from state.errors import LockError, TaskCorruptedError
 from state.listener import SuspendReason
 from state.task_id import TaskId
 from streams.runtime.collector import RecordCollector, breaks_transactional_producer
-from streams.runtime.config import StreamsConfig
+from streams.runtime.config import MAIN_CONSUMER_PREFIX, StreamsConfig
 from streams.runtime.errors import RebalanceInProgressError, TaskMigratedError
+from streams.runtime.offsets import DEFAULT_RESET_POLICY, committed_offsets, start_positions
 from streams.runtime.standby import StandbyState, StandbyTask
 from streams.runtime.task import StreamTask, TaskState
 from streams.topology import Subtopology, Topology
@@ -33,13 +34,6 @@ from streams.topology import Subtopology, Topology
 log = logging.getLogger(__name__)
 
 _ERROR = Message.error
-
-
-def committed_offsets(consumer: Any, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, Optional[str]]]:
-    """The offsets and offset metadata strings `consumer`'s group committed for `tps` (those
-    committed)."""
-    got = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
-    return {(tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in got if tp.offset is not None and tp.offset >= 0}
 
 
 def fetched_lag(consumer: Any, tp: tuple[str, int], start: Optional[int] = None) -> Optional[int]:
@@ -88,19 +82,25 @@ class TaskManager:
         self.thread_cache = thread_cache
         self.clock_ms = clock_ms
         self.reset_producer = reset_producer
-        # where the consumer starts each input partition (its committed offset; absent: the log
-        # start), for the lag of a partition nothing was delivered from yet (fetched_lag)
+        # where the consumer starts each input partition (its committed offset, or the end
+        # offset a "latest" reset policy started it at; absent: the log start), for the lag of a
+        # partition nothing was delivered from yet (fetched_lag)
         self._start_offsets: dict[tuple[str, int], int] = {}
         self.eos = config.eos_enabled
         app = config.application_id
         self.subtopologies = {s.id: s for s in subtopologies}
         self.sub_of_topic: dict[str, Subtopology] = {}
         self.inputs_of_sub: dict[int, tuple[str, ...]] = {}
+        # where a partition without a committed offset starts (streams/runtime/offsets.py)
+        self.default_reset_policy = config.prefixed(MAIN_CONSUMER_PREFIX).get("auto.offset.reset",
+                                                                               DEFAULT_RESET_POLICY)
+        self.reset_policies: dict[str, str] = {}
         for s in subtopologies:
             topics = tuple(topology.decorate_topic(t, app) for t in s.source_topics)
             self.inputs_of_sub[s.id] = topics
-            for t in topics:
+            for undecorated, t in zip(s.source_topics, topics):
                 self.sub_of_topic[t] = s
+                self.reset_policies[t] = topology.offset_reset_of(undecorated) or self.default_reset_policy
         self.tasks: dict[TaskId, StreamTask] = {}
         self.standbys: dict[TaskId, StandbyTask] = {}
         self.desired_standbys: set[TaskId] = set()
@@ -177,10 +177,20 @@ class TaskManager:
         """The offset metadata committed for a task's inputs (StreamTask reads it when it starts
         running); the committed offsets are where the consumer starts them."""
         committed = committed_offsets(self.consumer, tps)
-        for tp in tps:
-            self._start_offsets.pop(tp, None)
+        # (a partition without one keeps the start its reset policy gave it: start_positions)
         self._start_offsets.update((tp, offset) for tp, (offset, _) in committed.items())
         return {tp: metadata for tp, (_, metadata) in committed.items()}
+
+    def start_positions(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """`partitions` at the offsets the consumer starts them from (offsets.start_positions),
+        remembered for fetched_lag."""
+        positions = start_positions(self.consumer, partitions, self.reset_policies, self.default_reset_policy)
+        for tp in positions:
+            if tp.offset >= 0:
+                self._start_offsets[(tp.topic, tp.partition)] = tp.offset
+            else:
+                self._start_offsets.pop((tp.topic, tp.partition), None)
+        return positions
 
     def _fetched_lag(self, tp: tuple[str, int]) -> Optional[int]:
         return fetched_lag(self.consumer, tp, self._start_offsets.get(tp))
@@ -568,23 +578,18 @@ class TaskManager:
         collector.reset_error()
 
     def _reset_positions(self, tasks: list[StreamTask]) -> None:
-        """Rewind the tasks' input to the committed offsets (their uncommitted work was lost)."""
+        """Rewind the tasks' input to the committed offsets, or where their reset policy starts
+        them (their uncommitted work was lost)."""
         tps = [TopicPartition(t, p) for task in tasks for (t, p) in task.input_partitions]
         assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
         tps = [tp for tp in tps if (tp.topic, tp.partition) in assigned]
         if not tps:
             return
-        committed = self.consumer.committed(tps, timeout=30)
-        for tp in committed:
-            offset = tp.offset if tp.offset is not None and tp.offset >= 0 else OFFSET_BEGINNING
-            if offset >= 0:
-                self._start_offsets[(tp.topic, tp.partition)] = offset
-            else:
-                self._start_offsets.pop((tp.topic, tp.partition), None)
+        for tp in self.start_positions(tps):
             try:
-                self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+                self.consumer.seek(tp)
             except KafkaException as exc:
-                log.warning("cannot rewind %s-%d to %s: %s", tp.topic, tp.partition, offset, exc)
+                log.warning("cannot rewind %s-%d to %s: %s", tp.topic, tp.partition, tp.offset, exc)
 
     def _close_dirty_and_revive(self, tasks: list[StreamTask]) -> None:
         for task in tasks:

@@ -24,6 +24,7 @@ from streams.errors import ProcessingError
 from streams.runtime.collector import RecordCollector, production_handler_from_config, uses_murmur2
 from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
 from streams.runtime.errors import RebalanceInProgressError, TaskMigratedError
+from streams.runtime.offsets import DEFAULT_RESET_POLICY
 from streams.runtime.snapshots import ThreadSnapshots
 from streams.runtime.task import check_transition
 from streams.runtime.standby_placement import consumer_client_id
@@ -204,7 +205,7 @@ class StreamThread(threading.Thread):
             "client.id": consumer_client_id(cfg.application_id, self.process_id, self.index),
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
+            "auto.offset.reset": DEFAULT_RESET_POLICY,
             "partition.assignment.strategy": self.assignment_strategy,
             "isolation.level": "read_committed" if cfg.eos_enabled else "read_uncommitted",
             **cfg.prefixed(MAIN_CONSUMER_PREFIX),
@@ -244,6 +245,13 @@ class StreamThread(threading.Thread):
         if partitions and self._shutdown_requested is not None and self._shutdown_requested():
             self._stop_event.set()
         self.task_manager.handle_assignment(partitions)
+        # explicit start offsets (streams/runtime/offsets.py): the sources' reset policies, and
+        # no client-side committed-offset lookup that could stall
+        positions = self.task_manager.start_positions(partitions)
+        if self._cooperative:
+            consumer.incremental_assign(positions)
+        else:
+            consumer.assign(positions)
         self._set_state(ThreadState.PARTITIONS_ASSIGNED)
 
     def _on_revoke(self, consumer: Any, partitions: list) -> None:
