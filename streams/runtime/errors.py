@@ -21,6 +21,12 @@ class RebalanceInProgressError(TaskMigratedError):
     any other caller treats it as the migration it derives from."""
 
 
+class MissingValidOffsetError(StreamsError):
+    """An input partition has no valid offset (none committed, or the committed one out of range)
+    and its topic's reset policy is neither earliest nor latest (Kafka Streams' "No valid
+    committed offset found for input topic")."""
+
+
 class ProductionError(StreamsError):
     """A record could not be delivered; raised at the next send or flush (production
     exception handler `fail`)."""

@@ -1,6 +1,9 @@
 """Where a task's input partitions start: the group's committed offset, else the reset policy of
 the partition's topic (Kafka Streams' per-source `offset_reset`; repartition topics always from
-the earliest offset; other topics by the main consumer's `auto.offset.reset`).
+the earliest offset; other topics by the main consumer's `auto.offset.reset`). The same policy
+moves a partition whose committed offset is out of range (its records deleted): when the topics'
+policies differ, the main consumer runs with auto.offset.reset "error" (Kafka Streams sets "none")
+and the task manager resets the partition itself (`reset_target`).
 
 The stream thread assigns these offsets explicitly instead of letting the client look up the
 committed ones itself. librdkafka leaves a partition assigned without an offset unfetched for
@@ -33,6 +36,29 @@ DEFAULT_RESET_POLICY = "earliest"
 
 # Kafka's default.api.timeout.ms: how long a committed-offset lookup keeps trying
 COMMITTED_TIMEOUT_S = 60.0
+
+
+def reset_policies(topology: Any, subtopologies: Iterable[Any], application_id: str,
+                   default_policy: str) -> dict[str, str]:
+    """Each source topic's policy (by its real, decorated name): Topology.offset_reset_of, else
+    `default_policy`."""
+    return {topology.decorate_topic(topic, application_id): topology.offset_reset_of(topic) or default_policy
+            for sub in subtopologies for topic in sub.source_topics}
+
+
+def consumer_reset_policy(policies: dict[str, str], default_policy: str) -> str:
+    """The main consumer's auto.offset.reset: the one policy all topics share, else "error" (the
+    task manager then applies each topic's own)."""
+    return default_policy if all(p == default_policy for p in policies.values()) else "error"
+
+
+def reset_target(consumer: Any, topic: str, partition: int, policy: Optional[str]) -> int:
+    """The offset a partition with no valid position resets to under `policy` ("latest": its end
+    offset, read now); OFFSET_STORED when the policy is neither earliest nor latest."""
+    offset = reset_offset(policy)
+    if offset == OFFSET_END:
+        offset = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30, cached=False)[1]
+    return offset
 
 
 def reset_offset(policy: Optional[str]) -> int:
@@ -71,10 +97,10 @@ def committed_offsets(consumer: Any, tps: list[tuple[str, int]], timeout_s: floa
                 if tp.offset is not None and tp.offset >= 0}
 
 
-def start_positions(consumer: Any, partitions: Iterable[TopicPartition], reset_policies: dict[str, str],
+def start_positions(consumer: Any, partitions: Iterable[TopicPartition], policies: dict[str, str],
                     default_policy: Optional[str]) -> list[TopicPartition]:
     """`partitions` with the offset each starts from: the committed one, else its topic's reset
-    policy (`reset_policies`, else `default_policy`). "latest" is resolved to the partition's end
+    policy (`policies`, else `default_policy`). "latest" is resolved to the partition's end
     offset now (the last stable one under read_committed), so that where the partition started is
     known before its first record arrives (max.task.idle.ms measures lag from it)."""
     tps = [(tp.topic, tp.partition) for tp in partitions]
@@ -82,12 +108,7 @@ def start_positions(consumer: Any, partitions: Iterable[TopicPartition], reset_p
     out = []
     for topic, partition in tps:
         found = committed.get((topic, partition))
-        if found is not None:
-            offset = found[0]
-        else:
-            offset = reset_offset(reset_policies.get(topic, default_policy))
-            if offset == OFFSET_END:
-                offset = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30,
-                                                        cached=False)[1]
+        offset = found[0] if found is not None else reset_target(
+            consumer, topic, partition, policies.get(topic, default_policy))
         out.append(TopicPartition(topic, partition, offset))
     return out

@@ -17,15 +17,16 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterable, Optional
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_STORED, KafkaError, KafkaException, Message, TopicPartition
 from eddy.messages import partition_runs, payload_bytes
 
 from state.errors import LockError, TaskCorruptedError
 from state.listener import SuspendReason
 from state.task_id import TaskId
 from streams.runtime.collector import RecordCollector, breaks_transactional_producer
-from streams.runtime.config import MAIN_CONSUMER_PREFIX, StreamsConfig
-from streams.runtime.errors import RebalanceInProgressError, TaskMigratedError
+from streams.runtime import offsets
+from streams.runtime.config import StreamsConfig
+from streams.runtime.errors import MissingValidOffsetError, RebalanceInProgressError, TaskMigratedError
 from streams.runtime.offsets import DEFAULT_RESET_POLICY, committed_offsets, start_positions
 from streams.runtime.standby import StandbyState, StandbyTask
 from streams.runtime.task import StreamTask, TaskState
@@ -68,7 +69,9 @@ class TaskManager:
                  state_directory: Any, consumer: Any, collector: RecordCollector, reader: Any,
                  thread_cache: Any, clock_ms: Callable[[], int],
                  reset_producer: Optional[Callable[[], None]] = None, metrics: Any = None,
-                 thread_id: str = "main", global_stores: Optional[dict] = None) -> None:
+                 thread_id: str = "main", global_stores: Optional[dict] = None,
+                 reset_policies: Optional[dict[str, str]] = None,
+                 default_reset_policy: str = DEFAULT_RESET_POLICY, cooperative: bool = True) -> None:
         self.topology = topology
         self.global_stores = global_stores
         self.metrics = metrics
@@ -91,16 +94,16 @@ class TaskManager:
         self.subtopologies = {s.id: s for s in subtopologies}
         self.sub_of_topic: dict[str, Subtopology] = {}
         self.inputs_of_sub: dict[int, tuple[str, ...]] = {}
-        # where a partition without a committed offset starts (streams/runtime/offsets.py)
-        self.default_reset_policy = config.prefixed(MAIN_CONSUMER_PREFIX).get("auto.offset.reset",
-                                                                               DEFAULT_RESET_POLICY)
-        self.reset_policies: dict[str, str] = {}
+        # where a partition without a valid offset starts (streams/runtime/offsets.py)
+        self.cooperative = cooperative  # the group's rebalance protocol: how a partition is assigned again
+        self.default_reset_policy = default_reset_policy
+        self.reset_policies = reset_policies if reset_policies is not None else offsets.reset_policies(
+            topology, subtopologies, app, default_reset_policy)
         for s in subtopologies:
             topics = tuple(topology.decorate_topic(t, app) for t in s.source_topics)
             self.inputs_of_sub[s.id] = topics
-            for undecorated, t in zip(s.source_topics, topics):
+            for t in topics:
                 self.sub_of_topic[t] = s
-                self.reset_policies[t] = topology.offset_reset_of(undecorated) or self.default_reset_policy
         self.tasks: dict[TaskId, StreamTask] = {}
         self.standbys: dict[TaskId, StandbyTask] = {}
         self.desired_standbys: set[TaskId] = set()
@@ -191,6 +194,54 @@ class TaskManager:
             else:
                 self._start_offsets.pop((tp.topic, tp.partition), None)
         return positions
+
+    def _reset_out_of_range(self, topic: str, partition: int, err: KafkaError) -> None:
+        """A partition whose position is out of range (its records deleted) under a consumer
+        running with auto.offset.reset "error": moved where its topic's policy says, as Kafka
+        Streams' StreamThread.resetOffsets; a topic without earliest or latest fails, naming it."""
+        policy = self.reset_policies[topic]
+        offset = offsets.reset_target(self.consumer, topic, partition, policy)
+        if offset == OFFSET_STORED:
+            raise MissingValidOffsetError(
+                f"input partition {topic}-{partition} has no valid offset ({err.str()}) and its reset policy "
+                f"is {policy!r}: set offset_reset on its source, or main.consumer.auto.offset.reset, to "
+                "'earliest' or 'latest'")
+        log.warning("input partition %s-%d: %s; reset to offset %d (offset_reset %s)",
+                    topic, partition, err.str(), offset, policy)
+        key = (topic, partition)
+        if offset >= 0:
+            self._start_offsets[key] = offset
+        # librdkafka stops fetching a partition that met auto.offset.reset "error" and refuses to
+        # seek it (_STATE); assigning it again at the target starts it again
+        consumer = self.consumer
+        if self.cooperative:
+            consumer.incremental_unassign([TopicPartition(topic, partition)])
+            assigned = [TopicPartition(topic, partition, offset)]
+            consumer.incremental_assign(assigned)
+        else:  # an eager group's assignment changes only whole: the others where they are
+            current = consumer.position(consumer.assignment())
+            assigned = [TopicPartition(tp.topic, tp.partition, offset if (tp.topic, tp.partition) == key
+                                       else self._resume_offset(tp)) for tp in current]
+            consumer.assign(assigned)
+        # an assignment starts unpaused
+        pause = [tp for tp in assigned if self._paused_by_us((tp.topic, tp.partition))]
+        if pause:
+            consumer.pause(pause)
+
+    def _resume_offset(self, position: TopicPartition) -> int:
+        """Where a partition assigned again goes on: its position, else (nothing delivered yet)
+        where it was started."""
+        if position.offset is not None and position.offset >= 0:
+            return position.offset
+        key = (position.topic, position.partition)
+        start = self._start_offsets.get(key)
+        return start if start is not None else offsets.reset_offset(
+            self.reset_policies.get(position.topic, self.default_reset_policy))
+
+    def _paused_by_us(self, key: tuple[str, int]) -> bool:
+        """The partition is held by a buffer bound, or its task does not run (restoring, revived)."""
+        task = self._task_of_tp.get(key)
+        return task is not None and (task.state is not TaskState.RUNNING or key in self._held)
 
     def _fetched_lag(self, tp: tuple[str, int]) -> Optional[int]:
         return fetched_lag(self.consumer, tp, self._start_offsets.get(tp))
@@ -369,7 +420,10 @@ class TaskManager:
             errors = [m for m in msgs if m.error() is not None]
             for m in errors:
                 err = m.error()
-                if err.code() != KafkaError._PARTITION_EOF:
+                code = err.code()
+                if code == KafkaError._AUTO_OFFSET_RESET and m.topic() in self.reset_policies:
+                    self._reset_out_of_range(m.topic(), m.partition(), err)
+                elif code != KafkaError._PARTITION_EOF:
                     if err.fatal():
                         raise KafkaException(err)
                     log.warning("consumer error: %s", err)

@@ -24,7 +24,7 @@ from streams.errors import ProcessingError
 from streams.runtime.collector import RecordCollector, production_handler_from_config, uses_murmur2
 from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
 from streams.runtime.errors import RebalanceInProgressError, TaskMigratedError
-from streams.runtime.offsets import DEFAULT_RESET_POLICY
+from streams.runtime.offsets import DEFAULT_RESET_POLICY, consumer_reset_policy, reset_policies
 from streams.runtime.snapshots import ThreadSnapshots
 from streams.runtime.task import check_transition
 from streams.runtime.standby_placement import consumer_client_id
@@ -210,6 +210,9 @@ class StreamThread(threading.Thread):
             "isolation.level": "read_committed" if cfg.eos_enabled else "read_uncommitted",
             **cfg.prefixed(MAIN_CONSUMER_PREFIX),
         }
+        default_reset = main_conf["auto.offset.reset"]
+        policies = reset_policies(self.topology, self.subtopologies, cfg.application_id, default_reset)
+        main_conf["auto.offset.reset"] = consumer_reset_policy(policies, default_reset)
         self.consumer = self.backend.consumer(main_conf)
         restore_conf = {
             **restore_consumer_config(cfg.eos_enabled, group_id=f"{cfg.application_id}-restore"),
@@ -229,7 +232,8 @@ class StreamThread(threading.Thread):
             consumer=self.consumer, collector=self.collector, reader=reader,
             thread_cache=ThreadCache(max(1, cfg.cache_max_bytes // cfg.num_stream_threads)),
             clock_ms=_wall_clock_ms, reset_producer=self._reset_producer,
-            metrics=self.metrics, thread_id=self.name, global_stores=self.global_stores)
+            metrics=self.metrics, thread_id=self.name, global_stores=self.global_stores,
+            reset_policies=policies, default_reset_policy=default_reset, cooperative=self._cooperative)
         self.task_manager.on_tasks_changed = self._tasks_changed
 
     def _tasks_changed(self) -> None:

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, KafkaError, KafkaException, TopicPartition
 
-from streams import App, AppState, StreamsBuilder, serdes
+from streams import App, AppState, StreamsBuilder, StreamThreadExceptionResponse, serdes
+from streams.runtime.errors import MissingValidOffsetError
 from streams.runtime.offsets import committed_offsets, reset_offset, start_positions
 
-from _runtime_util import Cluster, unique
+from _runtime_util import Cluster, unique, wait_for
 
 S = serdes.STRING
 
@@ -59,6 +60,101 @@ def test_a_source_with_offset_reset_latest_skips_what_came_before_then_resumes_f
         finally:
             assert app.close(timeout=60)
     finally:
+        cluster.close()
+
+
+def _delete_records_before(cluster: Cluster, topic: str, offset: int) -> None:
+    [result] = cluster.admin.delete_records([TopicPartition(topic, 0, offset)]).values()
+    result.result(30)
+
+
+@pytest.mark.needs_faithful_broker(reason="delete_records is unsupported")
+@pytest.mark.parametrize("protocol", ["cooperative", "eager"])
+@pytest.mark.parametrize("policy", ["latest", "earliest"])
+def test_a_committed_offset_out_of_range_moves_by_its_sources_policy(backend_config, tmp_path, policy, protocol,
+                                                                     caplog):
+    """The group committed offset 3, then the records up to 5 were deleted: on restart the fetch
+    at 3 is out of range. The source's policy decides where it goes (Kafka Streams' resetOffsets),
+    not the consumer's own auto.offset.reset (earliest, for the app's other source). Under the
+    eager protocol (a source of two topics: the range assignor) the partition is assigned again
+    with the whole assignment, and the source's other topic goes on where it was."""
+    cluster = Cluster(backend_config)
+    src, extra, other, out, other_out = (unique(n) for n in ("oor", "oor-extra", "oor-other", "oor-out",
+                                                               "oor-other-out"))
+    cluster.create_topics(1, src, extra, other, out, other_out)
+    b = StreamsBuilder()
+    b.stream([src, extra] if protocol == "eager" else src, key_serde=S, value_serde=S, offset_reset=policy).to(out)
+    b.stream(other, key_serde=S, value_serde=S).to(other_out)
+    topology = b.build()
+    config = {**cluster.config, "application.id": unique("oor"), "state.dir": str(tmp_path),
+              "commit.interval.ms": 50}
+    first = [f"first-{i}" for i in range(3)] + (["extra-0", "extra-1"] if protocol == "eager" else [])
+    try:
+        app = App(topology, config)
+        app.start()
+        try:
+            assert app.wait_for_state(AppState.RUNNING, timeout=60)
+            cluster.produce(src, [(b"k", f"first-{i}".encode()) for i in range(3)])
+            if protocol == "eager":
+                cluster.produce(extra, [(b"k", b"extra-0"), (b"k", b"extra-1")])
+            assert sorted(_values(cluster, out, len(first))) == sorted(first)
+        finally:
+            assert app.close(timeout=60)
+        assert cluster.committed_offset(config["application.id"], src) == 3
+
+        cluster.produce(src, [(b"k", f"kept-{i}".encode()) for i in range(5)])  # offsets 3..7
+        _delete_records_before(cluster, src, 5)  # 3 and 4 gone: the committed 3 is out of range
+        app = App(topology, config)
+        app.start()
+        try:
+            assert app.wait_for_state(AppState.RUNNING, timeout=60)
+            if policy == "latest":
+                # the end is read when the fetch fails (the policies differ, so the consumer runs
+                # with "error" and the task manager resets): "after" must come later to be past it
+                wait_for(lambda: "reset to offset" in caplog.text, 60, "the reset")
+                assert f"{src}-0: " in caplog.text and "reset to offset 8 (offset_reset latest)" in caplog.text
+            cluster.produce(src, [(b"k", b"after")])
+            expected = first + (["kept-2", "kept-3", "kept-4"] if policy == "earliest" else []) + ["after"]
+            if protocol == "eager":
+                cluster.produce(extra, [(b"k", b"extra-after")])
+                expected.append("extra-after")
+            got = _values(cluster, out, len(expected))
+            assert sorted(got) == sorted(expected)  # nothing skipped, nothing twice
+            assert [v for v in got if v.startswith(("first", "kept", "after"))] == [
+                v for v in expected if v.startswith(("first", "kept", "after"))]
+            assert all(t.is_alive() for t in app.threads)
+        finally:
+            assert app.close(timeout=60)
+    finally:
+        cluster.close()
+
+
+def test_a_partition_without_a_valid_offset_and_without_a_policy_fails_the_app_naming_it(backend_config, tmp_path):
+    """main.consumer.auto.offset.reset "error" (Kafka's "none") and no offset_reset on the source:
+    nothing committed means no place to start, which Kafka Streams reports as fatal."""
+    cluster = Cluster(backend_config)
+    strict, latest, out = unique("strict"), unique("latest"), unique("strict-out")
+    cluster.create_topics(1, strict, latest, out)
+    b = StreamsBuilder()
+    b.stream(strict, key_serde=S, value_serde=S).to(out)
+    b.stream(latest, key_serde=S, value_serde=S, offset_reset="latest").to(out)
+    app = App(b.build(), {**cluster.config, "application.id": unique("strict"), "state.dir": str(tmp_path),
+                          "main.consumer.auto.offset.reset": "error"})
+    seen = []
+
+    def handler(exc):
+        seen.append(exc)
+        return StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+
+    app.set_uncaught_exception_handler(handler)
+    try:
+        cluster.produce(strict, [(b"k", b"v")])
+        app.start()
+        assert app.wait_for_state(AppState.ERROR, timeout=60)
+        assert len(seen) == 1 and isinstance(seen[0], MissingValidOffsetError)
+        assert f"{strict}-0" in str(seen[0]) and "'error'" in str(seen[0])
+    finally:
+        assert app.close(timeout=60)
         cluster.close()
 
 
