@@ -14,11 +14,20 @@ class TaskMigratedError(StreamsError):
     they must be closed dirty and revived."""
 
 
-class RebalanceInProgressError(TaskMigratedError):
-    """An offset commit met REBALANCE_IN_PROGRESS: the group is between its join and sync, so
-    nothing was committed, yet the tasks are still this thread's. The stream loop skips the
-    commit and tries again on its next turn, as Kafka Streams skips commits during a rebalance;
-    any other caller treats it as the migration it derives from."""
+class RetriableCommitError(TaskMigratedError):
+    """An offset commit that did not happen but may on a later try: the group's coordinator is
+    moving, loading or slow, or the group is between its join and sync. Nothing was committed,
+    yet the tasks are still this thread's. The stream loop tries again a little later, for up to
+    task.timeout.ms (Kafka Streams' KIP-572), then fails with CommitTimeoutError; any other caller
+    treats it as the migration it derives from."""
+
+
+class RebalanceInProgressError(RetriableCommitError):
+    """The commit met REBALANCE_IN_PROGRESS (Kafka Streams skips commits during a rebalance)."""
+
+
+class CommitTimeoutError(StreamsError):
+    """Offset commits kept failing with retriable errors for longer than task.timeout.ms."""
 
 
 class MissingValidOffsetError(StreamsError):

@@ -31,6 +31,11 @@ RETRIABLE_COORDINATOR_ERRORS = frozenset({
     KafkaError._WAIT_COORD, KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError.REQUEST_TIMED_OUT,
 })
 
+# an offset commit's errors that a later try may not meet (Kafka's retriable ones for OffsetCommit)
+RETRIABLE_COMMIT_ERRORS = RETRIABLE_COORDINATOR_ERRORS | frozenset({
+    KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+})
+
 # Kafka Streams' main consumer auto.offset.reset unless the app sets main.consumer.auto.offset.reset
 DEFAULT_RESET_POLICY = "earliest"
 

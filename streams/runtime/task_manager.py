@@ -26,7 +26,8 @@ from state.task_id import TaskId
 from streams.runtime.collector import RecordCollector, breaks_transactional_producer
 from streams.runtime import offsets
 from streams.runtime.config import StreamsConfig
-from streams.runtime.errors import MissingValidOffsetError, RebalanceInProgressError, TaskMigratedError
+from streams.runtime.errors import (MissingValidOffsetError, RebalanceInProgressError, RetriableCommitError,
+                                   TaskMigratedError)
 from streams.runtime.offsets import DEFAULT_RESET_POLICY, committed_offsets, start_positions
 from streams.runtime.standby import StandbyState, StandbyTask
 from streams.runtime.task import StreamTask, TaskState
@@ -547,7 +548,7 @@ class TaskManager:
     def commit(self, *, use_positions: bool = True) -> int:
         """Commit every task that has something to commit; returns how many tasks committed.
         Raises TaskMigratedError when the commit cannot happen (the caller revives the tasks),
-        or its RebalanceInProgressError when it cannot happen yet (nothing committed; the tasks,
+        or its RetriableCommitError when it cannot happen yet (nothing committed; the tasks,
         their flushed caches and their commit_needed stay as they are, ready for the retry).
 
         `use_positions=False` inside rebalance callbacks: librdkafka runs them in the middle of
@@ -572,8 +573,11 @@ class TaskManager:
                     self.consumer.commit(offsets=tps, asynchronous=False)
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
-                    if isinstance(err, KafkaError) and err.code() == KafkaError.REBALANCE_IN_PROGRESS:
+                    code = err.code() if isinstance(err, KafkaError) else None
+                    if code == KafkaError.REBALANCE_IN_PROGRESS:
                         raise RebalanceInProgressError(f"offset commit refused during a rebalance: {exc}") from exc
+                    if code in offsets.RETRIABLE_COMMIT_ERRORS or (err is not None and err.retriable()):
+                        raise RetriableCommitError(f"offset commit failed, retriable: {exc}") from exc
                     raise TaskMigratedError(f"offset commit failed: {exc}") from exc
         for task in tasks:
             task.post_commit(per_task[task.id])

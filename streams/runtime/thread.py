@@ -23,7 +23,7 @@ from state.restore import StoreChangelogReader, restore_consumer_config
 from streams.errors import ProcessingError
 from streams.runtime.collector import RecordCollector, production_handler_from_config, uses_murmur2
 from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
-from streams.runtime.errors import RebalanceInProgressError, TaskMigratedError
+from streams.runtime.errors import CommitTimeoutError, RetriableCommitError, TaskMigratedError
 from streams.runtime.offsets import DEFAULT_RESET_POLICY, consumer_reset_policy, reset_policies
 from streams.runtime.snapshots import ThreadSnapshots
 from streams.runtime.task import check_transition
@@ -33,7 +33,7 @@ from streams.topology import REPARTITION
 
 log = logging.getLogger(__name__)
 
-# the consumer's retry.backoff.ms default: how soon a commit refused during a rebalance is tried again
+# the consumer's retry.backoff.ms default: how soon a commit that failed retriably is tried again
 COMMIT_RETRY_BACKOFF_S = 0.1
 
 MAX_POLL_RECORDS = 5000
@@ -285,6 +285,8 @@ class StreamThread(threading.Thread):
             commit_interval_s = self.config.commit_interval_ms / 1000.0
             next_commit = time.monotonic() + commit_interval_s
             next_purge = time.monotonic() + self.purge_interval_s
+            task_timeout_s = self.config.task_timeout_ms / 1000.0
+            commit_failing_since: Optional[float] = None  # the first of the retriable commit failures in a row
             while not self._stop_event.is_set():
                 try:
                     self._run_once()
@@ -292,6 +294,7 @@ class StreamThread(threading.Thread):
                     if now >= next_commit or self.task_manager.commit_requested() or self.snapshots.pending:
                         self._inject("before_commit")
                         self.task_manager.commit()
+                        commit_failing_since = None
                         self._inject("after_commit")
                         if self.snapshots.pending:
                             self.snapshots.run(self)
@@ -299,11 +302,18 @@ class StreamThread(threading.Thread):
                         if self.repartition_topics and now >= next_purge:
                             self._purge_repartition_topics()
                             next_purge = now + self.purge_interval_s
-                except RebalanceInProgressError as exc:
-                    # consume() lets the rebalance finish meanwhile; retry.backoff.ms apart, so a
-                    # long rebalance does not meet a commit on every loop turn
-                    log.info("%s: %s; committing again after the rebalance", self.name, exc)
-                    next_commit = time.monotonic() + min(commit_interval_s, COMMIT_RETRY_BACKOFF_S)
+                except RetriableCommitError as exc:
+                    # consume() lets a rebalance finish meanwhile; retry.backoff.ms apart, so a
+                    # long one does not meet a commit on every loop turn
+                    now = time.monotonic()
+                    if commit_failing_since is None:
+                        commit_failing_since = now
+                    elif now - commit_failing_since > task_timeout_s:
+                        raise CommitTimeoutError(
+                            f"{self.name}: offset commits failed for longer than task.timeout.ms "
+                            f"({self.config.task_timeout_ms} ms), the last with: {exc}") from exc
+                    log.info("%s: %s; committing again shortly", self.name, exc)
+                    next_commit = now + min(commit_interval_s, COMMIT_RETRY_BACKOFF_S)
                 except TaskMigratedError as exc:
                     self.task_manager.handle_migrated(exc)
                 except ProcessingError as exc:
