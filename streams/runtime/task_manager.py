@@ -23,12 +23,11 @@ from eddy.messages import partition_runs, payload_bytes
 from state.errors import LockError, TaskCorruptedError
 from state.listener import SuspendReason
 from state.task_id import TaskId
-from streams.runtime.collector import RecordCollector, breaks_transactional_producer
 from streams.runtime import offsets
+from streams.runtime.collector import RecordCollector, breaks_transactional_producer
 from streams.runtime.config import StreamsConfig
 from streams.runtime.errors import (MissingValidOffsetError, RebalanceInProgressError, RetriableCommitError,
                                    TaskMigratedError)
-from streams.runtime.offsets import DEFAULT_RESET_POLICY, committed_offsets, start_positions
 from streams.runtime.standby import StandbyState, StandbyTask
 from streams.runtime.task import StreamTask, TaskState
 from streams.topology import Subtopology, Topology
@@ -72,7 +71,7 @@ class TaskManager:
                  reset_producer: Optional[Callable[[], None]] = None, metrics: Any = None,
                  thread_id: str = "main", global_stores: Optional[dict] = None,
                  reset_policies: Optional[dict[str, str]] = None,
-                 default_reset_policy: str = DEFAULT_RESET_POLICY, cooperative: bool = True) -> None:
+                 default_reset_policy: str = offsets.DEFAULT_RESET_POLICY, cooperative: bool = True) -> None:
         self.topology = topology
         self.global_stores = global_stores
         self.metrics = metrics
@@ -180,7 +179,7 @@ class TaskManager:
     def _committed_metadata(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], Optional[str]]:
         """The offset metadata committed for a task's inputs (StreamTask reads it when it starts
         running); the committed offsets are where the consumer starts them."""
-        committed = committed_offsets(self.consumer, tps)
+        committed = offsets.committed_offsets(self.consumer, tps)
         # (a partition without one keeps the start its reset policy gave it: start_positions)
         self._start_offsets.update((tp, offset) for tp, (offset, _) in committed.items())
         return {tp: metadata for tp, (_, metadata) in committed.items()}
@@ -188,7 +187,8 @@ class TaskManager:
     def start_positions(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
         """`partitions` at the offsets the consumer starts them from (offsets.start_positions),
         remembered for fetched_lag."""
-        positions = start_positions(self.consumer, partitions, self.reset_policies, self.default_reset_policy)
+        positions = offsets.start_positions(self.consumer, partitions, self.reset_policies,
+                                            self.default_reset_policy)
         for tp in positions:
             if tp.offset >= 0:
                 self._start_offsets[(tp.topic, tp.partition)] = tp.offset
