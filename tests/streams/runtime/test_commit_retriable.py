@@ -60,18 +60,26 @@ def _refusing_injector(arm: threading.Event, wrapped: list, code: int, times: in
     return injector
 
 
+def _wordcount_app(backend_config: dict, tmp_path: Any, lines_count: int, seed: int, prefix: str,
+                   **config: Any) -> tuple:
+    """(cluster, input topic, output topic, records, expected counts, app, application.id): word
+    count on fresh two-partition topics, committing every 50 ms."""
+    cluster = Cluster(backend_config)
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(2, lines, out)
+    records, expected = make_lines(lines_count, seed=seed, vocabulary=40)
+    app_id = unique(prefix)
+    app = App(wordcount_topology(lines, out), {**cluster.config, "application.id": app_id,
+                                               "state.dir": str(tmp_path), "commit.interval.ms": 50, **config})
+    return cluster, lines, out, records, expected, app, app_id
+
+
 @pytest.mark.parametrize("code", [KafkaError.REBALANCE_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT,
                                   KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE],
                          ids=["rebalance_in_progress", "request_timed_out", "not_coordinator",
                               "coordinator_not_available"])
 def test_a_commit_failing_retriably_is_tried_again_without_reprocessing(backend_config, tmp_path, code):
-    cluster = Cluster(backend_config)
-    lines, out = unique("lines"), unique("counts")
-    cluster.create_topics(2, lines, out)
-    records, expected = make_lines(1500, seed=8, vocabulary=40)
-    app_id = unique("rip")
-    app = App(wordcount_topology(lines, out), {**cluster.config, "application.id": app_id,
-                                               "state.dir": str(tmp_path), "commit.interval.ms": 50})
+    cluster, lines, out, records, expected, app, app_id = _wordcount_app(backend_config, tmp_path, 1500, 8, "rip")
     arm = threading.Event()
     wrapped: list[_RefusesCommits] = []
     injector = _refusing_injector(arm, wrapped, code, times=2)
@@ -112,13 +120,8 @@ def test_a_commit_failing_retriably_is_tried_again_without_reprocessing(backend_
 
 
 def test_commits_failing_retriably_past_task_timeout_fail_the_thread(backend_config, tmp_path):
-    cluster = Cluster(backend_config)
-    lines, out = unique("lines"), unique("counts")
-    cluster.create_topics(2, lines, out)
-    records, _ = make_lines(200, seed=3, vocabulary=20)
-    app = App(wordcount_topology(lines, out), {**cluster.config, "application.id": unique("ctimeout"),
-                                               "state.dir": str(tmp_path), "commit.interval.ms": 50,
-                                               "task.timeout.ms": 1000})
+    cluster, lines, _, records, _, app, _ = _wordcount_app(backend_config, tmp_path, 200, 3, "ctimeout",
+                                                           **{"task.timeout.ms": 1000})
     arm = threading.Event()
     arm.set()
     wrapped: list[_RefusesCommits] = []
@@ -145,12 +148,7 @@ def test_commits_failing_retriably_past_task_timeout_fail_the_thread(backend_con
 def test_a_commit_failing_otherwise_is_a_migration(backend_config, tmp_path, caplog):
     """ILLEGAL_GENERATION: the group moved on without this member; its tasks are closed dirty and
     revived from the committed offsets (at least once: nothing lost)."""
-    cluster = Cluster(backend_config)
-    lines, out = unique("lines"), unique("counts")
-    cluster.create_topics(2, lines, out)
-    records, expected = make_lines(600, seed=4, vocabulary=20)
-    app = App(wordcount_topology(lines, out), {**cluster.config, "application.id": unique("cmigrated"),
-                                               "state.dir": str(tmp_path), "commit.interval.ms": 50})
+    cluster, lines, _, records, expected, app, _ = _wordcount_app(backend_config, tmp_path, 600, 4, "cmigrated")
     arm = threading.Event()
     arm.set()
     wrapped: list[_RefusesCommits] = []
