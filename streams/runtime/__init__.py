@@ -3,8 +3,8 @@
 from streams.runtime.app import App, AppState, StreamThreadExceptionResponse
 from streams.runtime.collector import RecordCollector
 from streams.runtime.config import AT_LEAST_ONCE, EXACTLY_ONCE_V2, StreamsConfig
-from streams.runtime.errors import (CoPartitioningError, MissingSourceTopicError, ProductionError,
-                                    RuntimeStateError, TaskMigratedError)
+from streams.runtime.errors import (CommitTimeoutError, CoPartitioningError, MissingSourceTopicError,
+                                    MissingValidOffsetError, ProductionError, RuntimeStateError, TaskMigratedError)
 from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
 from streams.runtime.standby import StandbyTask
 from streams.runtime.task import StreamTask, TaskState
@@ -12,7 +12,8 @@ from streams.runtime.task_manager import TaskManager
 from streams.runtime.thread import SimulatedCrash, StreamThread, ThreadState
 
 __all__ = ["App", "AppState", "StreamThreadExceptionResponse", "RecordCollector", "StreamsConfig",
-           "AT_LEAST_ONCE", "EXACTLY_ONCE_V2", "CoPartitioningError", "MissingSourceTopicError",
+           "AT_LEAST_ONCE", "EXACTLY_ONCE_V2", "CommitTimeoutError", "CoPartitioningError", "MissingSourceTopicError",
+           "MissingValidOffsetError",
            "ProductionError", "RuntimeStateError", "TaskMigratedError", "ReadOnlyKeyValueView", "ReadOnlyWindowView", "ReadOnlySessionView",
            "StandbyTask", "StreamTask", "TaskState", "TaskManager", "SimulatedCrash", "StreamThread",
            "ThreadState"]
