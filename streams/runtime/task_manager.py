@@ -263,6 +263,14 @@ class TaskManager:
         try:
             self.commit(use_positions=False)
         except TaskMigratedError as exc:
+            if isinstance(exc, RetriableCommitError) and not self.eos:
+                # At least once the kept tasks lose nothing: their output is flushed and their
+                # offsets go with the next commit. Only the revoked ones' uncommitted progress is
+                # given up (the next owner reprocesses it), as Kafka closes them dirty.
+                log.warning("commit before revocation failed (%s): closing the revoked tasks dirty", exc)
+                for task in revoked:
+                    self._remove(task, dirty=True)
+                return
             log.warning("commit before revocation failed (%s): closing revoked tasks dirty", exc)
             self.handle_migrated(exc)
             for task in revoked:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from streams import Processor, StreamsBuilder, Topology, serdes
+from streams import AppState, Processor, StreamsBuilder, Topology, serdes
 from streams.backends import for_config
 
 _pause = threading.Event()  # never set: waited on for short, bounded pauses
@@ -31,6 +31,11 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: floa
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         _pause.wait(step)
+
+
+def running_with_tasks(*apps: Any) -> bool:
+    """Every app RUNNING with at least one active task of its own."""
+    return all(a.state is AppState.RUNNING for a in apps) and all(a.local_tasks()["active"] for a in apps)
 
 
 def embedded_config(tmp_path: Any) -> dict:

@@ -12,7 +12,7 @@ from streams import App, AppState
 from state.task_id import TaskId
 from streams.runtime.standby import StandbyState
 
-from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, unique, wait_for,
+from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, running_with_tasks, unique, wait_for,
                            wordcount_topology)
 
 _pause = threading.Event()
@@ -46,10 +46,6 @@ class _Feeder(threading.Thread):
             self.error = exc
 
 
-def _running_with_tasks(*apps: App) -> bool:
-    return all(a.state is AppState.RUNNING for a in apps) and all(a.local_tasks()["active"] for a in apps)
-
-
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
 def test_rebalance_between_three_instances_while_input_flows(backend_config, tmp_path, guarantee):
     cluster = Cluster(backend_config)
@@ -74,13 +70,13 @@ def test_rebalance_between_three_instances_while_input_flows(backend_config, tmp
         b = new_app("b")
         apps.append(b)
         b.start()
-        wait_for(lambda: _running_with_tasks(a, b), 60, "a and b sharing the tasks")
+        wait_for(lambda: running_with_tasks(a, b), 60, "a and b sharing the tasks")
         c = new_app("c")
         apps.append(c)
         c.start()
-        wait_for(lambda: _running_with_tasks(a, b, c), 60, "a, b and c sharing the tasks")
+        wait_for(lambda: running_with_tasks(a, b, c), 60, "a, b and c sharing the tasks")
         assert b.close(timeout=60)  # b leaves: its tasks move to a and c
-        wait_for(lambda: _running_with_tasks(a, c), 60, "a and c sharing the tasks")
+        wait_for(lambda: running_with_tasks(a, c), 60, "a and c sharing the tasks")
         feeder.join(60)
         assert feeder.error is None and not feeder.is_alive()
         msgs = cluster.read_all(out, 4, until=lambda got: all(last_counts(got).get(w, 0) >= n
@@ -153,7 +149,7 @@ def test_standby_takes_over_without_full_restore(backend_config, tmp_path):
         a.start()
         assert a.wait_for_state(AppState.RUNNING, timeout=60)
         b.start()
-        wait_for(lambda: _running_with_tasks(a, b), 60, "a and b sharing the tasks")
+        wait_for(lambda: running_with_tasks(a, b), 60, "a and b sharing the tasks")
         cluster.produce(lines, records)
 
         def stateful(app):

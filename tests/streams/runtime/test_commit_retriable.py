@@ -24,9 +24,11 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams import App, AppState, StreamThreadExceptionResponse
+from streams.runtime import ThreadState
 from streams.runtime.errors import CommitTimeoutError
 
-from _runtime_util import Cluster, count_sequences, last_counts, make_lines, unique, wait_for, wordcount_topology
+from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, running_with_tasks, unique, wait_for,
+                           wordcount_topology)
 
 
 class _RefusesCommits:
@@ -39,8 +41,10 @@ class _RefusesCommits:
         self.refused: list = []
         self.committed_after: list = []
 
+    only_when: Any = staticmethod(lambda: True)  # refuse only while this holds
+
     def commit(self, *args: Any, **kwargs: Any) -> Any:
-        if len(self.refused) < self.times:
+        if len(self.refused) < self.times and self.only_when():
             self.refused.append(kwargs.get("offsets"))
             raise KafkaException(KafkaError(self.code, f"refused by the test ({self.code})"))
         result = self._consumer.commit(*args, **kwargs)
@@ -163,4 +167,52 @@ def test_a_commit_failing_otherwise_is_a_migration(backend_config, tmp_path, cap
         assert all(t.is_alive() for t in app.threads)
     finally:
         assert app.close(timeout=60)
+        cluster.close()
+
+
+def test_a_revocation_commit_failing_retriably_closes_only_the_revoked_tasks(backend_config, tmp_path):
+    """Under at least once, a second instance joins and the first one's commit before giving up
+    partitions fails retriably: the revoked tasks are closed dirty (the next owner reprocesses
+    their uncommitted records), the kept ones go on untouched, no migration."""
+    cluster = Cluster(backend_config)
+    lines, out, app_id = unique("lines"), unique("counts"), unique("revoke")
+    cluster.create_topics(2, lines, out)
+    records, expected = make_lines(1200, seed=6, vocabulary=40)
+    topology = wordcount_topology(lines, out)
+
+    def new_app(name: str) -> App:  # commits only when partitions are revoked (or at close)
+        return App(topology, {**cluster.config, "application.id": app_id, "state.dir": str(tmp_path / name),
+                              "commit.interval.ms": 600_000})
+
+    refusing: list[_RefusesCommits] = []
+    migrations: list[BaseException] = []
+
+    def injector(thread, where: str) -> None:
+        if where == "after_process" and not refusing:
+            tm = thread.task_manager
+            refusing.append(_RefusesCommits(tm.consumer, KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
+            refusing[0].only_when = lambda: thread.state is ThreadState.PARTITIONS_REVOKED
+            tm.consumer = refusing[0]
+            handle_migrated = tm.handle_migrated
+            tm.handle_migrated = lambda exc, **kw: (migrations.append(exc), handle_migrated(exc, **kw))
+
+    a, b = new_app("a"), new_app("b")
+    a.set_fault_injector(injector)
+    try:
+        a.start()
+        assert a.wait_for_state(AppState.RUNNING, timeout=60)
+        cluster.produce(lines, records[:600])
+        wait_for(lambda: refusing, 60, "the first instance processing")
+        b.start()
+        wait_for(lambda: refusing[0].refused, 60, "the commit before the revocation refused")
+        wait_for(lambda: running_with_tasks(a, b), 60, "a and b sharing the tasks")
+        cluster.produce(lines, records[600:])
+        sa, sb = a.store("counts"), b.store("counts")  # (caches unflushed: no output yet)
+        wait_for(lambda: all((sa.get(w) or sb.get(w) or 0) >= n for w, n in expected.items()), 60,
+                 "every line counted (at least once)")
+        assert migrations == [], "the kept tasks were revived"
+        assert all(t.is_alive() for app in (a, b) for t in app.threads)
+    finally:
+        a.close(timeout=60)
+        b.close(timeout=60)
         cluster.close()
