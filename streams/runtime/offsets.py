@@ -102,18 +102,18 @@ def committed_offsets(consumer: Any, tps: list[tuple[str, int]], timeout_s: floa
                 if tp.offset is not None and tp.offset >= 0}
 
 
-def start_positions(consumer: Any, partitions: Iterable[TopicPartition], policies: dict[str, str],
+def start_positions(consumer: Any, partitions: Iterable[TopicPartition],
+                    committed: dict[tuple[str, int], tuple[int, Optional[str]]], policies: dict[str, str],
                     default_policy: Optional[str]) -> list[TopicPartition]:
-    """`partitions` with the offset each starts from: the committed one, else its topic's reset
-    policy (`policies`, else `default_policy`). "latest" is resolved to the partition's end
-    offset now (the last stable one under read_committed), so that where the partition started is
-    known before its first record arrives (max.task.idle.ms measures lag from it)."""
-    tps = [(tp.topic, tp.partition) for tp in partitions]
-    committed = committed_offsets(consumer, tps)
+    """`partitions` with the offset each starts from: the `committed` one (committed_offsets'
+    answer), else its topic's reset policy (`policies`, else `default_policy`). "latest" is
+    resolved to the partition's end offset now (the last stable one under read_committed), so
+    that where the partition started is known before its first record arrives (max.task.idle.ms
+    measures lag from it)."""
     out = []
-    for topic, partition in tps:
-        found = committed.get((topic, partition))
+    for tp in partitions:
+        found = committed.get((tp.topic, tp.partition))
         offset = found[0] if found is not None else reset_target(
-            consumer, topic, partition, policies.get(topic, default_policy))
-        out.append(TopicPartition(topic, partition, offset))
+            consumer, tp.topic, tp.partition, policies.get(tp.topic, default_policy))
+        out.append(TopicPartition(tp.topic, tp.partition, offset))
     return out

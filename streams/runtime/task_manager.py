@@ -70,8 +70,7 @@ class TaskManager:
                  thread_cache: Any, clock_ms: Callable[[], int],
                  reset_producer: Optional[Callable[[], None]] = None, metrics: Any = None,
                  thread_id: str = "main", global_stores: Optional[dict] = None,
-                 reset_policies: Optional[dict[str, str]] = None,
-                 default_reset_policy: str = offsets.DEFAULT_RESET_POLICY, cooperative: bool = True) -> None:
+                 reset_policies: dict[str, str], default_reset_policy: str, cooperative: bool) -> None:
         self.topology = topology
         self.global_stores = global_stores
         self.metrics = metrics
@@ -89,16 +88,18 @@ class TaskManager:
         # offset a "latest" reset policy started it at; absent: the log start), for the lag of a
         # partition nothing was delivered from yet (fetched_lag)
         self._start_offsets: dict[tuple[str, int], int] = {}
+        # the committed (offset, metadata), or None, start_positions read for a partition whose
+        # task has not started yet (_committed_metadata)
+        self._looked_up: dict[tuple[str, int], Optional[tuple[int, Optional[str]]]] = {}
         self.eos = config.eos_enabled
         app = config.application_id
         self.subtopologies = {s.id: s for s in subtopologies}
         self.sub_of_topic: dict[str, Subtopology] = {}
         self.inputs_of_sub: dict[int, tuple[str, ...]] = {}
-        # where a partition without a valid offset starts (streams/runtime/offsets.py)
+        # where a partition without a valid offset starts (offsets.reset_policies)
         self.cooperative = cooperative  # the group's rebalance protocol: how a partition is assigned again
         self.default_reset_policy = default_reset_policy
-        self.reset_policies = reset_policies if reset_policies is not None else offsets.reset_policies(
-            topology, subtopologies, app, default_reset_policy)
+        self.reset_policies = reset_policies
         for s in subtopologies:
             topics = tuple(topology.decorate_topic(t, app) for t in s.source_topics)
             self.inputs_of_sub[s.id] = topics
@@ -178,7 +179,13 @@ class TaskManager:
 
     def _committed_metadata(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], Optional[str]]:
         """The offset metadata committed for a task's inputs (StreamTask reads it when it starts
-        running); the committed offsets are where the consumer starts them."""
+        running): what the lookup of start_positions read, where it read them all (nobody else
+        commits for partitions this thread owns), else read now; the committed offsets are where
+        the consumer starts them."""
+        looked_up = self._looked_up
+        if all(tp in looked_up for tp in tps):
+            found = [(tp, looked_up.pop(tp)) for tp in tps]
+            return {tp: entry[1] for tp, entry in found if entry is not None}
         committed = offsets.committed_offsets(self.consumer, tps)
         # (a partition without one keeps the start its reset policy gave it: start_positions)
         self._start_offsets.update((tp, offset) for tp, (offset, _) in committed.items())
@@ -186,8 +193,13 @@ class TaskManager:
 
     def start_positions(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
         """`partitions` at the offsets the consumer starts them from (offsets.start_positions),
-        remembered for fetched_lag."""
-        positions = offsets.start_positions(self.consumer, partitions, self.reset_policies,
+        remembered for fetched_lag; the committed offsets and metadata read for them are kept
+        for the tasks' start (_committed_metadata)."""
+        partitions = list(partitions)
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        committed = offsets.committed_offsets(self.consumer, tps)
+        self._looked_up.update((tp, committed.get(tp)) for tp in tps)
+        positions = offsets.start_positions(self.consumer, partitions, committed, self.reset_policies,
                                             self.default_reset_policy)
         for tp in positions:
             if tp.offset >= 0:
@@ -291,6 +303,8 @@ class TaskManager:
 
     def _remove(self, task: StreamTask, *, dirty: bool) -> None:
         self.reader.unregister(task.changelog_partitions())
+        for tp in task.input_partitions:  # another owner may commit for them before they come back
+            self._looked_up.pop(tp, None)
         if dirty:
             task.close_dirty()
         else:

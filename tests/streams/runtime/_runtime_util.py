@@ -12,7 +12,7 @@ from typing import Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from streams import AppState, Processor, StreamsBuilder, Topology, serdes
+from streams import AppState, Processor, StreamsBuilder, StreamThreadExceptionResponse, Topology, serdes
 from streams.backends import for_config
 
 _pause = threading.Event()  # never set: waited on for short, bounded pauses
@@ -31,6 +31,18 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: floa
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         _pause.wait(step)
+
+
+def shutdown_on_error(app: Any) -> list:
+    """Give `app` an uncaught exception handler that records each error and shuts the client
+    down (SHUTDOWN_CLIENT); returns the list it records into."""
+    seen: list = []
+
+    def handler(exc: BaseException) -> StreamThreadExceptionResponse:
+        seen.append(exc)
+        return StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+    app.set_uncaught_exception_handler(handler)
+    return seen
 
 
 def running_with_tasks(*apps: Any) -> bool:

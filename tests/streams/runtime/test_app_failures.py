@@ -10,8 +10,8 @@ import pytest
 from streams import App, AppState, Processor, StreamThreadExceptionResponse, Topology, serdes
 from streams.errors import DeserializationHandlerError
 
-from _runtime_util import (Cluster, Exploding, count_sequences, last_counts, make_lines, pass_through_topology, unique,
-                           wait_for, wordcount_topology)
+from _runtime_util import (Cluster, Exploding, count_sequences, last_counts, make_lines, pass_through_topology,
+                           shutdown_on_error, unique, wait_for, wordcount_topology)
 
 
 @pytest.mark.needs_faithful_broker(reason="aborted transactional data is visible to read_committed consumers")
@@ -53,19 +53,15 @@ def _pass_through_app(cluster: Cluster, processor: type, tmp_path) -> tuple[App,
 def test_processor_error_goes_to_the_handler_and_the_app_ends_in_error(backend_config, tmp_path):
     cluster = Cluster(backend_config)
     app, src, _sink = _pass_through_app(cluster, Exploding, tmp_path)
-    seen, states = [], []
+    states = []
     done = threading.Event()
-
-    def handler(exc):
-        seen.append(exc)
-        return StreamThreadExceptionResponse.SHUTDOWN_CLIENT
 
     def on_state(new, old):
         states.append(new)
         if new is AppState.ERROR:
             done.set()
 
-    app.set_uncaught_exception_handler(handler)
+    seen = shutdown_on_error(app)
     app.set_state_listener(on_state)
     try:
         cluster.produce(src, [(b"a", b"fine"), (b"b", b"boom")])
@@ -92,13 +88,7 @@ def test_a_failing_deserialization_handler_ends_the_app_in_error_naming_the_reco
 
     app = App(topology, {**cluster.config, "application.id": unique("deser"), "state.dir": str(tmp_path),
                          "default.deserialization.exception.handler": broken_handler})
-    seen = []
-
-    def on_uncaught(exc):
-        seen.append(exc)
-        return StreamThreadExceptionResponse.SHUTDOWN_CLIENT
-
-    app.set_uncaught_exception_handler(on_uncaught)
+    seen = shutdown_on_error(app)
     try:
         cluster.produce(src, [(b"a", serdes.INT64.serialize(1)), (b"b", b"not an int64")])
         app.start()

@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from streams import App, AppState, StreamThreadExceptionResponse
+from streams import App, AppState
 from streams.runtime import ThreadState
 from streams.runtime.errors import CommitTimeoutError
 
-from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, running_with_tasks, unique, wait_for,
-                           wordcount_topology)
+from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, running_with_tasks, shutdown_on_error,
+                           unique, wait_for, wordcount_topology)
 
 
 class _RefusesCommits:
@@ -129,14 +129,8 @@ def test_commits_failing_retriably_past_task_timeout_fail_the_thread(backend_con
     arm = threading.Event()
     arm.set()
     wrapped: list[_RefusesCommits] = []
-    seen = []
-
-    def handler(exc):
-        seen.append(exc)
-        return StreamThreadExceptionResponse.SHUTDOWN_CLIENT
-
     app.set_fault_injector(_refusing_injector(arm, wrapped, KafkaError.REQUEST_TIMED_OUT, times=10**9))
-    app.set_uncaught_exception_handler(handler)
+    seen = shutdown_on_error(app)
     try:
         cluster.produce(lines, records)
         app.start()

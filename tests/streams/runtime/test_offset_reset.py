@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, KafkaError, KafkaException, TopicPartition
 
-from streams import App, AppState, StreamsBuilder, StreamThreadExceptionResponse, serdes
+from streams import App, AppState, StreamsBuilder, serdes
 from streams.runtime.errors import MissingValidOffsetError
 from streams.runtime.offsets import committed_offsets, reset_offset, start_positions
 
-from _runtime_util import Cluster, unique, wait_for
+from _runtime_util import Cluster, shutdown_on_error, unique, wait_for
 
 S = serdes.STRING
 
@@ -140,13 +140,7 @@ def test_a_partition_without_a_valid_offset_and_without_a_policy_fails_the_app_n
     b.stream(latest, key_serde=S, value_serde=S, offset_reset="latest").to(out)
     app = App(b.build(), {**cluster.config, "application.id": unique("strict"), "state.dir": str(tmp_path),
                           "main.consumer.auto.offset.reset": "error"})
-    seen = []
-
-    def handler(exc):
-        seen.append(exc)
-        return StreamThreadExceptionResponse.SHUTDOWN_CLIENT
-
-    app.set_uncaught_exception_handler(handler)
+    seen = shutdown_on_error(app)
     try:
         cluster.produce(strict, [(b"k", b"v")])
         app.start()
@@ -191,11 +185,13 @@ def test_start_positions_take_the_committed_offset_else_the_policy(tmp_path):
             committer.close()
         consumer = cluster.backend.consumer({"group.id": group, "enable.auto.commit": False})
         try:
-            got = start_positions(consumer, [TopicPartition(topic, p) for p in range(3)],
+            committed = committed_offsets(consumer, [(topic, p) for p in range(3)])
+            assert committed == {(topic, 0): (1, None)}
+            got = start_positions(consumer, [TopicPartition(topic, p) for p in range(3)], committed,
                                   {topic: "latest"}, "earliest")
             # committed wins; latest is the partition's end offset, read now
             assert [(tp.partition, tp.offset) for tp in got] == [(0, 1), (1, 3), (2, 4)]
-            got = start_positions(consumer, [TopicPartition(topic, 2)], {}, "earliest")
+            got = start_positions(consumer, [TopicPartition(topic, 2)], committed, {}, "earliest")
             assert [(tp.partition, tp.offset) for tp in got] == [(2, OFFSET_BEGINNING)]
         finally:
             consumer.close()
