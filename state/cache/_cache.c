@@ -884,22 +884,23 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
 }
 
 /* ------------------------------------------------------------------------------------------
- * CachingKeyValueStore.get / put (state/cache/kv.py, the definitions) in one C call: bound to
- * each store as its `get` and `put`. The hot case only (an open store, exact bytes key and value,
+ * CachingKeyValueStore.get / put / replace (state/cache/kv.py, the definitions) in one C call:
+ * bound to each store as its `get`, `put` and `replace`. The hot case only (an open store, exact bytes key and value,
  * an int timestamp); anything else is handed to the Python definition, registered with
  * set_store_definitions, which does the checks and raises the typed errors. */
 static PyObject *str_named, *str_probe, *str_is_open, *str_cache, *str_lock, *str_acquire, *str_release,
     *str_reader, *str_get, *str_read_key, *str_read_value, *str_put_clean, *str_put_dirty;
-static PyObject *store_get_py = NULL, *store_put_py = NULL;
+static PyObject *store_get_py = NULL, *store_put_py = NULL, *store_replace_py = NULL;
 
 static PyObject *set_store_definitions(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "set_store_definitions(get, put) takes two callables");
+    if (nargs != 3 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "set_store_definitions(get, put, replace) takes three callables");
         return NULL;
     }
     Py_XSETREF(store_get_py, Py_NewRef(args[0]));
     Py_XSETREF(store_put_py, Py_NewRef(args[1]));
+    Py_XSETREF(store_replace_py, Py_NewRef(args[2]));
     Py_RETURN_NONE;
 }
 
@@ -969,6 +970,95 @@ static int release_lock(PyObject *lock)
     return type != NULL ? -1 : 0;
 }
 
+/* cached_get's read with the store's named cache open and its lock held: the value (a new
+ * reference, None when absent) or NULL with an error. */
+static PyObject *get_held(PyObject *store, PyObject *named, PyObject *key)
+{
+    PyObject *lookup_args[2] = {named, key};
+    PyObject *entry = lookup(NULL, lookup_args, 2);
+    if (entry == NULL)
+        return NULL;
+    if (entry != Py_None) {
+        PyObject *result = Py_IS_TYPE(entry, entry_type) && SLOT(entry, off_value) != NULL
+                           ? Py_NewRef(SLOT(entry, off_value)) : PyObject_GetAttrString(entry, "value");
+        Py_DECREF(entry);
+        return result;
+    }
+    Py_DECREF(entry);
+    PyObject *reader = PyObject_GetAttr(store, str_reader);
+    if (reader == NULL)
+        return NULL;
+    PyObject *value = PyObject_VectorcallMethod(str_get, (PyObject *[]){reader, key},
+                                                2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(reader);
+    if (value == NULL)
+        return NULL;
+    if (value != Py_None) {
+        PyObject *put_args[4] = {named, key, value, NULL};
+        PyObject *minus_one = PyLong_FromLong(-1);
+        if (minus_one == NULL) {
+            Py_DECREF(value);
+            return NULL;
+        }
+        put_args[3] = minus_one;
+        PyObject *r = put_clean(NULL, put_args, 4);
+        if (r == Py_None) {  /* declined: the method runs the Python definition */
+            Py_DECREF(r);
+            r = PyObject_VectorcallMethod(str_put_clean, put_args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        }
+        Py_DECREF(minus_one);
+        if (r == NULL) {
+            Py_DECREF(value);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    /* after put_clean: a flush it caused wrote other keys (this one was not cached) */
+    if (PyObject_SetAttr(store, str_read_key, key) < 0 || PyObject_SetAttr(store, str_read_value, value) < 0) {
+        Py_DECREF(value);
+        return NULL;
+    }
+    return value;
+}
+
+/* cached_put's write with the store's named cache open and its lock held: 0, or -1 with an
+ * error. */
+static int put_held(PyObject *store, PyObject *named, PyObject *key, PyObject *value, PyObject *timestamp)
+{
+    PyObject *read_key = PyObject_GetAttr(store, str_read_key);
+    if (read_key == NULL)
+        return -1;
+    int same = read_key == Py_None ? 0 : PyObject_RichCompareBool(key, read_key, Py_EQ);
+    Py_DECREF(read_key);
+    if (same < 0)
+        return -1;
+    PyObject *old = same ? PyObject_GetAttr(store, str_read_value) : Py_NewRef(unknown_marker);
+    if (old == NULL)
+        return -1;
+    if (PyObject_SetAttr(store, str_read_key, Py_None) < 0) {
+        Py_DECREF(old);
+        return -1;
+    }
+    PyObject *put_args[5] = {named, key, value, timestamp, old};
+    PyObject *r = put_dirty(NULL, put_args, 5);
+    if (r == Py_None) {  /* declined: the method runs the Python definition */
+        Py_DECREF(r);
+        r = PyObject_VectorcallMethod(str_put_dirty, put_args, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_DECREF(old);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The hot case of a write: an exact bytes key, a bytes or None value and an int timestamp. */
+static inline int hot_write(PyObject *key, PyObject *value, PyObject *timestamp)
+{
+    return PyBytes_CheckExact(key) && (value == Py_None || PyBytes_CheckExact(value)) && PyLong_CheckExact(timestamp)
+           && unknown_marker != NULL;
+}
+
 static PyObject *cached_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0 && store_get_py != NULL)  /* the definition's */
@@ -993,53 +1083,7 @@ static PyObject *cached_get(PyObject *self, PyObject *const *args, Py_ssize_t na
         Py_DECREF(named);
         return NULL;
     }
-    PyObject *result = NULL;
-    PyObject *lookup_args[2] = {named, key};
-    PyObject *entry = lookup(NULL, lookup_args, 2);
-    if (entry == NULL)
-        goto out;
-    if (entry != Py_None) {
-        result = Py_IS_TYPE(entry, entry_type) && SLOT(entry, off_value) != NULL
-                 ? Py_NewRef(SLOT(entry, off_value)) : PyObject_GetAttrString(entry, "value");
-        Py_DECREF(entry);
-        goto out;
-    }
-    Py_DECREF(entry);
-    PyObject *reader = PyObject_GetAttr(store, str_reader);
-    if (reader == NULL)
-        goto out;
-    PyObject *value = PyObject_VectorcallMethod(str_get, (PyObject *[]){reader, key},
-                                                2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    Py_DECREF(reader);
-    if (value == NULL)
-        goto out;
-    if (value != Py_None) {
-        PyObject *put_args[4] = {named, key, value, NULL};
-        PyObject *minus_one = PyLong_FromLong(-1);
-        if (minus_one == NULL) {
-            Py_DECREF(value);
-            goto out;
-        }
-        put_args[3] = minus_one;
-        PyObject *r = put_clean(NULL, put_args, 4);
-        if (r == Py_None) {  /* declined: the method runs the Python definition */
-            Py_DECREF(r);
-            r = PyObject_VectorcallMethod(str_put_clean, put_args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        }
-        Py_DECREF(minus_one);
-        if (r == NULL) {
-            Py_DECREF(value);
-            goto out;
-        }
-        Py_DECREF(r);
-    }
-    /* after put_clean: a flush it caused wrote other keys (this one was not cached) */
-    if (PyObject_SetAttr(store, str_read_key, key) < 0 || PyObject_SetAttr(store, str_read_value, value) < 0) {
-        Py_DECREF(value);
-        goto out;
-    }
-    result = value;
-out:
+    PyObject *result = get_held(store, named, key);
     Py_DECREF(named);
     if (release_lock(lock) < 0)
         Py_CLEAR(result);
@@ -1059,8 +1103,7 @@ static PyObject *cached_put(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_RuntimeError, "cached_put() before set_store_definitions()");
         return NULL;
     }
-    PyObject *named = (PyBytes_CheckExact(key) && (value == Py_None || PyBytes_CheckExact(value))
-                       && PyLong_CheckExact(timestamp) && unknown_marker != NULL) ? open_named(store) : NULL;
+    PyObject *named = hot_write(key, value, timestamp) ? open_named(store) : NULL;
     if (named == NULL) {
         if (PyErr_Occurred())
             return NULL;
@@ -1071,33 +1114,45 @@ static PyObject *cached_put(PyObject *self, PyObject *const *args, Py_ssize_t na
         Py_DECREF(named);
         return NULL;
     }
-    PyObject *result = NULL, *old = NULL;
-    PyObject *read_key = PyObject_GetAttr(store, str_read_key);
-    if (read_key == NULL)
-        goto out;
-    int same = read_key == Py_None ? 0 : PyObject_RichCompareBool(key, read_key, Py_EQ);
-    Py_DECREF(read_key);
-    if (same < 0)
-        goto out;
-    old = same ? PyObject_GetAttr(store, str_read_value) : Py_NewRef(unknown_marker);
-    if (old == NULL || PyObject_SetAttr(store, str_read_key, Py_None) < 0)
-        goto out;
-    PyObject *put_args[5] = {named, key, value, timestamp, old};
-    PyObject *r = put_dirty(NULL, put_args, 5);
-    if (r == Py_None) {  /* declined: the method runs the Python definition */
-        Py_DECREF(r);
-        r = PyObject_VectorcallMethod(str_put_dirty, put_args, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    }
-    if (r == NULL)
-        goto out;
-    Py_DECREF(r);
-    result = Py_NewRef(Py_None);
-out:
-    Py_XDECREF(old);
+    int rc = put_held(store, named, key, value, timestamp);
     Py_DECREF(named);
-    if (release_lock(lock) < 0)
-        Py_CLEAR(result);
-    return result;
+    if (release_lock(lock) < 0 || rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* cached_replace(store, key, value, timestamp): CachingKeyValueStore.replace (the definition:
+ * its get then its put) with the named cache opened and the lock taken once; any case but the
+ * hot one is the definition's. */
+static PyObject *cached_replace(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "cached_replace() takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *store = args[0], *key = args[1], *value = args[2], *timestamp = args[3];
+    if (store_replace_py == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cached_replace() before set_store_definitions()");
+        return NULL;
+    }
+    PyObject *named = hot_write(key, value, timestamp) ? open_named(store) : NULL;
+    if (named == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_Vectorcall(store_replace_py, args, 4, NULL);
+    }
+    PyObject *lock = acquire_lock(store);
+    if (lock == NULL) {
+        Py_DECREF(named);
+        return NULL;
+    }
+    PyObject *read = get_held(store, named, key);
+    int rc = read == NULL ? -1 : put_held(store, named, key, value, timestamp);
+    Py_XDECREF(read);
+    Py_DECREF(named);
+    if (release_lock(lock) < 0 || rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
@@ -1145,8 +1200,8 @@ static PyMethodDef module_methods[] = {
      "maybe_evict(named)\n--\n\nstate.cache.thread_cache.maybe_evict_py in C: evicts the named cache's eldest\n"
      "entries while its owner is over budget (a dirty one by named.evict_eldest())."},
     {"set_store_definitions", (PyCFunction)(void (*)(void))set_store_definitions, METH_FASTCALL,
-     "set_store_definitions(get, put)\n--\n\nRegisters CachingKeyValueStore's Python get and put: cached_get and\n"
-     "cached_put hand them every case they do not take."},
+     "set_store_definitions(get, put, replace)\n--\n\nRegisters CachingKeyValueStore's Python get, put and replace:\n"
+     "cached_get, cached_put and cached_replace hand them every case they do not take."},
     {"cached_get", (PyCFunction)(void (*)(void))cached_get, METH_FASTCALL | METH_KEYWORDS,
      "cached_get(store, key)\n--\n\nCachingKeyValueStore.get (the Python definition) in C for an open store and\n"
      "a bytes key; any other case is the definition's."},
@@ -1154,6 +1209,10 @@ static PyMethodDef module_methods[] = {
      "cached_put(store, key, value, timestamp=None)\n--\n\nCachingKeyValueStore.put (the Python definition) in\n"
      "C for an open store, a bytes key, a bytes or None value and an int timestamp; any other case is the\n"
      "definition's."},
+    {"cached_replace", (PyCFunction)(void (*)(void))cached_replace, METH_FASTCALL,
+     "cached_replace(store, key, value, timestamp)\n--\n\nCachingKeyValueStore.replace (the Python definition:\n"
+     "get, then put) in C for an open store, a bytes key, a bytes or None value and an int timestamp; any\n"
+     "other case is the definition's."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -30,8 +30,9 @@ if _cache_c is not None:  # the entry layout registered by state.cache.thread_ca
     _increment_run: Optional[Callable] = _cache_c.increment_run
     _cached_get: Optional[Callable] = _cache_c.cached_get
     _cached_put: Optional[Callable] = _cache_c.cached_put
+    _cached_replace: Optional[Callable] = _cache_c.cached_replace
 else:  # pragma: no cover
-    _increment_run = _cached_get = _cached_put = None
+    _increment_run = _cached_get = _cached_put = _cached_replace = None
 _LIST_OR_TUPLE = (list, tuple)
 
 
@@ -68,6 +69,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             # definitions, and what the C calls hand every case but the hot one
             self.get = MethodType(_cached_get, self)  # type: ignore[method-assign]
             self.put = MethodType(_cached_put, self)  # type: ignore[method-assign]
+            self.replace = MethodType(_cached_replace, self)  # type: ignore[method-assign]
 
     def init(self, context: Any) -> None:
         self._read_key = None  # a restore may have written the store since
@@ -204,6 +206,15 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             named.put_dirty(key, value, timestamp, old)
         finally:
             lock.release()
+
+    def replace(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
+        """`get(key)` then `put(key, value, timestamp)`, the value read unused: a table source's
+        read before its write, whose only effects here are the cache's (a hit, or a miss with its
+        read-through entry and any eviction that causes), in one call holding the lock once."""
+        cache = self._check()
+        with cache.lock:
+            self.get(key)
+            self.put(key, value, timestamp)
 
     def update(self, key: bytes, fn: Callable[[Optional[bytes]], Optional[bytes]],
                timestamp: Optional[int] = None) -> Optional[bytes]:
@@ -390,4 +401,5 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
 
 
 if _cache_c is not None:
-    _cache_c.set_store_definitions(CachingKeyValueStore.get, CachingKeyValueStore.put)
+    _cache_c.set_store_definitions(CachingKeyValueStore.get, CachingKeyValueStore.put,
+                                   CachingKeyValueStore.replace)

@@ -100,7 +100,9 @@ class TimestampedAccess:
     serializer and the inner value serde's C functions applied here around the 8-byte
     timestamp, a timestamped INT64 (un)packed directly: no ValueAndTimestamp made), else
     through it. `get(key) -> (handle, value, timestamp)` (value None when absent) and
-    `put(handle, value, timestamp)` (value None deletes). Below the typed layer `key_of(bytes)`
+    `put(handle, value, timestamp)` (value None deletes); `replace(key, value, timestamp)` is
+    put(get(key)[0], value, timestamp) with the value read unused (a caching store's `replace`:
+    one call). Below the typed layer `key_of(bytes)`
     and `value_of(bytes)` decode a stored key and value (the plain value of its
     ValueAndTimestamp); else `value_of` is None."""
 
@@ -118,7 +120,7 @@ class TimestampedAccess:
         below = getattr(store, "wrapped", None)
         if (not isinstance(store, TimestampedKeyValueStore) or key_serde is None or inner is None
                 or not isinstance(vat_serde, ValueAndTimestampSerde) or below is None):
-            self.get, self.put = self._typed_get, self._typed_put
+            self.get, self.put, self.replace = self._typed_get, self._typed_put, self._typed_replace
             return
         key_unchecked = _serdes.unchecked_serializer(key_serde) or key_serde.serialize
         key_to_bytes = store.serdes.key_to_bytes
@@ -151,13 +153,17 @@ class TimestampedAccess:
             except Exception:
                 return key_de(data)
 
-        def get(key: Any) -> tuple:
+        def key_bytes_of(key: Any) -> bytes:
             try:
                 key_bytes = key_unchecked(key)
             except Exception:
                 key_bytes = None
             if type(key_bytes) is not bytes:
                 key_bytes = key_to_bytes(key)  # the typed store's result or its error
+            return key_bytes
+
+        def get(key: Any) -> tuple:
+            key_bytes = key_bytes_of(key)
             data = below_get(key_bytes)
             if data is None:
                 return key_bytes, None, None
@@ -172,10 +178,9 @@ class TimestampedAccess:
             vat = deserialize(data)
             return key_bytes, vat.value, vat.timestamp
 
-        def put(key_bytes: bytes, value: Any, timestamp: int) -> None:
+        def encode(value: Any, timestamp: int) -> Optional[bytes]:
             if value is None:
-                below_put(key_bytes, None, timestamp)
-                return
+                return None
             data = None
             try:
                 if fixed is not None and type(value) is int:
@@ -188,8 +193,20 @@ class TimestampedAccess:
                 data = None
             if data is None:
                 data = serialize(ValueAndTimestamp(value, timestamp))
-            below_put(key_bytes, data, timestamp)
-        self.get, self.put = get, put
+            return data
+
+        def put(key_bytes: bytes, value: Any, timestamp: int) -> None:
+            below_put(key_bytes, encode(value, timestamp), timestamp)
+
+        below_replace = getattr(below, "replace", None)
+        if below_replace is not None:
+            def replace(key: Any, value: Any, timestamp: int) -> None:
+                key_bytes = key_bytes_of(key)
+                below_replace(key_bytes, encode(value, timestamp), timestamp)
+        else:
+            def replace(key: Any, value: Any, timestamp: int) -> None:
+                put(get(key)[0], value, timestamp)
+        self.get, self.put, self.replace = get, put, replace
         self.key_of, self.value_of = key_of, value_of
         self.key_de_unchecked = _serdes.unchecked_deserializer(key_serde)
         self.inner_de = inner_de
@@ -201,6 +218,9 @@ class TimestampedAccess:
 
     def _typed_put(self, key: Any, value: Any, timestamp: int) -> None:
         self.store.put(key, None if value is None else ValueAndTimestamp(value, timestamp), timestamp)
+
+    def _typed_replace(self, key: Any, value: Any, timestamp: int) -> None:
+        self._typed_put(self._typed_get(key)[0], value, timestamp)
 
 
 def aggregate_change(key: Any, new: Any, old: Any, agg: Any, agg_timestamp: Optional[int], timestamp: int,
@@ -247,7 +267,7 @@ class TableSourceProcessor(StageOperator):
         name, forward_on_update = self.store_name, self.forward_on_update
         store = self.store
         access = TimestampedAccess(store)
-        get, put = access.get, access.put
+        get, put, replace = access.get, access.put, access.replace
         dropped = self.dropped
 
         def table_source(key: Any, value: Any, timestamp: int, headers: Any) -> None:
@@ -260,10 +280,12 @@ class TableSourceProcessor(StageOperator):
                 if down is drop:  # no downstream (a global table): no Change to build, no old value to read
                     store.put(key, None if value is None else ValueAndTimestamp(value, timestamp), timestamp)
                     return
+                if not forward_on_update:  # the cache's flush forwards: Kafka's read only for its cache effects
+                    replace(key, value, timestamp)
+                    return
                 handle, old, _ = get(key)
                 put(handle, value, timestamp)
-                if forward_on_update:
-                    down(key, _new_tuple(Change, (value, old)), timestamp, headers)
+                down(key, _new_tuple(Change, (value, old)), timestamp, headers)
             except BaseException:
                 failed()
                 raise
