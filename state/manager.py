@@ -33,7 +33,7 @@ from state.directory import StateDirectory
 from state.errors import StateError, TaskCorruptedError
 from state.store import BatchRestoreCallback, StateStore
 from state.task_id import TaskId
-from state.timestamped import restore_converter
+from state.timestamped import TimestampedKeyValueStore, restore_converter
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,9 @@ class StoreMetadata:
     # Kafka's record converter: `convert(records, record_timestamps)` before the restore callback,
     # for a store whose changelog is in the timestamped format (state.timestamped.restore_converter)
     record_converter: Optional[Callable[[list, list], list]] = None
+    # the changelog is a source topic of the task (topology.optimization reuse.ktable.source.topics):
+    # the store logs nothing; restore stops at the committed offset, the offset is what was processed
+    source: bool = False
 
     @property
     def name(self) -> str:
@@ -87,10 +90,19 @@ class ProcessorStateManager:
         collector: Any = None,
         config: Optional[dict] = None,
         thread_cache: Any = None,
+        source_changelogs: Optional[Mapping[str, str]] = None,
     ) -> None:
         """`thread_cache` is the stream thread's `state.cache.ThreadCache`, shared by the caching
         stores of every task of that thread; caching stores read it from here when they are
-        initialised (without one each caching store gets a private cache)."""
+        initialised (without one each caching store gets a private cache).
+
+        `source_changelogs` maps a store to the source topic that is its changelog (Kafka's
+        changelogAsSource): such a store logs nothing and is restored from that topic's partition
+        of the task, up to the offset given by `set_restore_limits` (the offset the application
+        committed there: later records are processed, not restored); its offset is what the task
+        processed (`source_offsets`). A standby does not follow these changelogs (it would run
+        ahead of the committed offset): `changelog_partitions` leaves them out until it is
+        promoted, and its checkpoint keeps their offsets."""
         if not isinstance(task_id, TaskId):
             raise StateError(f"task_id must be a TaskId, got {task_id!r}")
         if not isinstance(task_type, TaskType):
@@ -102,6 +114,11 @@ class ProcessorStateManager:
         self.application_id = state_directory.application_id
         self.config = dict(config or {})
         self.changelog_topics = dict(changelog_topics or {})
+        self.source_changelogs = dict(source_changelogs or {})
+        self._restore_limits: dict[TopicPartition, int] = {}
+        # `source_offsets() -> {TopicPartition: last processed offset}`: the active task's, for the
+        # source changelogs' offsets at a checkpoint
+        self.source_offsets: Optional[Callable[[], Mapping[TopicPartition, int]]] = None
         self.changelog_partition = task_id.partition if changelog_partition is None else changelog_partition
         self.collector = collector
         self.thread_cache = thread_cache
@@ -148,7 +165,15 @@ class ProcessorStateManager:
         if name in self._stores:
             raise StateError(f"task {self.task_id}: store {name!r} has already been registered")
         changelog_tp = None
-        if logged:
+        source_topic = self.source_changelogs.get(name)
+        if source_topic is not None:
+            if logged:
+                raise StateError(f"task {self.task_id}: store {name!r} logs its changes, but its changelog is its "
+                                 f"source topic {source_topic!r}: disable its logging")
+            if restore_callback is None:
+                raise StateError(f"task {self.task_id}: store {name!r} registered without a restore callback")
+            changelog_tp = TopicPartition(source_topic, self.changelog_partition)
+        elif logged:
             if restore_callback is None:
                 raise StateError(
                     f"task {self.task_id}: logged store {name!r} registered without a restore callback"
@@ -164,12 +189,16 @@ class ProcessorStateManager:
                     f"task {self.task_id}: changelog {topic}-{self.changelog_partition} of store "
                     f"{name!r} is already used by store {self._by_changelog[changelog_tp].name!r}"
                 )
+        # a source topic holds the raw values: a store of timestamped values stamps them on restore
+        timestamped = _timestamped_changelog(store) if source_topic is None else _holds_timestamped(store)
         meta = StoreMetadata(store, restore_callback, changelog_tp,
-                             record_converter=restore_converter(name) if _timestamped_changelog(store) else None)
+                             record_converter=restore_converter(name) if timestamped else None,
+                             source=source_topic is not None)
         self._stores[name] = meta
         if changelog_tp is not None:
             self._by_changelog[changelog_tp] = meta
-            self._log_targets[name] = (changelog_tp.topic, changelog_tp.partition)
+            if source_topic is None:
+                self._log_targets[name] = (changelog_tp.topic, changelog_tp.partition)
         logger.debug("task %s: registered store %s (changelog %s)", self.task_id, name, changelog_tp)
 
     def log_change(
@@ -236,7 +265,29 @@ class ProcessorStateManager:
             raise StateError(f"task {self.task_id}: no store named {name!r}") from None
 
     def changelog_partitions(self) -> list[TopicPartition]:
-        return list(self._by_changelog)
+        """The changelogs to restore (active) or follow (standby: not the source changelogs)."""
+        if self.is_active:
+            return list(self._by_changelog)
+        return [tp for tp, meta in self._by_changelog.items() if not meta.source]
+
+    def source_changelog_partitions(self) -> list[TopicPartition]:
+        return [tp for tp, meta in self._by_changelog.items() if meta.source]
+
+    def set_restore_limits(self, limits: Mapping[TopicPartition, int]) -> None:
+        """Where the restore of these (source) changelogs stops: the offset the application
+        committed on the partition, 0 without one (Kafka's restore end of a source changelog)."""
+        for tp, offset in limits.items():
+            self.store_metadata(tp)  # raises for a partition that is not a changelog of this task
+            self._restore_limits[TopicPartition(tp.topic, tp.partition)] = offset
+
+    def restore_limit(self, changelog_tp: TopicPartition) -> Optional[int]:
+        """The offset the restore of `changelog_tp` stops at beside its end, None for none. A
+        source changelog without a limit set restores nothing (0): records past the committed
+        offset must not be in the store before they are processed."""
+        meta = self.store_metadata(changelog_tp)
+        if not meta.source:
+            return None
+        return self._restore_limits.get(TopicPartition(changelog_tp.topic, changelog_tp.partition), 0)
 
     def store_metadata(self, changelog_tp: TopicPartition) -> StoreMetadata:
         try:
@@ -418,6 +469,8 @@ class ProcessorStateManager:
             return False  # stores not initialised: never overwrite the checkpoint
         if self.is_active and self.collector is not None and hasattr(self.collector, "offsets"):
             self.update_changelog_offsets(self.collector.offsets())
+        if self.is_active and self.source_offsets is not None:
+            self.update_changelog_offsets(self.source_offsets())
         current = self.changelog_offsets()
         if not force:
             old = self._offsets_at_last_checkpoint
@@ -522,6 +575,17 @@ def _timestamped_changelog(store: StateStore) -> bool:
     layer: Any = store
     while layer is not None:
         if getattr(type(layer), "timestamped_changelog", False):
+            return True
+        layer = getattr(layer, "wrapped", None)
+    return False
+
+
+def _holds_timestamped(store: StateStore) -> bool:
+    """Whether a layer of the registered store keeps timestamped values (a source topic read as
+    its changelog holds the raw values: restore stamps them, Kafka's RecordConverters)."""
+    layer: Any = store
+    while layer is not None:
+        if isinstance(layer, TimestampedKeyValueStore):
             return True
         layer = getattr(layer, "wrapped", None)
     return False

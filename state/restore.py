@@ -360,7 +360,11 @@ class StoreChangelogReader:
             c.first_failure = None
             c.log_start_offset, end = found
             if c.active:
-                c.end_offset = end
+                # a source topic read as the changelog: only up to the committed offset (what
+                # comes after it is processed, not restored: Kafka's restore end for it)
+                limit_of = getattr(c.state_manager, "restore_limit", None)
+                limit = limit_of(c.tp) if limit_of is not None else None
+                c.end_offset = end if limit is None else min(end, limit)
             ready.append((c, end))
         if not ready:
             return
@@ -400,8 +404,9 @@ class StoreChangelogReader:
             c.transit(ChangelogState.RESTORING)
         if self._state is ReaderState.ACTIVE_RESTORING:
             self._pause([c for c, _ in ready if not c.active])
-        for c, end in ready:
+        for c, _end in ready:
             if c.active:
+                end = c.end_offset
                 logger.info(
                     "restoring store %s of task %s from %s: offsets %d to %d",
                     c.store_name, c.state_manager.task_id, _tp_str(c.tp), c.start_offset, end,
@@ -410,7 +415,7 @@ class StoreChangelogReader:
                 start_bulk_loading = self._store_hook(c, "start_bulk_loading")
                 if start_bulk_loading is not None:
                     # at most this many records: compaction and transaction markers leave gaps
-                    start_bulk_loading(end - c.start_offset)
+                    start_bulk_loading(max(end - c.start_offset, 0))
                 self._progress.started(c)
             else:
                 self._call(self.standby_listener.on_update_start, "on_update_start", c.tp, c.store_name, c.start_offset)

@@ -10,19 +10,28 @@ tasks: every instance's global thread runs them (`global_subtopology()`), as in 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from streams import java_order
 from streams import serdes as _serdes
 from streams.errors import TopologyError
+from streams.optimizations import topology_optimizations
 from streams.processor import Processor, TimestampExtractor
 
+log = logging.getLogger(__name__)
 __all__ = ["Topology", "TopologyDescription", "GlobalStoreDescription", "Subtopology", "SourceSpec",
-           "ProcessorSpec", "SinkSpec", "changelog_topic_name", "REPARTITION"]
+           "ProcessorSpec", "SinkSpec", "changelog_topic_name", "source_changelogs", "REPARTITION"]
 
 REPARTITION = "repartition"
 _OFFSET_RESETS = (None, "earliest", "latest")
+
+
+def source_changelogs(topology: "Topology", subtopology: "Subtopology") -> dict[str, str]:
+    """The sub-topology's stores whose changelog is a source topic, with that topic."""
+    reused = topology.source_changelog_topics
+    return {store: reused[store] for store in subtopology.store_names if store in reused}
 
 
 def changelog_topic_name(application_id: str, store_name: str) -> str:
@@ -93,6 +102,10 @@ class Topology:
         # global store name -> (source node, processor node, topic) (Kafka's globalStateBuilders)
         self._global_stores: dict[str, tuple[str, str, str]] = {}
         self._caching_requested: dict[str, bool] = {}  # store name -> caching as built (bind_config)
+        # store name -> the source topic that is its changelog (Kafka's connectSourceStoreAndTopic:
+        # topology.optimization reuse.ktable.source.topics)
+        self._source_changelogs: dict[str, str] = {}
+        self.applied_optimizations: frozenset = frozenset()  # what StreamsBuilder.build(config) applied
         self._built: Optional[list[Subtopology]] = None
         self._groups: Optional[list[Subtopology]] = None
 
@@ -230,6 +243,31 @@ class Topology:
         self._changed()
         return self
 
+    def connect_source_store_and_topic(self, store_name: str, topic: str) -> "Topology":
+        """Make source topic `topic` the changelog of store `store_name` (Kafka's
+        connectSourceStoreAndTopic, what reuse.ktable.source.topics does for builder.table): the
+        store logs nothing; a task restores it from its input partition, up to the offset its
+        application committed there, and checkpoints the offsets it processed."""
+        _check_name("state store", store_name)
+        _check_name(f"source topic of store {store_name!r}", topic)
+        builder = self._stores.get(store_name)
+        if builder is None:
+            raise TopologyError(f"cannot connect unknown state store {store_name!r} to topic {topic!r}")
+        if store_name in self._global_stores:
+            raise TopologyError(f"global store {store_name!r} already reads its topic as its changelog")
+        if getattr(builder, "logging_enabled", False):
+            raise TopologyError(f"store {store_name!r} must have logging disabled: topic {topic!r} is its changelog")
+        if topic in self._internal_topics or topic not in self._source_of_topic:
+            raise TopologyError(f"store {store_name!r}: {topic!r} is not a source topic of the topology")
+        self._source_changelogs[store_name] = topic
+        self._changed()
+        return self
+
+    @property
+    def source_changelog_topics(self) -> dict[str, str]:
+        """Store name -> the source topic that is its changelog (connect_source_store_and_topic)."""
+        return dict(self._source_changelogs)
+
     def connect_processor_and_state_stores(self, processor_name: str, *store_names: str) -> "Topology":
         """Give processor `processor_name` access to stores (which may be added later)."""
         _check_name("processor", processor_name)
@@ -284,6 +322,24 @@ class Topology:
         for serde in self._deferred_serdes:
             serde.bind(config)
         self._bind_caching(config)
+        self._report_optimizations(config)
+
+    def _report_optimizations(self, config: Any) -> None:
+        """Say which optimizations topology.optimization asks for that this topology does not have:
+        accepted, so an app written for Kafka Streams runs unchanged, but said out loud (its topics
+        are then those of "none"). StreamsBuilder.build(config) applies reuse.ktable.source.topics;
+        the others are not implemented."""
+        missing = topology_optimizations(config or {}) - self.applied_optimizations
+        if not missing:
+            return
+        if "reuse.ktable.source.topics" in missing:
+            log.warning("config 'topology.optimization' asks for reuse.ktable.source.topics, but the topology was "
+                        "built without it: pass the config to StreamsBuilder.build(config) (Kafka's "
+                        "build(props)); each table source keeps its own changelog topic")
+        others = sorted(missing - {"reuse.ktable.source.topics"})
+        if others:
+            log.warning("config 'topology.optimization' asks for %s: not implemented in Eddy; the topology runs as "
+                        "with 'none' (same results, its own repartition topics and stores)", ", ".join(others))
 
     def _bind_caching(self, config: Any) -> None:
         """Kafka's rewriteTopology: with statestore.cache.max.bytes = 0 no store gets a caching

@@ -124,12 +124,31 @@ class TableSourceNode(GraphNode):
     supplier: Callable[[], Any] = None  # type: ignore[assignment]
     store_builder: Any = None
     deferred_serdes: tuple = ()
+    # topology.optimization reuse.ktable.source.topics (set by StreamsBuilder.build(config)): the
+    # topic is the store's changelog (Kafka's shouldReuseSourceTopicForChangelog)
+    reuse_source_topic: bool = False
+
+    # the store's logging as asked for, while reuse_source_topic has turned it off (a later build
+    # without the optimization gives it back)
+    logging_asked: Optional[tuple] = None
 
     def write(self, topology: Topology) -> None:
         _defer(topology, *self.deferred_serdes)
         topology.add_source(self.source_name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde)
         topology.add_processor(self.name, self.supplier, self.source_name)
-        topology.add_state_store(self.store_builder, self.name)
+        builder = self.store_builder
+        if self.reuse_source_topic:
+            if self.logging_asked is None:
+                self.logging_asked = (builder.logging_enabled, builder.log_config)
+            builder.with_logging_disabled()
+        elif self.logging_asked is not None:
+            enabled, log_config = self.logging_asked
+            if enabled:
+                builder.with_logging_enabled(log_config)
+            self.logging_asked = None
+        topology.add_state_store(builder, self.name)
+        if self.reuse_source_topic:
+            topology.connect_source_store_and_topic(builder.name, self.topic)
 
 
 @dataclass
@@ -208,6 +227,14 @@ class LazyStoreBuilder(CachingSwitch):
     @property
     def log_config(self) -> dict:
         return self.store_builder().log_config
+
+    def with_logging_disabled(self) -> "LazyStoreBuilder":
+        self.store_builder().with_logging_disabled()
+        return self
+
+    def with_logging_enabled(self, config: Optional[dict] = None) -> "LazyStoreBuilder":
+        self.store_builder().with_logging_enabled(config)
+        return self
 
     def build(self) -> Any:
         return self.store_builder().build()

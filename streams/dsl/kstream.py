@@ -4,7 +4,7 @@ a typed graph node (streams/dsl/graph.py) whose operator lives in streams/dsl/op
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
@@ -24,6 +24,7 @@ from streams.dsl.ops.table import TableSourceProcessor
 from streams.dsl.windows import JoinWindows
 from streams.errors import InternalTopicError, TopologyError
 from streams.internal_topics import validate_topic_name
+from streams.optimizations import APPLIED_OPTIMIZATIONS, REUSE_KTABLE_SOURCE_TOPICS, topology_optimizations
 from streams.processor import TimestampExtractor
 from streams.topology import Topology
 
@@ -154,9 +155,19 @@ class StreamsBuilder:
         self._graph.add(StateStoreNode(store_builder.name, (), store_builder))
         return self
 
-    def build(self) -> Topology:
-        """A new, validated Topology for the operations recorded so far."""
+    def build(self, config: Optional[Mapping[str, Any]] = None) -> Topology:
+        """A new, validated Topology for the operations recorded so far. With `config` (Kafka's
+        build(props)), its topology.optimization applies: reuse.ktable.source.topics makes each
+        builder.table topic its store's changelog (no changelog topic; a task restores the store
+        from its input partition up to the offset committed there). The other optimizations are
+        not implemented: the App says so when its config asks for them."""
+        requested = topology_optimizations(config or {})
+        reuse = REUSE_KTABLE_SOURCE_TOPICS in requested
+        for node in self._graph.nodes:
+            if type(node) is TableSourceNode:
+                node.reuse_source_topic = reuse
         topology = self._graph.to_topology()
+        topology.applied_optimizations = requested & APPLIED_OPTIMIZATIONS
         topology.build()
         return topology
 

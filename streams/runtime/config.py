@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from streams.errors import ConfigError
+from streams.optimizations import NO_OPTIMIZATION, OPTIMIZE, TOPOLOGY_OPTIMIZATIONS, topology_optimizations  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -38,33 +39,6 @@ DEFAULT_BUFFERED_RECORDS_PER_PARTITION = 10_000
 #: for the whole App instance, shared evenly by its stream threads. With 10,000 records a
 #: partition, the record bound alone would let large records take any amount of memory.
 DEFAULT_INPUT_BUFFER_MAX_BYTES = 512 * 1024 * 1024
-
-
-#: topology.optimization's values (Kafka's StreamsConfig): "none", "all", or a comma-separated
-#: list of these names.
-NO_OPTIMIZATION, OPTIMIZE = "none", "all"
-TOPOLOGY_OPTIMIZATIONS = ("reuse.ktable.source.topics", "merge.repartition.topics", "single.store.self.join")
-
-
-def topology_optimizations(raw: Mapping[str, Any]) -> frozenset:
-    """The optimizations topology.optimization names (Kafka's rules: "none" or "all" alone, else
-    known names), or ConfigError naming what is wrong."""
-    value = raw.get("topology.optimization", NO_OPTIMIZATION)
-    if not isinstance(value, str):
-        raise ConfigError(f"config 'topology.optimization' must be a string, got {value!r}")
-    names = [name.strip() for name in value.split(",")]
-    if names == [NO_OPTIMIZATION]:
-        return frozenset()
-    if names == [OPTIMIZE]:
-        return frozenset(TOPOLOGY_OPTIMIZATIONS)
-    unknown = [name for name in names if name not in TOPOLOGY_OPTIMIZATIONS]
-    if unknown:
-        alone = [name for name in unknown if name in (NO_OPTIMIZATION, OPTIMIZE)]
-        detail = (f"{alone[0]!r} cannot be combined with other values" if alone
-                  else f"unknown optimization {unknown[0]!r}")
-        raise ConfigError(f"config 'topology.optimization': {detail}, got {value!r}; expected "
-                          f"{NO_OPTIMIZATION!r}, {OPTIMIZE!r} or a comma-separated list of {TOPOLOGY_OPTIMIZATIONS}")
-    return frozenset(names)
 
 
 def default_state_dir() -> str:
@@ -152,13 +126,7 @@ class StreamsConfig:
         state_dir = raw.get("state.dir") or default_state_dir()
         if not isinstance(state_dir, (str, os.PathLike)):
             raise ConfigError(f"config 'state.dir' must be a path, got {state_dir!r}")
-        optimizations = topology_optimizations(raw)
-        if optimizations:
-            # accepted, so an app written for Kafka Streams runs unchanged, but said out loud:
-            # its topics are those of "none" (a source table still gets its own changelog topic)
-            log.warning("config 'topology.optimization' asks for %s: Eddy applies no topology optimization "
-                        "yet; the topology runs as with 'none' (same results, its own changelog and "
-                        "repartition topics)", ", ".join(sorted(optimizations)))
+        topology_optimizations(raw)  # checked here; Topology.bind_config says what was not applied
         return cls(
             raw=raw,
             application_id=app_id,

@@ -18,7 +18,7 @@ from state.manager import ProcessorStateManager, TaskType, close_state_manager, 
 from state.task_id import TaskId
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.task import check_transition
-from streams.topology import Subtopology, Topology, changelog_topic_name
+from streams.topology import Subtopology, Topology, changelog_topic_name, source_changelogs
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ class StandbyTask:
         manager = ProcessorStateManager(
             self.id, TaskType.STANDBY, self.eos_enabled, self.state_directory,
             changelog_topics={s: changelog_topic_name(self.application_id, s) for s in self.subtopology.store_names},
+            source_changelogs=source_changelogs(self.topology, self.subtopology),
             changelog_partition=self.id.partition, collector=None, config=self.config)
         manager.thread_cache = self.thread_cache  # type: ignore[attr-defined]
         stores = [self.topology.store_builder(name).build() for name in self.subtopology.store_names]

@@ -26,7 +26,7 @@ from streams.engine.processor_metadata import NO_PARTITION_TIME, decode_offset_m
 from streams.metrics import task_input_buffer_bytes_gauge
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.partition_group import PartitionGroup
-from streams.topology import Subtopology, Topology, changelog_topic_name
+from streams.topology import Subtopology, Topology, changelog_topic_name, source_changelogs
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,7 @@ class StreamTask:
         manager = ProcessorStateManager(
             self.id, TaskType.ACTIVE, self.eos_enabled, self.state_directory,
             changelog_topics={s: changelog_topic_name(self.application_id, s) for s in self.subtopology.store_names},
+            source_changelogs=source_changelogs(self.topology, self.subtopology),
             changelog_partition=self.id.partition, collector=self.collector, config=self.config)
         manager.thread_cache = self.thread_cache  # type: ignore[attr-defined]  # read by caching stores
         return manager
@@ -153,6 +154,9 @@ class StreamTask:
             self.manager = self._new_manager()
             self.engine.state_context = self.manager
             register_state_stores(self.manager, self.engine.build_stores().values())
+        consumed = self.consumed
+        # the offsets a store whose changelog is its source topic holds at a checkpoint
+        self.manager.source_offsets = lambda: {TopicPartition(t, p): o for (t, p), o in consumed.items()}
         self._transit(TaskState.RESTORING)
 
     def complete_restoration(self) -> bool:

@@ -378,9 +378,26 @@ class TaskManager:
                 close_state_manager(task.manager, dirty=True, wipe=True)
             task.manager = None
             return False
+        if task.manager.is_active:
+            self._limit_source_restores(task.manager)
         for tp in task.changelog_partitions():
             self.reader.register(tp, task.manager)
         return True
+
+    def _limit_source_restores(self, manager: Any) -> None:
+        """A store whose changelog is its task's source topic restores up to the offset the group
+        committed there (0 without one): what follows is processed (Kafka's restore end of a
+        source changelog). The offsets read at assignment serve while the task has not started."""
+        sources = manager.source_changelog_partitions()
+        if not sources:
+            return
+        tps = [(tp.topic, tp.partition) for tp in sources]
+        looked_up = self._looked_up
+        if all(tp in looked_up for tp in tps):
+            committed = {tp: looked_up[tp][0] for tp in tps if looked_up[tp] is not None}
+        else:
+            committed = {tp: offset for tp, (offset, _) in offsets.committed_offsets(self.consumer, tps).items()}
+        manager.set_restore_limits({TopicPartition(t, p): committed.get((t, p), 0) for t, p in tps})
 
     def initialize_and_restore(self) -> bool:
         """One restoration step; True when every active task is running."""

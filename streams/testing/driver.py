@@ -40,7 +40,7 @@ from streams.engine.task_engine import raw_message
 from streams.processor import _normalize_headers
 from streams.testing.record_order import TaskQueues
 from streams.runtime.config import StreamsConfig
-from streams.topology import Topology, changelog_topic_name
+from streams.topology import Topology, changelog_topic_name, source_changelogs
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +186,7 @@ class TopologyTestDriver:
         manager = ProcessorStateManager(
             task_id, TaskType.ACTIVE, self._eos, self._state_directory,
             changelog_topics={name: changelog_topic_name(self.application_id, name) for name in sub.store_names},
+            source_changelogs=source_changelogs(self.topology, sub),
             changelog_partition=0, collector=self._collector, config=self.config,
             thread_cache=self._thread_cache)  # one cache shared by every caching store of the driver
         self._managers.append(manager)

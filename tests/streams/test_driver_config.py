@@ -202,16 +202,26 @@ def test_the_driver_emits_final_window_results_without_a_wall_clock_throttle():
     ("merge.repartition.topics, reuse.ktable.source.topics", {"merge.repartition.topics",
                                                               "reuse.ktable.source.topics"}),
 ])
-def test_topology_optimization_is_parsed_as_kafka_does_and_said_to_be_not_applied(value, expected, caplog):
+@pytest.mark.parametrize("built_with_config", [False, True])
+def test_topology_optimization_is_parsed_as_kafka_does_and_what_is_not_applied_said(value, expected,
+                                                                                    built_with_config, caplog):
     raw = {"application.id": "cfg"} | ({} if value is None else {"topology.optimization": value})
-    with caplog.at_level("WARNING", logger="streams.runtime.config"):
-        parsed = StreamsConfig.parse(raw, require_bootstrap_servers=False)
+    parsed = StreamsConfig.parse(raw, require_bootstrap_servers=False)
     assert parsed.application_id == "cfg"
     assert topology_optimizations(raw) == expected
+    b = StreamsBuilder()
+    b.table("t", key_serde=S, value_serde=S).to_stream().to("out", key_serde=S, value_serde=S)
+    topology = b.build(raw) if built_with_config else b.build()
+    assert topology.applied_optimizations == (expected & {"reuse.ktable.source.topics"} if built_with_config
+                                              else frozenset())
+    with caplog.at_level("WARNING", logger="streams.topology"):
+        with TopologyTestDriver(topology, raw):
+            pass
     warned = [r.getMessage() for r in caplog.records if "topology.optimization" in r.getMessage()]
-    if expected:
-        # accepted (a Kafka Streams app runs unchanged), but the user is told nothing is optimized
-        assert len(warned) == 1 and "applies no topology optimization" in warned[0]
-        assert all(name in warned[0] for name in expected)
-    else:
-        assert warned == []
+    # accepted (a Kafka Streams app runs unchanged), but what the topology does not apply is said
+    not_applied = expected - topology.applied_optimizations
+    assert bool(warned) == bool(not_applied)
+    assert all(any(name in w for w in warned) for name in not_applied)
+    if "reuse.ktable.source.topics" in not_applied:
+        assert any("StreamsBuilder.build(config)" in w for w in warned)
+    assert not any("reuse.ktable.source.topics" in w for w in warned) or not built_with_config
