@@ -59,7 +59,9 @@ timed) and the joined results counted against the expected count.
 Every run uses one config: the processing guarantee of `--guarantee` and the default
 commit.interval.ms (30 s at least once, 100 ms exactly once: Kafka's defaults), the default
 cache size; so the ratio compares like with like. `--config` sets a Streams config for every
-run (to see, say, how the cache size moves the table's rate); the figures of record use none.
+run (to see, say, how the cache size moves the table's rate), and the topologies are built with
+it (Kafka's build(props): `--config topology.optimization=all` makes the table's source topic its
+changelog); the figures of record use none.
 
 Each run is timed from RUNNING until every input record is processed and every record its
 processing sent through a repartition topic is processed too, plus the app's final commit. The
@@ -218,7 +220,7 @@ def windowed_topology(events_topic: str, out: str):
     return b.build()
 
 
-def table_topology(updates_topic: str, out: str, design: str = "default"):
+def table_topology(updates_topic: str, out: str, design: str = "default", config: dict | None = None):
     b = StreamsBuilder()
     store = None if design == "default" else Materialized.as_("users").with_caching_disabled()
     (b.table(updates_topic, key_serde=S, value_serde=S, store=store)
@@ -226,14 +228,14 @@ def table_topology(updates_topic: str, out: str, design: str = "default"):
         .count(store="users-per-group")
         .to_stream()
         .to(out, key_serde=S, value_serde=I64))
-    return b.build()
+    return b.build(config)
 
 
-def stream_table_topology(clicks: str, out: str, profiles: str = "bench-profiles"):
+def stream_table_topology(clicks: str, out: str, config: dict | None = None, profiles: str = "bench-profiles"):
     b = StreamsBuilder()
     table = b.table(profiles, key_serde=S, value_serde=S, store="profiles")
     b.stream(clicks, key_serde=S, value_serde=S).join(table, enrich).to(out, key_serde=S, value_serde=S)
-    return b.build()
+    return b.build(config)
 
 
 def stream_stream_topology(orders: str, out: str, payments: str = "bench-payments"):
@@ -357,15 +359,18 @@ def main() -> None:
         inputs = {"wordcount": ("bench-lines", [(None, line) for line in lines]),
                   "windowed": ("bench-events", events), "table": ("bench-updates", updates)}
         targets = {"wordcount": n + n_words, "windowed": n, "table": n + repartitioned}
-        topologies = {"wordcount": wordcount_topology, "windowed": windowed_topology,
-                      "table": lambda t, out: table_topology(t, out, args.table_design)}
+        # each built with the run's config (Kafka's build(props): topology.optimization applies)
+        topologies = {"wordcount": lambda t, out, config: wordcount_topology(t, out),
+                      "windowed": lambda t, out, config: windowed_topology(t, out),
+                      "table": lambda t, out, config: table_topology(t, out, args.table_design, config)}
         # the joins: their main input here, their other input (written first) in `second`
         orders, payments = make_orders(n)
         inputs |= {"stream_table": ("bench-clicks", make_clicks(n)), "stream_stream": ("bench-orders", orders)}
         second = {"stream_table": ("bench-profiles", make_profiles()), "stream_stream": ("bench-payments", payments)}
         targets |= {"stream_table": USERS + n, "stream_stream": n}
         joined = {"stream_table": n, "stream_stream": len(payments)}  # results expected
-        topologies |= {"stream_table": stream_table_topology, "stream_stream": stream_stream_topology}
+        topologies |= {"stream_table": stream_table_topology,
+                       "stream_stream": lambda t, out, config: stream_stream_topology(t, out)}
         second_topics = {second[r][0]: args.partitions for r in runs if r in second}
         if second_topics:  # none without a join run (the admin refuses an empty list)
             app_bench.create_topics(bootstrap, second_topics, rf)
@@ -400,7 +405,7 @@ def main() -> None:
                 done = (ThroughRepartition(bootstrap, inputs[run][0], n, args.partitions) if run == "table"
                         else app_bench.processed_at_least(target))
                 try:
-                    secs = app_bench.run_app(topologies[run](inputs[run][0], f"{run}-out"), config, done, show)
+                    secs = app_bench.run_app(topologies[run](inputs[run][0], f"{run}-out", config), config, done, show)
                     written = done.end_offsets(f"{run}-out") if run == "table" else 0
                 finally:
                     if run == "table":

@@ -100,9 +100,8 @@ class ProcessorStateManager:
         changelogAsSource): such a store logs nothing and is restored from that topic's partition
         of the task, up to the offset given by `set_restore_limits` (the offset the application
         committed there: later records are processed, not restored); its offset is what the task
-        processed (`source_offsets`). A standby does not follow these changelogs (it would run
-        ahead of the committed offset): `changelog_partitions` leaves them out until it is
-        promoted, and its checkpoint keeps their offsets."""
+        processed (`source_offsets`). A standby follows them up to the same limit, which its
+        owner raises as the application commits."""
         if not isinstance(task_id, TaskId):
             raise StateError(f"task_id must be a TaskId, got {task_id!r}")
         if not isinstance(task_type, TaskType):
@@ -265,17 +264,15 @@ class ProcessorStateManager:
             raise StateError(f"task {self.task_id}: no store named {name!r}") from None
 
     def changelog_partitions(self) -> list[TopicPartition]:
-        """The changelogs to restore (active) or follow (standby: not the source changelogs)."""
-        if self.is_active:
-            return list(self._by_changelog)
-        return [tp for tp, meta in self._by_changelog.items() if not meta.source]
+        return list(self._by_changelog)
 
     def source_changelog_partitions(self) -> list[TopicPartition]:
         return [tp for tp, meta in self._by_changelog.items() if meta.source]
 
     def set_restore_limits(self, limits: Mapping[TopicPartition, int]) -> None:
-        """Where the restore of these (source) changelogs stops: the offset the application
-        committed on the partition, 0 without one (Kafka's restore end of a source changelog)."""
+        """Where the restore of these (source) changelogs stops, or a standby's updates pause: the
+        offset the application committed on the partition, 0 without one (Kafka's restore end and
+        standby limit of a source changelog)."""
         for tp, offset in limits.items():
             self.store_metadata(tp)  # raises for a partition that is not a changelog of this task
             self._restore_limits[TopicPartition(tp.topic, tp.partition)] = offset

@@ -128,7 +128,7 @@ class _Changelog:
     __slots__ = (
         "tp", "key", "state_manager", "store_name", "active", "state", "end_offset",
         "log_start_offset", "start_offset", "next_offset", "eof_offset", "beyond_end",
-        "total_restored", "assigned", "first_failure", "needs_timestamps",
+        "total_restored", "assigned", "first_failure", "needs_timestamps", "limit", "held",
     )
 
     def __init__(self, tp: TopicPartition, state_manager: Any, store_name: str, active: bool) -> None:
@@ -147,6 +147,10 @@ class _Changelog:
         self.total_restored = 0
         self.assigned = False
         self.first_failure: Optional[float] = None
+        # a standby following a source topic as its changelog: it applies records below `limit`
+        # (the committed offset) only; `held` while it waits there, unassigned, for the limit to move
+        self.limit: Optional[int] = None
+        self.held = False
         # a timestamped store's changelog: the state manager needs each record's timestamp
         needs = getattr(state_manager, "needs_record_timestamps", None)
         self.needs_timestamps = bool(needs(tp)) if needs is not None else False
@@ -359,12 +363,14 @@ class StoreChangelogReader:
                 continue
             c.first_failure = None
             c.log_start_offset, end = found
+            # a source topic read as the changelog: only up to the committed offset (what comes
+            # after it is processed, not restored: Kafka's restore end for it, a standby's limit)
+            limit_of = getattr(c.state_manager, "restore_limit", None)
+            limit = limit_of(c.tp) if limit_of is not None else None
             if c.active:
-                # a source topic read as the changelog: only up to the committed offset (what
-                # comes after it is processed, not restored: Kafka's restore end for it)
-                limit_of = getattr(c.state_manager, "restore_limit", None)
-                limit = limit_of(c.tp) if limit_of is not None else None
                 c.end_offset = end if limit is None else min(end, limit)
+            else:
+                c.limit = limit
             ready.append((c, end))
         if not ready:
             return
@@ -395,15 +401,20 @@ class StoreChangelogReader:
             c.next_offset = c.start_offset
             c.eof_offset = None
             c.beyond_end = False
-        self.consumer.incremental_assign(assignment)
-        # librdkafka keeps a partition's pause across unassign and assign (Java's consumer forgets
-        # it): a changelog paused in an earlier registration (a task revived) must fetch again.
-        self.consumer.resume(assignment)
+        held = {c.key for c, _ in ready if c.limit is not None and c.start_offset >= c.limit}
+        assignment = [tp for tp in assignment if (tp.topic, tp.partition) not in held]
+        if assignment:
+            self.consumer.incremental_assign(assignment)
+            # librdkafka keeps a partition's pause across unassign and assign (Java's consumer
+            # forgets it): a changelog paused in an earlier registration (a task revived) must
+            # fetch again.
+            self.consumer.resume(assignment)
         for c, _ in ready:
-            c.assigned = True
+            c.held = c.key in held
+            c.assigned = not c.held
             c.transit(ChangelogState.RESTORING)
         if self._state is ReaderState.ACTIVE_RESTORING:
-            self._pause([c for c, _ in ready if not c.active])
+            self._pause([c for c, _ in ready if not c.active and c.assigned])
         for c, _end in ready:
             if c.active:
                 end = c.end_offset
@@ -551,13 +562,16 @@ class StoreChangelogReader:
             c.next_offset = msgs[-1].offset() + 1
         if not data:
             return 0
-        end = c.end_offset
+        end = c.end_offset if c.active else c.limit
         last_offset = data[-1].offset()
         if end is not None and last_offset >= end:
             # The rare batch crossing the restore end: only offsets < end are restored.
             offsets = list(map(_OFFSET, data))
             limit = bisect.bisect_left(offsets, end)
-            c.beyond_end = True
+            if c.active:
+                c.beyond_end = True
+            else:
+                self._hold(c)
             if limit < len(data):
                 data = data[:limit]
                 keys = None
@@ -584,6 +598,39 @@ class StoreChangelogReader:
         else:
             self._call(self.standby_listener.on_batch_loaded, "on_batch_loaded", c.tp, c.store_name, last_offset, count)
         return count
+
+    def _hold(self, c: _Changelog) -> None:
+        """A standby reached its limit: unassigned, so that what follows is fetched again from
+        the limit once it moves (update_limits), not applied before its input is committed."""
+        c.next_offset = c.limit
+        c.held = True
+        if c.assigned:
+            self.consumer.incremental_unassign([c.tp])
+            c.assigned = False
+
+    def update_limits(self) -> None:
+        """Standby changelogs whose limit moved (the state manager's restore_limit: a source
+        topic's committed offset) apply records up to the new one: a held one fetches again."""
+        release = []
+        for c in self._changelogs.values():
+            if c.active or c.limit is None or c.state is not ChangelogState.RESTORING:
+                continue
+            limit = c.state_manager.restore_limit(c.tp)
+            if limit is None or limit <= c.limit:
+                continue
+            c.limit = limit
+            if c.held:
+                c.held = False
+                release.append(c)
+        if not release:
+            return
+        tps = [TopicPartition(c.tp.topic, c.tp.partition, c.next_offset) for c in release]
+        self.consumer.incremental_assign(tps)
+        self.consumer.resume(tps)  # a pause outlives unassign and assign (see _initialize_changelogs)
+        for c in release:
+            c.assigned = True
+        if self._state is ReaderState.ACTIVE_RESTORING:
+            self._pause(release)
 
     # -------------------------------------------------------------- completion
 

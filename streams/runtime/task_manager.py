@@ -34,6 +34,9 @@ from streams.topology import Subtopology, Topology
 
 log = logging.getLogger(__name__)
 
+# how long a commit waits for the committed offsets a standby follows a source topic up to
+STANDBY_LIMIT_LOOKUP_TIMEOUT_S = 1.0
+
 _ERROR = Message.error
 
 
@@ -378,26 +381,46 @@ class TaskManager:
                 close_state_manager(task.manager, dirty=True, wipe=True)
             task.manager = None
             return False
-        if task.manager.is_active:
-            self._limit_source_restores(task.manager)
+        self._limit_source_restores(task.manager)
         for tp in task.changelog_partitions():
             self.reader.register(tp, task.manager)
         return True
 
     def _limit_source_restores(self, manager: Any) -> None:
-        """A store whose changelog is its task's source topic restores up to the offset the group
-        committed there (0 without one): what follows is processed (Kafka's restore end of a
-        source changelog). The offsets read at assignment serve while the task has not started."""
+        """A store whose changelog is its task's source topic restores (a standby: follows it)
+        up to the offset the group committed there (0 without one): what follows is processed
+        (Kafka's restore end and standby limit of a source changelog). The offsets read at
+        assignment serve while an active task has not started."""
         sources = manager.source_changelog_partitions()
         if not sources:
             return
         tps = [(tp.topic, tp.partition) for tp in sources]
         looked_up = self._looked_up
-        if all(tp in looked_up for tp in tps):
+        if manager.is_active and all(tp in looked_up for tp in tps):
             committed = {tp: looked_up[tp][0] for tp in tps if looked_up[tp] is not None}
         else:
             committed = {tp: offset for tp, (offset, _) in offsets.committed_offsets(self.consumer, tps).items()}
         manager.set_restore_limits({TopicPartition(t, p): committed.get((t, p), 0) for t, p in tps})
+
+    def _raise_standby_limits(self) -> None:
+        """The standbys' source changelogs go on up to what the group committed since (Kafka's
+        updateLimitOffsetsForStandbyChangelogs, once a commit interval): one lookup for all.
+        A lookup that fails is left to the next commit."""
+        managers = [s.manager for s in self.standbys.values()
+                    if s.state is StandbyState.RUNNING and s.manager is not None and s.manager.source_changelog_partitions()]
+        if not managers:
+            return
+        tps = [(tp.topic, tp.partition) for m in managers for tp in m.source_changelog_partitions()]
+        try:
+            committed = offsets.committed_offsets(self.consumer, tps, timeout_s=STANDBY_LIMIT_LOOKUP_TIMEOUT_S)
+        except KafkaException as exc:
+            log.debug("standby limits not raised now (%s): the next commit tries again", exc)
+            return
+        for manager in managers:
+            manager.set_restore_limits({tp: committed[(tp.topic, tp.partition)][0]
+                                        for tp in manager.source_changelog_partitions()
+                                        if (tp.topic, tp.partition) in committed})
+        self.reader.update_limits()
 
     def initialize_and_restore(self) -> bool:
         """One restoration step; True when every active task is running."""
@@ -622,6 +645,7 @@ class TaskManager:
             task.post_commit(per_task[task.id])
         for standby in self.standbys.values():
             standby.commit()
+        self._raise_standby_limits()
         self.collector.refresh_partition_counts()
         return len(tasks)
 

@@ -575,6 +575,44 @@ def test_standby_updates_then_promotes_without_full_restore(env):
     close_state_manager(mgr, dirty=False)
 
 
+def test_a_standby_follows_a_source_changelog_only_up_to_its_limit(env):
+    """A source topic read as a store's changelog (reuse.ktable.source.topics): a standby applies
+    it up to the limit (the offset the application committed there), waits there unassigned
+    (what follows is fetched again, not dropped), and goes on when the limit moves; promoted, it
+    restores up to the active's limit."""
+    records = workload(100)
+    env.produce(records)
+    mgr = ProcessorStateManager(TASK, TaskType.STANDBY, False, env.state_directory,
+                                source_changelogs={STORE: env.topic})
+    register_state_stores(mgr, [RocksDBKeyValueStore(STORE)])
+    assert mgr.changelog_partitions() == [env.tp] and mgr.restore_limit(env.tp) == 0
+    mgr.set_restore_limits({env.tp: 40})
+    reader, rec = env.reader()
+    consumer = env.consumers[-1]
+    reader.register(env.tp, mgr)
+    reader.transit_to_update_standby()
+    restore_until(reader, lambda: mgr.store_offset(env.tp) == 39
+                  and env.tp not in [TopicPartition(tp.topic, tp.partition) for tp in consumer.assignment()])
+    reader.restore()
+    assert mgr.store_offset(env.tp) == 39
+    assert store_contents(mgr) == latest_values(records[:40])
+    mgr.set_restore_limits({env.tp: 90})
+    reader.update_limits()
+    restore_until(reader, lambda: mgr.store_offset(env.tp) == 89)
+    assert store_contents(mgr) == latest_values(records[:90])
+
+    reader.unregister([env.tp], reason=SuspendReason.PROMOTED)
+    mgr.transition_task_type(TaskType.ACTIVE)
+    mgr.set_restore_limits({env.tp: 95})
+    reader.register(env.tp, mgr)
+    rec.calls.clear()
+    restore_until(reader, lambda: reader.all_changelogs_completed())
+    assert rec.calls[0] == ("start", env.topic, 1, STORE, 90, 95)
+    assert mgr.store_offset(env.tp) == 94
+    assert store_contents(mgr) == latest_values(records[:95])
+    close_state_manager(mgr, dirty=False)
+
+
 def test_corrupt_checkpoint_is_a_named_error(env):
     path = env.state_directory.directory_for_task(TASK) / ".checkpoint"
     path.write_text(f"0\n1\n{env.topic} 1 -17x\n")

@@ -1,5 +1,5 @@
 """reuse.ktable.source.topics in the topology and the state manager: which stores take their
-source topic as changelog, what a standby follows, where a restore stops. (The restore itself
+source topic as changelog, where a restore stops. (The restore itself
 runs on both backends in tests/streams/runtime/test_source_topic_changelog.py.)"""
 
 from __future__ import annotations
@@ -87,14 +87,15 @@ def _stores():
     return [table.with_logging_disabled().build(), logged.build()]
 
 
-def test_the_manager_restores_a_source_changelog_up_to_its_limit_and_a_standby_does_not_follow_it(tmp_path):
+def test_the_manager_restores_a_source_changelog_up_to_its_limit(tmp_path):
     sd = StateDirectory(tmp_path, "app")
     source, logged = TopicPartition("users", 1), TopicPartition("app-s-changelog", 1)
     try:
         standby = _manager(sd, TaskType.STANDBY)
         register_state_stores(standby, _stores())
-        assert standby.changelog_partitions() == [logged]
+        assert set(standby.changelog_partitions()) == {source, logged}
         assert standby.source_changelog_partitions() == [source]
+        assert standby.restore_limit(source) == 0  # a standby follows it up to the commit too
         close_state_manager(standby, dirty=False)
 
         active = _manager(sd, TaskType.ACTIVE)

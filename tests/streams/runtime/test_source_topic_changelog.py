@@ -2,7 +2,8 @@
 source topic is its store's changelog. No changelog topic is made for it; a task restores the
 store from its input partition only up to the offset the application committed there (what
 follows is processed, so that the table forwards the right old values), and a clean restart
-restores nothing (the checkpoint holds the processed offsets)."""
+restores nothing (the checkpoint holds the processed offsets). A standby follows the topic up to
+the committed offset too."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import pytest
 
 from state.listener import StateRestoreListener
 from streams import App, AppState, StreamsBuilder, serdes
+from streams.runtime.standby import StandbyState
 
-from _runtime_util import Cluster, shutdown_on_error, unique, wait_for
+from _runtime_util import Cluster, running_with_tasks, shutdown_on_error, unique, wait_for
 
 S, I64 = serdes.STRING, serdes.INT64
 PARTITIONS = 2
@@ -140,4 +142,81 @@ def test_without_the_optimization_the_table_keeps_its_changelog_topic(backend_co
             assert app.close(timeout=60)
         assert f"{app_id}-regions-changelog" in cluster.admin.list_topics(timeout=10).topics
     finally:
+        cluster.close()
+
+
+def _standby_at_commit(cluster: Cluster, app_id: str, app: App, task_ids: list, users: str) -> bool:
+    """`app` keeps a running standby of every task in `task_ids` (not empty) whose source
+    changelog has reached the offset the group committed on that partition."""
+    if not task_ids:
+        return False
+    tm = app.threads[0].task_manager
+    for task_id in task_ids:
+        standby = tm.standbys.get(task_id)
+        if standby is None or standby.state is not StandbyState.RUNNING or standby.manager is None:
+            return False
+        [source] = standby.manager.source_changelog_partitions()
+        committed = cluster.committed_offset(app_id, users, source.partition)
+        if committed <= 0 or standby.manager.changelog_offsets()[source] != committed:
+            return False
+    return True
+
+
+def test_a_standby_follows_the_source_topic_up_to_the_committed_offset(backend_config, tmp_path):
+    """A standby applies the source topic up to what the group committed there, no further (the
+    records after it are not processed yet), and keeps up as the commits move: the promoted
+    standby restores nothing of the table."""
+    cluster = Cluster(backend_config)
+    users, out = unique("users"), unique("per-region")
+    cluster.create_topics(PARTITIONS, users, out)
+    app_id = unique("reuse-sb")
+    topology = _topology(users, out, optimize=True)
+    regions = {f"u{i}": f"r{i % 3}" for i in range(20)}
+    all_regions = {"r0", "r1", "r2", "r3"}
+
+    def new_app(name: str, listener) -> App:
+        app = App(topology, {**cluster.config, "application.id": app_id, "state.dir": str(tmp_path / name),
+                             "num.standby.replicas": 1, "commit.interval.ms": 100})
+        app.set_global_state_restore_listener(listener)
+        shutdown_on_error(app)
+        return app
+
+    restored_a, restored_b = _Restores(), _Restores()
+    a, b = new_app("a", restored_a), new_app("b", restored_b)
+    try:
+        a.start()
+        assert a.wait_for_state(AppState.RUNNING, timeout=60)
+        b.start()
+        wait_for(lambda: running_with_tasks(a, b), 60, "a and b sharing the tasks")
+        cluster.produce(users, [(u.encode(), r.encode()) for u, r in regions.items()])
+
+        def counted(app_x, app_y):
+            sx, sy = app_x.store("per-region"), app_y.store("per-region")
+            return all(((sx.get(r) or 0) or (sy.get(r) or 0)) == n for r, n in _expected(regions).items())
+        wait_for(lambda: counted(a, b), 60, "every region counted")
+        moves = {f"u{i}": "r3" for i in range(0, 20, 2)}
+        cluster.produce(users, [(u.encode(), r.encode()) for u, r in moves.items()])
+        regions.update(moves)
+        wait_for(lambda: counted(a, b), 60, "the moves counted")
+
+        def table_tasks(app):
+            return sorted(t for t in app.local_tasks()["active"] if t.subtopology == 0)
+
+        def roles():
+            for x, y, restored in ((a, b, restored_b), (b, a, restored_a)):
+                if _standby_at_commit(cluster, app_id, y, table_tasks(x), users):
+                    return x, y, restored
+            return None
+        x, y, restored_y = wait_for(roles, 60, "standbys of the table tasks at the committed offsets")
+        assert x.close(timeout=60)
+        wait_for(lambda: y.state is AppState.RUNNING and len(y.local_tasks()["active"]) == 2 * PARTITIONS, 60,
+                 "the remaining instance running every task")
+        wait_for(lambda: _counts_match(y, _expected(regions), all_regions), 60, "every count served")
+        # the promoted standbys were at the committed offsets: nothing of the table to restore
+        with restored_y.lock:
+            table_restores = {k: v for k, v in restored_y.totals.items() if k[0] == "regions"}
+        assert table_restores and all(total == 0 for total in table_restores.values())
+    finally:
+        a.close(timeout=60)
+        b.close(timeout=60)
         cluster.close()
