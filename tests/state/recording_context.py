@@ -29,3 +29,27 @@ class RecordingContext:
 
     def log_change(self, store_name, key, value, timestamp, headers=None):
         self.logged_changes.append((store_name, key, value, timestamp))
+
+
+def caching_store(kind, path, max_bytes):
+    """A CachingKeyValueStore over a RocksDB ("rocksdb") or in-memory store named "c", opened in
+    a RecordingContext at `path`, with its flush listener recording (key, new, old, timestamp):
+    (store, inner store, recorded flushes)."""
+    from state.cache import CachingKeyValueStore, ThreadCache
+    from state.memory_kv import InMemoryKeyValueStore
+    from state.rocksdb_kv import RocksDBKeyValueStore
+
+    inner = RocksDBKeyValueStore("c") if kind == "rocksdb" else InMemoryKeyValueStore("c")
+    store = CachingKeyValueStore(inner, ThreadCache(max_bytes))
+    store.init(RecordingContext(path))
+    flushed = []
+    store.set_flush_listener(lambda k, new, old, ts: flushed.append((k, new, old, ts)))
+    return store, inner, flushed
+
+
+def assert_caches_alike(a, b, a_flushed, b_flushed):
+    """Two caching stores went through the same effects: the same listener calls, cache stats
+    and cache sizes."""
+    assert a_flushed == b_flushed
+    assert a.cache.stats(a.namespace) == b.cache.stats(b.namespace)
+    assert a.cache.size_bytes == b.cache.size_bytes

@@ -3,20 +3,14 @@ put, in its C form (state/cache/_cache.c cached_replace) and its Python definiti
 
 import pytest
 
-from state.cache import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
+from state.cache import ENTRY_OVERHEAD, CachingKeyValueStore
 from state.errors import InvalidStoreArgumentError, StoreClosedError
-from state.memory_kv import InMemoryKeyValueStore
-from state.rocksdb_kv import RocksDBKeyValueStore
 
-from recording_context import RecordingContext
+from recording_context import assert_caches_alike, caching_store
 
 
 def _store(kind, path, max_bytes):
-    inner = RocksDBKeyValueStore("c") if kind == "rocksdb" else InMemoryKeyValueStore("c")
-    store = CachingKeyValueStore(inner, ThreadCache(max_bytes))
-    store.init(RecordingContext(path))
-    flushed = []
-    store.set_flush_listener(lambda k, new, old, ts: flushed.append((k, new, old, ts)))
+    store, inner, flushed = caching_store(kind, path, max_bytes)
     for key, value in ((b"d", b"40"), (b"e", b"7")):  # some keys already in the inner store
         inner.put(key, value, 0)
     return store, inner, flushed
@@ -41,9 +35,7 @@ def test_replace_equals_get_then_put(tmp_path, form, kind, max_bytes):
         if n == 4:
             a.flush_cache()
             b.flush_cache()
-        assert a_flushed == b_flushed
-        assert a.cache.stats(a.namespace) == b.cache.stats(b.namespace)
-        assert a.cache.size_bytes == b.cache.size_bytes
+        assert_caches_alike(a, b, a_flushed, b_flushed)
         assert a.get(key) == value
         b.get(key)  # the same read on both sides: the LRU orders stay alike
     a.flush()

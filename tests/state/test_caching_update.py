@@ -5,18 +5,11 @@ import pytest
 from state.cache import ENTRY_OVERHEAD, CachingKeyValueStore, ThreadCache
 from state.errors import InvalidStoreArgumentError, StoreClosedError
 from state.memory_kv import InMemoryKeyValueStore
-from state.rocksdb_kv import RocksDBKeyValueStore
 
-from recording_context import RecordingContext
+from recording_context import RecordingContext, assert_caches_alike, caching_store
 
 
-def _store(kind, path, max_bytes):
-    inner = RocksDBKeyValueStore("c") if kind == "rocksdb" else InMemoryKeyValueStore("c")
-    store = CachingKeyValueStore(inner, ThreadCache(max_bytes))
-    store.init(RecordingContext(path))
-    flushed = []
-    store.set_flush_listener(lambda k, new, old, ts: flushed.append((k, new, old, ts)))
-    return store, inner, flushed
+_store = caching_store
 
 
 def _add_one(old):
@@ -42,9 +35,7 @@ def test_update_equals_get_then_put(tmp_path, kind, max_bytes):
         if n == 4:
             a.flush_cache()
             b.flush_cache()
-        assert a_flushed == b_flushed
-        assert a.cache.stats(a.namespace) == b.cache.stats(b.namespace)
-        assert a.cache.size_bytes == b.cache.size_bytes
+        assert_caches_alike(a, b, a_flushed, b_flushed)
     a.flush()
     b.flush()
     assert a_flushed == b_flushed

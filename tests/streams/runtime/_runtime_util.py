@@ -50,6 +50,14 @@ def running_with_tasks(*apps: Any) -> bool:
     return all(a.state is AppState.RUNNING for a in apps) and all(a.local_tasks()["active"] for a in apps)
 
 
+def start_sharing(a: Any, b: Any) -> None:
+    """Start `a`, then `b` once `a` runs, and wait until both run with tasks of their own."""
+    a.start()
+    assert a.wait_for_state(AppState.RUNNING, timeout=60)
+    b.start()
+    wait_for(lambda: running_with_tasks(a, b), 60, "a and b sharing the tasks")
+
+
 def embedded_config(tmp_path: Any) -> dict:
     """Client settings of an embedded cluster under `tmp_path` (for tests of the embedded runtime only)."""
     return {"bootstrap.servers": f"local://{tmp_path}/cluster",

@@ -12,8 +12,8 @@ from streams import App, AppState
 from state.task_id import TaskId
 from streams.runtime.standby import StandbyState
 
-from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, running_with_tasks, unique, wait_for,
-                           wordcount_topology)
+from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, running_with_tasks, start_sharing, unique,
+                           wait_for, wordcount_topology)
 
 _pause = threading.Event()
 
@@ -146,10 +146,7 @@ def test_standby_takes_over_without_full_restore(backend_config, tmp_path):
     restored_a, restored_b = _Restored(), _Restored()
     a, b = new_app("a", restored_a), new_app("b", restored_b)
     try:
-        a.start()
-        assert a.wait_for_state(AppState.RUNNING, timeout=60)
-        b.start()
-        wait_for(lambda: running_with_tasks(a, b), 60, "a and b sharing the tasks")
+        start_sharing(a, b)
         cluster.produce(lines, records)
 
         def stateful(app):

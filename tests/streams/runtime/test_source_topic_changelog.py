@@ -17,7 +17,7 @@ from state.listener import StateRestoreListener
 from streams import App, AppState, StreamsBuilder, serdes
 from streams.runtime.standby import StandbyState
 
-from _runtime_util import Cluster, running_with_tasks, shutdown_on_error, unique, wait_for
+from _runtime_util import Cluster, shutdown_on_error, start_sharing, unique, wait_for
 
 S, I64 = serdes.STRING, serdes.INT64
 PARTITIONS = 2
@@ -184,10 +184,7 @@ def test_a_standby_follows_the_source_topic_up_to_the_committed_offset(backend_c
     restored_a, restored_b = _Restores(), _Restores()
     a, b = new_app("a", restored_a), new_app("b", restored_b)
     try:
-        a.start()
-        assert a.wait_for_state(AppState.RUNNING, timeout=60)
-        b.start()
-        wait_for(lambda: running_with_tasks(a, b), 60, "a and b sharing the tasks")
+        start_sharing(a, b)
         cluster.produce(users, [(u.encode(), r.encode()) for u, r in regions.items()])
 
         def counted(app_x, app_y):
