@@ -645,7 +645,8 @@ class TaskManager:
             task.post_commit(per_task[task.id])
         for standby in self.standbys.values():
             standby.commit()
-        self._raise_standby_limits()
+        if use_positions:  # not inside a rebalance callback: no lookup to hold the rebalance up
+            self._raise_standby_limits()
         self.collector.refresh_partition_counts()
         return len(tasks)
 
