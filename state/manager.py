@@ -190,8 +190,9 @@ class ProcessorStateManager:
                 )
         # a source topic holds the raw values: a store of timestamped values stamps them on restore
         timestamped = _timestamped_changelog(store) if source_topic is None else _holds_timestamped(store)
-        meta = StoreMetadata(store, restore_callback, changelog_tp,
-                             record_converter=restore_converter(name) if timestamped else None,
+        # (Eddy's old prefixed changelog format cannot be in a source topic: no check for it there)
+        converter = restore_converter(name, check_legacy=source_topic is None) if timestamped else None
+        meta = StoreMetadata(store, restore_callback, changelog_tp, record_converter=converter,
                              source=source_topic is not None)
         self._stores[name] = meta
         if changelog_tp is not None:

@@ -112,14 +112,16 @@ class LegacyChangelogFormatError(StateError):
     Kafka's (the value with its 8-byte timestamp in front): restoring it would corrupt the store."""
 
 
-def restore_converter(store_name: str) -> Callable[[list, list], list]:
+def restore_converter(store_name: str, *, check_legacy: bool = True) -> Callable[[list, list], list]:
     """`convert(records, timestamps)`: a timestamped store's changelog records `[(key, raw value
     or None)]` with their record timestamps, as the store keeps them `[(key, 8-byte timestamp +
     raw value or None)]` (Kafka's RecordConverters.rawValueToTimestampedValue).
 
     A record whose value already starts with its own record timestamp and goes on past it is what
     Eddy logged before it used Kafka's format (the same timestamp in the value and the record): it
-    raises LegacyChangelogFormatError instead of being stamped twice (see `_check_legacy`)."""
+    raises LegacyChangelogFormatError instead of being stamped twice (see `_check_legacy`). Not
+    with `check_legacy=False`: a source topic read as the changelog, which Eddy never wrote in
+    that format (its values may begin with anything)."""
 
     def convert(records: list, timestamps: list) -> list:
         if len(records) != len(timestamps):
@@ -128,10 +130,11 @@ def restore_converter(store_name: str) -> Callable[[list, list], list]:
         stamps = list(map(_pack_i64, timestamps))
         values = list(map(_second, records))
         if None not in values:
-            if any(map(_startswith, values, stamps)):  # one C-level pass; rarely true
+            if check_legacy and any(map(_startswith, values, stamps)):  # one C-level pass; rarely true
                 _check_legacy(store_name, values, stamps)
             return [(key, stamp + value) for (key, value), stamp in zip(records, stamps)]
-        _check_legacy(store_name, values, stamps)
+        if check_legacy:
+            _check_legacy(store_name, values, stamps)
         return [(key, None if value is None else stamp + value) for (key, value), stamp in zip(records, stamps)]
 
     return convert

@@ -109,8 +109,16 @@ def test_the_manager_restores_a_source_changelog_up_to_its_limit(tmp_path):
             active.set_restore_limits({TopicPartition("other", 1): 3})
         # the source topic's raw values are stamped on restore (the store keeps timestamped ones)
         assert active.needs_record_timestamps(source)
-        active.restore(source, [(b"\x00\x00\x00\x01u", b"\x00\x00\x00\x02r1")], 4, [1_000])
+        # a value that begins with its own record timestamp is a user's value here, not Eddy's old
+        # prefixed changelog format (which a logged store's restore refuses)
+        own_stamp = (2_000).to_bytes(8, "big") + b"rest"
+        active.restore(source, [(b"\x00\x00\x00\x01u", b"\x00\x00\x00\x02r1"), (b"k2", own_stamp)], 4,
+                       [1_000, 2_000])
         assert active.store_offset(source) == 4
+        raw = active.get_store("t").wrapped
+        while getattr(raw, "wrapped", None) is not None:
+            raw = raw.wrapped
+        assert raw.get(b"k2") == (2_000).to_bytes(8, "big") + own_stamp
         # at a checkpoint the source changelog's offset is what the task processed
         active.source_offsets = lambda: {source: 9, TopicPartition("clicks", 1): 5}
         assert active.checkpoint(force=True)
