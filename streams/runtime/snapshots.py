@@ -139,6 +139,9 @@ def _capture_tasks(task_manager: Any, request: _Request) -> list:
                 collector_offsets = task.manager.collector.offsets()
             if collector_offsets:
                 task.manager.update_changelog_offsets(collector_offsets)
+            if meta.source and task.manager.source_offsets is not None:
+                # a source topic as the changelog: the store holds what the task processed
+                task.manager.update_changelog_offsets(task.manager.source_offsets())
             topic = meta.changelog_partition.topic
             offset = task.manager.store_offset(meta.changelog_partition)
         directory = str(task_id)

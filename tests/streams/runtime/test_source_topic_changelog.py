@@ -12,6 +12,7 @@ import threading
 from collections import Counter
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from state.listener import StateRestoreListener
 from streams import App, AppState, StreamsBuilder, serdes
@@ -216,4 +217,38 @@ def test_a_standby_follows_the_source_topic_up_to_the_committed_offset(backend_c
     finally:
         a.close(timeout=60)
         b.close(timeout=60)
+        cluster.close()
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
+def test_a_snapshot_of_the_table_records_its_source_topic_and_the_offsets_processed(backend_config, tmp_path,
+                                                                                     guarantee):
+    """app.snapshot of a store whose changelog is its source topic: each shard names that topic
+    and the offset of the last record the task processed (what the shard holds; under exactly
+    once no checkpoint has recorded it)."""
+    cluster = Cluster(backend_config)
+    users, out = unique("users"), unique("per-region")
+    cluster.create_topics(PARTITIONS, users, out)
+    config = {**cluster.config, "application.id": unique("reuse-snap"), "state.dir": str(tmp_path / "state"),
+              "commit.interval.ms": 100, "processing.guarantee": guarantee}
+    regions = {f"u{i}": f"r{i % 3}" for i in range(12)}
+    try:
+        cluster.produce(users, [(u.encode(), r.encode()) for u, r in regions.items()])
+        app = _run(config, _topology(users, out, optimize=True))
+        try:
+            wait_for(lambda: _counts_match(app, _expected(regions), {"r0", "r1", "r2"}), 60, "counts")
+            snap = app.snapshot("regions", str(tmp_path / "snap"))
+            probe = cluster.backend.consumer({"group.id": unique("probe")})
+            try:
+                ends = {p: probe.get_watermark_offsets(TopicPartition(users, p), timeout=10)[1]
+                        for p in range(PARTITIONS)}
+            finally:
+                probe.close()
+            assert sorted(shard.partition for shard in snap.shards) == list(range(PARTITIONS))
+            for shard in snap.shards:
+                assert shard.changelog_topic == users
+                assert shard.changelog_offset == ends[shard.partition] - 1
+        finally:
+            assert app.close(timeout=60)
+    finally:
         cluster.close()
