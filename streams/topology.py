@@ -17,10 +17,11 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from streams import java_order
 from streams import serdes as _serdes
 from streams.errors import TopologyError
-from streams.optimizations import topology_optimizations
+from streams.optimizations import REUSE_KTABLE_SOURCE_TOPICS, topology_optimizations
 from streams.processor import Processor, TimestampExtractor
 
 log = logging.getLogger(__name__)
+
 __all__ = ["Topology", "TopologyDescription", "GlobalStoreDescription", "Subtopology", "SourceSpec",
            "ProcessorSpec", "SinkSpec", "changelog_topic_name", "source_changelogs", "REPARTITION"]
 
@@ -332,11 +333,11 @@ class Topology:
         missing = topology_optimizations(config or {}) - self.applied_optimizations
         if not missing:
             return
-        if "reuse.ktable.source.topics" in missing:
+        if REUSE_KTABLE_SOURCE_TOPICS in missing:
             log.warning("config 'topology.optimization' asks for reuse.ktable.source.topics, but the topology was "
                         "built without it: pass the config to StreamsBuilder.build(config) (Kafka's "
                         "build(props)); each table source keeps its own changelog topic")
-        others = sorted(missing - {"reuse.ktable.source.topics"})
+        others = sorted(missing - {REUSE_KTABLE_SOURCE_TOPICS})
         if others:
             log.warning("config 'topology.optimization' asks for %s: not implemented in Eddy; the topology runs as "
                         "with 'none' (same results, its own repartition topics and stores)", ", ".join(others))

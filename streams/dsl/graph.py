@@ -127,7 +127,6 @@ class TableSourceNode(GraphNode):
     # topology.optimization reuse.ktable.source.topics (set by StreamsBuilder.build(config)): the
     # topic is the store's changelog (Kafka's shouldReuseSourceTopicForChangelog)
     reuse_source_topic: bool = False
-
     # the store's logging as asked for, while reuse_source_topic has turned it off (a later build
     # without the optimization gives it back)
     logging_asked: Optional[tuple] = None
