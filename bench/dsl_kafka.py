@@ -14,7 +14,7 @@ user).count()`, caching on, the 10 MiB default cache; its orders and payments jo
 count. The broker is
 `--bootstrap-servers`, else `KAFKA_BOOTSTRAP_SERVERS`, else a local Apache Kafka broker started
 as the integration tests start it. Kafka Streams (the broker's version) runs
-bench/kafka_streams/TableVsWordCount.java, compiled against jars fetched from Maven Central.
+bench/kafka_streams/DslWorkloads.java, compiled against jars fetched from Maven Central.
 
 Every run: one stream thread, at-least-once, `--commit-interval-ms` (the same for all: the
 table's last updates wait in the source table's cache for a commit, so Kafka's 30 s default
