@@ -208,7 +208,7 @@ def pay(order: str, method: str) -> str:
     return f"{order} paid by {method}"
 
 
-def windowed_topology(events_topic: str, out: str):
+def windowed_topology(events_topic: str, out: str, config: dict | None = None):
     b = StreamsBuilder()
     (b.stream(events_topic, key_serde=S, value_serde=S)
         .group_by_key()
@@ -217,7 +217,7 @@ def windowed_topology(events_topic: str, out: str):
         .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
         .to_stream()
         .to(out, key_serde=serdes.time_windowed(S, WINDOW_MS), value_serde=I64))
-    return b.build()
+    return b.build(config)
 
 
 def table_topology(updates_topic: str, out: str, design: str = "default", config: dict | None = None):
@@ -238,13 +238,13 @@ def stream_table_topology(clicks: str, out: str, config: dict | None = None, pro
     return b.build(config)
 
 
-def stream_stream_topology(orders: str, out: str, payments: str = "bench-payments"):
+def stream_stream_topology(orders: str, out: str, config: dict | None = None, payments: str = "bench-payments"):
     b = StreamsBuilder()
     (b.stream(orders, key_serde=S, value_serde=S)
         .join(b.stream(payments, key_serde=S, value_serde=S), pay,
               JoinWindows.of_time_difference_with_no_grace(JOIN_WINDOW_MS))
         .to(out, key_serde=S, value_serde=S))
-    return b.build()
+    return b.build(config)
 
 
 def count_records(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60) -> int:
@@ -360,8 +360,7 @@ def main() -> None:
                   "windowed": ("bench-events", events), "table": ("bench-updates", updates)}
         targets = {"wordcount": n + n_words, "windowed": n, "table": n + repartitioned}
         # each built with the run's config (Kafka's build(props): topology.optimization applies)
-        topologies = {"wordcount": lambda t, out, config: wordcount_topology(t, out),
-                      "windowed": lambda t, out, config: windowed_topology(t, out),
+        topologies = {"wordcount": wordcount_topology, "windowed": windowed_topology,
                       "table": lambda t, out, config: table_topology(t, out, args.table_design, config)}
         # the joins: their main input here, their other input (written first) in `second`
         orders, payments = make_orders(n)
@@ -369,8 +368,7 @@ def main() -> None:
         second = {"stream_table": ("bench-profiles", make_profiles()), "stream_stream": ("bench-payments", payments)}
         targets |= {"stream_table": USERS + n, "stream_stream": n}
         joined = {"stream_table": n, "stream_stream": len(payments)}  # results expected
-        topologies |= {"stream_table": stream_table_topology,
-                       "stream_stream": lambda t, out, config: stream_stream_topology(t, out)}
+        topologies |= {"stream_table": stream_table_topology, "stream_stream": stream_stream_topology}
         second_topics = {second[r][0]: args.partitions for r in runs if r in second}
         if second_topics:  # none without a join run (the admin refuses an empty list)
             app_bench.create_topics(bootstrap, second_topics, rf)

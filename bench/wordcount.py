@@ -69,7 +69,7 @@ def plain_loop(lines: list[bytes], path: str) -> float:
     return elapsed
 
 
-def topology(lines_topic: str, out_topic: str):
+def topology(lines_topic: str, out_topic: str, config: dict | None = None):
     b = StreamsBuilder()
     (b.stream(lines_topic, key_serde=serdes.BYTES, value_serde=serdes.STRING)
         .flat_map_values(str.split)
@@ -77,7 +77,7 @@ def topology(lines_topic: str, out_topic: str):
         .count(store="counts")
         .to_stream()
         .to(out_topic, key_serde=serdes.STRING, value_serde=serdes.INT64))
-    return b.build()
+    return b.build(config)
 
 
 def app_config(guarantee: str, bootstrap: str, state_dir: str, rf: int) -> dict:

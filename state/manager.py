@@ -371,6 +371,17 @@ class ProcessorStateManager:
             if meta is not None and offset is not None and offset >= 0:
                 meta.offset = offset
 
+    def refresh_changelog_offsets(self, written: Optional[Mapping[TopicPartition, int]] = None) -> None:
+        """An active task's store offsets as they are now: the changelog records written
+        (`written`, else the collector's `offsets()`, from delivery reports) and, for a source
+        topic read as a changelog, the offsets the task processed (`source_offsets`)."""
+        if written is None and self.collector is not None and hasattr(self.collector, "offsets"):
+            written = self.collector.offsets()
+        if written:
+            self.update_changelog_offsets(written)
+        if self.source_offsets is not None:
+            self.update_changelog_offsets(self.source_offsets())
+
     def needs_record_timestamps(self, changelog_tp: TopicPartition) -> bool:
         """Whether `restore` of this changelog needs the records' timestamps (a timestamped store's
         changelog: the timestamp goes back in front of each value)."""
@@ -465,10 +476,8 @@ class ProcessorStateManager:
         """
         if self._offsets_at_last_checkpoint is None:
             return False  # stores not initialised: never overwrite the checkpoint
-        if self.is_active and self.collector is not None and hasattr(self.collector, "offsets"):
-            self.update_changelog_offsets(self.collector.offsets())
-        if self.is_active and self.source_offsets is not None:
-            self.update_changelog_offsets(self.source_offsets())
+        if self.is_active:
+            self.refresh_changelog_offsets()
         current = self.changelog_offsets()
         if not force:
             old = self._offsets_at_last_checkpoint

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from streams.errors import ConfigError
-from streams.optimizations import NO_OPTIMIZATION, OPTIMIZE, TOPOLOGY_OPTIMIZATIONS, topology_optimizations  # noqa: F401
+from streams.optimizations import topology_optimizations
 
 log = logging.getLogger(__name__)
 

@@ -136,12 +136,8 @@ def _capture_tasks(task_manager: Any, request: _Request) -> list:
         topic, offset = None, None
         if meta is not None and meta.changelog_partition is not None:
             if collector_offsets is None and task.manager.collector is not None:
-                collector_offsets = task.manager.collector.offsets()
-            if collector_offsets:
-                task.manager.update_changelog_offsets(collector_offsets)
-            if meta.source and task.manager.source_offsets is not None:
-                # a source topic as the changelog: the store holds what the task processed
-                task.manager.update_changelog_offsets(task.manager.source_offsets())
+                collector_offsets = task.manager.collector.offsets()  # once: the tasks share it
+            task.manager.refresh_changelog_offsets(collector_offsets or {})
             topic = meta.changelog_partition.topic
             offset = task.manager.store_offset(meta.changelog_partition)
         directory = str(task_id)

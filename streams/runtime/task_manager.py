@@ -185,14 +185,20 @@ class TaskManager:
         running): what the lookup of start_positions read, where it read them all (nobody else
         commits for partitions this thread owns), else read now; the committed offsets are where
         the consumer starts them."""
-        looked_up = self._looked_up
-        if all(tp in looked_up for tp in tps):
-            found = [(tp, looked_up.pop(tp)) for tp in tps]
-            return {tp: entry[1] for tp, entry in found if entry is not None}
-        committed = offsets.committed_offsets(self.consumer, tps)
+        committed = self._committed(tps, take=True)
         # (a partition without one keeps the start its reset policy gave it: start_positions)
         self._start_offsets.update((tp, offset) for tp, (offset, _) in committed.items())
         return {tp: metadata for tp, (_, metadata) in committed.items()}
+
+    def _committed(self, tps: list[tuple[str, int]], *, take: bool) -> dict[tuple[str, int], tuple[int, Optional[str]]]:
+        """The committed (offset, metadata) of `tps` (only those committed): what start_positions
+        read at assignment when it read them all (`take`: dropped from there, the task having
+        started), else read now."""
+        looked_up = self._looked_up
+        if all(tp in looked_up for tp in tps):
+            found = [(tp, looked_up.pop(tp) if take else looked_up[tp]) for tp in tps]
+            return {tp: entry for tp, entry in found if entry is not None}
+        return offsets.committed_offsets(self.consumer, tps)
 
     def start_positions(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
         """`partitions` at the offsets the consumer starts them from (offsets.start_positions),
@@ -389,18 +395,12 @@ class TaskManager:
     def _limit_source_restores(self, manager: Any) -> None:
         """A store whose changelog is its task's source topic restores (a standby: follows it)
         up to the offset the group committed there (0 without one): what follows is processed
-        (Kafka's restore end and standby limit of a source changelog). The offsets read at
-        assignment serve while an active task has not started."""
+        (Kafka's restore end and standby limit of a source changelog)."""
         sources = manager.source_changelog_partitions()
         if not sources:
             return
-        tps = [(tp.topic, tp.partition) for tp in sources]
-        looked_up = self._looked_up
-        if manager.is_active and all(tp in looked_up for tp in tps):
-            committed = {tp: looked_up[tp][0] for tp in tps if looked_up[tp] is not None}
-        else:
-            committed = {tp: offset for tp, (offset, _) in offsets.committed_offsets(self.consumer, tps).items()}
-        manager.set_restore_limits({TopicPartition(t, p): committed.get((t, p), 0) for t, p in tps})
+        committed = self._committed([(tp.topic, tp.partition) for tp in sources], take=False)
+        manager.set_restore_limits({tp: committed.get((tp.topic, tp.partition), (0, None))[0] for tp in sources})
 
     def _raise_standby_limits(self) -> None:
         """The standbys' source changelogs go on up to what the group committed since (Kafka's

@@ -6,7 +6,8 @@ import pytest
 from eddy.errors import EddyError
 from streams import App, StreamsBuilder, serdes
 from streams.errors import ConfigError
-from streams.runtime.config import StreamsConfig, topology_optimizations
+from streams.optimizations import topology_optimizations
+from streams.runtime.config import StreamsConfig
 from streams.testing import TopologyTestDriver
 
 S = serdes.STRING
