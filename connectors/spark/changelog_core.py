@@ -228,34 +228,17 @@ class _LocalLog:
         return out
 
     def messages(self, prange: PartitionRange) -> Iterator[list]:
-        from replication.errors import CorruptRecordError
         from replication.records import decode_messages
 
         main, _isr = self._replica_dirs(prange.partition)
-        start = prange.start  # the next offset not yet handed out
-        failure: Optional[CorruptRecordError] = None
-        for _attempt in range(_REWALKS):
-            batches, _log_start = _walk(main)
-            aborted = _aborted(batches, prange.end)
-            try:
-                for seg_path, seg_batches in _by_segment(main, batches, start, prange.end):
-                    first, last = seg_batches[0], seg_batches[-1]
-                    data = _read_range(seg_path, first.position, last.position + last.size)
-                    msgs, _next = decode_messages(data, self.topic, prange.partition, min_offset=start,
-                                                  aborted=aborted, source=seg_path)
-                    start = max(start, last.next)
-                    yield [m for m in msgs if m.offset() < prange.end]
-                return
-            except CorruptRecordError as exc:
-                # the log cleaner swapped a segment (same name, new layout) or the log was
-                # truncated between the walk and the read: walk again from where this got
-                failure = exc
-        assert failure is not None
-        raise failure
-
-
-# how many times a read of an embedded partition walks its log again when a segment changed under it
-_REWALKS = 5
+        batches, _start = _walk(main)
+        aborted = _aborted(batches, prange.end)
+        for seg_path, seg_batches in _by_segment(main, batches, prange.start, prange.end):
+            first, last = seg_batches[0], seg_batches[-1]
+            data = _read_range(seg_path, first.position, last.position + last.size)
+            msgs, _next = decode_messages(data, self.topic, prange.partition, min_offset=prange.start,
+                                          aborted=aborted, source=seg_path)
+            yield [m for m in msgs if m.offset() < prange.end]
 
 
 def _segments(log_dir: str) -> list[tuple[int, str]]:
