@@ -174,11 +174,12 @@ def _source(spec: ChangelogSpec) -> Any:
 
 # ------------------------------------------------------------------------------ embedded
 class _Batch:
-    __slots__ = ("base", "next", "pid", "txn", "control", "position", "size")
+    __slots__ = ("base", "next", "pid", "txn", "control", "position", "size", "file")
 
-    def __init__(self, base, next_offset, pid, txn, control, position, size) -> None:
+    def __init__(self, base, next_offset, pid, txn, control, position, size, file=None) -> None:
         self.base, self.next, self.pid, self.txn, self.control = base, next_offset, pid, txn, control
         self.position, self.size = position, size
+        self.file = file  # the segment's open file when the walk holds them, else None
 
 
 class _LocalLog:
@@ -228,17 +229,31 @@ class _LocalLog:
         return out
 
     def messages(self, prange: PartitionRange) -> Iterator[list]:
-        from replication.records import decode_messages
 
         main, _isr = self._replica_dirs(prange.partition)
-        batches, _start = _walk(main)
+        yield from _read_messages(main, self.topic, prange)
+
+
+def _read_messages(log_dir: str, topic: str, prange: PartitionRange) -> Iterator[list]:
+    """The messages of `[prange.start, prange.end)` in `log_dir`, a list per segment. The bytes
+    are read from the files the walk opened: the cleaner swaps a segment by renaming a new file
+    under the old name, and retention deletes files, so a read by name could meet a file the
+    walk's positions do not describe."""
+    from replication.records import decode_messages
+
+    held: list = []
+    try:
+        batches, _start = _walk(log_dir, hold=held)
         aborted = _aborted(batches, prange.end)
-        for seg_path, seg_batches in _by_segment(main, batches, prange.start, prange.end):
+        for seg_batches in _by_segment(batches, prange.start, prange.end):
             first, last = seg_batches[0], seg_batches[-1]
-            data = _read_range(seg_path, first.position, last.position + last.size)
-            msgs, _next = decode_messages(data, self.topic, prange.partition, min_offset=prange.start,
-                                          aborted=aborted, source=seg_path)
+            data = os.pread(first.file.fileno(), last.position + last.size - first.position, first.position)
+            msgs, _next = decode_messages(data, topic, prange.partition, min_offset=prange.start,
+                                          aborted=aborted, source=first.file.name)
             yield [m for m in msgs if m.offset() < prange.end]
+    finally:
+        for fh in held:
+            fh.close()
 
 
 def _segments(log_dir: str) -> list[tuple[int, str]]:
@@ -261,9 +276,11 @@ def _log_start(log_dir: str) -> int:
     return 0
 
 
-def _walk(log_dir: str, only_last: bool = False) -> tuple[list[_Batch], int]:
+def _walk(log_dir: str, only_last: bool = False, hold: Optional[list] = None) -> tuple[list[_Batch], int]:
     """Every complete batch of the log (headers only), and its start offset. A segment that
-    vanishes while listed (retention, the cleaner's swap) makes the walk start again."""
+    vanishes while listed (retention, the cleaner's swap) makes the walk start again. With
+    `hold`, each segment's file stays open (appended to `hold`, the caller closes them) and
+    its batches name it, so that their bytes can be read as walked."""
     for _attempt in range(5):
         try:
             segments = _segments(log_dir)
@@ -271,18 +288,31 @@ def _walk(log_dir: str, only_last: bool = False) -> tuple[list[_Batch], int]:
                 segments = segments[-1:]
             batches: list[_Batch] = []
             for _base, path in segments:
-                with open(path, "rb") as fh:
+                fh = open(path, "rb")
+                if hold is not None:
+                    hold.append(fh)
+                try:
                     size = os.fstat(fh.fileno()).st_size
                     if size == 0:
                         continue
                     # mapped, not read: only the batch headers are touched (the length is fixed
                     # at mapping time; what is appended later is the next walk's)
                     with mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) as data:
-                        batches += _headers(data, path)
+                        found = _headers(data, path)
+                finally:
+                    if hold is None:
+                        fh.close()
+                if hold is not None:
+                    for b in found:
+                        b.file = fh
+                batches += found
             log_start = max(_log_start(log_dir), segments[0][0] if segments else 0)
             return [b for b in batches if b.next > log_start], log_start
         except FileNotFoundError:
-            continue
+            if hold is not None:
+                for fh in hold:
+                    fh.close()
+                hold.clear()
     raise ChangelogReadError(f"{log_dir}: segments kept changing while being listed")
 
 
@@ -347,32 +377,20 @@ def _aborted(batches: list[_Batch], end: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _by_segment(log_dir: str, batches: list[_Batch], start: int, end: int) -> Iterator[tuple[str, list[_Batch]]]:
-    segments = _segments(log_dir)
-    bases = [base for base, _ in segments]
-    current: Optional[int] = None
+def _by_segment(batches: list[_Batch], start: int, end: int) -> Iterator[list[_Batch]]:
+    """The held batches overlapping `[start, end)`, in runs of one segment file each."""
     group: list[_Batch] = []
-    import bisect
-
     for b in batches:
         if b.next <= start:
             continue
         if b.base >= end:
             break
-        index = bisect.bisect_right(bases, b.base) - 1
-        if index != current or (group and b.position < group[-1].position):
-            if group:
-                yield segments[current][1], group
-            current, group = index, []
+        if group and b.file is not group[-1].file:
+            yield group
+            group = []
         group.append(b)
     if group:
-        yield segments[current][1], group
-
-
-def _read_range(path: str, start: int, end: int) -> bytes:
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        return fh.read(end - start)
+        yield group
 
 
 # ------------------------------------------------------------------------------ Kafka

@@ -51,3 +51,32 @@ def test_aborted_and_open_transactions(tmp_path):
         assert got == [("p0", "plain"), ("c", "committed"), ("o", "open"), ("p1", "after the open one")]
     finally:
         backend.close()
+
+
+def test_a_segment_the_cleaner_swaps_during_a_read_is_read_as_walked(tmp_path):
+    """The log cleaner swaps cleaned segments in (new files under the old names, the old ones
+    deleted) while a read is between its walk of the batch headers and the read of their
+    bytes: the read hands out the log as walked, every record of it, from the files it opened."""
+    from replication.cleaner import LogCleaner
+    from replication.log import Log
+    from replication.records import encode_batch
+
+    t0 = 1_700_000_000_000
+    log = Log(str(tmp_path / "t-0"), {"cleanup.policy": "compact", "segment.bytes": 1024, "segment.ms": 10**12,
+                                      "index.interval.bytes": 128}, clock=lambda: t0)
+    try:
+        written = []
+        for i in range(300):  # ten keys overwritten thirty times: most of it is cleanable
+            key, value = f"k{i % 10}".encode(), f"v{i}".encode()
+            log.append_as_leader(encode_batch([(key, value, t0)]), 0, now=t0)
+            written.append((key, value))
+        assert log.num_segments > 5
+        prange = changelog_core.PartitionRange(0, 0, log.log_end_offset)
+        reads = changelog_core._read_messages(str(tmp_path / "t-0"), "t", prange)
+        got = [(m.key(), m.value()) for m in next(reads)]  # walked, and the first segment read
+        stats = LogCleaner().clean(log, now_ms=t0)
+        assert stats.groups >= 1 and stats.records_retained < stats.records_read  # swapped under the read
+        got += [(m.key(), m.value()) for msgs in reads for m in msgs]
+        assert got == written
+    finally:
+        log.close()
