@@ -229,7 +229,6 @@ class _LocalLog:
         return out
 
     def messages(self, prange: PartitionRange) -> Iterator[list]:
-
         main, _isr = self._replica_dirs(prange.partition)
         yield from _read_messages(main, self.topic, prange)
 
