@@ -37,4 +37,5 @@ def topology_optimizations(raw: Mapping[str, Any]) -> frozenset:
 
 #: the optimizations StreamsBuilder.build(config) applies (the others run as "none" would)
 REUSE_KTABLE_SOURCE_TOPICS = "reuse.ktable.source.topics"
-APPLIED_OPTIMIZATIONS = frozenset({REUSE_KTABLE_SOURCE_TOPICS})
+MERGE_REPARTITION_TOPICS = "merge.repartition.topics"
+APPLIED_OPTIMIZATIONS = frozenset({REUSE_KTABLE_SOURCE_TOPICS, MERGE_REPARTITION_TOPICS})

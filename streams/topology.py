@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from streams import java_order
 from streams import serdes as _serdes
 from streams.errors import TopologyError
-from streams.optimizations import REUSE_KTABLE_SOURCE_TOPICS, topology_optimizations
+from streams.optimizations import APPLIED_OPTIMIZATIONS, topology_optimizations
 from streams.processor import Processor, TimestampExtractor
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ class Topology:
         # topology.optimization reuse.ktable.source.topics)
         self._source_changelogs: dict[str, str] = {}
         self.applied_optimizations: frozenset = frozenset()  # what StreamsBuilder.build(config) applied
+        self._reported_optimizations: set[frozenset] = set()  # what _report_optimizations said
         self._built: Optional[list[Subtopology]] = None
         self._groups: Optional[list[Subtopology]] = None
 
@@ -327,17 +328,20 @@ class Topology:
 
     def _report_optimizations(self, config: Any) -> None:
         """Say which optimizations topology.optimization asks for that this topology does not have:
-        accepted, so an app written for Kafka Streams runs unchanged, but said out loud (its topics
-        are then those of "none"). StreamsBuilder.build(config) applies reuse.ktable.source.topics;
-        the others are not implemented."""
+        accepted, so an app written for Kafka Streams runs unchanged, but said out loud.
+        StreamsBuilder.build(config) applies reuse.ktable.source.topics and merge.repartition.topics;
+        single.store.self.join is not implemented."""
         missing = topology_optimizations(config or {}) - self.applied_optimizations
-        if not missing:
-            return
-        if REUSE_KTABLE_SOURCE_TOPICS in missing:
-            log.warning("config 'topology.optimization' asks for reuse.ktable.source.topics, but the topology was "
-                        "built without it: pass the config to StreamsBuilder.build(config) (Kafka's "
-                        "build(props)); each table source keeps its own changelog topic")
-        others = sorted(missing - {REUSE_KTABLE_SOURCE_TOPICS})
+        if not missing or missing in self._reported_optimizations:
+            return  # said once per topology, not once per task bound to it
+        self._reported_optimizations.add(missing)
+        built_without = sorted(missing & APPLIED_OPTIMIZATIONS)
+        if built_without:
+            log.warning("config 'topology.optimization' asks for %s, but the topology was built without it: pass "
+                        "the config to StreamsBuilder.build(config) (Kafka's build(props)); the topology runs as "
+                        "with 'none' (same results, its own changelog and repartition topics)",
+                        ", ".join(built_without))
+        others = sorted(missing - APPLIED_OPTIMIZATIONS)
         if others:
             log.warning("config 'topology.optimization' asks for %s: not implemented in Eddy; the topology runs as "
                         "with 'none' (same results, its own repartition topics and stores)", ", ".join(others))

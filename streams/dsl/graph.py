@@ -27,9 +27,17 @@ class GraphNode:
     #: a join that lets None-key records through (Kafka's NULL_KEY_RELAXED_JOIN label: stream-stream
     #: left/outer joins, stream-table and stream-global-table left joins, KIP-962)
     relaxed_null_key_join = False
+    #: what the step does to records, for topology.optimization's merge.repartition.topics:
+    #: KEY_CHANGING (Kafka's isKeyChangingOperation: select_key, map, flat_map, group_by's key
+    #: selection) or PASSES_THROUGH (forwards its input records unchanged or not at all: filter,
+    #: peek, a split's branching); "" for every other step
+    role = ""
 
     def write(self, topology: Topology) -> None:
         raise NotImplementedError
+
+
+KEY_CHANGING, PASSES_THROUGH = "key-changing", "passes-through"
 
 
 def _defer(topology: Topology, *serdes: Any) -> None:
@@ -96,6 +104,9 @@ class RepartitionNode(GraphNode):
     value_serde: Any = None
     deferred_serdes: tuple = ()
     num_partitions: Optional[int] = None  # fixed by repartition(num_partitions=)
+    #: Kafka's OptimizableRepartitionNode (a grouping's, a join's, to_table's): merge.repartition.topics
+    #: may replace it by one repartition right after the key-changing step; KStream.repartition's is not
+    optimizable: bool = False
     #: set by Graph.to_topology: a join downstream takes None keys, so the filter passes them
     keeps_null_keys: bool = False
 
@@ -421,27 +432,36 @@ class Graph:
         self.nodes.append(node)
         return node
 
-    def to_topology(self, topology: Optional[Topology] = None) -> Topology:
+    def to_topology(self, topology: Optional[Topology] = None, *, merge_repartitions: bool = False) -> Topology:
+        """The recorded steps written into `topology` (a new one by default); with
+        `merge_repartitions`, as merge.repartition.topics rewrites them (the recorded steps stay
+        as they are, so that another build may differ)."""
         topology = topology if topology is not None else Topology()
-        relaxed = self._upstream_of_relaxed_joins()
-        for node in self.nodes:
+        nodes = self.nodes
+        if merge_repartitions:
+            from streams.dsl.repartition_merge import merge_repartition_topics
+
+            nodes = merge_repartition_topics(nodes)
+        relaxed = _upstream_of_relaxed_joins(nodes)
+        for node in nodes:
             if isinstance(node, RepartitionNode):
                 node.keeps_null_keys = node.name in relaxed
             node.write(topology)
         return topology
 
-    def _upstream_of_relaxed_joins(self) -> set[str]:
-        """The nodes with a None-key relaxed join downstream (Kafka's
-        NodesWithRelaxedNullKeyJoinDownstream): a repartition among them keeps its None-key records,
-        the others drop them (InternalStreamsBuilder.rewriteRepartitionNodes)."""
-        by_name = {node.name: node for node in self.nodes}
-        found: set[str] = set()
-        todo = [parent for node in self.nodes if node.relaxed_null_key_join for parent in node.parents]
-        while todo:
-            name = todo.pop()
-            if name not in found:
-                found.add(name)
-                upstream = by_name.get(name)
-                if upstream is not None:
-                    todo.extend(upstream.parents)
-        return found
+
+def _upstream_of_relaxed_joins(nodes: list[GraphNode]) -> set[str]:
+    """The nodes with a None-key relaxed join downstream (Kafka's
+    NodesWithRelaxedNullKeyJoinDownstream): a repartition among them keeps its None-key records,
+    the others drop them (InternalStreamsBuilder.rewriteRepartitionNodes)."""
+    by_name = {node.name: node for node in nodes}
+    found: set[str] = set()
+    todo = [parent for node in nodes if node.relaxed_null_key_join for parent in node.parents]
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            upstream = by_name.get(name)
+            if upstream is not None:
+                todo.extend(upstream.parents)
+    return found

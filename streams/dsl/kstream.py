@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
 from streams.dsl.branched import Branched
-from streams.dsl.graph import (GlobalTableSourceNode, Graph, LazyStoreBuilder, ProcessorGraphNode,
+from streams.dsl.graph import (KEY_CHANGING, PASSES_THROUGH, GlobalTableSourceNode, Graph, LazyStoreBuilder,
+                               ProcessorGraphNode,
                                ProcessorWithStoresNode, RepartitionNode, StateStoreNode, StatefulProcessorNode,
                                StreamSinkNode, StreamSourceNode, StreamStreamJoinNode, StreamTableJoinNode,
                                TableSourceNode)
@@ -24,7 +25,8 @@ from streams.dsl.ops.table import TableSourceProcessor
 from streams.dsl.windows import JoinWindows
 from streams.errors import InternalTopicError, TopologyError
 from streams.internal_topics import validate_topic_name
-from streams.optimizations import APPLIED_OPTIMIZATIONS, REUSE_KTABLE_SOURCE_TOPICS, topology_optimizations
+from streams.optimizations import (APPLIED_OPTIMIZATIONS, MERGE_REPARTITION_TOPICS, REUSE_KTABLE_SOURCE_TOPICS,
+                                  topology_optimizations)
 from streams.processor import TimestampExtractor
 from streams.topology import Topology
 
@@ -42,13 +44,13 @@ _GENERATED_PREFIX = re.compile(r"KSTREAM.*-[0-9]{10}")
 
 
 def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: str, key_serde: Any, value_serde: Any, *,
-                num_partitions: Optional[int] = None) -> tuple[str, Any, Any]:
+                num_partitions: Optional[int] = None, optimizable: bool = True) -> tuple[str, Any, Any]:
     """Null-key filter -> sink to `<prefix>-repartition` | source from it (Kafka's
     createRepartitionedSource). Three generated names are always allocated (sink, filter,
     source, Kafka's order); they name the nodes when the prefix is itself a generated name
     (`KSTREAM...-<10 digits>`), else the nodes are `<topic>-sink`, `-filter` and `-source`.
-    `num_partitions` fixes the topic's partition count. Returns (source name, key serde, value
-    serde)."""
+    `num_partitions` fixes the topic's partition count; `optimizable=False` keeps the topic out of
+    merge.repartition.topics (KStream.repartition's). Returns (source name, key serde, value serde)."""
     graph = builder._graph
     suffix = N.REPARTITION_SUFFIX
     topic = topic_prefix if topic_prefix.endswith(suffix) else topic_prefix + suffix
@@ -61,7 +63,7 @@ def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: str, key_s
     key_serde = N.key_or_default(key_serde, where)
     value_serde = N.value_or_default(value_serde, where)
     graph.add(RepartitionNode(source, (parent,), topic, filt, sink, NullKeyFilterProcessor, key_serde, value_serde,
-                              num_partitions=num_partitions))
+                              num_partitions=num_partitions, optimizable=optimizable))
     return source, key_serde, value_serde
 
 
@@ -159,14 +161,15 @@ class StreamsBuilder:
         """A new, validated Topology for the operations recorded so far. With `config` (Kafka's
         build(props)), its topology.optimization applies: reuse.ktable.source.topics makes each
         builder.table topic its store's changelog (no changelog topic; a task restores the store
-        from its input partition up to the offset committed there). The other optimizations are
-        not implemented: the App says so when its config asks for them."""
+        from its input partition up to the offset committed there); merge.repartition.topics
+        makes the repartitions below a key change one (streams/dsl/repartition_merge.py).
+        single.store.self.join is not implemented: the App says so when its config asks for it."""
         requested = topology_optimizations(config or {})
         reuse = REUSE_KTABLE_SOURCE_TOPICS in requested
         for node in self._graph.nodes:
             if type(node) is TableSourceNode:
                 node.reuse_source_topic = reuse
-        topology = self._graph.to_topology()
+        topology = self._graph.to_topology(merge_repartitions=MERGE_REPARTITION_TOPICS in requested)
         topology.applied_optimizations = requested & APPLIED_OPTIMIZATIONS
         topology.build()
         return topology
@@ -200,11 +203,11 @@ class KStream:
         return self._node
 
     def _add(self, prefix: str, supplier: Callable[[], Any], *, key_serde: Any, value_serde: Any,
-             repartition_required: Optional[bool] = None) -> "KStream":
+             repartition_required: Optional[bool] = None, role: str = "") -> "KStream":
         graph = self._builder._graph
         name = graph.new_name(prefix)
         parent = self._node
-        graph.add(ProcessorGraphNode(name, (parent,), supplier))
+        graph.add(ProcessorGraphNode(name, (parent,), supplier)).role = role
         return KStream(self._builder, name, key_serde, value_serde,
                        self._repartition_required if repartition_required is None else repartition_required)
 
@@ -222,17 +225,17 @@ class KStream:
     def filter(self, predicate: Callable[[Any, Any], bool]) -> "KStream":
         _check_fn(predicate, "filter")
         return self._add(N.FILTER, lambda: FilterProcessor(predicate), key_serde=self.key_serde,
-                         value_serde=self.value_serde)
+                         value_serde=self.value_serde, role=PASSES_THROUGH)
 
     def filter_not(self, predicate: Callable[[Any, Any], bool]) -> "KStream":
         _check_fn(predicate, "filter_not")
         return self._add(N.FILTER, lambda: FilterProcessor(predicate, negate=True), key_serde=self.key_serde,
-                         value_serde=self.value_serde)
+                         value_serde=self.value_serde, role=PASSES_THROUGH)
 
     def peek(self, action: Callable[[Any, Any], None]) -> "KStream":
         _check_fn(action, "peek")
         return self._add(N.PEEK, lambda: PeekProcessor(action), key_serde=self.key_serde,
-                         value_serde=self.value_serde)
+                         value_serde=self.value_serde, role=PASSES_THROUGH)
 
     def foreach(self, action: Callable[[Any, Any], None]) -> None:
         """Terminal: call action(key, value) for every record."""
@@ -243,7 +246,7 @@ class KStream:
         """New key = fn(key, value); a later grouping repartitions."""
         _check_fn(fn, "select_key")
         return self._add(N.KEY_SELECT, lambda: KeySelectProcessor(fn), key_serde=None,
-                         value_serde=self.value_serde, repartition_required=True)
+                         value_serde=self.value_serde, repartition_required=True, role=KEY_CHANGING)
 
     def to(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
            partitioner: Optional[Callable[[str, Any, Any, int], Optional[int]]] = None) -> None:
@@ -263,13 +266,13 @@ class KStream:
         """(key, value) -> mapper(key, value) = (new_key, new_value); a later grouping repartitions."""
         _check_fn(mapper, "map")
         return self._add(N.MAP, lambda: MapProcessor(mapper), key_serde=None, value_serde=None,
-                         repartition_required=True)
+                         repartition_required=True, role=KEY_CHANGING)
 
     def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple]]) -> "KStream":
         """One record per (new_key, new_value) pair of mapper(key, value); a later grouping repartitions."""
         _check_fn(mapper, "flat_map")
         return self._add(N.FLATMAP, lambda: FlatMapProcessor(mapper), key_serde=None, value_serde=None,
-                         repartition_required=True)
+                         repartition_required=True, role=KEY_CHANGING)
 
     def merge(self, other: "KStream") -> "KStream":
         """Both streams' records in one stream (Kafka's KSTREAM-MERGE-)."""
@@ -307,7 +310,8 @@ class KStream:
         prefix = name if name is not None else graph.new_name(N.REPARTITION)
         ks = _serdes.resolve_serde(key_serde, "repartition key_serde") or self.key_serde
         vs = _serdes.resolve_serde(value_serde, "repartition value_serde") or self.value_serde
-        source, ks, vs = repartition(self._builder, self._node, prefix, ks, vs, num_partitions=num_partitions)
+        source, ks, vs = repartition(self._builder, self._node, prefix, ks, vs, num_partitions=num_partitions,
+                                     optimizable=False)
         return KStream(self._builder, source, ks, vs)
 
     def process(self, processor_supplier: Callable[[], Any], *, stores: Iterable[str] = ()) -> "KStream":
@@ -348,7 +352,7 @@ class KStream:
         """Group by a new key fn(key, value); aggregations repartition through an internal topic."""
         _check_fn(fn, "group_by")
         selected = self._add(N.KEY_SELECT, lambda: KeySelectProcessor(fn), key_serde=None,
-                             value_serde=self.value_serde, repartition_required=True)
+                             value_serde=self.value_serde, repartition_required=True, role=KEY_CHANGING)
         return _grouped().KGroupedStream(self._builder, selected._node,
                               _serdes.resolve_serde(key_serde, "group_by key_serde"),
                               _serdes.resolve_serde(value_serde, "group_by value_serde") or self.value_serde,
@@ -531,7 +535,8 @@ class BranchedKStream:
         predicates, children = self._predicates, self._children
         default = self
         graph.add(ProcessorGraphNode(self._splitter, (stream._node,),
-                                     lambda: BranchProcessor(list(predicates), list(children), default._default)))
+                                     lambda: BranchProcessor(list(predicates), list(children), default._default))
+                  ).role = PASSES_THROUGH
 
     def _child(self, branched: Branched, position: int) -> KStream:
         if self._done:
@@ -540,7 +545,7 @@ class BranchedKStream:
             raise TopologyError(f"split: branch options must be a Branched, got {branched!r}")
         stream = self._stream
         child = self._splitter + (branched.name if branched.name is not None else str(position))
-        stream._builder._graph.add(ProcessorGraphNode(child, (self._splitter,), PassThroughProcessor))
+        stream._builder._graph.add(ProcessorGraphNode(child, (self._splitter,), PassThroughProcessor)).role = PASSES_THROUGH
         return KStream(stream._builder, child, stream.key_serde, stream.value_serde, stream._repartition_required)
 
     def branch(self, predicate: Callable[[Any, Any], bool], branched: Optional[Branched] = None) -> "BranchedKStream":
