@@ -1122,8 +1122,8 @@ static PyObject *cached_put(PyObject *self, PyObject *const *args, Py_ssize_t na
 }
 
 /* cached_replace(store, key, value, timestamp): CachingKeyValueStore.replace (the definition:
- * its get then its put) with the named cache opened and the lock taken once; any case but the
- * hot one is the definition's. */
+ * its get then its put, returning what the get read) with the named cache opened and the lock
+ * taken once; any case but the hot one is the definition's. */
 static PyObject *cached_replace(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -1148,11 +1148,12 @@ static PyObject *cached_replace(PyObject *self, PyObject *const *args, Py_ssize_
     }
     PyObject *read = get_held(store, named, key);
     int rc = read == NULL ? -1 : put_held(store, named, key, value, timestamp);
-    Py_XDECREF(read);
     Py_DECREF(named);
-    if (release_lock(lock) < 0 || rc < 0)
+    if (release_lock(lock) < 0 || rc < 0) {
+        Py_XDECREF(read);
         return NULL;
-    Py_RETURN_NONE;
+    }
+    return read;
 }
 
 static PyMethodDef module_methods[] = {

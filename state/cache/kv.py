@@ -207,14 +207,15 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         finally:
             lock.release()
 
-    def replace(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
-        """`get(key)` then `put(key, value, timestamp)`, the value read unused: a table source's
-        read before its write, whose only effects here are the cache's (a hit, or a miss with its
-        read-through entry and any eviction that causes), in one call holding the lock once."""
+    def replace(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> Optional[bytes]:
+        """`get(key)` then `put(key, value, timestamp)`, returning the value read: a table
+        source's read before its write (its effects here are the cache's: a hit, or a miss with
+        its read-through entry and any eviction that causes), in one call holding the lock once."""
         cache = self._check()
         with cache.lock:
-            self.get(key)
+            old = self.get(key)
             self.put(key, value, timestamp)
+        return old
 
     def update(self, key: bytes, fn: Callable[[Optional[bytes]], Optional[bytes]],
                timestamp: Optional[int] = None) -> Optional[bytes]:

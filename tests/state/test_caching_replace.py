@@ -1,5 +1,5 @@
-"""CachingKeyValueStore.replace (a table source's read-then-write): exactly the effects of get then
-put, in its C form (state/cache/_cache.c cached_replace) and its Python definition."""
+"""CachingKeyValueStore.replace (a table source's read-then-write): exactly the effects and the read
+of get then put, in its C form (state/cache/_cache.c cached_replace) and its Python definition."""
 
 import pytest
 
@@ -29,9 +29,9 @@ def test_replace_equals_get_then_put(tmp_path, form, kind, max_bytes):
     b, b_inner, b_flushed = _store(kind, tmp_path / "b" / "0_0", max_bytes)
     replace = a.replace if form == "c" else lambda *args: CachingKeyValueStore.replace(a, *args)
     for n, (key, value, ts) in enumerate(OPS):
-        b.get(key)
+        read = b.get(key)
         b.put(key, value, ts)
-        assert replace(key, value, ts) is None
+        assert replace(key, value, ts) == read  # what the get read
         if n == 4:
             a.flush_cache()
             b.flush_cache()

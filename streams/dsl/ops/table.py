@@ -101,8 +101,8 @@ class TimestampedAccess:
     timestamp, a timestamped INT64 (un)packed directly: no ValueAndTimestamp made), else
     through it. `get(key) -> (handle, value, timestamp)` (value None when absent) and
     `put(handle, value, timestamp)` (value None deletes); `replace(key, value, timestamp)` is
-    put(get(key)[0], value, timestamp) with the value read unused (a caching store's `replace`:
-    one call). Below the typed layer `key_of(bytes)`
+    put(get(key)[0], value, timestamp) returning the timestamp read (None when absent), the value
+    read unused (a caching store's `replace`: one call). Below the typed layer `key_of(bytes)`
     and `value_of(bytes)` decode a stored key and value (the plain value of its
     ValueAndTimestamp); else `value_of` is None."""
 
@@ -200,12 +200,14 @@ class TimestampedAccess:
 
         below_replace = getattr(below, "replace", None)
         if below_replace is not None:
-            def replace(key: Any, value: Any, timestamp: int) -> None:
-                key_bytes = key_bytes_of(key)
-                below_replace(key_bytes, encode(value, timestamp), timestamp)
+            def replace(key: Any, value: Any, timestamp: int) -> Optional[int]:
+                old = below_replace(key_bytes_of(key), encode(value, timestamp), timestamp)
+                return None if old is None else unpack_stamp(old)[0]
         else:
-            def replace(key: Any, value: Any, timestamp: int) -> None:
-                put(get(key)[0], value, timestamp)
+            def replace(key: Any, value: Any, timestamp: int) -> Optional[int]:
+                key_bytes, _old, old_timestamp = get(key)
+                put(key_bytes, value, timestamp)
+                return old_timestamp
         self.get, self.put, self.replace = get, put, replace
         self.key_of, self.value_of = key_of, value_of
         self.key_de_unchecked = _serdes.unchecked_deserializer(key_serde)
@@ -219,8 +221,10 @@ class TimestampedAccess:
     def _typed_put(self, key: Any, value: Any, timestamp: int) -> None:
         self.store.put(key, None if value is None else ValueAndTimestamp(value, timestamp), timestamp)
 
-    def _typed_replace(self, key: Any, value: Any, timestamp: int) -> None:
-        self._typed_put(self._typed_get(key)[0], value, timestamp)
+    def _typed_replace(self, key: Any, value: Any, timestamp: int) -> Optional[int]:
+        key, _old, old_timestamp = self._typed_get(key)
+        self._typed_put(key, value, timestamp)
+        return old_timestamp
 
 
 def aggregate_change(key: Any, new: Any, old: Any, agg: Any, agg_timestamp: Optional[int], timestamp: int,
@@ -269,6 +273,15 @@ class TableSourceProcessor(StageOperator):
         access = TimestampedAccess(store)
         get, put, replace = access.get, access.put, access.replace
         dropped = self.dropped
+        context = self.context
+
+        def out_of_order(old_timestamp: int, timestamp: int) -> None:
+            """Kafka's WARN for an update older than the table's value (applied all the same)."""
+            meta = getattr(context, "metadata", None)  # (topic, partition, offset) of the record
+            where = ("topic=[%s] partition=[%d] offset=[%d]" % meta if meta is not None
+                     else "Topic, partition and offset not known")
+            log.warning("Detected out-of-order KTable update for %s, old timestamp=[%d] new timestamp=[%d]. %s.",
+                        name, old_timestamp, timestamp, where)
 
         def table_source(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if key is None:
@@ -280,10 +293,14 @@ class TableSourceProcessor(StageOperator):
                 if down is drop:  # no downstream (a global table): no Change to build, no old value to read
                     store.put(key, None if value is None else ValueAndTimestamp(value, timestamp), timestamp)
                     return
-                if not forward_on_update:  # the cache's flush forwards: Kafka's read only for its cache effects
-                    replace(key, value, timestamp)
+                if not forward_on_update:  # the cache's flush forwards: the read is for its timestamp
+                    old_timestamp = replace(key, value, timestamp)
+                    if old_timestamp is not None and timestamp < old_timestamp:
+                        out_of_order(old_timestamp, timestamp)
                     return
-                handle, old, _ = get(key)
+                handle, old, old_timestamp = get(key)
+                if old_timestamp is not None and timestamp < old_timestamp:
+                    out_of_order(old_timestamp, timestamp)
                 put(handle, value, timestamp)
                 down(key, _new_tuple(Change, (value, old)), timestamp, headers)
             except BaseException:

@@ -281,3 +281,23 @@ def test_a_source_table_caches_only_when_materialized(store, expected):
         inp.pipe_input("a", "x", timestamp=1)
         inp.pipe_input("b", None, timestamp=2)
         assert records(d.create_output_topic("out", S, S)) == expected
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 10_000_000])
+def test_a_table_update_older_than_the_tables_value_is_applied_and_warned_of(cache_bytes, caplog):
+    """Kafka's KTableSource: an update with a timestamp below the stored one's is applied all the
+    same, with a WARN naming the store, both timestamps and the record's topic, partition and
+    offset; an update at the same or a later time is not warned of."""
+    b = StreamsBuilder()
+    b.table("users", key_serde=S, value_serde=S, store="regions").to_stream().to("out", key_serde=S, value_serde=S)
+    with caplog.at_level("WARNING", logger="streams.dsl.ops.table"):
+        with TopologyTestDriver(b.build(), {"statestore.cache.max.bytes": cache_bytes}) as driver:
+            inp = driver.create_input_topic("users", S, S)
+            inp.pipe_input("u1", "north", timestamp=100)
+            inp.pipe_input("u1", "south", timestamp=100)
+            inp.pipe_input("u2", "east", timestamp=50)
+            inp.pipe_input("u1", "west", timestamp=40)
+            assert driver.get_key_value_store("regions").get("u1") == "west"
+    warned = [r.getMessage() for r in caplog.records if "out-of-order KTable update" in r.getMessage()]
+    assert warned == ["Detected out-of-order KTable update for regions, old timestamp=[100] new timestamp=[40]. "
+                      "topic=[users] partition=[0] offset=[3]."]

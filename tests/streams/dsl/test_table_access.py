@@ -180,3 +180,14 @@ def test_the_c_flush_loop_forwards_what_the_python_loop_does(tmp_path, seed, inn
         results.append((got, outcome))
     assert results[0] == results[1]
     assert results[0][0] and results[0][1]  # both records and errors were met
+
+
+@pytest.mark.parametrize("caching", [False, True], ids=["uncached", "cached"])
+def test_replace_writes_and_returns_the_timestamp_it_read(tmp_path, caching):
+    store, _ = _store(tmp_path, serdes.STRING, caching)
+    access = TimestampedAccess(store)
+    assert access.replace("k", "a", 10) is None  # nothing there
+    assert access.replace("k", "b", 5) == 10
+    assert access.replace("k", None, 7) == 5
+    assert access.replace("k", "c", 8) is None  # deleted
+    assert store.get("k") == ValueAndTimestamp("c", 8)
