@@ -6,7 +6,7 @@ xfails through known_gaps.py until that branch lands.
 
 from __future__ import annotations
 
-from vocabulary import CACHE, INPUT2, NO_CACHE, RIGHT
+from vocabulary import CACHE, INPUT2, NO_CACHE, OPTIMIZATIONS, RIGHT
 
 FIRST_SEED = 1_000_000  # apart from the random scenarios' seeds
 
@@ -169,6 +169,17 @@ _CASES = {
                                            other={"source": "self",
                                                   "ops": [{"op": "flat_map_values", "fn": "words"}]})],
                                     [["b", "abc a d", 0], ["b", "ba b", 0]], NO_CACHE),
+    # merge.repartition.topics: both sides of a self-join below one key change share one
+    # repartition topic, the other side's filter moved below it (Kafka's mergeRepartitionTopics)
+    "merged-self-join-repartition": ("join", "stream",
+                                     [{"op": "select_key", "fn": "key_upper"},
+                                      _join("stream_join", "left", "both_or_none",
+                                            windows={"diff": 300, "grace": None, "before": 50, "after": None},
+                                            store=False,
+                                            other={"source": "self",
+                                                   "ops": [{"op": "filter", "fn": "key_present"}]})],
+                                     [["b", "abc a d", 0], ["b", "ba b", 0], [None, "x", 5], ["a", "q", 400]],
+                                     NO_CACHE, {"topology_optimization": OPTIMIZATIONS}),
     # a table join's value getter gives no result when the joiner returns None
     # (ValueAndTimestamp.make): the foreign-key join reading it sends no response for a
     # PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE subscription

@@ -92,7 +92,8 @@ def _mismatch(seed: int, scenario: dict, got: dict, expected: dict, part: str) -
     gap = known_gaps.explain(scenario, got, expected)
     if gap is not None:
         pytest.xfail(f"{gap.reason} [known gap {gap.name!r}, fixed on branch {gap.branch!r}]")
-    return (f"seed {seed} ({scenario['family']}, cache {scenario['cache_max_bytes']}): {part} differs\n"
+    return (f"seed {seed} ({scenario['family']}, cache {scenario['cache_max_bytes']}, optimization "
+            f"{vocabulary.optimization(scenario)}): {part} differs\n"
             f" ops {scenario['ops']}\n source {scenario['source']} records {scenario['records']}\n"
             f" eddy  {got[part]}\n kafka {expected[part]}")
 
@@ -122,4 +123,5 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
             for j in [vocabulary.join_step(s)] if any(step["op"] in ("select_key", "map") for step in s["ops"])} >= {
         "stream_join", "stream_table_join"}
     assert {s["source"] for s in scenarios} == {"stream", "table"}
+    assert {vocabulary.optimization(s) for s in scenarios} == {"none", vocabulary.OPTIMIZATIONS}
     assert {s["cache_max_bytes"] > 0 for s in scenarios} == {True, False}

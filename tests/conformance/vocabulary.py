@@ -13,7 +13,9 @@ written to ``output`` (a KTable through ``to_stream()``). Every store a step cre
 (plus the topic when it is not ``input``); None keys and values (unkeyed records, tombstones),
 out-of-order and late timestamps and timestamps on window boundaries are generated.
 ``cache_max_bytes`` is 0 (no caching layer, as Kafka's rewriteTopology) or 10 MiB; seeds 2n and
-2n + 1 are one topology and its records without and with caching.
+2n + 1 are one topology and its records without and with caching. A third of the topologies are
+built with ``topology_optimization`` (``OPTIMIZATIONS``: both drivers' builds apply it, Kafka's
+build(props)); the others have none.
 
 Join scenarios (family ``join``, ``JOINS``): a join step joins the current KStream or KTable with
 the pipeline its ``other`` describes (over its ``topic``, ``right`` or ``right2``, its stores
@@ -483,6 +485,17 @@ def _join_records(rng: random.Random, ops: list) -> list:
     return records
 
 
+#: the topology.optimization of the optimized scenarios: what Eddy implements (not
+#: single.store.self.join, whose Kafka form would then be compared with Eddy's two stores)
+OPTIMIZATIONS = "reuse.ktable.source.topics,merge.repartition.topics"
+
+
+def _optimized(seed: int) -> bool:
+    """A third of the topologies, without drawing from a scenario's generator (each seed keeps
+    its topology and records)."""
+    return seed // 2 % 3 == 2
+
+
 def generate(seed: int) -> dict:
     """The scenario of ``seed`` (same seed, same scenario, on every machine). Seeds 2n and 2n + 1
     are the same topology and records, without and with caching. A share of the seeds are join
@@ -496,6 +509,8 @@ def generate(seed: int) -> dict:
                     "records": _join_records(rng, ops)}
         if not left["source_store"]:
             scenario["source_store"] = False
+        if _optimized(seed):
+            scenario["topology_optimization"] = OPTIMIZATIONS
         return scenario
     rng = random.Random(seed // 2)
     family = FAMILIES[rng.choices(range(len(FAMILIES)), weights=[2, 3, 5, 4])[0]]
@@ -507,6 +522,8 @@ def generate(seed: int) -> dict:
                 "cache_max_bytes": CACHE if seed % 2 else NO_CACHE, "records": _records(rng, ops)}
     if source == "unnamed_table":  # builder.table without a store name
         scenario.update(source="table", source_store=False)
+    if _optimized(seed):
+        scenario["topology_optimization"] = OPTIMIZATIONS
     return scenario
 
 
@@ -688,8 +705,12 @@ def build_eddy(scenario: dict) -> _Built:
     if not hasattr(current, "to"):  # a table: its changelog
         current = current.to_stream()
     current.to(OUTPUT, key_serde=_output_key_serde(built), value_serde=_serde(built.value_type))
-    built.topology = builder.build()
+    built.topology = builder.build({"topology.optimization": optimization(scenario)})
     return built
+
+
+def optimization(scenario: dict) -> str:
+    return scenario.get("topology_optimization", "none")
 
 
 def _eddy_pipeline(builder: Any, topic: str, spec: dict, prefix: str, built: _Built, input2: list,
@@ -831,7 +852,8 @@ def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | No
     # default serdes as ConformanceDriver.java sets them: a suppress buffer after an unmaterialized
     # table operation takes them
     config = {"application.id": "conformance", "statestore.cache.max.bytes": scenario["cache_max_bytes"],
-              "default.key.serde": "string", "default.value.serde": "string"}
+              "default.key.serde": "string", "default.value.serde": "string",
+              "topology.optimization": optimization(scenario)}
     if state_dir is not None:
         config["state.dir"] = state_dir
     with TopologyTestDriver(built.topology, config) as driver:

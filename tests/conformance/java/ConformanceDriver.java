@@ -487,6 +487,7 @@ public final class ConformanceDriver {
         // as TopologyTestDriver sets it when absent (and Eddy's driver too): left/outer stream-stream
         // join results are emitted on the first record past the window close, not throttled
         props.put(StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, 0L);
+        props.put(StreamsConfig.TOPOLOGY_OPTIMIZATION_CONFIG, scenario.path("topology_optimization").asText("none"));
         Built built = new Built();
         try {
             StreamsBuilder builder = new StreamsBuilder();
@@ -494,7 +495,7 @@ public final class ConformanceDriver {
             Serde keySerde = outputKeySerde(built);
             Serde valueSerde = serde(built.valueType);
             out.to("output", Produced.with(keySerde, valueSerde));
-            try (TopologyTestDriver driver = new TopologyTestDriver(builder.build(), props)) {
+            try (TopologyTestDriver driver = new TopologyTestDriver(builder.build(props), props)) {
                 Map<String, TestInputTopic<String, String>> inputs = new HashMap<>();
                 for (JsonNode r : scenario.get("records")) {
                     String topic = r.size() > 3 ? r.get(3).asText() : "input";
