@@ -35,7 +35,5 @@ def topology_optimizations(raw: Mapping[str, Any]) -> frozenset:
     return frozenset(names)
 
 
-#: the optimizations StreamsBuilder.build(config) applies (the others run as "none" would)
-REUSE_KTABLE_SOURCE_TOPICS = "reuse.ktable.source.topics"
-MERGE_REPARTITION_TOPICS = "merge.repartition.topics"
-APPLIED_OPTIMIZATIONS = frozenset({REUSE_KTABLE_SOURCE_TOPICS, MERGE_REPARTITION_TOPICS})
+#: the optimizations' names, for the code that applies them (StreamsBuilder.build(config))
+REUSE_KTABLE_SOURCE_TOPICS, MERGE_REPARTITION_TOPICS, SINGLE_STORE_SELF_JOIN = TOPOLOGY_OPTIMIZATIONS

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from streams import java_order
 from streams import serdes as _serdes
 from streams.errors import TopologyError
-from streams.optimizations import APPLIED_OPTIMIZATIONS, topology_optimizations
+from streams.optimizations import topology_optimizations
 from streams.processor import Processor, TimestampExtractor
 
 log = logging.getLogger(__name__)
@@ -327,24 +327,17 @@ class Topology:
         self._report_optimizations(config)
 
     def _report_optimizations(self, config: Any) -> None:
-        """Say which optimizations topology.optimization asks for that this topology does not have:
-        accepted, so an app written for Kafka Streams runs unchanged, but said out loud.
-        StreamsBuilder.build(config) applies reuse.ktable.source.topics and merge.repartition.topics;
-        single.store.self.join is not implemented."""
+        """Say which optimizations topology.optimization asks for that this topology was built
+        without (StreamsBuilder.build() without the config): accepted, so an app written for
+        Kafka Streams runs unchanged, but said out loud, once per topology."""
         missing = topology_optimizations(config or {}) - self.applied_optimizations
         if not missing or missing in self._reported_optimizations:
             return  # said once per topology, not once per task bound to it
         self._reported_optimizations.add(missing)
-        built_without = sorted(missing & APPLIED_OPTIMIZATIONS)
-        if built_without:
-            log.warning("config 'topology.optimization' asks for %s, but the topology was built without it: pass "
-                        "the config to StreamsBuilder.build(config) (Kafka's build(props)); the topology runs as "
-                        "with 'none' (same results, its own changelog and repartition topics)",
-                        ", ".join(built_without))
-        others = sorted(missing - APPLIED_OPTIMIZATIONS)
-        if others:
-            log.warning("config 'topology.optimization' asks for %s: not implemented in Eddy; the topology runs as "
-                        "with 'none' (same results, its own repartition topics and stores)", ", ".join(others))
+        log.warning("config 'topology.optimization' asks for %s, but the topology was built without it: pass the "
+                    "config to StreamsBuilder.build(config) (Kafka's build(props)); the topology runs as with "
+                    "'none' (same results, its own changelog and repartition topics and stores)",
+                    ", ".join(sorted(missing)))
 
     def _bind_caching(self, config: Any) -> None:
         """Kafka's rewriteTopology: with statestore.cache.max.bytes = 0 no store gets a caching

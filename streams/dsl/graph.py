@@ -348,10 +348,27 @@ class StreamStreamJoinNode(GraphNode):
     outer_store: Any = None
     deferred_serdes: tuple = ()
     relaxed_null_key_join: bool = False  # a left or outer join
+    #: the processor of an inner join of a stream with itself over the `this` store alone
+    self_join_supplier: Optional[Callable[[], Any]] = None
+    #: topology.optimization single.store.self.join (set by StreamsBuilder.build(config)): written as
+    #: Kafka's rewriteSingleStoreSelfJoin leaves it: the windowed node, then the self-join
+    #: processor under the node's name, one store
+    self_join: bool = False
+
+    def can_self_join(self) -> bool:
+        """Kafka's rule, for inner joins (a left or outer join's unmatched and None-key results
+        are not the self-join processor's): both sides read the same node."""
+        return self.self_join_supplier is not None and self.parents[0] == self.parents[1]
 
     def write(self, topology: Topology) -> None:
         _defer(topology, *self.deferred_serdes)
         this_parent, other_parent = self.parents
+        if self.self_join:
+            topology.add_processor(self.this_windowed, self.windowed_supplier, this_parent)
+            topology.add_processor(self.name, self.self_join_supplier, self.this_windowed)
+            topology.add_state_store(self.this_store, self.this_windowed, self.name)
+            topology.copartition_sources(*_sources_of(topology, self.parents))
+            return
         topology.add_processor(self.this_windowed, self.windowed_supplier, this_parent)
         topology.add_processor(self.other_windowed, self.windowed_supplier, other_parent)
         topology.add_processor(self.join_this, self.this_supplier, self.this_windowed)

@@ -20,12 +20,12 @@ from streams.dsl.materialized import Materialized, as_materialized, key_value_st
 from streams.dsl.ops.stateless import (BranchProcessor, FilterProcessor, FlatMapProcessor, FlatMapValuesProcessor,
                                        KeySelectProcessor, MapProcessor, MapValuesProcessor, NullKeyFilterProcessor,
                                        PassThroughProcessor, PeekProcessor)
-from streams.dsl.ops.stream_join import StreamStreamJoin, StreamTableJoinProcessor
+from streams.dsl.ops.stream_join import SelfJoinProcessor, StreamStreamJoin, StreamTableJoinProcessor
 from streams.dsl.ops.table import TableSourceProcessor
 from streams.dsl.windows import JoinWindows
 from streams.errors import InternalTopicError, TopologyError
 from streams.internal_topics import validate_topic_name
-from streams.optimizations import (APPLIED_OPTIMIZATIONS, MERGE_REPARTITION_TOPICS, REUSE_KTABLE_SOURCE_TOPICS,
+from streams.optimizations import (MERGE_REPARTITION_TOPICS, REUSE_KTABLE_SOURCE_TOPICS, SINGLE_STORE_SELF_JOIN,
                                   topology_optimizations)
 from streams.processor import TimestampExtractor
 from streams.topology import Topology
@@ -162,15 +162,18 @@ class StreamsBuilder:
         build(props)), its topology.optimization applies: reuse.ktable.source.topics makes each
         builder.table topic its store's changelog (no changelog topic; a task restores the store
         from its input partition up to the offset committed there); merge.repartition.topics
-        makes the repartitions below a key change one (streams/dsl/repartition_merge.py).
-        single.store.self.join is not implemented: the App says so when its config asks for it."""
+        makes the repartitions below a key change one (streams/dsl/repartition_merge.py);
+        single.store.self.join joins a stream with itself (an inner join) over one window store."""
         requested = topology_optimizations(config or {})
         reuse = REUSE_KTABLE_SOURCE_TOPICS in requested
+        self_join = SINGLE_STORE_SELF_JOIN in requested
         for node in self._graph.nodes:
             if type(node) is TableSourceNode:
                 node.reuse_source_topic = reuse
+            elif type(node) is StreamStreamJoinNode:
+                node.self_join = self_join and node.can_self_join()
         topology = self._graph.to_topology(merge_repartitions=MERGE_REPARTITION_TOPICS in requested)
-        topology.applied_optimizations = requested & APPLIED_OPTIMIZATIONS
+        topology.applied_optimizations = requested
         topology.build()
         return topology
 
@@ -497,7 +500,8 @@ class KStream:
             other_supplier=shared.side(False), windowed_supplier=PassThroughProcessor,
             merge_supplier=PassThroughProcessor, this_store=window_store(this_store, this_vs),
             other_store=window_store(other_store, other_vs), outer_store=outer_builder,
-            deferred_serdes=N.deferred(key_serde, this_vs, other_vs), relaxed_null_key_join=left_outer))
+            deferred_serdes=N.deferred(key_serde, this_vs, other_vs), relaxed_null_key_join=left_outer,
+            self_join_supplier=None if left_outer else lambda: SelfJoinProcessor(shared)))
         return KStream(self._builder, merge, this.key_serde, None)
 
     def _stream_table_join(self, op: str, table: Any, joiner: Any, left: bool) -> "KStream":

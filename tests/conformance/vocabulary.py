@@ -485,9 +485,8 @@ def _join_records(rng: random.Random, ops: list) -> list:
     return records
 
 
-#: the topology.optimization of the optimized scenarios: what Eddy implements (not
-#: single.store.self.join, whose Kafka form would then be compared with Eddy's two stores)
-OPTIMIZATIONS = "reuse.ktable.source.topics,merge.repartition.topics"
+#: the topology.optimization of the optimized scenarios
+OPTIMIZATIONS = "all"
 
 
 def _optimized(seed: int) -> bool:

@@ -213,7 +213,7 @@ def test_topology_optimization_is_parsed_as_kafka_does_and_what_is_not_applied_s
     b = StreamsBuilder()
     b.table("t", key_serde=S, value_serde=S).to_stream().to("out", key_serde=S, value_serde=S)
     topology = b.build(raw) if built_with_config else b.build()
-    built = {"reuse.ktable.source.topics", "merge.repartition.topics"}
+    built = {"reuse.ktable.source.topics", "merge.repartition.topics", "single.store.self.join"}
     assert topology.applied_optimizations == (expected & built if built_with_config else frozenset())
     with caplog.at_level("WARNING", logger="streams.topology"):
         with TopologyTestDriver(topology, raw):

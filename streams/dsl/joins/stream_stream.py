@@ -213,7 +213,6 @@ class StreamStreamJoinLogic:
         is_left = side.is_left
         joiner = self.joiner
         outer_store = self.outer_store
-        late = self.late
 
         def process(key: Any, value: Any, timestamp: int, headers: Any = (), topic: Optional[str] = None,
                     partition: int = -1, offset: int = -1) -> None:
@@ -225,11 +224,7 @@ class StreamStreamJoinLogic:
                     if outer and key is None and value is not None:
                         forward(None, self._joined(side, value, None), timestamp, headers)
                         return
-                    if topic is None:
-                        topic, partition, offset = self.record_metadata() or _NO_METADATA
-                    log.warning("Skipping record due to null key or value. topic=[%s] partition=[%d] offset=[%d]",
-                                topic, partition, offset)
-                    late.sensor.count += 1
+                    self._skip(topic, partition, offset)
                     return
                 window_end = timestamp + join_after
                 if outer_store is not None and timestamp == self.stream_time:
@@ -239,8 +234,6 @@ class StreamStreamJoinLogic:
                 expired_before = inner.expired_records
                 this_put(key, value, timestamp, timestamp)
                 if inner.expired_records != expired_before:
-                    if topic is None:
-                        topic, partition, offset = self.record_metadata() or _NO_METADATA
                     self._report_expired(side, key, timestamp, topic, partition, offset)
                 time_from = timestamp - join_before
                 if time_from < 0:
@@ -265,8 +258,63 @@ class StreamStreamJoinLogic:
                 raise
         return process
 
-    def _report_expired(self, side: _Side, key: Any, timestamp: int, topic: str, partition: int,
+    def _skip(self, topic: Optional[str], partition: int, offset: int) -> None:
+        """A record with a null key or value: Kafka's WARN, counted in dropped-records."""
+        if topic is None:
+            topic, partition, offset = self.record_metadata() or _NO_METADATA
+        log.warning("Skipping record due to null key or value. topic=[%s] partition=[%d] offset=[%d]",
+                    topic, partition, offset)
+        self.late.sensor.count += 1
+
+    def self_join_process(self) -> Callable[..., None]:
+        """The per-record path of an inner join of a stream with itself over one window store
+        (topology.optimization single.store.self.join; Kafka's KStreamKStreamSelfJoin), emitting
+        what the two-store join emits, in its order: the record joined with the stored records in
+        its left side's range, then its own pair, then the stored records' joins with it in the
+        right side's range (its own pair goes before the first of those with a later timestamp).
+        Unlike the two sides of a join, it skips a null key or value before stream time moves, and
+        stores the record after joining it, as Kafka's windowed node does. Its results and
+        failures are routed as the left side's (`route(True, ...)`)."""
+        side = self.left
+        this_put, inner = side.this_store.put, side.this_inner
+        fetch_values = getattr(side.this_store, "fetch_values", None) or partial(_fetched, side.this_store)
+        before, after = self.windows.before_ms, self.windows.after_ms
+        retention = self.windows.size() + self.grace_ms
+        joiner, forwards, failures = self.joiner, self._forwards, self._failures
+
+        def process(key: Any, value: Any, timestamp: int, headers: Any = (), topic: Optional[str] = None,
+                    partition: int = -1, offset: int = -1) -> None:
+            try:
+                forward = forwards[0]
+                if key is None or value is None:
+                    self._skip(topic, partition, offset)
+                    return
+                if timestamp > self.stream_time:
+                    self.stream_time = timestamp
+                own = joiner(value, value)
+                emit_own = timestamp > self.stream_time - retention + 1  # not already expired
+                for other_ts, other_value in fetch_values(key, max(0, timestamp - before), max(0, timestamp + after)):
+                    forward(key, joiner(value, other_value), timestamp if timestamp > other_ts else other_ts, headers)
+                for other_ts, other_value in fetch_values(key, max(0, timestamp - after), max(0, timestamp + before)):
+                    if emit_own and other_ts > timestamp:
+                        emit_own = False
+                        forward(key, own, timestamp, headers)
+                    forward(key, joiner(other_value, value), timestamp if timestamp > other_ts else other_ts, headers)
+                if emit_own:
+                    forward(key, own, timestamp, headers)
+                expired_before = inner.expired_records
+                this_put(key, value, timestamp, timestamp)
+                if inner.expired_records != expired_before:
+                    self._report_expired(side, key, timestamp, topic, partition, offset)
+            except BaseException:
+                failures[0]()
+                raise
+        return process
+
+    def _report_expired(self, side: _Side, key: Any, timestamp: int, topic: Optional[str], partition: int,
                         offset: int) -> None:
+        if topic is None:
+            topic, partition, offset = self.record_metadata() or _NO_METADATA
         retention = self.windows.size() + self.grace_ms
         self.late.report(key, timestamp, Window(max(0, timestamp - side.join_before), timestamp + side.join_after),
                          side.this_inner.observed_stream_time - retention, self.stream_time, topic, partition,

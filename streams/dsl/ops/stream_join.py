@@ -28,8 +28,8 @@ from streams.dsl.windows import JoinWindows
 from streams.engine.stages import Stage, StageOperator
 from streams.processor import ProcessorContext
 
-__all__ = ["StreamStreamJoin", "StreamJoinSideProcessor", "StreamTableJoinProcessor", "EMIT_INTERVAL_CONFIG",
-           "DEFAULT_EMIT_INTERVAL_MS"]
+__all__ = ["StreamStreamJoin", "StreamJoinSideProcessor", "SelfJoinProcessor", "StreamTableJoinProcessor",
+           "EMIT_INTERVAL_CONFIG", "DEFAULT_EMIT_INTERVAL_MS"]
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,28 @@ class StreamJoinSideProcessor(StageOperator):
         logic = self.join.logic(self.task)
         logic.route(self.is_left, down, failed)
         return logic.side_process(self.is_left)
+
+
+class SelfJoinProcessor(StageOperator):
+    """An inner join of a stream with itself over its one window store (topology.optimization
+    single.store.self.join, Kafka's KStreamKStreamSelfJoin): StreamStreamJoinLogic.self_join_process
+    over the join's `this` store, which its windowed node keeps Kafka's place for."""
+
+    def __init__(self, join: StreamStreamJoin) -> None:
+        self.join = join
+        self.store: Any = None
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.join.this_store)
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        context, join, store = self.context, self.join, self.store
+        # both sides over the one store: only the self-join path runs
+        logic = StreamStreamJoinLogic(join.windows, store, store, join.joiner, _unrouted,
+                                      late=late_record_reporter(context), record_metadata=lambda: context.metadata)
+        logic.route(True, down, failed)
+        return logic.self_join_process()
 
 
 class StreamTableJoinProcessor(StageOperator):

@@ -35,7 +35,8 @@ def test_build_with_the_optimization_makes_the_source_topic_the_changelog_of_bui
     optimized = b.build(ALL)
     # to_table's store keeps its changelog topic (Kafka reuses builder.table topics only)
     assert optimized.source_changelog_topics == {"regions": "users"}
-    assert optimized.applied_optimizations == {"reuse.ktable.source.topics", "merge.repartition.topics"}
+    assert optimized.applied_optimizations == {"reuse.ktable.source.topics", "merge.repartition.topics",
+                                              "single.store.self.join"}
     assert not optimized.store_builder("regions").logging_enabled
     assert optimized.store_builder("latest-click").logging_enabled
     # the descriptions are Kafka's, which show no changelog topics either way

@@ -1,12 +1,13 @@
-"""topology.optimization merge.repartition.topics on the runtime: two groupings below one key
-change read one repartition topic (the other is never created), and their results are those of
-the plain topology."""
+"""topology.optimization on the runtime: with merge.repartition.topics two groupings below one key
+change read one repartition topic (the other is never created); with single.store.self.join a
+stream joined with itself keeps one window store and its changelog. Results are the plain
+topology's."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from streams import App, AppState, StreamsBuilder, serdes
+from streams import App, AppState, JoinWindows, StreamsBuilder, serdes
 
 from _runtime_util import Cluster, shutdown_on_error, unique, wait_for
 
@@ -52,5 +53,39 @@ def test_two_groupings_below_one_key_change_run_through_one_repartition_topic(ba
         topics = set(cluster.admin.list_topics(timeout=10).topics)
         assert f"{app_id}-letter-counts-repartition" in topics
         assert f"{app_id}-longest-repartition" not in topics
+    finally:
+        cluster.close()
+
+
+def test_a_self_join_runs_over_one_window_store_and_changelog(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    events, out = unique("events"), unique("pairs")
+    cluster.create_topics(2, events, out)
+    app_id = unique("self-join")
+    config = {**cluster.config, "application.id": app_id, "state.dir": str(tmp_path / "state"),
+              "commit.interval.ms": 100, "topology.optimization": "all"}
+    b = StreamsBuilder()
+    s = b.stream(events, key_serde=S, value_serde=S)
+    s.join(s, lambda a, c: f"{a}+{c}", JoinWindows.of_time_difference_with_no_grace(1000)).to(
+        out, key_serde=S, value_serde=S)
+    topology = b.build(config)
+    # per key, records 10 ms apart: every pair (both orders, each with itself) is in the window
+    sent = {f"k{k}": [f"v{k}-{i}" for i in range(3)] for k in range(4)}
+    records = [(key.encode(), v.encode(), 1_000 + 10 * i) for key, vs in sent.items() for i, v in enumerate(vs)]
+    expected = sorted((key, f"{a}+{c}") for key, vs in sent.items() for a in vs for c in vs)
+    try:
+        cluster.produce(events, [(k, v) for k, v, _ in records], timestamps=[ts for _, _, ts in records])
+        app = App(topology, config)
+        shutdown_on_error(app)
+        app.start()
+        try:
+            assert app.wait_for_state(AppState.RUNNING, timeout=60)
+            got = cluster.read_all(out, 2, until=lambda msgs: len(msgs) >= len(expected))
+        finally:
+            assert app.close(timeout=60)
+        assert sorted((m.key().decode(), m.value().decode()) for m in got) == expected
+        changelogs = {t for t in cluster.admin.list_topics(timeout=10).topics
+                      if t.startswith(app_id) and t.endswith("-changelog")}
+        assert changelogs == {f"{app_id}-KSTREAM-JOINTHIS-0000000003-store-changelog"}
     finally:
         cluster.close()
