@@ -28,6 +28,14 @@ def _stream_join(kind: str, joiner: str, *, store: bool = False, other: tuple = 
                  other={"source": "stream", "source_store": True, "ops": list(other)})
 
 
+def _rekeyed_self_join(other_step: dict) -> list:
+    """select_key, then a left join of the stream with itself through `other_step` on the other side."""
+    return [{"op": "select_key", "fn": "key_upper"},
+            _join("stream_join", "left", "both_or_none",
+                  windows={"diff": 300, "grace": None, "before": 50, "after": None}, store=False,
+                  other={"source": "self", "ops": [other_step]})]
+
+
 #: the other side of a join: builder.table("right") with its store named right-source-store
 _TABLE = {"source": "table", "source_store": True, "ops": []}
 
@@ -161,23 +169,11 @@ _CASES = {
     # Kafka's driver takes the records of its internal topics lowest head timestamp first, ties
     # in java.util.PriorityQueue's order (PartitionGroup): both sides of a self-join repartitioned
     # at one timestamp take turns
-    "self-join-repartition-order": ("join", "stream",
-                                    [{"op": "select_key", "fn": "key_upper"},
-                                     _join("stream_join", "left", "both_or_none",
-                                           windows={"diff": 300, "grace": None, "before": 50, "after": None},
-                                           store=False,
-                                           other={"source": "self",
-                                                  "ops": [{"op": "flat_map_values", "fn": "words"}]})],
+    "self-join-repartition-order": ("join", "stream", _rekeyed_self_join({"op": "flat_map_values", "fn": "words"}),
                                     [["b", "abc a d", 0], ["b", "ba b", 0]], NO_CACHE),
     # merge.repartition.topics: both sides of a self-join below one key change share one
     # repartition topic, the other side's filter moved below it (Kafka's mergeRepartitionTopics)
-    "merged-self-join-repartition": ("join", "stream",
-                                     [{"op": "select_key", "fn": "key_upper"},
-                                      _join("stream_join", "left", "both_or_none",
-                                            windows={"diff": 300, "grace": None, "before": 50, "after": None},
-                                            store=False,
-                                            other={"source": "self",
-                                                   "ops": [{"op": "filter", "fn": "key_present"}]})],
+    "merged-self-join-repartition": ("join", "stream", _rekeyed_self_join({"op": "filter", "fn": "key_present"}),
                                      [["b", "abc a d", 0], ["b", "ba b", 0], [None, "x", 5], ["a", "q", 400]],
                                      NO_CACHE, {"topology_optimization": OPTIMIZATIONS}),
     # single.store.self.join: an inner join of a stream with itself over one window store
