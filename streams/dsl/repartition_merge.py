@@ -8,8 +8,9 @@ record twice, through two topics. With it, Kafka's rewrite of the graph:
 
 - For each key-changing step K, the optimizable repartitions R below it (a grouping's, a join's,
   to_table's, never KStream.repartition's) are found.
-- One new repartition M is placed under K. It takes the first R's topic name and serdes, and its
-  nodes are named after that topic (`<topic>-sink`, `-filter`, `-source`).
+- One new repartition M is placed under K. It takes the first R's topic name and, as Kafka, the
+  first key and value serdes given (a serde left to the config's default is Kafka's null serde);
+  its nodes are named after that topic (`<topic>-sink`, `-filter`, `-source`).
 - The step below K that leads to each R now reads M instead of K, so what lay between K and R
   runs after the repartition. Each R is removed, and what read R reads R's parent.
 
@@ -19,8 +20,8 @@ topology is then what it is without the optimization, which is always correct):
   branching. Kafka also walks through steps that are neither key- nor value-changing, such as a
   `process()` step, whose output keys the merged topic would then partition by the wrong key.
   A `merge()` of streams is not walked through either; Kafka handles that case in its own way.
-- All the R of one K must have the same serdes. Kafka uses the first serde it finds, which the
-  other groupings then read with.
+- The serdes given to the R of one K must agree (those left to the default agree with any).
+  Kafka uses the first serde it finds, which the other groupings then read with.
 """
 
 from __future__ import annotations
@@ -52,16 +53,17 @@ def merge_repartition_topics(nodes: list[GraphNode]) -> list[GraphNode]:
     under_merged: dict[str, str] = {}  # a step under K that leads to an R -> K
     for changer, found in below.items():
         repartitions = [r for r, _child in found]
-        if not _same_serdes(repartitions):
+        key_serde = _common_serde([r.key_serde for r in repartitions])
+        value_serde = _common_serde([r.value_serde for r in repartitions])
+        if key_serde is None or value_serde is None:
             log.warning("topology.optimization merge.repartition.topics: the repartition topics %s below %s "
-                        "have different serdes; they are left as they are",
+                        "are given different serdes; they are left as they are",
                         [r.topic for r in repartitions], changer)
             continue
         first = repartitions[0]
         topic = first.topic
         merged[changer] = RepartitionNode(f"{topic}-source", (changer,), topic, f"{topic}-filter", f"{topic}-sink",
-                                          first.filter_supplier, first.key_serde, first.value_serde,
-                                          first.deferred_serdes, optimizable=True)
+                                          first.filter_supplier, key_serde, value_serde, optimizable=True)
         for repartition, child in found:
             if child is repartition:
                 reparent[repartition.name] = merged[changer].name
@@ -104,15 +106,13 @@ def _key_changer_above(repartition: RepartitionNode,
     return None
 
 
-def _same_serde(a: object, b: object) -> bool:
-    if a is b:
-        return True
-    # the config's default serde stands in as one object per use
-    return (isinstance(a, _serdes.ConfigDefaultSerde) and isinstance(b, _serdes.ConfigDefaultSerde)
-            and a.config_key == b.config_key)
+def _common_serde(serdes: list) -> object:
+    """The serde the repartitions share: the one given (all that are given must be the same
+    object), else the first stand-in for the config's default; None when two given differ."""
+    given = [serde for serde in serdes if not isinstance(serde, _serdes.ConfigDefaultSerde)]
+    if not given:
+        return serdes[0]
+    if any(serde is not given[0] for serde in given[1:]):
+        return None
+    return given[0]
 
-
-def _same_serdes(repartitions: list[RepartitionNode]) -> bool:
-    first = repartitions[0]
-    return all(_same_serde(r.key_serde, first.key_serde) and _same_serde(r.value_serde, first.value_serde)
-               for r in repartitions[1:])

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from streams import JoinWindows, Processor, StreamsBuilder, serdes
+from streams import JoinWindows, Materialized, Processor, StreamsBuilder, serdes
 from streams.testing import TopologyTestDriver
 
 S, I64 = serdes.STRING, serdes.INT64
@@ -118,6 +118,19 @@ def test_repartitions_not_reached_through_pass_through_steps_stay_as_they_are(be
     assert str(merged.describe()) == str(plain.describe())
 
 
+def test_a_serde_left_to_the_default_takes_the_one_given_to_another_grouping():
+    """Kafka's getRepartitionSerdes: the first key and value serdes given (a default is Kafka's
+    null), so a join left to the default key serde shares the groupings' topic."""
+    b = StreamsBuilder()
+    s = b.stream("in", key_serde=S, value_serde=S).select_key(lambda k, v: v[0])
+    s.group_by_key().count(store="counts")  # the key serde left to default.key.serde
+    s.group_by_key(key_serde=S).count(store="more-counts")
+    merged = b.build(ALL)
+    assert merged.internal_topics == {"counts-repartition": "repartition"}
+    sink = merged.node("counts-repartition-sink")
+    assert sink.key_serde is S and sink.value_serde is S
+
+
 def test_groupings_with_different_serdes_are_not_merged_and_a_warning_says_so(caplog):
     b = StreamsBuilder()
     s = b.stream("in", key_serde=S, value_serde=S).select_key(lambda k, v: v[0])
@@ -126,7 +139,7 @@ def test_groupings_with_different_serdes_are_not_merged_and_a_warning_says_so(ca
     with caplog.at_level(logging.WARNING, logger="streams.dsl.repartition_merge"):
         merged = b.build(ALL)
     assert set(merged.internal_topics) == {"counts-repartition", "json-counts-repartition"}
-    assert any("different serdes" in r.getMessage() and "counts-repartition" in r.getMessage()
+    assert any("different serdes" in r.getMessage() and "json-counts-repartition" in r.getMessage()
                for r in caplog.records)
 
 
@@ -156,3 +169,49 @@ def test_a_single_grouping_keeps_its_topic_and_the_split_branches_move_below_it(
             inp.pipe_input(key, value, timestamp=ts)
         got = driver.create_output_topic("counts-out", S, I64).read_key_values_to_list()
     assert got == [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("a", 3)]
+
+
+class _Collect(Processor):
+    def __init__(self, into: list) -> None:
+        self.into = into
+
+    def process(self, record):
+        self.into.append(record.value)
+
+
+@pytest.mark.parametrize("optimization,repartition_topics", [("none", 4), ("all", 1)])
+def test_kafkas_repartition_optimizing_topology(optimization, repartition_topics):
+    """Kafka's RepartitionOptimizingTest: a map feeding a count, an aggregate, a reduce behind a
+    filter and a peek, and a join behind a filter (four repartitions, one when optimized, the
+    join's left to the default key serde), plus a filter -> map_values -> process branch that
+    needs none; the same results either way."""
+    collected: list = []
+    b = StreamsBuilder()
+    mapped = b.stream("input", key_serde=S, value_serde=S).map(lambda k, v: (k.upper(), v))
+    mapped.filter(lambda k, v: k == "B").map_values(str.upper).process(lambda: _Collect(collected))
+    counts = mapped.group_by_key(key_serde=S, value_serde=S).count(store="count-store").to_stream()
+    counts.to("count", key_serde=S, value_serde=I64)
+    (mapped.group_by_key(key_serde=S, value_serde=S)
+     .aggregate(lambda: 0, lambda k, v, agg: agg + len(v), store=Materialized.as_("aggregate-store")
+                .with_value_serde(serdes.INT32))
+     .to_stream().to("aggregate", key_serde=S, value_serde=serdes.INT32))
+    (mapped.filter(lambda k, v: True).peek(lambda k, v: None).group_by_key(key_serde=S, value_serde=S)
+     .reduce(lambda agg, v: agg + ":" + v, store="reduce-store").to_stream().to("reduce", key_serde=S, value_serde=S))
+    (mapped.filter(lambda k, v: k == "A")
+     .join(counts, lambda v, n: f"{v}:{n}", JoinWindows.of_time_difference_with_no_grace(5000), other_value_serde=I64)
+     .to("joined", key_serde=S, value_serde=S))
+    topology = b.build({"topology.optimization": optimization})
+    assert len(topology.internal_topics) == repartition_topics
+    config = {"statestore.cache.max.bytes": 10 * 1024, "default.key.serde": "string",
+              "default.value.serde": "string"}
+    with TopologyTestDriver(topology, config) as driver:
+        inp = driver.create_input_topic("input", S, S)
+        for key in "abc":
+            for value in ("foo", "bar", "baz"):
+                inp.pipe_input(key, value, timestamp=1000)
+        outputs = {topic: dict(driver.create_output_topic(topic, S, serde).read_key_values_to_list())
+                   for topic, serde in (("count", I64), ("aggregate", serdes.INT32), ("reduce", S), ("joined", S))}
+    assert outputs == {"count": {"A": 3, "B": 3, "C": 3}, "aggregate": {"A": 9, "B": 9, "C": 9},
+                       "reduce": {"A": "foo:bar:baz", "B": "foo:bar:baz", "C": "foo:bar:baz"},
+                       "joined": {"A": "baz:3"}}
+    assert collected == ["FOO", "BAR", "BAZ"]
