@@ -333,7 +333,8 @@ class StreamStreamJoinNode(GraphNode):
     WindowedStreamProcessorNodes): parents (this, other) -> KSTREAM-WINDOWED- each -> the join
     side processors -> KSTREAM-MERGE- (the node's name). Each window store is connected to its
     side's windowed node and to the other side's join processor, the outer store (left/outer
-    joins) to both join processors; both inputs form a co-partition group."""
+    joins) to both join processors; both inputs form a co-partition group. As a self-join
+    (`self_join`): this side's windowed node -> the self-join processor (the node's name), one store."""
 
     this_windowed: str = ""
     other_windowed: str = ""

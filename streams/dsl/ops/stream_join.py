@@ -12,6 +12,9 @@ KSTREAM-WINDOWED- node does: here that node only passes records on (it keeps Kaf
 its store in the topology). Whatever a side's record causes (its joins, and the held records of
 either side whose window closed) goes to that side's child, with the record's headers: each
 side's stage is the logic's side itself, routed there (StreamStreamJoinLogic.route).
+
+An inner join of a stream with itself, under topology.optimization single.store.self.join, is one
+SelfJoinProcessor over the `this` store instead (Kafka's KStreamKStreamSelfJoin).
 """
 
 from __future__ import annotations
