@@ -85,16 +85,41 @@ class StreamsBuilder:
         for t in topic_list:
             if not isinstance(t, str) or not t:
                 raise TopologyError(f"stream(): topic names must be non-empty strings, got {t!r}")
-            if t in self._source_topics:
-                raise TopologyError(f"stream(): topic {t!r} is already read by {self._source_topics[t]}")
-        name = self._graph.new_name(N.SOURCE)
-        for t in topic_list:
-            self._source_topics[t] = name
         key_serde = _serdes.resolve_serde(key_serde, f"stream({topic_list}) key_serde")
         value_serde = _serdes.resolve_serde(value_serde, f"stream({topic_list}) value_serde")
-        self._graph.add(StreamSourceNode(name, (), tuple(topic_list), key_serde, value_serde, timestamp_extractor,
-                                         offset_reset))
+        name = self._graph.new_name(N.SOURCE)  # allocated even when an earlier source is reused (Kafka)
+        source = StreamSourceNode(name, (), tuple(topic_list), key_serde, value_serde, timestamp_extractor,
+                                  offset_reset)
+        earlier = self._earlier_source(source)
+        if earlier is not None:
+            return KStream(self, earlier.name, key_serde, value_serde)
+        for t in topic_list:
+            self._source_topics[t] = name
+        self._graph.add(source)
         return KStream(self, name, key_serde, value_serde)
+
+    def _earlier_source(self, source: StreamSourceNode) -> Optional[StreamSourceNode]:
+        """The stream source of the same topics `source` repeats (Kafka's
+        mergeDuplicateSourceNodes: one source node, both streams read it), None for new topics,
+        or TopologyError when the topics overlap another source's, or repeat them with another
+        reading of the records (Kafka would read them as the first stream does, silently)."""
+        readers = {self._source_topics.get(t) for t in source.topics}
+        if readers == {None}:
+            return None
+        earlier = next((n for n in self._graph.nodes if n.name in readers), None)
+        if (len(readers) != 1 or not isinstance(earlier, StreamSourceNode)
+                or set(earlier.topics) != set(source.topics)):
+            taken = sorted(t for t in source.topics if self._source_topics.get(t) is not None)
+            raise TopologyError(f"stream({list(source.topics)}): topic {taken[0]!r} is already read by "
+                                f"{self._source_topics[taken[0]]}; a topic can be read again only as a stream of "
+                                "exactly the same topics")
+        for what in ("offset_reset", "timestamp_extractor", "key_serde", "value_serde"):
+            mine, theirs = getattr(source, what), getattr(earlier, what)
+            if mine is not theirs and mine != theirs:
+                raise TopologyError(f"stream({list(source.topics)}): these topics are already read by "
+                                    f"{earlier.name} with {what} {theirs!r}, not {mine!r}: a stream read again "
+                                    "must read its records the same way")
+        return earlier
 
     def table(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
               store: str | Materialized | None = None) -> "KTable":

@@ -100,3 +100,33 @@ def test_dsl_bad_arguments():
         s.group_by(lambda k, v: v).count(store=5)
     with pytest.raises(TopologyError, match="to\\(\\) needs a topic"):
         s.to("")
+
+
+def test_a_topic_streamed_twice_is_one_source_both_streams_read():
+    """Kafka's mergeDuplicateSourceNodes: builder.stream of the same topics again gives a stream
+    of the first source node (its name still allocated, so later names are Kafka's)."""
+    b = StreamsBuilder()
+    b.stream(["in", "in2"], key_serde=S, value_serde=S).map_values(str.upper).to("upper", key_serde=S, value_serde=S)
+    b.stream(["in2", "in"], key_serde=S, value_serde=S).filter(lambda k, v: v.startswith("a")).to(
+        "a-words", key_serde=S, value_serde=S)
+    topology = b.build()
+    assert topology.children("KSTREAM-SOURCE-0000000000") == ["KSTREAM-MAPVALUES-0000000001",
+                                                             "KSTREAM-FILTER-0000000004"]
+    with TopologyTestDriver(topology) as driver:
+        for topic, value in (("in", "apple"), ("in2", "berry"), ("in", "avocado")):
+            driver.create_input_topic(topic, S, S).pipe_input("k", value, timestamp=1)
+        assert driver.create_output_topic("upper", S, S).read_values_to_list() == ["APPLE", "BERRY", "AVOCADO"]
+        assert driver.create_output_topic("a-words", S, S).read_values_to_list() == ["apple", "avocado"]
+
+
+@pytest.mark.parametrize("again,error", [
+    (lambda b: b.stream(["in", "other"], key_serde=S, value_serde=S), "'in' is already read by KSTREAM-SOURCE"),
+    (lambda b: b.stream("in", key_serde=S, value_serde=serdes.JSON), "with value_serde"),
+    (lambda b: b.stream("in", key_serde=S, value_serde=S, offset_reset="latest"), "with offset_reset None"),
+    (lambda b: b.table("in", key_serde=S, value_serde=S), "already read"),
+])
+def test_a_topic_read_again_differently_is_refused_by_name(again, error):
+    b = StreamsBuilder()
+    b.stream("in", key_serde=S, value_serde=S)
+    with pytest.raises(TopologyError, match=error):
+        again(b)
