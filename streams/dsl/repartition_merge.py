@@ -14,8 +14,8 @@ record twice, through two topics. With it, Kafka's rewrite of the graph:
 - The step below K that leads to each R now reads M instead of K, so what lay between K and R
   runs after the repartition. Each R is removed, and what read R reads R's parent.
 
-Kafka's rule is stricter here in two ways, each leaving the repartitions as they are (the
-topology is then what it is without the optimization, which is always correct):
+Eddy's rule is stricter than Kafka's in two ways, each leaving the repartitions as they are
+(the topology is then what it is without the optimization, which is always correct):
 - Between K and R only steps that pass records through unchanged may lie: filter, peek, a split's
   branching. Kafka also walks through steps that are neither key- nor value-changing, such as a
   `process()` step, whose output keys the merged topic would then partition by the wrong key.
@@ -115,4 +115,3 @@ def _common_serde(serdes: list) -> object:
     if any(serde is not given[0] for serde in given[1:]):
         return None
     return given[0]
-
