@@ -164,6 +164,17 @@ class ProcessorContextImpl(ProcessorContext):
                 generic(record, child_name)
         return forward
 
+    def node_entry(self) -> Optional[Callable[[Any, Any, int, Any], None]]:
+        """The fused chain the current node heads (streams/engine/fusion.py), None when it
+        cannot head one: a stage operator called as a node takes this as its stage, so that a
+        parent's `node_stage` reaching it calls the same stage (one copy of the operator's state
+        per task, however its records come)."""
+        node = self.current_node
+        chains = self._engine.chains
+        if node is None or not chains.can_start(node):
+            return None
+        return chains.entry(node)
+
     def node_stage(self) -> Callable[[Any, Any, int, Any], None]:
         """`node_forward` as a stage, `stage(key, value, timestamp, headers)`, for a processor to
         keep from init(): where the current node's only child starts a fused chain

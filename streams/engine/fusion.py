@@ -6,7 +6,8 @@ sink (serializing and sending directly) or at the first node that cannot be fuse
 through `process(Record)` as `forward` would, with that node current. A node with several parents
 (after a merge) is not fused: every chain reaching it would build its own stage, and an operator
 keeping state in its stage (a windowed aggregation's stream time, a suppression's) would keep one
-copy per parent; through `process` it has one stage per task. An operator whose stage keeps
+copy per parent; through `process` it has one stage per task (the chain it heads, the one its
+parent's `node_stage` calls too: StageOperator.process). An operator whose stage keeps
 nothing (`StageOperator.stateless_stage`: the merge's pass-through) is fused all the same, and
 after it only such stages and sinks: a stateful node below it, reached from several chains,
 is called through `process`.

@@ -43,8 +43,17 @@ class StageOperator(Processor):
         """The operator as a node: its stage, emitting to the node's children."""
         entry = self._entry
         if entry is None:
-            entry = self._entry = self.stage(self._to_children(), _no_failure_mark)
+            entry = self._entry = self._node_entry()
         entry(record.key, record.value, record.timestamp, record.headers)
+
+    def _node_entry(self) -> Stage:
+        """The node's one stage in its task: the fused chain it heads where the engine has one
+        (the stage a parent's `node_stage` calls too: an operator keeping state in its stage,
+        such as a windowed aggregation's last emitted close time, keeps one copy however its
+        records come), else its stage emitting to its children."""
+        node_entry = getattr(self.context, "node_entry", None)
+        entry = node_entry() if node_entry is not None else None
+        return entry if entry is not None else self.stage(self._to_children(), _no_failure_mark)
 
     def _to_children(self) -> Stage:
         context = self.context

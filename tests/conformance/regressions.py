@@ -196,6 +196,13 @@ _CASES = {
                                           [["b", "abc", 100], ["b", "ba", 140], ["b", "q", 60], ["b", "r", 210],
                                            ["a", "s", 215], ["b", "t", 150]],
                                           CACHE, {"topology_optimization": OPTIMIZATIONS}),
+    # an operator below two merges of one topic is reached by a fused chain and by its parent's
+    # node path: one stage per task all the same, so a final result is emitted once (seed 2168)
+    "double-merge-final-results-once": ("windowed", "stream",
+                                        [{"op": "merge", "fn": None}, {"op": "merge", "fn": None}, _GROUP_BY_KEY,
+                                         _windowed("hopping", "aggregate", "sum_of_lengths", "close", size=200,
+                                                   advance=100, grace=100)],
+                                        [["b", "d ab ba", 1300], ["a", "ba", 1500, INPUT2]], NO_CACHE),
     # a table join's value getter gives no result when the joiner returns None
     # (ValueAndTimestamp.make): the foreign-key join reading it sends no response for a
     # PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE subscription
