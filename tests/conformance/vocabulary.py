@@ -393,12 +393,14 @@ def _join_step(rng: random.Random, kind: str, nested: bool = False, topic: str =
     """A join of `kind` with its other side over `topic`: maybe the left side itself through
     operations (``source: self``: one record updates both sides), maybe (not when `nested`) a
     table that is itself a join's result (read through the join's value getter or its store),
-    over ``right2``. Every side reads a topic of its own (Eddy refuses a topic read twice, which
-    Kafka merges into one source)."""
+    over ``right2``. Every side reads a topic of its own."""
     step: dict = {"op": kind, "type": rng.choice(JOINS[kind]), "joiner": _pick(rng, JOINERS)}
     r = rng.random()
     if kind == "stream_join":
-        other = ({"source": "self", "ops": _steps(rng, JOIN_STREAM_OPS, 2) or [{"op": "map_values", "fn": "upper"}]}
+        # a self-join without steps on its other side: an inner one is a pure self-join
+        # (single.store.self.join under the optimized scenarios), a left or outer one gets a step
+        plain_self = [] if step["type"] == "inner" else [{"op": "map_values", "fn": "upper"}]
+        other = ({"source": "self", "ops": _steps(rng, JOIN_STREAM_OPS, 2) or plain_self}
                  if r < 0.15 else {"source": "stream", "topic": topic, "source_store": True,
                                    "ops": _steps(rng, JOIN_STREAM_OPS, 2)})
         step.update(windows=_join_windows(rng), store=rng.random() < 0.3, other=other)
