@@ -404,6 +404,10 @@ def _join_step(rng: random.Random, kind: str, nested: bool = False, topic: str =
                  if r < 0.15 else {"source": "stream", "topic": topic, "source_store": True,
                                    "ops": _steps(rng, JOIN_STREAM_OPS, 2)})
         step.update(windows=_join_windows(rng), store=rng.random() < 0.3, other=other)
+        if other.get("source") == "self" and not other["ops"]:
+            # a pure self-join's stores are not compared: optimized (single.store.self.join) it
+            # has no `other` store to compare
+            step["store"] = False
     elif kind == "global_join":
         step.update(key_selector=_pick(rng, KEY_SELECTORS), store=rng.random() < 0.5)
     else:
