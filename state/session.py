@@ -199,6 +199,9 @@ class SegmentedSessionStore(SegmentedBytesStore, SessionStore):
         check_timestamp(self.name, "latest_session_end_time", latest_session_end_time)
         return self._engine.track(self._ended_gen(earliest_session_end_time, latest_session_end_time))
 
+    # the order of fetch_ended_sessions: (end, start, key), the time-ordered store's key
+    _ended_order = staticmethod(lambda session: session[:3])
+
     def _ended_gen(self, earliest_end: int, latest_end: int) -> Iterator:
         unpack = _I64.unpack_from
         raw_range = self._engine.raw_range
@@ -209,7 +212,7 @@ class SegmentedSessionStore(SegmentedBytesStore, SessionStore):
                 end = unpack(k, n)[0]
                 if earliest_end <= end <= latest_end:
                     ended.append((end, unpack(k, n + TIMESTAMP_SIZE)[0], k[SEGMENT_PREFIX_SIZE:n], v))
-            ended.sort(key=lambda session: session[:3])
+            ended.sort(key=self._ended_order)
             for end, start, user_key, v in ended:
                 yield Windowed(user_key, Window(start, end)), v
 
@@ -222,3 +225,14 @@ class RocksDBSessionStore(SegmentedSessionStore):
 class InMemorySessionStore(SegmentedSessionStore):
     def __init__(self, name: str, *, retention_ms: int, segment_interval_ms: int) -> None:
         super().__init__(name, retention_ms=retention_ms, segment_interval_ms=segment_interval_ms, persistent=False)
+
+    # Kafka's InMemorySessionStore keeps its sessions by end, then key, then start
+    _ended_order = staticmethod(lambda session: (session[0], session[2], session[1]))
+
+    def fetch_ended_sessions(self, earliest_session_end_time: int, latest_session_end_time: int) -> KeyValueIterator:
+        """Kafka's InMemorySessionStore.findSessions(earliest end, latest end), the store the DSL
+        uses in memory whatever the emit strategy: only the sessions within the retention (a
+        session closing as it expires is not emitted there), by end, then key, then start."""
+        check_timestamp(self.name, "earliest_session_end_time", earliest_session_end_time)
+        return super().fetch_ended_sessions(max(earliest_session_end_time, self.actual_from(0)),
+                                            latest_session_end_time)

@@ -597,7 +597,9 @@ class TimeOrderedWindowStore(SegmentedWindowStore):
     range, as Kafka's store without index does.
 
     Retention as Kafka's time-first schema: reads return windows starting at or after observed
-    stream time - retention (the plain store: after it). The changelog is the plain store's."""
+    stream time - retention (the plain store: after it). In memory, as Kafka's in-memory store
+    (which the DSL uses in memory whatever the emit strategy): after it. The changelog is the
+    plain store's."""
 
     layout = "window-time-ordered-v1"
     time_ordered = True  # what a caching layer above merges its cache by
@@ -616,6 +618,10 @@ class TimeOrderedWindowStore(SegmentedWindowStore):
             self._engine.layout = self.layout
 
     def actual_from(self, time_from: int) -> int:
+        if not self.persistent:
+            # in memory, Kafka's DSL store is its InMemoryWindowStore whatever the emit strategy:
+            # the plain store's retention (a window closing as it expires is not emitted there)
+            return super().actual_from(time_from)
         return max(time_from, self.observed_stream_time - self.retention_ms)
 
     def _key_first_bounds(self, seg: int) -> tuple[bytes, bytes]:

@@ -136,11 +136,11 @@ def test_bad_inputs_and_closed(cls, ctx):
         next(it)
 
 
-def test_fetch_ended_sessions_by_end_then_start_then_key_without_the_retention(cls, ctx):
+def test_fetch_ended_sessions_by_end_then_start_then_key_without_the_retention(ctx):
     # Kafka's time-ordered session store (keys end + start + key), what final results on window
-    # close scan: the sessions of every key ending within the bounds, from the live segments,
-    # whatever the retention within them
-    store = make(cls, ctx, retention=2 * MIN)  # segments of 60 s
+    # close scan on RocksDB: the sessions of every key ending within the bounds, from the live
+    # segments, whatever the retention within them
+    store = make(RocksDBSessionStore, ctx, retention=2 * MIN)  # segments of 60 s
     for key, start, end in [(b"b", 10, 50), (b"a", 20, 50), (b"c", 5, 50), (b"a", 0, 30), (b"d", 70, 70)]:
         store.put(key, start, end, key)
     assert list(store.fetch_ended_sessions(30, 60)) == [
@@ -150,4 +150,19 @@ def test_fetch_ended_sessions_by_end_then_start_then_key_without_the_retention(c
     assert [w.key for w, _ in store.fetch_ended_sessions(0, 100)] == [b"a", b"c", b"b", b"a", b"d"]
     store.put(b"z", 190_000, 190_000, b"z")  # segment 0 is dropped
     assert list(store.fetch_ended_sessions(0, 100)) == []
+    store.close()
+
+
+def test_fetch_ended_sessions_in_memory_by_end_then_key_then_start_within_the_retention(ctx):
+    # Kafka's InMemorySessionStore.findSessions(earliest end, latest end), what final results on
+    # window close scan in memory (the DSL's in-memory store whatever the emit strategy): end ->
+    # key -> start, and only the sessions ending after observed stream time - retention
+    store = make(InMemorySessionStore, ctx, retention=2 * MIN)
+    for key, start, end in [(b"b", 10, 50), (b"a", 20, 50), (b"c", 5, 50), (b"a", 0, 30), (b"d", 70, 70)]:
+        store.put(key, start, end, key)
+    assert list(store.fetch_ended_sessions(30, 60)) == [
+        sess(b"a", 0, 30, b"a"), sess(b"a", 20, 50, b"a"), sess(b"b", 10, 50, b"b"), sess(b"c", 5, 50, b"c")]
+    store.put(b"y", 120_050, 120_050, b"y")  # retention now keeps ends after 50
+    assert [w.key for w, _ in store.fetch_ended_sessions(0, 100)] == [b"d"]
+    assert list(store.fetch_ended_sessions(0, 50)) == []
     store.close()

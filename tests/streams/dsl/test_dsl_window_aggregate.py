@@ -43,8 +43,10 @@ def opened(builder, tmp_path):
     return store
 
 
-def count_logic(tmp_path, reg, windows, retention=None, **kw):
-    mat = Materialized.as_("agg").with_in_memory_store().with_caching_disabled().with_logging_disabled()
+def count_logic(tmp_path, reg, windows, retention=None, in_memory=True, **kw):
+    mat = Materialized.as_("agg").with_caching_disabled().with_logging_disabled()
+    if in_memory:
+        mat = mat.with_in_memory_store()
     if retention is not None:
         mat = mat.with_retention(retention)
     # final results on window close come from a time-ordered store, as the DSL builds it
@@ -152,15 +154,18 @@ def test_final_results_are_scanned_after_the_put(tmp_path, reg):
     assert out == []
 
 
-def test_the_scan_includes_the_window_at_the_retention_boundary(tmp_path, reg):
-    # Kafka's time-ordered store returns windows starting at observed stream time - retention
-    # (a key-ordered one: only after it)
+@pytest.mark.parametrize("in_memory", [False, True], ids=["rocksdb", "memory"])
+def test_the_scan_includes_the_window_at_the_retention_boundary(tmp_path, reg, in_memory):
+    # Kafka's time-ordered store (RocksDB) returns windows starting at observed stream time -
+    # retention; a key-ordered one, and Kafka's InMemoryWindowStore (the DSL's store in memory
+    # whatever the emit strategy), only after it
     logic, out, store = count_logic(tmp_path, reg, TimeWindows.of_size_with_no_grace(10),  # retention 10
-                                    emit_strategy=EmitStrategy.on_window_close())
+                                    in_memory=in_memory, emit_strategy=EmitStrategy.on_window_close())
     logic.process("a", "x", 5)
-    logic.process("a", "x", 10)   # put [10,20): scan [0, 0] from 10 - 10 = 0 on: [0,10) is there
-    assert out == [(W("a", 0, 10), 1, None, 5)]
-    assert [(w.window.start, v.value) for w, v in store.all()] == [(0, 1), (10, 1)]
+    logic.process("a", "x", 10)   # put [10,20): scan [0, 0] from 10 - 10 = 0 on (in memory: 1 on)
+    kept = [] if in_memory else [(W("a", 0, 10), 1, None, 5)]
+    assert out == kept
+    assert [(w.window.start, v.value) for w, v in store.all()] == ([(10, 1)] if in_memory else [(0, 1), (10, 1)])
 
 
 def test_final_results_come_by_window_start_then_key(tmp_path, reg):
@@ -173,8 +178,12 @@ def test_final_results_come_by_window_start_then_key(tmp_path, reg):
                    (W("a", 5, 15), 1, None, 8), (W("b", 5, 15), 1, None, 7)]
 
 
-def session_logic(tmp_path, reg, windows, **kw):
-    mat = Materialized.as_("sess").with_in_memory_store().with_caching_disabled().with_logging_disabled()
+def session_logic(tmp_path, reg, windows, in_memory=True, retention=None, **kw):
+    mat = Materialized.as_("sess").with_caching_disabled().with_logging_disabled()
+    if in_memory:
+        mat = mat.with_in_memory_store()
+    if retention is not None:
+        mat = mat.with_retention(retention)
     store = opened(session_store_builder(mat, "sess", windows, serdes.STRING, serdes.INT64), tmp_path)
     out = []
     late = LateRecordReporter(task_dropped_records_sensor(reg, "t", "0_0"), "0_0")
@@ -221,15 +230,30 @@ def test_session_same_timestamp_updates_in_place_and_late_sessions_drop(tmp_path
 
 
 def test_sessions_emit_on_close(tmp_path, reg):
+    # RocksDB: Kafka's time-ordered session store, whose scan of ended sessions keeps no retention
     logic, out, _ = session_logic(tmp_path, reg, SessionWindows.of_inactivity_gap_with_no_grace(5),
-                                  emit_strategy=EmitStrategy.on_window_close())
+                                  in_memory=False, emit_strategy=EmitStrategy.on_window_close())
     logic.process("a", "x", 0)
     logic.process("a", "x", 3)   # merged into [0,3]; no tombstones with emit-on-close
     assert out == []
-    logic.process("a", "x", 10)  # close time 10: [0,3] ended
+    logic.process("a", "x", 10)  # close time 10 - 5: [0,3] ended
     assert out == [(W("a", 0, 3), 2, None, 3)]
-    logic.process("b", "x", 20)  # close time 20: [10,10] ended
+    logic.process("b", "x", 20)  # close time 20 - 5: [10,10] ended
     assert out[1:] == [(W("a", 10, 10), 1, None, 10)]
+
+
+def test_sessions_emit_on_close_in_memory_within_the_retention(tmp_path, reg):
+    # in memory (Kafka's InMemorySessionStore), the scan keeps only the sessions ending after
+    # observed stream time - retention; gap 5, grace 2, retention 10 (with the default gap +
+    # grace, a session is behind the retention as soon as it closes)
+    logic, out, _ = session_logic(tmp_path, reg, SessionWindows.of_inactivity_gap_and_grace(5, 2), retention=10,
+                                  emit_strategy=EmitStrategy.on_window_close())
+    logic.process("a", "x", 0)
+    logic.process("a", "x", 3)   # [0,3]
+    logic.process("b", "x", 11)  # close time 11 - 7 = 4: [0,3] ended and ends after 11 - 10: emitted
+    assert out == [(W("a", 0, 3), 2, None, 3)]
+    logic.process("c", "x", 30)  # close time 23: [11,11] ended but ends before 30 - 10: lost
+    assert out[1:] == []
 
 
 def sliding_logic(tmp_path, reg, windows, **kw):

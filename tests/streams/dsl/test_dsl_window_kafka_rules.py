@@ -139,10 +139,14 @@ def test_sliding_windows_emit_final_results_on_window_close():
         assert out_records(d) == [("a@25/30", 1, 30)]
 
 
-def on_close_outputs(windows, records, caching):
+def on_close_outputs(windows, records, caching, in_memory=False, retention_ms=None):
     """The output after each input record of a count emitting final results on window close."""
     b = StreamsBuilder()
     mat = Materialized.as_("closing")
+    if in_memory:
+        mat = mat.with_in_memory_store()
+    if retention_ms is not None:
+        mat = mat.with_retention(retention_ms)
     (b.stream("in", key_serde=S, value_serde=S).group_by_key().windowed_by(windows)
         .emit_strategy(EmitStrategy.on_window_close())
         .count(store=mat if caching else mat.with_caching_disabled())
@@ -183,6 +187,59 @@ def test_sliding_final_results_come_by_window_start_then_key():
     outputs = on_close_outputs(SlidingWindows.of_time_difference_and_grace(100, 200),
                                [("b", 150), ("a", 160), ("c", 400)], caching=False)
     assert outputs == [[], [], [("b@50/150", 1, 150), ("a@60/160", 1, 160)]]
+
+
+@pytest.mark.parametrize("caching", [False, True], ids=["uncached", "cached"])
+def test_in_memory_final_results_are_scanned_from_the_plain_stores_retention(caching):
+    # tumbling 100, no grace: retention 100. c@1392 puts [1300,1400); c@1423 puts [1400,1500),
+    # then scans starts [1392 - 100, 1423 - 100] = [1292, 1323]. On RocksDB (a time-ordered
+    # store: starts from 1400 - 100 on) [1300,1400) is emitted. In memory Kafka's DSL store is
+    # its InMemoryWindowStore whatever the emit strategy: starts after 1400 - 100 only, so
+    # [1300,1400) is lost uncached; cached, c@1392's window is still in the cache, which has no
+    # retention: emitted
+    records = [("c", 1392), ("c", 1423)]
+    emitted = [[], [("c@1300/1400", 1, 1392)]]
+    windows = TimeWindows.of_size_with_no_grace(100)
+    assert on_close_outputs(windows, records, caching) == emitted
+    assert on_close_outputs(windows, records, caching, in_memory=True) == (emitted if caching else [[], []])
+
+
+def test_in_memory_sliding_final_results_are_scanned_from_the_plain_stores_retention():
+    # difference 100, no grace: retention 2 * 100. bb@1699 -> [1599,1699]; bb@1707 closes it
+    # (emitted) and makes [1607,1707] and the right window [1700,1800] of 1699; bb@2000 makes its
+    # left window [1900,2000] (newest start 1900) and scans the windows ending before 2000 from
+    # start 1700 - 100 + 1 on: [1607,1707] and [1700,1800]. RocksDB (time-ordered) keeps starts
+    # from 1900 - 200 = 1700 on: [1700,1800] is emitted; in memory (Kafka's InMemoryWindowStore)
+    # starts after 1700 only: nothing
+    records = [("bb", 1699), ("bb", 1707), ("bb", 2000)]
+    windows = SlidingWindows.of_time_difference_with_no_grace(100)
+    first = [("bb@1599/1699", 1, 1699)]
+    assert on_close_outputs(windows, records, False) == [[], first, [("bb@1700/1800", 1, 1707)]]
+    assert on_close_outputs(windows, records, False, in_memory=True) == [[], first, []]
+
+
+def test_in_memory_session_final_results_are_scanned_within_the_retention():
+    # gap 300, no grace: retention 300. C@0, then B@478 (close time 478 - 300 = 178): C's
+    # session [0,0] ended before 178. RocksDB (Kafka's time-ordered session store, no retention
+    # on that scan): emitted. In memory (Kafka's InMemorySessionStore): sessions ending after
+    # 478 - 300 only: lost
+    records = [("C", 0), ("B", 478)]
+    windows = SessionWindows.of_inactivity_gap_with_no_grace(300)
+    assert on_close_outputs(windows, records, False) == [[], [("C@0/0", 1, 0)]]
+    assert on_close_outputs(windows, records, False, in_memory=True) == [[], []]
+
+
+def test_in_memory_session_final_results_come_by_end_then_key():
+    # gap 100, no grace, retention 1000 (with the default gap + grace, a session is behind the
+    # in-memory store's retention as soon as it closes): b@[10,50] and a@[20,50] end together;
+    # c@300 (close time 200) emits both, by end then key in memory (Kafka's
+    # InMemorySessionStore: end -> key -> start), by end then start on RocksDB (the time-ordered
+    # session store's key: end + start + key)
+    records = [("b", 10), ("b", 50), ("a", 20), ("a", 50), ("c", 300)]
+    windows = SessionWindows.of_inactivity_gap_with_no_grace(100)
+    last = lambda in_memory: on_close_outputs(windows, records, False, in_memory, 1000)[-1]  # noqa: E731
+    assert last(False) == [("b@10/50", 2, 50), ("a@20/50", 2, 50)]
+    assert last(True) == [("a@20/50", 2, 50), ("b@10/50", 2, 50)]
 
 
 def sliding_outputs(windows, records):
