@@ -6,7 +6,7 @@ xfails through known_gaps.py until that branch lands.
 
 from __future__ import annotations
 
-from vocabulary import CACHE, INPUT2, NO_CACHE, OPTIMIZATIONS, RIGHT
+from vocabulary import CACHE, IN_MEMORY, INPUT2, NO_CACHE, OPTIMIZATIONS, RIGHT
 
 FIRST_SEED = 1_000_000  # apart from the random scenarios' seeds
 
@@ -196,6 +196,30 @@ _CASES = {
                                           [["b", "abc", 100], ["b", "ba", 140], ["b", "q", 60], ["b", "r", 210],
                                            ["a", "s", 215], ["b", "t", 150]],
                                           CACHE, {"topology_optimization": OPTIMIZATIONS}),
+    # in memory, Kafka's DSL window and session stores are its InMemoryWindowStore and
+    # InMemorySessionStore whatever the emit strategy: final results are scanned from the plain
+    # store's retention. c@1423's put (start 1400) leaves [1300,1400) behind it (retention 100):
+    # never emitted (on RocksDB it is)
+    "in-memory-final-results-past-retention": ("windowed", "stream",
+                                               [{"op": "group_by", "fn": "key_upper"},
+                                                _windowed("tumbling", "aggregate", "concat", "close", size=100,
+                                                          advance=100)],
+                                               [["c", "cab ab", 1392], ["c", "bb ab", 1423]], NO_CACHE,
+                                               {"store_type": IN_MEMORY}),
+    # ... sliding windows (retention 2 * 100): bb@2000's left window (start 1900) leaves the
+    # right window [1700,1800] of bb@1699 behind the retention as it closes
+    "in-memory-sliding-final-results-past-retention": ("windowed", "stream",
+                                                       [{"op": "group_by", "fn": "value"},
+                                                        _windowed("sliding", "aggregate", "concat", "close", size=100)],
+                                                       [["c", "bb", 1699], ["a", "bb", 1707],
+                                                        ["a", "ba cab abc", 2000]], NO_CACHE,
+                                                       {"store_type": IN_MEMORY}),
+    # ... sessions (retention gap 300): B@478 leaves C's [0,0] behind it as it closes
+    "in-memory-session-final-results-past-retention": ("windowed", "stream",
+                                                       [{"op": "group_by", "fn": "key_upper"},
+                                                        _windowed("session", "count", None, "close", gap=300)],
+                                                       [["c", "ab ab", 0], ["b", None, 478]], NO_CACHE,
+                                                       {"store_type": IN_MEMORY}),
     # an operator below two merges of one topic is reached by a fused chain and by its parent's
     # node path: one stage per task all the same, so a final result is emitted once (seed 2168)
     "double-merge-final-results-once": ("windowed", "stream",

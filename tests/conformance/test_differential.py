@@ -4,7 +4,7 @@ value, timestamp) and final store contents compared one by one.
 
 All scenarios of a run go through one JVM (a module fixture), which runs them in the background
 while the tests compare; ``EDDY_CONFORMANCE_SCENARIOS`` sets how many random ones (default 500:
-250 topologies, each without and with caching, about 40% of them joins),
+250 topologies, each without and with caching, about 40% of them joins and 9% cogroups),
 ``EDDY_CONFORMANCE_SEED`` the first seed (default 0). A mismatch names its seed: ``vocabulary.generate(seed)`` rebuilds the scenario and
 ``python tests/conformance/minimise.py SEED`` shrinks it. A mismatch a known gap explains
 (known_gaps.py: fixed on another branch) xfails with that gap's reason.
@@ -109,7 +109,12 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     assert {(w["windows"]["type"], w["windows"]["grace"] is None) for w in windowed} == {
         (kind, no_grace) for kind in kinds for no_grace in (True, False)}
     assert {w["emit"] for w in windowed} == {"update", "close"}
-    assert {s["family"] for s in scenarios} == {*vocabulary.FAMILIES, vocabulary.JOIN_FAMILY}
+    assert {s["family"] for s in scenarios} == {*vocabulary.FAMILIES, vocabulary.JOIN_FAMILY, vocabulary.COGROUP_FAMILY}
+    cogroups = [step for s in scenarios for step in s["ops"] if step["op"] == vocabulary.COGROUP]
+    assert {(c["windows"] or {}).get("type") for c in cogroups} == {None, *kinds}
+    assert {c["fn"] for c in cogroups} == set(vocabulary.COGROUP_AGGREGATORS)
+    # both sides re-keyed (two repartition topics) is not generated: Kafka cannot build it unnamed
+    assert any(c["other"]["ops"][-1]["op"] == "group_by" for c in cogroups)
     joins = [vocabulary.join_step(s) for s in scenarios if s["family"] == vocabulary.JOIN_FAMILY]
     assert {(j["op"], j["type"]) for j in joins} == {(kind, t) for kind, types in vocabulary.JOINS.items()
                                                     for t in types}
@@ -125,3 +130,6 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     assert {s["source"] for s in scenarios} == {"stream", "table"}
     assert {vocabulary.optimization(s) for s in scenarios} == {"none", vocabulary.OPTIMIZATIONS}
     assert {s["cache_max_bytes"] > 0 for s in scenarios} == {True, False}
+    in_memory = [s for s in scenarios if s.get("store_type") == vocabulary.IN_MEMORY]
+    assert {s["family"] for s in in_memory} == {*vocabulary.FAMILIES, vocabulary.COGROUP_FAMILY}
+    assert any(step.get("emit") == "close" for s in in_memory for step in s["ops"])

@@ -15,13 +15,20 @@ out-of-order and late timestamps and timestamps on window boundaries are generat
 ``cache_max_bytes`` is 0 (no caching layer, as Kafka's rewriteTopology) or 10 MiB; seeds 2n and
 2n + 1 are one topology and its records without and with caching. A third of the topologies are
 built with ``topology_optimization`` (``OPTIMIZATIONS``: both drivers' builds apply it, Kafka's
-build(props)); the others have none.
+build(props)); the others have none. Some of the topologies that are not joins have
+``store_type: in_memory``: every store they name is in memory (Kafka's
+``Materialized.withStoreType(IN_MEMORY)``, Eddy's ``with_in_memory_store()``).
 
 Join scenarios (family ``join``, ``JOINS``): a join step joins the current KStream or KTable with
 the pipeline its ``other`` describes (over its ``topic``, ``right`` or ``right2``, its stores
 prefixed with the topic: ``right-source-store``, ``right-store-<i>``; or ``source: self``, the
 current stream or table itself through the side's operations, stores prefixed ``self-``) or with
 the global table of the topic ``global``; the records go to ``input`` and to those topics.
+
+Cogroup scenarios (family ``cogroup``, ``COGROUP``): the input's grouped stream cogrouped with
+input2's (each through stateless steps and a grouping; never both re-keyed, which Kafka cannot
+build unnamed), one aggregator each, into one aggregate, windowed (any window type) or not, maybe
+suppressed; the records go to both topics.
 
 ``ConformanceDriver.java`` builds the same topology with Kafka Streams from the same names: a
 function added here needs its twin there (same name, same result, same None handling), an
@@ -115,6 +122,15 @@ AGGREGATORS: dict[str, tuple] = {
     "sum_of_lengths": (lambda: 0, lambda k, v, a: a + _length(v), lambda k, a, b: a + b, "long"),
     "concat": (lambda: "", lambda k, v, a: a + "," + _s(v), lambda k, a, b: a + "&" + b, "string"),
 }
+#: name -> (initializer, the first stream's aggregator, the second stream's, session merger, value
+#: type) (KGroupedStream.cogroup: one aggregate, one aggregator per grouped stream; they differ,
+#: so the result shows which stream each value came through)
+COGROUP_AGGREGATORS: dict[str, tuple] = {
+    "weighted_lengths": (lambda: 0, lambda k, v, a: a + _length(v), lambda k, v, a: a + 100 * _length(v),
+                         lambda k, a, b: a + b, "long"),
+    "tagged_concat": (lambda: "", lambda k, v, a: a + "," + _s(v), lambda k, v, a: a + ";" + _s(v),
+                      lambda k, a, b: a + "&" + b, "string"),
+}
 #: name -> (adder(aggregate, value), subtractor(aggregate, value)) (KGroupedTable.reduce)
 TABLE_REDUCERS: dict[str, tuple] = {
     "plus_minus": (lambda a, v: _s(a) + "+" + _s(v), lambda a, v: _s(a) + "-" + _s(v)),
@@ -159,6 +175,11 @@ AGGREGATIONS = ("count", "reduce", "aggregate")
 #: grouped stream -> windowed table: {"op": "windowed", "windows": {...}, "agg": count|reduce|aggregate, "fn", "emit"}
 WINDOWED = "windowed"
 WINDOW_TYPES = ("tumbling", "hopping", "sliding", "session")
+#: grouped stream -> cogrouped table: {"op": "cogroup", "fn": COGROUP_AGGREGATORS name, "other":
+#: {"ops": stateless steps over builder.stream("input2"), then a grouping}, "windows": None or a
+#: windowed step's windows}: grouped.cogroup(first).cogroup(other grouped, second)
+#: [.windowed_by(windows)].aggregate(initializer[, session merger])
+COGROUP = "cogroup"
 #: table -> table operations (``store``: materialized as store-<i> or not)
 TABLE_OPS: dict[str, dict] = {"table_filter": PREDICATES, "table_filter_not": PREDICATES,
                               "table_map_values": VALUE_MAPPERS}
@@ -183,15 +204,20 @@ JOINS: dict[str, tuple] = {
 }
 #: the joins whose left side is a KStream (the others join two KTables)
 STREAM_JOINS = ("stream_join", "stream_table_join", "global_join")
-ALL_OPS = (set(STATELESS_OPS) | set(GROUPINGS) | set(AGGREGATIONS) | {WINDOWED, TABLE_AGGREGATE}
+ALL_OPS = (set(STATELESS_OPS) | set(GROUPINGS) | set(AGGREGATIONS) | {WINDOWED, TABLE_AGGREGATE, COGROUP}
            | set(TABLE_OPS) | set(CONVERSIONS) | set(JOINS))
 
 FAMILIES = ("stateless", "aggregate", "windowed", "table")
 #: the family of join scenarios, drawn apart from FAMILIES (see generate)
 JOIN_FAMILY = "join"
 JOIN_SHARE = 0.4
+#: the family of cogroup scenarios, drawn apart too (from the seeds that are not join scenarios)
+COGROUP_FAMILY = "cogroup"
+COGROUP_SHARE = 0.15
 RIGHT, RIGHT2, RIGHT3, GLOBAL = "right", "right2", "right3", "global"
 GLOBAL_STORE = "global-store"
+#: the stream operations that change the key (an aggregation below them repartitions)
+KEY_CHANGING_OPS = ("select_key", "map", "flat_map", "group_by")
 #: the stream operations before a join (the key-changing ones make it repartition)
 JOIN_STREAM_OPS = ("filter", "map_values", "flat_map_values", "select_key", "map")
 
@@ -274,6 +300,25 @@ def _stream_family(rng: random.Random, family: str) -> list:
     return ops
 
 
+def _cogroup_family(rng: random.Random) -> list:
+    """Two grouped streams (the input's, input2's: each maybe re-keyed, so maybe two repartition
+    topics) cogrouped into one aggregate, maybe windowed, maybe suppressed."""
+    ops = _stateless_steps(rng, 2)
+    ops.append(_grouping(rng))
+    # input2 merged into itself is no pipeline: the other side does not merge. Kafka cannot build
+    # two re-keyed streams' cogroup without naming their repartition topics (both would be
+    # <store>-repartition): when the first is re-keyed, the other keeps its key
+    rekeyed = any(step["op"] in KEY_CHANGING_OPS for step in ops)
+    other = [step for step in _stateless_steps(rng, 2)
+             if step["op"] != "merge" and not (rekeyed and step["op"] in KEY_CHANGING_OPS)]
+    other.append({"op": "group_by_key", "fn": None} if rekeyed else _grouping(rng))
+    windows = _windows(rng) if rng.random() < 0.6 else None
+    ops.append({"op": COGROUP, "fn": _pick(rng, COGROUP_AGGREGATORS), "other": {"ops": other}, "windows": windows})
+    if rng.random() < 0.25:
+        ops.append(_suppress(rng, windows is not None))
+    return ops
+
+
 def _table_family(rng: random.Random) -> tuple[str, list]:
     ops: list = []
     if rng.random() < 0.5:
@@ -301,7 +346,7 @@ def _table_family(rng: random.Random) -> tuple[str, list]:
 def _timestamp_grid(ops: list) -> int:
     """A window boundary step the timestamps snap to now and then (start, end, end - 1 hit exactly)."""
     for step in ops:
-        if step["op"] == WINDOWED:
+        if step["op"] in (WINDOWED, COGROUP) and step["windows"] is not None:
             w = step["windows"]
             return w.get("advance") or w.get("size") or w.get("gap")
     return 100
@@ -325,7 +370,7 @@ def _value(rng: random.Random, none_share: float = 0.15) -> Any:
 
 
 def _records(rng: random.Random, ops: list) -> list:
-    two_topics = any(step["op"] == "merge" for step in ops)
+    two_topics = any(step["op"] in ("merge", COGROUP) for step in ops)
     grid = _timestamp_grid(ops)
     records = []
     ts = rng.choice([0, 1_000])
@@ -493,12 +538,22 @@ def _join_records(rng: random.Random, ops: list) -> list:
 
 #: the topology.optimization of the optimized scenarios
 OPTIMIZATIONS = "all"
+#: the store type of the scenarios whose stores are all in memory (Kafka's
+#: Materialized.withStoreType(IN_MEMORY), Eddy's with_in_memory_store())
+IN_MEMORY = "in_memory"
+IN_MEMORY_SHARE = 0.3
 
 
 def _optimized(seed: int) -> bool:
     """A third of the topologies, without drawing from a scenario's generator (each seed keeps
     its topology and records)."""
     return seed // 2 % 3 == 2
+
+
+def _in_memory(seed: int) -> bool:
+    """Some of the topologies that are not joins (a join's stores are StreamJoined's or the
+    tables'), without drawing from a scenario's generator."""
+    return random.Random(f"memory-{seed // 2}").random() < IN_MEMORY_SHARE
 
 
 def generate(seed: int) -> dict:
@@ -517,6 +572,16 @@ def generate(seed: int) -> dict:
         if _optimized(seed):
             scenario["topology_optimization"] = OPTIMIZATIONS
         return scenario
+    if random.Random(f"cogroup-{seed // 2}").random() < COGROUP_SHARE:
+        rng = random.Random(f"cogroup-scenario-{seed // 2}")
+        ops = _cogroup_family(rng)
+        scenario = {"seed": seed, "family": COGROUP_FAMILY, "source": "stream", "ops": ops,
+                    "cache_max_bytes": CACHE if seed % 2 else NO_CACHE, "records": _records(rng, ops)}
+        if _optimized(seed):
+            scenario["topology_optimization"] = OPTIMIZATIONS
+        if _in_memory(seed):
+            scenario["store_type"] = IN_MEMORY
+        return scenario
     rng = random.Random(seed // 2)
     family = FAMILIES[rng.choices(range(len(FAMILIES)), weights=[2, 3, 5, 4])[0]]
     if family == "table":
@@ -529,6 +594,8 @@ def generate(seed: int) -> dict:
         scenario.update(source="table", source_store=False)
     if _optimized(seed):
         scenario["topology_optimization"] = OPTIMIZATIONS
+    if _in_memory(seed):
+        scenario["store_type"] = IN_MEMORY
     return scenario
 
 
@@ -569,15 +636,23 @@ def _eddy_suppressed(step: dict) -> Any:
 class _Built:
     """What building a scenario yields: the topology, the output serdes and the stores to read."""
 
-    def __init__(self) -> None:
+    def __init__(self, in_memory: bool = False) -> None:
+        self.in_memory = in_memory  # every store the scenario materializes is in memory
         self.topology: Any = None
         self.value_type = "string"
         self.windows: Any = None  # the spec of the output's windowed key, if any
         self.stores: list[tuple[str, str]] = []  # (name, kind: kv | window | session)
 
+    def materialized(self, name: str) -> Any:
+        """Materialized.as_(name), in memory when the scenario says (Kafka's withStoreType)."""
+        from streams import Materialized
+
+        mat = Materialized.as_(name)
+        return mat.with_in_memory_store() if self.in_memory else mat
+
 
 def _eddy_windowed(grouped: Any, step: dict, name: str, built: _Built) -> Any:
-    from streams import EmitStrategy, Materialized
+    from streams import EmitStrategy
 
     spec = step["windows"]
     windowed = grouped.windowed_by(_eddy_windows(spec))
@@ -586,13 +661,13 @@ def _eddy_windowed(grouped: Any, step: dict, name: str, built: _Built) -> Any:
     agg, fn = step["agg"], step["fn"]
     if agg == "count":
         vtype = "long"
-        table = windowed.count(store=Materialized.as_(name).with_value_serde(_serde(vtype)))
+        table = windowed.count(store=built.materialized(name).with_value_serde(_serde(vtype)))
     elif agg == "reduce":
         vtype = "string"
-        table = windowed.reduce(REDUCERS[fn], store=name)
+        table = windowed.reduce(REDUCERS[fn], store=built.materialized(name))
     else:
         init, aggregator, merger, vtype = AGGREGATORS[fn]
-        mat = Materialized.as_(name).with_value_serde(_serde(vtype))
+        mat = built.materialized(name).with_value_serde(_serde(vtype))
         table = (windowed.aggregate(init, aggregator, merger, store=mat) if spec["type"] == "session"
                  else windowed.aggregate(init, aggregator, store=mat))
     built.value_type, built.windows = vtype, spec
@@ -600,19 +675,49 @@ def _eddy_windowed(grouped: Any, step: dict, name: str, built: _Built) -> Any:
     return table
 
 
+def _eddy_cogroup(builder: Any, grouped: Any, step: dict, name: str, built: _Built, input2: list) -> Any:
+    from streams import serdes
+
+    init, first, second, merger, vtype = COGROUP_AGGREGATORS[step["fn"]]
+    if not input2:
+        input2.append(builder.stream(INPUT2, key_serde=serdes.STRING, value_serde=serdes.STRING))
+    other = input2[0]
+    *steps, grouping = step["other"]["ops"]
+    if grouping["op"] not in GROUPINGS:
+        raise ValueError(f"a cogroup's other side ends in a grouping, not {grouping['op']!r}")
+    for index, other_step in enumerate(steps):
+        other = _eddy_stream_step(builder, other, other_step, 100 + index, input2)
+    other = (other.group_by(KEY_SELECTORS[grouping["fn"]], key_serde=serdes.STRING, value_serde=serdes.STRING)
+             if grouping["op"] == "group_by" else other.group_by_key(key_serde=serdes.STRING, value_serde=serdes.STRING))
+    cogrouped = grouped.cogroup(first).cogroup(other, second)
+    store = built.materialized(name).with_value_serde(_serde(vtype))
+    built.value_type = vtype
+    spec = step["windows"]
+    if spec is None:
+        built.stores.append((name, "kv"))
+        return cogrouped.aggregate(init, store=store)
+    built.windows = spec
+    windowed = cogrouped.windowed_by(_eddy_windows(spec))
+    if spec["type"] == "session":
+        built.stores.append((name, "session"))
+        return windowed.aggregate(init, merger, store=store)
+    built.stores.append((name, "window"))
+    return windowed.aggregate(init, store=store)
+
+
 def _eddy_table_aggregate(table: Any, step: dict, name: str, built: _Built) -> Any:
-    from streams import Materialized, serdes
+    from streams import serdes
 
     grouped = table.group_by(KV_MAPPERS[step["by"]], key_serde=serdes.STRING, value_serde=serdes.STRING)
     agg, fn = step["agg"], step["fn"]
     if agg == "count":
-        vtype, result = "long", grouped.count(store=Materialized.as_(name).with_value_serde(serdes.INT64))
+        vtype, result = "long", grouped.count(store=built.materialized(name).with_value_serde(serdes.INT64))
     elif agg == "reduce":
         adder, subtractor = TABLE_REDUCERS[fn]
-        vtype, result = "string", grouped.reduce(adder, subtractor, store=name)
+        vtype, result = "string", grouped.reduce(adder, subtractor, store=built.materialized(name))
     else:
         init, adder, subtractor, vtype = TABLE_AGGREGATORS[fn]
-        result = grouped.aggregate(init, adder, subtractor, store=Materialized.as_(name).with_value_serde(_serde(vtype)))
+        result = grouped.aggregate(init, adder, subtractor, store=built.materialized(name).with_value_serde(_serde(vtype)))
     built.value_type = vtype
     built.stores.append((name, "kv"))
     return result
@@ -671,7 +776,7 @@ def side_prefix(side: dict, prefix: str) -> str:
 
 
 def _eddy_join(builder: Any, current: Any, step: dict, name: str, prefix: str, built: _Built, input2: list) -> Any:
-    from streams import Materialized, serdes
+    from streams import serdes
 
     kind, joiner = step["op"], JOINERS[step["joiner"]]
     method = {"inner": "join", "left": "left_join", "outer": "outer_join"}[step["type"]]
@@ -692,7 +797,7 @@ def _eddy_join(builder: Any, current: Any, step: dict, name: str, prefix: str, b
         return getattr(current, method)(other, joiner)
     store = None
     if step["store"]:
-        store = Materialized.as_(name).with_key_serde(serdes.STRING).with_value_serde(serdes.STRING)
+        store = built.materialized(name).with_key_serde(serdes.STRING).with_value_serde(serdes.STRING)
         built.stores.append((name, "kv"))
     if kind == "fk_join":
         return getattr(current, method)(other, joiner, foreign_key_extractor=FK_EXTRACTORS[step["extractor"]],
@@ -705,7 +810,7 @@ def build_eddy(scenario: dict) -> _Built:
     from streams import StreamsBuilder
 
     builder = StreamsBuilder()
-    built = _Built()
+    built = _Built(scenario.get("store_type") == IN_MEMORY)
     current = _eddy_pipeline(builder, INPUT, scenario, "", built, [])
     if not hasattr(current, "to"):  # a table: its changelog
         current = current.to_stream()
@@ -722,7 +827,7 @@ def _eddy_pipeline(builder: Any, topic: str, spec: dict, prefix: str, built: _Bu
                    this: Any = None) -> Any:
     """`spec`'s source over `topic` (``self``: `this`) and its ops (stores named with `prefix`): a
     KStream or a KTable."""
-    from streams import Materialized, serdes
+    from streams import serdes
 
     current: Any
     if spec["source"] == "self":
@@ -730,7 +835,7 @@ def _eddy_pipeline(builder: Any, topic: str, spec: dict, prefix: str, built: _Bu
     elif spec["source"] == "table":  # named: materialized (Kafka's sense) and compared
         named = spec.get("source_store", True)
         current = builder.table(topic, key_serde=serdes.STRING, value_serde=serdes.STRING,
-                                store=prefix + SOURCE_STORE if named else None)
+                                store=built.materialized(prefix + SOURCE_STORE) if named else None)
         if named:
             built.stores.append((prefix + SOURCE_STORE, "kv"))
     else:
@@ -746,28 +851,30 @@ def _eddy_pipeline(builder: Any, topic: str, spec: dict, prefix: str, built: _Bu
         elif op == "group_by_key":
             current = current.group_by_key(key_serde=serdes.STRING, value_serde=serdes.STRING)
         elif op == "count":
-            current = current.count(store=name)
+            current = current.count(store=built.materialized(name))
             built.value_type = "long"
             built.stores.append((name, "kv"))
         elif op == "reduce":
-            current = current.reduce(REDUCERS[fn], store=name)
+            current = current.reduce(REDUCERS[fn], store=built.materialized(name))
             built.stores.append((name, "kv"))
         elif op == "aggregate":
             init, aggregator, _merger, vtype = AGGREGATORS[fn]
-            current = current.aggregate(init, aggregator, store=Materialized.as_(name).with_value_serde(_serde(vtype)))
+            current = current.aggregate(init, aggregator, store=built.materialized(name).with_value_serde(_serde(vtype)))
             built.value_type = vtype
             built.stores.append((name, "kv"))
         elif op == WINDOWED:
             current = _eddy_windowed(current, step, name, built)
+        elif op == COGROUP:
+            current = _eddy_cogroup(builder, current, step, name, built, input2)
         elif op == "to_table":
-            current = current.to_table(store=Materialized.as_(name).with_key_serde(serdes.STRING)
+            current = current.to_table(store=built.materialized(name).with_key_serde(serdes.STRING)
                                        .with_value_serde(serdes.STRING))
             built.stores.append((name, "kv"))
         elif op in TABLE_OPS:
             method = {"table_filter": "filter", "table_filter_not": "filter_not", "table_map_values": "map_values"}[op]
             table = PREDICATES if op != "table_map_values" else VALUE_MAPPERS
             if step["store"]:
-                current = getattr(current, method)(table[fn], store=Materialized.as_(name).with_value_serde(serdes.STRING))
+                current = getattr(current, method)(table[fn], store=built.materialized(name).with_value_serde(serdes.STRING))
                 built.stores.append((name, "kv"))
             else:
                 current = getattr(current, method)(table[fn])
@@ -815,7 +922,8 @@ def canonical(scenario: dict, stores: dict) -> dict:
     session stores merge their cache into all() without the retention filter of the store below
     (AbstractRocksDBSegmentedBytesStore.all starts at observed stream time - retention + 1), so
     expired windows still cached show up there, and only there."""
-    specs = {store_name(i): step["windows"] for i, step in enumerate(scenario["ops"]) if step["op"] == WINDOWED}
+    specs = {store_name(i): step["windows"] for i, step in enumerate(scenario["ops"])
+             if step["op"] in (WINDOWED, COGROUP) and step["windows"] is not None}
     out = {}
     for name, rows in stores.items():
         if name.endswith("-join-store"):  # a stream-stream join's window store: duplicates in any order

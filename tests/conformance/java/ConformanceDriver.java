@@ -27,6 +27,7 @@ import org.apache.kafka.streams.TestInputTopic;
 import org.apache.kafka.streams.TestOutputTopic;
 import org.apache.kafka.streams.TopologyTestDriver;
 import org.apache.kafka.streams.kstream.Branched;
+import org.apache.kafka.streams.kstream.CogroupedKStream;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.EmitStrategy;
 import org.apache.kafka.streams.kstream.GlobalKTable;
@@ -41,11 +42,13 @@ import org.apache.kafka.streams.kstream.KeyValueMapper;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.SessionWindowedCogroupedKStream;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
 import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.TimeWindowedCogroupedKStream;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
@@ -73,6 +76,7 @@ public final class ConformanceDriver {
     static final Map<String, Agg> AGGREGATORS = new HashMap<>();
     static final Map<String, BinaryOperator<String>[]> TABLE_REDUCERS = new HashMap<>();
     static final Map<String, TableAgg> TABLE_AGGREGATORS = new HashMap<>();
+    static final Map<String, CoAgg> COGROUP_AGGREGATORS = new HashMap<>();
     static final Map<String, BinaryOperator<String>> JOINERS = new HashMap<>();
     static final Map<String, Function<String, String>> FK_EXTRACTORS = new HashMap<>();
 
@@ -80,6 +84,8 @@ public final class ConformanceDriver {
 
     /** initializer, aggregator(key, value, aggregate), session merger(key, a, b), value type */
     record Agg(Supplier<Object> init, Fn3 add, Fn3 merge, String type) {}
+    /** initializer, the first stream's aggregator, the second stream's, session merger, value type */
+    record CoAgg(Supplier<Object> init, Fn3 first, Fn3 second, Fn3 merge, String type) {}
     /** initializer, adder(key, value, aggregate), subtractor(key, value, aggregate), value type */
     record TableAgg(Supplier<Object> init, Fn3 add, Fn3 subtract, String type) {}
 
@@ -115,6 +121,10 @@ public final class ConformanceDriver {
         REDUCERS.put("longer", ConformanceDriver::longer);
         AGGREGATORS.put("sum_of_lengths", new Agg(() -> 0L, (k, v, a) -> (Long) a + length(v), (k, a, b) -> (Long) a + (Long) b, "long"));
         AGGREGATORS.put("concat", new Agg(() -> "", (k, v, a) -> a + "," + s(v), (k, a, b) -> a + "&" + b, "string"));
+        COGROUP_AGGREGATORS.put("weighted_lengths", new CoAgg(() -> 0L, (k, v, a) -> (Long) a + length(v),
+            (k, v, a) -> (Long) a + 100 * length(v), (k, a, b) -> (Long) a + (Long) b, "long"));
+        COGROUP_AGGREGATORS.put("tagged_concat", new CoAgg(() -> "", (k, v, a) -> a + "," + s(v),
+            (k, v, a) -> a + ";" + s(v), (k, a, b) -> a + "&" + b, "string"));
         TABLE_REDUCERS.put("plus_minus", new BinaryOperator[] {
             (BinaryOperator<String>) (a, v) -> s(a) + "+" + s(v), (BinaryOperator<String>) (a, v) -> s(a) + "-" + s(v)});
         TABLE_REDUCERS.put("longer_keep", new BinaryOperator[] {
@@ -139,8 +149,14 @@ public final class ConformanceDriver {
         return f;
     }
 
+    /** The store type of the scenario being built: Materialized.withStoreType(IN_MEMORY) for
+     *  every store it materializes when its "store_type" is "in_memory". One scenario is built at
+     *  a time (main's loop), so a field serves. */
+    static boolean inMemory;
+
     static Materialized mat(String name, String type) {
-        return Materialized.as(name).withKeySerde(STRING).withValueSerde(serde(type));
+        Materialized m = Materialized.as(name).withKeySerde(STRING).withValueSerde(serde(type));
+        return inMemory ? m.withStoreType(Materialized.StoreType.IN_MEMORY) : m;
     }
 
     /** What building a scenario yields besides the topology: output serdes and the stores to read. */
@@ -232,6 +248,41 @@ public final class ConformanceDriver {
         built.windows = spec;
         built.stores.add(new String[] {name, session ? "session" : "window"});
         return table;
+    }
+
+    static KGroupedStream grouping(KStream stream, JsonNode step) {
+        if (step.get("op").asText().equals("group_by_key")) return stream.groupByKey(Grouped.with(STRING, STRING));
+        BiFunction<String, String, String> f = fn(KEY_SELECTORS, step, "fn");
+        return stream.groupBy((k, v) -> f.apply((String) k, (String) v), Grouped.with(STRING, STRING));
+    }
+
+    static KTable cogroup(StreamsBuilder builder, KGroupedStream grouped, JsonNode step, String name, Built built,
+                          KStream[] input2) {
+        CoAgg a = fn(COGROUP_AGGREGATORS, step, "fn");
+        if (input2[0] == null) input2[0] = builder.stream("input2", Consumed.with(STRING, STRING));
+        KStream other = input2[0];
+        JsonNode ops = step.get("other").get("ops");
+        for (int i = 0; i < ops.size() - 1; i++) other = streamStep(builder, other, ops.get(i), 100 + i, input2);
+        KGroupedStream otherGrouped = grouping(other, ops.get(ops.size() - 1));
+        CogroupedKStream cogrouped = grouped.cogroup((k, v, x) -> a.first().apply(k, v, x))
+            .cogroup(otherGrouped, (k, v, x) -> a.second().apply(k, v, x));
+        built.valueType = a.type();
+        JsonNode spec = step.get("windows");
+        if (spec == null || spec.isNull()) {
+            built.stores.add(new String[] {name, "kv"});
+            return cogrouped.aggregate(a.init()::get, mat(name, a.type()));
+        }
+        built.windows = spec;
+        Object windows = windowsOf(spec);
+        if (windows instanceof SessionWindows) {
+            built.stores.add(new String[] {name, "session"});
+            SessionWindowedCogroupedKStream w = cogrouped.windowedBy((SessionWindows) windows);
+            return w.aggregate(a.init()::get, (k, x, y) -> a.merge().apply(k, x, y), mat(name, a.type()));
+        }
+        built.stores.add(new String[] {name, "window"});
+        TimeWindowedCogroupedKStream w = windows instanceof SlidingWindows
+            ? cogrouped.windowedBy((SlidingWindows) windows) : cogrouped.windowedBy((TimeWindows) windows);
+        return w.aggregate(a.init()::get, mat(name, a.type()));
     }
 
     static KTable tableAggregate(KTable table, JsonNode step, String name, Built built) {
@@ -369,10 +420,10 @@ public final class ConformanceDriver {
                 case "filter": case "filter_not": case "select_key": case "map_values": case "flat_map_values":
                 case "map": case "flat_map": case "merge": case "split":
                     current = streamStep(builder, (KStream) current, step, index, input2); break;
-                case "group_by": { BiFunction<String, String, String> f = fn(KEY_SELECTORS, step, "fn");
-                    current = ((KStream) current).groupBy((k, v) -> f.apply((String) k, (String) v), Grouped.with(STRING, STRING)); break; }
-                case "group_by_key":
-                    current = ((KStream) current).groupByKey(Grouped.with(STRING, STRING)); break;
+                case "group_by": case "group_by_key":
+                    current = grouping((KStream) current, step); break;
+                case "cogroup":
+                    current = cogroup(builder, (KGroupedStream) current, step, name, built, input2); break;
                 case "count":
                     built.valueType = "long";
                     current = ((KGroupedStream) current).count(mat(name, "long"));
@@ -489,6 +540,7 @@ public final class ConformanceDriver {
         props.put(StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, 0L);
         props.put(StreamsConfig.TOPOLOGY_OPTIMIZATION_CONFIG, scenario.path("topology_optimization").asText("none"));
         Built built = new Built();
+        inMemory = scenario.path("store_type").asText("").equals("in_memory");
         try {
             StreamsBuilder builder = new StreamsBuilder();
             KStream out = (KStream) build(builder, scenario, built);
