@@ -14,7 +14,7 @@ from streams.dsl.graph import CachingSwitch, LazyStoreBuilder, RepartitionNode, 
 from streams.dsl.ktable import KTable
 from streams.dsl.materialized import (Materialized, as_materialized, key_value_store_builder, session_store_builder,
                                       window_store_builder)
-from streams.dsl.ops.aggregate import AggregateProcessor, count_adder, count_initializer
+from streams.dsl.ops.aggregate import AggregateProcessor, count_adder, count_initializer, reduce_adder, reduce_initializer
 from streams.dsl.ops.table import TableAggregateProcessor
 from streams.dsl.ops.windowed import WindowAggregateProcessor
 from streams.dsl.windows import EmitStrategy, SessionWindows, SlidingWindows, TimeWindows
@@ -24,20 +24,6 @@ if TYPE_CHECKING:  # cogrouped imports this module
     from streams.dsl.cogrouped import CogroupedKStream
 
 __all__ = ["KGroupedStream", "TimeWindowedKStream", "SessionWindowedKStream", "KGroupedTable"]
-
-_INIT = object()  # reduce's "no aggregate yet"
-
-
-def _reduce_initializer() -> Any:
-    return _INIT
-
-
-def _reduce_adder(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
-    """Kafka's KStreamReduce as an aggregate: the first value is the aggregate as is."""
-    def add(key: Any, value: Any, aggregate: Any) -> Any:
-        return value if aggregate is _INIT else reducer(aggregate, value)
-    return add
-
 
 class _MaterializedStoreBuilder(CachingSwitch):
     """A StoreBuilder for a grouped stream's timestamped key-value store; the real `state.Stores`
@@ -110,7 +96,7 @@ class KGroupedStream:
     def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None) -> KTable:
         """reducer(aggregate, value) per key; the first value is the aggregate (None values skipped)."""
         N.check_fn(reducer, "reduce")
-        return self._aggregate(N.REDUCE, "reduce", store, _reduce_initializer, _reduce_adder(reducer),
+        return self._aggregate(N.REDUCE, "reduce", store, reduce_initializer, reduce_adder(reducer),
                                self.value_serde)
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],

@@ -1,5 +1,6 @@
 """Aggregations of a grouped stream (Kafka's KStreamAggregate): aggregate with an initializer and
-an adder; count() is aggregate with `count_initializer` and `count_adder`."""
+an adder; count() is aggregate with `count_initializer` and `count_adder`, reduce() with
+`reduce_initializer` and `reduce_adder`."""
 
 from __future__ import annotations
 
@@ -31,6 +32,19 @@ def count_adder(key: Any, value: Any, aggregate: int) -> int:
 # caching layer may add it itself.
 count_adder.constant_increment = 1  # type: ignore[attr-defined]
 
+NO_AGGREGATE = object()  # reduce's "no aggregate yet": its initializer's value, never forwarded
+
+
+def reduce_initializer() -> Any:
+    return NO_AGGREGATE
+
+
+def reduce_adder(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+    """Kafka's KStreamReduce as an aggregate: the first value is the aggregate as is."""
+    def add(key: Any, value: Any, aggregate: Any) -> Any:
+        return value if aggregate is NO_AGGREGATE else reducer(aggregate, value)
+    return add
+
 
 class AggregateProcessor(StageOperator):
     """KGroupedStream.aggregate() (and count(), as aggregate with `count_initializer` and
@@ -42,7 +56,9 @@ class AggregateProcessor(StageOperator):
     KStreamReduce), on every route: the bulk run below only ever gets records with a value.
 
     With caching, downstream sees the aggregate when the cache flushes or evicts the key (one
-    record per key per commit); without caching, on every update, as Change(new, old).
+    record per key per commit); without caching, on every update, as Change(new, old), where a
+    new key's old value is the initializer's value the aggregate started from (Kafka: a table
+    grouping the aggregates subtracts it, a suppression buffer counts its bytes).
 
     Over a typed store whose next layer updates bytes in place (a caching layer's `update` and
     `update_many`) and an adder with a `constant_increment`, the update is done at the bytes
@@ -100,7 +116,12 @@ class AggregateProcessor(StageOperator):
             try:
                 old = get(key)
                 if old is None:
-                    new = adder(key, value, initializer())
+                    # a new key's aggregate starts from the initializer's value, which is also the
+                    # old value forwarded with it (Kafka's KStreamAggregate; KStreamReduce's is None)
+                    old = initializer()
+                    new = adder(key, value, old)
+                    if old is NO_AGGREGATE:
+                        old = None
                 else:
                     if old.timestamp > timestamp:  # KIP-258: the newest timestamp the aggregate has seen
                         timestamp = old.timestamp

@@ -94,6 +94,29 @@ def test_grouped_table_counts_are_stamped_with_the_newest_record(caching):
         assert out_records(d) == [("g", 1, 10), ("g", 2, 10), ("g", 1, 10), ("h", 1, 7)]
 
 
+@pytest.mark.parametrize("caching", [False, True], ids=["uncached", "cached"])
+def test_a_new_keys_aggregate_forwards_the_initializers_value_as_old(caching):
+    # Kafka's KStreamAggregate: a new key's aggregate starts from initializer() and forwards it
+    # as the old value. Regrouped by count: a@1's Change(1, 0) subtracts from group "0", which
+    # has no aggregate (KTableAggregate: nothing to subtract, nothing to add: a tombstone), and
+    # adds to "1"; a@2's Change(2, 1) moves a from "1" (now 0) to "2". Through a cache the first
+    # update's old value is what the store held: none, so no "0"
+    b = StreamsBuilder()
+    mat = Materialized.as_("per-key")
+    (b.stream("in", key_serde=S, value_serde=S).group_by_key()
+        .count(store=mat if caching else mat.with_caching_disabled())
+        .group_by(lambda key, n: (str(n), key), key_serde=S, value_serde=S)
+        .count(store=Materialized.as_("per-count").with_caching_disabled())
+        .to_stream().to("out", key_serde=S, value_serde=I64))
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        inp = d.create_input_topic("in", S, S)
+        inp.pipe_input("a", "x", timestamp=1)
+        first = out_records(d)
+        inp.pipe_input("a", "x", timestamp=2)
+        assert first == ([] if caching else [("0", None, 1)]) + [("1", 1, 1)]
+        assert out_records(d) == [("1", 0, 2), ("2", 1, 2)]
+
+
 @pytest.mark.parametrize("caching, stamp", [(False, 10), (True, 5)])
 def test_a_reduced_group_deleted_by_the_subtractor(caching, stamp):
     b = StreamsBuilder()
