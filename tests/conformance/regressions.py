@@ -220,6 +220,21 @@ _CASES = {
                                                         _windowed("session", "count", None, "close", gap=300)],
                                                        [["c", "ab ab", 0], ["b", None, 478]], NO_CACHE,
                                                        {"store_type": IN_MEMORY}),
+    # uncached, a new key's stream aggregate forwards the initializer's value as its old value
+    # (Kafka's KStreamAggregate): regrouped, "" (the swapped initializer) gets a subtraction from
+    # no aggregate, a tombstone
+    "aggregate-initializer-old-value": ("aggregate", "stream",
+                                        [_GROUP_BY_KEY, {"op": "aggregate", "fn": "concat"},
+                                         {"op": "table_aggregate", "by": "swap", "agg": "count", "fn": None}],
+                                        [["dd", "ba b ab", 0]], NO_CACHE),
+    # ... and a byte-bounded suppression counts its bytes: b's count (1, old 0) is 50 bytes, so
+    # with c's the buffer is over 100 and b is emitted early
+    "aggregate-initializer-old-value-bytes": ("aggregate", "stream",
+                                              [{"op": "merge", "fn": None}, _GROUP_BY_KEY,
+                                               {"op": "count", "fn": None},
+                                               {"op": "suppress", "until": "time_limit", "limit": 400,
+                                                "max_records": None, "max_bytes": 100}],
+                                              [["b", "bb bb", 1900], ["c", "d d bb", 1900, INPUT2]], NO_CACHE),
     # an operator below two merges of one topic is reached by a fused chain and by its parent's
     # node path: one stage per task all the same, so a final result is emitted once (seed 2168)
     "double-merge-final-results-once": ("windowed", "stream",

@@ -313,8 +313,12 @@ public final class ConformanceDriver {
             return Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded());
         }
         JsonNode n = step.get("max_records");
-        Suppressed.BufferConfig buffer = n == null || n.isNull() ? Suppressed.BufferConfig.unbounded()
-            : Suppressed.BufferConfig.maxRecords(n.asLong());
+        JsonNode size = step.get("max_bytes");
+        boolean records = n != null && !n.isNull();
+        boolean bytes = size != null && !size.isNull();
+        Suppressed.BufferConfig buffer = !records && !bytes ? Suppressed.BufferConfig.unbounded()
+            : records ? Suppressed.BufferConfig.maxRecords(n.asLong()) : Suppressed.BufferConfig.maxBytes(size.asLong());
+        if (records && bytes) buffer = buffer.withMaxBytes(size.asLong());
         return Suppressed.untilTimeLimit(Duration.ofMillis(step.get("limit").asLong()), buffer);
     }
 
