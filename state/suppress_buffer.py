@@ -72,7 +72,7 @@ class BufferValue(NamedTuple):
         size = self.context.size_estimate()
         if self.prior is not None:
             size += len(self.prior)
-        if self.old is not None and self.old is not self.prior:
+        if self.old is not None and self.old is not self.prior and self.old != self.prior:
             size += len(self.old)
         if self.new is not None:
             size += len(self.new)
@@ -97,7 +97,8 @@ def _record_size(key: bytes, value: BufferValue) -> int:
     prior, old, new = value.prior, value.old, value.new
     if prior is not None:
         size += len(prior)
-    if old is not None and old is not prior:
+    # an old value equal to the prior one is that one (Kafka's BufferValue dedups them by content)
+    if old is not None and old is not prior and old != prior:
         size += len(old)
     if new is not None:
         size += len(new)

@@ -84,6 +84,12 @@ def test_buffer_size_counts_kafka_estimate():
     # replacing the value replaces its size: prior v1 (2) + old v2 (2) + new v33 (3) = 8+1+22+7 = 38
     b2.put(6, b"k", b"v33", b"v2", ctx(6))
     assert b2.buffer_size() == 38
+    # an old value equal to the prior one but another bytes object is that one (Kafka's BufferValue
+    # dedups them by content): prior v1 (the first put's old) + new v2 = 8 + 1 + 22 + 4 = 35
+    b3 = opened()
+    b3.put(5, b"k", b"v2", b"v1", ctx(5))
+    b3.put(6, b"k", b"v2", bytes(bytearray(b"v1")), ctx(6))
+    assert b3.buffer_size() == 35
 
 
 def test_evict_while_stops_when_predicate_fails_and_callback_failure_keeps_entry():
