@@ -14,8 +14,8 @@ written to ``output`` (a KTable through ``to_stream()``). Every store a step cre
 out-of-order and late timestamps and timestamps on window boundaries are generated.
 ``cache_max_bytes`` is 0 (no caching layer, as Kafka's rewriteTopology), 10 MiB or, for a
 quarter of the cached ones, 1 byte (every put evicts at once, through the caching layer); seeds
-2n and 2n + 1 are one topology and its records without and with caching. A third of the topologies are
-built with ``topology_optimization`` (``OPTIMIZATIONS``: both drivers' builds apply it, Kafka's
+2n and 2n + 1 are one topology and its records without and with caching. A third of the
+topologies are built with ``topology_optimization`` (``OPTIMIZATIONS``: both drivers' builds apply it, Kafka's
 build(props)); the others have none. Some of the topologies that are not joins have
 ``store_type: in_memory``: every store they name is in memory (Kafka's
 ``Materialized.withStoreType(IN_MEMORY)``, Eddy's ``with_in_memory_store()``).
@@ -585,9 +585,8 @@ def _in_memory(seed: int) -> bool:
 def generate(seed: int) -> dict:
     """The scenario of ``seed`` (same seed, same scenario, on every machine). Seeds 2n and 2n + 1
     are the same topology and records, without and with caching (a suppression's byte bound
-    without only). A share of the seeds are join
-    scenarios, drawn by a generator of their own, so the other families' seeds keep their
-    scenarios."""
+    without only). A share of the seeds are join scenarios, and of the others cogroup scenarios,
+    each drawn by a generator of its own, so the other families' seeds keep their scenarios."""
     scenario = _generate(seed)
     if scenario["cache_max_bytes"]:
         # A byte-bounded suppression only without a cache: Kafka's cache flush forwards a record
