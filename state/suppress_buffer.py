@@ -54,29 +54,12 @@ class BufferedContext(NamedTuple):
     partition: int = -1
     headers: tuple = ()  # ((key: str, value: bytes | None), ...)
 
-    def size_estimate(self) -> int:
-        """Kafka's residentMemorySizeEstimate: 8 + 8 + topic chars + 4 + header keys and values."""
-        size = 20 + len(self.topic)
-        for key, value in self.headers:
-            size += len(key) + (len(value) if value is not None else 0)
-        return size
-
 
 class BufferValue(NamedTuple):
     prior: Optional[bytes]
     old: Optional[bytes]
     new: Optional[bytes]
     context: BufferedContext
-
-    def size_estimate(self) -> int:
-        size = self.context.size_estimate()
-        if self.prior is not None:
-            size += len(self.prior)
-        if self.old is not None and self.old is not self.prior and self.old != self.prior:
-            size += len(self.old)
-        if self.new is not None:
-            size += len(self.new)
-        return size
 
 
 class Eviction(NamedTuple):
@@ -89,7 +72,9 @@ class Eviction(NamedTuple):
 
 
 def _record_size(key: bytes, value: BufferValue) -> int:
-    """8 (the buffer time) + the key + value.size_estimate(), in one frame."""
+    """Kafka's computeRecordSize: 8 (the buffer time) + the key + the BufferValue's estimate (the
+    prior value, the old one unless it is the prior one, the new one) + the context's (Kafka's
+    residentMemorySizeEstimate: 8 + 8 + topic chars + 4 + header keys and values)."""
     context = value.context
     size = 28 + len(key) + len(context.topic)
     for hkey, hvalue in context.headers:
@@ -97,8 +82,7 @@ def _record_size(key: bytes, value: BufferValue) -> int:
     prior, old, new = value.prior, value.old, value.new
     if prior is not None:
         size += len(prior)
-    # an old value equal to the prior one is that one (Kafka's BufferValue dedups them by content)
-    if old is not None and old is not prior and old != prior:
+    if old is not None and old is not prior:
         size += len(old)
     if new is not None:
         size += len(new)
@@ -301,6 +285,8 @@ class InMemoryTimeOrderedKeyValueBuffer(StateStore):
                 f"state store {self.name!r}: context must be a BufferedContext, got {type(context).__name__}")
         previous = self._values.get(key)
         prior = old if previous is None else previous.prior
+        if prior is not old and prior == old:
+            prior = old  # one value, counted once (Kafka's BufferValue dedups them by content)
         self._clean_put(buffer_time, key, _new_tuple(BufferValue, (prior, old, new, context)))
         if self.logging_enabled:
             self._dirty.add(key)
