@@ -43,12 +43,16 @@ def opened(builder, tmp_path):
     return store
 
 
-def count_logic(tmp_path, reg, windows, retention=None, in_memory=True, **kw):
-    mat = Materialized.as_("agg").with_caching_disabled().with_logging_disabled()
+def uncached(name, in_memory, retention):
+    """Materialized.as_(name), uncached and unlogged, in memory and with a retention if asked."""
+    mat = Materialized.as_(name).with_caching_disabled().with_logging_disabled()
     if in_memory:
         mat = mat.with_in_memory_store()
-    if retention is not None:
-        mat = mat.with_retention(retention)
+    return mat if retention is None else mat.with_retention(retention)
+
+
+def count_logic(tmp_path, reg, windows, retention=None, in_memory=True, **kw):
+    mat = uncached("agg", in_memory, retention)
     # final results on window close come from a time-ordered store, as the DSL builds it
     on_close = kw.get("emit_strategy") is not None and kw["emit_strategy"].emits_on_close
     store = opened(window_store_builder(mat, "agg", windows, serdes.STRING, serdes.INT64, timestamped=True,
@@ -179,11 +183,7 @@ def test_final_results_come_by_window_start_then_key(tmp_path, reg):
 
 
 def session_logic(tmp_path, reg, windows, in_memory=True, retention=None, **kw):
-    mat = Materialized.as_("sess").with_caching_disabled().with_logging_disabled()
-    if in_memory:
-        mat = mat.with_in_memory_store()
-    if retention is not None:
-        mat = mat.with_retention(retention)
+    mat = uncached("sess", in_memory, retention)
     store = opened(session_store_builder(mat, "sess", windows, serdes.STRING, serdes.INT64), tmp_path)
     out = []
     late = LateRecordReporter(task_dropped_records_sensor(reg, "t", "0_0"), "0_0")
@@ -259,7 +259,7 @@ def test_sessions_emit_on_close_in_memory_within_the_retention(tmp_path, reg):
 def sliding_logic(tmp_path, reg, windows, **kw):
     from streams.dsl.window_aggregate import SlidingWindowAggregateLogic
 
-    mat = Materialized.as_("slide").with_in_memory_store().with_caching_disabled().with_logging_disabled()
+    mat = uncached("slide", True, None)
     store = opened(window_store_builder(mat, "slide", windows, serdes.STRING, serdes.INT64, timestamped=True),
                    tmp_path)
     out = []
