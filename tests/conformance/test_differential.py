@@ -113,8 +113,13 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     cogroups = [step for s in scenarios for step in s["ops"] if step["op"] == vocabulary.COGROUP]
     assert {(c["windows"] or {}).get("type") for c in cogroups} == {None, *kinds}
     assert {c["fn"] for c in cogroups} == set(vocabulary.COGROUP_AGGREGATORS)
-    # both sides re-keyed (two repartition topics) is not generated: Kafka cannot build it unnamed
+    # either side may be re-keyed, both (two repartition topics) never: Kafka cannot build it unnamed
     assert any(c["other"]["ops"][-1]["op"] == "group_by" for c in cogroups)
+    rekeyed = vocabulary.KEY_CHANGING_OPS
+    sides = [(any(step["op"] in rekeyed for step in s["ops"][:s["ops"].index(c)]),
+              any(step["op"] in rekeyed for step in c["other"]["ops"]))
+             for s in scenarios for c in s["ops"] if c["op"] == vocabulary.COGROUP]
+    assert {(True, False), (False, True), (False, False)} <= set(sides) and (True, True) not in sides
     joins = [vocabulary.join_step(s) for s in scenarios if s["family"] == vocabulary.JOIN_FAMILY]
     assert {(j["op"], j["type"]) for j in joins} == {(kind, t) for kind, types in vocabulary.JOINS.items()
                                                     for t in types}
@@ -136,3 +141,6 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     limits = [step for s in scenarios for step in s["ops"] if step["op"] == "suppress" and step["until"] == "time_limit"]
     assert {(step["max_records"] is not None, "max_bytes" in step) for step in limits} == {
         (records, size) for records in (True, False) for size in (True, False)}
+    # byte bounds without a cache only (Eddy's cache flush forwards no record context: vocabulary.generate)
+    assert all(s["cache_max_bytes"] == vocabulary.NO_CACHE for s in scenarios
+               if any("max_bytes" in step for step in s["ops"]))
