@@ -204,6 +204,19 @@ class Env:
         finally:
             consumer.close()
 
+    def await_stable_end(self, end, timeout_s=30.0):
+        """Wait until a read_committed consumer's end of the changelog partition (its last stable
+        offset) reaches `end`. A transactional producer's commit or abort returns once the
+        coordinator has it; a real broker writes the partition's marker after that, and until
+        then read_committed readers, a restore among them, end before the transaction."""
+        consumer = self.backend.consumer({"group.id": f"{self.app}-lso-probe", "isolation.level": "read_committed"})
+        try:
+            deadline = time.monotonic() + timeout_s
+            while (stable := consumer.get_watermark_offsets(self.tp, timeout=30, cached=False)[1]) < end:
+                assert time.monotonic() < deadline, f"the last stable offset stayed at {stable}, not {end}"
+        finally:
+            consumer.close()
+
     def read(self, offset, n, timeout_s=30.0):
         """The (key, value) of the `n` records from `offset` of the changelog partition."""
         consumer = self.backend.consumer({"group.id": f"{self.app}-reader", "auto.offset.reset": "earliest"})
@@ -670,6 +683,7 @@ def test_transactional_changelog_completes_past_the_commit_marker(env):
     for i in range(10):
         producer.produce(env.topic, key=b"t%d" % i, value=b"v%d" % i, partition=TASK.partition)
     producer.commit_transaction(30)
+    env.await_stable_end(11)  # ten records and the commit marker
     expected = {b"t%d" % i: b"v%d" % i for i in range(10)}
     mgr = env.open(eos=True)
     reader, rec = env.reader(eos=True)
@@ -689,6 +703,7 @@ def test_eos_restore_skips_aborted_changelog_writes(env):
         producer.produce(env.topic, key=b"k%d" % i, value=b"v", partition=TASK.partition)
         assert producer.flush(30) == 0  # on the broker before the abort (abort purges unsent records)
         (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    env.await_stable_end(6)  # three records, three markers
     mgr = env.open(eos=True)
     reader, _ = env.reader(eos=True)
     reader.register(env.tp, mgr)
