@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Record", "Headers", "Processor", "ProcessorContext", "ProcessorSupplier", "PunctuationType",
-    "Punctuator", "Cancellable", "RecordMetadata", "ConsumerRecord", "TimestampExtractor",
+    "Punctuator", "Cancellable", "RecordMetadata", "RecordContext", "ConsumerRecord", "TimestampExtractor",
     "FailOnInvalidTimestamp", "LogAndSkipOnInvalidTimestamp", "UsePartitionTimeOnInvalidTimestamp",
     "WallclockTimestampExtractor",
 ]
@@ -123,6 +123,18 @@ class RecordMetadata(NamedTuple):
     topic: str
     partition: int
     offset: int
+
+
+class RecordContext(NamedTuple):
+    """What a topic name extractor is told of the record it names a topic for (Kafka's
+    RecordContext): where the input record came from (topic None, partition and offset -1 in a
+    punctuation), and the timestamp and headers of the record being written."""
+
+    topic: Optional[str]
+    partition: int
+    offset: int
+    timestamp: int
+    headers: Headers
 
 
 class PunctuationType(enum.Enum):

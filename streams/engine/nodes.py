@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Protocol
 
 from streams import serdes as _serdes
 from streams.errors import SerializationError, ProcessingError
-from streams.processor import Processor, Record
+from streams.processor import Processor, Record, RecordContext
 
 if TYPE_CHECKING:
     from streams.engine.context import ProcessorContextImpl
@@ -158,13 +158,16 @@ class SinkNode(ProcessorNode):
 
     def _to_extracted_topic(self) -> Callable[[Any, Any, Any, Any, int, Any], None]:
         """Kafka's TopicNameExtractor: `extractor(key, value, record_context)` names the topic
-        of each record (record_context: the input record's metadata, None in punctuations)."""
+        of each record (a RecordContext: the input record's topic, partition and offset, the
+        written record's timestamp and headers, as Kafka's SinkNode builds it)."""
         extractor, collector, partitioner, name = self.topic, self.collector, self.partitioner, self.name
         send, node = collector.send, self
 
         def to_extracted(key: Any, value: Any, key_bytes: Any, value_bytes: Any, timestamp: int,
                          headers: Any) -> None:
-            topic = extractor(key, value, node.record_context())
+            where = node.record_context()
+            topic = extractor(key, value, RecordContext(*(_NO_SOURCE if where is None else where), timestamp,
+                                                        tuple(headers) if headers else ()))
             if not isinstance(topic, str) or not topic:
                 raise ProcessingError(f"sink {name!r}: the topic name extractor returned {topic!r}, not a topic name")
             partition = None if partitioner is None else partitioner(topic, key, value,
@@ -218,6 +221,9 @@ class SinkNode(ProcessorNode):
 
 def _no_record_context() -> Any:
     return None
+
+
+_NO_SOURCE = (None, -1, -1)  # a RecordContext's topic, partition and offset outside of a record (Kafka's)
 
 
 def _no_failure_mark() -> None:

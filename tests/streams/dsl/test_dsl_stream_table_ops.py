@@ -7,7 +7,7 @@ import pytest
 
 from state.stores import Stores
 from state.timestamped import ValueAndTimestamp
-from streams import Branched, Processor, Record, StreamsBuilder, serdes
+from streams import Branched, Processor, PunctuationType, Record, StreamsBuilder, serdes
 from streams.dsl import Materialized
 from streams.errors import TopologyError
 from streams.testing import TopologyTestDriver
@@ -230,6 +230,42 @@ def test_to_with_a_topic_name_extractor():
         inp.pipe_input("k3", "avocado", timestamp=3)
         assert d.create_output_topic("in-a", S, S).read_key_values_to_list() == [("k1", "apple"), ("k3", "avocado")]
         assert d.create_output_topic("in-b", S, S).read_key_values_to_list() == [("k2", "berry")]
+
+
+class _Restamp(Processor):
+    """Forwards each record 5 ms later with a header, and a "tick" from each stream-time punctuation."""
+
+    def init(self, context):
+        self.context = context
+        context.schedule(10, PunctuationType.STREAM_TIME,
+                         lambda t: context.forward(Record("p", "tick", t, (("from", b"punctuation"),))))
+
+    def process(self, record):
+        self.context.forward(record.with_timestamp(record.timestamp + 5).with_headers((("h", b"1"),)))
+
+
+def test_a_topic_name_extractor_is_told_the_record_context():
+    """Kafka's SinkNode hands the extractor a RecordContext: the input record's topic, partition
+    and offset, the written record's timestamp and headers; in a punctuation no topic, -1s."""
+    seen = []
+
+    def route(key, value, record_context):
+        seen.append(record_context)
+        return "out"
+
+    b = StreamsBuilder()
+    b.stream("in", key_serde=S, value_serde=S).process(_Restamp).to(route)
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        inp = d.create_input_topic("in", S, S)
+        inp.pipe_input("k1", "a", timestamp=1, headers=(("in", b"x"),))
+        inp.pipe_input("k2", "b", timestamp=12)
+        assert [r.key for r in d.create_output_topic("out", S, S).read_records_to_list()] == ["k1", "p", "k2", "p"]
+    tick = (None, -1, -1)
+    assert [tuple(c) for c in seen] == [
+        ("in", 0, 0, 6, (("h", b"1"),)), (*tick, 1, (("from", b"punctuation"),)),
+        ("in", 0, 1, 17, (("h", b"1"),)), (*tick, 12, (("from", b"punctuation"),)),
+    ]
+    assert (seen[0].topic, seen[0].timestamp, seen[0].headers) == ("in", 6, (("h", b"1"),))
 
 
 def test_a_topic_name_extractor_returning_no_name_fails_clearly():
