@@ -144,3 +144,13 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     # byte bounds without a cache only (Eddy's cache flush forwards no record context: vocabulary.generate)
     assert all(s["cache_max_bytes"] == vocabulary.NO_CACHE for s in scenarios
                if any("max_bytes" in step for step in s["ops"]))
+    # a topic name extractor over every kind of output: plain, windowed and session keys, long values
+    extracted = [s for s in scenarios if s.get("output_extractor")]
+    assert {s["output_extractor"] for s in extracted} == set(vocabulary.OUTPUT_EXTRACTORS)
+    assert {s["family"] for s in extracted} == {*vocabulary.FAMILIES, vocabulary.JOIN_FAMILY, vocabulary.COGROUP_FAMILY}
+    assert any(step["op"] == vocabulary.WINDOWED and step["windows"]["type"] == "session"
+               for s in extracted for step in s["ops"])
+    # a repartition() before a grouping that therefore needs none, and one after a key change
+    repartitioned = [s["ops"][: i + 2] for s in scenarios for i, step in enumerate(s["ops"]) if step["op"] == "repartition"]
+    assert any(ops[-1]["op"] in vocabulary.GROUPINGS for ops in repartitioned)
+    assert any(step["op"] in vocabulary.KEY_CHANGING_OPS for ops in repartitioned for step in ops[:-2])

@@ -8,7 +8,9 @@ A scenario is a linear pipeline over the input topic ``input`` (String keys and 
 ``ops`` is a list of steps ``{"op": name, ...}`` applied in order to the current KStream
 (``STATELESS_OPS``, ``GROUPINGS``, ``to_table``), KGroupedStream (``AGGREGATIONS``, ``windowed``)
 or KTable (``TABLE_OPS``, ``table_aggregate``, ``suppress``, ``to_stream``); the last KStream is
-written to ``output`` (a KTable through ``to_stream()``). Every store a step creates is named
+written to ``output`` (a KTable through ``to_stream()``), or, with ``output_extractor``
+(``OUTPUT_EXTRACTORS``), by a topic name extractor to ``output`` or ``output2`` (output2's rows
+come after output's, the topic as a fourth element). Every store a step creates is named
 ``store-<step index>`` and compared at the end; ``records`` are ``[key, value, timestamp]``
 (plus the topic when it is not ``input``); None keys and values (unkeyed records, tombstones),
 out-of-order and late timestamps and timestamps on window boundaries are generated.
@@ -47,7 +49,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-INPUT, INPUT2, OUTPUT = "input", "input2", "output"
+INPUT, INPUT2, OUTPUT, OUTPUT2 = "input", "input2", "output", "output2"
 SOURCE_STORE = "source-store"
 NO_CACHE, CACHE = 0, 10 * 1024 * 1024
 TINY_CACHE, TINY_CACHE_SHARE = 1, 0.25
@@ -156,6 +158,13 @@ FK_EXTRACTORS: dict[str, Callable[[Any], Any]] = {
     "first_char_not_b": lambda v: None if _first_char(v) in (None, "b") else _first_char(v),
 }
 
+#: (value, timestamp) -> the output topic (the final to()'s topic name extractor, told the
+#: record's timestamp by its record context)
+OUTPUT_EXTRACTORS: dict[str, Callable[[Any, int], str]] = {
+    "odd_timestamps_apart": lambda v, ts: "output2" if ts % 2 else "output",
+    "tombstones_apart": lambda v, ts: "output2" if v is None else "output",
+}
+
 # ---- operations ------------------------------------------------------------------------------
 
 #: stream -> stream operations and the function table of their ``fn`` (None: no function)
@@ -169,6 +178,10 @@ STATELESS_OPS: dict[str, dict | None] = {
     "flat_map": KV_SPLITTERS,
     "merge": None,   # merged with builder.stream("input2")
     "split": PREDICATES,  # branch "x" on fn, default branch "y" map_values'd "exclaim", merged back
+    # branch 1 (unnamed) on fn through Branched.with_function(map_values "upper"), the default
+    # branch "y" through Branched.with_function(filter_not "value_is_short"), merged back
+    "split_with_functions": PREDICATES,
+    "repartition": None,  # KStream.repartition() with String serdes
 }
 #: stream -> grouped stream
 GROUPINGS: dict[str, dict | None] = {"group_by": KEY_SELECTORS, "group_by_key": None}
@@ -582,6 +595,10 @@ def _in_memory(seed: int) -> bool:
     return random.Random(f"memory-{seed // 2}").random() < IN_MEMORY_SHARE
 
 
+#: the share of the scenarios whose output goes through a topic name extractor
+OUTPUT_EXTRACTOR_SHARE = 0.2
+
+
 def generate(seed: int) -> dict:
     """The scenario of ``seed`` (same seed, same scenario, on every machine). Seeds 2n and 2n + 1
     are the same topology and records, without and with caching (a suppression's byte bound
@@ -594,6 +611,10 @@ def generate(seed: int) -> dict:
         # and the buffer counts the topic's length in a record's size (noticed, not fixed yet)
         for step in scenario["ops"]:
             step.pop("max_bytes", None)
+    # drawn apart (seeds 2n and 2n + 1 alike), so the scenarios themselves stay as they are
+    rng = random.Random(f"extractor-{seed // 2}")
+    if rng.random() < OUTPUT_EXTRACTOR_SHARE:
+        scenario["output_extractor"] = _pick(rng, OUTPUT_EXTRACTORS)
     return scenario
 
 
@@ -788,6 +809,14 @@ def _eddy_stream_step(builder: Any, stream: Any, step: dict, index: int, input2:
         name = f"split{index}-"
         branches = stream.split(name).branch(PREDICATES[fn], Branched.as_("x")).default_branch(Branched.as_("y"))
         return branches[name + "x"].merge(branches[name + "y"].map_values(VALUE_MAPPERS["exclaim"]))
+    if op == "split_with_functions":
+        name = f"split{index}-"
+        upper, short = VALUE_MAPPERS["upper"], PREDICATES["value_is_short"]
+        branches = (stream.split(name).branch(PREDICATES[fn], Branched.with_function(lambda s: s.map_values(upper)))
+                    .default_branch(Branched.with_function(lambda s: s.filter_not(short), "y")))
+        return branches[name + "1"].merge(branches[name + "y"])
+    if op == "repartition":
+        return stream.repartition(key_serde=serdes.STRING, value_serde=serdes.STRING)
     raise ValueError(f"operation {op!r} is not a stream operation of the conformance vocabulary")
 
 
@@ -855,7 +884,15 @@ def build_eddy(scenario: dict) -> _Built:
     current = _eddy_pipeline(builder, INPUT, scenario, "", built, [])
     if not hasattr(current, "to"):  # a table: its changelog
         current = current.to_stream()
-    current.to(OUTPUT, key_serde=_output_key_serde(built), value_serde=_serde(built.value_type))
+    extractor = scenario.get("output_extractor")
+    if extractor is None:
+        topic: Any = OUTPUT
+    else:
+        route = OUTPUT_EXTRACTORS[extractor]
+
+        def topic(key: Any, value: Any, record_context: Any) -> str:
+            return route(value, record_context.timestamp)
+    current.to(topic, key_serde=_output_key_serde(built), value_serde=_serde(built.value_type))
     built.topology = builder.build({"topology.optimization": optimization(scenario)})
     return built
 
@@ -1018,8 +1055,12 @@ def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | No
             if topic not in topics:
                 topics[topic] = driver.create_input_topic(topic, serdes.STRING, serdes.STRING)
             topics[topic].pipe_input(key, value, ts)
-        sink = driver.create_output_topic(OUTPUT, _output_key_serde(built), _serde(built.value_type))
-        output = [[_key(r.key), r.value, r.timestamp] for r in sink.read_records_to_list()]
+        output = []
+        for topic in (OUTPUT, OUTPUT2) if scenario.get("output_extractor") else (OUTPUT,):
+            sink = driver.create_output_topic(topic, _output_key_serde(built), _serde(built.value_type))
+            # output2's rows say so (each topic is read whole: the drivers do not interleave them)
+            tag = [] if topic == OUTPUT else [topic]
+            output += [[_key(r.key), r.value, r.timestamp, *tag] for r in sink.read_records_to_list()]
         stores = {name: _store_rows(driver, name, kind) for name, kind in built.stores}
         if history is not None:
             history += driver.producer_history()

@@ -42,6 +42,7 @@ import org.apache.kafka.streams.kstream.KeyValueMapper;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.Repartitioned;
 import org.apache.kafka.streams.kstream.SessionWindowedCogroupedKStream;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
 import org.apache.kafka.streams.kstream.SessionWindows;
@@ -79,6 +80,7 @@ public final class ConformanceDriver {
     static final Map<String, CoAgg> COGROUP_AGGREGATORS = new HashMap<>();
     static final Map<String, BinaryOperator<String>> JOINERS = new HashMap<>();
     static final Map<String, Function<String, String>> FK_EXTRACTORS = new HashMap<>();
+    static final Map<String, BiFunction<Object, Long, String>> OUTPUT_EXTRACTORS = new HashMap<>();
 
     interface Fn3 { Object apply(Object a, Object b, Object c); }
 
@@ -136,6 +138,8 @@ public final class ConformanceDriver {
         FK_EXTRACTORS.put("first_char", ConformanceDriver::firstChar);
         FK_EXTRACTORS.put("first_word", v -> v == null ? null : v.split(" ", -1)[0]);
         FK_EXTRACTORS.put("first_char_not_b", v -> firstChar(v) == null || firstChar(v).equals("b") ? null : firstChar(v));
+        OUTPUT_EXTRACTORS.put("odd_timestamps_apart", (v, ts) -> ts % 2 != 0 ? "output2" : "output");
+        OUTPUT_EXTRACTORS.put("tombstones_apart", (v, ts) -> v == null ? "output2" : "output");
     }
 
     static final Serde STRING = Serdes.String();
@@ -194,6 +198,18 @@ public final class ConformanceDriver {
                 Function<String, String> exclaim = VALUE_MAPPERS.get("exclaim");
                 return branches.get("split" + index + "-x").merge(branches.get("split" + index + "-y").mapValues(v -> exclaim.apply((String) v)));
             }
+            case "split_with_functions": {
+                BiFunction<String, String, Boolean> p = fn(PREDICATES, step, "fn");
+                Function<String, String> upper = VALUE_MAPPERS.get("upper");
+                BiFunction<String, String, Boolean> isShort = PREDICATES.get("value_is_short");
+                String name = "split" + index + "-";
+                Map<String, KStream> branches = stream.split(Named.as(name))
+                    .branch((k, v) -> p.apply((String) k, (String) v),
+                        Branched.withFunction(s -> s.mapValues(v -> upper.apply((String) v))))
+                    .defaultBranch(Branched.withFunction(s -> s.filterNot((k, v) -> isShort.apply((String) k, (String) v)), "y"));
+                return branches.get(name + "1").merge(branches.get(name + "y"));
+            }
+            case "repartition": return stream.repartition(Repartitioned.with(STRING, STRING));
             default: throw new IllegalArgumentException("operation " + op + " is not a stream operation");
         }
     }
@@ -422,7 +438,7 @@ public final class ConformanceDriver {
                 case "stream_join": case "stream_table_join": case "global_join": case "table_join": case "fk_join":
                     current = join(builder, current, step, name, prefix, built, input2); break;
                 case "filter": case "filter_not": case "select_key": case "map_values": case "flat_map_values":
-                case "map": case "flat_map": case "merge": case "split":
+                case "map": case "flat_map": case "merge": case "split": case "split_with_functions": case "repartition":
                     current = streamStep(builder, (KStream) current, step, index, input2); break;
                 case "group_by": case "group_by_key":
                     current = grouping((KStream) current, step); break;
@@ -550,7 +566,14 @@ public final class ConformanceDriver {
             KStream out = (KStream) build(builder, scenario, built);
             Serde keySerde = outputKeySerde(built);
             Serde valueSerde = serde(built.valueType);
-            out.to("output", Produced.with(keySerde, valueSerde));
+            JsonNode extractor = scenario.get("output_extractor");
+            if (extractor == null || extractor.isNull()) {
+                out.to("output", Produced.with(keySerde, valueSerde));
+            } else {
+                BiFunction<Object, Long, String> route = OUTPUT_EXTRACTORS.get(extractor.asText());
+                if (route == null) throw new IllegalArgumentException("no output extractor " + extractor.asText());
+                out.to((k, v, context) -> route.apply(v, context.timestamp()), Produced.with(keySerde, valueSerde));
+            }
             try (TopologyTestDriver driver = new TopologyTestDriver(builder.build(props), props)) {
                 Map<String, TestInputTopic<String, String>> inputs = new HashMap<>();
                 for (JsonNode r : scenario.get("records")) {
@@ -561,13 +584,18 @@ public final class ConformanceDriver {
                         r.get(2).asLong());
                 }
                 ArrayNode output = result.putArray("output");
-                TestOutputTopic out2 = driver.createOutputTopic("output", keySerde.deserializer(), valueSerde.deserializer());
-                for (Object o : out2.readRecordsToList()) {
-                    TestRecord r = (TestRecord) o;
-                    ArrayNode row = output.addArray();
-                    addKey(row, r.key());
-                    addValue(row, r.value());
-                    row.add(r.timestamp());
+                // output2's rows (a topic name extractor's) after output's, tagged with the topic
+                for (String topic : extractor == null || extractor.isNull() ? new String[] {"output"}
+                                                                           : new String[] {"output", "output2"}) {
+                    TestOutputTopic sink = driver.createOutputTopic(topic, keySerde.deserializer(), valueSerde.deserializer());
+                    for (Object o : sink.readRecordsToList()) {
+                        TestRecord r = (TestRecord) o;
+                        ArrayNode row = output.addArray();
+                        addKey(row, r.key());
+                        addValue(row, r.value());
+                        row.add(r.timestamp());
+                        if (!topic.equals("output")) row.add(topic);
+                    }
                 }
                 ObjectNode stores = result.putObject("store");
                 for (String[] store : built.stores) stores.set(store[0], storeRows(driver, json, store[0], store[1]));
