@@ -154,3 +154,16 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     repartitioned = [s["ops"][: i + 2] for s in scenarios for i, step in enumerate(s["ops"]) if step["op"] == "repartition"]
     assert any(ops[-1]["op"] in vocabulary.GROUPINGS for ops in repartitioned)
     assert any(step["op"] in vocabulary.KEY_CHANGING_OPS for ops in repartitioned for step in ops[:-2])
+    # Processor API steps: both processors, their store cached or not, in memory too, and a
+    # grouping after one (which repartitions: a processor may change the key)
+    processes = [(s, step) for s in scenarios for step in s["ops"] if step["op"] == vocabulary.PROCESS]
+    assert {(step["fn"], step["cached"]) for _, step in processes} == {
+        (fn, cached) for fn in vocabulary.PROCESSORS for cached in (True, False)}
+    assert any(s.get("store_type") == vocabulary.IN_MEMORY for s, _ in processes)
+    assert any(later["op"] == "group_by_key" for s, step in processes for later in s["ops"][s["ops"].index(step):])
+    # table operations over windowed tables (a windowed key in their stores), of every window type
+    after_windows = [(s["ops"][i - 1]["windows"]["type"], step["store"]) for s in scenarios
+                     for i, step in enumerate(s["ops"])
+                     if step["op"] in vocabulary.TABLE_OPS and i and s["ops"][i - 1]["op"] == vocabulary.WINDOWED]
+    assert {kind for kind, _ in after_windows} == set(vocabulary.WINDOW_TYPES)
+    assert {stored for _, stored in after_windows} == {True, False}

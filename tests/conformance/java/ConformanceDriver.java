@@ -54,7 +54,15 @@ import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
+import org.apache.kafka.streams.processor.PunctuationType;
+import org.apache.kafka.streams.processor.RecordContext;
+import org.apache.kafka.streams.processor.api.Processor;
+import org.apache.kafka.streams.processor.api.ProcessorContext;
+import org.apache.kafka.streams.processor.api.Record;
 import org.apache.kafka.streams.state.KeyValueIterator;
+import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.StoreBuilder;
+import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.ValueAndTimestamp;
 import org.apache.kafka.streams.test.TestRecord;
 
@@ -80,7 +88,7 @@ public final class ConformanceDriver {
     static final Map<String, CoAgg> COGROUP_AGGREGATORS = new HashMap<>();
     static final Map<String, BinaryOperator<String>> JOINERS = new HashMap<>();
     static final Map<String, Function<String, String>> FK_EXTRACTORS = new HashMap<>();
-    static final Map<String, BiFunction<Object, Long, String>> OUTPUT_EXTRACTORS = new HashMap<>();
+    static final Map<String, BiFunction<Object, RecordContext, String>> OUTPUT_EXTRACTORS = new HashMap<>();
 
     interface Fn3 { Object apply(Object a, Object b, Object c); }
 
@@ -138,8 +146,9 @@ public final class ConformanceDriver {
         FK_EXTRACTORS.put("first_char", ConformanceDriver::firstChar);
         FK_EXTRACTORS.put("first_word", v -> v == null ? null : v.split(" ", -1)[0]);
         FK_EXTRACTORS.put("first_char_not_b", v -> firstChar(v) == null || firstChar(v).equals("b") ? null : firstChar(v));
-        OUTPUT_EXTRACTORS.put("odd_timestamps_apart", (v, ts) -> ts % 2 != 0 ? "output2" : "output");
-        OUTPUT_EXTRACTORS.put("tombstones_apart", (v, ts) -> v == null ? "output2" : "output");
+        OUTPUT_EXTRACTORS.put("odd_timestamps_apart", (v, context) -> context.timestamp() % 2 != 0 ? "output2" : "output");
+        OUTPUT_EXTRACTORS.put("tombstones_apart", (v, context) -> v == null ? "output2" : "output");
+        OUTPUT_EXTRACTORS.put("other_topics_apart", (v, context) -> "input".equals(context.topic()) ? "output" : "output2");
     }
 
     static final Serde STRING = Serdes.String();
@@ -163,11 +172,72 @@ public final class ConformanceDriver {
         return inMemory ? m.withStoreType(Materialized.StoreType.IN_MEMORY) : m;
     }
 
+    /** A table operation's store: String values; String keys, or a windowed table's keys in the
+     *  output's windowed serde (given: Kafka's windowed table passes no key serde on, and the
+     *  default one cannot serialize a Windowed key). */
+    static Materialized tableMat(String name, Built built) {
+        if (built.windows == null) return mat(name, "string");
+        Materialized m = Materialized.as(name).withKeySerde(outputKeySerde(built)).withValueSerde(STRING);
+        return inMemory ? m.withStoreType(Materialized.StoreType.IN_MEMORY) : m;
+    }
+
+    /** The key a named function is given: a windowed table's record key without its window. */
+    static String plainKey(Object key) {
+        return key instanceof Windowed ? (String) ((Windowed) key).key() : (String) key;
+    }
+
     /** What building a scenario yields besides the topology: output serdes and the stores to read. */
     static final class Built {
         String valueType = "string";
         JsonNode windows;  // the spec of the output's windowed key, if any
         final List<String[]> stores = new ArrayList<>();  // {name, kind: kv | window | session}
+    }
+
+    /** vocabulary.py's PROCESSORS: counts each key's records in a key-value store (String to
+     *  Long) and forwards the value with the count ("running_count"), or forwards records as they
+     *  are and, every 200 ms of stream time, each key's count ("punctuated_tally"); a record
+     *  without a key goes on as it is, uncounted. */
+    static final class Counting implements Processor<String, String, String, String> {
+        final String storeName;
+        final boolean tally;
+        ProcessorContext<String, String> context;
+        KeyValueStore<String, Long> store;
+
+        Counting(String storeName, boolean tally) { this.storeName = storeName; this.tally = tally; }
+
+        @Override public void init(ProcessorContext<String, String> context) {
+            this.context = context;
+            store = context.getStateStore(storeName);
+            if (tally) context.schedule(Duration.ofMillis(200), PunctuationType.STREAM_TIME, this::punctuate);
+        }
+
+        void punctuate(long timestamp) {
+            try (KeyValueIterator<String, Long> it = store.all()) {
+                while (it.hasNext()) {
+                    KeyValue<String, Long> kv = it.next();
+                    context.forward(new Record<>(kv.key, kv.key + "=" + kv.value, timestamp));
+                }
+            }
+        }
+
+        @Override public void process(Record<String, String> record) {
+            if (record.key() == null) { context.forward(record); return; }
+            Long n = store.get(record.key());
+            long count = (n == null ? 0 : n) + 1;
+            store.put(record.key(), count);
+            context.forward(tally ? record : record.withValue((record.value() == null ? "null" : record.value()) + "#" + count));
+        }
+    }
+
+    static KStream process(StreamsBuilder builder, KStream stream, JsonNode step, String name, Built built) {
+        String fn = step.get("fn").asText();
+        if (!fn.equals("running_count") && !fn.equals("punctuated_tally")) throw new IllegalArgumentException("no processor " + fn);
+        StoreBuilder<KeyValueStore<String, Long>> store = Stores.keyValueStoreBuilder(
+            inMemory ? Stores.inMemoryKeyValueStore(name) : Stores.persistentKeyValueStore(name), STRING, LONG);
+        builder.addStateStore(step.get("cached").asBoolean() ? store.withCachingEnabled() : store);
+        built.stores.add(new String[] {name, "plain_kv"});
+        boolean tally = fn.equals("punctuated_tally");
+        return stream.process(() -> new Counting(name, tally), name);
     }
 
     static KStream streamStep(StreamsBuilder builder, KStream stream, JsonNode step, int index, KStream[] input2) {
@@ -440,6 +510,7 @@ public final class ConformanceDriver {
                 case "filter": case "filter_not": case "select_key": case "map_values": case "flat_map_values":
                 case "map": case "flat_map": case "merge": case "split": case "split_with_functions": case "repartition":
                     current = streamStep(builder, (KStream) current, step, index, input2); break;
+                case "process": current = process(builder, (KStream) current, step, name, built); break;
                 case "group_by": case "group_by_key":
                     current = grouping((KStream) current, step); break;
                 case "cogroup":
@@ -462,11 +533,11 @@ public final class ConformanceDriver {
                     built.stores.add(new String[] {name, "kv"}); break;
                 case "table_filter": case "table_filter_not": {
                     BiFunction<String, String, Boolean> p = fn(PREDICATES, step, "fn");
-                    org.apache.kafka.streams.kstream.Predicate pred = (k, v) -> p.apply((String) k, (String) v);
+                    org.apache.kafka.streams.kstream.Predicate pred = (k, v) -> p.apply(plainKey(k), (String) v);
                     KTable t = (KTable) current;
                     boolean not = op.equals("table_filter_not");
                     if (step.get("store").asBoolean()) {
-                        current = not ? t.filterNot(pred, mat(name, "string")) : t.filter(pred, mat(name, "string"));
+                        current = not ? t.filterNot(pred, tableMat(name, built)) : t.filter(pred, tableMat(name, built));
                         built.stores.add(new String[] {name, "kv"});
                     } else {
                         current = not ? t.filterNot(pred) : t.filter(pred);
@@ -477,7 +548,7 @@ public final class ConformanceDriver {
                     Function<String, String> f = fn(VALUE_MAPPERS, step, "fn");
                     org.apache.kafka.streams.kstream.ValueMapper m = v -> f.apply((String) v);
                     if (step.get("store").asBoolean()) {
-                        current = ((KTable) current).mapValues(m, mat(name, "string"));
+                        current = ((KTable) current).mapValues(m, tableMat(name, built));
                         built.stores.add(new String[] {name, "kv"});
                     } else {
                         current = ((KTable) current).mapValues(m);
@@ -521,6 +592,7 @@ public final class ConformanceDriver {
         ArrayNode rows = json.createArrayNode();
         KeyValueIterator it;
         if (kind.equals("kv")) it = driver.getTimestampedKeyValueStore(name).all();
+        else if (kind.equals("plain_kv")) it = driver.getKeyValueStore(name).all();
         else if (kind.equals("window")) it = driver.getTimestampedWindowStore(name).all();
         else if (kind.equals("join_window")) it = driver.getWindowStore(name).all();
         else it = driver.getSessionStore(name).findSessions(null, null, 0L, Long.MAX_VALUE);
@@ -570,9 +642,9 @@ public final class ConformanceDriver {
             if (extractor == null || extractor.isNull()) {
                 out.to("output", Produced.with(keySerde, valueSerde));
             } else {
-                BiFunction<Object, Long, String> route = OUTPUT_EXTRACTORS.get(extractor.asText());
+                BiFunction<Object, RecordContext, String> route = OUTPUT_EXTRACTORS.get(extractor.asText());
                 if (route == null) throw new IllegalArgumentException("no output extractor " + extractor.asText());
-                out.to((k, v, context) -> route.apply(v, context.timestamp()), Produced.with(keySerde, valueSerde));
+                out.to((k, v, context) -> route.apply(v, context), Produced.with(keySerde, valueSerde));
             }
             try (TopologyTestDriver driver = new TopologyTestDriver(builder.build(props), props)) {
                 Map<String, TestInputTopic<String, String>> inputs = new HashMap<>();
