@@ -251,6 +251,15 @@ _CASES = {
                                          _windowed("hopping", "aggregate", "sum_of_lengths", "close", size=200,
                                                    advance=100, grace=100)],
                                         [["b", "d ab ba", 1300], ["a", "ba", 1500, INPUT2]], NO_CACHE),
+    # a suppression emits in the buffered update's record context, not in the releasing record's:
+    # a topic name extractor below tells input2's windows from input's (seed 6056)
+    "suppress-emits-in-the-buffered-context": ("windowed", "stream",
+                                               [{"op": "merge", "fn": None}, _GROUP_BY_KEY,
+                                                _windowed("sliding", "reduce", "max", size=500, grace=0),
+                                                {"op": "suppress", "until": "window_close"}],
+                                               [["b", "ba b ab", 1552, INPUT2], ["b", "ba a", 2000, INPUT2],
+                                                ["a", "a ab bb", 2083]], NO_CACHE,
+                                               {"output_extractor": "other_topics_apart"}),
     # a table join's value getter gives no result when the joiner returns None
     # (ValueAndTimestamp.make): the foreign-key join reading it sends no response for a
     # PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE subscription

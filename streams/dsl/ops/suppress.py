@@ -36,8 +36,16 @@ class SuppressProcessor(StageOperator):
         context = self.context
 
         def forward(key: Any, new: Any, old: Any, timestamp: int, record_context: Any) -> None:
+            """An eviction goes downstream in the buffered update's record context (Kafka's
+            KTableSuppressProcessor.emit): its topic, partition and offset, none where it had none."""
             headers = getattr(record_context, "headers", None) or ()
-            down(key, _new_tuple(Change, (new, old)), timestamp, headers)
+            topic = getattr(record_context, "topic", "")
+            releasing = getattr(context, "metadata", None)
+            context.metadata = (topic, record_context.partition, record_context.offset) if topic else None
+            try:
+                down(key, _new_tuple(Change, (new, old)), timestamp, headers)
+            finally:
+                context.metadata = releasing
 
         logic = SuppressProcessorLogic(self.suppressed, self.buffer, self.key_serde, self.value_serde, forward,
                                        grace_ms=self.grace_ms, node_name=self.node_name)

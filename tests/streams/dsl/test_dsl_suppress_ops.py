@@ -64,6 +64,30 @@ def test_until_time_limit_emits_a_keys_latest_value_once_the_limit_passed():
         assert out_records(d, S) == [("b", "1", 8)]
 
 
+def test_an_emitted_record_carries_the_record_context_it_was_buffered_with():
+    """Kafka's KTableSuppressProcessor forwards an eviction in the buffered record's context: a
+    topic name extractor below sees the topic, partition and offset of the update that was
+    buffered, not of the record whose stream time released it."""
+    seen = []
+
+    def route(key, value, record_context):
+        seen.append((key, record_context.topic, record_context.offset, record_context.timestamp))
+        return "out"
+
+    b = StreamsBuilder()
+    merged = b.stream("left", key_serde=S, value_serde=S).merge(b.stream("right", key_serde=S, value_serde=S))
+    (merged.to_table(store=Materialized.as_("t").with_caching_disabled())
+        .suppress(Suppressed.until_time_limit(100, BufferConfig.unbounded()))
+        .to_stream().to(route, key_serde=S, value_serde=S))
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        left, right = d.create_input_topic("left", S, S), d.create_input_topic("right", S, S)
+        left.pipe_input("k", "1", timestamp=0)
+        right.pipe_input("j", "1", timestamp=10)
+        right.pipe_input("j", "2", timestamp=20)
+        left.pipe_input("x", "1", timestamp=200)  # releases k (left@0) and j (its last update, right@1)
+    assert seen == [("k", "left", 0, 0), ("j", "right", 1, 20)]
+
+
 def test_max_records_emits_early_when_full():
     b = StreamsBuilder()
     (b.table("t", key_serde=S, value_serde=S, store=Materialized.as_("t").with_caching_disabled())
