@@ -59,6 +59,9 @@ class ProcessorContextImpl(ProcessorContext):
         # Kafka's recordContext().timestamp() for store writes that give no timestamp: the record
         # a node with stores is processing, the time of a punctuation; -1 outside both
         self.record_timestamp = -1
+        # a global task bootstrapping its stores (GlobalStateUpdateTask.restore): Kafka restores
+        # them without their processors, so what only processing does (a WARN) is skipped
+        self.bootstrapping = False
 
     @property
     def application_id(self) -> str:

@@ -13,7 +13,8 @@ where the instance stopped.
 
 Bootstrap goes through the processor for DSL global tables too (Kafka restores their raw bytes
 without deserializing, KAFKA-8037): a bad record meets the deserialization handler here, and the
-same code fills the store in both phases.
+same code fills the store in both phases. What only processing does in Kafka (the table
+source's WARN of an out-of-order update) is skipped while `context.bootstrapping` says so.
 """
 
 from __future__ import annotations
@@ -87,7 +88,12 @@ class GlobalStateUpdateTask:
     def restore(self, topic: str, partition: int, messages: list) -> int:
         """`update` for the bootstrap: records with a None key are skipped."""
         keyed = [m for m in messages if _KEY(m) is not None]
-        done = self.engine.process_messages(topic, partition, keyed) if keyed else 0
+        context = self.engine.context
+        context.bootstrapping = True
+        try:
+            done = self.engine.process_messages(topic, partition, keyed) if keyed else 0
+        finally:
+            context.bootstrapping = False
         if messages:
             self.manager.update_offsets({TopicPartition(topic, partition): _OFFSET(messages[-1]) + 1})
         return done

@@ -290,7 +290,13 @@ class TableSourceProcessor(StageOperator):
                     dropped.count += 1
                 return
             try:
-                if down is drop:  # no downstream (a global table): no Change to build, no old value to read
+                if down is drop:  # no downstream (a global table): no Change to build
+                    # the old value's timestamp only for the WARN, and not while the global task
+                    # bootstraps: Kafka restores a global table's store without its processor
+                    if not context.bootstrapping:
+                        old = store.get(key)
+                        if old is not None and timestamp < old.timestamp:
+                            out_of_order(old.timestamp, timestamp)
                     store.put(key, None if value is None else ValueAndTimestamp(value, timestamp), timestamp)
                     return
                 if not forward_on_update:  # the cache's flush forwards: the read is for its timestamp

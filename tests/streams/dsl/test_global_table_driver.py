@@ -75,6 +75,24 @@ def run_join_scenario(d):
     return [(r.key, r.value, r.timestamp) for r in d.create_output_topic("out", S, S).read_records_to_list()]
 
 
+def test_a_global_table_update_older_than_its_value_is_applied_and_warned_of(caplog):
+    """Kafka's KTableSource on the global thread: an update older than the stored value is
+    applied all the same, with the WARN of a table's (store, both timestamps, where from)."""
+    b = StreamsBuilder()
+    b.global_table("users", key_serde=S, value_serde=S, store="users")
+    with caplog.at_level("WARNING", logger="streams.dsl.ops.table"):
+        with TopologyTestDriver(b.build()) as d:
+            users = d.create_input_topic("users", S, S)
+            users.pipe_input("alice", "A", 100)
+            users.pipe_input("alice", "A2", 100)   # the same time: no WARN
+            users.pipe_input("bob", "B", 50)       # another key: no WARN
+            users.pipe_input("alice", "A3", 40)
+            assert d.get_timestamped_key_value_store("users").get("alice") == ValueAndTimestamp("A3", 40)
+    warned = [r.getMessage() for r in caplog.records if "out-of-order KTable update" in r.getMessage()]
+    assert warned == ["Detected out-of-order KTable update for users, old timestamp=[100] new timestamp=[40]. "
+                      "topic=[users] partition=[0] offset=[3]."]
+
+
 def test_inner_join_with_global_table():
     with TopologyTestDriver(join_topology(left=False)) as d:
         out = run_join_scenario(d)

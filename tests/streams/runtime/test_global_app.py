@@ -99,6 +99,29 @@ def test_every_instance_holds_every_partition_and_joins_after_the_bootstrap(back
         cluster.close()
 
 
+def test_out_of_order_global_updates_are_warned_of_once_bootstrapped(backend_config, tmp_path, caplog):
+    """Kafka restores a global table's store without its processor: an older update in the
+    topic's history is not warned of at the bootstrap, one arriving afterwards is."""
+    cluster = Cluster(backend_config)
+    users, orders, out = unique("users"), unique("orders"), unique("out")
+    cluster.create_topics(1, users, orders, out)
+    cluster.produce(users, [(b"u1", b"new"), (b"u1", b"old")], timestamps=[2_000, 1_000])
+    app = join_app(cluster, "gwarn-" + users, users, orders, out, tmp_path / "i0")
+    try:
+        with caplog.at_level("WARNING", logger="streams.dsl.ops.table"):
+            app.start()
+            assert app.wait_for_state(AppState.RUNNING, timeout=60)
+            assert app.store("users").get("u1") == "old"  # applied all the same
+            cluster.produce(users, [(b"u1", b"older")], timestamps=[500])
+            wait_for(lambda: app.store("users").get("u1") == "older", 30, "the late update applied")
+        warned = [r.getMessage() for r in caplog.records if "out-of-order KTable update" in r.getMessage()]
+        assert warned == ["Detected out-of-order KTable update for users, old timestamp=[1000] new timestamp=[500]. "
+                          f"topic=[{users}] partition=[0] offset=[2]."]
+    finally:
+        assert app.close(timeout=60)
+        cluster.close()
+
+
 def test_restart_resumes_from_the_global_checkpoint(backend_config, tmp_path):
     cluster = Cluster(backend_config)
     users = unique("users")
