@@ -147,6 +147,8 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     # a topic name extractor over every kind of output: plain, windowed and session keys, long values
     extracted = [s for s in scenarios if s.get("output_extractor")]
     assert {s["output_extractor"] for s in extracted} == set(vocabulary.OUTPUT_EXTRACTORS)
+    # where a record came from only without a cache (vocabulary.SOURCE_EXTRACTORS)
+    assert all(not s["cache_max_bytes"] for s in extracted if s["output_extractor"] in vocabulary.SOURCE_EXTRACTORS)
     assert {s["family"] for s in extracted} == {*vocabulary.FAMILIES, vocabulary.JOIN_FAMILY, vocabulary.COGROUP_FAMILY}
     assert any(step["op"] == vocabulary.WINDOWED and step["windows"]["type"] == "session"
                for s in extracted for step in s["ops"])

@@ -149,6 +149,7 @@ public final class ConformanceDriver {
         OUTPUT_EXTRACTORS.put("odd_timestamps_apart", (v, context) -> context.timestamp() % 2 != 0 ? "output2" : "output");
         OUTPUT_EXTRACTORS.put("tombstones_apart", (v, context) -> v == null ? "output2" : "output");
         OUTPUT_EXTRACTORS.put("other_topics_apart", (v, context) -> "input".equals(context.topic()) ? "output" : "output2");
+        OUTPUT_EXTRACTORS.put("odd_offsets_apart", (v, context) -> context.offset() % 2 != 0 ? "output2" : "output");
     }
 
     static final Serde STRING = Serdes.String();
