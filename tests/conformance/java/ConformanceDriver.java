@@ -1,4 +1,5 @@
 import java.io.File;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -17,6 +18,8 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -649,12 +652,18 @@ public final class ConformanceDriver {
             }
             try (TopologyTestDriver driver = new TopologyTestDriver(builder.build(props), props)) {
                 Map<String, TestInputTopic<String, String>> inputs = new HashMap<>();
+                boolean withHeaders = scenario.path("headers").asBoolean(false);
+                int index = 0;
                 for (JsonNode r : scenario.get("records")) {
                     String topic = r.size() > 3 ? r.get(3).asText() : "input";
                     TestInputTopic<String, String> in = inputs.computeIfAbsent(topic,
                         t -> driver.createInputTopic(t, new StringSerializer(), new StringSerializer()));
-                    in.pipeInput(r.get(0).isNull() ? null : r.get(0).asText(), r.get(1).isNull() ? null : r.get(1).asText(),
-                        r.get(2).asLong());
+                    String key = r.get(0).isNull() ? null : r.get(0).asText();
+                    String value = r.get(1).isNull() ? null : r.get(1).asText();
+                    RecordHeaders headers = new RecordHeaders();
+                    if (withHeaders) headers.add("n", String.valueOf(index).getBytes(StandardCharsets.UTF_8));
+                    in.pipeInput(new TestRecord<>(key, value, headers, r.get(2).asLong()));
+                    index++;
                 }
                 ArrayNode output = result.putArray("output");
                 // output2's rows (a topic name extractor's) after output's, tagged with the topic
@@ -667,6 +676,13 @@ public final class ConformanceDriver {
                         addKey(row, r.key());
                         addValue(row, r.value());
                         row.add(r.timestamp());
+                        if (withHeaders) {
+                            ArrayNode values = row.addArray();
+                            for (Header h : r.headers().toArray()) {
+                                if (h.value() == null) values.addNull();
+                                else values.add(new String(h.value(), StandardCharsets.UTF_8));
+                            }
+                        }
                         if (!topic.equals("output")) row.add(topic);
                     }
                 }
