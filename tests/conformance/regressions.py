@@ -260,6 +260,12 @@ _CASES = {
                                                [["b", "ba b ab", 1552, INPUT2], ["b", "ba a", 2000, INPUT2],
                                                 ["a", "a ab bb", 2083]], NO_CACHE,
                                                {"output_extractor": "other_topics_apart"}),
+    # an uncached session aggregation forwards its updates (and merged sessions' tombstones) as
+    # new records, without the headers of the record being processed (seeds 506, 818, ...)
+    "session-updates-carry-no-headers": ("windowed", "stream",
+                                         [_GROUP_BY_KEY, _windowed("session", gap=50)],
+                                         [["a", "x", 0], ["a", "y", 20], ["a", "z", 200]], NO_CACHE,
+                                         {"headers": True}),
     # a table join's value getter gives no result when the joiner returns None
     # (ValueAndTimestamp.make): the foreign-key join reading it sends no response for a
     # PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE subscription

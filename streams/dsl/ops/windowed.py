@@ -122,6 +122,11 @@ class WindowAggregateProcessor(StageOperator):
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
         context = self.context
         headers_of: list = [()]
+        # Kafka's session aggregation forwards an update as a new Record, without headers; its
+        # final results (on window close) and every other windowed aggregation's forwards keep
+        # the headers of the record being processed
+        keep_headers = not (isinstance(self.windows, SessionWindows)
+                            and not (self.emit_strategy is not None and self.emit_strategy.emits_on_close))
 
         def forward(windowed: Any, new: Any, old: Any, timestamp: int) -> None:
             down(windowed, _new_tuple(Change, (new, old)), timestamp, headers_of[0])
@@ -138,7 +143,8 @@ class WindowAggregateProcessor(StageOperator):
                             "offset=[%d]", topic, partition, offset)
                 return
             try:
-                headers_of[0] = headers
+                if keep_headers:
+                    headers_of[0] = headers
                 process(key, value, timestamp, topic=topic, partition=partition, offset=offset)
             except BaseException:
                 failed()

@@ -77,6 +77,40 @@ def test_cached_sessions_are_forwarded_at_their_end():
     assert outputs == [[("a@0/0", 1, 0)], [("a@0/0", None, 0), ("a@0/3", 2, 3)]]
 
 
+@pytest.mark.parametrize("windows", ["session", "tumbling"])
+@pytest.mark.parametrize("emit", ["update", "close"])
+def test_which_windowed_forwards_keep_the_records_headers(windows, emit):
+    """Uncached, Kafka's KStreamSessionWindowAggregate forwards an update (a session and the
+    tombstone of one merged away) as `new Record(key, change, end)`: no headers. Its final
+    results on window close, and KStreamWindowAggregate's updates and final results, are the
+    record being processed with a new key and value: its headers. Hand-derived: a gap or size
+    of 10 ms, no grace; records n=0 at 0, n=1 at 5 (merged with [0,0] / the same window), n=2 at
+    30 (closes the first session or window)."""
+    spec = (SessionWindows.of_inactivity_gap_with_no_grace(10) if windows == "session"
+            else TimeWindows.of_size_with_no_grace(10))
+    b = StreamsBuilder()
+    w = b.stream("in", key_serde=S, value_serde=S).group_by_key().windowed_by(spec)
+    if emit == "close":
+        w = w.emit_strategy(EmitStrategy.on_window_close())
+    # a retention past the final results' scan (Kafka's from observed stream time - retention + 1)
+    w.count(store=Materialized.as_("c").with_caching_disabled().with_retention(1_000)).to_stream().to(
+        "out", key_serde=serdes.session_windowed(S) if windows == "session" else serdes.time_windowed(S, 10),
+        value_serde=I64)
+    with TopologyTestDriver(b.build(), {**CONFIG, "__emit.interval.ms.kstreams.windowed.aggregation__": 0}) as d:
+        inp = d.create_input_topic("in", S, S)
+        for n, t in enumerate((0, 5, 30)):
+            inp.pipe_input("k", "v", timestamp=t, headers=(("n", str(n).encode()),))
+        out = d.create_output_topic("out", serdes.session_windowed(S) if windows == "session"
+                                    else serdes.time_windowed(S, 10), I64).read_records_to_list()
+    got = [(r.key.window.start, r.value, tuple(v.decode() for _, v in r.headers)) for r in out]
+    if emit == "close":  # one final result, released by record 2
+        assert got == [(0, 2, ("2",))]
+    elif windows == "session":  # [0,0] = 1; its tombstone, [0,5] = 2; [30,30] = 1: none with headers
+        assert got == [(0, 1, ()), (0, None, ()), (0, 2, ()), (30, 1, ())]
+    else:  # [0,10) = 1, = 2, then [30,40) = 1, each with its record's headers
+        assert got == [(0, 1, ("0",)), (0, 2, ("1",)), (30, 1, ("2",))]
+
+
 @pytest.mark.parametrize("caching", [False, True])
 def test_grouped_table_counts_are_stamped_with_the_newest_record(caching):
     b = StreamsBuilder()
