@@ -69,7 +69,7 @@ class WindowAggregateProcessor(StageOperator):
         super().init(context)
         store = context.get_state_store(self.store_name)
         self.late = late_record_reporter(context)
-        on_close = self.emit_strategy is not None and self.emit_strategy.emits_on_close
+        on_close = self.on_close = self.emit_strategy is not None and self.emit_strategy.emits_on_close
         # on_window_close forwards final results itself; otherwise a caching store forwards on flush
         if isinstance(self.windows, SessionWindows):
             self.forward_on_update = on_close or attach_tuple_forwarder(self, store, self.caching, _session_end)
@@ -125,8 +125,7 @@ class WindowAggregateProcessor(StageOperator):
         # Kafka's session aggregation forwards an update as a new Record, without headers; its
         # final results (on window close) and every other windowed aggregation's forwards keep
         # the headers of the record being processed
-        keep_headers = not (isinstance(self.windows, SessionWindows)
-                            and not (self.emit_strategy is not None and self.emit_strategy.emits_on_close))
+        keep_headers = self.on_close or not isinstance(self.windows, SessionWindows)
 
         def forward(windowed: Any, new: Any, old: Any, timestamp: int) -> None:
             down(windowed, _new_tuple(Change, (new, old)), timestamp, headers_of[0])
