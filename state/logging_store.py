@@ -72,13 +72,14 @@ class ChangeLoggingKeyValueStore(_ChangeLoggingMixin, WrappedStateStore, KeyValu
         return self.wrapped.get(key)
 
     def write_changes(self, changes: list) -> None:
-        """Write a flush's `(key, value, timestamp, old_value)` changes of distinct keys (the
-        old value plays no part), as `put` of each would: the inner store's writes in one
-        `put_all` (one WriteBatch on RocksDB), then one changelog record each, in order. A
-        caching layer writes its flush down through this."""
+        """Write a flush's changes of distinct keys, DirtyEntry's `(key, value, timestamp,
+        old_value, metadata, headers)` (the first three play a part), as `put` of each would:
+        the inner store's writes in one `put_all` (one WriteBatch on RocksDB), then one
+        changelog record each, in order. A caching layer writes its flush down through this."""
         send = self._batch_sender()
-        self.wrapped.put_all((key, value) for key, value, _timestamp, _old in changes)  # no pairs kept (below)
-        for key, value, timestamp, _old in changes:
+        # no pairs kept (see ChangeLoggingTimestampedKeyValueStore.write_changes)
+        self.wrapped.put_all((key, value) for key, value, _timestamp, _old, _meta, _headers in changes)
+        for key, value, timestamp, _old, _meta, _headers in changes:
             send(key, value, timestamp, None)
 
     def put(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None) -> None:
@@ -156,13 +157,13 @@ class ChangeLoggingTimestampedKeyValueStore(_TimestampedChangeLogging, ChangeLog
         (all values split before anything is written, so a malformed one writes nothing)."""
         send = self._batch_sender()
         name = self.name
-        for _key, value, _timestamp, _old in changes:
+        for _key, value, _timestamp, _old, _meta, _headers in changes:
             if value is not None and (type(value) is not bytes or len(value) < _STAMP):
                 split_timestamped(name, value)  # raises the typed error
         # No list of pairs or of records kept: a big flush's tuples would outlive the young
         # collections and trigger full ones (each pair and record is dropped as it is used).
-        self.wrapped.put_all((key, value) for key, value, _timestamp, _old in changes)
-        for key, value, timestamp, _old in changes:
+        self.wrapped.put_all((key, value) for key, value, _timestamp, _old, _meta, _headers in changes)
+        for key, value, timestamp, _old, _meta, _headers in changes:
             if value is None:
                 send(key, None, timestamp, None)
             else:

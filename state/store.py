@@ -327,6 +327,13 @@ class WrappedStateStore(StateStore):
         if inner is not None:
             inner(supplier)
 
+    def set_record_context(self, context: Any) -> None:
+        """The record context caching layers keep with each write and set again while they
+        flush (an object with `metadata` and `headers`: the task's processor context)."""
+        inner = getattr(self.wrapped, "set_record_context", None)
+        if inner is not None:
+            inner(context)
+
     def inner_most(self) -> StateStore:
         store = self.wrapped
         while isinstance(store, WrappedStateStore):

@@ -19,12 +19,68 @@
  * descriptor's __set__ does for a T_OBJECT_EX member (swap the pointer, drop the old value),
  * minus two attribute lookups per field. */
 static PyTypeObject *entry_type = NULL;
-static Py_ssize_t off_value, off_dirty, off_timestamp, off_old, off_size;
+static Py_ssize_t off_value, off_dirty, off_timestamp, off_old, off_size, off_metadata, off_headers;
 static Py_ssize_t entry_overhead = -1;  /* ENTRY_OVERHEAD, set with the layout; -1: write_entry declines */
 static PyObject *str_move_to_end = NULL;
 static PyObject *unknown_marker = NULL;  /* thread_cache.UNKNOWN, registered with set_entry_layout */
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* Whether a write's record context holds only atomic objects: no metadata, or (topic,
+ * partition, offset) of exact str/int/None, and no headers (the empty tuple). Such an entry
+ * can be in no reference cycle (see write_entry); headers can hold anything. */
+static int atomic_context(PyObject *metadata, PyObject *headers)
+{
+    if (!PyTuple_CheckExact(headers) || PyTuple_GET_SIZE(headers) != 0)
+        return 0;
+    if (metadata == Py_None)
+        return 1;
+    if (!PyTuple_CheckExact(metadata))
+        return 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(metadata); k++) {
+        PyObject *item = PyTuple_GET_ITEM(metadata, k);
+        if (item != Py_None && !PyUnicode_CheckExact(item) && !PyLong_CheckExact(item))
+            return 0;
+    }
+    return 1;
+}
+
+static PyObject *empty_headers = NULL;  /* () */
+
+/* An entry left out of the cyclic collector (atomic fields only) that now holds a record
+ * context that is not atomic goes back in. */
+static inline void retrack(PyObject *entry, PyObject *metadata, PyObject *headers)
+{
+    if (!PyObject_GC_IsTracked(entry) && !atomic_context(metadata, headers))
+        PyObject_GC_Track(entry);
+}
+
+/* The record context a write is made in: context.metadata and context.headers as new
+ * references, (None, ()) when context is None. 0, or -1 with an error. */
+static int read_record_context(PyObject *context, PyObject **metadata, PyObject **headers)
+{
+    static PyObject *str_metadata = NULL, *str_headers = NULL;
+    if (context == Py_None) {
+        *metadata = Py_NewRef(Py_None);
+        *headers = Py_NewRef(empty_headers);
+        return 0;
+    }
+    if (str_metadata == NULL) {
+        str_metadata = PyUnicode_InternFromString("metadata");
+        str_headers = PyUnicode_InternFromString("headers");
+        if (str_metadata == NULL || str_headers == NULL)
+            return -1;
+    }
+    *metadata = PyObject_GetAttr(context, str_metadata);
+    if (*metadata == NULL)
+        return -1;
+    *headers = PyObject_GetAttr(context, str_headers);
+    if (*headers == NULL) {
+        Py_CLEAR(*metadata);
+        return -1;
+    }
+    return 0;
+}
 
 /* Replaces a slot's value with a new reference (stolen). The previous value is dropped
  * after the store, as the slot descriptor does, so a finalizer it triggers sees the entry
@@ -82,10 +138,13 @@ static PyObject *set_entry_layout(PyObject *self, PyObject *const *args, Py_ssiz
                      type->tp_name);
         return NULL;
     }
-    Py_ssize_t value, dirty, timestamp, old, size;
+    Py_ssize_t value, dirty, timestamp, old, size, metadata, headers;
     if (slot_offset(type, "value", &value) < 0 || slot_offset(type, "dirty", &dirty) < 0
         || slot_offset(type, "timestamp", &timestamp) < 0 || slot_offset(type, "old", &old) < 0
-        || slot_offset(type, "size", &size) < 0)
+        || slot_offset(type, "size", &size) < 0 || slot_offset(type, "metadata", &metadata) < 0
+        || slot_offset(type, "headers", &headers) < 0)
+        return NULL;
+    if (empty_headers == NULL && (empty_headers = PyTuple_New(0)) == NULL)
         return NULL;
     Py_INCREF(type);
     Py_XSETREF(entry_type, type);
@@ -94,6 +153,8 @@ static PyObject *set_entry_layout(PyObject *self, PyObject *const *args, Py_ssiz
     off_timestamp = timestamp;
     off_old = old;
     off_size = size;
+    off_metadata = metadata;
+    off_headers = headers;
     if (nargs >= 2)  /* else the overhead registered before stays */
         entry_overhead = overhead;
     if (nargs == 3) {
@@ -133,7 +194,7 @@ static inline void store_be64(unsigned char *p, int64_t v)
  * with an exception set (the effects before the failing step stay done, as in Python). */
 static int increment_one(PyObject *entries_move_to_end, PyObject *dirty, PyObject *key,
                          PyObject *entry, PyObject *value, int is_dirty, int64_t count,
-                         PyObject *timestamp, int stamped, int64_t stamp)
+                         PyObject *timestamp, int stamped, int64_t stamp, PyObject *metadata, PyObject *headers)
 {
     /* stamped: a timestamped store's value, the 8-byte timestamp (`stamp`) before the count */
     PyObject *packed = PyBytes_FromStringAndSize(NULL, stamped ? 16 : 8);
@@ -169,6 +230,9 @@ static int increment_one(PyObject *entries_move_to_end, PyObject *dirty, PyObjec
     slot_set(entry, off_value, packed);
     Py_INCREF(timestamp);
     slot_set(entry, off_timestamp, timestamp);
+    slot_set(entry, off_metadata, Py_NewRef(metadata));
+    slot_set(entry, off_headers, Py_NewRef(headers));
+    retrack(entry, metadata, headers);
     PyObject *r = PyObject_Vectorcall(entries_move_to_end, &key, 1, NULL);
     if (r == NULL)
         return -1;
@@ -178,15 +242,19 @@ static int increment_one(PyObject *entries_move_to_end, PyObject *dirty, PyObjec
 
 static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6 && nargs != 7) {
-        PyErr_Format(PyExc_TypeError, "increment_run() takes 6 or 7 arguments (%zd given)", nargs);
+    if (nargs < 6 || nargs > 9) {
+        PyErr_Format(PyExc_TypeError, "increment_run() takes 6 to 9 arguments (%zd given)", nargs);
         return NULL;
     }
-    int stamped = 0;
-    if (nargs == 7) {
-        stamped = PyObject_IsTrue(args[6]);
-        if (stamped < 0)
-            return NULL;
+    int stamped = nargs > 6 ? PyObject_IsTrue(args[6]) : 0;
+    if (stamped < 0)
+        return NULL;
+    /* the record context of the writes: metadatas[i] (a run of records without headers), or
+     * the context's, which no step of the run can change */
+    PyObject *context = nargs > 7 ? args[7] : Py_None, *metadatas = nargs > 8 ? args[8] : Py_None;
+    if (metadatas != Py_None && !PyList_CheckExact(metadatas)) {
+        PyErr_SetString(PyExc_TypeError, "increment_run() metadatas must be a list or None");
+        return NULL;
     }
     PyObject *entries = args[0], *dirty = args[1], *keys = args[2], *timestamps = args[3];
     if (entry_type == NULL) {
@@ -227,9 +295,14 @@ static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t
     }
 
     Py_ssize_t i = start, hits = 0;
-    PyObject *last = NULL, *error = NULL, *move_to_end = NULL;
+    PyObject *last = NULL, *error = NULL, *move_to_end = NULL, *metadata = NULL, *headers = NULL;
     if (!newest_ok)
         goto done;
+    if (metadatas != Py_None) {
+        headers = Py_NewRef(empty_headers);
+    } else if (read_record_context(context, &metadata, &headers) < 0) {
+        goto fail;
+    }
     /* the bound method once per run; OrderedDict offers no C API for it */
     move_to_end = PyObject_GetAttr(entries, str_move_to_end);
     if (move_to_end == NULL)
@@ -289,8 +362,12 @@ static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t
             stamp = ts;
             entry_ts = Py_NewRef(ts_obj);
         }
+        PyObject *write_metadata = metadata;
+        if (metadatas != Py_None) {
+            write_metadata = i < PyList_GET_SIZE(metadatas) ? PyList_GET_ITEM(metadatas, i) : Py_None;
+        }
         int rc = increment_one(move_to_end, dirty, key, entry, value, dirty_flag == Py_True, count, entry_ts,
-                               stamped, stamp);
+                               stamped, stamp, write_metadata, headers);
         if (rc == 0) {
             PyObject *written = SLOT(entry, off_value);
             Py_XINCREF(written);
@@ -318,6 +395,8 @@ fail:
     }
 done:
     Py_XDECREF(move_to_end);
+    Py_XDECREF(metadata);
+    Py_XDECREF(headers);
     {
         PyObject *result = Py_BuildValue("(nnNNN)", i, hits, newest,
                                          last != NULL ? last : Py_NewRef(Py_None),
@@ -333,7 +412,7 @@ done:
  * exact int size and a bool dirty flag; any other case returns None before doing anything,
  * and the caller writes through the Python definition. */
 static PyObject *write_entry_impl(PyObject *entries, PyObject *dirty, PyObject *key, PyObject *value,
-                                  PyObject *timestamp, PyObject *old)
+                                  PyObject *timestamp, PyObject *old, PyObject *metadata, PyObject *headers)
 {
     if (entry_type == NULL || entry_overhead < 0 || !PyODict_CheckExact(entries) || !PyDict_CheckExact(dirty)
         || !PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value)))
@@ -358,12 +437,15 @@ static PyObject *write_entry_impl(PyObject *entries, PyObject *dirty, PyObject *
         SLOT(made, off_timestamp) = Py_NewRef(timestamp);
         SLOT(made, off_size) = size_obj;
         SLOT(made, off_old) = Py_NewRef(old);
+        SLOT(made, off_metadata) = Py_NewRef(metadata);
+        SLOT(made, off_headers) = Py_NewRef(headers);
         /* An entry holding only atomic objects (bytes, None, bools, ints, the bare UNKNOWN
-         * marker) can be in no reference cycle: the cyclic collector need not scan it, as
-         * CPython untracks such tuples and dicts. The cache keeps many long-lived entries, and
-         * every full collection would scan them all. */
+         * marker, a record context of those) can be in no reference cycle: the cyclic
+         * collector need not scan it, as CPython untracks such tuples and dicts. The cache
+         * keeps many long-lived entries, and every full collection would scan them all. */
         if (PyLong_CheckExact(timestamp)
-            && (old == Py_None || PyBytes_CheckExact(old) || Py_IS_TYPE(old, &PyBaseObject_Type)))
+            && (old == Py_None || PyBytes_CheckExact(old) || Py_IS_TYPE(old, &PyBaseObject_Type))
+            && atomic_context(metadata, headers))
             PyObject_GC_UnTrack(made);
         int rc = PyObject_SetItem(entries, key, made);
         Py_DECREF(made);
@@ -393,6 +475,9 @@ static PyObject *write_entry_impl(PyObject *entries, PyObject *dirty, PyObject *
         slot_set(entry, off_value, Py_NewRef(value));
         slot_set(entry, off_timestamp, Py_NewRef(timestamp));
         slot_set(entry, off_size, size_obj);
+        slot_set(entry, off_metadata, Py_NewRef(metadata));
+        slot_set(entry, off_headers, Py_NewRef(headers));
+        retrack(entry, metadata, headers);
         Py_DECREF(entry);
         PyObject *call_args[2] = {entries, key};
         PyObject *r = PyObject_VectorcallMethod(str_move_to_end, call_args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -413,11 +498,14 @@ static PyObject *write_entry_impl(PyObject *entries, PyObject *dirty, PyObject *
 
 static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "write_entry() takes 6 arguments (%zd given)", nargs);
+    if (nargs != 6 && nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "write_entry() takes 6 or 8 arguments (%zd given)", nargs);
         return NULL;
     }
-    return write_entry_impl(args[0], args[1], args[2], args[3], args[4], args[5]);
+    if (empty_headers == NULL)
+        Py_RETURN_NONE;  /* no layout yet: declined */
+    return write_entry_impl(args[0], args[1], args[2], args[3], args[4], args[5], nargs == 8 ? args[6] : Py_None,
+                            nargs == 8 ? args[7] : empty_headers);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -429,15 +517,15 @@ static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t n
  * declines. A dirty eldest entry is evicted by NamedCache.evict_eldest itself (its flush runs
  * the listener: Python either way). */
 static PyObject *str_entries, *str_dirty, *str_owner, *str_size_bytes, *str_total_bytes, *str_max_bytes,
-    *str_evictions, *str_hits, *str_misses, *str_evict_eldest, *str_write_through;
+    *str_evictions, *str_hits, *str_misses, *str_evict_eldest, *str_write_through, *str_context;
 static PyObject *one = NULL;
 
 /* NamedCache's type and its slots' offsets (set_named_layout): its fields read and written
  * directly, as the slot descriptors would, instead of through attribute lookups. */
 static PyTypeObject *named_type = NULL;
-#define NAMED_FIELDS 7
+#define NAMED_FIELDS 8
 static PyObject **named_names[NAMED_FIELDS] = {&str_entries, &str_dirty, &str_owner, &str_size_bytes, &str_hits,
-                                               &str_misses, &str_evictions};
+                                               &str_misses, &str_evictions, &str_context};
 static Py_ssize_t named_offsets[NAMED_FIELDS];
 
 static inline Py_ssize_t named_offset(PyObject *obj, PyObject *name)
@@ -729,6 +817,8 @@ static PyObject *put_clean(PyObject *self, PyObject *const *args, Py_ssize_t nar
     SLOT(made, off_timestamp) = Py_NewRef(timestamp);
     SLOT(made, off_size) = Py_NewRef(size_obj);
     SLOT(made, off_old) = Py_NewRef(unknown_marker);
+    SLOT(made, off_metadata) = Py_NewRef(Py_None);
+    SLOT(made, off_headers) = Py_NewRef(empty_headers);
     if (PyLong_CheckExact(timestamp))  /* atomic fields only: see write_entry */
         PyObject_GC_UnTrack(made);
     int rc = PyObject_SetItem(entries, key, made);
@@ -786,7 +876,18 @@ static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nar
     dirty = get_attr(named, str_dirty);
     if (dirty == NULL)
         goto fail;
-    delta = write_entry_impl(entries, dirty, key, value, timestamp, old);
+    {
+        PyObject *context = get_attr(named, str_context), *metadata, *headers;
+        if (context == NULL)
+            goto fail;
+        int rc = read_record_context(context, &metadata, &headers);
+        Py_DECREF(context);
+        if (rc < 0)
+            goto fail;
+        delta = write_entry_impl(entries, dirty, key, value, timestamp, old, metadata, headers);
+        Py_DECREF(metadata);
+        Py_DECREF(headers);
+    }
     if (delta == NULL)
         goto fail;
     if (delta == Py_None) {  /* declined, nothing done */
@@ -817,7 +918,7 @@ fail:
 
 /* take_dirty(entries, dirty, entry_tuple_type, flushed, tombstones) -> bool: NamedCache._take_dirty's
  * loop (the Python loop is the definition): for each key of `dirty` in order, append
- * entry_tuple_type(key, value, timestamp, old) of its entry to `flushed` (and the key to
+ * entry_tuple_type(key, value, timestamp, old, metadata, headers) of its entry to `flushed` (and the key to
  * `tombstones` when the value is None) and mark the entry clean. False, having done nothing,
  * when an entry is missing or not of the registered type (the Python loop then runs). */
 static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -846,7 +947,7 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
             Py_RETURN_FALSE;
         }
         if (!Py_IS_TYPE(entry, entry_type) || SLOT(entry, off_value) == NULL || SLOT(entry, off_timestamp) == NULL
-            || SLOT(entry, off_old) == NULL)
+            || SLOT(entry, off_old) == NULL || SLOT(entry, off_metadata) == NULL || SLOT(entry, off_headers) == NULL)
             Py_RETURN_FALSE;
     }
     pos = 0;
@@ -858,7 +959,7 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
             return NULL;
         }
         PyObject *value = SLOT(entry, off_value);
-        PyObject *item = type->tp_alloc(type, 4);
+        PyObject *item = type->tp_alloc(type, 6);
         if (item == NULL)
             return NULL;
         PyTuple_SET_ITEM(item, 0, Py_NewRef(key));
@@ -866,11 +967,15 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyTuple_SET_ITEM(item, 2, Py_NewRef(SLOT(entry, off_timestamp)));
         PyObject *old = SLOT(entry, off_old), *stamp = SLOT(entry, off_timestamp);
         PyTuple_SET_ITEM(item, 3, Py_NewRef(old));
+        PyObject *metadata = SLOT(entry, off_metadata), *headers = SLOT(entry, off_headers);
+        PyTuple_SET_ITEM(item, 4, Py_NewRef(metadata));
+        PyTuple_SET_ITEM(item, 5, Py_NewRef(headers));
         /* Atomic fields only (as write_entry's entries): in no cycle, so left out of the cyclic
          * collector. A big flush's entries live while its listener runs; tracked, they would be
          * promoted to the oldest generation and trigger its full collections. */
         if ((value == Py_None || PyBytes_CheckExact(value)) && PyLong_CheckExact(stamp)
-            && (old == Py_None || PyBytes_CheckExact(old) || Py_IS_TYPE(old, &PyBaseObject_Type)))
+            && (old == Py_None || PyBytes_CheckExact(old) || Py_IS_TYPE(old, &PyBaseObject_Type))
+            && atomic_context(metadata, headers))
             PyObject_GC_UnTrack(item);
         int rc = PyList_Append(flushed, item);
         Py_DECREF(item);
@@ -1159,24 +1264,27 @@ static PyObject *cached_replace(PyObject *self, PyObject *const *args, Py_ssize_
 static PyMethodDef module_methods[] = {
     {"set_entry_layout", (PyCFunction)(void (*)(void))set_entry_layout, METH_FASTCALL,
      "set_entry_layout(entry_type, overhead=None)\n--\n\n"
-     "Registers CacheEntry: checks that value, dirty, timestamp, size and old are writable\n"
-     "object slots of that type and keeps their offsets for increment_run and write_entry, and\n"
+     "Registers CacheEntry: checks that value, dirty, timestamp, size, old, metadata and headers\n"
+     "are writable object slots of that type and keeps their offsets for increment_run and write_entry, and\n"
      "the bookkeeping bytes of an entry (ENTRY_OVERHEAD; until it is given write_entry declines\n"
      "every write). Raises TypeError otherwise."},
     {"take_dirty", (PyCFunction)(void (*)(void))take_dirty, METH_FASTCALL,
      "take_dirty(entries, dirty, entry_tuple_type, flushed, tombstones)\n--\n\n"
      "NamedCache._take_dirty's loop in C: each dirty key's entry_tuple_type(key, value,\n"
-     "timestamp, old) appended to flushed (a None value's key to tombstones too), the entry\n"
+     "timestamp, old, metadata, headers) appended to flushed (a None value's key to tombstones too), the entry\n"
      "marked clean. Returns False, having done nothing, for an entry it does not take."},
     {"write_entry", (PyCFunction)(void (*)(void))write_entry, METH_FASTCALL,
-     "write_entry(entries, dirty, key, value, timestamp, old)\n--\n\n"
+     "write_entry(entries, dirty, key, value, timestamp, old, metadata=None, headers=())\n--\n\n"
      "state.cache.thread_cache.write_entry_py's write in C: returns the size change, or None\n"
      "(having done nothing) for a case it does not take (see the function's comment)."},
     {"increment_run", (PyCFunction)(void (*)(void))increment_run, METH_FASTCALL,
-     "increment_run(entries, dirty, keys, timestamps, start, newest, stamped=False)\n--\n\n"
+     "increment_run(entries, dirty, keys, timestamps, start, newest, stamped=False, context=None,\n"
+     "              metadatas=None)\n--\n\n"
      "CachingKeyValueStore.update_many's hot case for keys[start:] with an int64 add-one fn:\n"
      "while the key is cached with an 8-byte value that does not overflow, write value + 1 as\n"
-     "update_many does (dirty order, old value, timestamp, LRU order). With stamped, the value\n"
+     "update_many does (dirty order, old value, timestamp, record context, LRU order). The\n"
+     "record context: metadatas[i] and no headers when metadatas is a list, else context's\n"
+     "metadata and headers (none when context is None). With stamped, the value\n"
      "is 16 bytes (timestamp, int64): the int64 gets one added and the timestamp, as the\n"
      "entry's, becomes max(its own, the record's). Stops at the first key\n"
      "that is not that case, or at once if newest is not an int64.\n"
@@ -1195,7 +1303,7 @@ static PyMethodDef module_methods[] = {
      "None (having done nothing) for a case write_entry declines."},
     {"set_named_layout", (PyCFunction)set_named_layout, METH_O,
      "set_named_layout(named_cache_type)\n--\n\nRegisters NamedCache: its entries, dirty, owner, size_bytes, hits,\n"
-     "misses and evictions slots are then read and written directly. Raises TypeError if they are not\n"
+     "misses, evictions and context slots are then read and written directly. Raises TypeError if they are not\n"
      "writable object slots of that type."},
     {"maybe_evict", (PyCFunction)maybe_evict, METH_O,
      "maybe_evict(named)\n--\n\nstate.cache.thread_cache.maybe_evict_py in C: evicts the named cache's eldest\n"
@@ -1240,6 +1348,7 @@ PyMODINIT_FUNC PyInit__cache(void)
         str_misses = PyUnicode_InternFromString("misses");
         str_evict_eldest = PyUnicode_InternFromString("evict_eldest");
         str_write_through = PyUnicode_InternFromString("write_through");
+        str_context = PyUnicode_InternFromString("context");
         one = PyLong_FromLong(1);
         str_named = PyUnicode_InternFromString("_named");
         str_probe = PyUnicode_InternFromString("_probe");
@@ -1261,7 +1370,7 @@ PyMODINIT_FUNC PyInit__cache(void)
         if (str_move_to_end == NULL || str_entries == NULL || str_dirty == NULL || str_owner == NULL
             || str_size_bytes == NULL || str_total_bytes == NULL || str_max_bytes == NULL || str_evictions == NULL
             || str_hits == NULL || str_misses == NULL || str_evict_eldest == NULL || str_write_through == NULL
-            || one == NULL)
+            || str_context == NULL            || one == NULL)
             return NULL;
     }
     return PyModule_Create(&module_def);

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from state.cache.thread_cache import CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_BYTES, NamedCache, ThreadCache
 from state.errors import StateError, StoreClosedError
@@ -28,6 +28,9 @@ class CachingStore(WrappedStateStore):
         self._namespace: Optional[str] = None
         self._named: Optional[NamedCache] = None  # set while open
         self._flush_listener: Optional[Callable] = None
+        # where writes read their record context and flushes set it (`metadata`, `headers`):
+        # the task's processor context (set_record_context); None: entries keep none
+        self._record_context: Any = None
         # `self._probe.is_open` is `self.wrapped.is_open` without the delegation chain.
         self._probe = open_probe(wrapped)
         # The store whose reads answer `wrapped`'s (a layer that only delegates reads says so
@@ -71,6 +74,33 @@ class CachingStore(WrappedStateStore):
         self._namespace = f"{getattr(context, 'task_id', 'none')}-{self.name}"
         self._cache.add_dirty_entry_flush_listener(self._namespace, self._write_down)
         self._named = self._cache.named_cache(self._namespace)
+        self._named.context = self._record_context
+
+    def set_record_context(self, context: Any) -> None:
+        """Where a write's record context comes from and where a flush sets each entry's (an
+        object with `metadata` and `headers`: the task's processor context), as Kafka's caching
+        stores use the processor context's record context."""
+        self._record_context = context
+        if self._named is not None:
+            self._named.context = context
+        super().set_record_context(context)
+
+    def forward_in_contexts(self, changes: Sequence[tuple], forward: Callable[[tuple], None], at: int = 4) -> None:
+        """`forward(change)` for each flushed change with the record context set to the
+        change's own (`change[at]` its metadata, `change[at + 1]` its headers: a DirtyEntry's
+        by default), the writer's put back after (Kafka's CachingKeyValueStore.putAndMaybeForward)."""
+        context = self._record_context
+        if context is None:
+            for change in changes:
+                forward(change)
+            return
+        metadata, headers = context.metadata, context.headers
+        try:
+            for change in changes:
+                context.metadata, context.headers = change[at], change[at + 1]
+                forward(change)
+        finally:
+            context.metadata, context.headers = metadata, headers
 
     def set_flush_listener(self, listener: Optional[Callable]) -> bool:
         """`listener(key, new_value, old_value, timestamp)` for each entry written down."""

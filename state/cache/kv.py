@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted
-from state.cache.thread_cache import ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache, lookup
+from state.cache.thread_cache import ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache, lookup, record_context_of
 from state.errors import StoreClosedError
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import KeyValueIterator, KeyValueStore, check_key, check_value
@@ -48,8 +48,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
 
     A flush listener with a `flush_many` attribute is handed the changes of a flush at once
     where they are written down at once (over a change-logging layer): `flush_many(changes)`,
-    `(key, new_value, timestamp, old_value)` each, in order, does what the listener's call of
-    each would do.
+    `(key, new_value, timestamp, old_value, metadata, headers)` each, in order, does what the
+    listener's call of each in its record context would do (`CachingStore.forward_in_contexts`).
     """
 
     # update_many's C loop for an int64 increment's hot case, None without state.cache._cache (a
@@ -87,7 +87,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             # except an evicted one, which is written and forwarded first in both orders.
             changed = self._changes(entries)
             if len(changed) == 1:  # one change (an eviction's, mostly): the layer's put, no batch
-                key, value, timestamp, _old = changed[0]
+                key, value, timestamp = changed[0][:3]
                 wrapped.put(key, value, timestamp)
             elif changed:
                 write_changes(changed)
@@ -95,19 +95,21 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                 return
             flush_many = getattr(listener, "flush_many", None)
             if flush_many is not None:
-                flush_many(changed)
+                flush_many(changed)  # sets each change's record context itself
             else:
-                for key, value, timestamp, old in changed:
-                    listener(key, value, old, timestamp)
+                self.forward_in_contexts(changed, lambda change: listener(change[0], change[1], change[3], change[2]))
             return
         put = wrapped.put
         if listener is None:
-            for key, value, timestamp, _old in entries:
-                put(key, value, timestamp)
+            for entry in entries:
+                put(entry[0], entry[1], entry[2])
             return
-        for key, value, timestamp, old in self._changes(entries):
+
+        def write_and_forward(change: tuple) -> None:
+            key, value, timestamp, old = change[:4]
             put(key, value, timestamp)
             listener(key, value, old, timestamp)
+        self.forward_in_contexts(self._changes(entries), write_and_forward)
 
     def _changes(self, entries: list) -> list:
         """The entries to write down, each with the store's old value (read now where the cache
@@ -117,10 +119,10 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         unknown = UNKNOWN
         changed = []
         for entry in entries:
-            key, value, timestamp, old = entry
+            key, value, timestamp, old, metadata, headers = entry
             if old is unknown:
                 old = get(key)
-                entry = (key, value, timestamp, old)
+                entry = (key, value, timestamp, old, metadata, headers)
             if value is None and old is None:
                 continue
             changed.append(entry)
@@ -232,7 +234,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
 
     def update_many(  # noqa: C901 - the Python form of a per-record loop, in one frame on purpose
             self, keys: Sequence[bytes], fn: Callable[[Optional[bytes]], Optional[bytes]],
-            timestamps: Sequence[int], clock: Any = None) -> Optional[bytes]:
+            timestamps: Sequence[int], clock: Any = None, metadatas: Optional[list] = None) -> Optional[bytes]:
         """`update(key, fn, timestamp)` for each key (bytes) and timestamp in order, holding the
         cache lock once; returns the last value written. A run of a count's records in one call.
 
@@ -250,7 +252,11 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         `fn(old, timestamp) -> (value, timestamp)` (an aggregation stamps its result with
         max(record, previous result) timestamps, KIP-258). With `int64_increment` too, the
         hot case is a 16-byte value whose int64 part gets one added and whose timestamp part
-        becomes max(its own, the record's), the entry's timestamp the same."""
+        becomes max(its own, the record's), the entry's timestamp the same.
+
+        The record context of each write is the context's (the named cache's, see
+        state.cache.thread_cache), or with `metadatas` (a run of records without headers)
+        metadatas[i] and no headers: set on the context while the key is updated."""
         increment = getattr(fn, "int64_increment", False)
         stamped = getattr(fn, "timestamped", False)
         named = self._named
@@ -268,6 +274,11 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         # other key (a miss, another value, an overflow): the loop body below does that one.
         run = self._increment_run if (increment and type(keys) in _LIST_OR_TUPLE
                                       and type(timestamps) in _LIST_OR_TUPLE) else None
+        context = named.context
+        if metadatas is not None and (context is None or type(metadatas) is not list):
+            metadatas = None
+        if metadatas is not None:
+            written_in = context.metadata
         stamped_flag = bool(stamped)
         # the run's stream time so far, handed to the clock before anything that could look
         # at it runs (fn, an eviction, a read-through) and at the end
@@ -277,7 +288,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             while i < n:
                 if run is not None:
                     stop, run_hits, newest, run_value, error = run(entries, named.dirty, keys, timestamps, i, newest,
-                                                                   stamped_flag)
+                                                                   stamped_flag, context, metadatas)
                     hits += run_hits
                     if stop != i:
                         value = run_value
@@ -288,6 +299,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                         break
                 key = keys[i]
                 timestamp = timestamps[i]
+                if metadatas is not None:
+                    context.metadata = metadatas[i]
                 # read per key: a flush (an eviction's, or one done by fn) replaces the dict
                 dirty = named.dirty
                 if timestamp > newest:
@@ -333,6 +346,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                     dirty[key] = None
                     entry.value = value
                     entry.timestamp = timestamp
+                    entry.metadata, entry.headers = record_context_of(named)
                     entries.move_to_end(key)
                     if resized:
                         delta = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD - entry.size
@@ -355,6 +369,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             raise
         finally:
             named.hits += hits
+            if metadatas is not None:
+                context.metadata = written_in
             if clock is not None and newest > clock.stream_time:
                 clock.advance_stream_time(newest)
             lock.release()

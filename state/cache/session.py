@@ -25,24 +25,27 @@ class CachingSessionStore(CachingStore):
     def _write_down(self, entries: list) -> None:
         listener = self._flush_listener
         changes = []
-        for changelog_key, value, timestamp, _old in entries:
-            key, start, end = decode_session_changelog_key(changelog_key)
-            changes.append((key, start, end, value, timestamp))
+        for entry in entries:
+            key, start, end = decode_session_changelog_key(entry[0])
+            changes.append((key, start, end, entry[1], entry[2]))
         if listener is None:
             self._write_changes(changes, self.wrapped.put)
             return
         # the old values first (a flush's sessions are distinct), then the writes, then the
         # forwards (as the KV store)
         fetch_session = self._reader.fetch_session
-        kept = []
-        for change in changes:
+        kept = []  # (key, start, end, value, timestamp, metadata, headers, old) of each change kept
+        for change, entry in zip(changes, entries):
             key, start, end, value, _timestamp = change
             old = fetch_session(key, start, end)
             if value is not None or old is not None:
-                kept.append((change, old))
-        self._write_changes([change for change, _old in kept], self.wrapped.put)
-        for (key, start, end, value, timestamp), old in kept:
-            listener(Windowed(key, Window(start, end)), value, old, timestamp)
+                kept.append(change + entry[4:6] + (old,))
+        self._write_changes([change[:5] for change in kept], self.wrapped.put)
+
+        def forward(change: tuple) -> None:
+            key, start, end, value, timestamp = change[:5]
+            listener(Windowed(key, Window(start, end)), value, change[7], timestamp)
+        self.forward_in_contexts(kept, forward, at=5)
 
     def put(self, key: bytes, session_start: int, session_end: int, value: Optional[bytes],
             timestamp: Optional[int] = None) -> None:

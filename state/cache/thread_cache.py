@@ -17,6 +17,11 @@ Semantics follow Kafka's ThreadCache / NamedCache / CachingKeyValueStore:
 - The flush listener `fn(key, new_value, old_value, timestamp)` is called for each entry written
   down; `old_value` is read from the wrapped store just before the write. An entry whose new and
   old values are both None (a delete of a key that never reached the store) is skipped.
+- A dirty entry keeps the record context of its latest write (Kafka's LRUCacheEntry context):
+  the `metadata` (topic, partition, offset) and `headers` of the named cache's `context` (the
+  task's processor context, given by the caching store) when the write was made. A flush hands
+  them on with the entry (DirtyEntry), and the caching store sets them on the context while it
+  writes that entry down and forwards it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from state.errors import InvalidStoreArgumentError, StateError
 
@@ -46,14 +51,18 @@ class CacheEntry:
     `update`, before it was dirtied), else UNKNOWN: every write to the wrapped store goes
     through this cache, so the flush can hand it to the listener without reading the store."""
 
-    __slots__ = ("value", "dirty", "timestamp", "size", "old")
+    __slots__ = ("value", "dirty", "timestamp", "size", "old", "metadata", "headers")
 
-    def __init__(self, value: Optional[bytes], dirty: bool, timestamp: int, size: int, old: object = UNKNOWN) -> None:
+    def __init__(self, value: Optional[bytes], dirty: bool, timestamp: int, size: int, old: object = UNKNOWN,
+                 metadata: Optional[tuple] = None, headers: Any = ()) -> None:
         self.value = value
         self.dirty = dirty
         self.timestamp = timestamp
         self.size = size
         self.old = old
+        # the record context of the latest dirty write (see the module doc)
+        self.metadata = metadata
+        self.headers = headers
 
 
 class DirtyEntry(NamedTuple):
@@ -61,6 +70,8 @@ class DirtyEntry(NamedTuple):
     value: Optional[bytes]
     timestamp: int
     old_value: object = UNKNOWN  # the wrapped store's value if known (see CacheEntry.old)
+    metadata: Optional[tuple] = None  # the record context of the write (see the module doc)
+    headers: Any = ()
 
 
 DirtyEntryFlushListener = Callable[[list], None]
@@ -69,17 +80,28 @@ DirtyEntryFlushListener = Callable[[list], None]
 _new_tuple = tuple.__new__
 
 
+def record_context_of(named: "NamedCache") -> tuple:
+    """(metadata, headers) of the record a write of `named` is made for: its context's now, or
+    (None, ()) without a context."""
+    context = named.context
+    if context is None:
+        return None, ()
+    return context.metadata, context.headers
+
+
 def write_entry_py(entries: "OrderedDict[bytes, CacheEntry]", dirty: "dict[bytes, None]", key: bytes,
-                   value: Optional[bytes], timestamp: int, old: object) -> int:
+                   value: Optional[bytes], timestamp: int, old: object, metadata: Optional[tuple] = None,
+                   headers: Any = ()) -> int:
     """A write of a dirty entry into a named cache's maps: a new entry, or the cached one
     rewritten in place (a clean one's value becoming its old value), made MRU and last in the
-    write order. Returns the size change; the caller accounts for it and evicts.
-    `old`: the wrapped store's value for a key not cached, when the caller knows it.
-    `write_entry` is this, in C where state.cache._cache is built (None: not taken, call this)."""
+    write order, with the record context of the write. Returns the size change; the caller
+    accounts for it and evicts. `old`: the wrapped store's value for a key not cached, when the
+    caller knows it. `write_entry` is this, in C where state.cache._cache is built (None: not
+    taken, call this)."""
     size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
     entry = entries.get(key)
     if entry is None:
-        entries[key] = CacheEntry(value, True, timestamp, size, old)
+        entries[key] = CacheEntry(value, True, timestamp, size, old, metadata, headers)
         delta = size
     else:
         delta = size - entry.size
@@ -89,6 +111,8 @@ def write_entry_py(entries: "OrderedDict[bytes, CacheEntry]", dirty: "dict[bytes
         entry.value = value
         entry.timestamp = timestamp
         entry.size = size
+        entry.metadata = metadata
+        entry.headers = headers
         entries.move_to_end(key)
     if key in dirty:
         del dirty[key]
@@ -145,9 +169,10 @@ def put_dirty_py(named: "NamedCache", key: bytes, value: Optional[bytes], timest
                         + ENTRY_OVERHEAD > owner.max_bytes):
         named.write_through(key, value, timestamp, old)
         return True
-    delta = write_entry(entries, named.dirty, key, value, timestamp, old)
+    metadata, headers = record_context_of(named)
+    delta = write_entry(entries, named.dirty, key, value, timestamp, old, metadata, headers)
     if delta is None:
-        delta = write_entry_py(entries, named.dirty, key, value, timestamp, old)
+        delta = write_entry_py(entries, named.dirty, key, value, timestamp, old, metadata, headers)
     if delta:
         named.size_bytes += delta
         owner._total_bytes += delta
@@ -189,7 +214,8 @@ class NamedCache:
     Sizes are kept incrementally (this cache's `size_bytes` and the owner's `_total_bytes`).
     """
 
-    __slots__ = ("name", "owner", "entries", "dirty", "size_bytes", "listener", "hits", "misses", "evictions")
+    __slots__ = ("name", "owner", "entries", "dirty", "size_bytes", "listener", "hits", "misses", "evictions",
+                 "context")
 
     def __init__(self, name: str, owner: "ThreadCache") -> None:
         self.name = name
@@ -201,6 +227,9 @@ class NamedCache:
         self.hits = 0
         self.misses = 0
         self.evictions = 0
+        # where a write's record context is read (`metadata`, `headers`): the task's processor
+        # context, set by the caching store; None: writes keep none
+        self.context: Any = None
 
     def _resize(self, delta: int) -> None:
         self.size_bytes += delta
@@ -227,7 +256,7 @@ class NamedCache:
         for key in self.dirty:
             entry = entries[key]
             value = entry.value
-            append(_new_tuple(DirtyEntry, (key, value, entry.timestamp, entry.old)))
+            append(_new_tuple(DirtyEntry, (key, value, entry.timestamp, entry.old, entry.metadata, entry.headers)))
             entry.dirty = False
             if value is None:
                 tombstones.append(key)
@@ -262,7 +291,7 @@ class NamedCache:
         self.evictions += 1
         if self.listener is None:
             raise StateError(f"cache {self.name!r} has dirty entries but no flush listener")
-        self.listener([_new_tuple(DirtyEntry, (key, value, timestamp, old))])
+        self.listener([_new_tuple(DirtyEntry, (key, value, timestamp, old) + record_context_of(self))])
 
     def evict_eldest(self) -> int:
         key, entry = self.entries.popitem(last=False)
@@ -272,7 +301,8 @@ class NamedCache:
         self.evictions += 1
         if entry.dirty:
             del self.dirty[key]
-            self.flush(_new_tuple(DirtyEntry, (key, entry.value, entry.timestamp, entry.old)))
+            self.flush(_new_tuple(DirtyEntry, (key, entry.value, entry.timestamp, entry.old, entry.metadata,
+                                               entry.headers)))
         return size
 
 

@@ -6,7 +6,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted_by
-from state.cache.thread_cache import UNKNOWN, ThreadCache
+from state.cache.thread_cache import UNKNOWN, ThreadCache, record_context_of
 from state.rocksdb_kv import key_after
 from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
@@ -38,9 +38,9 @@ class CachingWindowStore(CachingStore):
     def _write_down(self, entries: list) -> None:
         listener = self._flush_listener
         changes = []
-        for changelog_key, value, timestamp, _old in entries:
-            key, start, _ = decode_window_changelog_key(changelog_key)
-            changes.append((key, value, start, timestamp))
+        for entry in entries:
+            key, start, _ = decode_window_changelog_key(entry[0])
+            changes.append((key, entry[1], start, entry[2]))
         if listener is None:
             self._write_changes(changes, self.wrapped.put)
             return
@@ -51,11 +51,16 @@ class CachingWindowStore(CachingStore):
         unknown = UNKNOWN
         olds = [fetch(change[0], change[2]) if entry[3] is unknown else entry[3]
                 for change, entry in zip(changes, entries)]
-        kept = [(change, old) for change, old in zip(changes, olds) if change[1] is not None or old is not None]
-        self._write_changes([change for change, _old in kept], self.wrapped.put)
+        # (key, value, window start, timestamp, metadata, headers, old) of each change kept
+        kept = [change + entry[4:6] + (old,) for change, old, entry in zip(changes, olds, entries)
+                if change[1] is not None or old is not None]
+        self._write_changes([change[:4] for change in kept], self.wrapped.put)
         size = self.window_size_ms
-        for (key, value, start, timestamp), old in kept:
-            listener(Windowed(key, Window(start, start + size)), value, old, timestamp)
+
+        def forward(change: tuple) -> None:
+            key, value, start, timestamp = change[:4]
+            listener(Windowed(key, Window(start, start + size)), value, change[6], timestamp)
+        self.forward_in_contexts(kept, forward)
 
     def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
             timestamp: Optional[int] = None) -> Optional[int]:
@@ -73,13 +78,14 @@ class CachingWindowStore(CachingStore):
 
     def update_many(self, keys: Sequence[bytes], starts: Sequence[int],
                     fn: Callable[[Optional[bytes], int], tuple], timestamps: Sequence[int],
-                    clock: Any = None) -> None:
+                    clock: Any = None, metadatas: Optional[Sequence[tuple]] = None) -> None:
         """A windowed aggregation's read-modify-write for a run of records: for each key (bytes),
         window start and record timestamp in order, `fn(old, timestamp) -> (new, entry
         timestamp)` over the window's stored bytes (old: None when absent, or expired below and
         not cached, as `fetch(key, start)` reads it) is written as `put(key, new, start, entry
-        timestamp)` would: a read that misses is read through (kept clean), then the dirty write.
-        The cache lock is held once. `clock`: the owner of the caller's stream time, raised to each record's
+        timestamp)` would: a read that misses is read through (kept clean), then the dirty write,
+        in the context's record context, or with `metadatas` (a run of records without headers)
+        metadatas[i] set on the context as the record's. The cache lock is held once. `clock`: the owner of the caller's stream time, raised to each record's
         timestamp before anything that could read it (as CachingKeyValueStore.update_many)."""
         cache = self._check()
         if self.retain_duplicates:
@@ -92,6 +98,10 @@ class CachingWindowStore(CachingStore):
         fetch, actual_from = reader.fetch, reader.actual_from
         suffixes: dict[int, bytes] = {}
         newest = clock.stream_time if clock is not None else 0
+        context = named.context
+        if context is None:
+            metadatas = None
+        written_in = context.metadata if metadatas is not None else None
         lock = cache.lock
         lock.acquire()
         try:
@@ -102,6 +112,8 @@ class CachingWindowStore(CachingStore):
             newest_stored = getattr(reader, "observed_stream_time", None)
             for i in range(len(keys)):
                 key, start, timestamp = keys[i], starts[i], timestamps[i]
+                if metadatas is not None:
+                    context.metadata = metadatas[i]
                 if timestamp > newest:
                     newest = timestamp
                 suffix = suffixes.get(start)
@@ -141,6 +153,7 @@ class CachingWindowStore(CachingStore):
                     dirty[cache_key] = None
                     entry.value = new
                     entry.timestamp = entry_timestamp
+                    entry.metadata, entry.headers = record_context_of(named)
                     entries.move_to_end(cache_key)
                     continue
                 put_dirty(cache_key, new, entry_timestamp, read)
@@ -148,6 +161,8 @@ class CachingWindowStore(CachingStore):
                     live_from, evictions = actual_from(0), named.evictions
                     newest_stored = getattr(reader, "observed_stream_time", None)
         finally:
+            if metadatas is not None:
+                context.metadata = written_in
             lock.release()
 
     def fetch(self, key: bytes, time_from: int, time_to: Optional[int] = None):

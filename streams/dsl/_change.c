@@ -174,7 +174,6 @@ static PyObject *change_deserialize(PyObject *self, PyObject *const *args, Py_ss
     return NULL;
 }
 
-static PyObject *no_headers = NULL;  /* the () a flushed change is forwarded with */
 /* INT64_VALUE: forward_flushed's value_deserialize for INT64 values (the 16-byte timestamped
  * value's last 8 bytes, big-endian signed; any other size is not decoded here) */
 static PyObject *int64_value = NULL;
@@ -203,20 +202,30 @@ static PyObject *stamped_value(PyObject *fn, PyObject *data)
     return inner_value(fn, data, 8, PyBytes_GET_SIZE(data));
 }
 
-/* forward_flushed(changes, start, key_deserialize, value_deserialize, change_type, down) -> stop
+/* forward_flushed(changes, start, key_deserialize, value_deserialize, change_type, down, context) -> stop
  * A cached table's flush forwarded (streams/dsl/ops/table.py, attach_tuple_forwarder's Python
- * loop is the definition): for each (key, new, timestamp, old) of the list from `start`,
- * down(key_deserialize(key), change_type(new value, old value), timestamp, ()), a value being
- * its bytes past the 8-byte timestamp through value_deserialize. Stops at the first change it
- * cannot decode (returns its index; the caller forwards that one in Python and calls again
- * after it) and returns len(changes) when done; an error of `down` is raised. */
+ * loop is the definition): for each (key, new, timestamp, old, metadata, headers) of the list
+ * from `start`, context.metadata and context.headers set to the change's, then
+ * down(key_deserialize(key), change_type(new value, old value), timestamp, headers), a value
+ * being its bytes past the 8-byte timestamp through value_deserialize. Stops at the first
+ * change it cannot decode (returns its index; the caller forwards that one in Python and calls
+ * again after it) and returns len(changes) when done; an error of `down` is raised. The caller
+ * puts the context back. */
 static PyObject *forward_flushed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "forward_flushed() takes 6 arguments (%zd given)", nargs);
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "forward_flushed() takes 7 arguments (%zd given)", nargs);
         return NULL;
     }
     PyObject *changes = args[0], *key_de = args[2], *value_de = args[3], *type_obj = args[4], *down = args[5];
+    PyObject *context = args[6];
+    static PyObject *str_metadata = NULL, *str_headers = NULL;
+    if (str_metadata == NULL) {
+        str_metadata = PyUnicode_InternFromString("metadata");
+        str_headers = PyUnicode_InternFromString("headers");
+        if (str_metadata == NULL || str_headers == NULL)
+            return NULL;
+    }
     if (!PyList_CheckExact(changes)) {
         PyErr_SetString(PyExc_TypeError, "forward_flushed() needs a list of changes");
         return NULL;
@@ -234,7 +243,7 @@ static PyObject *forward_flushed(PyObject *self, PyObject *const *args, Py_ssize
     }
     for (; i < PyList_GET_SIZE(changes); i++) {
         PyObject *item = PyList_GET_ITEM(changes, i);
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4)
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 6)
             break;
         Py_INCREF(item);  /* held while down runs */
         PyObject *key = PyObject_CallOneArg(key_de, PyTuple_GET_ITEM(item, 0));
@@ -253,7 +262,15 @@ static PyObject *forward_flushed(PyObject *self, PyObject *const *args, Py_ssize
             Py_DECREF(item);
             return NULL;
         }
-        PyObject *call[4] = {key, change, PyTuple_GET_ITEM(item, 2), no_headers};
+        PyObject *headers = PyTuple_GET_ITEM(item, 5);
+        if (PyObject_SetAttr(context, str_metadata, PyTuple_GET_ITEM(item, 4)) < 0
+            || PyObject_SetAttr(context, str_headers, headers) < 0) {
+            Py_DECREF(change);
+            Py_DECREF(key);
+            Py_DECREF(item);
+            return NULL;
+        }
+        PyObject *call[4] = {key, change, PyTuple_GET_ITEM(item, 2), headers};
         PyObject *r = PyObject_Vectorcall(down, call, 4, NULL);
         Py_DECREF(change);
         Py_DECREF(key);
@@ -275,10 +292,11 @@ static PyMethodDef module_methods[] = {
      "ChangeSerde's deserialize of bytes into change_type(new, old), each present value by\n"
      "inner_deserialize; None for None. Raises for any other case (see the module doc)."},
     {"forward_flushed", (PyCFunction)(void (*)(void))forward_flushed, METH_FASTCALL,
-     "forward_flushed(changes, start, key_deserialize, value_deserialize, change_type, down)\n--\n\n"
-     "A cached table's flushed (key, new, timestamp, old) bytes from changes[start:] decoded\n"
-     "(values past their 8-byte timestamp) and forwarded as down(key, change_type(new, old),\n"
-     "timestamp, ()); returns the index of the first change it could not decode, or len.\n"
+     "forward_flushed(changes, start, key_deserialize, value_deserialize, change_type, down, context)\n--\n\n"
+     "A cached table's flushed (key, new, timestamp, old, metadata, headers) bytes from\n"
+     "changes[start:] decoded (values past their 8-byte timestamp) and forwarded as down(key,\n"
+     "change_type(new, old), timestamp, headers) with context.metadata and context.headers set to\n"
+     "the change's; returns the index of the first change it could not decode, or len.\n"
      "value_deserialize INT64_VALUE: a 16-byte value's last 8 bytes as a big-endian int64."},
     {NULL, NULL, 0, NULL},
 };
@@ -293,8 +311,6 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__change(void)
 {
-    if (no_headers == NULL && (no_headers = PyTuple_New(0)) == NULL)
-        return NULL;
     if (int64_value == NULL && (int64_value = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);

@@ -297,11 +297,12 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
         if self.emit_on_close:
             self._maybe_forward_final_results(close_time)
 
-    def counting_run(self) -> Optional[Callable[[list, list, Any], None]]:
+    def counting_run(self) -> Optional[Callable[[list, list, Any, list], None]]:
         """For a count whose updates a caching store forwards (`forward=None`): `run(keys,
-        timestamps, clock)` is `process` for each serialized key and timestamp in order (values
-        play no part in a count), the store updated by one `update_many`; None when that does not
-        apply. A late record is reported with its key deserialized (no offset: a run has none)."""
+        timestamps, clock, metadatas)` is `process` for each serialized key and timestamp in
+        order of records without headers, metadatas[i] the record's (topic, partition, offset)
+        (values play no part in a count), the store updated by one `update_many`; None when that
+        does not apply. A late record is reported with its key deserialized."""
         count = self._count
         if count is None:
             return None
@@ -309,8 +310,8 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
         key_of = self.updates.key_serde.deserialize
         bounds_of = self.windows.window_bounds
 
-        def run(keys: list, timestamps: list, clock: Any) -> None:
-            run_keys, run_starts, run_times = [], [], []
+        def run(keys: list, timestamps: list, clock: Any, metadatas: list) -> None:
+            run_keys, run_starts, run_times, run_metadatas = [], [], [], []
             observed = self.observed_stream_time
             delay = self.close_delay_ms
             for i in range(len(keys)):
@@ -323,9 +324,11 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
                         run_keys.append(keys[i])
                         run_starts.append(start)
                         run_times.append(t)
+                        run_metadatas.append(metadatas[i])
                     else:
-                        self.late.report(key_of(keys[i]), t, Window(start, end), close_time, observed)
-            update_many(run_keys, run_starts, count, run_times, clock)
+                        self.late.report(key_of(keys[i]), t, Window(start, end), close_time, observed,
+                                         *metadatas[i])
+            update_many(run_keys, run_starts, count, run_times, clock, run_metadatas)
         return run
 
     def _emit_bounds(self, close_time: int, last: int) -> Optional[tuple[int, int]]:

@@ -41,7 +41,7 @@ _merge_dispatch = message_function("merge_dispatch")
 _OFFSET = Message.offset
 UNKNOWN_TIME = -1
 
-KeyRun = Callable[[list, list, Any], None]
+KeyRun = Callable[[list, list, Any, list], None]
 
 
 class AcceleratedRoute:
@@ -133,6 +133,7 @@ class AcceleratedRoute:
             n = len(messages)
             start = 0
             done = 0
+            ctx.headers = ()  # dispatch_run takes records without headers only
             try:
                 while start < n:
                     try:
@@ -174,13 +175,12 @@ class AcceleratedRoute:
         done = 0
         try:
             while start < n:
-                taken = _keyed_run(messages, start, key_check, value_check)
+                taken = _keyed_run(messages, start, key_check, value_check, topic, partition)
                 if taken is None:  # the layout went away: the Python route
                     return done + self._one(source, topic, partition, messages[start:])
-                keys, timestamps, stop = taken
+                keys, timestamps, metadatas, stop = taken
                 if keys:
-                    done += self._run_keys(run, first, source, topic, partition, keys, timestamps,
-                                           lambda i, base=start: _OFFSET(messages[base + i]))
+                    done += self._run_keys(run, first, source, topic, partition, keys, timestamps, metadatas)
                 if stop >= n:
                     break
                 done += self._one(source, topic, partition, messages[stop:stop + 1])
@@ -191,20 +191,22 @@ class AcceleratedRoute:
         return done
 
     def _run_keys(self, run: KeyRun, first: ProcessorNode, source: SourceNode, topic: str, partition: int,
-                  keys: list, timestamps: list, offset_at: Callable[[int], int]) -> int:
-        """`run` over checked keys; an error names the offset of the record being handled
-        (`offset_at(i)` of the i-th key). The run raises the stream time record by record (it
+                  keys: list, timestamps: list, metadatas: list) -> int:
+        """`run` over checked keys, `metadatas[i]` the (topic, partition, offset) of the i-th
+        key's record (its record context: the run sets it where it is read); an error names the
+        offset of the record being handled. The run raises the stream time record by record (it
         gets the engine as its clock); the partition time is raised to the run's newest here."""
         engine = self.engine
         ctx = engine.context
         ctx.current_node = first
         ctx.metadata = None
+        ctx.headers = ()  # keyed_run takes records without headers only
         try:
-            run(keys, timestamps, engine)
+            run(keys, timestamps, engine, metadatas)
         except (RecordDeserializationError, InvalidTimestampError):
             raise
         except Exception as exc:
-            engine.raise_process_error(exc, source, topic, partition, offset_at(getattr(exc, "updates_done", 0)))
+            engine.raise_process_error(exc, source, topic, partition, metadatas[getattr(exc, "updates_done", 0)][2])
         finally:
             newest = max(timestamps)
             tp = (topic, partition)
@@ -240,6 +242,7 @@ class MergedDispatch:
         sensor = engine.process_sensor
         k = len(partitions)
         taken = processed = 0
+        ctx.headers = ()  # merge_dispatch takes records without headers only
         while taken < max_records:
             times = [[partition_times.get(tp, UNKNOWN_TIME)] for tp in partitions]
             counts, lasts, current = [0] * k, [None] * k, [-1]

@@ -52,9 +52,16 @@ class ProcessorContextImpl(ProcessorContext):
     def __init__(self, engine: "TaskEngine") -> None:
         self._engine = engine
         self.current_node: Optional[ProcessorNode] = None
-        # (topic, partition, offset) of the input record as a plain tuple (cheap per record);
-        # None in punctuations and cache flushes
+        # Kafka's ProcessorRecordContext, less the timestamp (the record's own): `metadata` is
+        # (topic, partition, offset) of the input record as a plain tuple (cheap per record),
+        # None in a punctuation; `headers` are the input record's. A caching store keeps both
+        # with each write and sets them again while it writes that entry down and forwards it
+        # (Kafka's CachingKeyValueStore); a suppression sets its buffered record's while it
+        # emits. Kafka's forward() also sets the forwarded record's headers; here it need not:
+        # process() is key-changing, so every store a DSL step below it writes is behind a
+        # repartition topic, and a Processor API store has no flush listener to forward with.
         self.metadata: Optional[tuple[str, int, int]] = None
+        self.headers: Any = ()
         self.commit_requested = False
         # Kafka's recordContext().timestamp() for store writes that give no timestamp: the record
         # a node with stores is processing, the time of a punctuation; -1 outside both
@@ -278,12 +285,12 @@ class ProcessorContextImpl(ProcessorContext):
         ctx = self
 
         def call(*args: Any) -> Any:  # once per flushed cache entry
-            prev_node, prev_meta = ctx.current_node, ctx.metadata
+            # the record context is the flushed entry's: the caching store set it (and puts back
+            # the writer's after the flush)
+            prev_node = ctx.current_node
             ctx.current_node = node
-            ctx.metadata = None
             try:
                 return fn(*args)
             finally:
                 ctx.current_node = prev_node
-                ctx.metadata = prev_meta
         return call

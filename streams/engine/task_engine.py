@@ -196,6 +196,9 @@ class TaskEngine:
             set_supplier = getattr(store, "set_timestamp_supplier", None)
             if set_supplier is not None:
                 set_supplier(self.context.write_timestamp)
+            set_record_context = getattr(store, "set_record_context", None)
+            if set_record_context is not None:
+                set_record_context(self.context)
         return self.stores
 
     def init_stores(self) -> None:
@@ -358,6 +361,7 @@ class TaskEngine:
                 if ts > stream_time:
                     self.stream_time = stream_time = ts
                 ctx.metadata = (topic, partition, offset)
+                ctx.headers = hdrs
                 try:
                     ctx.current_node = first
                     if fused is not None:
@@ -377,6 +381,7 @@ class TaskEngine:
         finally:
             ctx.current_node = None
             ctx.metadata = None
+            ctx.headers = ()
             if partition_time != start_partition_time:
                 self.partition_times[tp] = partition_time
         return done
@@ -431,8 +436,10 @@ class TaskEngine:
     def _punctuate(self, sched: PunctuationSchedule, now: int) -> None:
         ctx = self.context
         prev_node, prev_meta, prev_timestamp = ctx.current_node, ctx.metadata, ctx.record_timestamp
-        # a punctuation's record context: its time, no record metadata (Kafka's StreamTask.punctuate)
-        ctx.current_node, ctx.metadata, ctx.record_timestamp = sched.node, None, now
+        prev_headers = ctx.headers
+        # a punctuation's record context: its time, no record metadata, no headers (Kafka's
+        # StreamTask.punctuate)
+        ctx.current_node, ctx.metadata, ctx.record_timestamp, ctx.headers = sched.node, None, now, ()
         try:
             sched.callback(now)
         except StreamsError:
@@ -444,6 +451,7 @@ class TaskEngine:
                 f"timestamp={now}: {exc!r}") from exc
         finally:
             ctx.current_node, ctx.metadata, ctx.record_timestamp = prev_node, prev_meta, prev_timestamp
+            ctx.headers = prev_headers
 
     def maybe_punctuate_stream_time(self) -> bool:
         if self.stream_time == UNKNOWN_TIME:

@@ -10,8 +10,7 @@ A scenario is a linear pipeline over the input topic ``input`` (String keys and 
 or KTable (``TABLE_OPS``, ``table_aggregate``, ``suppress``, ``to_stream``); the last KStream is
 written to ``output`` (a KTable through ``to_stream()``), or, with ``output_extractor``
 (``OUTPUT_EXTRACTORS``), by a topic name extractor to ``output`` or ``output2`` (output2's rows
-come after output's, the topic as their last element). With ``headers`` (uncached scenarios,
-``HEADERS_SHARE``) each input record carries a header and each output row, after its timestamp,
+come after output's, the topic as their last element). With ``headers`` (``HEADERS_SHARE``) each input record carries a header and each output row, after its timestamp,
 the list of the header values it came out with. Every store a step creates is named
 ``store-<step index>`` and compared at the end; ``records`` are ``[key, value, timestamp]``
 (plus the topic when it is not ``input``); None keys and values (unkeyed records, tombstones),
@@ -172,14 +171,11 @@ OUTPUT_EXTRACTORS: dict[str, Callable[[Any, Any], str]] = {
     "odd_timestamps_apart": lambda v, context: "output2" if context.timestamp % 2 else "output",
     "tombstones_apart": lambda v, context: "output2" if v is None else "output",
     # what the record context says the record came from: input, or another topic (input2, a
-    # join's, a repartition topic) or none (a punctuation); uncached scenarios only (see generate)
+    # join's, a repartition topic) or none (a punctuation); below a cache, the cached write's
     "other_topics_apart": lambda v, context: "output" if context.topic == INPUT else "output2",
-    # the offset the record context names (in its topic, -1 in a punctuation); uncached only too
+    # the offset the record context names (in its topic, -1 in a punctuation)
     "odd_offsets_apart": lambda v, context: "output2" if context.offset % 2 else "output",
 }
-#: the extractors that read where a record came from: Kafka's cache flush forwards with the cached
-#: write's record context, Eddy's without one (noticed, not fixed yet), so uncached scenarios only
-SOURCE_EXTRACTORS = ("other_topics_apart", "odd_offsets_apart")
 
 # ---- operations ------------------------------------------------------------------------------
 
@@ -631,33 +627,23 @@ def _in_memory(seed: int) -> bool:
 
 #: the share of the scenarios whose output goes through a topic name extractor
 OUTPUT_EXTRACTOR_SHARE = 0.2
-#: the share of the uncached scenarios whose records carry a header, ``("n", b"<index>")``, the
-#: output rows the header values they come out with (a list before the topic tag): Kafka's
-#: caching stores forward a flushed write's headers, Eddy's none (noticed, not fixed yet)
+#: the share of the scenarios whose records carry a header, ``("n", b"<index>")``, the output
+#: rows the header values they come out with (a list before the topic tag; below a cache, the
+#: headers of the cached write)
 HEADERS_SHARE = 0.3
 HEADER_KEY = "n"
 
 
 def generate(seed: int) -> dict:
     """The scenario of ``seed`` (same seed, same scenario, on every machine). Seeds 2n and 2n + 1
-    are the same topology and records, without and with caching (a suppression's byte bound
-    without only). A share of the seeds are join scenarios, and of the others cogroup scenarios,
+    are the same topology and records, without and with caching. A share of the seeds are join scenarios, and of the others cogroup scenarios,
     each drawn by a generator of its own, so the other families' seeds keep their scenarios."""
     scenario = _generate(seed)
-    if scenario["cache_max_bytes"]:
-        # A byte-bounded suppression only without a cache: Kafka's cache flush forwards a record
-        # with the cached write's context (topic, partition, offset, headers), Eddy's with none,
-        # and the buffer counts the topic's length in a record's size (noticed, not fixed yet)
-        for step in scenario["ops"]:
-            step.pop("max_bytes", None)
     # drawn apart (seeds 2n and 2n + 1 alike), so the scenarios themselves stay as they are
     rng = random.Random(f"extractor-{seed // 2}")
     if rng.random() < OUTPUT_EXTRACTOR_SHARE:
-        extractor = _pick(rng, OUTPUT_EXTRACTORS)
-        if extractor in SOURCE_EXTRACTORS and scenario["cache_max_bytes"]:
-            extractor = "odd_timestamps_apart"
-        scenario["output_extractor"] = extractor
-    if not scenario["cache_max_bytes"] and random.Random(f"headers-{seed // 2}").random() < HEADERS_SHARE:
+        scenario["output_extractor"] = _pick(rng, OUTPUT_EXTRACTORS)
+    if random.Random(f"headers-{seed // 2}").random() < HEADERS_SHARE:
         scenario["headers"] = True
     return scenario
 

@@ -175,7 +175,7 @@ def test_increment_run_bad_arguments():
         _cache.increment_run(entries, dirty, iter([]), [], 0, 0)
     with pytest.raises(ValueError, match="start must be >= 0"):
         _cache.increment_run(entries, dirty, [], [], -1, 0)
-    with pytest.raises(TypeError, match="takes 6 or 7 arguments"):
+    with pytest.raises(TypeError, match="takes 6 to 9 arguments"):
         _cache.increment_run(entries, dirty, [], [], 0)
 
 

@@ -152,7 +152,7 @@ def test_c_take_dirty_declines_an_entry_it_does_not_take():
     assert flushed == [] and entries[b"a"].dirty is True
     del dirty[b"b"]
     assert _cache.take_dirty(entries, dirty, thread_cache.DirtyEntry, flushed, tombstones) is True
-    assert flushed == [(b"a", b"1", 0, UNKNOWN)] and entries[b"a"].dirty is False and tombstones == []
+    assert flushed == [(b"a", b"1", 0, UNKNOWN, None, ())] and entries[b"a"].dirty is False and tombstones == []
 
 
 def _cache_state(cache, flushed):

@@ -497,10 +497,10 @@ def test_a_listener_with_flush_many_gets_each_flush_at_once(inner, ctx):
     store.put(b"a", b"3", timestamp=3)
     store.flush()
     # dedup: a once with its latest value, after b (order of the latest write); nothing stored before
-    assert batches == [[(b"b", b"2", 2, None), (b"a", b"3", 3, None)]]
+    assert batches == [[(b"b", b"2", 2, None, None, ()), (b"a", b"3", 3, None, None, ())]]
     store.delete(b"b", timestamp=4)
     store.flush()  # one change: written with the layer's put, still handed over as a batch
-    assert batches[1:] == [[(b"b", None, 4, b"2")]]
+    assert batches[1:] == [[(b"b", None, 4, b"2", None, ())]]
     assert ctx.logged_changes == [("c", b"b", b"2", 2), ("c", b"a", b"3", 3), ("c", b"b", None, 4)]
     assert plain == []
     store.close()

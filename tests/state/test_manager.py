@@ -118,7 +118,7 @@ def test_a_flush_batch_is_logged_through_one_sender_where_log_change_sends(sd):
     collector = Collector()
     mgr = open_task(sd, [rocks()], collector=collector)
     store = mgr.get_store("counts")
-    store.write_changes([(b"a", b"1", 5, None), (b"b", None, 6, None), (b"c", b"3", 7, None)])
+    store.write_changes([(b"a", b"1", 5, None, None, ()), (b"b", None, 6, None, None, ()), (b"c", b"3", 7, None, None, ())])
     # (topic, partition, key, value, offset)
     assert collector.sent == [("app-counts-changelog", 3, b"a", b"1", 0), ("app-counts-changelog", 3, b"b", None, 1),
                               ("app-counts-changelog", 3, b"c", b"3", 2)]

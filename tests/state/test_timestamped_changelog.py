@@ -92,7 +92,7 @@ def test_a_bytes_value_without_its_timestamp_is_refused_before_it_is_written(tmp
     with pytest.raises(StateError, match="8-byte timestamp"):
         logging_layer.put(b"k", b"short", 1)
     with pytest.raises(StateError, match="8-byte timestamp"):
-        logging_layer.write_changes([(b"j", _i64(1) + b"ok", 1, None), (b"k", b"short", 1, None)])
+        logging_layer.write_changes([(b"j", _i64(1) + b"ok", 1, None, None, ()), (b"k", b"short", 1, None, None, ())])
     assert logging_layer.get(b"k") is None and logging_layer.get(b"j") is None and ctx.logged_changes == []
     store.close()
 

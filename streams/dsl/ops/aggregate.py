@@ -63,8 +63,9 @@ class AggregateProcessor(StageOperator):
     Over a typed store whose next layer updates bytes in place (a caching layer's `update` and
     `update_many`) and an adder with a `constant_increment`, the update is done at the bytes
     level, and the stage offers the bulk capability `key_bytes_run = (key_serde, run)`: `run(keys,
-    timestamps, clock)` is the stage for each serialized non-None key of a record with a non-None
-    value, in order (the value and headers play no further part)."""
+    timestamps, clock, metadatas)` is the stage for each serialized non-None key of a record with a
+    non-None value and no headers, in order, metadatas[i] the record's (topic, partition, offset)
+    (the value plays no further part)."""
 
     def __init__(self, store_name: str, caching: bool, initializer: Callable[[], Any],
                  adder: Callable[[Any, Any, Any], Any]) -> None:
@@ -91,14 +92,16 @@ class AggregateProcessor(StageOperator):
         bulk = _BytesIncrement.of(store, increment) if increment is not None else None
         if bulk is not None:
             # the typed layer's serdes applied here, at the bytes level
-            bulk.attach_forwarding(to_children, scoped)
+            bulk.attach_forwarding(to_children, context)
             self.forward_on_update = False
             self._bulk = bulk
             return
 
         def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
+            # in the entry's record context, set by the caching store
             to_children(key, _new_tuple(Change, (None if new_value is None else new_value.value,
-                                                 None if old_value is None else old_value.value)), timestamp, ())
+                                                 None if old_value is None else old_value.value)), timestamp,
+                        context.headers)
         # a store without a cache layer says so by returning False
         self.forward_on_update = set_listener(scoped(on_flush)) is False
 
@@ -158,9 +161,9 @@ class AggregateProcessor(StageOperator):
 
         update_many = bulk.update_many
 
-        def run(keys: list, timestamps: list, clock: Any) -> None:
+        def run(keys: list, timestamps: list, clock: Any, metadatas: list) -> None:
             try:
-                update_many(keys, add, timestamps, clock)
+                update_many(keys, add, timestamps, clock, metadatas)
             except BaseException:
                 failed()
                 raise
@@ -189,7 +192,7 @@ class _BytesIncrement:
     store (`of(store, increment)`, else None): `update(key_bytes, add, timestamp)` is one
     read-modify-write of the serialized aggregate (8-byte timestamp + value, the timestamp
     max(stored, record)), `update_many` the same for a run of keys, and
-    `attach_forwarding(down, scoped)` installs the flush listener, the typed layer's serdes
+    `attach_forwarding(down, context)` installs the flush listener, the typed layer's serdes
     applied here (C-level where the serde offers it)."""
 
     @classmethod
@@ -239,9 +242,10 @@ class _BytesIncrement:
         add.timestamped = True  # type: ignore[attr-defined]
         self.add = add
 
-    def attach_forwarding(self, down: Stage, scoped: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-        """The flush listener: decode the bytes, emit the Change to `down`, run by `scoped` as
-        the aggregate's node."""
+    def attach_forwarding(self, down: Stage, context: Any) -> None:
+        """The flush listener: decode the bytes, emit the Change to `down` with the headers of
+        the entry's record context (the caching store sets it), run by `context.scoped` as the
+        aggregate's node."""
         key_deserialize = self.key_serde.deserialize
         key_of = _serdes.unchecked_deserializer(self.key_serde) or key_deserialize
         value_deserialize = self.value_serde.deserialize
@@ -258,7 +262,7 @@ class _BytesIncrement:
                     key = key_deserialize(key) if type(key) is bytes else key
                     new = None if new is None or type(new) is int else value_deserialize(new[_STAMP:])
                     old = None if old is None or type(old) is int else value_deserialize(old[_STAMP:])
-                down(key, _new_tuple(Change, (new, old)), timestamp, ())
+                down(key, _new_tuple(Change, (new, old)), timestamp, context.headers)
         else:
             def on_flush(key: bytes, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
                 try:
@@ -267,5 +271,5 @@ class _BytesIncrement:
                     key = key_deserialize(key)
                 down(key, _new_tuple(Change, (None if new is None else value_deserialize(new[_STAMP:]),
                                               None if old is None else value_deserialize(old[_STAMP:]))),
-                     timestamp, ())
-        self.below.set_flush_listener(scoped(on_flush))
+                     timestamp, context.headers)
+        self.below.set_flush_listener(context.scoped(on_flush))

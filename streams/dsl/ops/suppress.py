@@ -40,12 +40,14 @@ class SuppressProcessor(StageOperator):
             KTableSuppressProcessor.emit): its topic, partition and offset, none where it had none."""
             headers = getattr(record_context, "headers", None) or ()
             topic = getattr(record_context, "topic", "")
-            releasing = getattr(context, "metadata", None)
+            releasing, releasing_headers = getattr(context, "metadata", None), getattr(context, "headers", ())
             context.metadata = (topic, record_context.partition, record_context.offset) if topic else None
+            context.headers = headers
             try:
                 down(key, _new_tuple(Change, (new, old)), timestamp, headers)
             finally:
                 context.metadata = releasing
+                context.headers = releasing_headers
 
         logic = SuppressProcessorLogic(self.suppressed, self.buffer, self.key_serde, self.value_serde, forward,
                                        grace_ms=self.grace_ms, node_name=self.node_name)

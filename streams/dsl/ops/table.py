@@ -42,10 +42,12 @@ def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool,
     from the cache's flush listener and the operator must not forward itself (returns False);
     otherwise the operator forwards on every update (returns True). The flushed entry's timestamp
     goes downstream (the new aggregate's: operators put with it), or `stamp(key, timestamp)`
-    (sessions: their end, Kafka's SessionCacheFlushListener)."""
+    (sessions: their end, Kafka's SessionCacheFlushListener), with the headers of the entry's
+    record context (the caching store sets it while it flushes the entry)."""
     if not caching:
         return True
-    scoped = getattr(operator.context, "scoped", None)
+    context = operator.context
+    scoped = getattr(context, "scoped", None)
     set_listener = getattr(store, "set_flush_listener", None)
     if scoped is None or set_listener is None:
         return True
@@ -61,36 +63,43 @@ def attach_tuple_forwarder(operator: StageOperator, store: Any, caching: bool,
         # (an INT64 value, without an unchecked deserializer, decoded there by _INT64_VALUE)
         value_de = access.inner_de if access.inner_de is not None else access.int64_de
         run = _change.forward_flushed if access.key_de_unchecked is not None and value_de is not None else None
-        run_args = (access.key_de_unchecked, value_de, Change, to_children)
+        run_args = (access.key_de_unchecked, value_de, Change, to_children, context)
 
         def on_flush_many(changes: list) -> None:  # the caching store's batch form, scoped once
+            # each change forwarded in its own record context (CachingStore.forward_in_contexts)
             i, n = 0, len(changes)
             if run is not None and type(changes) is not list:
                 changes = list(changes)
-            while i < n:
-                if run is not None:
-                    i = run(changes, i, *run_args)
-                    if i >= n:
-                        return
-                key, new_value, timestamp, old_value = changes[i]
-                to_children(key_of(key), _new_tuple(Change, (None if new_value is None else value_of(new_value),
-                                                             None if old_value is None else value_of(old_value))),
-                            timestamp, ())
-                i += 1
+            writer = context.metadata, context.headers
+            try:
+                while i < n:
+                    if run is not None:
+                        i = run(changes, i, *run_args)
+                        if i >= n:
+                            return
+                    key, new_value, timestamp, old_value, context.metadata, headers = changes[i]
+                    context.headers = headers
+                    to_children(key_of(key), _new_tuple(Change, (
+                        None if new_value is None else value_of(new_value),
+                        None if old_value is None else value_of(old_value))), timestamp, headers)
+                    i += 1
+            finally:
+                context.metadata, context.headers = writer
 
         def on_flush_bytes(key: bytes, new_value: Optional[bytes], old_value: Optional[bytes],
-                           timestamp: int) -> None:
-            on_flush_many(((key, new_value, timestamp, old_value),))
+                           timestamp: int) -> None:  # in the entry's record context, set by the store
+            on_flush_many(((key, new_value, timestamp, old_value, context.metadata, context.headers),))
         listener = scoped(on_flush_bytes)
         listener.flush_many = scoped(on_flush_many)
         return caching_layer.set_flush_listener(listener) is False
 
     if stamp is None:
         def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
-            to_children(key, _new_tuple(Change, (_plain(new_value), _plain(old_value))), timestamp, ())
+            to_children(key, _new_tuple(Change, (_plain(new_value), _plain(old_value))), timestamp, context.headers)
     else:
         def on_flush(key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
-            to_children(key, _new_tuple(Change, (_plain(new_value), _plain(old_value))), stamp(key, timestamp), ())
+            to_children(key, _new_tuple(Change, (_plain(new_value), _plain(old_value))), stamp(key, timestamp),
+                        context.headers)
     return set_listener(scoped(on_flush)) is False
 
 

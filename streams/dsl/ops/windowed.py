@@ -96,11 +96,13 @@ class WindowAggregateProcessor(StageOperator):
         if caching is None or decode is None or getattr(self.context, "scoped", None) is None:
             return attach_tuple_forwarder(self, store, self.caching)
         to_children = self._to_children()
+        context = self.context
 
         def on_flush(windowed: Any, new: Optional[bytes], old: Optional[bytes], timestamp: int) -> None:
+            # in the entry's record context, set by the caching store
             key, new_value, old_value = decode(windowed, new, old)
-            to_children(key, _new_tuple(Change, (new_value, old_value)), timestamp, ())
-        return caching.set_flush_listener(self.context.scoped(on_flush)) is False
+            to_children(key, _new_tuple(Change, (new_value, old_value)), timestamp, context.headers)
+        return caching.set_flush_listener(context.scoped(on_flush)) is False
 
     def logic(self, forward: Any) -> Any:
         """The aggregation's logic for this task, forwarding to `forward` (None: the cache does)."""
@@ -152,9 +154,9 @@ class WindowAggregateProcessor(StageOperator):
         counting = getattr(logic, "counting_run", None)
         run = counting() if counting is not None else None
         if run is not None:
-            def keys_run(keys: list, timestamps: list, clock: Any) -> None:
+            def keys_run(keys: list, timestamps: list, clock: Any, metadatas: list) -> None:
                 try:
-                    run(keys, timestamps, clock)
+                    run(keys, timestamps, clock, metadatas)
                 except BaseException:
                     failed()
                     raise

@@ -390,7 +390,8 @@ def test_a_count_at_the_bytes_level_gives_the_typed_rules_results(tmp_path):
         aggregator = (lambda k, v, agg: agg + 1) if mode == "typed" else count_adder
         logic = TimeWindowAggregateLogic(windows, store, count_initializer, aggregator, None, late=late)
         if mode == "run":
-            logic.counting_run()([k.encode() for k, _ in records], [t for _, t in records], _Clock())
+            logic.counting_run()([k.encode() for k, _ in records], [t for _, t in records], _Clock(),
+                                 [("in", 0, offset) for offset in range(len(records))])
         else:
             assert (logic._count is None) == (mode == "typed")
             for key, t in records:

@@ -118,9 +118,9 @@ def test_a_stage_operator_as_a_node_forwards_into_a_chain_and_names_its_failing_
 
 
 def _flushed_changes(seed, inner=S):
-    """(key, new, timestamp, old) bytes as a cached timestamped STRING (or INT64) table flushes
-    them, some undecodable (a value shorter than its timestamp, bytes that are no UTF-8 or not
-    8 bytes long, a key too)."""
+    """(key, new, timestamp, old, metadata, headers) as a cached timestamped STRING (or INT64)
+    table flushes them, some undecodable (a value shorter than its timestamp, bytes that are no
+    UTF-8 or not 8 bytes long, a key too), each with its record context."""
     import random
     rng = random.Random(seed)
     stamp = (7).to_bytes(8, "big")
@@ -129,19 +129,25 @@ def _flushed_changes(seed, inner=S):
         values = [None, stamp + (5).to_bytes(8, "big"), stamp + (-2).to_bytes(8, "big", signed=True),
                   stamp + (2**63 - 1).to_bytes(8, "big"), stamp + b"\x00" * 7, stamp + b"\x00" * 9, b"short"]
     keys = [b"k", b"", "\u4e2d".encode(), b"\xff"]
-    return [(rng.choice(keys), rng.choice(values), rng.randrange(100), rng.choice(values)) for _ in range(300)]
+    metadatas = [None, ("in", 0, 3), ("other", 1, 9)]
+    headers = [(), (("h", b"1"),), (("h", b"2"), ("g", None))]
+    return [(rng.choice(keys), rng.choice(values), rng.randrange(100), rng.choice(values), rng.choice(metadatas),
+             rng.choice(headers)) for _ in range(300)]
 
 
 class _Recording:
-    """An operator whose children record what it forwards (its context scopes nothing)."""
-
-    context = type("Ctx", (), {"scoped": staticmethod(lambda fn: fn)})()
+    """An operator whose children record what it forwards and the record context they see (its
+    context scopes nothing)."""
 
     def __init__(self, got: list) -> None:
         self.got = got
+        self.context = type("Ctx", (), {"scoped": staticmethod(lambda fn: fn)})()
+        self.context.metadata, self.context.headers = ("writer", 0, 1), (("w", b"0"),)
 
     def _to_children(self):
-        return lambda key, value, timestamp, headers: self.got.append((key, value, timestamp, headers))
+        context = self.context
+        return lambda key, value, timestamp, headers: self.got.append(
+            (key, value, timestamp, headers, context.metadata, context.headers))
 
 
 @pytest.mark.parametrize("inner", [S, serdes.INT64], ids=["string", "int64"])
@@ -162,8 +168,9 @@ def test_the_c_flush_loop_forwards_what_the_python_loop_does(tmp_path, seed, inn
         got: list = []
         saved = change_mod.forward_flushed
         change_mod.forward_flushed = saved if accelerated else None
+        recording = _Recording(got)
         try:
-            assert table_ops.attach_tuple_forwarder(_Recording(got), store, True) is False
+            assert table_ops.attach_tuple_forwarder(recording, store, True) is False
         finally:
             change_mod.forward_flushed = saved
         listener = find_caching_layer(store)._flush_listener
@@ -177,9 +184,14 @@ def test_the_c_flush_loop_forwards_what_the_python_loop_does(tmp_path, seed, inn
             except Exception as exc:  # noqa: BLE001 - compared below
                 outcome.append((len(got), type(exc).__name__, str(exc)))
                 start += len(got) - before + 1  # the records forwarded, then the failing change
+            # the writer's record context is put back after every flush, even a failed one
+            assert (recording.context.metadata, recording.context.headers) == (("writer", 0, 1), (("w", b"0"),))
         results.append((got, outcome))
     assert results[0] == results[1]
     assert results[0][0] and results[0][1]  # both records and errors were met
+    # each record goes with its change's headers, in its change's record context
+    assert all(headers == context_headers for _k, _v, _t, headers, _m, context_headers in results[0][0])
+    assert {metadata for *_, metadata, _h in results[0][0]} == {None, ("in", 0, 3), ("other", 1, 9)}
 
 
 @pytest.mark.parametrize("caching", [False, True], ids=["uncached", "cached"])

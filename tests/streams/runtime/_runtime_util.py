@@ -86,8 +86,9 @@ class Cluster:
         return self._producer
 
     def produce(self, topic: str, records: list[tuple[Any, Any]], *, partition: int | None = None,
-                timestamps: list[int] | None = None) -> None:
-        """Write `records` and wait for every one to be acknowledged; a rejected one fails."""
+                timestamps: list[int] | None = None, headers: list | None = None) -> None:
+        """Write `records` (with `headers[i]` where given and not None) and wait for every one to
+        be acknowledged; a rejected one fails."""
         p = self.producer
         failed: list = []
 
@@ -100,6 +101,8 @@ class Cluster:
                 kwargs["partition"] = partition
             if timestamps is not None:
                 kwargs["timestamp"] = timestamps[i]
+            if headers is not None and headers[i] is not None:
+                kwargs["headers"] = headers[i]
             p.produce(topic, value=v, key=k, on_delivery=delivered, **kwargs)
             if i % 2000 == 1999:
                 p.poll(0)
