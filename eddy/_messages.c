@@ -286,40 +286,23 @@ fail:
     return NULL;
 }
 
-static PyObject *headers_name, *metadata_name, *current_node_name, *stream_time_name, *popleft_name;
-
-static int record_names(void)
-{
-    if (headers_name == NULL) {
-        headers_name = PyUnicode_InternFromString("headers");
-        metadata_name = PyUnicode_InternFromString("metadata");
-        current_node_name = PyUnicode_InternFromString("current_node");
-        stream_time_name = PyUnicode_InternFromString("stream_time");
-        popleft_name = PyUnicode_InternFromString("popleft");
-        if (!headers_name || !metadata_name || !current_node_name || !stream_time_name || !popleft_name)
-            return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(keyed_run_doc,
-"keyed_run(messages, start, key_check, value_check, topic, partition)\n"
-"    -> (keys, timestamps, metadatas, stop) or None\n\n"
+"keyed_run(messages, start, key_check, value_check) -> (keys, timestamps, stop) or None\n\n"
 "The keys and timestamps of messages[start:stop], read from the fields of messages of the layout\n"
-"type (set_message_layout), and each one's record metadata (topic, partition, offset): the\n"
-"longest stretch from `start` in which every message has a key, a value, a timestamp >= 0, no\n"
-"headers, and passes key_check(key) and value_check(value) without an Exception. `stop` is the first message that does not (len(messages) when all do);\n"
+"type (set_message_layout): the longest stretch from `start` in which every message has a key,\n"
+"a value, a timestamp >= 0, and passes key_check(key) and value_check(value)\n"
+"without an Exception. `stop` is the first message that does not (len(messages) when all do);\n"
 "a check's Exception is cleared (the caller processes that message on its own), any other\n"
 "BaseException propagates. None when there is no layout. A stream task whose stage takes runs\n"
 "of raw keys uses this instead of message_rows: no row is built for a message it takes.");
 
 static PyObject *keyed_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "keyed_run expects 6 arguments, got %zd", nargs);
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "keyed_run expects 4 arguments, got %zd", nargs);
         return NULL;
     }
-    PyObject *msgs = args[0], *key_check = args[2], *value_check = args[3], *topic = args[4], *partition = args[5];
+    PyObject *msgs = args[0], *key_check = args[2], *value_check = args[3];
     if (!PyList_Check(msgs)) {
         PyErr_Format(PyExc_TypeError, "keyed_run: messages must be a list, not %.100s", Py_TYPE(msgs)->tp_name);
         return NULL;
@@ -331,18 +314,15 @@ static PyObject *keyed_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_Format(PyExc_ValueError, "keyed_run: start must be >= 0, not %zd", start);
         return NULL;
     }
-    if (record_names() < 0)
-        return NULL;
     PyTypeObject *type = msg_layout.type;
     if (type == NULL)
         Py_RETURN_NONE;
     /* A copy: the checks run Python code, and with it possibly code that changes the layout. */
     const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value, ts_off = msg_layout.timestamp;
-    const Py_ssize_t headers_off = msg_layout.headers, offset_off = msg_layout.offset;
     Py_INCREF(type);
-    PyObject *keys = PyList_New(0), *timestamps = PyList_New(0), *metadatas = PyList_New(0);
+    PyObject *keys = PyList_New(0), *timestamps = PyList_New(0);
     Py_ssize_t i = start;
-    if (keys == NULL || timestamps == NULL || metadatas == NULL)
+    if (keys == NULL || timestamps == NULL)
         goto fail;
     /* The list is re-read on every step: a check can run any code, even code that edits it. */
     for (; i < PyList_GET_SIZE(msgs); i++) {
@@ -352,22 +332,10 @@ static PyObject *keyed_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyObject *key = layout_get_obj(m, key_off);
         PyObject *value = layout_get_obj(m, value_off);
         int64_t ts = layout_get_i64(m, ts_off);
-        /* A None value is the stage's to skip and count (an aggregation drops it): not taken.
-         * Nor is a record with headers: the record context a cache keeps holds them. */
-        if (key == NULL || value == NULL || ts < 0 || layout_get_obj(m, headers_off) != NULL)
+        /* A None value is the stage's to skip and count (an aggregation drops it): not taken. */
+        if (key == NULL || value == NULL || ts < 0)
             break;
         Py_INCREF(m); /* keeps key and value alive through the checks */
-        /* librdkafka's messages hold their headers unconverted until headers() is called */
-        PyObject *h = PyObject_CallMethodNoArgs(m, headers_name);
-        if (h == NULL) {
-            Py_DECREF(m);
-            goto fail;
-        }
-        Py_DECREF(h);
-        if (h != Py_None) {
-            Py_DECREF(m);
-            break;
-        }
         PyObject *checked = PyObject_CallOneArg(key_check, key);
         if (checked != NULL) {
             Py_DECREF(checked);
@@ -383,26 +351,19 @@ static PyObject *keyed_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
             break;
         }
         PyObject *ts_obj = PyLong_FromLongLong(ts);
-        PyObject *offset_obj = PyLong_FromLongLong(layout_get_i64(m, offset_off));
-        PyObject *metadata = offset_obj == NULL ? NULL : PyTuple_Pack(3, topic, partition, offset_obj);
-        Py_XDECREF(offset_obj);
-        int rc = ts_obj == NULL || metadata == NULL ? -1 : PyList_Append(keys, key);
+        int rc = ts_obj == NULL ? -1 : PyList_Append(keys, key);
         if (rc == 0)
             rc = PyList_Append(timestamps, ts_obj);
-        if (rc == 0)
-            rc = PyList_Append(metadatas, metadata);
         Py_XDECREF(ts_obj);
-        Py_XDECREF(metadata);
         Py_DECREF(m);
         if (rc < 0)
             goto fail;
     }
     Py_DECREF(type);
-    return Py_BuildValue("(NNNn)", keys, timestamps, metadatas, i);
+    return Py_BuildValue("(NNn)", keys, timestamps, i);
 fail:
     Py_XDECREF(keys);
     Py_XDECREF(timestamps);
-    Py_XDECREF(metadatas);
     Py_DECREF(type);
     return NULL;
 }
@@ -415,6 +376,22 @@ typedef struct {
     PyTypeObject *type;
     Py_ssize_t key, value, timestamp, headers, offset;
 } RecordFields;
+
+static PyObject *headers_name, *metadata_name, *current_node_name, *stream_time_name, *popleft_name;
+
+static int record_names(void)
+{
+    if (headers_name == NULL) {
+        headers_name = PyUnicode_InternFromString("headers");
+        metadata_name = PyUnicode_InternFromString("metadata");
+        current_node_name = PyUnicode_InternFromString("current_node");
+        stream_time_name = PyUnicode_InternFromString("stream_time");
+        popleft_name = PyUnicode_InternFromString("popleft");
+        if (!headers_name || !metadata_name || !current_node_name || !stream_time_name || !popleft_name)
+            return -1;
+    }
+    return 0;
+}
 
 /* Whether m is the common record: of the layout type, no headers, a timestamp >= 0, a key and a
  * value the checks take (None stays None). 1: *k and *v are new references, *ts is set; 0: not

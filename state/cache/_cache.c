@@ -46,6 +46,9 @@ static int atomic_context(PyObject *metadata, PyObject *headers)
 }
 
 static PyObject *empty_headers = NULL;  /* () */
+/* thread_cache.record_context_from, registered with set_entry_layout: (metadata, headers) of an
+ * entry whose metadata is a consumed message standing for both */
+static PyObject *context_from = NULL;
 
 /* An entry left out of the cyclic collector (atomic fields only) that now holds a record
  * context that is not atomic goes back in. */
@@ -112,8 +115,8 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
 
 static PyObject *set_entry_layout(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 1 || nargs > 3) {
-        PyErr_Format(PyExc_TypeError, "set_entry_layout() takes 1 to 3 arguments (%zd given)", nargs);
+    if (nargs < 1 || nargs > 4) {
+        PyErr_Format(PyExc_TypeError, "set_entry_layout() takes 1 to 4 arguments (%zd given)", nargs);
         return NULL;
     }
     PyObject *type_obj = args[0];
@@ -157,9 +160,13 @@ static PyObject *set_entry_layout(PyObject *self, PyObject *const *args, Py_ssiz
     off_headers = headers;
     if (nargs >= 2)  /* else the overhead registered before stays */
         entry_overhead = overhead;
-    if (nargs == 3) {
+    if (nargs >= 3) {
         Py_INCREF(args[2]);
         Py_XSETREF(unknown_marker, args[2]);
+    }
+    if (nargs == 4) {
+        Py_INCREF(args[3]);
+        Py_XSETREF(context_from, args[3]);
     }
     Py_RETURN_NONE;
 }
@@ -249,8 +256,8 @@ static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t
     int stamped = nargs > 6 ? PyObject_IsTrue(args[6]) : 0;
     if (stamped < 0)
         return NULL;
-    /* the record context of the writes: metadatas[i] (a run of records without headers), or
-     * the context's, which no step of the run can change */
+    /* the record context of the writes: metadatas[i] (a bulk run's consumed message, standing
+     * for its metadata and headers), or the context's, which no step of the run can change */
     PyObject *context = nargs > 7 ? args[7] : Py_None, *metadatas = nargs > 8 ? args[8] : Py_None;
     if (metadatas != Py_None && !PyList_CheckExact(metadatas)) {
         PyErr_SetString(PyExc_TypeError, "increment_run() metadatas must be a list or None");
@@ -968,8 +975,26 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyObject *old = SLOT(entry, off_old), *stamp = SLOT(entry, off_timestamp);
         PyTuple_SET_ITEM(item, 3, Py_NewRef(old));
         PyObject *metadata = SLOT(entry, off_metadata), *headers = SLOT(entry, off_headers);
-        PyTuple_SET_ITEM(item, 4, Py_NewRef(metadata));
-        PyTuple_SET_ITEM(item, 5, Py_NewRef(headers));
+        if (metadata != Py_None && !PyTuple_CheckExact(metadata)) {  /* a consumed message */
+            /* record_context_from reads the message only: the dirty dict stays as it is */
+            PyObject *pair = context_from == NULL ? NULL : PyObject_CallFunctionObjArgs(context_from, metadata,
+                                                                                        headers, NULL);
+            if (pair == NULL || !PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                if (pair != NULL || !PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "take_dirty(): no record context for an entry's metadata");
+                Py_XDECREF(pair);
+                Py_DECREF(item);
+                return NULL;
+            }
+            metadata = PyTuple_GET_ITEM(pair, 0);
+            headers = PyTuple_GET_ITEM(pair, 1);
+            PyTuple_SET_ITEM(item, 4, Py_NewRef(metadata));
+            PyTuple_SET_ITEM(item, 5, Py_NewRef(headers));
+            Py_DECREF(pair);
+        } else {
+            PyTuple_SET_ITEM(item, 4, Py_NewRef(metadata));
+            PyTuple_SET_ITEM(item, 5, Py_NewRef(headers));
+        }
         /* Atomic fields only (as write_entry's entries): in no cycle, so left out of the cyclic
          * collector. A big flush's entries live while its listener runs; tracked, they would be
          * promoted to the oldest generation and trigger its full collections. */
@@ -1370,7 +1395,7 @@ PyMODINIT_FUNC PyInit__cache(void)
         if (str_move_to_end == NULL || str_entries == NULL || str_dirty == NULL || str_owner == NULL
             || str_size_bytes == NULL || str_total_bytes == NULL || str_max_bytes == NULL || str_evictions == NULL
             || str_hits == NULL || str_misses == NULL || str_evict_eldest == NULL || str_write_through == NULL
-            || str_context == NULL            || one == NULL)
+            || str_context == NULL || one == NULL)
             return NULL;
     }
     return PyModule_Create(&module_def);

@@ -255,8 +255,9 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         becomes max(its own, the record's), the entry's timestamp the same.
 
         The record context of each write is the context's (the named cache's, see
-        state.cache.thread_cache), or with `metadatas` (a run of records without headers)
-        metadatas[i] and no headers: set on the context while the key is updated."""
+        state.cache.thread_cache), or with `metadatas` metadatas[i] (a bulk run's consumed
+        message, standing for its metadata and headers): set on the context while the key is
+        updated."""
         increment = getattr(fn, "int64_increment", False)
         stamped = getattr(fn, "timestamped", False)
         named = self._named

@@ -21,7 +21,10 @@ Semantics follow Kafka's ThreadCache / NamedCache / CachingKeyValueStore:
   the `metadata` (topic, partition, offset) and `headers` of the named cache's `context` (the
   task's processor context, given by the caching store) when the write was made. A flush hands
   them on with the entry (DirtyEntry), and the caching store sets them on the context while it
-  writes that entry down and forwards it.
+  writes that entry down and forwards it. A bulk run of consumed messages (an aggregation's
+  keys straight from its input) gives each write's message itself as its metadata, which
+  stands for its own metadata and headers: no tuple is made per record, only per entry flushed
+  (`record_context_from`).
 """
 
 from __future__ import annotations
@@ -78,6 +81,17 @@ DirtyEntryFlushListener = Callable[[list], None]
 
 # DirtyEntry(k, v, ts) goes through a Python-level __new__; this builds the same tuple for less.
 _new_tuple = tuple.__new__
+
+
+def record_context_from(metadata: Any, headers: Any) -> tuple:
+    """A write's record context as a flush hands it on: (metadata, headers) as they are, or, for
+    a consumed message in place of the metadata (see the module doc), its (topic, partition,
+    offset) and its headers (a tuple, () for none). `take_dirty` in C calls this for such an entry."""
+    if metadata is None or type(metadata) is tuple:
+        return metadata, headers
+    message_headers = metadata.headers()
+    return ((metadata.topic(), metadata.partition(), metadata.offset()),
+            tuple(message_headers) if message_headers else ())
 
 
 def record_context_of(named: "NamedCache") -> tuple:
@@ -195,7 +209,7 @@ try:  # the functions above and _take_dirty's loop in C (state/cache/_cache.c), 
 except ImportError:  # pragma: no cover - the accelerator is optional
     _cache_c = None
 if _cache_c is not None:
-    _cache_c.set_entry_layout(CacheEntry, ENTRY_OVERHEAD, UNKNOWN)
+    _cache_c.set_entry_layout(CacheEntry, ENTRY_OVERHEAD, UNKNOWN, record_context_from)
     write_entry: Callable[..., Optional[int]] = _cache_c.write_entry
     _take_dirty_c: Optional[Callable[..., bool]] = _cache_c.take_dirty  # NamedCache._take_dirty's loop
     lookup: Callable[..., Optional[CacheEntry]] = _cache_c.lookup
@@ -256,7 +270,8 @@ class NamedCache:
         for key in self.dirty:
             entry = entries[key]
             value = entry.value
-            append(_new_tuple(DirtyEntry, (key, value, entry.timestamp, entry.old, entry.metadata, entry.headers)))
+            append(_new_tuple(DirtyEntry, (key, value, entry.timestamp, entry.old)
+                              + record_context_from(entry.metadata, entry.headers)))
             entry.dirty = False
             if value is None:
                 tombstones.append(key)
@@ -291,7 +306,8 @@ class NamedCache:
         self.evictions += 1
         if self.listener is None:
             raise StateError(f"cache {self.name!r} has dirty entries but no flush listener")
-        self.listener([_new_tuple(DirtyEntry, (key, value, timestamp, old) + record_context_of(self))])
+        self.listener([_new_tuple(DirtyEntry, (key, value, timestamp, old)
+                                  + record_context_from(*record_context_of(self)))])
 
     def evict_eldest(self) -> int:
         key, entry = self.entries.popitem(last=False)
@@ -301,8 +317,8 @@ class NamedCache:
         self.evictions += 1
         if entry.dirty:
             del self.dirty[key]
-            self.flush(_new_tuple(DirtyEntry, (key, entry.value, entry.timestamp, entry.old, entry.metadata,
-                                               entry.headers)))
+            self.flush(_new_tuple(DirtyEntry, (key, entry.value, entry.timestamp, entry.old)
+                                  + record_context_from(entry.metadata, entry.headers)))
         return size
 
 

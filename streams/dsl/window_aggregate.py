@@ -299,10 +299,10 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
 
     def counting_run(self) -> Optional[Callable[[list, list, Any, list], None]]:
         """For a count whose updates a caching store forwards (`forward=None`): `run(keys,
-        timestamps, clock, metadatas)` is `process` for each serialized key and timestamp in
-        order of records without headers, metadatas[i] the record's (topic, partition, offset)
-        (values play no part in a count), the store updated by one `update_many`; None when that
-        does not apply. A late record is reported with its key deserialized."""
+        timestamps, clock, messages)` is `process` for each serialized key and timestamp in
+        order, messages[i] the key's consumed message (its record context; values play no part
+        in a count), the store updated by one `update_many`; None when that does not apply. A
+        late record is reported with its key deserialized."""
         count = self._count
         if count is None:
             return None
@@ -310,8 +310,8 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
         key_of = self.updates.key_serde.deserialize
         bounds_of = self.windows.window_bounds
 
-        def run(keys: list, timestamps: list, clock: Any, metadatas: list) -> None:
-            run_keys, run_starts, run_times, run_metadatas = [], [], [], []
+        def run(keys: list, timestamps: list, clock: Any, messages: list) -> None:
+            run_keys, run_starts, run_times, run_messages = [], [], [], []
             observed = self.observed_stream_time
             delay = self.close_delay_ms
             for i in range(len(keys)):
@@ -324,11 +324,12 @@ class TimeWindowAggregateLogic(WindowAggregateLogic):
                         run_keys.append(keys[i])
                         run_starts.append(start)
                         run_times.append(t)
-                        run_metadatas.append(metadatas[i])
+                        run_messages.append(messages[i])
                     else:
+                        message = messages[i]
                         self.late.report(key_of(keys[i]), t, Window(start, end), close_time, observed,
-                                         *metadatas[i])
-            update_many(run_keys, run_starts, count, run_times, clock, run_metadatas)
+                                         message.topic(), message.partition(), message.offset())
+            update_many(run_keys, run_starts, count, run_times, clock, run_messages)
         return run
 
     def _emit_bounds(self, close_time: int, last: int) -> Optional[tuple[int, int]]:

@@ -175,12 +175,13 @@ class AcceleratedRoute:
         done = 0
         try:
             while start < n:
-                taken = _keyed_run(messages, start, key_check, value_check, topic, partition)
+                taken = _keyed_run(messages, start, key_check, value_check)
                 if taken is None:  # the layout went away: the Python route
                     return done + self._one(source, topic, partition, messages[start:])
-                keys, timestamps, metadatas, stop = taken
+                keys, timestamps, stop = taken
                 if keys:
-                    done += self._run_keys(run, first, source, topic, partition, keys, timestamps, metadatas)
+                    done += self._run_keys(run, first, source, topic, partition, keys, timestamps,
+                                           messages[start:stop])
                 if stop >= n:
                     break
                 done += self._one(source, topic, partition, messages[stop:stop + 1])
@@ -191,22 +192,22 @@ class AcceleratedRoute:
         return done
 
     def _run_keys(self, run: KeyRun, first: ProcessorNode, source: SourceNode, topic: str, partition: int,
-                  keys: list, timestamps: list, metadatas: list) -> int:
-        """`run` over checked keys, `metadatas[i]` the (topic, partition, offset) of the i-th
-        key's record (its record context: the run sets it where it is read); an error names the
-        offset of the record being handled. The run raises the stream time record by record (it
-        gets the engine as its clock); the partition time is raised to the run's newest here."""
+                  keys: list, timestamps: list, messages: list) -> int:
+        """`run` over checked keys, `messages[i]` the i-th key's message (its record context, which
+        a cache keeps with the write it makes); an error names the offset of the record being
+        handled. The run raises the stream time record by record (it gets the engine as its
+        clock); the partition time is raised to the run's newest here."""
         engine = self.engine
         ctx = engine.context
         ctx.current_node = first
         ctx.metadata = None
-        ctx.headers = ()  # keyed_run takes records without headers only
         try:
-            run(keys, timestamps, engine, metadatas)
+            run(keys, timestamps, engine, messages)
         except (RecordDeserializationError, InvalidTimestampError):
             raise
         except Exception as exc:
-            engine.raise_process_error(exc, source, topic, partition, metadatas[getattr(exc, "updates_done", 0)][2])
+            engine.raise_process_error(exc, source, topic, partition,
+                                       _OFFSET(messages[getattr(exc, "updates_done", 0)]))
         finally:
             newest = max(timestamps)
             tp = (topic, partition)

@@ -113,41 +113,34 @@ def _check_utf8(data):
 
 
 def test_keyed_run_takes_keys_and_timestamps_up_to_the_first_message_it_cannot_take():
-    def msg(offset, key, value, ts, headers=None):
-        return Message("t", 0, offset, key, value, headers, None, (1 if ts >= 0 else 0, ts), -1.0, -1)
+    def msg(offset, key, value, ts):
+        return Message("t", 0, offset, key, value, None, None, (1 if ts >= 0 else 0, ts), -1.0, -1)
 
     msgs = [msg(0, b"a", b"x", 5), msg(1, b"b", None, 6),                          # a None value
             msg(2, None, b"x", 7),                                                  # a None key
             msg(3, b"c", b"x", 8), msg(4, b"\xff", b"x", 9),                        # a key that fails its check
             msg(5, b"d", b"\xfe", 10),                                              # a value that fails
             msg(6, b"e", b"x", -1),                                                 # no timestamp
-            msg(7, b"f", b"x", 11), msg(8, b"g", b"x", 12, [("h", b"1")])]          # headers
-
-    def run(messages, start):
-        return _records.keyed_run(messages, start, _check_utf8, _check_utf8, "t", 0)
-
-    def metadatas(*offsets):
-        return [("t", 0, offset) for offset in offsets]
-
-    assert run(msgs, 0) == ([b"a"], [5], metadatas(0), 1)
-    assert run(msgs, 1) == ([], [], [], 1)  # an aggregation skips it, not the run
-    assert run(msgs, 2) == ([], [], [], 2)
-    assert run(msgs, 3) == ([b"c"], [8], metadatas(3), 4)
-    assert run(msgs, 4) == ([], [], [], 4)
-    assert run(msgs, 5) == ([], [], [], 5)
-    assert run(msgs, 6) == ([], [], [], 6)
-    assert run(msgs, 7) == ([b"f"], [11], metadatas(7), 8)  # a record with headers is not taken:
-    assert run(msgs, 8) == ([], [], [], 8)  # the record context a cache keeps holds them
-    assert run(msgs, 9) == ([], [], [], 9)
+            msg(7, b"f", b"x", 11)]
+    run = _records.keyed_run
+    assert run(msgs, 0, _check_utf8, _check_utf8) == ([b"a"], [5], 1)
+    assert run(msgs, 1, _check_utf8, _check_utf8) == ([], [], 1)  # an aggregation skips it, not the run
+    assert run(msgs, 2, _check_utf8, _check_utf8) == ([], [], 2)
+    assert run(msgs, 3, _check_utf8, _check_utf8) == ([b"c"], [8], 4)
+    assert run(msgs, 4, _check_utf8, _check_utf8) == ([], [], 4)
+    assert run(msgs, 5, _check_utf8, _check_utf8) == ([], [], 5)
+    assert run(msgs, 6, _check_utf8, _check_utf8) == ([], [], 6)
+    assert run(msgs, 7, _check_utf8, _check_utf8) == ([b"f"], [11], 8)
+    assert run(msgs, 8, _check_utf8, _check_utf8) == ([], [], 8)
     # decoded messages (filled by the C decoder) read the same fields
     filled = _messages()
-    assert run(filled, 0) == ([b"k"], [1_700_000_000_000], [("t", 0, filled[0].offset())], 1)
+    assert run(filled, 0, _check_utf8, _check_utf8) == ([b"k"], [1_700_000_000_000], 1)
     # another type stops the run; a missing layout gives None
     sub = _SubMessage("t", 0, 9, b"k", b"v", None, None, (1, 1), -1.0, -1)
-    assert run([msgs[0], sub], 0) == ([b"a"], [5], metadatas(0), 1)
+    assert run([msgs[0], sub], 0, _check_utf8, _check_utf8) == ([b"a"], [5], 1)
     key = msgs[0].key()
     before = sys.getrefcount(key)
-    taken = run(msgs, 0)
+    taken = run(msgs, 0, _check_utf8, _check_utf8)
     assert sys.getrefcount(key) == before + 1
     del taken
     assert sys.getrefcount(key) == before
@@ -160,10 +153,10 @@ def test_keyed_run_lets_what_is_not_an_exception_through_and_rejects_bad_argumen
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        _records.keyed_run(msgs, 0, interrupted, _check_utf8, "t", 0)
+        _records.keyed_run(msgs, 0, interrupted, _check_utf8)
     with pytest.raises(TypeError, match="must be a list"):
-        _records.keyed_run(tuple(msgs), 0, _check_utf8, _check_utf8, "t", 0)
+        _records.keyed_run(tuple(msgs), 0, _check_utf8, _check_utf8)
     with pytest.raises(ValueError, match="start must be >= 0"):
-        _records.keyed_run(msgs, -1, _check_utf8, _check_utf8, "t", 0)
-    with pytest.raises(TypeError, match="expects 6 arguments"):
-        _records.keyed_run(msgs, 0, _check_utf8, _check_utf8)
+        _records.keyed_run(msgs, -1, _check_utf8, _check_utf8)
+    with pytest.raises(TypeError, match="expects 4 arguments"):
+        _records.keyed_run(msgs, 0, _check_utf8)

@@ -63,9 +63,9 @@ class AggregateProcessor(StageOperator):
     Over a typed store whose next layer updates bytes in place (a caching layer's `update` and
     `update_many`) and an adder with a `constant_increment`, the update is done at the bytes
     level, and the stage offers the bulk capability `key_bytes_run = (key_serde, run)`: `run(keys,
-    timestamps, clock, metadatas)` is the stage for each serialized non-None key of a record with a
-    non-None value and no headers, in order, metadatas[i] the record's (topic, partition, offset)
-    (the value plays no further part)."""
+    timestamps, clock, messages)` is the stage for each serialized non-None key of a record with a
+    non-None value, in order, messages[i] the key's consumed message (its record context; the
+    value plays no further part)."""
 
     def __init__(self, store_name: str, caching: bool, initializer: Callable[[], Any],
                  adder: Callable[[Any, Any, Any], Any]) -> None:
@@ -161,9 +161,9 @@ class AggregateProcessor(StageOperator):
 
         update_many = bulk.update_many
 
-        def run(keys: list, timestamps: list, clock: Any, metadatas: list) -> None:
+        def run(keys: list, timestamps: list, clock: Any, messages: list) -> None:
             try:
-                update_many(keys, add, timestamps, clock, metadatas)
+                update_many(keys, add, timestamps, clock, messages)
             except BaseException:
                 failed()
                 raise

@@ -154,9 +154,9 @@ class WindowAggregateProcessor(StageOperator):
         counting = getattr(logic, "counting_run", None)
         run = counting() if counting is not None else None
         if run is not None:
-            def keys_run(keys: list, timestamps: list, clock: Any, metadatas: list) -> None:
+            def keys_run(keys: list, timestamps: list, clock: Any, messages: list) -> None:
                 try:
-                    run(keys, timestamps, clock, metadatas)
+                    run(keys, timestamps, clock, messages)
                 except BaseException:
                     failed()
                     raise

@@ -6,6 +6,7 @@ Also: a windowed count done at the bytes level (per record and as a run of keys)
 typed rule gives."""
 
 import pytest
+from confluent_kafka import Message
 
 from state.cache import ThreadCache
 from streams import StreamsBuilder, serdes
@@ -391,7 +392,8 @@ def test_a_count_at_the_bytes_level_gives_the_typed_rules_results(tmp_path):
         logic = TimeWindowAggregateLogic(windows, store, count_initializer, aggregator, None, late=late)
         if mode == "run":
             logic.counting_run()([k.encode() for k, _ in records], [t for _, t in records], _Clock(),
-                                 [("in", 0, offset) for offset in range(len(records))])
+                                 [Message("in", 0, offset, k.encode(), b"v", None, None, (1, t), -1.0, -1)
+                                  for offset, (k, t) in enumerate(records)])
         else:
             assert (logic._count is None) == (mode == "typed")
             for key, t in records:
