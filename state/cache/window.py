@@ -113,8 +113,6 @@ class CachingWindowStore(CachingStore):
             newest_stored = getattr(reader, "observed_stream_time", None)
             for i in range(len(keys)):
                 key, start, timestamp = keys[i], starts[i], timestamps[i]
-                if metadatas is not None:
-                    context.metadata = metadatas[i]
                 if timestamp > newest:
                     newest = timestamp
                 suffix = suffixes.get(start)
@@ -154,9 +152,14 @@ class CachingWindowStore(CachingStore):
                     dirty[cache_key] = None
                     entry.value = new
                     entry.timestamp = entry_timestamp
-                    entry.metadata, entry.headers = record_context_of(named)
+                    if metadatas is None:
+                        entry.metadata, entry.headers = record_context_of(named)
+                    else:  # a consumed message: its headers come with it (record_context_from)
+                        entry.metadata = metadatas[i]
                     entries.move_to_end(cache_key)
                     continue
+                if metadatas is not None:  # the write's record context, read by put_dirty
+                    context.metadata = metadatas[i]
                 put_dirty(cache_key, new, entry_timestamp, read)
                 if named.evictions != evictions:
                     live_from, evictions = actual_from(0), named.evictions
