@@ -84,10 +84,10 @@ class CachingWindowStore(CachingStore):
         timestamp)` over the window's stored bytes (old: None when absent, or expired below and
         not cached, as `fetch(key, start)` reads it) is written as `put(key, new, start, entry
         timestamp)` would: a read that misses is read through (kept clean), then the dirty write,
-        in the context's record context, or with `metadatas` metadatas[i] (a bulk run's consumed
-        message, standing for its metadata and headers) set on the context as the record's. The cache lock is held once. `clock`:
-        the owner of the caller's stream time, raised to each record's timestamp before anything
-        that could read it (as CachingKeyValueStore.update_many)."""
+        in the context's record context, or with `metadatas` in metadatas[i] (a bulk run's
+        consumed message, standing for its metadata and headers). The cache lock is held once.
+        `clock`: the owner of the caller's stream time, raised to each record's timestamp before
+        anything that could read it (as CachingKeyValueStore.update_many)."""
         cache = self._check()
         if self.retain_duplicates:
             raise InvalidStoreArgumentError(f"state store {self.name!r}: update_many needs a store without "

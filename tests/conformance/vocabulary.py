@@ -10,8 +10,9 @@ A scenario is a linear pipeline over the input topic ``input`` (String keys and 
 or KTable (``TABLE_OPS``, ``table_aggregate``, ``suppress``, ``to_stream``); the last KStream is
 written to ``output`` (a KTable through ``to_stream()``), or, with ``output_extractor``
 (``OUTPUT_EXTRACTORS``), by a topic name extractor to ``output`` or ``output2`` (output2's rows
-come after output's, the topic as their last element). With ``headers`` (``HEADERS_SHARE``) each input record carries a header and each output row, after its timestamp,
-the list of the header values it came out with. Every store a step creates is named
+come after output's, the topic as their last element). With ``headers`` (``HEADERS_SHARE``)
+each input record carries a header and each output row, after its timestamp, the list of the
+header values it came out with. Every store a step creates is named
 ``store-<step index>`` and compared at the end; ``records`` are ``[key, value, timestamp]``
 (plus the topic when it is not ``input``); None keys and values (unkeyed records, tombstones),
 out-of-order and late timestamps and timestamps on window boundaries are generated.
@@ -636,8 +637,9 @@ HEADER_KEY = "n"
 
 def generate(seed: int) -> dict:
     """The scenario of ``seed`` (same seed, same scenario, on every machine). Seeds 2n and 2n + 1
-    are the same topology and records, without and with caching. A share of the seeds are join scenarios, and of the others cogroup scenarios,
-    each drawn by a generator of its own, so the other families' seeds keep their scenarios."""
+    are the same topology and records, without and with caching. A share of the seeds are join
+    scenarios, and of the others cogroup scenarios, each drawn by a generator of its own, so the
+    other families' seeds keep their scenarios."""
     scenario = _generate(seed)
     # drawn apart (seeds 2n and 2n + 1 alike), so the scenarios themselves stay as they are
     rng = random.Random(f"extractor-{seed // 2}")
