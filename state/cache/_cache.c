@@ -974,11 +974,10 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyTuple_SET_ITEM(item, 2, Py_NewRef(SLOT(entry, off_timestamp)));
         PyObject *old = SLOT(entry, off_old), *stamp = SLOT(entry, off_timestamp);
         PyTuple_SET_ITEM(item, 3, Py_NewRef(old));
-        PyObject *metadata = SLOT(entry, off_metadata), *headers = SLOT(entry, off_headers);
+        PyObject *metadata = SLOT(entry, off_metadata), *headers = SLOT(entry, off_headers), *pair = NULL;
         if (metadata != Py_None && !PyTuple_CheckExact(metadata)) {  /* a consumed message */
             /* record_context_from reads the message only: the dirty dict stays as it is */
-            PyObject *pair = context_from == NULL ? NULL : PyObject_CallFunctionObjArgs(context_from, metadata,
-                                                                                        headers, NULL);
+            pair = context_from == NULL ? NULL : PyObject_CallFunctionObjArgs(context_from, metadata, headers, NULL);
             if (pair == NULL || !PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
                 if (pair != NULL || !PyErr_Occurred())
                     PyErr_SetString(PyExc_TypeError, "take_dirty(): no record context for an entry's metadata");
@@ -988,13 +987,10 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
             }
             metadata = PyTuple_GET_ITEM(pair, 0);
             headers = PyTuple_GET_ITEM(pair, 1);
-            PyTuple_SET_ITEM(item, 4, Py_NewRef(metadata));
-            PyTuple_SET_ITEM(item, 5, Py_NewRef(headers));
-            Py_DECREF(pair);
-        } else {
-            PyTuple_SET_ITEM(item, 4, Py_NewRef(metadata));
-            PyTuple_SET_ITEM(item, 5, Py_NewRef(headers));
         }
+        PyTuple_SET_ITEM(item, 4, Py_NewRef(metadata));
+        PyTuple_SET_ITEM(item, 5, Py_NewRef(headers));
+        Py_XDECREF(pair);  /* metadata and headers stay alive in item */
         /* Atomic fields only (as write_entry's entries): in no cycle, so left out of the cyclic
          * collector. A big flush's entries live while its listener runs; tracked, they would be
          * promoted to the oldest generation and trigger its full collections. */
@@ -1288,11 +1284,12 @@ static PyObject *cached_replace(PyObject *self, PyObject *const *args, Py_ssize_
 
 static PyMethodDef module_methods[] = {
     {"set_entry_layout", (PyCFunction)(void (*)(void))set_entry_layout, METH_FASTCALL,
-     "set_entry_layout(entry_type, overhead=None)\n--\n\n"
+     "set_entry_layout(entry_type, overhead=None, unknown=None, record_context_from=None)\n--\n\n"
      "Registers CacheEntry: checks that value, dirty, timestamp, size, old, metadata and headers\n"
-     "are writable object slots of that type and keeps their offsets for increment_run and write_entry, and\n"
-     "the bookkeeping bytes of an entry (ENTRY_OVERHEAD; until it is given write_entry declines\n"
-     "every write). Raises TypeError otherwise."},
+     "are writable object slots of that type and keeps their offsets for increment_run and\n"
+     "write_entry, the bookkeeping bytes of an entry (ENTRY_OVERHEAD; until it is given\n"
+     "write_entry declines every write), the UNKNOWN marker, and the function take_dirty turns\n"
+     "a consumed message's record context with. Raises TypeError otherwise."},
     {"take_dirty", (PyCFunction)(void (*)(void))take_dirty, METH_FASTCALL,
      "take_dirty(entries, dirty, entry_tuple_type, flushed, tombstones)\n--\n\n"
      "NamedCache._take_dirty's loop in C: each dirty key's entry_tuple_type(key, value,\n"

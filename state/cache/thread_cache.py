@@ -94,6 +94,12 @@ def record_context_from(metadata: Any, headers: Any) -> tuple:
             tuple(message_headers) if message_headers else ())
 
 
+def _flushed(key: bytes, entry: CacheEntry) -> DirtyEntry:
+    """The DirtyEntry a flush hands on for a dirty entry (`take_dirty` in C builds the same)."""
+    return _new_tuple(DirtyEntry, (key, entry.value, entry.timestamp, entry.old)
+                      + record_context_from(entry.metadata, entry.headers))
+
+
 def record_context_of(named: "NamedCache") -> tuple:
     """(metadata, headers) of the record a write of `named` is made for: its context's now, or
     (None, ()) without a context."""
@@ -269,11 +275,9 @@ class NamedCache:
         append = flushed.append
         for key in self.dirty:
             entry = entries[key]
-            value = entry.value
-            append(_new_tuple(DirtyEntry, (key, value, entry.timestamp, entry.old)
-                              + record_context_from(entry.metadata, entry.headers)))
+            append(_flushed(key, entry))
             entry.dirty = False
-            if value is None:
+            if entry.value is None:
                 tombstones.append(key)
         self.dirty = {}
         return flushed, tombstones
@@ -317,8 +321,7 @@ class NamedCache:
         self.evictions += 1
         if entry.dirty:
             del self.dirty[key]
-            self.flush(_new_tuple(DirtyEntry, (key, entry.value, entry.timestamp, entry.old)
-                                  + record_context_from(entry.metadata, entry.headers)))
+            self.flush(_flushed(key, entry))
         return size
 
 

@@ -78,7 +78,7 @@ class CachingWindowStore(CachingStore):
 
     def update_many(self, keys: Sequence[bytes], starts: Sequence[int],
                     fn: Callable[[Optional[bytes], int], tuple], timestamps: Sequence[int],
-                    clock: Any = None, metadatas: Optional[Sequence[tuple]] = None) -> None:
+                    clock: Any = None, metadatas: Optional[Sequence[Any]] = None) -> None:
         """A windowed aggregation's read-modify-write for a run of records: for each key (bytes),
         window start and record timestamp in order, `fn(old, timestamp) -> (new, entry
         timestamp)` over the window's stored bytes (old: None when absent, or expired below and

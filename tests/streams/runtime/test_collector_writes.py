@@ -72,12 +72,11 @@ def test_a_full_producer_queue_waits_for_room_and_loses_nothing(backend_config):
         producer = cluster.backend.producer({"queue.buffering.max.messages": 3, "linger.ms": 5})
         collector = RecordCollector(producer, murmur2_partitioning=True)
         sink_send = collector.sender(topic)
-        base = int(time.time() * 1000)  # recent (see NOW)
         for i in range(30):
-            sink_send(b"k%d" % i, b"v%d" % i, base + i, [("i", b"%d" % i)] if i % 2 else None)
+            sink_send(b"k%d" % i, b"v%d" % i, NOW + i, [("i", b"%d" % i)] if i % 2 else None)
         collector.flush()
         messages = cluster.read_all(topic, PARTITIONS, until=lambda got: len(got) >= 30, timeout=30)
         assert sorted((m.value(), m.timestamp()[1], m.headers()) for m in messages) == sorted(
-            (b"v%d" % i, base + i, [("i", b"%d" % i)] if i % 2 else None) for i in range(30))
+            (b"v%d" % i, NOW + i, [("i", b"%d" % i)] if i % 2 else None) for i in range(30))
     finally:
         cluster.close()
