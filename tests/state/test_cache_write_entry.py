@@ -114,6 +114,33 @@ def test_c_leaves_atomic_entries_to_no_cycle_collection():
     assert [gc.is_tracked(entries[k]) for k in (b"a", b"b", b"c", b"d", b"e")] == [False, False, False, True, True]
 
 
+@needs_c
+def test_c_leaves_entries_holding_an_untracked_consumed_message_to_no_cycle_collection():
+    """A bulk run's write keeps its consumed message as the record context (no headers). The
+    log's decoder untracks the messages it makes (they hold bytes, str and ints): an entry
+    holding such a message is untracked too. A tracked message, headers, or a rewrite in such a
+    context put the entry (back) under the collector."""
+    import gc
+
+    from confluent_kafka import Message
+
+    from replication import records
+    if not records.ACCELERATED:
+        pytest.skip("the log's C decoder is off (EDDY_RECORDS_PURE_PYTHON): its messages are tracked")
+    consumed, _next = records.decode_messages(records.encode_batch([(b"k", b"v", 1, None)]), "t", 0)
+    assert not gc.is_tracked(consumed[0])
+    built = Message("t", 0, 0, b"k", b"v", None, None, (1, 1), -1.0, -1)
+    assert gc.is_tracked(built)
+    entries, dirty = OrderedDict(), {}
+    _cache.write_entry(entries, dirty, b"a", b"1", 1, UNKNOWN, consumed[0], ())
+    _cache.write_entry(entries, dirty, b"b", b"2", 2, UNKNOWN, built, ())
+    _cache.write_entry(entries, dirty, b"c", b"3", 3, UNKNOWN, consumed[0], (("h", b"x"),))
+    _cache.write_entry(entries, dirty, b"d", b"4", 4, UNKNOWN, {}, ())  # a dict can track itself again
+    assert [gc.is_tracked(entries[k]) for k in (b"a", b"b", b"c", b"d")] == [False, True, True, True]
+    _cache.write_entry(entries, dirty, b"a", b"5", 5, UNKNOWN, built, ())
+    assert gc.is_tracked(entries[b"a"]) and entries[b"a"].metadata is built
+
+
 def _named_with_dirty(seed):
     """A named cache after random writes, some flushed, so clean and dirty entries mix."""
     rng = random.Random(seed)
