@@ -8,6 +8,7 @@ Used by bench/wordcount.py and bench/windowed.py; not a benchmark itself.
 from __future__ import annotations
 
 import cProfile
+import gc
 import os
 import pstats
 import threading
@@ -108,15 +109,28 @@ def processed_at_least(target: int) -> Callable[[App], bool]:
 
 
 def record_thread_cpu() -> None:
-    """From now on, a stream thread records its CPU seconds in THREAD_CPU["stream"] when it ends."""
+    """From now on, a stream thread records its CPU seconds in THREAD_CPU["stream"] when it ends,
+    and of those, the seconds its cyclic garbage collections took in THREAD_CPU["stream_gc"]."""
     import streams.runtime.thread as thread_mod
     original = getattr(thread_mod.StreamThread.run, "__wrapped_run__", thread_mod.StreamThread.run)
 
     def timed_run(self):
+        me = threading.get_ident()
+        gc_seconds = [0.0, 0.0]  # total, start of the current collection
+
+        def on_gc(phase: str, _info: dict) -> None:
+            if threading.get_ident() == me:
+                if phase == "start":
+                    gc_seconds[1] = time.thread_time()
+                else:
+                    gc_seconds[0] += time.thread_time() - gc_seconds[1]
+        gc.callbacks.append(on_gc)
         try:
             original(self)
         finally:
+            gc.callbacks.remove(on_gc)
             THREAD_CPU["stream"] = time.thread_time()
+            THREAD_CPU["stream_gc"] = gc_seconds[0]
     timed_run.__wrapped_run__ = original  # type: ignore[attr-defined]
     thread_mod.StreamThread.run = timed_run
 
@@ -153,4 +167,5 @@ def cpu_line() -> str:
     """The CPU seconds of the last run, for printing under its rate."""
     if "stream" not in THREAD_CPU:
         return ""
-    return f"  cpu: stream thread {THREAD_CPU['stream']:.2f}s, process {THREAD_CPU['process']:.2f}s"
+    return (f"  cpu: stream thread {THREAD_CPU['stream']:.2f}s (cyclic GC {THREAD_CPU.get('stream_gc', 0.0):.2f}s), "
+            f"process {THREAD_CPU['process']:.2f}s")

@@ -325,6 +325,44 @@ class ThroughRepartition:
         return processed >= self.target
 
 
+def write_inputs(bootstrap: str, runs: list[str], n: int, args: argparse.Namespace, console: Console,
+                 columns: tuple) -> tuple[dict, dict, dict]:
+    """Creates the runs' topics and writes their input (not timed). Returns each run's input
+    topic, how many records each run processes (its input and its repartitioned records) and,
+    for the joins, how many results each should give. The records themselves are not kept: a
+    full collection of the cyclic collector during a run would walk these lists (millions of
+    slots), a cost of this script's, not of the apps it measures."""
+    rf = args.replication_factor
+    lines = make_lines(n)
+    n_words = sum(len(line.split()) for line in lines)
+    updates, repartitioned = make_updates(n, args.table_design)
+    orders, payments = make_orders(n)
+    inputs = {"wordcount": ("bench-lines", [(None, line) for line in lines]),
+              "windowed": ("bench-events", make_events(n)), "table": ("bench-updates", updates),
+              "stream_table": ("bench-clicks", make_clicks(n)), "stream_stream": ("bench-orders", orders)}
+    # the joins' other input, written first
+    second = {"stream_table": ("bench-profiles", make_profiles()), "stream_stream": ("bench-payments", payments)}
+    targets = {"wordcount": n + n_words, "windowed": n, "table": n + repartitioned,
+               "stream_table": USERS + n, "stream_stream": n}
+    joined = {"stream_table": n, "stream_stream": len(payments)}  # results expected
+    second_topics = {second[r][0]: args.partitions for r in runs if r in second}
+    if second_topics:  # none without a join run (the admin refuses an empty list)
+        app_bench.create_topics(bootstrap, second_topics, rf)
+    app_bench.create_topics(bootstrap, {inputs[r][0]: args.partitions for r in runs}
+                            | {f"{r}-out": args.partitions for r in runs}, rf)
+    with Progress(*columns, console=console) as progress:
+        for run in runs:
+            for topic, records in (second[run], inputs[run]) if run in second else (inputs[run],):
+                task = progress.add_task(f"writing {topic}", total=len(records))
+                app_bench.produce(bootstrap, topic, records, lambda k, task=task: progress.advance(task, k))
+    console.print(f"{n:,} records per run (word count: {n_words:,} words repartitioned; "
+                  f"table ({args.table_design}): {repartitioned:,} records to repartition without a cache; "
+                  f"stream_table: {USERS:,} profiles first; stream_stream: {len(orders):,} orders, "
+                  f"{len(payments):,} payments); "
+                  f"{args.guarantee}, {args.partitions} partitions")
+    return {run: topic for run, (topic, _records) in inputs.items()}, targets, joined
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -352,38 +390,11 @@ def main() -> None:
     columns = (TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
         bootstrap = f"local://{work}/cluster"
-        lines = make_lines(n)
-        n_words = sum(len(line.split()) for line in lines)
-        events = make_events(n)
-        updates, repartitioned = make_updates(n, args.table_design)
-        inputs = {"wordcount": ("bench-lines", [(None, line) for line in lines]),
-                  "windowed": ("bench-events", events), "table": ("bench-updates", updates)}
-        targets = {"wordcount": n + n_words, "windowed": n, "table": n + repartitioned}
+        topics, targets, joined = write_inputs(bootstrap, runs, n, args, console, columns)
         # each built with the run's config (Kafka's build(props): topology.optimization applies)
         topologies = {"wordcount": wordcount_topology, "windowed": windowed_topology,
-                      "table": lambda t, out, config: table_topology(t, out, args.table_design, config)}
-        # the joins: their main input here, their other input (written first) in `second`
-        orders, payments = make_orders(n)
-        inputs |= {"stream_table": ("bench-clicks", make_clicks(n)), "stream_stream": ("bench-orders", orders)}
-        second = {"stream_table": ("bench-profiles", make_profiles()), "stream_stream": ("bench-payments", payments)}
-        targets |= {"stream_table": USERS + n, "stream_stream": n}
-        joined = {"stream_table": n, "stream_stream": len(payments)}  # results expected
-        topologies |= {"stream_table": stream_table_topology, "stream_stream": stream_stream_topology}
-        second_topics = {second[r][0]: args.partitions for r in runs if r in second}
-        if second_topics:  # none without a join run (the admin refuses an empty list)
-            app_bench.create_topics(bootstrap, second_topics, rf)
-        app_bench.create_topics(bootstrap, {inputs[r][0]: args.partitions for r in runs}
-                                | {f"{r}-out": args.partitions for r in runs}, rf)
-        with Progress(*columns, console=console) as progress:
-            for run in runs:
-                for topic, records in (second[run], inputs[run]) if run in second else (inputs[run],):
-                    task = progress.add_task(f"writing {topic}", total=len(records))
-                    app_bench.produce(bootstrap, topic, records, lambda k, task=task: progress.advance(task, k))
-        console.print(f"{n:,} records per run (word count: {n_words:,} words repartitioned; "
-                      f"table ({args.table_design}): {repartitioned:,} records to repartition without a cache; "
-                      f"stream_table: {USERS:,} profiles first; stream_stream: {len(orders):,} orders, "
-                      f"{len(payments):,} payments); "
-                      f"{args.guarantee}, {args.partitions} partitions")
+                      "table": lambda t, out, config: table_topology(t, out, args.table_design, config),
+                      "stream_table": stream_table_topology, "stream_stream": stream_stream_topology}
         rates: dict[str, float] = {}
         cpu_rates: dict[str, float] = {}  # records per CPU second of the process: steadier on a shared machine
         for run in runs:
@@ -393,17 +404,17 @@ def main() -> None:
                 app_bench.record_thread_cpu()
             config = {"application.id": f"bench-{run}", "bootstrap.servers": bootstrap,
                       "state.dir": os.path.join(work, f"state-{run}"), "processing.guarantee": args.guarantee,
-                      "replication.factor": rf} | (JOIN_CONFIG if run in second else {}) | overrides
+                      "replication.factor": rf} | (JOIN_CONFIG if run in joined else {}) | overrides
             target = targets[run]
             with Progress(*columns, console=console, transient=True) as progress:
                 task = progress.add_task(f"{run}: records processed", total=target)
 
                 def show(app, task=task, progress=progress):
                     progress.update(task, completed=sum(t.processed_total for t in app.threads))
-                done = (ThroughRepartition(bootstrap, inputs[run][0], n, args.partitions) if run == "table"
+                done = (ThroughRepartition(bootstrap, topics[run], n, args.partitions) if run == "table"
                         else app_bench.processed_at_least(target))
                 try:
-                    secs = app_bench.run_app(topologies[run](inputs[run][0], f"{run}-out", config), config, done, show)
+                    secs = app_bench.run_app(topologies[run](topics[run], f"{run}-out", config), config, done, show)
                     written = done.end_offsets(f"{run}-out") if run == "table" else 0
                 finally:
                     if run == "table":
@@ -421,7 +432,7 @@ def main() -> None:
                 got = count_records(bootstrap, f"{run}-out", args.partitions, joined[run])
                 console.print(f"  joined: {got:,} results of {joined[run]:,} expected")
             if run == "table":
-                console.print(f"  {done.sent:,} records repartitioned ({repartitioned - done.sent:,} "
+                console.print(f"  {done.sent:,} records repartitioned ({targets[run] - n - done.sent:,} "
                               f"merged away by the source table's cache); {written:,} counts written out")
     finally:
         shutil.rmtree(work, ignore_errors=True)
