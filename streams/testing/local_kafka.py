@@ -7,6 +7,9 @@ stops it by its process id when the block exits. Settings differ from Kafka's de
 where one node or a test's pace needs it: internal topics at replication factor 1, no initial
 rebalance delay, a small cleaner buffer and heap, and short cleaner and transaction-abort
 check intervals so compaction and ``transaction.timeout.ms`` are observable within a test.
+Topics have no time-based retention unless a topic sets its own: tests stamp records with fixed
+timestamps, and under the default 7 days the broker's next retention check (every 5 minutes)
+deleted records older than that between a test's write and its read.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ BROKER_SETTINGS = {
     "log.cleaner.backoff.ms": "500",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
     "auto.create.topics.enable": "true",
+    "log.retention.ms": "-1",  # see the module doc; a topic's own retention.ms still applies
 }
 
 # A failed start must show its reason: INFO from the server's life cycle, WARN elsewhere.

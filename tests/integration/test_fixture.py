@@ -50,6 +50,24 @@ def test_fixture_yields_a_working_broker(kafka_bootstrap_servers: str, kafka_bro
     assert values == [(b"k", b"hello")]
 
 
+def test_local_broker_keeps_old_records_unless_a_topic_sets_retention(kafka_broker: KafkaBroker) -> None:
+    """Tests stamp records with fixed, old timestamps: the local broker has no time-based
+    retention (the default 7 days deleted such records at a retention check between a test's
+    write and its read), while a topic's own retention.ms still applies."""
+    if kafka_broker.kind != "kafka":
+        pytest.skip(f"not the local Apache Kafka (the session runs {kafka_broker.description})")
+    from confluent_kafka.admin import ConfigResource
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    plain, own = f"retention-{uuid.uuid4().hex[:8]}", f"retention-{uuid.uuid4().hex[:8]}"
+    for future in admin.create_topics([NewTopic(plain, 1, 1),
+                                       NewTopic(own, 1, 1, config={"retention.ms": "60000"})]).values():
+        future.result(10)
+    described = {resource.name: future.result(10) for resource, future in admin.describe_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, plain), ConfigResource(ConfigResource.Type.TOPIC, own)]).items()}
+    assert described[plain]["retention.ms"].value == "-1"
+    assert described[own]["retention.ms"].value == "60000"
+
+
 def test_broker_kind_is_reported(kafka_broker: KafkaBroker) -> None:
     assert kafka_broker.kind in {"external", "testcontainers", "kafka", "tansu"}
     assert kafka_broker.faithful is (kafka_broker.kind != "tansu")
