@@ -31,7 +31,8 @@ def create_topics(bootstrap: str, topics: dict[str, int], replication_factor: in
     """Create `topics` (name -> partitions) and wait for them."""
     backend = for_config({"bootstrap.servers": bootstrap})
     try:
-        futures = backend.admin().create_topics([NewTopic(t, n, replication_factor) for t, n in topics.items()])
+        admin = backend.admin()  # held until the futures are done: confluent-kafka's fails them when destroyed
+        futures = admin.create_topics([NewTopic(t, n, replication_factor) for t, n in topics.items()])
         for future in futures.values():
             future.result(30)
     finally:

@@ -7,9 +7,13 @@ embedded cluster (issues 16 and 17).
                              [--only wordcount,windowed,table,stream_table,stream_stream]
                              [--profile wordcount|windowed|table|stream_table|stream_stream]
                              [--table-design default|uncached-hot] [--config NAME=VALUE ...]
+                             [--broker embedded|kafka] [--bootstrap-servers HOST:PORT]
 
 Apps one after the other, each on one stream thread over `--records` input records
-written beforehand (not timed), processing time only (records carry event times):
+written beforehand (not timed), processing time only (records carry event times), on the
+embedded cluster, or with `--broker kafka` on a real Kafka broker (`--bootstrap-servers`, else
+`KAFKA_BOOTSTRAP_SERVERS`, else one started locally as the integration tests start it; its
+topics must not exist yet):
 
 - word count: bench/wordcount.py's topology and lines, the baseline; its records are lines.
 - windowed: records keyed by one of 10,000 keys, event time advancing 1 ms per record with 10%
@@ -78,6 +82,7 @@ seconds. Not a test: nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import random
@@ -373,6 +378,10 @@ def main() -> None:
     parser.add_argument("--profile", choices=RUNS, help="cProfile the stream thread of this run (slower)")
     parser.add_argument("--table-design", choices=("default", "uncached-hot"), default="default",
                         help="the table run's input and source store (see the module doc)")
+    parser.add_argument("--broker", choices=("embedded", "kafka"), default="embedded",
+                        help="the embedded cluster, or a real Kafka broker (see the module doc)")
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None,
+                        help="with --broker kafka: the broker (else one is started locally)")
     parser.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                         help="a Streams config for every run (repeatable), e.g. statestore.cache.max.bytes=104857600")
     args = parser.parse_args()
@@ -385,57 +394,70 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)  # late records are dropped by design: no WARN per window
     runs = args.only.split(",")
     console = Console()
-    n, rf = args.records, args.replication_factor
+    n = args.records
     work = tempfile.mkdtemp(prefix="eddy-bench-windowed-")
     columns = (TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
-        bootstrap = f"local://{work}/cluster"
-        topics, targets, joined = write_inputs(bootstrap, runs, n, args, console, columns)
-        # each built with the run's config (Kafka's build(props): topology.optimization applies)
-        topologies = {"wordcount": wordcount_topology, "windowed": windowed_topology,
-                      "table": lambda t, out, config: table_topology(t, out, args.table_design, config),
-                      "stream_table": stream_table_topology, "stream_stream": stream_stream_topology}
-        rates: dict[str, float] = {}
-        cpu_rates: dict[str, float] = {}  # records per CPU second of the process: steadier on a shared machine
-        for run in runs:
-            if args.profile == run:
-                app_bench.profile_stream_thread()
+        with contextlib.ExitStack() as stack:
+            if args.broker == "kafka":
+                from bench.wordcount_kafka import broker
+                bootstrap, description = stack.enter_context(broker(args.bootstrap_servers, "kafka"))
+                console.print(f"on {description}")
             else:
-                app_bench.record_thread_cpu()
-            config = {"application.id": f"bench-{run}", "bootstrap.servers": bootstrap,
-                      "state.dir": os.path.join(work, f"state-{run}"), "processing.guarantee": args.guarantee,
-                      "replication.factor": rf} | (JOIN_CONFIG if run in joined else {}) | overrides
-            target = targets[run]
-            with Progress(*columns, console=console, transient=True) as progress:
-                task = progress.add_task(f"{run}: records processed", total=target)
-
-                def show(app, task=task, progress=progress):
-                    progress.update(task, completed=sum(t.processed_total for t in app.threads))
-                done = (ThroughRepartition(bootstrap, topics[run], n, args.partitions) if run == "table"
-                        else app_bench.processed_at_least(target))
-                try:
-                    secs = app_bench.run_app(topologies[run](topics[run], f"{run}-out", config), config, done, show)
-                    written = done.end_offsets(f"{run}-out") if run == "table" else 0
-                finally:
-                    if run == "table":
-                        done.close()
-            rates[run] = n / secs
-            cpu_rates[run] = n / app_bench.THREAD_CPU["process"]
-            ratio = ""
-            if "wordcount" in rates and run != "wordcount":
-                ratio = (f"  ratio to word count {rates[run] / rates['wordcount']:.3f} "
-                         f"(by process CPU: {cpu_rates[run] / cpu_rates['wordcount']:.3f})")
-            console.print(f"{run:<13}: {secs:6.2f}s  {rates[run]:10,.0f} records/s{ratio}")
-            if app_bench.cpu_line():
-                console.print(app_bench.cpu_line())
-            if run in joined:
-                got = count_records(bootstrap, f"{run}-out", args.partitions, joined[run])
-                console.print(f"  joined: {got:,} results of {joined[run]:,} expected")
-            if run == "table":
-                console.print(f"  {done.sent:,} records repartitioned ({targets[run] - n - done.sent:,} "
-                              f"merged away by the source table's cache); {written:,} counts written out")
+                bootstrap = f"local://{work}/cluster"
+            run_all(bootstrap, runs, n, args, overrides, work, console, columns)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def run_all(bootstrap: str, runs: list[str], n: int, args: argparse.Namespace, overrides: dict, work: str,
+            console: Console, columns: tuple) -> None:
+    """Writes the inputs, then runs and reports each run in turn."""
+    rf = args.replication_factor
+    topics, targets, joined = write_inputs(bootstrap, runs, n, args, console, columns)
+    # each built with the run's config (Kafka's build(props): topology.optimization applies)
+    topologies = {"wordcount": wordcount_topology, "windowed": windowed_topology,
+                  "table": lambda t, out, config: table_topology(t, out, args.table_design, config),
+                  "stream_table": stream_table_topology, "stream_stream": stream_stream_topology}
+    rates: dict[str, float] = {}
+    cpu_rates: dict[str, float] = {}  # records per CPU second of the process: steadier on a shared machine
+    for run in runs:
+        if args.profile == run:
+            app_bench.profile_stream_thread()
+        else:
+            app_bench.record_thread_cpu()
+        config = {"application.id": f"bench-{run}", "bootstrap.servers": bootstrap,
+                  "state.dir": os.path.join(work, f"state-{run}"), "processing.guarantee": args.guarantee,
+                  "replication.factor": rf} | (JOIN_CONFIG if run in joined else {}) | overrides
+        target = targets[run]
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task(f"{run}: records processed", total=target)
+
+            def show(app, task=task, progress=progress):
+                progress.update(task, completed=sum(t.processed_total for t in app.threads))
+            done = (ThroughRepartition(bootstrap, topics[run], n, args.partitions) if run == "table"
+                    else app_bench.processed_at_least(target))
+            try:
+                secs = app_bench.run_app(topologies[run](topics[run], f"{run}-out", config), config, done, show)
+                written = done.end_offsets(f"{run}-out") if run == "table" else 0
+            finally:
+                if run == "table":
+                    done.close()
+        rates[run] = n / secs
+        cpu_rates[run] = n / app_bench.THREAD_CPU["process"]
+        ratio = ""
+        if "wordcount" in rates and run != "wordcount":
+            ratio = (f"  ratio to word count {rates[run] / rates['wordcount']:.3f} "
+                     f"(by process CPU: {cpu_rates[run] / cpu_rates['wordcount']:.3f})")
+        console.print(f"{run:<13}: {secs:6.2f}s  {rates[run]:10,.0f} records/s{ratio}")
+        if app_bench.cpu_line():
+            console.print(app_bench.cpu_line())
+        if run in joined:
+            got = count_records(bootstrap, f"{run}-out", args.partitions, joined[run])
+            console.print(f"  joined: {got:,} results of {joined[run]:,} expected")
+        if run == "table":
+            console.print(f"  {done.sent:,} records repartitioned ({targets[run] - n - done.sent:,} "
+                          f"merged away by the source table's cache); {written:,} counts written out")
 
 
 if __name__ == "__main__":
