@@ -835,6 +835,30 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(untrack_messages_doc,
+"untrack_messages(messages) -> None\n\n"
+"Leave the consumed messages of the layout type to no cyclic garbage collection. Such a message\n"
+"holds str, bytes, ints and a list of (str, bytes) header pairs: never part of a reference cycle.\n"
+"The caches keep many of them alive (a bulk run's lazy record context), and every full\n"
+"collection would scan each one; the log's decoder makes its messages untracked already.");
+
+static PyObject *untrack_messages(PyObject *self, PyObject *msgs)
+{
+    if (!PyList_Check(msgs)) {
+        PyErr_Format(PyExc_TypeError, "untrack_messages: messages must be a list, not %.100s", Py_TYPE(msgs)->tp_name);
+        return NULL;
+    }
+    PyTypeObject *type = msg_layout.type;
+    if (type == NULL || !PyType_IS_GC(type))
+        Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(msgs); i++) {
+        PyObject *m = PyList_GET_ITEM(msgs, i);
+        if (Py_TYPE(m) == type && PyObject_GC_IsTracked(m))
+            PyObject_GC_UnTrack(m);
+    }
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(payload_bytes_doc,
 "payload_bytes(messages) -> (total, largest) or None\n\n"
 "The key and value bytes of consumed messages (a None key or value counts 0): their sum and the\n"
@@ -882,6 +906,7 @@ static PyMethodDef module_methods[] = {
     {"message_rows", message_rows, METH_O, message_rows_doc},
     {"partition_runs", partition_runs, METH_O, partition_runs_doc},
     {"payload_bytes", payload_bytes, METH_O, payload_bytes_doc},
+    {"untrack_messages", untrack_messages, METH_O, untrack_messages_doc},
     {"keyed_run", (PyCFunction)(void (*)(void))keyed_run, METH_FASTCALL, keyed_run_doc},
     {"dispatch_run", (PyCFunction)(void (*)(void))dispatch_run, METH_FASTCALL, dispatch_run_doc},
     {"merge_dispatch", (PyCFunction)(void (*)(void))merge_dispatch, METH_FASTCALL, merge_dispatch_doc},

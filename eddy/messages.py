@@ -7,8 +7,9 @@ byte the one the constructor builds. The same verified layout is handed to repli
 decoder (`probed_layout`), so one probe serves the consumer, the restore loop and the engine.
 
 `message_function(name)` gives a C pass (`message_rows`, `partition_runs`, `changelog_records`,
-`keyed_run`, `dispatch_run`), or None without the accelerator or the layout: callers then take
-their Python path (`message_rows` and `partition_runs` below have it built in).
+`keyed_run`, `dispatch_run`, `untrack_messages`), or None without the accelerator or the layout:
+callers then take their Python path (`message_rows`, `partition_runs`, `payload_bytes` and
+`untrack_messages` below have it built in).
 EDDY_MESSAGES_PURE_PYTHON=1 forces it.
 """
 
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from confluent_kafka import Message
 
-__all__ = ["message_rows", "partition_runs", "payload_bytes", "message_function", "probed_layout", "layout_arguments",
+__all__ = ["message_rows", "partition_runs", "payload_bytes", "untrack_messages", "message_function", "probed_layout", "layout_arguments",
            "POINTER_FIELDS", "INT_FIELDS"]
 
 logger = logging.getLogger(__name__)
@@ -203,6 +204,17 @@ def partition_runs(messages: list) -> Iterable[tuple[tuple[str, int], list]]:
         keyed = zip(zip(map(Message.topic, messages), map(Message.partition, messages)), messages)
         runs = ((key, list(map(_SECOND, group))) for key, group in itertools.groupby(keyed, _FIRST))
     return runs
+
+
+_untrack_messages = message_function("untrack_messages")
+
+
+def untrack_messages(messages: list) -> None:
+    """Leaves consumed messages to no cyclic garbage collection where the C pass can (see
+    `untrack_messages` in eddy/_messages.c); nothing otherwise: only what the collector scans
+    changes, never a message."""
+    if _untrack_messages is not None:
+        _untrack_messages(messages)
 
 
 def payload_bytes(messages: Sequence) -> tuple[int, int]:

@@ -18,7 +18,7 @@ import logging
 from typing import Any, Callable, Iterable, Optional
 
 from confluent_kafka import OFFSET_STORED, KafkaError, KafkaException, Message, TopicPartition
-from eddy.messages import partition_runs, payload_bytes
+from eddy.messages import partition_runs, payload_bytes, untrack_messages
 
 from state.errors import LockError, TaskCorruptedError
 from state.listener import SuspendReason
@@ -491,6 +491,9 @@ class TaskManager:
                         raise KafkaException(err)
                     log.warning("consumer error: %s", err)
             msgs = [m for m in msgs if m.error() is None]
+        # confluent-kafka's consumer makes tracked messages; the caches may keep them (a bulk
+        # run's record context), and the cyclic collector need not scan them
+        untrack_messages(msgs)
         task_of = self._task_of_tp
         limit = self._max_buffered
         over = self._over_limit

@@ -108,6 +108,34 @@ def test_payload_bytes_equal_the_key_and_value_lengths_the_methods_give():
         _records.payload_bytes(42)
 
 
+def test_untrack_messages_leaves_consumed_messages_to_no_cycle_collection():
+    """confluent-kafka's consumer makes tracked messages (the constructor's), the log's decoder
+    untracked ones: the pass untracks the first and leaves the rest, another type included,
+    with every field as it was."""
+    import gc
+
+    built = [Message("t", 0, 7, b"bk", b"v", [("z", b"1")], None, (1, 42), -1.0, -1),
+             Message("t", 1, 8, None, None, None, None, (0, -1), -1.0, -1)]
+    sub = _SubMessage("t", 0, 1, b"k", b"v", None, None, (1, 1), -1.0, -1)
+    filled = _messages()
+    assert all(map(gc.is_tracked, built + [sub])) and not any(map(gc.is_tracked, filled))
+    before = [_fields(m) for m in built + filled]
+    mixed = built + filled + [sub]
+    assert _records.untrack_messages(mixed) is None
+    assert not any(map(gc.is_tracked, built + filled)) and gc.is_tracked(sub)
+    assert [_fields(m) for m in built + filled] == before
+    again = [Message("t", 0, 9, b"k", b"v", None, None, (1, 1), -1.0, -1)]
+    messages.untrack_messages(again)  # the module's entry point takes the C pass
+    assert not gc.is_tracked(again[0])
+    with pytest.raises(TypeError, match="must be a list"):
+        _records.untrack_messages(tuple(built))
+
+
+def _fields(m):
+    return (m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers(), m.timestamp(),
+            m.leader_epoch())
+
+
 def _check_utf8(data):
     return data.decode()
 

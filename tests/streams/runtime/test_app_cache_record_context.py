@@ -75,3 +75,35 @@ def test_each_flushed_count_names_the_record_that_made_it(cluster, tmp_path):
         expected = headers[offset]
         assert hdrs == (tuple((k, v) for k, v in expected) if expected else ()), (key, count)
     assert any(hdrs for *_, hdrs in got) and any(not hdrs for *_, hdrs in got)
+
+
+def test_consumed_messages_kept_as_record_contexts_are_left_to_no_cycle_collection(cluster, tmp_path):
+    """A bulk run's count keeps each key's last consumed message as its dirty entry's record
+    context until a flush. Neither the message nor the entry is tracked by the cyclic collector
+    (every full collection would scan them), on both backends: the embedded log's decoder makes
+    its messages untracked, confluent-kafka's consumer's are untracked as the thread takes them."""
+    import gc
+
+    from confluent_kafka import Message
+
+    src, out = unique("gc-in"), unique("gc-out")
+    cluster.create_topics(1, src, out)
+    b = StreamsBuilder()
+    (b.stream(src, key_serde=serdes.STRING, value_serde=serdes.STRING).group_by_key().count(store="counts")
+     .to_stream().to(out, key_serde=serdes.STRING, value_serde=serdes.INT64))
+    # no commit while the test looks: the entries stay dirty, holding their messages
+    app = App(b.build(), {**cluster.config, "application.id": unique("gc"), "state.dir": str(tmp_path / "s"),
+                          "commit.interval.ms": 600_000})
+    app.start()
+    try:
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        cluster.produce(src, [(b"k%d" % (i % 20), b"v") for i in range(200)])
+        wait_for(lambda: sum(t.processed_total for t in app.threads) >= 200, 60, "200 records processed")
+        entries = [entry for thread in app.threads
+                   for named in list(thread.task_manager.thread_cache._caches.values())
+                   for entry in list(named.entries.values())]
+        held = [entry for entry in entries if isinstance(entry.metadata, Message)]
+        assert len(held) == 20  # one per key: the bulk route took the records
+        assert [(gc.is_tracked(entry), gc.is_tracked(entry.metadata)) for entry in held] == [(False, False)] * 20
+    finally:
+        app.close(timeout=60)
