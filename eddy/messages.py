@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from confluent_kafka import Message
 
-__all__ = ["message_rows", "partition_runs", "payload_bytes", "untrack_messages", "message_function", "probed_layout", "layout_arguments",
-           "POINTER_FIELDS", "INT_FIELDS"]
+__all__ = ["message_rows", "partition_runs", "payload_bytes", "untrack_messages", "message_function", "probed_layout",
+           "layout_arguments", "POINTER_FIELDS", "INT_FIELDS"]
 
 logger = logging.getLogger(__name__)
 

@@ -27,13 +27,13 @@ static PyObject *unknown_marker = NULL;  /* thread_cache.UNKNOWN, registered wit
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
 /* Whether a write's record context holds only atomic objects: no metadata, (topic, partition,
- * offset) of exact str/int/None, or a consumed message the cyclic collector does not track, and
- * no headers (the empty tuple). Such an entry can be in no reference cycle (see write_entry);
- * headers can hold anything. The message is a bulk run's lazy record context: the log's decoder
- * untracks every message it makes (they hold bytes, str, ints and tuples of them), and a cached
- * entry holding one would otherwise put every entry of a bulk-written cache back under every
- * full collection's scan. A dict can track itself again later, so an untracked one is not
- * taken as atomic. */
+ * offset) of exact str/int/None, or an object the cyclic collector does not track, and no
+ * headers (the empty tuple). Such an entry can be in no reference cycle (see write_entry);
+ * headers can hold anything. The untracked object is a bulk run's lazy record context, its
+ * consumed message: the log's decoder and eddy.messages.untrack_messages untrack every message
+ * (they hold bytes, str, ints and header pairs), and an entry holding one would otherwise put
+ * every entry of a bulk-written cache back under every full collection's scan. A dict can track
+ * itself again later, so an untracked one is not taken as atomic. */
 static int atomic_context(PyObject *metadata, PyObject *headers)
 {
     if (!PyTuple_CheckExact(headers) || PyTuple_GET_SIZE(headers) != 0)
