@@ -50,7 +50,7 @@ def test_fixture_yields_a_working_broker(kafka_bootstrap_servers: str, kafka_bro
     assert values == [(b"k", b"hello")]
 
 
-def test_local_broker_keeps_old_records_unless_a_topic_sets_retention(kafka_broker: KafkaBroker) -> None:
+def test_local_broker_has_no_time_based_retention_unless_a_topic_sets_it(kafka_broker: KafkaBroker) -> None:
     """Tests stamp records with fixed, old timestamps: the local broker has no time-based
     retention (the default 7 days deleted such records at a retention check between a test's
     write and its read), while a topic's own retention.ms still applies."""
