@@ -100,6 +100,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bench import app_bench  # noqa: E402
 from bench.wordcount import make_lines, topology as wordcount_topology  # noqa: E402
+from bench.wordcount_kafka import broker  # noqa: E402
 from streams import (App, BufferConfig, JoinWindows, Materialized, StreamsBuilder, Suppressed,  # noqa: E402
                      TimeWindows, serdes)
 from streams.backends import for_config  # noqa: E402
@@ -400,7 +401,6 @@ def main() -> None:
     try:
         with contextlib.ExitStack() as stack:
             if args.broker == "kafka":
-                from bench.wordcount_kafka import broker
                 bootstrap, description = stack.enter_context(broker(args.bootstrap_servers, "kafka"))
                 console.print(f"on {description}")
             else:

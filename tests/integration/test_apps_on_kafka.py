@@ -557,8 +557,8 @@ def test_driver_and_broker_give_the_same_output(cluster: Cluster, tmp_path: Path
     lines_topic, counts_topic, app_id = cluster.name("lines"), cluster.name("counts"), cluster.name("wc")
     cluster.create_topics((lines_topic, 1), (counts_topic, 1))
     lines = generate_lines(300, seed=8)
-    # recent timestamps: the broker's retention (7 days by default) would delete older records
-    # at its next retention check
+    # recent timestamps: an external broker (KAFKA_BOOTSTRAP_SERVERS) may keep the default 7-day
+    # retention and delete older records at its next retention check (the tests' own keeps them)
     base_ts = int(time.time() * 1000)
     timestamps = [base_ts + 10 * i for i in range(len(lines))]
     # Without a cache every count update is forwarded, as the driver (which commits after every

@@ -20,6 +20,18 @@ def cluster(backend_config):
     c.close()
 
 
+def _started_count(cluster, tmp_path, src: str, to, commit_ms: int) -> App:
+    """A running App counting `src` by key (the cached store "counts"), the counts written out
+    by `to(to, ...)`: a topic, or a topic name extractor."""
+    b = StreamsBuilder()
+    (b.stream(src, key_serde=serdes.STRING, value_serde=serdes.STRING).group_by_key().count(store="counts")
+     .to_stream().to(to, key_serde=serdes.STRING, value_serde=serdes.INT64))
+    app = App(b.build(), {**cluster.config, "application.id": unique("ctx"), "state.dir": str(tmp_path / "s"),
+                          "commit.interval.ms": commit_ms})
+    app.start()
+    return app
+
+
 def test_each_flushed_count_names_the_record_that_made_it(cluster, tmp_path):
     """Every count (key, n) written out names, through the topic name extractor's record context,
     the input offset of the key's n-th record, and carries that record's headers: the cache may
@@ -48,12 +60,7 @@ def test_each_flushed_count_names_the_record_that_made_it(cluster, tmp_path):
             seen.append((key, value, record_context.topic, record_context.offset, tuple(record_context.headers)))
         return out
 
-    b = StreamsBuilder()
-    (b.stream(src, key_serde=serdes.STRING, value_serde=serdes.STRING).group_by_key().count(store="counts")
-     .to_stream().to(route, key_serde=serdes.STRING, value_serde=serdes.INT64))
-    app = App(b.build(), {**cluster.config, "application.id": unique("ctx"), "state.dir": str(tmp_path / "s"),
-                          "commit.interval.ms": 50})
-    app.start()
+    app = _started_count(cluster, tmp_path, src, route, commit_ms=50)
     try:
         assert app.wait_for_state(AppState.RUNNING, timeout=60)
         for start in range(0, n, size):  # a batch at a time, each counted (and committed) before the next
@@ -88,13 +95,8 @@ def test_consumed_messages_kept_as_record_contexts_are_left_to_no_cycle_collecti
 
     src, out = unique("gc-in"), unique("gc-out")
     cluster.create_topics(1, src, out)
-    b = StreamsBuilder()
-    (b.stream(src, key_serde=serdes.STRING, value_serde=serdes.STRING).group_by_key().count(store="counts")
-     .to_stream().to(out, key_serde=serdes.STRING, value_serde=serdes.INT64))
     # no commit while the test looks: the entries stay dirty, holding their messages
-    app = App(b.build(), {**cluster.config, "application.id": unique("gc"), "state.dir": str(tmp_path / "s"),
-                          "commit.interval.ms": 600_000})
-    app.start()
+    app = _started_count(cluster, tmp_path, src, out, commit_ms=600_000)
     try:
         assert app.wait_for_state(AppState.RUNNING, timeout=60)
         cluster.produce(src, [(b"k%d" % (i % 20), b"v") for i in range(200)])
@@ -106,4 +108,4 @@ def test_consumed_messages_kept_as_record_contexts_are_left_to_no_cycle_collecti
         assert len(held) == 20  # one per key: the bulk route took the records
         assert [(gc.is_tracked(entry), gc.is_tracked(entry.metadata)) for entry in held] == [(False, False)] * 20
     finally:
-        app.close(timeout=60)
+        assert app.close(timeout=60)

@@ -14,8 +14,9 @@ from streams.runtime.collector import RecordCollector
 from _runtime_util import Cluster, unique
 
 PARTITIONS = 3
-# Recent timestamps: a real broker's retention (7 days by default) deletes older records at its
-# next retention check, which made a test read nothing now and then.
+# Recent timestamps: the tests' own broker keeps records of any age (streams/testing/local_kafka.py),
+# but an external one (KAFKA_BOOTSTRAP_SERVERS) may keep the default 7-day retention and delete
+# older records at its next retention check, between a test's write and its read.
 NOW = int(time.time() * 1000)
 RECORDS = [  # key, value, timestamp, headers
     (b"k1", b"v1", NOW + 1, None),
