@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from state.cache.base import CachingStore
+from state.cache.kv import _LIST_OR_TUPLE, _increment_run
 from state.cache.merge import merge_sorted_by
 from state.cache.thread_cache import UNKNOWN, ThreadCache, record_context_of
 from state.rocksdb_kv import key_after
@@ -22,6 +23,10 @@ class CachingWindowStore(CachingStore):
     Reads give what is cached whatever the retention of the store below, which filters only its
     own windows (Kafka's caching window stores: a window still cached is still read).
     """
+
+    # update_many's C loop for a count's cached windows (the KV store's), None without
+    # state.cache._cache (a store's own attribute set to None makes it use the Python loop)
+    _increment_run: Optional[Callable] = _increment_run
 
     def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
         super().__init__(wrapped, cache)
@@ -76,9 +81,9 @@ class CachingWindowStore(CachingStore):
                   dirty=True, timestamp=timestamp)
         return 0
 
-    def update_many(self, keys: Sequence[bytes], starts: Sequence[int],
-                    fn: Callable[[Optional[bytes], int], tuple], timestamps: Sequence[int],
-                    clock: Any = None, metadatas: Optional[Sequence[Any]] = None) -> None:
+    def update_many(  # noqa: C901 - the Python form of a per-record loop, in one frame on purpose
+            self, keys: Sequence[bytes], starts: Sequence[int], fn: Callable[[Optional[bytes], int], tuple],
+            timestamps: Sequence[int], clock: Any = None, metadatas: Optional[Sequence[Any]] = None) -> None:
         """A windowed aggregation's read-modify-write for a run of records: for each key (bytes),
         window start and record timestamp in order, `fn(old, timestamp) -> (new, entry
         timestamp)` over the window's stored bytes (old: None when absent, or expired below and
@@ -87,7 +92,12 @@ class CachingWindowStore(CachingStore):
         in the context's record context, or with `metadatas` in metadatas[i] (a bulk run's
         consumed message, standing for its metadata and headers). The cache lock is held once.
         `clock`: the owner of the caller's stream time, raised to each record's timestamp before
-        anything that could read it (as CachingKeyValueStore.update_many)."""
+        anything that could read it (fn, a read-through, an eviction forwarding downstream) and
+        at the end (as CachingKeyValueStore.update_many).
+
+        A `fn` with `int64_increment` and `timestamped` set (a count: CachingKeyValueStore.update_many
+        says what they promise) has its cached windows' hot case done without a call, by the
+        KV store's C loop (`increment_run`, over the windows' cache keys) where it is built."""
         cache = self._check()
         if self.retain_duplicates:
             raise InvalidStoreArgumentError(f"state store {self.name!r}: update_many needs a store without "
@@ -103,6 +113,9 @@ class CachingWindowStore(CachingStore):
         if context is None:
             metadatas = None
         written_in = context.metadata if metadatas is not None else None
+        run = self._count_loop(fn, timestamps, metadatas)
+        # the cache keys of the leading records the C loop may take (none without it)
+        cache_keys = self._cache_keys(keys, starts, suffixes) if run is not None else ()
         lock = cache.lock
         lock.acquire()
         try:
@@ -111,14 +124,22 @@ class CachingWindowStore(CachingStore):
             # written: on evictions
             live_from, evictions = actual_from(0), named.evictions
             newest_stored = getattr(reader, "observed_stream_time", None)
-            for i in range(len(keys)):
+            i, n = 0, len(keys)
+            while i < n:
+                if i < len(cache_keys):  # cached windows' counts, up to the first other case
+                    i, run_hits, newest, _, error = run(entries, named.dirty, cache_keys, timestamps, i, newest,
+                                                        True, context, metadatas)
+                    named.hits += run_hits
+                    if error is not None:
+                        raise error
+                    if i >= n:
+                        break
                 key, start, timestamp = keys[i], starts[i], timestamps[i]
                 if timestamp > newest:
                     newest = timestamp
                 suffix = suffixes.get(start)
-                if suffix is None:  # the cache key is the changelog key: key + start + sequence number 0
-                    suffix = suffixes[start] = window_changelog_key(b"", check_timestamp(
-                        self.name, "window_start_timestamp", start), 0)
+                if suffix is None:
+                    suffix = suffixes[start] = self._suffix(start)
                 if type(key) is not bytes:
                     check_key(self.name, key)
                 cache_key = key + suffix
@@ -154,9 +175,10 @@ class CachingWindowStore(CachingStore):
                     entry.timestamp = entry_timestamp
                     if metadatas is None:
                         entry.metadata, entry.headers = record_context_of(named)
-                    else:  # a consumed message: its headers come with it (record_context_from)
-                        entry.metadata = metadatas[i]
+                    else:  # a consumed message, standing for its headers too (record_context_from)
+                        entry.metadata, entry.headers = metadatas[i], ()
                     entries.move_to_end(cache_key)
+                    i += 1
                     continue
                 if metadatas is not None:  # the write's record context, read by put_dirty
                     context.metadata = metadatas[i]
@@ -164,10 +186,44 @@ class CachingWindowStore(CachingStore):
                 if named.evictions != evictions:
                     live_from, evictions = actual_from(0), named.evictions
                     newest_stored = getattr(reader, "observed_stream_time", None)
+                i += 1
         finally:
             if metadatas is not None:
                 context.metadata = written_in
+            if clock is not None and newest > clock.stream_time:
+                clock.advance_stream_time(newest)
             lock.release()
+
+    def _count_loop(self, fn: Callable, timestamps: Sequence[int], metadatas: Optional[Sequence[Any]]
+                    ) -> Optional[Callable]:
+        """The C loop (`increment_run`) where it takes `fn`'s hot case with these arguments, else None."""
+        run = self._increment_run
+        if (run is None or not getattr(fn, "int64_increment", False) or not getattr(fn, "timestamped", False)
+                or type(timestamps) not in _LIST_OR_TUPLE or (metadatas is not None and type(metadatas) is not list)):
+            return None
+        return run
+
+    def _suffix(self, start: int) -> bytes:
+        """What follows the key in the cache key of window `start`: the cache key is the changelog
+        key (key + start + sequence number 0)."""
+        return window_changelog_key(b"", check_timestamp(self.name, "window_start_timestamp", start), 0)
+
+    def _cache_keys(self, keys: Sequence[bytes], starts: Sequence[int], suffixes: dict[int, bytes]) -> list:
+        """The cache keys of the leading records of a run up to the first whose key is not bytes
+        or whose window start is not valid (the per-record loop raises its error there)."""
+        out = []
+        append = out.append
+        try:
+            for key, start in zip(keys, starts):
+                suffix = suffixes.get(start)
+                if suffix is None:
+                    suffix = suffixes[start] = self._suffix(start)
+                if type(key) is not bytes:
+                    break
+                append(key + suffix)
+        except Exception:  # the per-record loop raises it at that record
+            pass
+        return out
 
     def fetch(self, key: bytes, time_from: int, time_to: Optional[int] = None):
         cache = self._check()

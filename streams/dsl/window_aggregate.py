@@ -162,6 +162,9 @@ class WindowUpdates:
                 new = ValueAndTimestamp((initializer() if vat is None else vat.value) + increment,
                                         t if vat is None else max(t, vat.timestamp))
                 return serialize(new), new.timestamp
+        # what the caching store's update_many needs to do a cached window's hot case itself
+        count.int64_increment = increment == 1  # type: ignore[attr-defined]
+        count.timestamped = True  # type: ignore[attr-defined]
         return count
 
 
