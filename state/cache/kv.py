@@ -234,7 +234,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
 
     def update_many(  # noqa: C901 - the Python form of a per-record loop, in one frame on purpose
             self, keys: Sequence[bytes], fn: Callable[[Optional[bytes]], Optional[bytes]],
-            timestamps: Sequence[int], clock: Any = None, metadatas: Optional[list] = None) -> Optional[bytes]:
+            timestamps: Sequence[int], clock: Any = None, metadatas: Optional[Sequence[Any]] = None) -> Optional[bytes]:
         """`update(key, fn, timestamp)` for each key (bytes) and timestamp in order, holding the
         cache lock once; returns the last value written. A run of a count's records in one call.
 
@@ -271,13 +271,14 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         hits = 0
         i = 0
         n = min(len(keys), len(timestamps))
+        context = named.context
+        if context is None:  # writes keep no record context
+            metadatas = None
         # An increment's cached int64 values are updated by C, the run stopping at the first
         # other key (a miss, another value, an overflow): the loop body below does that one.
         run = self._increment_run if (increment and type(keys) in _LIST_OR_TUPLE
-                                      and type(timestamps) in _LIST_OR_TUPLE) else None
-        context = named.context
-        if metadatas is not None and (context is None or type(metadatas) is not list):
-            metadatas = None
+                                      and type(timestamps) in _LIST_OR_TUPLE
+                                      and (metadatas is None or type(metadatas) is list)) else None
         if metadatas is not None:
             written_in = context.metadata
         stamped_flag = bool(stamped)

@@ -489,3 +489,29 @@ def test_random_timestamped_runs(tmp_path, seed):
                             lambda rng, ts: rng.choice([None, _stamped(ts - 5, 3), _i(7) + b"x"]))
     max_bytes = rng.choice([0, 3 * ENTRY, 6 * ENTRY, 1_000_000])
     _differential(tmp_path, max_bytes, script, stamped=True, check_oracle=False)
+
+
+class _RecordContext:
+    """The task's processor context as the cache reads it: a write's metadata and headers."""
+
+    metadata = ("ctx", 0, -1)
+    headers = ()
+
+
+@pytest.mark.parametrize("as_type", [list, tuple])
+def test_each_write_keeps_its_records_metadata_whatever_the_sequence(tmp_path, run, as_type):
+    """metadatas[i] is the record context of the i-th write, a list taking the C loop for the
+    cached keys, any other sequence the Python loop; the context's own metadata comes back after."""
+    store, _, clock, log = _store(tmp_path, f"m-{as_type.__name__}", 1_000_000, run)
+    context = _RecordContext()
+    store.set_record_context(context)
+    keys = [b"k0", b"k1", b"k0", b"k1", b"k0"]
+    metas = as_type(("in", 0, offset) for offset in range(5))
+    store.update_many(keys, log.add_one, [1, 2, 3, 4, 5], clock, metas)
+    entries = store._named.entries
+    assert (entries[b"k0"].value, entries[b"k0"].metadata) == (_i(3), ("in", 0, 4))
+    assert (entries[b"k1"].value, entries[b"k1"].metadata) == (_i(2), ("in", 0, 3))
+    assert context.metadata == ("ctx", 0, -1)
+    store.flush()
+    assert [c[1:3] for c in log.calls if c[0] == "flush"] == [(b"k1", _i(2)), (b"k0", _i(3))]
+    store.close()
