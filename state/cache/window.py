@@ -13,6 +13,9 @@ from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
 from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp, decode_window_changelog_key, window_changelog_key
 
+# Windowed(key, Window(start, end)) per flushed window without NamedTuple's Python-level __new__
+_new_tuple = tuple.__new__
+
 
 class CachingWindowStore(CachingStore):
     """Caching for window stores: dedups updates of a (key, window) between commits.
@@ -64,7 +67,8 @@ class CachingWindowStore(CachingStore):
 
         def forward(change: tuple) -> None:
             key, value, start, timestamp = change[:4]
-            listener(Windowed(key, Window(start, start + size)), value, change[6], timestamp)
+            listener(_new_tuple(Windowed, (key, _new_tuple(Window, (start, start + size)))), value, change[6],
+                     timestamp)
         self.forward_in_contexts(kept, forward)
 
     def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,

@@ -35,6 +35,8 @@ __all__ = ["WindowAggregateLogic", "TimeWindowAggregateLogic", "SessionWindowAgg
            "SlidingWindowAggregateLogic", "WindowUpdates", "NO_TIMESTAMP"]
 
 log = logging.getLogger(__name__)
+# a flushed window's Windowed without NamedTuple's Python-level __new__ (WindowUpdates.flushed)
+_new_tuple = tuple.__new__
 
 NO_TIMESTAMP = -1
 Forward = Callable[[Windowed, Any, Any, int], None]
@@ -134,7 +136,7 @@ class WindowUpdates:
                 key = key_unchecked(key) if key_unchecked is not None else key_de(key)
             except Exception:
                 key = key_de(key)
-            return Windowed(key, windowed.window), value_of(new), value_of(old)
+            return _new_tuple(Windowed, (key, windowed.window)), value_of(new), value_of(old)
         return decode
 
     def counting(self, initializer: Callable[[], Any], adder: Callable[..., Any]) -> Optional[Callable[..., tuple]]:
