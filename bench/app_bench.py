@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Optional
 
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from streams import App, AppState
@@ -65,6 +66,12 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple], on_sent: Optio
             on_sent(sent % 10_000)
     finally:
         backend.close()
+
+
+def records_in(consumer: Any, topic: str, partitions: int) -> int:
+    """How many records `topic` holds, read by `consumer`: the sum of its partitions' end
+    offsets (for a new topic without transactions, from which nothing was deleted)."""
+    return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions))
 
 
 def run_app(topology: Any, config: dict, done: Callable[[App], bool],

@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer  # noqa: E402
 
 from bench import app_bench  # noqa: E402
 from bench.wordcount import make_lines  # noqa: E402
@@ -141,12 +141,11 @@ def run_kafka_streams(bootstrap: str, mode: str, input_topic: str, work: str, co
     return result["done"] - result["running"], result["joined"], output
 
 
-def records_in(bootstrap: str, topic: str) -> int:
-    """How many records `topic` holds (the sum of its partitions' end offsets: nothing deleted)."""
+def written_out(bootstrap: str, output: str) -> int:
+    """The records in a run's output topic (one partition, see run_eddy)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"dsl-kafka-{uuid.uuid4().hex[:8]}"})
     try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions)
+        return app_bench.records_in(consumer, output, 1)
     finally:
         consumer.close()
 
@@ -199,7 +198,7 @@ def main() -> None:
                     ratio = "" if mode == "wordcount" else f"  ratio to word count {rates[mode] / rates['wordcount']:.3f}"
                     results = f" ({joined:,} of {len(payments):,} payments joined)" if mode == "stream_stream" else ""
                     if mode == "table":  # how much of the aggregation's work its cache saved
-                        results = f" ({records_in(bootstrap, output):,} counts written out)"
+                        results = f" ({written_out(bootstrap, output):,} counts written out)"
                     print(f"{name:<13} {mode:<13}: {seconds:7.2f}s {rates[mode]:10,.0f} records/s{ratio}{results}",
                           flush=True)
     finally:

@@ -288,8 +288,7 @@ class ThroughRepartition:
 
     def end_offsets(self, topic: str) -> int:
         """How many records `topic` (new, not transactional) holds."""
-        return sum(self.probe.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                   for p in range(self.partitions))
+        return app_bench.records_in(self.probe, topic, self.partitions)
 
     def close(self) -> None:
         self.probe.close()

@@ -141,12 +141,15 @@ class CachingWindowStore(CachingStore):
                 key, start, timestamp = keys[i], starts[i], timestamps[i]
                 if timestamp > newest:
                     newest = timestamp
-                suffix = suffixes.get(start)
-                if suffix is None:
-                    suffix = suffixes[start] = self._suffix(start)
-                if type(key) is not bytes:
-                    check_key(self.name, key)
-                cache_key = key + suffix
+                if i < len(cache_keys):  # made and checked already, for the C loop
+                    cache_key = cache_keys[i]
+                else:
+                    suffix = suffixes.get(start)
+                    if suffix is None:
+                        suffix = suffixes[start] = self._suffix(start)
+                    if type(key) is not bytes:
+                        check_key(self.name, key)
+                    cache_key = key + suffix
                 read = UNKNOWN
                 entry = entries.get(cache_key)  # cached: whatever the retention below (Kafka)
                 if entry is not None:
