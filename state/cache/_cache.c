@@ -3,7 +3,7 @@
  *
  * increment_run is the common case of CachingKeyValueStore.update_many for a count: the key
  * is cached and its value is a big-endian signed 8-byte integer that does not overflow when
- * one is added. That case calls no user code, changes no entry size and so evicts nothing,
+ * one (or the key's own increment: a table count's) is added. That case calls no user code, changes no entry size and so evicts nothing,
  * which is why it can run here without the clock: every effect is on the cache's own dicts
  * and entries, done in the order the Python loop does them. Any other key (a miss, another
  * value, an overflow, a key or timestamp of an unexpected type) stops the run; the Python
@@ -208,7 +208,7 @@ static inline void store_be64(unsigned char *p, int64_t v)
 /* One hot key, entry known to be hot: the Python loop's effects in its order. Returns 0, or -1
  * with an exception set (the effects before the failing step stay done, as in Python). */
 static int increment_one(PyObject *entries_move_to_end, PyObject *dirty, PyObject *key,
-                         PyObject *entry, PyObject *value, int is_dirty, int64_t count,
+                         PyObject *entry, PyObject *value, int is_dirty, int64_t new_count,
                          PyObject *timestamp, int stamped, int64_t stamp, PyObject *metadata, PyObject *headers)
 {
     /* stamped: a timestamped store's value, the 8-byte timestamp (`stamp`) before the count */
@@ -217,9 +217,9 @@ static int increment_one(PyObject *entries_move_to_end, PyObject *dirty, PyObjec
         return -1;
     if (stamped) {
         store_be64((unsigned char *)PyBytes_AS_STRING(packed), stamp);
-        store_be64((unsigned char *)PyBytes_AS_STRING(packed) + 8, count + 1);
+        store_be64((unsigned char *)PyBytes_AS_STRING(packed) + 8, new_count);
     } else {
-        store_be64((unsigned char *)PyBytes_AS_STRING(packed), count + 1);
+        store_be64((unsigned char *)PyBytes_AS_STRING(packed), new_count);
     }
     if (is_dirty) {
         /* re-dirtied: moves to the end of the write order. Python's `if key in dirty: del`;
@@ -257,8 +257,14 @@ static int increment_one(PyObject *entries_move_to_end, PyObject *dirty, PyObjec
 
 static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 6 || nargs > 9) {
-        PyErr_Format(PyExc_TypeError, "increment_run() takes 6 to 9 arguments (%zd given)", nargs);
+    if (nargs < 6 || nargs > 10) {
+        PyErr_Format(PyExc_TypeError, "increment_run() takes 6 to 10 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    /* each key's own increment, a signed byte (a table count's +1, -1 or 0), else one for all */
+    PyObject *increments = nargs > 9 ? args[9] : Py_None;
+    if (increments != Py_None && !PyBytes_CheckExact(increments)) {
+        PyErr_SetString(PyExc_TypeError, "increment_run() increments must be bytes or None");
         return NULL;
     }
     int stamped = nargs > 6 ? PyObject_IsTrue(args[6]) : 0;
@@ -346,11 +352,17 @@ static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t
             break;  /* None (a cached delete), another size, unset: fn decides */
         if (dirty_flag != Py_True && dirty_flag != Py_False)
             break;
+        int64_t increment = 1;
+        if (increments != Py_None) {
+            if (i >= PyBytes_GET_SIZE(increments))
+                break;
+            increment = (int8_t)PyBytes_AS_STRING(increments)[i];
+        }
         const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(value);
         int64_t stamp = stamped ? load_be64(bytes) : 0;
         int64_t count = load_be64(stamped ? bytes + 8 : bytes);
-        if (count == INT64_MAX)
-            break;  /* adding one overflows int64: fn decides */
+        if ((increment > 0 && count > INT64_MAX - increment) || (increment < 0 && count < INT64_MIN - increment))
+            break;  /* the sum overflows int64: fn decides */
         /* From here the key is updated, so its timestamp counts and it is a hit, as in Python
          * even if a step below fails. */
         if (ts > newest_ms) {
@@ -381,7 +393,7 @@ static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t
         if (metadatas != Py_None) {
             write_metadata = i < PyList_GET_SIZE(metadatas) ? PyList_GET_ITEM(metadatas, i) : Py_None;
         }
-        int rc = increment_one(move_to_end, dirty, key, entry, value, dirty_flag == Py_True, count, entry_ts,
+        int rc = increment_one(move_to_end, dirty, key, entry, value, dirty_flag == Py_True, count + increment, entry_ts,
                                stamped, stamp, write_metadata, headers);
         if (rc == 0) {
             PyObject *written = SLOT(entry, off_value);
@@ -1309,13 +1321,13 @@ static PyMethodDef module_methods[] = {
      "(having done nothing) for a case it does not take (see the function's comment)."},
     {"increment_run", (PyCFunction)(void (*)(void))increment_run, METH_FASTCALL,
      "increment_run(entries, dirty, keys, timestamps, start, newest, stamped=False, context=None,\n"
-     "              metadatas=None)\n--\n\n"
+     "              metadatas=None, increments=None)\n--\n\n"
      "CachingKeyValueStore.update_many's hot case for keys[start:] with an int64 add-one fn:\n"
-     "while the key is cached with an 8-byte value that does not overflow, write value + 1 as\n"
-     "update_many does (dirty order, old value, timestamp, record context, LRU order). The\n"
+     "while the key is cached with an 8-byte value that does not overflow, write value + 1\n"
+     "(value + increments[i], a signed byte, when increments is bytes) as update_many does (dirty order, old value, timestamp, record context, LRU order). The\n"
      "record context: metadatas[i] and no headers when metadatas is a list, else context's\n"
      "metadata and headers (none when context is None). With stamped, the value\n"
-     "is 16 bytes (timestamp, int64): the int64 gets one added and the timestamp, as the\n"
+     "is 16 bytes (timestamp, int64): the int64 gets its increment added and the timestamp, as the\n"
      "entry's, becomes max(its own, the record's). Stops at the first key\n"
      "that is not that case, or at once if newest is not an int64.\n"
      "Returns (stop, hits, newest, last_value, error): stop is the index of the first key not\n"

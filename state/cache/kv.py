@@ -234,7 +234,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
 
     def update_many(  # noqa: C901 - the Python form of a per-record loop, in one frame on purpose
             self, keys: Sequence[bytes], fn: Callable[[Optional[bytes]], Optional[bytes]],
-            timestamps: Sequence[int], clock: Any = None, metadatas: Optional[Sequence[Any]] = None) -> Optional[bytes]:
+            timestamps: Sequence[int], clock: Any = None, metadatas: Optional[Sequence[Any]] = None,
+            increments: Optional[bytes] = None) -> Optional[bytes]:
         """`update(key, fn, timestamp)` for each key (bytes) and timestamp in order, holding the
         cache lock once; returns the last value written. A run of a count's records in one call.
 
@@ -254,6 +255,11 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         hot case is a 16-byte value whose int64 part gets one added and whose timestamp part
         becomes max(its own, the record's), the entry's timestamp the same.
 
+        `increments` (bytes, a signed byte a key, with an `int64_increment` fn: a table count's
+        +1, -1 or 0 by its record's Change) adds increments[i] to key i's int64 instead of one,
+        and `fn` gets it as a last argument: `fn(old, timestamp, increments[i])` (timestamped)
+        or `fn(old, increments[i])`.
+
         The record context of each write is the context's (the named cache's, see
         state.cache.thread_cache), or with `metadatas` metadatas[i] (a bulk run's consumed
         message, standing for its metadata and headers): set on the context while the key is
@@ -271,6 +277,10 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         hits = 0
         i = 0
         n = min(len(keys), len(timestamps))
+        if increments is not None:
+            if not increment or type(increments) is not bytes:
+                raise TypeError("update_many: increments must be bytes and fn must have int64_increment")
+            n = min(n, len(increments))
         context = named.context
         if context is None:  # writes keep no record context
             metadatas = None
@@ -282,6 +292,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         if metadatas is not None:
             written_in = context.metadata
         stamped_flag = bool(stamped)
+        add, extra = 1, ()  # key i's increment, and fn's last argument when increments are given
         # the run's stream time so far, handed to the clock before anything that could look
         # at it runs (fn, an eviction, a read-through) and at the end
         newest = clock.stream_time if clock is not None else 0
@@ -290,7 +301,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             while i < n:
                 if run is not None:
                     stop, run_hits, newest, run_value, error = run(entries, named.dirty, keys, timestamps, i, newest,
-                                                                   stamped_flag, context, metadatas)
+                                                                   stamped_flag, context, metadatas, increments)
                     hits += run_hits
                     if stop != i:
                         value = run_value
@@ -307,6 +318,11 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                 dirty = named.dirty
                 if timestamp > newest:
                     newest = timestamp
+                if increments is not None:
+                    add = increments[i]
+                    if add > 127:  # a signed byte
+                        add -= 256
+                    extra = (add,)
                 entry = entries.get(key)
                 if entry is not None:
                     # get: a hit; put: the entry rewritten in place and made MRU (the cache holds it,
@@ -318,18 +334,18 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                             if stamped:
                                 stamp, count = _unpack_stamped(entry.value)
                                 stamp = stamp if stamp > timestamp else timestamp
-                                value = _pack_stamped(stamp, count + 1)
+                                value = _pack_stamped(stamp, count + add)
                                 timestamp = stamp
                             else:
-                                value = _pack_int64(_unpack_int64(entry.value)[0] + 1)
+                                value = _pack_int64(_unpack_int64(entry.value)[0] + add)
                             resized = False  # the same size: no size change, so no eviction
                         except Exception:  # None, another size, overflow: fn decides
                             if clock is not None:
                                 clock.advance_stream_time(newest)
                             if stamped:
-                                value, timestamp = fn(entry.value, timestamp)
+                                value, timestamp = fn(entry.value, timestamp, *extra)
                             else:
-                                value = fn(entry.value)
+                                value = fn(entry.value, *extra)
                     else:
                         if clock is not None:
                             clock.advance_stream_time(newest)
@@ -363,7 +379,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                 else:
                     if clock is not None:
                         clock.advance_stream_time(newest)
-                    value = self._update_missed(named, cache, key, fn, timestamp, stamped)
+                    value = self._update_missed(named, cache, key, fn, timestamp, stamped, extra)
                 i += 1
             return value
         except BaseException as exc:
@@ -378,16 +394,17 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             lock.release()
 
     def _update_missed(self, named: NamedCache, cache: ThreadCache, key: bytes,
-                       fn: Callable[..., Any], timestamp: int, stamped: bool) -> Optional[bytes]:
-        """update() of a key the cache does not hold (the lock is held): read through, write dirty."""
+                       fn: Callable[..., Any], timestamp: int, stamped: bool, extra: tuple = ()) -> Optional[bytes]:
+        """update() of a key the cache does not hold (the lock is held): read through, write dirty;
+        `extra`: fn's last arguments (update_many's increment)."""
         named.misses += 1
         old = self._reader.get(key)
         if old is not None:
             named.put_clean(key, old)  # then dirtied below (it keeps `old`), unless evicted at once
         if stamped:
-            value, timestamp = fn(old, timestamp)
+            value, timestamp = fn(old, timestamp, *extra)
         else:
-            value = fn(old)
+            value = fn(old, *extra)
         if value is not None and type(value) is not bytes:
             check_value(self.name, value)
         named.put_dirty(key, value, timestamp, old)

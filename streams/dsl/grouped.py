@@ -15,6 +15,7 @@ from streams.dsl.ktable import KTable
 from streams.dsl.materialized import (Materialized, as_materialized, key_value_store_builder, session_store_builder,
                                       window_store_builder)
 from streams.dsl.ops.aggregate import AggregateProcessor, count_adder, count_initializer, reduce_adder, reduce_initializer
+from streams.dsl.ops.table_count import count_add, count_subtract
 from streams.dsl.ops.table import TableAggregateProcessor
 from streams.dsl.ops.windowed import WindowAggregateProcessor
 from streams.dsl.windows import EmitStrategy, SessionWindows, SlidingWindows, TimeWindows
@@ -268,9 +269,7 @@ class KGroupedTable:
                       store_name=name_of_store)
 
     def count(self, store: str | Materialized | None = None) -> KTable:
-        return self._aggregate(N.TABLE_AGGREGATE, "count", store,
-                               lambda k, v, agg: (0 if agg is None else agg) + 1, lambda k, v, agg: agg - 1,
-                               _serdes.INT64)
+        return self._aggregate(N.TABLE_AGGREGATE, "count", store, count_add, count_subtract, _serdes.INT64)
 
     def reduce(self, adder: Callable[[Any, Any], Any], subtractor: Callable[[Any, Any], Any],
                store: str | Materialized | None = None) -> KTable:

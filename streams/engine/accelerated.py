@@ -5,8 +5,10 @@ take goes through, alone and in order.
 
 Two shapes of the source's only child are accelerated:
 - a stage offering the bulk capability `key_bytes_run = (key_serde, run)`: `run(keys,
-  timestamps, clock)` does for a run of serialized non-None keys what the stage does for each
-  (value and headers play no part); C `keyed_run` collects the keys, no row is built;
+  timestamps, clock, messages)` does for a run of serialized non-None keys what the stage does
+  for each (value and headers play no part, but for what the messages say, where a third item
+  `takes(value_serde)` accepts the source's value serde: a table count reads each value's
+  Change flag); C `keyed_run` collects the keys, no row is built;
 - any fused chain: C `dispatch_run` is the per-record loop for the common record (no headers, a
   timestamp, a key and value the source's C deserializers take).
 
@@ -106,9 +108,11 @@ class AcceleratedRoute:
         """The stage's run over serialized keys, when its key serde is the source's and its bytes
         round-trip (so checking a key by deserializing it is all the serde does); else None."""
         bulk = getattr(fused, "key_bytes_run", None)
-        if bulk is not None and bulk[0] is source.key_serde and _serdes.round_trips(bulk[0]):
-            return bulk[1]
-        return None
+        if bulk is None or bulk[0] is not source.key_serde or not _serdes.round_trips(bulk[0]):
+            return None
+        if len(bulk) > 2 and not bulk[2](source.value_serde):  # the run reads the values too
+            return None
+        return bulk[1]
 
     def _one(self, source: SourceNode, topic: str, partition: int, messages: list) -> int:
         """The Python route for messages this route does not take."""

@@ -60,14 +60,15 @@ class ProcessorNode:
 
 
 class SourceNode(ProcessorNode):
-    __slots__ = ("topics", "key_serde", "key_deserialize", "value_deserialize", "key_deserialize_unchecked",
-                 "value_deserialize_unchecked", "timestamp_extractor", "context")
+    __slots__ = ("topics", "key_serde", "value_serde", "key_deserialize", "value_deserialize",
+                 "key_deserialize_unchecked", "value_deserialize_unchecked", "timestamp_extractor", "context")
 
     def __init__(self, name: str, topics: tuple[str, ...], key_serde: Any, value_serde: Any,
                  timestamp_extractor: Any) -> None:
         super().__init__(name, None)
         self.topics = topics
         self.key_serde = key_serde
+        self.value_serde = value_serde
         self.key_deserialize = key_serde.deserialize
         self.value_deserialize = value_serde.deserialize
         self.key_deserialize_unchecked = _serdes.unchecked_deserializer(key_serde)

@@ -83,6 +83,32 @@ class Log:
     add_one_stamped.int64_increment = True
     add_one_stamped.timestamped = True
 
+    def add_by(self, old, increment):
+        """add_one with each key's own increment (update_many's `increments`)."""
+        self.calls.append(("fn", old, increment, self.clock.stream_time))
+        if old is None:
+            return _i(1) if increment >= 0 else None
+        if len(old) != 8:
+            return _i(int(old) + increment)
+        return I64.pack(I64.unpack(old)[0] + increment)
+
+    add_by.int64_increment = True
+
+    def add_by_stamped(self, old, timestamp, increment):
+        """add_one_stamped with each key's own increment: a table count's (nothing to subtract
+        from on no count: a delete)."""
+        self.calls.append(("fn", old, timestamp, increment, self.clock.stream_time))
+        if old is None:
+            return (I64.pack(timestamp) + _i(1) if increment >= 0 else None), timestamp
+        stamp = max(I64.unpack_from(old)[0], timestamp)
+        count = old[8:]
+        if len(count) != 8:
+            return I64.pack(stamp) + _i(int(count) + increment), stamp
+        return I64.pack(stamp) + I64.pack(I64.unpack(count)[0] + increment), stamp
+
+    add_by_stamped.int64_increment = True
+    add_by_stamped.timestamped = True
+
     def on_flush(self, key, new, old, timestamp):
         self.calls.append(("flush", key, new, old, timestamp, self.clock.stream_time))
 
@@ -109,10 +135,21 @@ def _snapshot(store):
     )
 
 
-def _run(store, clock, log, keys, timestamps, stamped=False):
+def _fn(log, stamped, increments):
+    if increments is None:
+        return log.add_one_stamped if stamped else log.add_one
+    return log.add_by_stamped if stamped else log.add_by
+
+
+def _signed(increments):
+    return [b - 256 if b > 127 else b for b in increments]
+
+
+def _run(store, clock, log, keys, timestamps, stamped=False, increments=None):
     """update_many; returns (returned value or the exception's type, args and updates_done)."""
     try:
-        return ("ok", store.update_many(keys, log.add_one_stamped if stamped else log.add_one, timestamps, clock))
+        return ("ok", store.update_many(keys, _fn(log, stamped, increments), timestamps, clock,
+                                        increments=increments))
     except Exception as exc:
         return ("raised", type(exc), str(exc), exc.updates_done)
 
@@ -175,8 +212,10 @@ def test_increment_run_bad_arguments():
         _cache.increment_run(entries, dirty, iter([]), [], 0, 0)
     with pytest.raises(ValueError, match="start must be >= 0"):
         _cache.increment_run(entries, dirty, [], [], -1, 0)
-    with pytest.raises(TypeError, match="takes 6 to 9 arguments"):
+    with pytest.raises(TypeError, match="takes 6 to 10 arguments"):
         _cache.increment_run(entries, dirty, [], [], 0)
+    with pytest.raises(TypeError, match="increments must be bytes or None"):
+        _cache.increment_run(entries, dirty, [], [], 0, 0, True, None, None, [1])
 
 
 @needs_c
@@ -218,7 +257,7 @@ def _differential(tmp_path, max_bytes, script, check_oracle=True, stamped=False)
         for step in script:
             kind = step[0]
             if kind == "update":
-                trace.append(_run(store, clock, log, step[1], step[2], stamped))
+                trace.append(_run(store, clock, log, step[1], step[2], stamped, *step[3:]))
                 trace.append(clock.stream_time)
             elif kind == "put":
                 store.put(step[1], step[2], step[3])
@@ -243,7 +282,14 @@ def _check_against_get_then_put(tmp_path, max_bytes, script, result, stamped=Fal
     store, inner, clock, log = _store(tmp_path, "oracle", max_bytes, None)
     for step in script:
         kind = step[0]
-        if kind == "update":
+        if kind == "update" and len(step) > 3:  # each key's own increment
+            for key, timestamp, increment in zip(step[1], step[2], _signed(step[3])):
+                clock.stream_time = max(clock.stream_time, timestamp)
+                if stamped:
+                    store.put(key, *log.add_by_stamped(store.get(key), timestamp, increment))
+                else:
+                    store.put(key, log.add_by(store.get(key), increment), timestamp)
+        elif kind == "update":
             for key, timestamp in zip(step[1], step[2]):
                 clock.stream_time = max(clock.stream_time, timestamp)
                 if stamped:
@@ -515,3 +561,73 @@ def test_each_write_keeps_its_records_metadata_whatever_the_sequence(tmp_path, r
     store.flush()
     assert [c[1:3] for c in log.calls if c[0] == "flush"] == [(b"k1", _i(2)), (b"k0", _i(3))]
     store.close()
+
+
+# ------------------------------------------------- each key's own increment (a table count's)
+def _inc(*deltas):
+    return bytes(d & 0xFF for d in deltas)
+
+
+@needs_c
+def test_increment_run_adds_each_keys_own_increment_and_stops_at_an_overflow():
+    entries = OrderedDict()
+    entries[b"a"] = CacheEntry(_stamped(5, 3), False, 5, ENTRY + 8)
+    entries[b"b"] = CacheEntry(_stamped(9, -2**63 + 1), True, 9, ENTRY + 8, None)
+    dirty = {b"b": None}
+    keys = [b"a", b"b", b"a", b"b", b"a"]
+    stop, hits, newest, last, error = _cache.increment_run(entries, dirty, keys, [7, 4, 6, 8, 9], 0, 0, True,
+                                                           None, None, _inc(-1, -1, 0, -1, 1))
+    # b at INT64_MIN: subtracting one more overflows, fn decides from there
+    assert (stop, hits, newest, last, error) == (3, 3, 7, _stamped(7, 2), None)
+    assert entries[b"a"].value == _stamped(7, 2) and entries[b"a"].old == _stamped(5, 3)
+    assert entries[b"b"].value == _stamped(9, -2**63) and entries[b"b"].timestamp == 9
+    # increments shorter than the keys: the run stops where they end
+    assert _cache.increment_run(entries, dirty, keys, [7, 4, 6, 8, 9], 4, 0, True, None, None,
+                                _inc(1, 1, 1, 1))[:2] == (4, 0)
+    entries[b"c"] = CacheEntry(_stamped(1, 2**63 - 1), True, 1, ENTRY + 8)
+    assert _cache.increment_run(entries, dirty, [b"c", b"c"], [2, 3], 0, 0, True, None, None,
+                                _inc(0, 1))[:2] == (1, 1)
+    assert entries[b"c"].value == _stamped(2, 2**63 - 1)
+
+
+def test_update_many_wants_bytes_increments_and_an_int64_fn(tmp_path, run):
+    store, _, clock, log = _store(tmp_path, "bad", 1_000_000, run)
+    with pytest.raises(TypeError, match="increments must be bytes"):
+        store.update_many([b"k0"], log.add_by, [1], clock, increments=[1])
+    with pytest.raises(TypeError, match="fn must have int64_increment"):
+        store.update_many([b"k0"], lambda old, increment: old, [1], clock, increments=_inc(1))
+    store.close()
+
+
+@pytest.mark.parametrize("stamped", [False, True])
+def test_increments_with_hits_misses_deletes_and_overflows(tmp_path, stamped):
+    value = (lambda ts, n: _stamped(ts, n)) if stamped else (lambda ts, n: _i(n))
+    script = [
+        ("inner", b"k1", value(50, 40)),
+        ("inner", b"k3", value(2, -2**63 + 1)),
+        ("update", [b"k0", b"k1", b"k0", b"k0", b"k1", b"k2"], [5, 3, 9, 2, 60, 4], _inc(1, -1, 0, -1, 1, -1)),
+        ("flush",),
+        ("get", b"k0"),
+        ("update", [b"k0", b"k0", b"k1", b"k2", b"k3"], [4, 12, 13, 14, 15], _inc(1, 0, 1, 1, -1)),
+        ("put", b"k1", None, 16),  # a cached delete: fn(None) with its increment
+        ("update", [b"k1", b"k1", b"k0"], [17, 18, 19], _inc(-1, 1, -1)),
+    ]
+    trace, calls, stored = _differential(tmp_path, 1_000_000, script, stamped=stamped)
+    counts = {k: I64.unpack(v[-8:])[0] for k, v in stored}
+    assert counts == {b"k0": 0, b"k1": 1, b"k2": 1, b"k3": -2**63}
+    # k2's first update: nothing to subtract from (the stream time is the run's newest so far)
+    assert (("fn", None, 4, -1, 60) if stamped else ("fn", None, -1, 60)) in calls
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_runs_with_increments(tmp_path, seed):
+    rng = random.Random(seed)
+    stamped = seed % 2 == 1
+    vocab = [b"k%d" % i for i in range(6)]
+    script = _random_script(rng, vocab, [("inner", b"k5", _stamped(3, 7) if stamped else _i(7))], 20, 0.7,
+                            lambda rng, ts: rng.choice([None, _stamped(ts - 5, 3) if stamped else _i(3)]))
+    for i, step in enumerate(script):
+        if step[0] == "update":
+            script[i] = step + (_inc(*(rng.choice([-1, 0, 1]) for _ in step[1])),)
+    max_bytes = rng.choice([0, 3 * ENTRY, 6 * ENTRY, 1_000_000])
+    _differential(tmp_path, max_bytes, script, stamped=stamped)

@@ -17,6 +17,7 @@ from state.typed import find_caching_layer
 from streams import serdes as _serdes
 from streams.dsl import change as _change
 from streams.dsl.change import Change
+from streams.dsl.ops.table_count import TableCountBytes, count_add, count_subtract, takes_changes
 from streams.engine.stages import Stage, StageOperator, drop
 from streams.errors import ProcessingError
 from streams.processor import ProcessorContext
@@ -468,7 +469,13 @@ class TableAggregateProcessor(StageOperator):
     ValueAndTimestamp and downstream gets Change(new aggregate, old aggregate).
 
     `add(key, value, aggregate_or_None)` and `subtract(key, value, aggregate)` are the adapted
-    user functions (reduce starts from the value itself, aggregate from the initializer)."""
+    user functions (reduce starts from the value itself, aggregate from the initializer).
+
+    A count (streams/dsl/ops/table_count.py's adder and subtractor) over a caching store of INT64
+    counts also offers the engine's bulk capability `key_bytes_run = (key_serde, run,
+    takes_changes)`: `run(keys, timestamps, clock, messages)` is the stage for each serialized
+    key of a run of records whose values are Change bytes `takes_changes` accepts the source's
+    serde for, messages[i] the key's consumed record (its flag byte and record context)."""
 
     def __init__(self, store_name: str, caching: bool, add: Callable[[Any, Any, Any], Any],
                  subtract: Callable[[Any, Any, Any], Any]) -> None:
@@ -481,6 +488,10 @@ class TableAggregateProcessor(StageOperator):
         super().init(context)
         self.store = context.get_state_store(self.store_name)
         self.forward_on_update = attach_tuple_forwarder(self, self.store, self.caching)
+        # the count in bulk only where the cache's flush forwards (its flush listener decodes
+        # the bytes it writes as it decodes the typed layer's)
+        self._count_bytes = (TableCountBytes.of(self.store) if not self.forward_on_update
+                             and self.add is count_add and self.subtract is count_subtract else None)
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
         add, subtract, forward_on_update = self.add, self.subtract, self.forward_on_update
@@ -504,4 +515,16 @@ class TableAggregateProcessor(StageOperator):
             except BaseException:
                 failed()
                 raise
+
+        count_bytes = self._count_bytes
+        if count_bytes is not None:
+            count_run = count_bytes.run
+
+            def run(keys: list, timestamps: list, clock: Any, messages: list) -> None:
+                try:
+                    count_run(keys, messages, timestamps, clock)
+                except BaseException:
+                    failed()
+                    raise
+            table_aggregate.key_bytes_run = (count_bytes.key_serde, run, takes_changes)  # type: ignore[attr-defined]
         return table_aggregate

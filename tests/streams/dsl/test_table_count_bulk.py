@@ -1,0 +1,145 @@
+"""KGroupedTable.count over a caching store counts runs of Change records at the bytes level
+(streams/dsl/ops/table_count.py, the C loop state.cache._cache.increment_run with each record's
+increment): on the TopologyTestDriver (the production route) it must emit exactly what the
+per-record aggregation emits. Expected outputs are derived by hand from Kafka's
+KTableRepartitionMap and KTableAggregate; the driver commits after each input record."""
+
+import random
+
+import pytest
+
+from streams import StreamsBuilder, serdes
+from streams.dsl import Materialized
+from streams.dsl.ops import table_count
+from streams.testing import TopologyTestDriver
+
+S = serdes.STRING
+I64 = serdes.INT64
+CONFIG = {"application.id": "tc"}
+
+
+def _count(records, bulk, monkeypatch, value_serde=S, mapper=None, spy=None):
+    """The table count's output records (key, count, timestamp) and its store's contents."""
+    if not bulk:
+        monkeypatch.setattr(table_count.TableCountBytes, "of", classmethod(lambda cls, store: None))
+    if spy is not None:
+        real = table_count.TableCountBytes.__init__
+
+        def init(self, store, below):
+            real(self, store, below)
+            run = self.run
+
+            def counted(keys, messages, timestamps, clock):
+                spy.append(len(keys))
+                run(keys, messages, timestamps, clock)
+            self.run = counted
+        monkeypatch.setattr(table_count.TableCountBytes, "__init__", init)
+    b = StreamsBuilder()
+    (b.table("users", key_serde=S, value_serde=value_serde)
+        .group_by(mapper or (lambda user, group: (group, user)), key_serde=S, value_serde=value_serde)
+        .count(store=Materialized.as_("per-group"))
+        .to_stream().to("out", key_serde=S, value_serde=I64))
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        inp = d.create_input_topic("users", S, value_serde)
+        for user, group, t in records:
+            inp.pipe_input(user, group, timestamp=t)
+        out = [(r.key, r.value, r.timestamp) for r in d.create_output_topic("out", S, I64).read_records_to_list()]
+        store = d.get_timestamped_key_value_store("per-group")
+        stored = {k: (v.value, v.timestamp) for k, v in store.all()}
+    monkeypatch.undo()
+    return out, stored
+
+
+RECORDS = [
+    ("alice", "eu", 10),
+    ("bob", "eu", 5),  # eu: 2, stamped max(10, 5)
+    ("alice", "us", 20),  # eu loses alice first (1 @ 20), then us gains her (1 @ 20)
+    ("bob", "eu", 7),  # kept in eu: one Change(bob, bob), -1 then +1, stamped max(20, 7)
+    ("alice", None, 25),  # a tombstone: us loses alice (0 @ 25), the count stays
+    ("carol", "ap", 3),  # a new group: 1 stamped with its own record's timestamp
+    ("alice", "us", 1),  # back in us: 1 @ max(25, 1); the table warns of the out-of-order update
+]
+EXPECTED = [("eu", 1, 10), ("eu", 2, 10), ("eu", 1, 20), ("us", 1, 20), ("eu", 1, 20), ("us", 0, 25),
+            ("ap", 1, 3), ("us", 1, 25)]
+
+
+def test_a_cached_table_count_counts_in_bulk_as_kafka_counts(monkeypatch):
+    runs = []
+    out, stored = _count(RECORDS, True, monkeypatch, spy=runs)
+    assert out == EXPECTED
+    assert stored == {"eu": (1, 20), "us": (1, 25), "ap": (1, 3)}
+    assert sum(runs) == 8  # every repartition record went through the bulk run (a move sends two)
+    assert _count(RECORDS, False, monkeypatch) == (out, stored)
+
+
+def test_a_group_with_no_count_has_nothing_to_subtract_from(monkeypatch):
+    """A group_by whose mapping changes between a value's addition and its removal sends the
+    old pair to a group that never counted it: the subtractor does not run (no aggregate),
+    the group's entry is a delete of nothing, and nothing is emitted for it (Kafka)."""
+    expected = ([("g1", 1, 1), ("g3", 1, 3)], {"g1": (1, 1), "g3": (1, 3)})
+    assert _count_moving_mapper(True, monkeypatch) == _count_moving_mapper(False, monkeypatch) == expected
+
+
+def _count_moving_mapper(bulk, monkeypatch):
+    moved = {"x": "g1"}
+
+    def mapper(user, value):
+        return moved[value], user
+    if not bulk:
+        monkeypatch.setattr(table_count.TableCountBytes, "of", classmethod(lambda cls, store: None))
+    b = StreamsBuilder()
+    (b.table("users", key_serde=S, value_serde=S)
+        .group_by(mapper, key_serde=S, value_serde=S)
+        .count(store=Materialized.as_("per-group"))
+        .to_stream().to("out", key_serde=S, value_serde=I64))
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        inp = d.create_input_topic("users", S, S)
+        inp.pipe_input("u", "x", timestamp=1)  # g1 counts u
+        moved["x"] = "g2"
+        moved["y"] = "g3"
+        inp.pipe_input("u", "y", timestamp=3)  # old pair to g2 (never counted u), new pair to g3
+        out = [(r.key, r.value, r.timestamp) for r in d.create_output_topic("out", S, I64).read_records_to_list()]
+        stored = {k: (v.value, v.timestamp) for k, v in d.get_timestamped_key_value_store("per-group").all()}
+    monkeypatch.undo()
+    return out, stored
+
+
+def test_random_updates_emit_what_the_per_record_count_emits(monkeypatch):
+    rng = random.Random(7)
+    records = []
+    for _ in range(400):
+        user = f"u{rng.randrange(30)}"
+        group = rng.choice([None, "a", "b", "c", "d", "e"]) if rng.random() < 0.9 else None
+        records.append((user, group, rng.randrange(1000)))
+    runs = []
+    bulk = _count(records, True, monkeypatch, spy=runs)
+    assert sum(runs) > 400  # moves send two records
+    assert bulk == _count(records, False, monkeypatch)
+    # the final counts are the table's final groups, whatever the order of the updates
+    final = {}
+    for user, group, _ in records:
+        final[user] = group
+    expected = {}
+    for group in final.values():
+        if group is not None:
+            expected[group] = expected.get(group, 0) + 1
+    assert {k: v for k, (v, _) in bulk[1].items() if v} == expected
+
+
+def test_values_whose_serde_does_not_round_trip_take_the_per_record_route(monkeypatch):
+    """JSON values (not round-tripping): the flag byte is not trusted to say which sides a
+    deserialized Change has, so the bulk run is not offered and each record goes alone."""
+    runs = []
+    records = [("alice", {"g": "eu"}, 1), ("bob", {"g": "eu"}, 2), ("alice", {"g": "us"}, 3)]
+    out, stored = _count(records, True, monkeypatch, value_serde=serdes.JSON,
+                         mapper=lambda user, v: (v["g"], {"u": user}), spy=runs)
+    assert runs == []
+    assert out == [("eu", 1, 1), ("eu", 2, 2), ("eu", 1, 3), ("us", 1, 3)]
+
+
+@pytest.mark.parametrize("serde, expected", [(S, True), (serdes.INT64, True), (serdes.JSON, False),
+                                             (serdes.DOUBLE, False)])
+def test_takes_changes_only_over_round_tripping_inner_serdes(serde, expected):
+    from streams.dsl.change import ChangeSerde
+    assert table_count.takes_changes(ChangeSerde(serde)) is expected
+    assert table_count.takes_changes(serde) is False
