@@ -31,6 +31,7 @@ from confluent_kafka import Message
 from eddy.messages import message_function, message_rows
 from streams import serdes as _serdes
 from streams.engine.nodes import ProcessorNode, SourceNode
+from streams.engine.stages import KeyRun
 from streams.errors import InvalidTimestampError, RecordDeserializationError
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ _merge_dispatch = message_function("merge_dispatch")
 _OFFSET = Message.offset
 UNKNOWN_TIME = -1
 
-KeyRun = Callable[[list, list, Any, list], None]
 
 
 class AcceleratedRoute:

@@ -20,6 +20,22 @@ Stage = Callable[[Any, Any, int, Any], None]
 _new_record = object.__new__  # Record._make inlined (fields already validated)
 
 
+KeyRun = Callable[[list, list, Any, list], None]  # run(keys, timestamps, clock, messages)
+
+
+def marking_failures(run: KeyRun, failed: Callable[[], None]) -> KeyRun:
+    """A stage's bulk run over serialized keys (the `key_bytes_run` capability,
+    streams/engine/accelerated.py) that calls `failed()` before an error leaves it, as the
+    stage itself does."""
+    def marked(keys: list, timestamps: list, clock: Any, messages: list) -> None:
+        try:
+            run(keys, timestamps, clock, messages)
+        except BaseException:
+            failed()
+            raise
+    return marked
+
+
 def _no_failure_mark() -> None:
     """As a node the failing node is already current (the context names it)."""
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 from state.timestamped import TIMESTAMP_SIZE, TimestampedKeyValueStore, ValueAndTimestamp
 from streams import serdes as _serdes
 from streams.dsl.change import Change
-from streams.engine.stages import Stage, StageOperator
+from streams.engine.stages import Stage, StageOperator, marking_failures
 from streams.processor import ProcessorContext
 
 log = logging.getLogger(__name__)
@@ -162,12 +162,8 @@ class AggregateProcessor(StageOperator):
         update_many = bulk.update_many
 
         def run(keys: list, timestamps: list, clock: Any, messages: list) -> None:
-            try:
-                update_many(keys, add, timestamps, clock, messages)
-            except BaseException:
-                failed()
-                raise
-        aggregate_bytes.key_bytes_run = (bulk.key_serde, run)  # type: ignore[attr-defined]
+            update_many(keys, add, timestamps, clock, messages)
+        aggregate_bytes.key_bytes_run = (bulk.key_serde, marking_failures(run, failed))  # type: ignore[attr-defined]
         return aggregate_bytes
 
     def _skipper(self) -> Callable[[], None]:

@@ -18,7 +18,7 @@ from streams import serdes as _serdes
 from streams.dsl import change as _change
 from streams.dsl.change import Change
 from streams.dsl.ops.table_count import TableCountBytes, count_add, count_subtract, takes_changes
-from streams.engine.stages import Stage, StageOperator, drop
+from streams.engine.stages import Stage, StageOperator, drop, marking_failures
 from streams.errors import ProcessingError
 from streams.processor import ProcessorContext
 
@@ -518,13 +518,6 @@ class TableAggregateProcessor(StageOperator):
 
         count_bytes = self._count_bytes
         if count_bytes is not None:
-            count_run = count_bytes.run
-
-            def run(keys: list, timestamps: list, clock: Any, messages: list) -> None:
-                try:
-                    count_run(keys, messages, timestamps, clock)
-                except BaseException:
-                    failed()
-                    raise
-            table_aggregate.key_bytes_run = (count_bytes.key_serde, run, takes_changes)  # type: ignore[attr-defined]
+            table_aggregate.key_bytes_run = (  # type: ignore[attr-defined]
+                count_bytes.key_serde, marking_failures(count_bytes.run, failed), takes_changes)
         return table_aggregate

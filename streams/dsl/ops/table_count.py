@@ -14,12 +14,13 @@ KTableAggregate as `aggregate_change` in streams/dsl/ops/table.py states it for 
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from state.timestamped import TIMESTAMP_SIZE, TimestampedKeyValueStore
 from state.typed import find_caching_layer
 from streams import serdes as _serdes
 from streams.dsl.change import ChangeSerde
+from streams.engine.stages import KeyRun
 from streams.errors import ProcessingError
 
 
@@ -49,8 +50,8 @@ def takes_changes(value_serde: Any) -> bool:
 
 class TableCountBytes:
     """KGroupedTable.count on the layer below its typed store (`of(store)`, else None, when
-    the store holds INT64 counts over a layer that updates bytes in runs): `run(keys, messages,
-    timestamps, clock)` counts a run of serialized keys, messages[i] key i's consumed Change
+    the store holds INT64 counts over a layer that updates bytes in runs): `run(keys, timestamps,
+    clock, messages)` counts a run of serialized keys, messages[i] key i's consumed Change
     record (its flag byte and its record context)."""
 
     @classmethod
@@ -90,11 +91,11 @@ class TableCountBytes:
         update.int64_increment = True  # type: ignore[attr-defined]
         update.timestamped = True  # type: ignore[attr-defined]
 
-        def run(keys: list, messages: list, timestamps: list, clock: Any) -> None:
+        def run(keys: list, timestamps: list, clock: Any, messages: list) -> None:
             increments = bytes([m.value()[-1] for m in messages]).translate(_INCREMENT_OF_FLAG)
             if _UNKNOWN in increments:
                 at = increments.index(_UNKNOWN)
                 raise ProcessingError(f"a grouped table count got a record that is not a serialized Change "
                                       f"(flag byte {messages[at].value()[-1]})")
             update_many(keys, update, timestamps, clock, messages, increments)
-        self.run: Callable[[list, list, list, Any], None] = run
+        self.run: KeyRun = run

@@ -24,7 +24,7 @@ from state.typed import find_caching_layer
 from streams.dsl.window_aggregate import (NO_TIMESTAMP, SessionWindowAggregateLogic, SlidingWindowAggregateLogic,
                                           TimeWindowAggregateLogic, WindowUpdates)
 from streams.dsl.windows import EmitStrategy, LateRecordReporter, SessionWindows, SlidingWindows
-from streams.engine.stages import Stage, StageOperator
+from streams.engine.stages import Stage, StageOperator, marking_failures
 from streams.processor import ProcessorContext
 
 log = logging.getLogger(__name__)
@@ -154,11 +154,6 @@ class WindowAggregateProcessor(StageOperator):
         counting = getattr(logic, "counting_run", None)
         run = counting() if counting is not None else None
         if run is not None:
-            def keys_run(keys: list, timestamps: list, clock: Any, messages: list) -> None:
-                try:
-                    run(keys, timestamps, clock, messages)
-                except BaseException:
-                    failed()
-                    raise
-            window_aggregate.key_bytes_run = (logic.updates.key_serde, keys_run)  # type: ignore[attr-defined]
+            window_aggregate.key_bytes_run = (  # type: ignore[attr-defined]
+                logic.updates.key_serde, marking_failures(run, failed))
         return window_aggregate

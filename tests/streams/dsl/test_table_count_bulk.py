@@ -29,9 +29,9 @@ def _count(records, bulk, monkeypatch, value_serde=S, mapper=None, spy=None):
             real(self, store, below)
             run = self.run
 
-            def counted(keys, messages, timestamps, clock):
+            def counted(keys, timestamps, clock, messages):
                 spy.append(len(keys))
-                run(keys, messages, timestamps, clock)
+                run(keys, timestamps, clock, messages)
             self.run = counted
         monkeypatch.setattr(table_count.TableCountBytes, "__init__", init)
     b = StreamsBuilder()
