@@ -3,11 +3,12 @@
  *
  * increment_run is the common case of CachingKeyValueStore.update_many for a count: the key
  * is cached and its value is a big-endian signed 8-byte integer that does not overflow when
- * one (or the key's own increment: a table count's) is added. That case calls no user code, changes no entry size and so evicts nothing,
- * which is why it can run here without the clock: every effect is on the cache's own dicts
- * and entries, done in the order the Python loop does them. Any other key (a miss, another
- * value, an overflow, a key or timestamp of an unexpected type) stops the run; the Python
- * loop handles that one key and calls back from the next index.
+ * one (or the key's own increment: a table count's) is added. That case calls no user code,
+ * changes no entry size and so evicts nothing, which is why it can run here without the
+ * clock: every effect is on the cache's own dicts and entries, done in the order the Python
+ * loop does them. Any other key (a miss, another value, an overflow, a key or timestamp of an
+ * unexpected type) stops the run; the Python loop handles that one key and calls back from the
+ * next index.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -361,7 +362,8 @@ static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t
         const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(value);
         int64_t stamp = stamped ? load_be64(bytes) : 0;
         int64_t count = load_be64(stamped ? bytes + 8 : bytes);
-        if ((increment > 0 && count > INT64_MAX - increment) || (increment < 0 && count < INT64_MIN - increment))
+        if ((increment > 0 && count > INT64_MAX - increment)
+            || (increment < 0 && count < INT64_MIN - increment))
             break;  /* the sum overflows int64: fn decides */
         /* From here the key is updated, so its timestamp counts and it is a hit, as in Python
          * even if a step below fails. */
@@ -393,8 +395,8 @@ static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t
         if (metadatas != Py_None) {
             write_metadata = i < PyList_GET_SIZE(metadatas) ? PyList_GET_ITEM(metadatas, i) : Py_None;
         }
-        int rc = increment_one(move_to_end, dirty, key, entry, value, dirty_flag == Py_True, count + increment, entry_ts,
-                               stamped, stamp, write_metadata, headers);
+        int rc = increment_one(move_to_end, dirty, key, entry, value, dirty_flag == Py_True, count + increment,
+                               entry_ts, stamped, stamp, write_metadata, headers);
         if (rc == 0) {
             PyObject *written = SLOT(entry, off_value);
             Py_XINCREF(written);
@@ -1324,11 +1326,12 @@ static PyMethodDef module_methods[] = {
      "              metadatas=None, increments=None)\n--\n\n"
      "CachingKeyValueStore.update_many's hot case for keys[start:] with an int64 add-one fn:\n"
      "while the key is cached with an 8-byte value that does not overflow, write value + 1\n"
-     "(value + increments[i], a signed byte, when increments is bytes) as update_many does (dirty order, old value, timestamp, record context, LRU order). The\n"
-     "record context: metadatas[i] and no headers when metadatas is a list, else context's\n"
-     "metadata and headers (none when context is None). With stamped, the value\n"
-     "is 16 bytes (timestamp, int64): the int64 gets its increment added and the timestamp, as the\n"
-     "entry's, becomes max(its own, the record's). Stops at the first key\n"
+     "(value + increments[i], a signed byte, when increments is bytes) as update_many does\n"
+     "(dirty order, old value, timestamp, record context, LRU order). The record context:\n"
+     "metadatas[i] and no headers when metadatas is a list, else context's metadata and\n"
+     "headers (none when context is None). With stamped, the value is 16 bytes (timestamp,\n"
+     "int64): the int64 gets its increment added and the timestamp, as the entry's, becomes\n"
+     "max(its own, the record's). Stops at the first key\n"
      "that is not that case, or at once if newest is not an int64.\n"
      "Returns (stop, hits, newest, last_value, error): stop is the index of the first key not\n"
      "updated (len when all were), hits the keys updated plus the failed one, newest the\n"

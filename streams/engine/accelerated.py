@@ -4,11 +4,12 @@ route (`TaskEngine.process_batch` over `message_rows`), which every record these
 take goes through, alone and in order.
 
 Two shapes of the source's only child are accelerated:
-- a stage offering the bulk capability `key_bytes_run = (key_serde, run)`: `run(keys,
-  timestamps, clock, messages)` does for a run of serialized non-None keys what the stage does
-  for each (value and headers play no part, but for what the messages say, where a third item
-  `takes(value_serde)` accepts the source's value serde: a table count reads each value's
-  Change flag); C `keyed_run` collects the keys, no row is built;
+- a stage offering the bulk capability `key_bytes_run = (key_serde, run)` or `(key_serde, run,
+  takes)`: `run(keys, timestamps, clock, messages)` does for a run of serialized non-None keys
+  what the stage does for each, messages[i] the i-th key's consumed message (its record
+  context). The values play no part, or with `takes` only where `takes(the source's value
+  serde)` accepts it (a table count reads each Change's flag byte); C `keyed_run` collects the
+  keys, no row is built;
 - any fused chain: C `dispatch_run` is the per-record loop for the common record (no headers, a
   timestamp, a key and value the source's C deserializers take).
 
@@ -43,7 +44,6 @@ _dispatch_run = message_function("dispatch_run")
 _merge_dispatch = message_function("merge_dispatch")
 _OFFSET = Message.offset
 UNKNOWN_TIME = -1
-
 
 
 class AcceleratedRoute:
