@@ -38,7 +38,10 @@ def test_create_topics_with_configs_and_describe_them(admin) -> None:
     config = {"cleanup.policy": "compact", "retention.ms": "3600000", "segment.bytes": "1048576"}
     futures = admin.create_topics([NewTopic(topic, 3, 1, config=config)])
     assert futures[topic].result(15) is None
-    metadata = admin.list_topics(timeout=10)
+    # a broker's metadata learns of a created topic shortly after the create returns (Kafka's
+    # controller commits it first): wait for it to show, then check what it shows
+    metadata = wait_for(lambda: (m := admin.list_topics(timeout=5)).topics.get(topic) and m, 15,
+                        f"topic {topic} in metadata")
     assert len(metadata.topics[topic].partitions) == 3
     described = _topic_configs(admin, topic)
     assert {k: described[k] for k in config} == config
