@@ -181,6 +181,22 @@ class AggregateProcessor(StageOperator):
 
 _INT64 = struct.Struct(">q")
 _STAMP = TIMESTAMP_SIZE
+_INT64_SERDE = _serdes.INT64
+
+
+def add_to_stamped_int64(old: bytes, timestamp: int, increment: int) -> tuple[bytes, int]:
+    """A timestamped store's INT64 aggregate (8-byte timestamp + value) with `increment` added,
+    stamped max(its own, the record's) timestamps (KIP-258: the newest the aggregate has seen):
+    (bytes, that timestamp). INT64's own format here; any oddity (size, overflow) goes through
+    the serde, its value or its error."""
+    stamp = _INT64.unpack_from(old)[0]
+    if stamp > timestamp:
+        timestamp = stamp
+    try:
+        return _INT64.pack(timestamp) + _INT64.pack(_INT64.unpack(old[_STAMP:])[0] + increment), timestamp
+    except Exception:
+        return (_INT64.pack(timestamp) + _INT64_SERDE.serialize(_INT64_SERDE.deserialize(old[_STAMP:]) + increment),
+                timestamp)
 
 
 class _BytesIncrement:
@@ -213,18 +229,10 @@ class _BytesIncrement:
         stamp_of, pack_stamp = _INT64.unpack_from, _INT64.pack
 
         if value_serde is _serdes.INT64:
-            pack, unpack = _INT64.pack, _INT64.unpack
-
             def add(old: Optional[bytes], timestamp: int) -> tuple[bytes, int]:
                 if old is None:
                     return pack_stamp(timestamp) + first, timestamp
-                stamp = stamp_of(old)[0]
-                if stamp > timestamp:  # KIP-258: the newest timestamp the aggregate has seen
-                    timestamp = stamp
-                try:  # INT64's own format; any oddity (size, overflow) goes through the serde
-                    return pack_stamp(timestamp) + pack(unpack(old[_STAMP:])[0] + increment), timestamp
-                except Exception:
-                    return pack_stamp(timestamp) + value_serialize(value_deserialize(old[_STAMP:]) + increment), timestamp
+                return add_to_stamped_int64(old, timestamp, increment)
             # the layer below may add one to a timestamped big-endian int64 itself (see update_many)
             add.int64_increment = increment == 1  # type: ignore[attr-defined]
         else:

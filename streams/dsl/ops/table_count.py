@@ -16,10 +16,11 @@ from __future__ import annotations
 import struct
 from typing import Any, Optional
 
-from state.timestamped import TIMESTAMP_SIZE, TimestampedKeyValueStore
+from state.timestamped import TimestampedKeyValueStore
 from state.typed import find_caching_layer
 from streams import serdes as _serdes
 from streams.dsl.change import ChangeSerde
+from streams.dsl.ops.aggregate import add_to_stamped_int64
 from streams.engine.stages import KeyRun
 from streams.errors import ProcessingError
 
@@ -68,25 +69,13 @@ class TableCountBytes:
     def __init__(self, store: TimestampedKeyValueStore, below: Any) -> None:
         self.key_serde = store.key_serde
         update_many = below.update_many
-        serialize, deserialize = _serdes.INT64.serialize, _serdes.INT64.deserialize
-        stamp_of, pack_stamp, pack, unpack_from = _INT64.unpack_from, _INT64.pack, _INT64.pack, _INT64.unpack_from
-        one = pack(1)
+        pack_stamp, one = _INT64.pack, _INT64.pack(1)
 
         def update(old: Optional[bytes], timestamp: int, increment: int) -> tuple[Optional[bytes], int]:
             """One Change record's effect on its group's stored count (see the module doc)."""
             if old is None:
-                if increment < 0:
-                    return None, timestamp
-                return pack_stamp(timestamp) + one, timestamp
-            stamp = stamp_of(old)[0]
-            if stamp > timestamp:  # KIP-258: the newest timestamp the aggregate has seen
-                timestamp = stamp
-            try:  # INT64's own format; any oddity (size, overflow) goes through the serde
-                if len(old) != TIMESTAMP_SIZE + 8:
-                    raise ValueError
-                return pack_stamp(timestamp) + pack(unpack_from(old, TIMESTAMP_SIZE)[0] + increment), timestamp
-            except Exception:
-                return pack_stamp(timestamp) + serialize(deserialize(old[TIMESTAMP_SIZE:]) + increment), timestamp
+                return (None if increment < 0 else pack_stamp(timestamp) + one), timestamp
+            return add_to_stamped_int64(old, timestamp, increment)
         # the caching layer adds increments to a timestamped int64 itself where it can
         update.int64_increment = True  # type: ignore[attr-defined]
         update.timestamped = True  # type: ignore[attr-defined]
