@@ -57,7 +57,7 @@ from state.listener import StandbyUpdateListener, StateRestoreListener, SuspendR
 
 logger = logging.getLogger(__name__)
 
-MAX_POLL_RECORDS = 1000  # Kafka's restore consumer max.poll.records
+MAX_POLL_RECORDS = 1000  # Kafka Streams' restore consumer max.poll.records, unless set
 PROGRESS_LOG_INTERVAL_S = 10.0
 DEFAULT_TASK_TIMEOUT_MS = 300_000
 
@@ -182,12 +182,17 @@ class StoreChangelogReader:
         task_timeout_ms: int = DEFAULT_TASK_TIMEOUT_MS,
         request_timeout_s: float = 5.0,
         progress_bar: Optional[bool] = None,
+        max_poll_records: int = MAX_POLL_RECORDS,
     ) -> None:
         """`end_offsets_fn(tps) -> {tp: (log_start_offset, end_offset)}` overrides how offsets are
         fetched; otherwise `admin.list_offsets` (READ_UNCOMMITTED, as KAFKA-10167 requires) when an
-        admin client is given, else the consumer's `get_watermark_offsets(cached=False)`."""
+        admin client is given, else the consumer's `get_watermark_offsets(cached=False)`.
+        `max_poll_records`: the most changelog records one poll brings."""
         if poll_ms < 0:
             raise StateError(f"poll_ms must be >= 0, got {poll_ms}")
+        if type(max_poll_records) is not int or max_poll_records < 1:
+            raise StateError(f"max_poll_records must be an int >= 1, got {max_poll_records!r}")
+        self.max_poll_records = max_poll_records
         self.consumer = restore_consumer
         self.listener = listener or StateRestoreListener()
         self.standby_listener = standby_listener or StandbyUpdateListener()
@@ -328,7 +333,7 @@ class StoreChangelogReader:
                 return 0
             timeout = 0.0  # standby updating must not hold up processing
         try:
-            msgs = self.consumer.consume(MAX_POLL_RECORDS, timeout)
+            msgs = self.consumer.consume(self.max_poll_records, timeout)
         except KafkaException as e:
             err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
             if err is not None and err.code() in _OUT_OF_RANGE_CODES:

@@ -35,6 +35,8 @@ STREAMS_ONLY_KEYS = frozenset({
     "rocksdb.config.setter", "upgrade.from", "built.in.metrics.version",
     "metrics.recording.level", "metrics.num.samples", "metrics.sample.window.ms",
     "repartition.purge.interval.ms",
+    # the stream threads' poll size (streams.runtime.config.max_poll_records), not a client's
+    "max.poll.records", "consumer.max.poll.records",
 })
 
 

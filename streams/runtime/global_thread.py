@@ -37,7 +37,6 @@ from streams.runtime.errors import MissingSourceTopicError
 
 log = logging.getLogger(__name__)
 
-MAX_POLL_RECORDS = 1000  # Kafka's default max.poll.records
 _OUT_OF_RANGE_CODES = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 _ERROR = Message.error
 
@@ -151,7 +150,7 @@ class GlobalStreamThread(threading.Thread):
         self.consumer = self.backend.consumer({
             **restore_consumer_config(cfg.eos_enabled, group_id=f"{cfg.application_id}-global"),
             "client.id": f"{self.name}-global-consumer",
-            **cfg.prefixed(GLOBAL_CONSUMER_PREFIX)})
+            **cfg.consumer_overrides(GLOBAL_CONSUMER_PREFIX)})
         try:
             checkpointed = task.initialize()
         except BaseException:
@@ -226,7 +225,7 @@ class GlobalStreamThread(threading.Thread):
         position, total = start, 0
         deadline = time.monotonic() + timeout_s
         while position < high and not self._stop_event.is_set():
-            msgs = consumer.consume(MAX_POLL_RECORDS, self.config.poll_ms / 1000.0)
+            msgs = consumer.consume(self.config.global_max_poll_records, self.config.poll_ms / 1000.0)
             data = self._records(msgs)
             if data:
                 done = task.restore(tp.topic, tp.partition, data)
@@ -271,7 +270,7 @@ class GlobalStreamThread(threading.Thread):
     # ---- steady state ----------------------------------------------------------------------
 
     def _poll_and_update(self, task: GlobalStateUpdateTask) -> None:
-        msgs = self._records(self.consumer.consume(MAX_POLL_RECORDS, self.config.poll_ms / 1000.0))
+        msgs = self._records(self.consumer.consume(self.config.global_max_poll_records, self.config.poll_ms / 1000.0))
         if msgs:
             for (topic, partition), run in partition_runs(msgs):
                 task.update(topic, partition, run)

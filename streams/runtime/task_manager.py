@@ -116,8 +116,8 @@ class TaskManager:
         # buffered.records.per.partition: partitions paused because their buffer exceeds it,
         # resumed once processing brings the buffer down to it (Kafka's StreamTask.addRecords).
         # Checked after processing, before the next poll: a running task drains what one poll
-        # brings (MAX_PROCESS_PER_TASK > MAX_POLL_RECORDS), so only a task that cannot process
-        # (idling for max.task.idle.ms, not running yet) is paused; pausing right after the add
+        # brings (StreamThread's bound a task >= max.poll.records), so only a task that cannot
+        # process (idling for max.task.idle.ms, not running yet) is paused; pausing right after the add
         # would pause and resume every busy partition each loop, and the consumer drops and
         # fetches again what it prefetched for a paused partition (word count fell to 1/5).
         self._max_buffered = config.buffered_records_per_partition

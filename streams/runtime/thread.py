@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 # the consumer's retry.backoff.ms default: how soon a commit that failed retriably is tried again
 COMMIT_RETRY_BACKOFF_S = 0.1
 
-MAX_POLL_RECORDS = 5000
 MAX_PROCESS_PER_TASK = 20000
 #: Kafka Streams' transaction.timeout.ms under exactly-once (librdkafka's default is 60 s): an
 #: instance lost mid-transaction holds its partitions' read_committed readers, the tasks moved
@@ -111,6 +110,9 @@ class StreamThread(threading.Thread):
                        for t, kind in topology.internal_topics.items() if kind == REPARTITION}
         self.repartition_topics = frozenset(t for t in source_topics if t in repartition)
         self.purge_interval_s = float(config.raw.get("repartition.purge.interval.ms", 30000)) / 1000.0
+        # a running task processes at least what one poll brings before the next poll (see
+        # TaskManager's buffered.records.per.partition)
+        self._max_process_per_task = max(MAX_PROCESS_PER_TASK, config.max_poll_records)
         self._purged: dict[tuple[str, int], int] = {}
         self.restore_listener = restore_listener
         self.assignment_strategy = assignment_strategy
@@ -208,7 +210,7 @@ class StreamThread(threading.Thread):
             "auto.offset.reset": DEFAULT_RESET_POLICY,
             "partition.assignment.strategy": self.assignment_strategy,
             "isolation.level": "read_committed" if cfg.eos_enabled else "read_uncommitted",
-            **cfg.prefixed(MAIN_CONSUMER_PREFIX),
+            **cfg.consumer_overrides(MAIN_CONSUMER_PREFIX),
         }
         default_reset = main_conf["auto.offset.reset"]
         policies = reset_policies(self.topology, self.subtopologies, cfg.application_id, default_reset)
@@ -217,7 +219,7 @@ class StreamThread(threading.Thread):
         restore_conf = {
             **restore_consumer_config(cfg.eos_enabled, group_id=f"{cfg.application_id}-restore"),
             "client.id": f"{self.name}-restore-consumer",
-            **cfg.prefixed(RESTORE_CONSUMER_PREFIX),
+            **cfg.consumer_overrides(RESTORE_CONSUMER_PREFIX),
         }
         self.restore_consumer = self.backend.consumer(restore_conf)
         self.producer = self._new_producer()
@@ -226,7 +228,8 @@ class StreamThread(threading.Thread):
                                          murmur2_partitioning=uses_murmur2(cfg.raw),
                                          metadata_refresh_ms=cfg.metadata_refresh_ms)
         reader = StoreChangelogReader(self.restore_consumer, self.restore_listener, eos_enabled=cfg.eos_enabled,
-                                      admin=self.admin, poll_ms=cfg.poll_ms, task_timeout_ms=cfg.task_timeout_ms)
+                                      admin=self.admin, poll_ms=cfg.poll_ms, task_timeout_ms=cfg.task_timeout_ms,
+                                      max_poll_records=cfg.restore_max_poll_records)
         self.task_manager = TaskManager(
             self.topology, self.subtopologies, config=cfg, state_directory=self.state_directory,
             consumer=self.consumer, collector=self.collector, reader=reader,
@@ -369,7 +372,7 @@ class StreamThread(threading.Thread):
         # (they wait for data: a blocking poll brings it without spinning)
         busy = restoring or (tm.buffered() and not tm.only_idle_buffered)
         timeout = 0.0 if busy else self.config.poll_ms / 1000.0
-        msgs = self.consumer.consume(MAX_POLL_RECORDS, timeout)
+        msgs = self.consumer.consume(self.config.max_poll_records, timeout)
         tm.apply_pauses()
         if msgs:
             tm.add_records(msgs)
@@ -384,7 +387,7 @@ class StreamThread(threading.Thread):
                 self.state is ThreadState.PARTITIONS_REVOKED and self._cooperative)):
             # a cooperative revocation may not be followed by an (empty) assignment callback
             self._set_state(ThreadState.RUNNING)
-        processed = tm.process(MAX_PROCESS_PER_TASK)
+        processed = tm.process(self._max_process_per_task)
         if processed:
             self.processed_total += processed
             self._inject("after_process")

@@ -354,6 +354,26 @@ def test_restore_from_beginning_without_checkpoint(env):
     assert OffsetCheckpoint(mgr.checkpoint_file.path).read() == {env.tp: 2499}
 
 
+def test_max_poll_records_bounds_each_batch_and_everything_is_restored(env):
+    """restore.consumer.max.poll.records reaches the reader: each batch it applies holds at most
+    that many records, and the store still ends with every record."""
+    env.produce(workload(300))
+    mgr = env.open()
+    reader, rec = env.reader(max_poll_records=7)
+    reader.register(env.tp, mgr)
+    restore_until(reader, lambda: env.tp in reader.completed_changelogs())
+    assert store_contents(mgr) == env.expected
+    batches = [c[2] for c in rec.calls if c[0] == "batch"]
+    assert len(batches) >= 300 // 7 and max(batches) <= 7
+    close_state_manager(mgr, dirty=False)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "7", True])
+def test_a_bad_max_poll_records_is_refused(env, bad):
+    with pytest.raises(StateError, match="max_poll_records must be an int >= 1"):
+        env.reader(max_poll_records=bad)
+
+
 def test_restore_after_clean_close_restores_only_the_tail(env):
     env.produce(workload(1200))
     mgr = env.open()
