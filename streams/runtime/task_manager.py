@@ -116,10 +116,11 @@ class TaskManager:
         # buffered.records.per.partition: partitions paused because their buffer exceeds it,
         # resumed once processing brings the buffer down to it (Kafka's StreamTask.addRecords).
         # Checked after processing, before the next poll: a running task drains what one poll
-        # brings (StreamThread's bound a task >= max.poll.records), so only a task that cannot
-        # process (idling for max.task.idle.ms, not running yet) is paused; pausing right after the add
-        # would pause and resume every busy partition each loop, and the consumer drops and
-        # fetches again what it prefetched for a paused partition (word count fell to 1/5).
+        # brings (StreamThread processes up to max(20000, max.poll.records) records a task), so
+        # only a task that cannot process (idling for max.task.idle.ms, not running yet) is
+        # paused; pausing right after the add would pause and resume every busy partition each
+        # loop, and the consumer drops and fetches again what it prefetched for a paused
+        # partition (word count fell to 1/5).
         self._max_buffered = config.buffered_records_per_partition
         self._over_limit: list[tuple[str, int]] = []
         # input.buffer.max.bytes (KIP-770), this thread's share: over it, every partition with

@@ -355,8 +355,9 @@ def test_restore_from_beginning_without_checkpoint(env):
 
 
 def test_max_poll_records_bounds_each_batch_and_everything_is_restored(env):
-    """restore.consumer.max.poll.records reaches the reader: each batch it applies holds at most
-    that many records, and the store still ends with every record."""
+    """The reader's max_poll_records (the App hands it restore.consumer.max.poll.records, see
+    tests/streams/runtime/test_max_poll_records.py): each batch it applies holds at most that many
+    records, and the store still ends with every record."""
     env.produce(workload(300))
     mgr = env.open()
     reader, rec = env.reader(max_poll_records=7)

@@ -184,19 +184,20 @@ _STAMP = TIMESTAMP_SIZE
 _INT64_SERDE = _serdes.INT64
 
 
-def add_to_stamped_int64(old: bytes, timestamp: int, increment: int) -> tuple[bytes, int]:
-    """A timestamped store's INT64 aggregate (8-byte timestamp + value) with `increment` added,
-    stamped max(its own, the record's) timestamps (KIP-258: the newest the aggregate has seen):
-    (bytes, that timestamp). INT64's own format here; any oddity (size, overflow) goes through
-    the serde, its value or its error."""
+def add_to_stamped(old: bytes, timestamp: int, increment: Any, serde: Any = _INT64_SERDE) -> tuple[bytes, int]:
+    """A timestamped store's aggregate (8-byte timestamp + value in `serde`'s bytes) with
+    `increment` added, stamped max(its own, the record's) timestamps (KIP-258: the newest the
+    aggregate has seen): (bytes, that timestamp). For INT64 its own format first; any oddity
+    (size, overflow) goes through the serde, its value or its error."""
     stamp = _INT64.unpack_from(old)[0]
     if stamp > timestamp:
         timestamp = stamp
-    try:
-        return _INT64.pack(timestamp) + _INT64.pack(_INT64.unpack(old[_STAMP:])[0] + increment), timestamp
-    except Exception:
-        return (_INT64.pack(timestamp) + _INT64_SERDE.serialize(_INT64_SERDE.deserialize(old[_STAMP:]) + increment),
-                timestamp)
+    if serde is _INT64_SERDE:
+        try:
+            return _INT64.pack(timestamp) + _INT64.pack(_INT64.unpack(old[_STAMP:])[0] + increment), timestamp
+        except Exception:
+            pass
+    return _INT64.pack(timestamp) + serde.serialize(serde.deserialize(old[_STAMP:]) + increment), timestamp
 
 
 class _BytesIncrement:
@@ -222,27 +223,16 @@ class _BytesIncrement:
         key_serde, value_serde = store.key_serde, store.inner_value_serde
         self.key_serde, self.value_serde = key_serde, value_serde
         self.key_unchecked = _serdes.unchecked_serializer(key_serde) or key_serde.serialize
-        value_serialize = value_serde.serialize
-        value_deserialize = value_serde.deserialize
         self.update, self.update_many = below.update, below.update_many
-        first = value_serialize(increment)
-        stamp_of, pack_stamp = _INT64.unpack_from, _INT64.pack
+        first = value_serde.serialize(increment)
+        pack_stamp = _INT64.pack
 
-        if value_serde is _serdes.INT64:
-            def add(old: Optional[bytes], timestamp: int) -> tuple[bytes, int]:
-                if old is None:
-                    return pack_stamp(timestamp) + first, timestamp
-                return add_to_stamped_int64(old, timestamp, increment)
-            # the layer below may add one to a timestamped big-endian int64 itself (see update_many)
-            add.int64_increment = increment == 1  # type: ignore[attr-defined]
-        else:
-            def add(old: Optional[bytes], timestamp: int) -> tuple[bytes, int]:
-                if old is None:
-                    return pack_stamp(timestamp) + first, timestamp
-                stamp = stamp_of(old)[0]
-                if stamp > timestamp:
-                    timestamp = stamp
-                return pack_stamp(timestamp) + value_serialize(value_deserialize(old[_STAMP:]) + increment), timestamp
+        def add(old: Optional[bytes], timestamp: int) -> tuple[bytes, int]:
+            if old is None:
+                return pack_stamp(timestamp) + first, timestamp
+            return add_to_stamped(old, timestamp, increment, value_serde)
+        # the layer below may add one to a timestamped big-endian int64 itself (see update_many)
+        add.int64_increment = value_serde is _serdes.INT64 and increment == 1  # type: ignore[attr-defined]
         add.timestamped = True  # type: ignore[attr-defined]
         self.add = add
 

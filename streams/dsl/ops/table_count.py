@@ -20,7 +20,7 @@ from state.timestamped import TimestampedKeyValueStore
 from state.typed import find_caching_layer
 from streams import serdes as _serdes
 from streams.dsl.change import ChangeSerde
-from streams.dsl.ops.aggregate import add_to_stamped_int64
+from streams.dsl.ops.aggregate import add_to_stamped
 from streams.engine.stages import KeyRun
 from streams.errors import ProcessingError
 
@@ -75,7 +75,7 @@ class TableCountBytes:
             """One Change record's effect on its group's stored count (see the module doc)."""
             if old is None:
                 return (None if increment < 0 else pack_stamp(timestamp) + one), timestamp
-            return add_to_stamped_int64(old, timestamp, increment)
+            return add_to_stamped(old, timestamp, increment)
         # the caching layer adds increments to a timestamped int64 itself where it can
         update.int64_increment = True  # type: ignore[attr-defined]
         update.timestamped = True  # type: ignore[attr-defined]
