@@ -369,6 +369,7 @@ def test_max_poll_records_bounds_each_batch_and_everything_is_restored(env):
     close_state_manager(mgr, dirty=False)
 
 
+@embedded_only  # the constructor's check: no client is involved
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "7", True])
 def test_a_bad_max_poll_records_is_refused(env, bad):
     with pytest.raises(StateError, match="max_poll_records must be an int >= 1"):

@@ -67,6 +67,14 @@ def test_no_form_of_the_key_reaches_a_client():
         assert config.consumer_overrides(prefix) == {}
 
 
+def test_a_prefixed_consumer_gets_no_streams_key():
+    """consumer_overrides filters with the one list of Kafka Streams' own keys (STREAMS_ONLY_KEYS):
+    a Streams key under a consumer's prefix is not a client setting either."""
+    config = StreamsConfig.parse(BASE | {"restore.consumer.application.id": "other", "restore.consumer.state.dir": "/x",
+                                         "restore.consumer.fetch.max.bytes": 1024})
+    assert config.consumer_overrides(RESTORE_CONSUMER_PREFIX) == {"fetch.max.bytes": 1024}
+
+
 def test_a_thread_takes_at_most_max_poll_records_a_poll_and_loses_nothing(cluster, tmp_path):
     """Every form of the key set at once (the main consumer's 7 wins, the restore consumer's 3 goes
     to the changelog reader): each poll hands the thread at most 7 records, and every record
