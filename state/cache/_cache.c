@@ -514,12 +514,13 @@ static PyObject *write_entry_impl(PyObject *entries, PyObject *dirty, PyObject *
             return NULL;
         Py_DECREF(r);
     }
-    /* `if key in dirty: del dirty[key]` then `dirty[key] = None`: to the end of the write order */
-    if (PyDict_DelItem(dirty, key) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_KeyError))
-            return NULL;
-        PyErr_Clear();
-    }
+    /* `if key in dirty: del dirty[key]` then `dirty[key] = None`: to the end of the write order.
+     * The membership test first: a key written for the first time since a flush (the common
+     * case when keys outnumber the cache) is not there, and a failed delete would make and drop
+     * a KeyError. */
+    int in_dirty = PyDict_Contains(dirty, key);
+    if (in_dirty < 0 || (in_dirty && PyDict_DelItem(dirty, key) < 0))
+        return NULL;
     if (PyDict_SetItem(dirty, key, Py_None) < 0)
         return NULL;
     return PyLong_FromSsize_t(delta);
