@@ -24,8 +24,25 @@ from streams.backends import for_config
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # CPU seconds of the last run: the stream thread's own (from its start) and the whole process's
-# from RUNNING (broker, producer sender and fetchers share the GIL with the stream thread).
+# from RUNNING (broker, producer sender and fetchers share the GIL with the stream thread); with
+# "steal", the share of the host's CPU time its hypervisor took during the run.
 THREAD_CPU: dict[str, float] = {}
+
+
+def host_cpu_times() -> Optional[tuple[int, int]]:
+    """(steal, total) jiffies of all CPUs from /proc/stat, or None where there is none. On a
+    virtual machine, steal is time a vCPU was ready but the hypervisor ran something else: it
+    stretches wall clock without showing in any CPU time, so it tells which runs' wall-clock
+    rates to distrust."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    times = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return times[7], sum(times)
 
 
 def create_topics(bootstrap: str, topics: dict[str, int], replication_factor: int) -> None:
@@ -89,6 +106,7 @@ def run_app(topology: Any, config: dict, done: Callable[[App], bool],
             raise SystemExit(f"app not RUNNING: {app.state}")
         t0 = time.perf_counter()
         cpu0 = time.process_time()
+        host0 = host_cpu_times()
         deadline = None if deadline_s is None else time.monotonic() + deadline_s
         while not done(app):
             if not all(thread.is_alive() for thread in app.threads):
@@ -106,6 +124,10 @@ def run_app(topology: Any, config: dict, done: Callable[[App], bool],
     if time_close:
         elapsed = time.perf_counter() - t0
     THREAD_CPU["process"] = time.process_time() - cpu0
+    host1 = host_cpu_times()
+    THREAD_CPU.pop("steal", None)
+    if host0 is not None and host1 is not None and host1[1] > host0[1]:
+        THREAD_CPU["steal"] = (host1[0] - host0[0]) / (host1[1] - host0[1])
     return elapsed
 
 
@@ -175,5 +197,6 @@ def cpu_line() -> str:
     """The CPU seconds of the last run, for printing under its rate."""
     if "stream" not in THREAD_CPU:
         return ""
+    steal = THREAD_CPU.get("steal")
     return (f"  cpu: stream thread {THREAD_CPU['stream']:.2f}s (cyclic GC {THREAD_CPU.get('stream_gc', 0.0):.2f}s), "
-            f"process {THREAD_CPU['process']:.2f}s")
+            f"process {THREAD_CPU['process']:.2f}s" + ("" if steal is None else f"; host steal {steal:.1%}"))

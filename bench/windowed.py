@@ -76,7 +76,8 @@ records/s of each (input records / seconds; the 10,000 profiles are not counted)
 of each rate to word count's of the same run (issue 16's targets: windowed and table each >=
 0.5; issue 17's: stream_table >= 0.7, stream_stream >= 0.4), also by the process's CPU seconds
 (steadier than wall time on a shared machine), with the stream thread's and the process's CPU
-seconds. Not a test: nothing is asserted.
+seconds and, on Linux, the host's CPU steal during the run (a virtual machine's hypervisor
+taking its CPUs: it stretches the wall clock alone). Not a test: nothing is asserted.
 """
 
 from __future__ import annotations

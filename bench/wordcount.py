@@ -15,7 +15,8 @@ into rocksdict (read the count, add one, write it back) with one WriteBatch per 
 The ratio is runtime rate / plain rate. Each runtime line is followed by the stream thread's
 CPU seconds and the whole process's over the run (the embedded broker, producer sender and
 fetchers share the GIL with the stream thread; CPU time is steadier than wall time on a shared
-machine, but compare runs made at the same time). Not a test: nothing is asserted.
+machine, but compare runs made at the same time), and on Linux the host's CPU steal during the
+run. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
