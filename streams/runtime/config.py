@@ -54,6 +54,7 @@ DEFAULT_INPUT_BUFFER_MAX_BYTES = 512 * 1024 * 1024
 DEFAULT_MAX_POLL_RECORDS = RESTORE_MAX_POLL_RECORDS
 MAIN_MAX_POLL_RECORDS = 5000
 MAX_POLL_RECORDS_CONFIG = "max.poll.records"
+BOOTSTRAP_SERVERS_CONFIG = "bootstrap.servers"
 
 
 def default_state_dir() -> str:
@@ -191,8 +192,10 @@ class StreamsConfig:
     def consumer_overrides(self, prefix: str) -> dict:
         """The settings `prefix` (main.consumer., restore.consumer., global.consumer.) gives one
         consumer, without Kafka Streams' own keys (max.poll.records among them: the thread's
-        poll size, not the client's): the one list of keys that never reach a client."""
-        return {k: v for k, v in self.prefixed(prefix).items() if k not in STREAMS_ONLY_KEYS}
+        poll size, not the client's): the one list of keys that never reach a client. But
+        bootstrap.servers, a client's key too, goes to the consumer as Kafka Streams hands it."""
+        return {k: v for k, v in self.prefixed(prefix).items()
+                if k not in STREAMS_ONLY_KEYS or k == BOOTSTRAP_SERVERS_CONFIG}
 
     def task_config(self) -> dict:
         """The config tasks and stores see (with the resolved state.dir)."""
