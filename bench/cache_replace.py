@@ -84,8 +84,9 @@ def run_cache(keys: list[bytes], cache_bytes: int, rocksdb: bool, tmp: pathlib.P
     """Thread CPU seconds of one replace per key, and how many entries the cache held at the end."""
     supplier = (Stores.persistent_key_value_store("users") if rocksdb
                 else Stores.in_memory_key_value_store("users"))
+    cache = ThreadCache(cache_bytes)
     builder = Stores.key_value_store_builder(supplier, _Bytes(), _Bytes()).with_caching_enabled()
-    builder.with_logging_disabled().with_cache(ThreadCache(cache_bytes))
+    builder.with_logging_disabled().with_cache(cache)
     store = builder.build()
     store.init(_Context(tmp / "0_0"))
     store.set_flush_listener(lambda key, new, old, timestamp: None)
@@ -94,7 +95,7 @@ def run_cache(keys: list[bytes], cache_bytes: int, rocksdb: bool, tmp: pathlib.P
     for timestamp, key in enumerate(keys):
         replace(key, VALUE, timestamp)
     seconds = time.thread_time() - start
-    held = len(caching_layer(store)._named.entries)
+    held = len(cache)  # entries held: the one store's
     store.flush()
     assert all(store.get(key) == VALUE for key in keys[:1000]), "a write was lost"
     store.close()
