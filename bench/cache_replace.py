@@ -36,6 +36,7 @@ sys.path.insert(0, ROOT)
 from state.cache import ThreadCache  # noqa: E402
 from state.stores import Stores  # noqa: E402
 from state.task_id import TaskId  # noqa: E402
+from state.typed import find_caching_layer  # noqa: E402
 
 VALUE = b"\0\0\0\0\0\0\0\x01g001"  # a timestamped group, as the source table stores it
 
@@ -73,13 +74,6 @@ def make_keys(users: int, rounds: int, seed: int = 1) -> list[bytes]:
     return order
 
 
-def caching_layer(store):
-    layer = store
-    while type(layer).__name__ != "CachingKeyValueStore":
-        layer = layer.wrapped
-    return layer
-
-
 def run_cache(keys: list[bytes], cache_bytes: int, rocksdb: bool, tmp: pathlib.Path) -> tuple[float, int]:
     """Thread CPU seconds of one replace per key, and how many entries the cache held at the end."""
     supplier = (Stores.persistent_key_value_store("users") if rocksdb
@@ -90,7 +84,7 @@ def run_cache(keys: list[bytes], cache_bytes: int, rocksdb: bool, tmp: pathlib.P
     store = builder.build()
     store.init(_Context(tmp / "0_0"))
     store.set_flush_listener(lambda key, new, old, timestamp: None)
-    replace = caching_layer(store).replace
+    replace = find_caching_layer(store).replace
     start = time.thread_time()
     for timestamp, key in enumerate(keys):
         replace(key, VALUE, timestamp)

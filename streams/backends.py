@@ -20,10 +20,10 @@ logger = logging.getLogger(__name__)
 
 LOCAL_SCHEME = "local://"
 
-#: Streams-level keys (Kafka Streams' StreamsConfig) that are not client settings;
-#: everything else in an app config is handed to the clients.
-STREAMS_ONLY_KEYS = frozenset({
-    "application.id", "bootstrap.servers", "state.dir", "processing.guarantee",
+#: Kafka Streams' own keys (StreamsConfig), never a client's setting, with or without a client's
+#: prefix (streams.runtime.config.StreamsConfig.consumer_overrides filters prefixed ones with it).
+STREAMS_CONFIG_KEYS = frozenset({
+    "application.id", "state.dir", "processing.guarantee",
     "commit.interval.ms", "num.stream.threads", "num.standby.replicas",
     "statestore.cache.max.bytes", "cache.max.bytes.buffering", "poll.ms",
     "default.key.serde", "default.value.serde", "default.timestamp.extractor",
@@ -38,6 +38,11 @@ STREAMS_ONLY_KEYS = frozenset({
     # the stream threads' poll size (streams.runtime.config.max_poll_records), not a client's
     "max.poll.records", "consumer.max.poll.records",
 })
+
+#: The keys of an app config not handed to the clients as their base: Kafka Streams' own, and
+#: bootstrap.servers, which names the backend (that sets it on its clients itself). Under a
+#: consumer's prefix bootstrap.servers is a client setting like any other.
+STREAMS_ONLY_KEYS = STREAMS_CONFIG_KEYS | {"bootstrap.servers"}
 
 
 @runtime_checkable

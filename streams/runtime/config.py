@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from state.restore import MAX_POLL_RECORDS as RESTORE_MAX_POLL_RECORDS
-from streams.backends import STREAMS_ONLY_KEYS
+from streams.backends import STREAMS_CONFIG_KEYS
 from streams.errors import ConfigError
 from streams.optimizations import topology_optimizations
 
@@ -54,7 +54,8 @@ DEFAULT_INPUT_BUFFER_MAX_BYTES = 512 * 1024 * 1024
 DEFAULT_MAX_POLL_RECORDS = RESTORE_MAX_POLL_RECORDS
 MAIN_MAX_POLL_RECORDS = 5000
 MAX_POLL_RECORDS_CONFIG = "max.poll.records"
-BOOTSTRAP_SERVERS_CONFIG = "bootstrap.servers"
+#: Kafka Streams' prefix for every consumer's settings (below the main./restore./global. ones)
+CONSUMER_PREFIX = "consumer."
 
 
 def default_state_dir() -> str:
@@ -85,7 +86,7 @@ def max_poll_records(raw: Mapping[str, Any], prefix: str, default: int) -> int:
     """max.poll.records of the consumer `prefix` names (main.consumer., ...): its prefixed
     setting, else consumer.max.poll.records, else max.poll.records (Kafka Streams' precedence),
     else `default`."""
-    for key in (prefix + MAX_POLL_RECORDS_CONFIG, "consumer." + MAX_POLL_RECORDS_CONFIG, MAX_POLL_RECORDS_CONFIG):
+    for key in (prefix + MAX_POLL_RECORDS_CONFIG, CONSUMER_PREFIX + MAX_POLL_RECORDS_CONFIG, MAX_POLL_RECORDS_CONFIG):
         if key in raw:
             return _int(raw, key, default, 1)
     return default
@@ -191,11 +192,9 @@ class StreamsConfig:
 
     def consumer_overrides(self, prefix: str) -> dict:
         """The settings `prefix` (main.consumer., restore.consumer., global.consumer.) gives one
-        consumer, without Kafka Streams' own keys (max.poll.records among them: the thread's
-        poll size, not the client's): the one list of keys that never reach a client. But
-        bootstrap.servers, a client's key too, goes to the consumer as Kafka Streams hands it."""
-        return {k: v for k, v in self.prefixed(prefix).items()
-                if k not in STREAMS_ONLY_KEYS or k == BOOTSTRAP_SERVERS_CONFIG}
+        consumer, without Kafka Streams' own keys (STREAMS_CONFIG_KEYS, max.poll.records among
+        them: the thread's poll size, not the client's)."""
+        return {k: v for k, v in self.prefixed(prefix).items() if k not in STREAMS_CONFIG_KEYS}
 
     def task_config(self) -> dict:
         """The config tasks and stores see (with the resolved state.dir)."""

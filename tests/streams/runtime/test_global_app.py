@@ -46,14 +46,14 @@ class Recorder:
         raise AssertionError("a global restore is never suspended")
 
 
-def join_app(cluster, app_id, users, orders, out, state_dir, listener=None):
+def join_app(cluster, app_id, users, orders, out, state_dir, listener=None, extra_config=None):
     b = StreamsBuilder()
     table = b.global_table(users, key_serde=S, value_serde=S, store="users")
     stream = b.stream(orders, key_serde=S, value_serde=S)
     stream_global_join(stream, table, lambda k, v: v, lambda v, u: f"{v}|{u}", left=False).to(
         out, key_serde=S, value_serde=S)
     app = App(b.build(), {**cluster.config, "application.id": app_id, "state.dir": str(state_dir),
-                          "commit.interval.ms": 100})
+                          "commit.interval.ms": 100, **(extra_config or {})})
     if listener is not None:
         app.set_global_state_restore_listener(listener)
     return app
@@ -221,4 +221,35 @@ def test_bad_global_records_meet_the_deserialization_handler(backend_config, tmp
         assert app.wait_for_state(AppState.ERROR, timeout=60)
         assert app.close(timeout=60)
     finally:
+        cluster.close()
+
+
+def test_the_global_bootstrap_polls_global_consumer_max_poll_records(backend_config, tmp_path):
+    """global.consumer.max.poll.records sizes the global thread's polls: each restored batch of
+    the bootstrap holds at most that many records, and the whole table is there."""
+    cluster = Cluster(backend_config)
+    users, orders, out = unique("users"), unique("orders"), unique("out")
+    cluster.create_topics(1, users, orders, out)
+    cluster.produce(users, [(f"u{i:02d}".encode(), f"U{i}".encode()) for i in range(40)])
+
+    class BatchSizes(Recorder):
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
+
+        def on_batch_restored(self, tp, store, batch_end, n):
+            super().on_batch_restored(tp, store, batch_end, n)
+            self.sizes.append(n)
+
+    listener = BatchSizes()
+    app = join_app(cluster, unique("gmpr"), users, orders, out, tmp_path / "state", listener,
+                   {"global.consumer.max.poll.records": 5})
+    try:
+        app.start()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        assert listener.ends == {(users, 0): 40}
+        assert sum(listener.sizes) == 40 and max(listener.sizes) <= 5 and len(listener.sizes) >= 8
+        assert len(list(app.store("users").all())) == 40
+    finally:
+        assert app.close(timeout=60)
         cluster.close()

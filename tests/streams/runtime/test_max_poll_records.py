@@ -68,9 +68,9 @@ def test_no_form_of_the_key_reaches_a_client():
 
 
 def test_a_prefixed_consumer_gets_no_streams_key():
-    """consumer_overrides filters with the one list of Kafka Streams' own keys (STREAMS_ONLY_KEYS):
-    a Streams key under a consumer's prefix is not a client setting either. bootstrap.servers,
-    a client's key too, passes as Kafka Streams passes it."""
+    """consumer_overrides filters with the one list of Kafka Streams' own keys
+    (STREAMS_CONFIG_KEYS): a Streams key under a consumer's prefix is not a client setting either.
+    bootstrap.servers, a client's key too, passes as Kafka Streams passes it."""
     config = StreamsConfig.parse(BASE | {"restore.consumer.application.id": "other", "restore.consumer.state.dir": "/x",
                                          "restore.consumer.fetch.max.bytes": 1024,
                                          "restore.consumer.bootstrap.servers": "elsewhere:9092"})
