@@ -359,7 +359,9 @@ class KStream:
         name_of_store = N.store_name(graph, mat, N.TO_KTABLE)
         parent, ks, vs = self._node, self.key_serde, self.value_serde
         if self._repartition_required:
-            parent, ks, vs = repartition(self._builder, parent, name_of_store, mat.key_serde or ks,
+            # named after the processor, not the store (Kafka's toTable): a store name given by
+            # the user leaves the topic KSTREAM-TOTABLE-<n>-repartition, its nodes generated
+            parent, ks, vs = repartition(self._builder, parent, name, mat.key_serde or ks,
                                          mat.value_serde or vs)
         where = f"table store {name_of_store!r}"
         store_key = N.key_or_default(mat.key_serde or ks, where)

@@ -72,8 +72,8 @@ def test_a_cached_table_below_a_processor_keeps_the_headers_the_processor_forwar
         inp = d.create_input_topic("in", S, S)
         inp.pipe_input("k", "v1", timestamp=1, headers=H1)
         inp.pipe_input("k", "v2", timestamp=2)
-    assert seen == [("k", "v1", "ctx-latest-repartition", 0, 0, (("tag", b"v1"),)),
-                    ("k", "v2", "ctx-latest-repartition", 0, 1, (("tag", b"v2"),))]
+    assert seen == [("k", "v1", "ctx-KSTREAM-TOTABLE-0000000002-repartition", 0, 0, (("tag", b"v1"),)),
+                    ("k", "v2", "ctx-KSTREAM-TOTABLE-0000000002-repartition", 0, 1, (("tag", b"v2"),))]
 
 
 def test_a_flushed_update_after_a_repartition_names_the_repartition_record():

@@ -159,7 +159,11 @@ def test_flat_map_to_table_and_describe_names():
     text = str(topology.describe())
     for name in ("KSTREAM-FLATMAP-0000000001", "KSTREAM-TOTABLE-0000000002", "KTABLE-TOSTREAM-"):
         assert name in text
-    assert "latest-repartition" in topology.internal_topics  # the key changed before the table
+    # the key changed before the table: a repartition topic named after the processor, not the
+    # store (Kafka's toTable), with generated node names
+    assert "KSTREAM-TOTABLE-0000000002-repartition" in topology.internal_topics
+    assert not any("latest" in topic for topic in topology.internal_topics if topic.endswith("-repartition"))
+    assert "latest-repartition-sink" not in text and "KSTREAM-SINK-0000000003" in text
     with TopologyTestDriver(topology, CONFIG) as d:
         inp = d.create_input_topic("in", S, S)
         inp.pipe_input("u1", "a b", timestamp=1)
