@@ -266,6 +266,16 @@ _CASES = {
                                          [_GROUP_BY_KEY, _windowed("session", gap=50)],
                                          [["a", "x", 0], ["a", "y", 20], ["a", "z", 200]], NO_CACHE,
                                          {"headers": True}),
+    # a key change before to_table repartitions through KSTREAM-TOTABLE-<n>-repartition (named
+    # after the processor, not the store): the topic's length is in the record context a
+    # byte-bounded suppression sizes its buffer with, so it decides which updates are emitted
+    # early (seeds 48018, 48019)
+    "to-table-repartition-named-after-its-processor": ("table", "stream",
+                                                       [{"op": "flat_map", "fn": "words_as_keys"}, {"op": "to_table"},
+                                                        {"op": "suppress", "until": "time_limit", "limit": 400,
+                                                         "max_records": None, "max_bytes": 200}],
+                                                       [["dd", "d ba bb", 0], [None, "ab d", 399],
+                                                        [None, "b bb", 586], ["b", "cab ab", 370]], NO_CACHE),
     # a table join's value getter gives no result when the joiner returns None
     # (ValueAndTimestamp.make): the foreign-key join reading it sends no response for a
     # PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE subscription
