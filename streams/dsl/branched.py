@@ -54,7 +54,7 @@ class Branched:
             raise TopologyError(f"Branched.with_consumer: chain must be callable, got {chain!r}")
         return cls(name, chain_consumer=chain)
 
-    def add_to(self, branches: dict, split_name: Optional[str], position: int, stream: Any) -> None:
+    def add_to(self, branches: dict, split_name: str, position: int, stream: Any) -> None:
         """Apply this branch's rule to `stream` and record the result in `branches` (in place).
         `position` is the branch's 1-based position, or 0 for the default branch."""
         key = branch_name(split_name, self.name, position)
@@ -82,7 +82,7 @@ class Branched:
         return f"Branched(name={self.name!r}, {kind})"
 
 
-def branch_name(split_name: Optional[str], name: Optional[str], position: int) -> str:
-    """Kafka's BranchedKStream key: split name (or "") + branch name (or the position; "0" is
-    the default branch)."""
-    return (split_name or "") + (name if name is not None else str(position))
+def branch_name(split_name: str, name: Optional[str], position: int) -> str:
+    """Kafka's BranchedKStream key: the splitter's name (given or generated) + the branch name
+    (or the position; "0" is the default branch)."""
+    return split_name + (name if name is not None else str(position))

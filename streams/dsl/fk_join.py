@@ -121,9 +121,9 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
     response_source = new(N.TABLE_SOURCE)
     resolver_name = new(N.FK_RESPONSE_RESOLVER)
     output_name = new(N.FK_JOIN_OUTPUT)
-    # Kafka names the result's store even when it stays unmaterialized (the index is used up)
-    generated_store = new(N.FK_JOIN_OUTPUT + N.STATE_STORE)
-    name_of_store = mat.store_name or generated_store
+    # without a store name Kafka generates one even when the result stays unmaterialized (the
+    # index is used up); a named store uses none (MaterializedInternal)
+    name_of_store = mat.store_name or new(N.FK_JOIN_OUTPUT + N.STATE_STORE)
 
     where = f"foreign-key join {output_name}"
     primary_key_serde = N.key_or_default(this.key_serde, f"{where} (left key)")

@@ -83,11 +83,15 @@ class StatefulProcessorNode(ProcessorGraphNode):
     store_builder: Any = None
     store_name: str = ""
     deferred_serdes: tuple = ()
+    #: asked when the topology is written: whether the store is made at all (a source table's
+    #: is only when materialized in Kafka's sense); None: always
+    store_wanted: Optional[Callable[[], bool]] = None
 
     def write(self, topology: Topology) -> None:
         _defer(topology, *self.deferred_serdes)
         super().write(topology)
-        topology.add_state_store(self.store_builder, self.name)
+        if self.store_wanted is None or self.store_wanted():
+            topology.add_state_store(self.store_builder, self.name)
 
 
 @dataclass
@@ -141,11 +145,16 @@ class TableSourceNode(GraphNode):
     # the store's logging as asked for, while reuse_source_topic has turned it off (a later build
     # without the optimization gives it back)
     logging_asked: Optional[tuple] = None
+    #: as StatefulProcessorNode's: builder.table's store is made only when the table is
+    #: materialized in Kafka's sense (a global table's always is)
+    store_wanted: Optional[Callable[[], bool]] = None
 
     def write(self, topology: Topology) -> None:
         _defer(topology, *self.deferred_serdes)
         topology.add_source(self.source_name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde)
         topology.add_processor(self.name, self.supplier, self.source_name)
+        if self.store_wanted is not None and not self.store_wanted():
+            return
         builder = self.store_builder
         if self.reuse_source_topic:
             if self.logging_asked is None:

@@ -130,8 +130,8 @@ class StreamsBuilder:
         table = _ktable().KTable(self, src.name, mat.key_serde or src.key_serde, mat.value_serde or src.value_serde,
                                  name_of_store if mat.store_name else None, store_name=name_of_store, source=True)
         self._graph.add(TableSourceNode(src.name, (), topic, src.source, src.key_serde, src.value_serde,
-                                        lambda: TableSourceProcessor(name_of_store, table.source_caching(mat)),
-                                        src.builder, src.deferred))
+                                        lambda: _table_source_processor(table, name_of_store, mat),
+                                        src.builder, src.deferred, store_wanted=table.source_materialized))
         return table
 
     def global_table(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
@@ -370,10 +370,10 @@ class KStream:
             mat, name_of_store, store_key, store_value, timestamped=True))
         table = _ktable().KTable(self._builder, name, mat.key_serde or ks, mat.value_serde or vs,
                                  name_of_store if mat.store_name else None, store_name=name_of_store, source=True)
-        graph.add(StatefulProcessorNode(name, (parent,),
-                                        lambda: TableSourceProcessor(name_of_store, table.source_caching(mat)),
+        graph.add(StatefulProcessorNode(name, (parent,), lambda: _table_source_processor(table, name_of_store, mat),
                                         store_builder=builder, store_name=name_of_store,
-                                        deferred_serdes=N.deferred(store_key, store_value)))
+                                        deferred_serdes=N.deferred(store_key, store_value),
+                                        store_wanted=table.source_materialized))
         return table
 
     def group_by(self, fn: Callable[[Any, Any], Any], *, key_serde: Any = None,
@@ -550,13 +550,14 @@ def _is_global_table(obj: Any) -> bool:
 
 class BranchedKStream:
     """Kafka's BranchedKStream: the branches of one split, in order; the first predicate a
-    record matches picks its branch."""
+    record matches picks its branch. The result's keys start with the splitter's name, the one
+    given or the generated KSTREAM-BRANCH-<n> (Kafka's getBranchChildName)."""
 
     def __init__(self, stream: KStream, name: Optional[str]) -> None:
         self._stream = stream
-        self._name = name
         graph = stream._builder._graph
-        self._splitter = name if name is not None else graph.new_name(N.BRANCH)
+        generated = graph.new_name(N.BRANCH)  # used up by a given name too (Kafka's orElseGenerateWithPrefix)
+        self._splitter = name if name is not None else generated
         self._predicates: list = []
         self._children: list = []
         self._default: Optional[str] = None
@@ -575,6 +576,9 @@ class BranchedKStream:
             raise TopologyError(f"split: branch options must be a Branched, got {branched!r}")
         stream = self._stream
         child = self._splitter + (branched.name if branched.name is not None else str(position))
+        # Kafka allocates a generated name per branch too (unused: the child keeps its own), so
+        # the names generated after a split are Kafka's
+        stream._builder._graph.new_name(child)
         stream._builder._graph.add(ProcessorGraphNode(child, (self._splitter,), PassThroughProcessor)).role = PASSES_THROUGH
         return KStream(stream._builder, child, stream.key_serde, stream.value_serde, stream._repartition_required)
 
@@ -585,20 +589,26 @@ class BranchedKStream:
         child = self._child(branched, position)
         self._predicates.append(predicate)
         self._children.append(child._node)
-        branched.add_to(self._branches, self._name, position, child)
+        branched.add_to(self._branches, self._splitter, position, child)
         return self
 
     def default_branch(self, branched: Optional[Branched] = None) -> dict:
         branched = branched or Branched()
         child = self._child(branched, 0)
         self._default = child._node
-        branched.add_to(self._branches, self._name, 0, child)
+        branched.add_to(self._branches, self._splitter, 0, child)
         self._done = True
         return self._branches
 
     def no_default_branch(self) -> dict:
         self._done = True
         return self._branches
+
+
+def _table_source_processor(table: "KTable", store_name: str, mat: Materialized) -> TableSourceProcessor:
+    """A source table's processor (builder.table, to_table), made once the whole DSL is built:
+    with its store only when the table is materialized in Kafka's sense."""
+    return TableSourceProcessor(store_name, table.source_caching(mat), table.source_materialized())
 
 
 def _ktable() -> Any:

@@ -59,14 +59,18 @@ class KTable:
     def queryable_store_name(self) -> Optional[str]:
         return self._queryable
 
+    def source_materialized(self) -> bool:
+        """Whether a source table (builder.table, KStream.to_table) keeps its store, asked when
+        the topology is written (after the whole DSL is built): Kafka materializes a source only
+        when its store is named or a downstream operation forces it (group_by, suppress, a join
+        reading it by key, KTableSource.materialize()). An unmaterialized source has no store (nor
+        changelog) and forwards every record as Change(new, None), a delete of an absent key too."""
+        return self._queryable is not None or self._send_old[0] or self._read_by_key
+
     def source_caching(self, mat: Materialized) -> bool:
-        """Whether a source table (builder.table, KStream.to_table) forwards through its store's
-        cache, asked when its processor is made (after the whole DSL is built). Kafka
-        materializes a source only when its store is named or a downstream operation forces it
-        (group_by, suppress, a join reading it by key); an unmaterialized source has no store and
-        forwards every record, a delete of an absent key too. Eddy's source always keeps its
-        store, and forwards every update itself unless it is materialized in Kafka's sense."""
-        return mat.caching_enabled and (self._queryable is not None or self._send_old[0] or self._read_by_key)
+        """Whether a source table forwards through its store's cache: only a materialized one has
+        a store (source_materialized)."""
+        return mat.caching_enabled and self.source_materialized()
 
     def _enable_send_old_values(self, force: bool = True) -> bool:
         """Kafka's KTableImpl.enableSendingOldValues(forceMaterialization): switch old values on

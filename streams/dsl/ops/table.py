@@ -262,22 +262,35 @@ def _check_change(value: Any, op: str) -> Change:
     return value
 
 
+def _skip_none_key(where: str, dropped: Any) -> None:
+    """A table source drops a record with a None key, counted in dropped-records and logged (Kafka)."""
+    log.warning("table source %s: skipping a record with a None key", where)
+    if dropped is not None:
+        dropped.count += 1
+
+
 class TableSourceProcessor(StageOperator):
     """builder.table / KStream.to_table (Kafka's KTableSource): puts each record into the
     timestamped store and forwards Change(new, old); a None key is dropped, counted in
     dropped-records and logged (Kafka), a None value deletes the key."""
 
-    def __init__(self, store_name: str, caching: bool) -> None:
+    def __init__(self, store_name: str, caching: bool, materialized: bool = True) -> None:
         self.store_name = store_name
         self.caching = caching
+        self.materialized = materialized  # False: no store (Kafka's unmaterialized KTableSource)
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
+        self.dropped = getattr(context, "dropped_records_sensor", None)
+        if not self.materialized:
+            self.store = None
+            return
         self.store = context.get_state_store(self.store_name)
         self.forward_on_update = attach_tuple_forwarder(self, self.store, self.caching)
-        self.dropped = getattr(context, "dropped_records_sensor", None)
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        if self.store is None:
+            return self._unmaterialized_stage(down, failed)
         name, forward_on_update = self.store_name, self.forward_on_update
         store = self.store
         access = TimestampedAccess(store)
@@ -295,9 +308,7 @@ class TableSourceProcessor(StageOperator):
 
         def table_source(key: Any, value: Any, timestamp: int, headers: Any) -> None:
             if key is None:
-                log.warning("table source %s: skipping a record with a None key", name)
-                if dropped is not None:
-                    dropped.count += 1
+                _skip_none_key(name, dropped)
                 return
             try:
                 if down is drop:  # no downstream (a global table): no Change to build
@@ -319,6 +330,21 @@ class TableSourceProcessor(StageOperator):
                     out_of_order(old_timestamp, timestamp)
                 put(handle, value, timestamp)
                 down(key, _new_tuple(Change, (value, old)), timestamp, headers)
+            except BaseException:
+                failed()
+                raise
+        return table_source
+
+    def _unmaterialized_stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        """Kafka's KTableSource without a store: every record forwarded as Change(new, None)."""
+        dropped, name = self.dropped, self.store_name
+
+        def table_source(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            if key is None:
+                _skip_none_key(name, dropped)
+                return
+            try:
+                down(key, _new_tuple(Change, (value, None)), timestamp, headers)
             except BaseException:
                 failed()
                 raise

@@ -9,8 +9,9 @@ from streams.errors import TopologyError
 def test_names():
     assert branch_name("s-", "a", 1) == "s-a"
     assert branch_name("s-", None, 2) == "s-2"
-    assert branch_name(None, None, 0) == "0"  # unnamed default branch
-    assert branch_name(None, "x", 3) == "x"
+    assert branch_name("s-", None, 0) == "s-0"  # unnamed default branch
+    # an unnamed split's keys start with its generated name (Kafka's getBranchChildName)
+    assert branch_name("KSTREAM-BRANCH-0000000001", "x", 3) == "KSTREAM-BRANCH-0000000001x"
 
 
 def test_plain_branch_goes_in_the_map():

@@ -138,8 +138,9 @@ def test_split_without_default_and_with_function_and_consumer():
                 .branch(lambda k, v: v == "x", Branched.with_function(lambda s: s.map_values(lambda v: v * 2)))
                 .branch(lambda k, v: v == "y", Branched.with_consumer(lambda s: seen.append(s), name="c"))
                 .no_default_branch())
-    assert list(branches) == ["1"] and len(seen) == 1
-    branches["1"].to("x-out")
+    # an unnamed split's keys start with its generated name, as Kafka's (KSTREAM-BRANCH-0000000001)
+    assert list(branches) == ["KSTREAM-BRANCH-00000000011"] and len(seen) == 1
+    branches["KSTREAM-BRANCH-00000000011"].to("x-out")
     seen[0].to("y-out")
     with TopologyTestDriver(b.build(), CONFIG) as d:
         inp = d.create_input_topic("in", S, S)
