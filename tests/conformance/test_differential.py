@@ -1,6 +1,7 @@
 """Differential conformance: random seeded scenarios (vocabulary.py) and hand-written ones
 (regressions.py) through Kafka Streams' TopologyTestDriver and Eddy's, output records (key,
-value, timestamp) and final store contents compared one by one.
+value, timestamp) and final store contents compared one by one, and the two topologies'
+describe() texts (every generated node, store and internal topic name Kafka's).
 
 All scenarios of a run go through one JVM (a module fixture), which runs them in the background
 while the tests compare; ``EDDY_CONFORMANCE_SCENARIOS`` sets how many random ones (default 500:
@@ -13,6 +14,7 @@ while the tests compare; ``EDDY_CONFORMANCE_SCENARIOS`` sets how many random one
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -72,6 +74,7 @@ def test_eddy_matches_kafka_streams(seed: int, kafka_streams_results: dict[int, 
     assert got["output"] == expected["output"], (
         _mismatch(seed, scenario, got, expected, "output"))
     assert got["store"] == expected["store"], _mismatch(seed, scenario, got, expected, "store")
+    assert _described(got) == _described(expected), _mismatch(seed, scenario, got, expected, "topology")
 
 
 @pytest.mark.parametrize("regression", sorted(regressions.SCENARIOS))
@@ -84,6 +87,13 @@ def test_regression_scenario(regression: str, kafka_streams_results: Any, state_
     got = vocabulary.run_eddy(scenario, str(state_root / str(seed)))
     assert got["output"] == expected["output"], _mismatch(seed, scenario, got, expected, "output")
     assert got["store"] == expected["store"], _mismatch(seed, scenario, got, expected, "store")
+    assert _described(got) == _described(expected), _mismatch(seed, scenario, got, expected, "topology")
+
+
+def _described(result: dict) -> str:
+    """A result's Topology.describe() text, a topic name extractor's class left out (a Java
+    lambda's on one side, a Python function's on the other: all else is Kafka's text)."""
+    return re.sub(r"\(extractor class: [^)]*\)", "(extractor class: *)", result["topology"]).strip()
 
 
 def _mismatch(seed: int, scenario: dict, got: dict, expected: dict, part: str) -> str:

@@ -1142,7 +1142,8 @@ def _store_rows(driver: Any, name: str, kind: str) -> list:
 
 
 def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | None = None) -> dict:
-    """Run ``scenario`` through Eddy's TopologyTestDriver: {"output": [[k, v, ts]...], "store": {name: rows}}.
+    """Run ``scenario`` through Eddy's TopologyTestDriver: {"output": [[k, v, ts]...], "store": {name: rows},
+    "topology": its Topology.describe() text}.
     ``history``, a list, gets every record the driver's producer sent (changelogs included)."""
     from streams import serdes
     from streams.testing.driver import TopologyTestDriver
@@ -1176,4 +1177,4 @@ def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | No
         stores = {name: _store_rows(driver, name, kind) for name, kind in built.stores}
         if history is not None:
             history += driver.producer_history()
-    return {"output": output, "store": canonical(scenario, stores)}
+    return {"output": output, "store": canonical(scenario, stores), "topology": str(built.topology.describe())}

@@ -28,6 +28,7 @@ import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.TestInputTopic;
 import org.apache.kafka.streams.TestOutputTopic;
+import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.TopologyTestDriver;
 import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.CogroupedKStream;
@@ -650,7 +651,9 @@ public final class ConformanceDriver {
                 if (route == null) throw new IllegalArgumentException("no output extractor " + extractor.asText());
                 out.to((k, v, context) -> route.apply(v, context), Produced.with(keySerde, valueSerde));
             }
-            try (TopologyTestDriver driver = new TopologyTestDriver(builder.build(props), props)) {
+            Topology topology = builder.build(props);
+            result.put("topology", topology.describe().toString());
+            try (TopologyTestDriver driver = new TopologyTestDriver(topology, props)) {
                 Map<String, TestInputTopic<String, String>> inputs = new HashMap<>();
                 boolean withHeaders = scenario.path("headers").asBoolean(false);
                 int index = 0;
