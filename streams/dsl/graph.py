@@ -29,15 +29,16 @@ class GraphNode:
     relaxed_null_key_join = False
     #: what the step does to records, for topology.optimization's merge.repartition.topics:
     #: KEY_CHANGING (Kafka's isKeyChangingOperation: select_key, map, flat_map, group_by's key
-    #: selection) or PASSES_THROUGH (forwards its input records unchanged or not at all: filter,
-    #: peek, a split's branching); "" for every other step
+    #: selection), VALUE_CHANGING (its isValueChangingOperation: map_values, flat_map_values),
+    #: OPAQUE (process(): it may change keys and values as it likes), MERGING (KStream.merge's
+    #: node); "" for every other step
     role = ""
 
     def write(self, topology: Topology) -> None:
         raise NotImplementedError
 
 
-KEY_CHANGING, PASSES_THROUGH = "key-changing", "passes-through"
+KEY_CHANGING, VALUE_CHANGING, OPAQUE, MERGING = "key-changing", "value-changing", "opaque", "merging"
 
 
 def _defer(topology: Topology, *serdes: Any) -> None:

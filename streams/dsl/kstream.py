@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
 from streams.dsl.branched import Branched
-from streams.dsl.graph import (KEY_CHANGING, PASSES_THROUGH, GlobalTableSourceNode, Graph, LazyStoreBuilder,
+from streams.dsl.graph import (KEY_CHANGING, MERGING, OPAQUE, VALUE_CHANGING, GlobalTableSourceNode, Graph, LazyStoreBuilder,
                                ProcessorGraphNode, ProcessorWithStoresNode, RepartitionNode, StateStoreNode,
                                StatefulProcessorNode, StreamSinkNode, StreamSourceNode, StreamStreamJoinNode,
                                StreamTableJoinNode, TableSourceNode)
@@ -241,28 +241,29 @@ class KStream:
     def map_values(self, fn: Callable[[Any], Any]) -> "KStream":
         """New value = fn(value); the key is kept (no repartition)."""
         _check_fn(fn, "map_values")
-        return self._add(N.MAPVALUES, lambda: MapValuesProcessor(fn), key_serde=self.key_serde, value_serde=None)
+        return self._add(N.MAPVALUES, lambda: MapValuesProcessor(fn), key_serde=self.key_serde, value_serde=None,
+                         role=VALUE_CHANGING)
 
     def flat_map_values(self, fn: Callable[[Any], Iterable[Any]]) -> "KStream":
         """One output record per item of fn(value), all with the input's key and timestamp."""
         _check_fn(fn, "flat_map_values")
         return self._add(N.FLATMAPVALUES, lambda: FlatMapValuesProcessor(fn), key_serde=self.key_serde,
-                         value_serde=None)
+                         value_serde=None, role=VALUE_CHANGING)
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> "KStream":
         _check_fn(predicate, "filter")
         return self._add(N.FILTER, lambda: FilterProcessor(predicate), key_serde=self.key_serde,
-                         value_serde=self.value_serde, role=PASSES_THROUGH)
+                         value_serde=self.value_serde)
 
     def filter_not(self, predicate: Callable[[Any, Any], bool]) -> "KStream":
         _check_fn(predicate, "filter_not")
         return self._add(N.FILTER, lambda: FilterProcessor(predicate, negate=True), key_serde=self.key_serde,
-                         value_serde=self.value_serde, role=PASSES_THROUGH)
+                         value_serde=self.value_serde)
 
     def peek(self, action: Callable[[Any, Any], None]) -> "KStream":
         _check_fn(action, "peek")
         return self._add(N.PEEK, lambda: PeekProcessor(action), key_serde=self.key_serde,
-                         value_serde=self.value_serde, role=PASSES_THROUGH)
+                         value_serde=self.value_serde)
 
     def foreach(self, action: Callable[[Any, Any], None]) -> None:
         """Terminal: call action(key, value) for every record."""
@@ -307,7 +308,7 @@ class KStream:
             raise TopologyError(f"merge needs a KStream of the same StreamsBuilder, got {other!r}")
         graph = self._builder._graph
         name = graph.new_name(N.MERGE)
-        graph.add(ProcessorGraphNode(name, (self._node, other._node), PassThroughProcessor))
+        graph.add(ProcessorGraphNode(name, (self._node, other._node), PassThroughProcessor)).role = MERGING
         same = self.key_serde is other.key_serde and self.value_serde is other.value_serde
         return KStream(self._builder, name, self.key_serde if same else None, self.value_serde if same else None,
                        self._repartition_required or other._repartition_required)
@@ -348,7 +349,7 @@ class KStream:
         names = (stores,) if isinstance(stores, str) else tuple(stores)
         graph = self._builder._graph
         name = graph.new_name(N.PROCESSOR)
-        graph.add(ProcessorWithStoresNode(name, (self._node,), processor_supplier, names))
+        graph.add(ProcessorWithStoresNode(name, (self._node,), processor_supplier, names)).role = OPAQUE
         return KStream(self._builder, name, None, None, True)
 
     def to_table(self, *, store: str | Materialized | None = None) -> "KTable":
@@ -566,8 +567,7 @@ class BranchedKStream:
         predicates, children = self._predicates, self._children
         default = self
         graph.add(ProcessorGraphNode(self._splitter, (stream._node,),
-                                     lambda: BranchProcessor(list(predicates), list(children), default._default))
-                  ).role = PASSES_THROUGH
+                                     lambda: BranchProcessor(list(predicates), list(children), default._default)))
 
     def _child(self, branched: Branched, position: int) -> KStream:
         if self._done:
@@ -579,7 +579,7 @@ class BranchedKStream:
         # Kafka allocates a generated name per branch too (unused: the child keeps its own), so
         # the names generated after a split are Kafka's
         stream._builder._graph.new_name(child)
-        stream._builder._graph.add(ProcessorGraphNode(child, (self._splitter,), PassThroughProcessor)).role = PASSES_THROUGH
+        stream._builder._graph.add(ProcessorGraphNode(child, (self._splitter,), PassThroughProcessor))
         return KStream(stream._builder, child, stream.key_serde, stream.value_serde, stream._repartition_required)
 
     def branch(self, predicate: Callable[[Any, Any], bool], branched: Optional[Branched] = None) -> "BranchedKStream":

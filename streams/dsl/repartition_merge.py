@@ -14,24 +14,33 @@ record twice, through two topics. With it, Kafka's rewrite of the graph:
 - The step below K that leads to each R now reads M instead of K, so what lay between K and R
   runs after the repartition. Each R is removed, and what read R reads R's parent.
 
-Eddy's rule is stricter than Kafka's in two ways, each leaving the repartitions as they are
-(the topology is then what it is without the optimization, which is always correct):
-- Between K and R only steps that pass records through unchanged may lie: filter, peek, a split's
-  branching. Kafka also walks through steps that are neither key- nor value-changing, such as a
-  `process()` step, whose output keys the merged topic would then partition by the wrong key.
-  A `merge()` of streams is not walked through either; Kafka handles that case in its own way.
-- The serdes given to the R of one K must agree (those left to the default agree with any).
-  Kafka uses the first serde it finds, which the other groupings then read with.
+Which key change a repartition R belongs to is Kafka's rule (getKeyChangingParentNode): the
+nearest step above R that changes keys or values (select_key, map, flat_map, a grouping's key
+selection; map_values, flat_map_values), searched as Kafka's findParentNodeMatching searches,
+must change keys; every other step in between (a filter, a split, a join with a global table,
+...) is walked through and runs after the merged repartition. A value change in between leaves R
+as it is. A `merge()` below key changes takes their repartitions over when all of them lie below
+it (Kafka's maybeUpdateKeyChangingRepartitionNodeMap): the merged repartition then comes right
+after the merge.
+
+Eddy is stricter than Kafka in two ways, each leaving repartitions as they are (the topology is
+then what it is without the optimization, which is always correct):
+- A `process()` step stops the search as a value change does. Kafka 4.1 walks through one without
+  stores (the merged topic is then partitioned by the keys before process() changed them: wrong
+  groups) and fails to build ("Found a null keyChangingChild node") for two groupings below it.
+- The serdes given to the R of one K must agree (those left to the default agree with any);
+  Kafka uses the first serde it finds, which the other groupings then read with. Repartitions
+  given different serdes are left as they are, with a warning.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from typing import Optional
+from typing import Callable, Optional
 
 from streams import serdes as _serdes
-from streams.dsl.graph import KEY_CHANGING, PASSES_THROUGH, GraphNode, RepartitionNode
+from streams.dsl.graph import KEY_CHANGING, MERGING, OPAQUE, VALUE_CHANGING, GraphNode, RepartitionNode
 
 log = logging.getLogger(__name__)
 
@@ -42,17 +51,17 @@ def merge_repartition_topics(nodes: list[GraphNode]) -> list[GraphNode]:
     """`nodes` (in the order they were recorded, parents first) rewritten as the module doc
     says. The nodes given are not changed: those the rewrite changes are copies."""
     by_name = {node.name: node for node in nodes}
-    below: dict[str, list[tuple[RepartitionNode, GraphNode]]] = {}  # K -> [(R, the step under K leading to R)]
+    owned: dict[str, list[RepartitionNode]] = {}  # K -> its repartitions, in recorded order
     for node in nodes:
         if isinstance(node, RepartitionNode) and node.optimizable:
-            found = _key_changer_above(node, by_name)
-            if found is not None:
-                below.setdefault(found[0], []).append((node, found[1]))
+            changer = _key_changer_of(node, by_name)
+            if changer is not None:
+                owned.setdefault(changer, []).append(node)
+    _merges_take_over(nodes, owned, by_name)
     merged: dict[str, RepartitionNode] = {}  # K -> M
     reparent: dict[str, str] = {}  # a removed R -> what its readers read instead
     under_merged: dict[str, str] = {}  # a step under K that leads to an R -> K
-    for changer, found in below.items():
-        repartitions = [r for r, _child in found]
+    for changer, repartitions in owned.items():
         key_serde = _common_serde([r.key_serde for r in repartitions])
         value_serde = _common_serde([r.value_serde for r in repartitions])
         if key_serde is None or value_serde is None:
@@ -64,7 +73,8 @@ def merge_repartition_topics(nodes: list[GraphNode]) -> list[GraphNode]:
         topic = first.topic
         merged[changer] = RepartitionNode(f"{topic}-source", (changer,), topic, f"{topic}-filter", f"{topic}-sink",
                                           first.filter_supplier, key_serde, value_serde, optimizable=True)
-        for repartition, child in found:
+        for repartition in repartitions:
+            child = _find_upward(repartition, lambda n, k=changer: k in n.parents, by_name)
             if child is repartition:
                 reparent[repartition.name] = merged[changer].name
             else:
@@ -89,23 +99,56 @@ def merge_repartition_topics(nodes: list[GraphNode]) -> list[GraphNode]:
     return out
 
 
-def _key_changer_above(repartition: RepartitionNode,
-                       by_name: dict[str, GraphNode]) -> Optional[tuple[str, GraphNode]]:
-    """(K, the step under K on the way) when `repartition` reads a key-changing step K through
-    steps that pass records through only, each with one parent; else None."""
-    child: GraphNode = repartition
-    while len(child.parents) == 1:
-        parent = by_name.get(child.parents[0])
+def _find_upward(start: GraphNode, matches: Callable[[GraphNode], bool],
+                 by_name: dict[str, GraphNode]) -> Optional[GraphNode]:
+    """Kafka's findParentNodeMatching, its search order kept: `start` itself, else the first of
+    its parents that matches, else (no parent matching) what the search above its last parent
+    found."""
+    if matches(start):
+        return start
+    found = None
+    for name in start.parents:
+        parent = by_name.get(name)
         if parent is None:
-            return None
-        if parent.role == KEY_CHANGING:
-            return parent.name, child
-        if parent.role != PASSES_THROUGH:
-            return None
-        child = parent
-    return None
+            continue
+        if matches(parent):
+            return parent
+        found = _find_upward(parent, matches, by_name)
+    return found
 
 
+def _key_changer_of(repartition: RepartitionNode, by_name: dict[str, GraphNode]) -> Optional[str]:
+    """The key-changing step K a repartition belongs to (Kafka's getKeyChangingParentNode): the
+    nearest step above that changes keys or values must be K; None when it changes values only
+    (or is a process()) or there is none."""
+    changing = _find_upward(repartition, lambda n: n.role in (KEY_CHANGING, VALUE_CHANGING, OPAQUE), by_name)
+    keyed = _find_upward(repartition, lambda n: n.role == KEY_CHANGING, by_name)
+    return keyed.name if changing is not None and changing is keyed else None
+
+
+def _merges_take_over(nodes: list[GraphNode], owned: dict[str, list[RepartitionNode]],
+                      by_name: dict[str, GraphNode]) -> None:
+    """Kafka's maybeUpdateKeyChangingRepartitionNodeMap, in place: a merge below a key change
+    whose repartitions all lie below the merge takes them over (their merged repartition then
+    comes right after the merge)."""
+    taken: dict[str, list[str]] = {}  # merge -> the key changers it takes over
+    for merge in nodes:
+        if merge.role != MERGING:
+            continue
+        for changer, repartitions in owned.items():
+            below = all(_find_upward(r, lambda n, m=merge.name: m in n.parents, by_name) is not None
+                        for r in repartitions)
+            if below and _find_upward(merge, lambda n, k=changer: k in n.parents, by_name) is not None:
+                taken.setdefault(merge.name, []).append(changer)
+    given_up: set[str] = set()
+    for merge, changers in taken.items():
+        repartitions = owned.get(merge, [])
+        for changer in changers:
+            repartitions += [r for r in owned[changer] if r not in repartitions]
+            given_up.add(changer)
+        owned[merge] = repartitions
+    for changer in given_up:
+        owned.pop(changer, None)
 def _common_serde(serdes: list) -> object:
     """The serde the repartitions share: the one given (all that are given must be the same
     object), else the first stand-in for the config's default; None when two given differ."""

@@ -276,6 +276,30 @@ _CASES = {
                                                          "max_records": None, "max_bytes": 200}],
                                                        [["dd", "d ba bb", 0], [None, "ab d", 399],
                                                         [None, "b bb", 586], ["b", "cab ab", 370]], NO_CACHE),
+    # merge.repartition.topics walks through a join with a global table (Kafka flags it neither
+    # key- nor value-changing): the stream join's repartition comes right after the key change,
+    # the global join below it (seed 58570: describe() differed)
+    "optimized-repartition-above-a-global-join": ("join", "stream",
+                                                  [{"op": "map", "fn": "by_first_char"},
+                                                   {"op": "global_join", "type": "inner", "joiner": "pair",
+                                                    "key_selector": "first_char", "store": True},
+                                                   _join("stream_join", "outer", "pair", store=False,
+                                                         windows={"diff": 300, "grace": 50, "before": None,
+                                                                  "after": 0},
+                                                         other={"source": "stream", "topic": "right3",
+                                                                "source_store": True,
+                                                                "ops": [{"op": "map_values", "fn": "upper"}]})],
+                                                  [["a", "d b", 1000, "global"], ["c", "d ab", 1100],
+                                                   ["b", "ab b", 1150, "right3"], ["d", "x", 1200, "right3"]],
+                                                  NO_CACHE, {"topology_optimization": "all"}),
+    # a merge below a key change takes its repartition over (Kafka's
+    # maybeUpdateKeyChangingRepartitionNodeMap): the rewritten repartition, its nodes named after
+    # the topic, comes right after the merge (seed 59446: describe() differed)
+    "optimized-repartition-after-a-merge": ("table", "stream",
+                                            [{"op": "select_key", "fn": "key_upper"}, {"op": "merge", "fn": None},
+                                             {"op": "to_table"}],
+                                            [["a", "a", 372], ["b", "b a", 100], ["c", "bb", 400, INPUT2],
+                                             ["a", None, 974]], NO_CACHE, {"topology_optimization": "all"}),
     # a table join's value getter gives no result when the joiner returns None
     # (ValueAndTimestamp.make): the foreign-key join reading it sends no response for a
     # PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE subscription

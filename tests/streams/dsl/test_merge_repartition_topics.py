@@ -215,3 +215,44 @@ def test_kafkas_repartition_optimizing_topology(optimization, repartition_topics
                        "reduce": {"A": "foo:bar:baz", "B": "foo:bar:baz", "C": "foo:bar:baz"},
                        "joined": {"A": "baz:3"}}
     assert collected == ["FOO", "BAR", "BAZ"]
+
+
+def test_a_global_table_join_between_is_walked_through_and_runs_after_the_merged_repartition():
+    """Kafka's getKeyChangingParentNode walks through steps that change neither keys nor values
+    by its flags, a join with a global table among them: the join below reads the repartition."""
+    b = StreamsBuilder()
+    regions = b.global_table("regions", key_serde=S, value_serde=S, store="regions")
+    s = b.stream("in", key_serde=S, value_serde=S).select_key(lambda k, v: v[0])
+    joined = s.left_join(regions, lambda k, v: k, lambda v, region: f"{v}@{region}")
+    joined.group_by_key(key_serde=S, value_serde=S).count(store="counts").to_stream().to(
+        "counts-out", key_serde=S, value_serde=I64)
+    plain, merged = b.build(), b.build(ALL)
+    assert merged.internal_topics == plain.internal_topics == {"counts-repartition": "repartition"}
+    join = next(name for name in merged.children("counts-repartition-source") if name.startswith("KSTREAM-LEFTJOIN"))
+    assert merged.children("KSTREAM-KEY-SELECT-0000000003") == ["counts-repartition-filter"]
+    assert merged.node(join).parents == ("counts-repartition-source",)
+    results = []
+    for topology in (plain, merged):
+        with TopologyTestDriver(topology, UNCACHED) as driver:
+            driver.create_input_topic("regions", S, S).pipe_input("a", "north", timestamp=1)
+            inp = driver.create_input_topic("in", S, S)
+            for key, value, ts in INPUT:
+                inp.pipe_input(key, value, timestamp=ts)
+            results.append(driver.create_output_topic("counts-out", S, I64).read_key_values_to_list())
+    assert results[0] == results[1] == [("a", 1), ("a", 2), ("b", 1), ("s", 1), ("b", 2), ("a", 3)]
+
+
+def test_a_merge_below_a_key_change_takes_its_repartition_over():
+    """Kafka's maybeUpdateKeyChangingRepartitionNodeMap: the merge becomes the key change its
+    repartition belongs to; the rewritten repartition comes right after the merge, its nodes named
+    after the topic (Kafka's describe() of the same topology)."""
+    b = StreamsBuilder()
+    rekeyed = b.stream("in", key_serde=S, value_serde=S).select_key(lambda k, v: v[0])
+    rekeyed.merge(b.stream("in2", key_serde=S, value_serde=S)).to_table(store="latest").to_stream().to(
+        "out", key_serde=S, value_serde=S)
+    text = str(b.build(ALL).describe())
+    assert "Processor: KSTREAM-MERGE-0000000003 (stores: [])\n      --> KSTREAM-TOTABLE-0000000004-repartition-filter" in text
+    assert "Sink: KSTREAM-TOTABLE-0000000004-repartition-sink (topic: KSTREAM-TOTABLE-0000000004-repartition)" in text
+    assert "Source: KSTREAM-TOTABLE-0000000004-repartition-source" in text
+    plain = str(b.build().describe())
+    assert "KSTREAM-FILTER-0000000006" in plain and "repartition-filter" not in plain
