@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
 from streams.dsl.branched import Branched
-from streams.dsl.graph import (KEY_CHANGING, MERGING, OPAQUE, VALUE_CHANGING, GlobalTableSourceNode, Graph, LazyStoreBuilder,
-                               ProcessorGraphNode, ProcessorWithStoresNode, RepartitionNode, StateStoreNode,
-                               StatefulProcessorNode, StreamSinkNode, StreamSourceNode, StreamStreamJoinNode,
-                               StreamTableJoinNode, TableSourceNode)
+from streams.dsl.graph import (KEY_CHANGING, MERGING, OPAQUE, VALUE_CHANGING, GlobalTableSourceNode, Graph,
+                               LazyStoreBuilder, ProcessorGraphNode, ProcessorWithStoresNode, RepartitionNode,
+                               StateStoreNode, StatefulProcessorNode, StreamSinkNode, StreamSourceNode,
+                               StreamStreamJoinNode, StreamTableJoinNode, TableSourceNode)
 from streams.dsl.joins.stream_stream import INNER as _INNER, LEFT as _LEFT, OUTER as _OUTER
 from streams.dsl.joins.stream_stream import join_window_store_builder, outer_join_store_builder
 from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder

@@ -103,18 +103,26 @@ def _find_upward(start: GraphNode, matches: Callable[[GraphNode], bool],
                  by_name: dict[str, GraphNode]) -> Optional[GraphNode]:
     """Kafka's findParentNodeMatching, its search order kept: `start` itself, else the first of
     its parents that matches, else (no parent matching) what the search above its last parent
-    found."""
-    if matches(start):
-        return start
-    found = None
-    for name in start.parents:
-        parent = by_name.get(name)
-        if parent is None:
-            continue
-        if matches(parent):
-            return parent
-        found = _find_upward(parent, matches, by_name)
-    return found
+    found. Each node's answer is computed once (merges make diamonds, which Kafka's recursion
+    searches once per path)."""
+    known: dict[str, Optional[GraphNode]] = {}
+
+    def search(node: GraphNode) -> Optional[GraphNode]:
+        if node.name in known:
+            return known[node.name]
+        found = node if matches(node) else None
+        if found is None:
+            for name in node.parents:
+                parent = by_name.get(name)
+                if parent is None:
+                    continue
+                if matches(parent):
+                    found = parent
+                    break
+                found = search(parent)
+        known[node.name] = found
+        return found
+    return search(start)
 
 
 def _key_changer_of(repartition: RepartitionNode, by_name: dict[str, GraphNode]) -> Optional[str]:
@@ -149,6 +157,8 @@ def _merges_take_over(nodes: list[GraphNode], owned: dict[str, list[RepartitionN
         owned[merge] = repartitions
     for changer in given_up:
         owned.pop(changer, None)
+
+
 def _common_serde(serdes: list) -> object:
     """The serde the repartitions share: the one given (all that are given must be the same
     object), else the first stand-in for the config's default; None when two given differ."""
