@@ -41,14 +41,13 @@ from typing import Any, Callable
 
 from streams.dsl import naming as N
 from streams.dsl.graph import (InternalTopicNode, LazyStoreBuilder, ProcessorGraphNode, ProcessorWithStoresNode,
-                               StatefulProcessorNode, TableResultNode)
+                               StatefulProcessorNode)
 from streams.dsl.joins.foreign_key import (CombinedKeySchema, SubscriptionResponseWrapperSerde,
                                            SubscriptionWrapperSerde, subscription_store_builder)
 from streams.dsl.ktable import KTable
 from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
-from streams.dsl.ops.fk_join import (ForeignTableJoinProcessor, ResponseJoinProcessor, ResultTableProcessor,
-                                     SubscriptionJoinProcessor, SubscriptionReceiveProcessor,
-                                     SubscriptionSendProcessor, response_partitioner)
+from streams.dsl.ops.fk_join import (ForeignTableJoinProcessor, ResponseJoinProcessor, SubscriptionJoinProcessor,
+                                     SubscriptionReceiveProcessor, SubscriptionSendProcessor, response_partitioner)
 from streams.dsl.ops.table import TableSourceProcessor
 from streams.errors import TopologyError
 
@@ -166,8 +165,12 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
     # as Kafka: a named store makes the result queryable; a nameless Materialized only gives serdes
     table = ForeignKeyJoinTable(this._builder, output_name, mat.key_serde or this.key_serde, mat.value_serde,
                                 mat.store_name, store_name=mat.store_name, result_store=name_of_store)
-    graph.add(TableResultNode(output_name, (resolver_name,),
-                              lambda: TableSourceProcessor(name_of_store, caching), ResultTableProcessor,
-                              lambda: table.materialized, result_builder, N.deferred(store_key, store_value)))
+    # Kafka's KTableSource as the result: its store only when materialized (asked when the
+    # topology is written), else every result forwarded as Change(value, None)
+    graph.add(StatefulProcessorNode(output_name, (resolver_name,),
+                                    lambda: TableSourceProcessor(name_of_store, caching, table.materialized),
+                                    store_builder=result_builder, store_name=name_of_store,
+                                    deferred_serdes=N.deferred(store_key, store_value),
+                                    store_wanted=lambda: table.materialized))
     return table
 

@@ -89,9 +89,9 @@ class StatefulProcessorNode(ProcessorGraphNode):
     store_wanted: Optional[Callable[[], bool]] = None
 
     def write(self, topology: Topology) -> None:
-        _defer(topology, *self.deferred_serdes)
         super().write(topology)
         if self.store_wanted is None or self.store_wanted():
+            _defer(topology, *self.deferred_serdes)  # the store's serdes: none needed without it
             topology.add_state_store(self.store_builder, self.name)
 
 
@@ -151,11 +151,11 @@ class TableSourceNode(GraphNode):
     store_wanted: Optional[Callable[[], bool]] = None
 
     def write(self, topology: Topology) -> None:
-        _defer(topology, *self.deferred_serdes)
         topology.add_source(self.source_name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde)
         topology.add_processor(self.name, self.supplier, self.source_name)
         if self.store_wanted is not None and not self.store_wanted():
             return
+        _defer(topology, *self.deferred_serdes)
         builder = self.store_builder
         if self.reuse_source_topic:
             if self.logging_asked is None:
@@ -309,27 +309,6 @@ class InternalTopicNode(GraphNode):
         topology.add_source(self.name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde)
         if self.copartition_with:
             topology.copartition_sources(self.name, *_upstream_sources(topology, self.copartition_with))
-
-
-@dataclass
-class TableResultNode(GraphNode):
-    """A table made from a stream of values (Kafka's KTableSource as a join's result node): with
-    its store when `materialized()` says so at build time (a store was asked for, or a later
-    operation needs old values or a value getter), else `plain` (Change(value, None))."""
-
-    materialized_supplier: Callable[[], Any] = None  # type: ignore[assignment]
-    plain_supplier: Callable[[], Any] = None  # type: ignore[assignment]
-    materialized: Callable[[], bool] = None  # type: ignore[assignment]
-    store_builder: Any = None
-    deferred_serdes: tuple = ()
-
-    def write(self, topology: Topology) -> None:
-        if not self.materialized():
-            topology.add_processor(self.name, self.plain_supplier, *self.parents)
-            return
-        _defer(topology, *self.deferred_serdes)
-        topology.add_processor(self.name, self.materialized_supplier, *self.parents)
-        topology.add_state_store(self.store_builder, self.name)
 
 
 def _sources_of(topology: Topology, names: tuple[str, ...]) -> list[str]:

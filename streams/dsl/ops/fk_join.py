@@ -22,7 +22,7 @@ from streams.errors import ProcessingError
 from streams.processor import ProcessorContext
 
 __all__ = ["SubscriptionSendProcessor", "SubscriptionReceiveProcessor", "SubscriptionJoinProcessor",
-           "ForeignTableJoinProcessor", "ResponseJoinProcessor", "ResultTableProcessor", "response_partitioner"]
+           "ForeignTableJoinProcessor", "ResponseJoinProcessor", "response_partitioner"]
 
 _new_tuple = tuple.__new__
 
@@ -155,17 +155,3 @@ class ResponseJoinProcessor(_FkJoinOperator):
     def _process(self, forward: Callable[[Any, Any, int], None]) -> Callable[[Any, Any, int], None]:
         return ResponseJoinLogic(self.left_get, self.value_serde, self.joiner, forward, left_join=self.left_join,
                                  dropped=self.context.dropped_records_sensor).process
-
-
-class ResultTableProcessor(StageOperator):
-    """The join's result table when it has no store (Kafka's KTableSource unmaterialized):
-    Change(value, None), no old value to give."""
-
-    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        def result(key: Any, value: Any, timestamp: int, headers: Any) -> None:
-            try:
-                down(key, _new_tuple(Change, (value, None)), timestamp, headers)
-            except BaseException:
-                failed()
-                raise
-        return result

@@ -11,7 +11,7 @@ import pytest
 from streams import StreamsBuilder, Topology, serdes
 from streams.dsl import BufferConfig, Materialized, Suppressed
 from streams.dsl.joins.foreign_key import CombinedKeySchema
-from streams.dsl.ops.fk_join import ResultTableProcessor
+from streams.dsl.ops.table import TableSourceProcessor
 from streams.errors import TopologyError
 from streams.runtime.internal import plan_internal_topics
 from streams.testing import TopologyTestDriver
@@ -381,7 +381,7 @@ def test_chained_foreign_key_joins():
 def test_copartition_groups_name_sources_only():
     topology = Topology()
     topology.add_source("s", "t", key_serde=S, value_serde=S)
-    topology.add_processor("p", ResultTableProcessor, "s")
+    topology.add_processor("p", lambda: TableSourceProcessor("unmaterialized", False, False), "s")
     topology.add_source("s2", "t2", key_serde=S, value_serde=S)
     topology.copartition_sources("s")  # one source alone: nothing to co-partition
     topology.copartition_sources("s", "s2")

@@ -99,3 +99,14 @@ def test_a_source_table_is_materialized_by_a_grouping_a_join_or_a_name():
     assert "Processor: KTABLE-SOURCE-0000000002 (stores: [grouped-STATE-STORE-0000000000])" in text
     assert "(stores: [joined-STATE-STORE-0000000010])" in text
     assert "(stores: [named-store])" in text
+
+
+def test_an_unmaterialized_table_needs_no_serde_for_the_store_it_does_not_have():
+    """map_values leaves the value serde to the config; the table below it has no store, so no
+    default.value.serde is needed (a materialized one would fail to start without it)."""
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S).map_values(str.upper).to_table().to_stream()
+     .to("out", key_serde=S, value_serde=S))
+    with TopologyTestDriver(b.build(), {"application.id": "names"}) as d:
+        d.create_input_topic("in", S, S).pipe_input("a", "b", timestamp=1)
+        assert [(r.key, r.value) for r in d.create_output_topic("out", S, S).read_records_to_list()] == [("a", "B")]
