@@ -246,7 +246,9 @@ class KGroupedTable:
                    subtract: Callable[[Any, Any, Any], Any], value_serde: Any) -> KTable:
         mat = as_materialized(store, op)
         graph = self._builder._graph
-        name_of_store = N.store_name(graph, mat, prefix)
+        # a generated store name is KTABLE-AGGREGATE-STATE-STORE-<n> for reduce too (Kafka's
+        # KGroupedTableImpl.reduce), and so are its repartition and changelog topics
+        name_of_store = N.store_name(graph, mat, N.TABLE_AGGREGATE)
         sink = graph.new_name(N.SINK)
         source = graph.new_name(N.SOURCE)
         name = graph.new_name(prefix)

@@ -48,6 +48,7 @@ iteration order is the store's business).
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any, Callable
 
@@ -633,6 +634,12 @@ OUTPUT_EXTRACTOR_SHARE = 0.2
 #: headers of the cached write)
 HEADERS_SHARE = 0.3
 HEADER_KEY = "n"
+#: the share of the scenarios whose operations are given a Materialized without a name (serdes
+#: and store type only): Kafka generates their store names (and so changelog and repartition
+#: topic names), which the describe() comparison checks; their contents are not compared. Off
+#: by default until Eddy matches Kafka there (the closing note of stop 40 lists what differs);
+#: EDDY_CONFORMANCE_UNNAMED_SHARE sets it for a run
+UNNAMED_STORES_SHARE = float(os.environ.get("EDDY_CONFORMANCE_UNNAMED_SHARE", "0"))
 
 
 def generate(seed: int) -> dict:
@@ -647,6 +654,8 @@ def generate(seed: int) -> dict:
         scenario["output_extractor"] = _pick(rng, OUTPUT_EXTRACTORS)
     if random.Random(f"headers-{seed // 2}").random() < HEADERS_SHARE:
         scenario["headers"] = True
+    if random.Random(f"unnamed-{seed // 2}").random() < UNNAMED_STORES_SHARE:
+        scenario["unnamed_stores"] = True
     return scenario
 
 
@@ -733,19 +742,28 @@ def _eddy_suppressed(step: dict) -> Any:
 class _Built:
     """What building a scenario yields: the topology, the output serdes and the stores to read."""
 
-    def __init__(self, in_memory: bool = False) -> None:
+    def __init__(self, in_memory: bool = False, unnamed: bool = False) -> None:
         self.in_memory = in_memory  # every store the scenario materializes is in memory
+        self.unnamed = unnamed  # every Materialized without a name (unnamed_stores)
+        self.unnamed_names: set[str] = set()  # the names they would have had: not compared
         self.topology: Any = None
         self.value_type = "string"
         self.windows: Any = None  # the spec of the output's windowed key, if any
         self.stores: list[tuple[str, str]] = []  # (name, kind: kv | window | session)
 
     def materialized(self, name: str) -> Any:
-        """Materialized.as_(name), in memory when the scenario says (Kafka's withStoreType)."""
+        """Materialized.as_(name), or one without a name (unnamed_stores), in memory when the
+        scenario says (Kafka's withStoreType)."""
         from streams import Materialized
 
-        mat = Materialized.as_(name)
+        if self.unnamed:
+            self.unnamed_names.add(name)
+        mat = Materialized() if self.unnamed else Materialized.as_(name)
         return mat.with_in_memory_store() if self.in_memory else mat
+
+    def compared_stores(self) -> list[tuple[str, str]]:
+        """The stores whose contents are compared: the named ones."""
+        return [(name, kind) for name, kind in self.stores if name not in self.unnamed_names]
 
 
 def _eddy_windowed(grouped: Any, step: dict, name: str, built: _Built) -> Any:
@@ -999,7 +1017,7 @@ def build_eddy(scenario: dict) -> _Built:
     from streams import StreamsBuilder
 
     builder = StreamsBuilder()
-    built = _Built(scenario.get("store_type") == IN_MEMORY)
+    built = _Built(scenario.get("store_type") == IN_MEMORY, scenario.get("unnamed_stores", False))
     current = _eddy_pipeline(builder, INPUT, scenario, "", built, [])
     if not hasattr(current, "to"):  # a table: its changelog
         current = current.to_stream()
@@ -1174,7 +1192,7 @@ def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | No
             output += [[_key(r.key), r.value, r.timestamp,
                         *([[None if v is None else v.decode() for _, v in r.headers]] if with_headers else []), *tag]
                        for r in sink.read_records_to_list()]
-        stores = {name: _store_rows(driver, name, kind) for name, kind in built.stores}
+        stores = {name: _store_rows(driver, name, kind) for name, kind in built.compared_stores()}
         if history is not None:
             history += driver.producer_history()
     return {"output": output, "store": canonical(scenario, stores), "topology": str(built.topology.describe())}

@@ -110,3 +110,16 @@ def test_an_unmaterialized_table_needs_no_serde_for_the_store_it_does_not_have()
     with TopologyTestDriver(b.build(), {"application.id": "names"}) as d:
         d.create_input_topic("in", S, S).pipe_input("a", "b", timestamp=1)
         assert [(r.key, r.value) for r in d.create_output_topic("out", S, S).read_records_to_list()] == [("a", "B")]
+
+
+def test_a_grouped_table_reduce_without_a_store_name_uses_the_aggregate_store_prefix():
+    """Kafka's KGroupedTableImpl.reduce generates its store name with KTABLE-AGGREGATE- (the
+    processor is KTABLE-REDUCE-): the repartition and changelog topics carry that name."""
+    b = StreamsBuilder()
+    (b.table("in", key_serde=S, value_serde=S).group_by(lambda k, v: (v, k))
+     .reduce(lambda agg, v: agg + v, lambda agg, v: agg).to_stream().to("out", key_serde=S, value_serde=S))
+    topology = b.build()
+    text = str(topology.describe())
+    assert "Processor: KTABLE-REDUCE-0000000007 (stores: [KTABLE-AGGREGATE-STATE-STORE-0000000004])" in text
+    assert "KTABLE-AGGREGATE-STATE-STORE-0000000004-repartition" in topology.internal_topics
+    assert not any("REDUCE-STATE-STORE" in topic for topic in topology.internal_topics)
