@@ -92,6 +92,7 @@ class KGroupedStream:
     def count(self, store: str | Materialized | None = None) -> KTable:
         """Count records per key into a KV store (caching and change logging on by default); a record
         with a None value is not counted (Kafka)."""
+        _use_up_a_count_name(self._builder._graph, store)
         return self._aggregate(N.AGGREGATE, "count", store, count_initializer, count_adder, _serdes.INT64)
 
     def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None) -> KTable:
@@ -147,6 +148,14 @@ def windowed_store(graph: Any, mat: Materialized, name_of_store: str, windows: A
     return LazyStoreBuilder(name_of_store, kind, make), windowed_key
 
 
+def _use_up_a_count_name(graph: Any, store: Any) -> None:
+    """Kafka's count(Materialized) of a grouped, time-windowed or session-windowed stream uses up
+    one store-name index when the Materialized has no name ("we used to burn a topology name
+    here"); count() without one does not."""
+    if store is not None and as_materialized(store, "count").store_name is None:
+        graph.new_name(N.AGGREGATE + N.STATE_STORE)
+
+
 class _WindowedStream:
     def __init__(self, grouped: KGroupedStream, windows: Any) -> None:
         self._grouped = grouped
@@ -194,6 +203,8 @@ class TimeWindowedKStream(_WindowedStream):
     keyed by Windowed."""
 
     def count(self, store: str | Materialized | None = None) -> KTable:
+        if not isinstance(self._windows, SlidingWindows):  # Kafka's sliding count uses none up
+            _use_up_a_count_name(self._grouped._builder._graph, store)
         return self._windowed(N.AGGREGATE, "count", store, count_initializer, count_adder, None, _serdes.INT64)
 
     def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None) -> KTable:
@@ -212,6 +223,7 @@ class SessionWindowedKStream(_WindowedStream):
     """Session window aggregations -> KTable keyed by Windowed (merged-away sessions emit tombstones)."""
 
     def count(self, store: str | Materialized | None = None) -> KTable:
+        _use_up_a_count_name(self._grouped._builder._graph, store)
         return self._windowed(N.AGGREGATE, "count", store, count_initializer, count_adder,
                               lambda k, a, b: a + b, _serdes.INT64)
 

@@ -117,16 +117,23 @@ class KTable:
 
     def _value_node(self, prefix: str, make: Callable[..., Any], store: Any, value_serde: Any, op: str) -> "KTable":
         graph = self._builder._graph
+        mat = None if store is None else as_materialized(store, op)
+        if mat is not None and mat.store_name is None:
+            # Kafka's filter / map_values: a Materialized without a name gives serdes only (no
+            # store: it is not queryable); its generated store name still uses an index, before
+            # the processor's
+            N.store_name(graph, mat, prefix)
         name = graph.new_name(prefix)
         flag = [False]
-        if store is None:
+        if mat is None or mat.store_name is None:
             graph.add(ProcessorGraphNode(name, (self._node,), lambda: make(None, False, lambda: flag[0])))
-            table = KTable(self._builder, name, self.key_serde, value_serde, None, parent=self, old_values=False,
+            key_serde = self.key_serde if mat is None else mat.key_serde or self.key_serde
+            value_serde = value_serde if mat is None else mat.value_serde or value_serde
+            table = KTable(self._builder, name, key_serde, value_serde, None, parent=self, old_values=False,
                            windows=self._windows)
             table._compute = lambda: make(None, False, lambda: False).compute  # its value getter's computation
         else:
-            mat = as_materialized(store, op)
-            name_of_store = N.store_name(graph, mat, prefix)
+            name_of_store = mat.store_name
             where = f"table store {name_of_store!r}"
             store_key = N.key_or_default(mat.key_serde or self.key_serde, where)
             store_value = N.value_or_default(mat.value_serde or value_serde, where)

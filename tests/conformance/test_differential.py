@@ -112,6 +112,7 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     assert vocabulary.generate(7) == vocabulary.generate(7)
     scenarios = [vocabulary.generate(seed) for seed in SEEDS]
     assert {step["op"] for s in scenarios for step in s["ops"]} == vocabulary.ALL_OPS
+    assert any(s.get("unnamed_stores") for s in scenarios) and not all(s.get("unnamed_stores") for s in scenarios)
     windowed = [step for s in scenarios for step in s["ops"] if step["op"] == vocabulary.WINDOWED]
     kinds = vocabulary.WINDOW_TYPES
     assert {(w["windows"]["type"], w["agg"]) for w in windowed} == {

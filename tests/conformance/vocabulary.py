@@ -13,7 +13,8 @@ written to ``output`` (a KTable through ``to_stream()``), or, with ``output_extr
 come after output's, the topic as their last element). With ``headers`` (``HEADERS_SHARE``)
 each input record carries a header and each output row, after its timestamp, the list of the
 header values it came out with. Every store a step creates is named
-``store-<step index>`` and compared at the end; ``records`` are ``[key, value, timestamp]``
+``store-<step index>`` and compared at the end (with ``unnamed_stores``, a share of the scenarios,
+the steps' stores have no name: Kafka generates them, and only describe() shows them); ``records`` are ``[key, value, timestamp]``
 (plus the topic when it is not ``input``); None keys and values (unkeyed records, tombstones),
 out-of-order and late timestamps and timestamps on window boundaries are generated.
 ``cache_max_bytes`` is 0 (no caching layer, as Kafka's rewriteTopology), 10 MiB or, for a
@@ -635,11 +636,10 @@ OUTPUT_EXTRACTOR_SHARE = 0.2
 HEADERS_SHARE = 0.3
 HEADER_KEY = "n"
 #: the share of the scenarios whose operations are given a Materialized without a name (serdes
-#: and store type only): Kafka generates their store names (and so changelog and repartition
-#: topic names), which the describe() comparison checks; their contents are not compared. Off
-#: by default until Eddy matches Kafka there (the closing note of stop 40 lists what differs);
-#: EDDY_CONFORMANCE_UNNAMED_SHARE sets it for a run
-UNNAMED_STORES_SHARE = float(os.environ.get("EDDY_CONFORMANCE_UNNAMED_SHARE", "0"))
+#: and store type only; a global table keeps its name): Kafka generates their store names (and
+#: so changelog and repartition topic names), which the describe() comparison checks; their
+#: contents are not compared. EDDY_CONFORMANCE_UNNAMED_SHARE sets it for a run (1: all)
+UNNAMED_STORES_SHARE = float(os.environ.get("EDDY_CONFORMANCE_UNNAMED_SHARE", "0.2"))
 
 
 def generate(seed: int) -> dict:

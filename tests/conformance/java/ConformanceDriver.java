@@ -447,7 +447,11 @@ public final class ConformanceDriver {
         org.apache.kafka.streams.kstream.ValueJoiner joiner = (l, r) -> j.apply((String) l, (String) r);
         boolean stored = step.has("store") && step.get("store").asBoolean();
         if (kind.equals("global_join")) {
-            GlobalKTable table = stored ? builder.globalTable("global", Consumed.with(STRING, STRING), mat("global-store", "string"))
+            // named even under unnamed_stores: Kafka 4.1 fails to build a global table from a
+            // Materialized without a name ("suppliers with exactly one store but got 0")
+            Materialized global = Materialized.as("global-store").withKeySerde(STRING).withValueSerde(STRING);
+            GlobalKTable table = stored ? builder.globalTable("global", Consumed.with(STRING, STRING),
+                                                             inMemory ? global.withStoreType(Materialized.StoreType.IN_MEMORY) : global)
                 : builder.globalTable("global", Consumed.with(STRING, STRING));
             if (stored) built.stores.add(new String[] {"global-store", "kv"});
             BiFunction<String, String, String> f = fn(KEY_SELECTORS, step, "key_selector");

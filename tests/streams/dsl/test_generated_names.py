@@ -5,7 +5,9 @@ uses one up (NamedInternal.orElseGenerateWithPrefix), a split uses one per branc
 a source table keeps a store only when it is materialized (KTableSource.materialized()). The
 differential conformance tests compare whole describe() texts with Kafka's; these pin the rules."""
 
-from streams import Branched, StreamsBuilder, serdes
+import pytest
+
+from streams import Branched, Materialized, SessionWindows, SlidingWindows, StreamsBuilder, TimeWindows, serdes
 from streams.testing import TopologyTestDriver
 
 S = serdes.STRING
@@ -123,3 +125,35 @@ def test_a_grouped_table_reduce_without_a_store_name_uses_the_aggregate_store_pr
     assert "Processor: KTABLE-REDUCE-0000000007 (stores: [KTABLE-AGGREGATE-STATE-STORE-0000000004])" in text
     assert "KTABLE-AGGREGATE-STATE-STORE-0000000004-repartition" in topology.internal_topics
     assert not any("REDUCE-STATE-STORE" in topic for topic in topology.internal_topics)
+
+
+@pytest.mark.parametrize("windowed,extra", [
+    (lambda g: g, 1),  # KGroupedStream.count
+    (lambda g: g.windowed_by(TimeWindows.of_size_with_no_grace(100)), 1),
+    (lambda g: g.windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(100)), 1),
+    (lambda g: g.windowed_by(SlidingWindows.of_time_difference_with_no_grace(100)), 0),  # Kafka's newer API
+])
+def test_count_given_a_materialized_without_a_name_uses_up_one_more_index(windowed, extra):
+    """Kafka's count(Materialized) "burns a topology name" when the Materialized has no name;
+    count() without one does not."""
+    def processor_name(store):
+        b = StreamsBuilder()
+        counted = windowed(b.stream("in", key_serde=S, value_serde=S).group_by_key())
+        table = counted.count() if store is None else counted.count(store=store)
+        return table.name
+    assert processor_name(None) == "KSTREAM-AGGREGATE-0000000002"
+    assert processor_name(Materialized.with_serdes(S, serdes.INT64)) == f"KSTREAM-AGGREGATE-000000000{2 + extra}"
+    assert processor_name("named") == "KSTREAM-AGGREGATE-0000000001"
+
+
+def test_a_table_filter_given_a_materialized_without_a_name_keeps_no_store():
+    """Kafka's KTable filter / map_values materialize only a named store (queryableStoreName); the
+    generated name still uses an index, before the processor's."""
+    b = StreamsBuilder()
+    (b.table("in", key_serde=S, value_serde=S)  # in-STATE-STORE-0, SOURCE-1, KTABLE-SOURCE-2
+     .filter(lambda k, v: v != "x", store=Materialized.with_serdes(S, S))  # store name 3, KTABLE-FILTER-4
+     .to_stream().to("out", key_serde=S, value_serde=S))
+    text = str(b.build().describe())
+    assert "Processor: KTABLE-FILTER-0000000004 (stores: [])" in text
+    assert "KTABLE-FILTER-STATE-STORE" not in text
+    assert "Processor: KTABLE-TOSTREAM-0000000005 (stores: [])" in text
