@@ -48,42 +48,9 @@ from streams.dsl.ktable import KTable
 from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
 from streams.dsl.ops.fk_join import (ForeignTableJoinProcessor, ResponseJoinProcessor, SubscriptionJoinProcessor,
                                      SubscriptionReceiveProcessor, SubscriptionSendProcessor, response_partitioner)
-from streams.dsl.ops.table import TableSourceProcessor
 from streams.errors import TopologyError
 
-__all__ = ["fk_join", "ForeignKeyJoinTable"]
-
-
-class ForeignKeyJoinTable(KTable):
-    """The join's result table. Its store `result_store` exists when `store=` named one, or when a
-    later operation needs old values (the send-old-values flag) or reads the table by key
-    (`materialize()`), as Kafka materializes the result's KTableSource then; `store_name` is set
-    once the store is sure to exist."""
-
-    def __init__(self, *args: Any, result_store: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.result_store = result_store
-        self._send_old = [self.store_name is not None]
-
-    @property
-    def materialized(self) -> bool:
-        return self._send_old[0]
-
-    def materialize(self) -> str:
-        """Force the store (a later operation reads the table by key); returns its name."""
-        self._send_old[0] = True
-        self.store_name = self.result_store
-        return self.result_store
-
-    def _enable_send_old_values(self, force: bool = True) -> bool:
-        """Kafka's KTableSource.enableSendingOldValues: a result without a store refuses unless
-        forced (a filter asks without force, and then forwards every filtered-out key as a
-        tombstone); forcing makes the store."""
-        if not self._send_old[0]:
-            if not force:
-                return False
-            self._send_old[0] = True
-        return True
+__all__ = ["fk_join"]
 
 
 def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
@@ -159,18 +126,16 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
     result_store_where = f"table store {name_of_store!r}"
     store_key = N.key_or_default(mat.key_serde or this.key_serde, result_store_where)
     store_value = N.value_or_default(mat.value_serde, result_store_where)
-    caching = mat.caching_enabled
     result_builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
         mat, name_of_store, store_key, store_value, timestamped=True))
-    # as Kafka: a named store makes the result queryable; a nameless Materialized only gives serdes
-    table = ForeignKeyJoinTable(this._builder, output_name, mat.key_serde or this.key_serde, mat.value_serde,
-                                mat.store_name, store_name=mat.store_name, result_store=name_of_store)
-    # Kafka's KTableSource as the result: its store only when materialized (asked when the
-    # topology is written), else every result forwarded as Change(value, None)
-    graph.add(StatefulProcessorNode(output_name, (resolver_name,),
-                                    lambda: TableSourceProcessor(name_of_store, caching, table.materialized),
+    # Kafka's KTableSource as the result, a source table: materialized when its store is named (it
+    # is then queryable) or a later operation forces it (old values, a read by key), else every
+    # result forwarded as Change(value, None); asked when the topology is written
+    table = KTable(this._builder, output_name, mat.key_serde or this.key_serde, mat.value_serde, mat.store_name,
+                   store_name=name_of_store, source=True)
+    graph.add(StatefulProcessorNode(output_name, (resolver_name,), lambda: table.source_processor(mat),
                                     store_builder=result_builder, store_name=name_of_store,
                                     deferred_serdes=N.deferred(store_key, store_value),
-                                    store_wanted=lambda: table.materialized))
+                                    store_wanted=table.source_materialized))
     return table
 

@@ -130,7 +130,7 @@ class StreamsBuilder:
         table = _ktable().KTable(self, src.name, mat.key_serde or src.key_serde, mat.value_serde or src.value_serde,
                                  name_of_store if mat.store_name else None, store_name=name_of_store, source=True)
         self._graph.add(TableSourceNode(src.name, (), topic, src.source, src.key_serde, src.value_serde,
-                                        lambda: _table_source_processor(table, name_of_store, mat),
+                                        lambda: table.source_processor(mat),
                                         src.builder, src.deferred, store_wanted=table.source_materialized))
         return table
 
@@ -371,7 +371,7 @@ class KStream:
             mat, name_of_store, store_key, store_value, timestamped=True))
         table = _ktable().KTable(self._builder, name, mat.key_serde or ks, mat.value_serde or vs,
                                  name_of_store if mat.store_name else None, store_name=name_of_store, source=True)
-        graph.add(StatefulProcessorNode(name, (parent,), lambda: _table_source_processor(table, name_of_store, mat),
+        graph.add(StatefulProcessorNode(name, (parent,), lambda: table.source_processor(mat),
                                         store_builder=builder, store_name=name_of_store,
                                         deferred_serdes=N.deferred(store_key, store_value),
                                         store_wanted=table.source_materialized))
@@ -603,12 +603,6 @@ class BranchedKStream:
     def no_default_branch(self) -> dict:
         self._done = True
         return self._branches
-
-
-def _table_source_processor(table: "KTable", store_name: str, mat: Materialized) -> TableSourceProcessor:
-    """A source table's processor (builder.table, to_table), made once the whole DSL is built:
-    with its store only when the table is materialized in Kafka's sense."""
-    return TableSourceProcessor(store_name, table.source_caching(mat), table.source_materialized())
 
 
 def _ktable() -> Any:

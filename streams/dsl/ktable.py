@@ -17,7 +17,7 @@ from streams.dsl.ops.table_join import TableJoinMergeProcessor, TableJoinSidePro
 from streams.dsl.ops.value_getter import (JoinValueGetter, MappedValueGetter, SessionStoreValueGetter, StoreValueGetter,
                                           ValueGetterSupplier, WindowStoreValueGetter)
 from streams.dsl.ops.table import (TableFilterProcessor, TableMapValuesProcessor, TableSelectProcessor,
-                                   ToStreamProcessor)
+                                   TableSourceProcessor, ToStreamProcessor)
 from streams.dsl.suppressed import Suppressed
 from streams.dsl.windows import SessionWindows, window_close_delay_ms
 from streams.errors import TopologyError
@@ -42,7 +42,7 @@ class KTable:
         # needs their grace)
         self._windows = windows
         self._parent = parent
-        self._source = source  # builder.table / KStream.to_table: materialized (in Kafka's sense) when named
+        self._source = source  # a KTableSource (builder.table, to_table, a foreign-key join's result)
         self._read_by_key = False  # a source a join reads through its store: materialized (Kafka's materialize())
         # aggregations and suppressions always carry old values; sources, filters and mappers on request
         self._send_old = [old_values and not source]
@@ -60,10 +60,10 @@ class KTable:
         return self._queryable
 
     def source_materialized(self) -> bool:
-        """Whether a source table (builder.table, KStream.to_table) keeps its store, asked when
-        the topology is written (after the whole DSL is built): Kafka materializes a source only
-        when its store is named or a downstream operation forces it (group_by, suppress, a join
-        reading it by key, KTableSource.materialize()). An unmaterialized source has no store (nor
+        """Whether a source table (builder.table, KStream.to_table, a foreign-key join's result)
+        keeps its store, asked when the topology is written (after the whole DSL is built): Kafka
+        materializes a source only when its store is named or a downstream operation forces it
+        (group_by, suppress, a join reading it by key, KTableSource.materialize()). An unmaterialized source has no store (nor
         changelog) and forwards every record as Change(new, None), a delete of an absent key too."""
         return self._queryable is not None or self._send_old[0] or self._read_by_key
 
@@ -71,6 +71,11 @@ class KTable:
         """Whether a source table forwards through its store's cache: only a materialized one has
         a store (source_materialized)."""
         return mat.caching_enabled and self.source_materialized()
+
+    def source_processor(self, mat: Materialized) -> TableSourceProcessor:
+        """A source table's processor (builder.table, to_table, a foreign-key join's result), made
+        once the whole DSL is built: with its store only when materialized in Kafka's sense."""
+        return TableSourceProcessor(self.store_name, self.source_caching(mat), self.source_materialized())
 
     def _enable_send_old_values(self, force: bool = True) -> bool:
         """Kafka's KTableImpl.enableSendingOldValues(forceMaterialization): switch old values on
@@ -99,9 +104,6 @@ class KTable:
         materialized, else its operation over its parent's getter."""
         if self._getter is not None:
             return self._getter
-        materialize = getattr(self, "materialize", None)
-        if self.store_name is None and callable(materialize):
-            materialize()  # a table that makes its store when read by key (a foreign-key join's result)
         if self.store_name is not None:
             if self._source:
                 self._read_by_key = True  # Kafka's KTableSource.materialize()

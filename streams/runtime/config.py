@@ -25,6 +25,8 @@ _GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE_V2)
 MAIN_CONSUMER_PREFIX = "main.consumer."
 RESTORE_CONSUMER_PREFIX = "restore.consumer."
 GLOBAL_CONSUMER_PREFIX = "global.consumer."
+#: Kafka Streams' prefix for every consumer's settings (below the three above)
+CONSUMER_PREFIX = "consumer."
 #: The App's snapshot settings (streams.runtime.snapshots), never a client's.
 SNAPSHOT_PREFIX = "snapshot."
 
@@ -54,8 +56,6 @@ DEFAULT_INPUT_BUFFER_MAX_BYTES = 512 * 1024 * 1024
 DEFAULT_MAX_POLL_RECORDS = RESTORE_MAX_POLL_RECORDS
 MAIN_MAX_POLL_RECORDS = 5000
 MAX_POLL_RECORDS_CONFIG = "max.poll.records"
-#: Kafka Streams' prefix for every consumer's settings (below the main./restore./global. ones)
-CONSUMER_PREFIX = "consumer."
 
 
 def default_state_dir() -> str:
