@@ -290,7 +290,8 @@ PyDoc_STRVAR(keyed_run_doc,
 "keyed_run(messages, start, key_check, value_check) -> (keys, timestamps, stop) or None\n\n"
 "The keys and timestamps of messages[start:stop], read from the fields of messages of the layout\n"
 "type (set_message_layout): the longest stretch from `start` in which every message has a key,\n"
-"a value, a timestamp >= 0, and passes key_check(key) and value_check(value)\n"
+"a value, a timestamp >= 0, no headers (a run's messages stand for their record contexts, which\n"
+"then all cost a cache the same: their topic's), and passes key_check(key) and value_check(value)\n"
 "without an Exception. `stop` is the first message that does not (len(messages) when all do);\n"
 "a check's Exception is cleared (the caller processes that message on its own), any other\n"
 "BaseException propagates. None when there is no layout. A stream task whose stage takes runs\n"
@@ -318,7 +319,8 @@ static PyObject *keyed_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (type == NULL)
         Py_RETURN_NONE;
     /* A copy: the checks run Python code, and with it possibly code that changes the layout. */
-    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value, ts_off = msg_layout.timestamp;
+    const Py_ssize_t key_off = msg_layout.key, value_off = msg_layout.value, ts_off = msg_layout.timestamp,
+                     headers_off = msg_layout.headers;
     Py_INCREF(type);
     PyObject *keys = PyList_New(0), *timestamps = PyList_New(0);
     Py_ssize_t i = start;
@@ -335,6 +337,9 @@ static PyObject *keyed_run(PyObject *self, PyObject *const *args, Py_ssize_t nar
         /* A None value is the stage's to skip and count (an aggregation drops it): not taken. */
         if (key == NULL || value == NULL || ts < 0)
             break;
+        PyObject *headers = layout_get_obj(m, headers_off);
+        if (headers != NULL && (!PyList_CheckExact(headers) || PyList_GET_SIZE(headers) > 0))
+            break;  /* processed on its own, its headers in the record context */
         Py_INCREF(m); /* keeps key and value alive through the checks */
         PyObject *checked = PyObject_CallOneArg(key_check, key);
         if (checked != NULL) {

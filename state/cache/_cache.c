@@ -3,7 +3,8 @@
  *
  * increment_run is the common case of CachingKeyValueStore.update_many for a count: the key
  * is cached and its value is a big-endian signed 8-byte integer that does not overflow when
- * one (or the key's own increment: a table count's) is added. That case calls no user code,
+ * one (or the key's own increment: a table count's) is added, and whose entry already costs
+ * what this write's record context does. That case calls no user code,
  * changes no entry size and so evicts nothing, which is why it can run here without the
  * clock: every effect is on the cache's own dicts and entries, done in the order the Python
  * loop does them. Any other key (a miss, another value, an overflow, a key or timestamp of an
@@ -92,6 +93,99 @@ static int read_record_context(PyObject *context, PyObject **metadata, PyObject 
         return -1;
     }
     return 0;
+}
+
+/* The length of a Java String of `text` (UTF-16 code units), what Kafka counts of a topic or a
+ * header key (thread_cache._java_chars). */
+static Py_ssize_t java_chars(PyObject *text)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (PyUnicode_KIND(text) == PyUnicode_4BYTE_KIND) {
+        const Py_UCS4 *data = PyUnicode_4BYTE_DATA(text);
+        Py_ssize_t len = n;
+        for (Py_ssize_t k = 0; k < len; k++)
+            n += data[k] > 0xFFFF;
+    }
+    return n;
+}
+
+/* thread_cache.context_size (the definition): the bytes Kafka counts for a write's record
+ * context besides ENTRY_OVERHEAD's, or -1 with an error. */
+static Py_ssize_t context_size(PyObject *metadata, PyObject *headers)
+{
+    static PyObject *str_topic = NULL, *str_headers_m = NULL;
+    PyObject *topic = NULL, *own_headers = NULL;
+    Py_ssize_t size = 0;
+    if (metadata == Py_None) {
+        topic = NULL;
+    } else if (PyTuple_CheckExact(metadata)) {
+        topic = PyTuple_GET_SIZE(metadata) > 0 ? Py_NewRef(PyTuple_GET_ITEM(metadata, 0)) : NULL;
+    } else {  /* a consumed message: its topic and its own headers */
+        if (str_topic == NULL) {
+            str_topic = PyUnicode_InternFromString("topic");
+            str_headers_m = PyUnicode_InternFromString("headers");
+            if (str_topic == NULL || str_headers_m == NULL)
+                return -1;
+        }
+        topic = PyObject_CallMethodNoArgs(metadata, str_topic);
+        if (topic == NULL)
+            return -1;
+        own_headers = PyObject_CallMethodNoArgs(metadata, str_headers_m);
+        if (own_headers == NULL)
+            goto fail;
+        headers = own_headers;
+    }
+    if (topic != NULL && topic != Py_None) {
+        if (!PyUnicode_Check(topic)) {
+            PyErr_Format(PyExc_TypeError, "a record context's topic must be a str, not %.100s", Py_TYPE(topic)->tp_name);
+            goto fail;
+        }
+        size += java_chars(topic);
+    }
+    if (headers != Py_None) {
+        int truth = PyObject_IsTrue(headers);
+        if (truth < 0)
+            goto fail;
+        if (truth) {
+            PyObject *seq = PySequence_Fast(headers, "record headers must be a sequence of (key, value) pairs");
+            if (seq == NULL)
+                goto fail;
+            for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) {
+                PyObject *pair = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, k),
+                                                 "a record header must be a (key, value) pair");
+                if (pair == NULL || PySequence_Fast_GET_SIZE(pair) != 2) {
+                    if (pair != NULL)
+                        PyErr_Format(PyExc_TypeError, "a record header must be a (key, value) pair, not %R", pair);
+                    Py_XDECREF(pair);
+                    Py_DECREF(seq);
+                    goto fail;
+                }
+                PyObject *hkey = PySequence_Fast_GET_ITEM(pair, 0), *hvalue = PySequence_Fast_GET_ITEM(pair, 1);
+                Py_ssize_t len = 0;
+                if (!PyUnicode_Check(hkey)) {
+                    PyErr_Format(PyExc_TypeError, "a record header's key must be a str, not %R", hkey);
+                    len = -1;
+                } else if (hvalue != Py_None) {
+                    len = PyObject_Length(hvalue);
+                }
+                if (len >= 0)
+                    size += java_chars(hkey) + len;
+                Py_DECREF(pair);
+                if (len < 0) {
+                    Py_DECREF(seq);
+                    goto fail;
+                }
+            }
+            Py_DECREF(seq);
+        }
+    }
+    Py_XDECREF(topic);
+    Py_XDECREF(own_headers);
+    return size;
+fail:
+    Py_XDECREF(topic);
+    Py_XDECREF(own_headers);
+    return -1;
 }
 
 /* Replaces a slot's value with a new reference (stolen). The previous value is dropped
@@ -258,8 +352,18 @@ static int increment_one(PyObject *entries_move_to_end, PyObject *dirty, PyObjec
 
 static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 6 || nargs > 10) {
-        PyErr_Format(PyExc_TypeError, "increment_run() takes 6 to 10 arguments (%zd given)", nargs);
+    if (nargs < 6 || nargs > 11) {
+        PyErr_Format(PyExc_TypeError, "increment_run() takes 6 to 11 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    /* what each write costs the cache besides its key and value: the named cache's overhead and
+     * the run's record context (the hot case keeps an entry's size); by default ENTRY_OVERHEAD,
+     * a write without a record context */
+    Py_ssize_t entry_cost = nargs > 10 ? PyLong_AsSsize_t(args[10]) : entry_overhead;
+    if (entry_cost == -1 && PyErr_Occurred())
+        return NULL;
+    if (entry_cost < 0) {
+        PyErr_Format(PyExc_ValueError, "increment_run() entry_cost must be >= 0, got %zd", entry_cost);
         return NULL;
     }
     /* each key's own increment, a signed byte (a table count's +1, -1 or 0), else one for all */
@@ -353,6 +457,14 @@ static PyObject *increment_run(PyObject *self, PyObject *const *args, Py_ssize_t
             break;  /* None (a cached delete), another size, unset: fn decides */
         if (dirty_flag != Py_True && dirty_flag != Py_False)
             break;
+        /* the same size after this write (its record context costs what the entry's did), so
+         * nothing to evict; else the Python loop resizes it */
+        PyObject *size_obj = SLOT(entry, off_size);
+        if (size_obj == NULL || !PyLong_CheckExact(size_obj)
+            || PyLong_AsSsize_t(size_obj) != PyBytes_GET_SIZE(key) + PyBytes_GET_SIZE(value) + entry_cost) {
+            PyErr_Clear();  /* (an int out of range cannot be an entry's size here) */
+            break;
+        }
         int64_t increment = 1;
         if (increments != Py_None) {
             if (i >= PyBytes_GET_SIZE(increments))
@@ -441,12 +553,16 @@ done:
  * exact int size and a bool dirty flag; any other case returns None before doing anything,
  * and the caller writes through the Python definition. */
 static PyObject *write_entry_impl(PyObject *entries, PyObject *dirty, PyObject *key, PyObject *value,
-                                  PyObject *timestamp, PyObject *old, PyObject *metadata, PyObject *headers)
+                                  PyObject *timestamp, PyObject *old, PyObject *metadata, PyObject *headers,
+                                  Py_ssize_t overhead)
 {
-    if (entry_type == NULL || entry_overhead < 0 || !PyODict_CheckExact(entries) || !PyDict_CheckExact(dirty)
+    if (entry_type == NULL || overhead < 0 || !PyODict_CheckExact(entries) || !PyDict_CheckExact(dirty)
         || !PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value)))
         Py_RETURN_NONE;
-    Py_ssize_t size = PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + entry_overhead;
+    Py_ssize_t context = context_size(metadata, headers);
+    if (context < 0)
+        return NULL;
+    Py_ssize_t size = PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + overhead + context;
     PyObject *entry = PyDict_GetItemWithError(entries, key);  /* borrowed */
     Py_ssize_t delta;
     if (entry == NULL) {
@@ -528,14 +644,24 @@ static PyObject *write_entry_impl(PyObject *entries, PyObject *dirty, PyObject *
 
 static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6 && nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "write_entry() takes 6 or 8 arguments (%zd given)", nargs);
+    if (nargs != 6 && nargs != 8 && nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "write_entry() takes 6, 8 or 9 arguments (%zd given)", nargs);
         return NULL;
     }
     if (empty_headers == NULL)
         Py_RETURN_NONE;  /* no layout yet: declined */
-    return write_entry_impl(args[0], args[1], args[2], args[3], args[4], args[5], nargs == 8 ? args[6] : Py_None,
-                            nargs == 8 ? args[7] : empty_headers);
+    Py_ssize_t overhead = entry_overhead;
+    if (nargs == 9) {
+        overhead = PyLong_AsSsize_t(args[8]);
+        if (overhead == -1 && PyErr_Occurred())
+            return NULL;
+        if (overhead < 0) {
+            PyErr_Format(PyExc_ValueError, "write_entry() overhead must be >= 0, got %zd", overhead);
+            return NULL;
+        }
+    }
+    return write_entry_impl(args[0], args[1], args[2], args[3], args[4], args[5], nargs >= 8 ? args[6] : Py_None,
+                            nargs >= 8 ? args[7] : empty_headers, overhead);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -547,15 +673,16 @@ static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t n
  * declines. A dirty eldest entry is evicted by NamedCache.evict_eldest itself (its flush runs
  * the listener: Python either way). */
 static PyObject *str_entries, *str_dirty, *str_owner, *str_size_bytes, *str_total_bytes, *str_max_bytes,
-    *str_evictions, *str_hits, *str_misses, *str_evict_eldest, *str_write_through, *str_context;
+    *str_evictions, *str_hits, *str_misses, *str_evict_eldest, *str_write_through, *str_context,
+    *str_entry_overhead;
 static PyObject *one = NULL;
 
 /* NamedCache's type and its slots' offsets (set_named_layout): its fields read and written
  * directly, as the slot descriptors would, instead of through attribute lookups. */
 static PyTypeObject *named_type = NULL;
-#define NAMED_FIELDS 8
+#define NAMED_FIELDS 9
 static PyObject **named_names[NAMED_FIELDS] = {&str_entries, &str_dirty, &str_owner, &str_size_bytes, &str_hits,
-                                               &str_misses, &str_evictions, &str_context};
+                                               &str_misses, &str_evictions, &str_context, &str_entry_overhead};
 static Py_ssize_t named_offsets[NAMED_FIELDS];
 
 static inline Py_ssize_t named_offset(PyObject *obj, PyObject *name)
@@ -778,10 +905,25 @@ static inline int takes_key_value(PyObject *key, PyObject *value)
            && (value == Py_None || PyBytes_CheckExact(value));
 }
 
-/* The size an entry of key and value costs (a new int), or NULL with an error */
-static PyObject *entry_size(PyObject *key, PyObject *value)
+/* named.entry_overhead, or -1 with an error */
+static Py_ssize_t named_overhead(PyObject *named)
 {
-    return PyLong_FromSsize_t(PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + entry_overhead);
+    PyObject *obj = get_attr(named, str_entry_overhead);
+    if (obj == NULL)
+        return -1;
+    Py_ssize_t overhead = PyLong_AsSsize_t(obj);
+    Py_DECREF(obj);
+    if (overhead < 0 && !PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "a named cache's entry_overhead must be >= 0, got %zd", overhead);
+    return PyErr_Occurred() ? -1 : overhead;
+}
+
+/* thread_cache.entry_size: what an entry of key and value written in a record context of
+ * `context` bytes costs in a named cache of `overhead` (a new int), or NULL with an error */
+static PyObject *entry_size(PyObject *key, PyObject *value, Py_ssize_t overhead, Py_ssize_t context)
+{
+    return PyLong_FromSsize_t(PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + overhead
+                              + context);
 }
 
 /* The rule of put_clean_py and put_dirty_py: an entry an empty named cache cannot take under the
@@ -828,7 +970,10 @@ static PyObject *put_clean(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Py_DECREF(r);
         goto done;
     }
-    size_obj = entry_size(key, value);
+    Py_ssize_t overhead = named_overhead(named);
+    if (overhead < 0)
+        goto fail;
+    size_obj = entry_size(key, value, overhead, 0);  /* a read-through has no record context */
     if (size_obj == NULL)
         goto fail;
     int over = cannot_keep(entries, owner, size_obj);
@@ -885,15 +1030,30 @@ static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Py_DECREF(owner);
         Py_RETURN_NONE;
     }
+    Py_ssize_t overhead = named_overhead(named);
+    if (overhead < 0)
+        goto fail;
+    PyObject *metadata, *headers;
+    {
+        PyObject *context = get_attr(named, str_context);
+        if (context == NULL)
+            goto fail;
+        int rc = read_record_context(context, &metadata, &headers);
+        Py_DECREF(context);
+        if (rc < 0)
+            goto fail;
+    }
     if (PyDict_GET_SIZE(entries) == 0) {
-        PyObject *size_obj = entry_size(key, value);
-        if (size_obj == NULL)
-            goto fail;
-        int over = cannot_keep(entries, owner, size_obj);
-        Py_DECREF(size_obj);
-        if (over < 0)
-            goto fail;
-        if (over) {  /* it would be evicted, alone, at once: written through */
+        Py_ssize_t context_bytes = context_size(metadata, headers);
+        PyObject *size_obj = context_bytes < 0 ? NULL : entry_size(key, value, overhead, context_bytes);
+        int over = size_obj == NULL ? -1 : cannot_keep(entries, owner, size_obj);
+        Py_XDECREF(size_obj);
+        if (over) {
+            Py_DECREF(metadata);
+            Py_DECREF(headers);
+            if (over < 0)
+                goto fail;
+            /* it would be evicted, alone, at once: written through */
             PyObject *call_args[5] = {named, key, value, timestamp, old};
             PyObject *r = PyObject_VectorcallMethod(str_write_through, call_args,
                                                     5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -904,20 +1064,10 @@ static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nar
         }
     }
     dirty = get_attr(named, str_dirty);
-    if (dirty == NULL)
-        goto fail;
-    {
-        PyObject *context = get_attr(named, str_context), *metadata, *headers;
-        if (context == NULL)
-            goto fail;
-        int rc = read_record_context(context, &metadata, &headers);
-        Py_DECREF(context);
-        if (rc < 0)
-            goto fail;
-        delta = write_entry_impl(entries, dirty, key, value, timestamp, old, metadata, headers);
-        Py_DECREF(metadata);
-        Py_DECREF(headers);
-    }
+    if (dirty != NULL)
+        delta = write_entry_impl(entries, dirty, key, value, timestamp, old, metadata, headers, overhead);
+    Py_DECREF(metadata);
+    Py_DECREF(headers);
     if (delta == NULL)
         goto fail;
     if (delta == Py_None) {  /* declined, nothing done */
@@ -1319,14 +1469,16 @@ static PyMethodDef module_methods[] = {
      "timestamp, old, metadata, headers) appended to flushed (a None value's key to tombstones too), the entry\n"
      "marked clean. Returns False, having done nothing, for an entry it does not take."},
     {"write_entry", (PyCFunction)(void (*)(void))write_entry, METH_FASTCALL,
-     "write_entry(entries, dirty, key, value, timestamp, old, metadata=None, headers=())\n--\n\n"
+     "write_entry(entries, dirty, key, value, timestamp, old, metadata=None, headers=(), overhead=None)\n--\n\n"
      "state.cache.thread_cache.write_entry_py's write in C: returns the size change, or None\n"
      "(having done nothing) for a case it does not take (see the function's comment)."},
     {"increment_run", (PyCFunction)(void (*)(void))increment_run, METH_FASTCALL,
      "increment_run(entries, dirty, keys, timestamps, start, newest, stamped=False, context=None,\n"
-     "              metadatas=None, increments=None)\n--\n\n"
+     "              metadatas=None, increments=None, entry_cost=ENTRY_OVERHEAD)\n--\n\n"
      "CachingKeyValueStore.update_many's hot case for keys[start:] with an int64 add-one fn:\n"
-     "while the key is cached with an 8-byte value that does not overflow, write value + 1\n"
+     "while the key is cached with an 8-byte value that does not overflow, and its entry's size\n"
+     "is its key's and value's bytes plus entry_cost (the named cache's entry overhead and the\n"
+     "run's record context size: the write keeps the size), write value + 1\n"
      "(value + increments[i], a signed byte, when increments is bytes) as update_many does\n"
      "(dirty order, old value, timestamp, record context, LRU order). The record context:\n"
      "metadatas[i] and no headers when metadatas is a list, else context's metadata and\n"
@@ -1395,6 +1547,7 @@ PyMODINIT_FUNC PyInit__cache(void)
         str_evict_eldest = PyUnicode_InternFromString("evict_eldest");
         str_write_through = PyUnicode_InternFromString("write_through");
         str_context = PyUnicode_InternFromString("context");
+        str_entry_overhead = PyUnicode_InternFromString("entry_overhead");
         one = PyLong_FromLong(1);
         str_named = PyUnicode_InternFromString("_named");
         str_probe = PyUnicode_InternFromString("_probe");
@@ -1416,7 +1569,7 @@ PyMODINIT_FUNC PyInit__cache(void)
         if (str_move_to_end == NULL || str_entries == NULL || str_dirty == NULL || str_owner == NULL
             || str_size_bytes == NULL || str_total_bytes == NULL || str_max_bytes == NULL || str_evictions == NULL
             || str_hits == NULL || str_misses == NULL || str_evict_eldest == NULL || str_write_through == NULL
-            || str_context == NULL || one == NULL)
+            || str_context == NULL || str_entry_overhead == NULL || one == NULL)
             return NULL;
     }
     return PyModule_Create(&module_def);

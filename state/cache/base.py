@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from state.cache.thread_cache import CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_BYTES, NamedCache, ThreadCache
+from state.cache.thread_cache import (CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_BYTES, ENTRY_OVERHEAD, NamedCache,
+                                      ThreadCache)
 from state.errors import StateError, StoreClosedError
 from state.store import StoreContext, WrappedStateStore, open_probe
 
@@ -21,6 +22,10 @@ class CachingStore(WrappedStateStore):
     (the change-logging layers: the inner writes, then the changelog records); otherwise each
     change is its own `put`.
     """
+
+    # the bytes Kafka's cache keys of this kind of store hold before the store key (the segment
+    # id of a window or session store's), counted in each entry's size
+    cache_key_prefix = 0
 
     def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
         super().__init__(wrapped)
@@ -75,6 +80,7 @@ class CachingStore(WrappedStateStore):
         self._cache.add_dirty_entry_flush_listener(self._namespace, self._write_down)
         self._named = self._cache.named_cache(self._namespace)
         self._named.context = self._record_context
+        self._named.entry_overhead = ENTRY_OVERHEAD + self.cache_key_prefix
 
     def set_record_context(self, context: Any) -> None:
         """Where a write's record context comes from and where a flush sets each entry's (an

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted
-from state.cache.thread_cache import ENTRY_OVERHEAD, UNKNOWN, NamedCache, ThreadCache, lookup, record_context_of
+from state.cache.thread_cache import UNKNOWN, NamedCache, ThreadCache, context_size, lookup, record_context_of
 from state.errors import StoreClosedError
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import KeyValueIterator, KeyValueStore, check_key, check_value
@@ -263,7 +263,9 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         The record context of each write is the context's (the named cache's, see
         state.cache.thread_cache), or with `metadatas` metadatas[i] (a bulk run's consumed
         message, standing for its metadata and headers): set on the context while the key is
-        updated."""
+        updated. `metadatas` are a keyed run's messages: of one topic, none with headers
+        (eddy's keyed_run takes no other), so every write of the run costs the cache the same
+        record context size, the first message's."""
         increment = getattr(fn, "int64_increment", False)
         stamped = getattr(fn, "timestamped", False)
         named = self._named
@@ -291,6 +293,13 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                                       and (metadatas is None or type(metadatas) is list)) else None
         if metadatas is not None:
             written_in = context.metadata
+        # what each write's record context costs (see the docstring: one for the run), and the
+        # named cache's overhead: an entry's size is theirs plus its key's and value's
+        overhead = named.entry_overhead
+        if metadatas is not None:
+            run_context = context_size(metadatas[0], ()) if n else 0
+        else:
+            run_context = context_size(*record_context_of(named))
         stamped_flag = bool(stamped)
         add, extra = 1, ()  # key i's increment, and fn's last argument when increments are given
         # the run's stream time so far, handed to the clock before anything that could look
@@ -301,7 +310,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             while i < n:
                 if run is not None:
                     stop, run_hits, newest, run_value, error = run(entries, named.dirty, keys, timestamps, i, newest,
-                                                                   stamped_flag, context, metadatas, increments)
+                                                                   stamped_flag, context, metadatas, increments,
+                                                                   overhead + run_context)
                     hits += run_hits
                     if stop != i:
                         value = run_value
@@ -328,7 +338,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                     # get: a hit; put: the entry rewritten in place and made MRU (the cache holds it,
                     # so the zero-size bypass below cannot apply)
                     hits += 1
-                    resized = True
+                    packed = False
                     if increment:
                         try:
                             if stamped:
@@ -338,7 +348,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                                 timestamp = stamp
                             else:
                                 value = _pack_int64(_unpack_int64(entry.value)[0] + add)
-                            resized = False  # the same size: no size change, so no eviction
+                            packed = True
                         except Exception:  # None, another size, overflow: fn decides
                             if clock is not None:
                                 clock.advance_stream_time(newest)
@@ -353,7 +363,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                             value, timestamp = fn(entry.value, timestamp)
                         else:
                             value = fn(entry.value)
-                    if resized and value is not None and type(value) is not bytes:
+                    if not packed and value is not None and type(value) is not bytes:
                         check_value(self.name, value)
                     if entry.dirty:
                         if key in dirty:
@@ -366,16 +376,16 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                     entry.timestamp = timestamp
                     entry.metadata, entry.headers = record_context_of(named)
                     entries.move_to_end(key)
-                    if resized:
-                        delta = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD - entry.size
-                        if delta:
-                            entry.size += delta
-                            named.size_bytes += delta
-                            cache._total_bytes += delta
-                        if cache._total_bytes > cache.max_bytes:
-                            if clock is not None:
-                                clock.advance_stream_time(newest)
-                            cache._maybe_evict(named)
+                    # the size with this write's record context (a count's is mostly unchanged)
+                    delta = len(key) + (len(value) if value is not None else 0) + overhead + run_context - entry.size
+                    if delta:
+                        entry.size += delta
+                        named.size_bytes += delta
+                        cache._total_bytes += delta
+                    if cache._total_bytes > cache.max_bytes:
+                        if clock is not None:
+                            clock.advance_stream_time(newest)
+                        cache._maybe_evict(named)
                 else:
                     if clock is not None:
                         clock.advance_stream_time(newest)

@@ -6,6 +6,7 @@ from typing import Optional
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted_by
+from state.cache.thread_cache import SEGMENT_ID_BYTES
 from state.errors import InvalidStoreArgumentError
 from state.rocksdb_kv import key_after
 from state.session import decode_session_changelog_key, session_changelog_key
@@ -21,6 +22,8 @@ class CachingSessionStore(CachingStore):
     whatever the retention of the store below, which filters only its own sessions (Kafka's
     CachingSessionStore: a session still cached is still found).
     """
+
+    cache_key_prefix = SEGMENT_ID_BYTES  # counted in each entry's size (see state.cache.thread_cache)
 
     def _write_down(self, entries: list) -> None:
         listener = self._flush_listener

@@ -3,8 +3,12 @@
 Semantics follow Kafka's ThreadCache / NamedCache / CachingKeyValueStore:
 
 - One byte budget (`statestore.cache.max.bytes`) is shared by all the named caches of a thread
-  (one named cache per store of a task, named "<task id>-<store name>"). An entry costs its key
-  and value bytes plus `ENTRY_OVERHEAD`.
+  (one named cache per store of a task, named "<task id>-<store name>"). An entry costs what
+  Kafka counts (`entry_size`): its key and value bytes, `ENTRY_OVERHEAD`, the record context
+  of its latest write (`context_size`: the topic's and the header keys' chars, the header
+  values' bytes) and, in a window or session store's cache, the 8 bytes of the segment id
+  Kafka's cache keys start with (`NamedCache.entry_overhead`). A read-through entry has no
+  record context (Kafka's: topic "", no headers).
 - Writes go to the cache as dirty entries; repeated writes of a key between commits replace the
   cached entry, so only the latest value is written down and forwarded (deduplication).
 - When the budget is exceeded after a put, the least recently used entries of the cache being
@@ -40,8 +44,13 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
 CACHE_MAX_BYTES_CONFIG = "statestore.cache.max.bytes"
-# Approximate bookkeeping cost of one entry (entry object, LRU links, dict slots).
-ENTRY_OVERHEAD = 64
+# What Kafka counts for a cache entry besides its key, value and record context's strings
+# (NamedCache.LRUNode.size() and LRUCacheEntry's size): 24 bytes of LRU node, 1 for the dirty
+# flag, and the record context's timestamp (8), offset (8) and partition (4).
+ENTRY_OVERHEAD = 45
+# A window or session store's cache key is its store key after the 8-byte segment id (Kafka's
+# SegmentedCacheFunction); Eddy's cache keys leave the id out, its size is counted all the same.
+SEGMENT_ID_BYTES = 8
 
 
 # The old value of a dirty entry when the cache does not know what the wrapped store holds.
@@ -100,6 +109,41 @@ def _flushed(key: bytes, entry: CacheEntry) -> DirtyEntry:
                       + record_context_from(entry.metadata, entry.headers))
 
 
+def _java_chars(text: str) -> int:
+    """The length of a Java String of `text` (UTF-16 code units: what Kafka counts of a topic or
+    header key, `toCharArray().length`)."""
+    if text.isascii():
+        return len(text)
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def context_size(metadata: Any, headers: Any) -> int:
+    """The bytes Kafka counts for a write's record context besides ENTRY_OVERHEAD's (its
+    ProcessorRecordContext.residentMemorySizeEstimate): the topic's chars (none without a topic:
+    a punctuation's write, a read-through), and each header's key chars and value bytes.
+    `metadata`: None, (topic, partition, offset), or a consumed message standing for its own
+    metadata and headers (see the module doc). state.cache._cache counts the same."""
+    if metadata is None:
+        topic = None
+    elif type(metadata) is tuple:
+        topic = metadata[0] if metadata else None
+    else:  # a consumed message
+        topic = metadata.topic()
+        headers = metadata.headers()
+    size = _java_chars(topic) if topic else 0
+    if headers:
+        for key, value in headers:
+            size += _java_chars(key) + (len(value) if value is not None else 0)
+    return size
+
+
+def entry_size(named: "NamedCache", key: bytes, value: Optional[bytes], metadata: Any = None,
+               headers: Any = ()) -> int:
+    """What an entry of `named` costs with the record context (metadata, headers) of its write."""
+    return (len(key) + (len(value) if value is not None else 0) + named.entry_overhead
+            + context_size(metadata, headers))
+
+
 def record_context_of(named: "NamedCache") -> tuple:
     """(metadata, headers) of the record a write of `named` is made for: its context's now, or
     (None, ()) without a context."""
@@ -111,14 +155,14 @@ def record_context_of(named: "NamedCache") -> tuple:
 
 def write_entry_py(entries: "OrderedDict[bytes, CacheEntry]", dirty: "dict[bytes, None]", key: bytes,
                    value: Optional[bytes], timestamp: int, old: object, metadata: Optional[tuple] = None,
-                   headers: Any = ()) -> int:
+                   headers: Any = (), overhead: int = ENTRY_OVERHEAD) -> int:
     """A write of a dirty entry into a named cache's maps: a new entry, or the cached one
     rewritten in place (a clean one's value becoming its old value), made MRU and last in the
     write order, with the record context of the write. Returns the size change; the caller
     accounts for it and evicts. `old`: the wrapped store's value for a key not cached, when the
-    caller knows it. `write_entry` is this, in C where state.cache._cache is built (None: not
-    taken, call this)."""
-    size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+    caller knows it; `overhead`: the named cache's `entry_overhead`. `write_entry` is this, in C
+    where state.cache._cache is built (None: not taken, call this)."""
+    size = len(key) + (len(value) if value is not None else 0) + overhead + context_size(metadata, headers)
     entry = entries.get(key)
     if entry is None:
         entries[key] = CacheEntry(value, True, timestamp, size, old, metadata, headers)
@@ -163,7 +207,7 @@ def put_clean_py(named: "NamedCache", key: bytes, value: Optional[bytes], timest
     if key in entries:
         entries.move_to_end(key)
         return True
-    size = len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+    size = entry_size(named, key, value)  # no record context (see the module doc)
     owner = named.owner
     if not entries and owner._total_bytes + size > owner.max_bytes:
         named.evictions += 1
@@ -185,14 +229,14 @@ def put_dirty_py(named: "NamedCache", key: bytes, value: Optional[bytes], timest
     not taken, nothing done, call this)."""
     entries = named.entries
     owner = named.owner
-    if not entries and (owner._total_bytes + len(key) + (len(value) if value is not None else 0)
-                        + ENTRY_OVERHEAD > owner.max_bytes):
+    metadata, headers = record_context_of(named)
+    if not entries and owner._total_bytes + entry_size(named, key, value, metadata, headers) > owner.max_bytes:
         named.write_through(key, value, timestamp, old)
         return True
-    metadata, headers = record_context_of(named)
-    delta = write_entry(entries, named.dirty, key, value, timestamp, old, metadata, headers)
+    overhead = named.entry_overhead
+    delta = write_entry(entries, named.dirty, key, value, timestamp, old, metadata, headers, overhead)
     if delta is None:
-        delta = write_entry_py(entries, named.dirty, key, value, timestamp, old, metadata, headers)
+        delta = write_entry_py(entries, named.dirty, key, value, timestamp, old, metadata, headers, overhead)
     if delta:
         named.size_bytes += delta
         owner._total_bytes += delta
@@ -235,7 +279,7 @@ class NamedCache:
     """
 
     __slots__ = ("name", "owner", "entries", "dirty", "size_bytes", "listener", "hits", "misses", "evictions",
-                 "context")
+                 "context", "entry_overhead")
 
     def __init__(self, name: str, owner: "ThreadCache") -> None:
         self.name = name
@@ -250,6 +294,8 @@ class NamedCache:
         # where a write's record context is read (`metadata`, `headers`): the task's processor
         # context, set by the caching store; None: writes keep none
         self.context: Any = None
+        # what each entry costs besides its key, value and record context (see the module doc)
+        self.entry_overhead = ENTRY_OVERHEAD
 
     def _resize(self, delta: int) -> None:
         self.size_bytes += delta

@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional, Sequence
 from state.cache.base import CachingStore
 from state.cache.kv import _LIST_OR_TUPLE, _increment_run
 from state.cache.merge import merge_sorted_by
-from state.cache.thread_cache import UNKNOWN, ThreadCache, record_context_of
+from state.cache.thread_cache import SEGMENT_ID_BYTES, UNKNOWN, ThreadCache, context_size, record_context_of
 from state.rocksdb_kv import key_after
 from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
@@ -27,6 +27,7 @@ class CachingWindowStore(CachingStore):
     own windows (Kafka's caching window stores: a window still cached is still read).
     """
 
+    cache_key_prefix = SEGMENT_ID_BYTES  # counted in each entry's size (see state.cache.thread_cache)
     # update_many's C loop for a count's cached windows (the KV store's), None without
     # state.cache._cache (a store's own attribute set to None makes it use the Python loop)
     _increment_run: Optional[Callable] = _increment_run
@@ -94,7 +95,8 @@ class CachingWindowStore(CachingStore):
         not cached, as `fetch(key, start)` reads it) is written as `put(key, new, start, entry
         timestamp)` would: a read that misses is read through (kept clean), then the dirty write,
         in the context's record context, or with `metadatas` in metadatas[i] (a bulk run's
-        consumed message, standing for its metadata and headers). The cache lock is held once.
+        consumed message, standing for its metadata and headers; a keyed run's, as
+        CachingKeyValueStore.update_many says). The cache lock is held once.
         `clock`: the owner of the caller's stream time, raised to each record's timestamp before
         anything that could read it (fn, a read-through, an eviction forwarding downstream) and
         at the end (as CachingKeyValueStore.update_many).
@@ -117,6 +119,11 @@ class CachingWindowStore(CachingStore):
         if context is None:
             metadatas = None
         written_in = context.metadata if metadatas is not None else None
+        # what each write costs the cache besides its cache key and value (metadatas: a keyed
+        # run's, one record context size for all, as CachingKeyValueStore.update_many)
+        entry_cost = named.entry_overhead + (
+            (context_size(metadatas[0], ()) if len(metadatas) else 0) if metadatas is not None
+            else context_size(*record_context_of(named)))
         run = self._count_loop(fn, timestamps, metadatas)
         # the cache keys of the leading records the C loop may take (none without it)
         cache_keys = self._cache_keys(keys, starts, suffixes) if run is not None else ()
@@ -132,7 +139,7 @@ class CachingWindowStore(CachingStore):
             while i < n:
                 if i < len(cache_keys):  # cached windows' counts, up to the first other case
                     i, run_hits, newest, _, error = run(entries, named.dirty, cache_keys, timestamps, i, newest,
-                                                        True, context, metadatas)
+                                                        True, context, metadatas, None, entry_cost)
                     named.hits += run_hits
                     if error is not None:
                         raise error
@@ -168,7 +175,8 @@ class CachingWindowStore(CachingStore):
                 new, entry_timestamp = fn(old, timestamp)
                 if new is not None and type(new) is not bytes:
                     check_value(self.name, new)
-                if entry is not None and old is not None and new is not None and len(new) == len(old):
+                if (entry is not None and old is not None and new is not None
+                        and entry.size == len(cache_key) + len(new) + entry_cost):
                     # NamedCache.put_dirty for a cached entry rewritten at the same size (a count):
                     # no size change, so nothing to evict (inlined, as the KV store's update_many)
                     dirty = named.dirty  # read per key: a flush replaces the dict

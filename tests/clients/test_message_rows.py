@@ -163,6 +163,11 @@ def test_keyed_run_takes_keys_and_timestamps_up_to_the_first_message_it_cannot_t
     # decoded messages (filled by the C decoder) read the same fields
     filled = _messages()
     assert run(filled, 0, _check_utf8, _check_utf8) == ([b"k"], [1_700_000_000_000], 1)
+    # a message with headers stops the run (its record context is its own), one without takes part
+    with_headers = Message("t", 0, 8, b"g", b"x", [("h", b"1")], None, (1, 12), -1.0, -1)
+    no_headers = Message("t", 0, 9, b"h", b"x", [], None, (1, 13), -1.0, -1)
+    assert run([msgs[0], with_headers, msgs[7]], 0, _check_utf8, _check_utf8) == ([b"a"], [5], 1)
+    assert run([msgs[0], no_headers], 0, _check_utf8, _check_utf8) == ([b"a", b"h"], [5, 13], 2)
     # another type stops the run; a missing layout gives None
     sub = _SubMessage("t", 0, 9, b"k", b"v", None, None, (1, 1), -1.0, -1)
     assert run([msgs[0], sub], 0, _check_utf8, _check_utf8) == ([b"a"], [5], 1)

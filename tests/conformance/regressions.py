@@ -312,6 +312,19 @@ _CASES = {
                                                                          "source_store": True, "ops": []})]})],
                                       [["a", "d b", 99], ["d", "d ab ba", 99, RIGHT], ["a", "bb cab cab", 99]],
                                       NO_CACHE),
+    # a cache entry costs what Kafka counts (key, value, 45, the record context's topic and
+    # headers; a window store's cache key carries the 8-byte segment id): with a cache of a few
+    # entries that decides which windows are evicted (and emitted) before the next record
+    "small-cache-window-entry-size": ("windowed", "stream",
+                                      [{"op": "group_by", "fn": "first_char"},
+                                       _windowed("hopping", emit="close", size=100, advance=50, grace=300)],
+                                      [[None, "ab abc ab", 0], ["a", "ab ab", 471]], 200),
+    "small-cache-window-aggregate-entry-size": ("windowed", "stream",
+                                                [{"op": "flat_map", "fn": "words_as_keys"}, _GROUP_BY_KEY,
+                                                 _windowed("hopping", "aggregate", "concat", "close", size=500,
+                                                           advance=125, grace=100)],
+                                                [["a", "b abc a", 249], ["c", "a bb", 728]], 200,
+                                                {"topology_optimization": "all", "store_type": IN_MEMORY}),
 }
 
 

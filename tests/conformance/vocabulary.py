@@ -18,7 +18,9 @@ the steps' stores have no name: Kafka generates them, and only describe() shows 
 (plus the topic when it is not ``input``); None keys and values (unkeyed records, tombstones),
 out-of-order and late timestamps and timestamps on window boundaries are generated.
 ``cache_max_bytes`` is 0 (no caching layer, as Kafka's rewriteTopology), 10 MiB or, for a
-quarter of the cached ones, 1 byte (every put evicts at once, through the caching layer); seeds
+quarter of the cached ones, 1 byte (every put evicts at once, through the caching layer), for
+another quarter a few hundred bytes (``SMALL_CACHES``: what is evicted when depends on Kafka's
+entry sizes, which count each write's record context); seeds
 2n and 2n + 1 are one topology and its records without and with caching. A third of the
 topologies are built with ``topology_optimization`` (``OPTIMIZATIONS``: both drivers' builds apply it, Kafka's
 build(props)); the others have none. Some of the topologies that are not joins have
@@ -57,6 +59,9 @@ INPUT, INPUT2, OUTPUT, OUTPUT2 = "input", "input2", "output", "output2"
 SOURCE_STORE = "source-store"
 NO_CACHE, CACHE = 0, 10 * 1024 * 1024
 TINY_CACHE, TINY_CACHE_SHARE = 1, 0.25
+#: caches of a few entries (Kafka's entry sizes decide what stays: key, value, record context),
+#: for the next quarter of the cached scenarios
+SMALL_CACHES, SMALL_CACHE_SHARE = (200, 400, 800), 0.25
 
 
 def _first_char(v: Any) -> Any:
@@ -614,12 +619,18 @@ def _optimized(seed: int) -> bool:
 
 
 def _cache_size(seed: int) -> int:
-    """Seed 2n: no cache; 2n + 1: a cache, of 10 MiB, or (some) of one byte, which every put
-    overflows: each write evicts at once, through the caching layer (Kafka strips that layer
-    only at 0)."""
+    """Seed 2n: no cache; 2n + 1: a cache, of 10 MiB, of a few entries (which evicts by Kafka's
+    entry sizes), or of one byte, which every put overflows: each write evicts at once, through
+    the caching layer (Kafka strips that layer only at 0)."""
     if seed % 2 == 0:
         return NO_CACHE
-    return TINY_CACHE if random.Random(f"tiny-cache-{seed // 2}").random() < TINY_CACHE_SHARE else CACHE
+    rng = random.Random(f"tiny-cache-{seed // 2}")
+    draw = rng.random()
+    if draw < TINY_CACHE_SHARE:
+        return TINY_CACHE
+    if draw < TINY_CACHE_SHARE + SMALL_CACHE_SHARE:
+        return rng.choice(SMALL_CACHES)
+    return CACHE
 
 
 def _in_memory(seed: int) -> bool:

@@ -32,7 +32,8 @@ needs_c = pytest.mark.skipif(_cache is None, reason="state.cache._cache is not b
 
 I64 = struct.Struct(">q")
 INT64_MAX = 2**63 - 1
-ENTRY = len(b"k0") + 8 + ENTRY_OVERHEAD  # the cost of one cached count
+ENTRY = len(b"k0") + 8 + ENTRY_OVERHEAD  # the cost of one cached count of a key "k<digit>"
+ONE = len(b"a") + 8 + ENTRY_OVERHEAD  # of a one-byte key (written without a record context)
 
 
 def _i(n: int) -> bytes:
@@ -113,6 +114,13 @@ class Log:
         self.calls.append(("flush", key, new, old, timestamp, self.clock.stream_time))
 
 
+class _RecordContext:
+    """The task's processor context as the cache reads it: a write's metadata and headers."""
+
+    metadata = ("ctx", 0, -1)
+    headers = ()
+
+
 def _store(tmp_path, name, max_bytes, run):
     inner = InMemoryKeyValueStore("c")
     store = CachingKeyValueStore(inner, ThreadCache(max_bytes))
@@ -163,8 +171,8 @@ def run(request):
 @needs_c
 def test_increment_run_updates_hot_keys_and_stops_at_the_first_other():
     entries = OrderedDict()
-    entries[b"a"] = CacheEntry(_i(5), False, 1, ENTRY)
-    entries[b"b"] = CacheEntry(_i(-1), True, 2, ENTRY, None)
+    entries[b"a"] = CacheEntry(_i(5), False, 1, ONE)
+    entries[b"b"] = CacheEntry(_i(-1), True, 2, ONE, None)
     entries[b"c"] = CacheEntry(b"12", True, 3, 2 + 2 + ENTRY_OVERHEAD)
     dirty = {b"b": None, b"c": None}
     keys = [b"b", b"a", b"b", b"c", b"a"]
@@ -194,7 +202,7 @@ def test_increment_run_updates_hot_keys_and_stops_at_the_first_other():
     (b"a", _i(3), 2**63),  # nor an int64
 ])
 def test_increment_run_leaves_every_other_case_untouched(key, value, timestamp):
-    entries = OrderedDict([(b"a", CacheEntry(value, False, 0, ENTRY)), (b"b", CacheEntry(_i(0), False, 0, ENTRY))])
+    entries = OrderedDict([(b"a", CacheEntry(value, False, 0, ONE)), (b"b", CacheEntry(_i(0), False, 0, ONE))])
     dirty = {}
     assert _cache.increment_run(entries, dirty, (key,), (timestamp,), 0, 0) == (0, 0, 0, None, None)
     assert entries[b"a"].value is value and entries[b"a"].dirty is False and entries[b"a"].timestamp == 0
@@ -212,7 +220,7 @@ def test_increment_run_bad_arguments():
         _cache.increment_run(entries, dirty, iter([]), [], 0, 0)
     with pytest.raises(ValueError, match="start must be >= 0"):
         _cache.increment_run(entries, dirty, [], [], -1, 0)
-    with pytest.raises(TypeError, match="takes 6 to 10 arguments"):
+    with pytest.raises(TypeError, match="takes 6 to 11 arguments"):
         _cache.increment_run(entries, dirty, [], [], 0)
     with pytest.raises(TypeError, match="increments must be bytes or None"):
         _cache.increment_run(entries, dirty, [], [], 0, 0, True, None, None, [1])
@@ -236,7 +244,7 @@ def test_set_entry_layout_rejects_types_it_cannot_write_directly():
     with pytest.raises(TypeError, match="customizes attribute access"):
         _cache.set_entry_layout(Guarded)
     # a failed registration keeps the one state/cache/kv.py made
-    entries = OrderedDict([(b"a", CacheEntry(_i(1), True, 0, ENTRY))])
+    entries = OrderedDict([(b"a", CacheEntry(_i(1), True, 0, ONE))])
     assert _cache.increment_run(entries, {b"a": None}, [b"a"], [1], 0, 0)[:2] == (1, 1)
     assert entries[b"a"].value == _i(2)
 
@@ -253,10 +261,14 @@ def _differential(tmp_path, max_bytes, script, check_oracle=True, stamped=False)
     for impl in IMPLEMENTATIONS:
         run = impl.values[0]
         store, inner, clock, log = _store(tmp_path, f"s-{impl.id}", max_bytes, run)
+        context = _RecordContext()
         trace = []
         for step in script:
             kind = step[0]
-            if kind == "update":
+            if kind == "context":  # the record context of the writes from here on
+                context.metadata, context.headers = step[1], step[2]
+                store.set_record_context(context)
+            elif kind == "update":
                 trace.append(_run(store, clock, log, step[1], step[2], stamped, *step[3:]))
                 trace.append(clock.stream_time)
             elif kind == "put":
@@ -280,9 +292,13 @@ def _differential(tmp_path, max_bytes, script, check_oracle=True, stamped=False)
 
 def _check_against_get_then_put(tmp_path, max_bytes, script, result, stamped=False):
     store, inner, clock, log = _store(tmp_path, "oracle", max_bytes, None)
+    context = _RecordContext()
     for step in script:
         kind = step[0]
-        if kind == "update" and len(step) > 3:  # each key's own increment
+        if kind == "context":
+            context.metadata, context.headers = step[1], step[2]
+            store.set_record_context(context)
+        elif kind == "update" and len(step) > 3:  # each key's own increment
             for key, timestamp, increment in zip(step[1], step[2], _signed(step[3])):
                 clock.stream_time = max(clock.stream_time, timestamp)
                 if stamped:
@@ -443,6 +459,26 @@ def test_random_runs(tmp_path, seed):
     _differential(tmp_path, max_bytes, script, check_oracle=False)
 
 
+#: record contexts of writes: their topics and headers change what an entry costs (Kafka's sizes)
+_CONTEXTS = [(None, ()), (("in", 0, 1), ()), (("input-topic", 1, 9), ()), (("in", 0, 2), (("h", b"xyz"),)),
+             (("in", 0, 3), (("\u00e9\U0001f600", None),))]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_runs_in_changing_record_contexts(tmp_path, seed):
+    """Writes whose record contexts cost different sizes: a cached count rewritten in another
+    context changes size (the C loop leaves it to the Python loop, which resizes and evicts),
+    in the same one keeps it; both loops and the get-then-put oracle agree, sizes included."""
+    rng = random.Random(1000 + seed)
+    vocab = [b"k%d" % i for i in range(6)]
+    script = []
+    for _ in range(8):
+        script.append(("context",) + rng.choice(_CONTEXTS))
+        _random_script(rng, vocab, script, 3, 0.8, lambda rng, ts: rng.choice([None, _i(rng.randrange(50))]))
+    max_bytes = rng.choice([3 * ENTRY, 4 * ENTRY + 20, 6 * ENTRY, 1_000_000])
+    _differential(tmp_path, max_bytes, script)
+
+
 class _DroppingTimestamp(int):
     """A timestamp whose release removes its key from the cache, so the update that replaces
     it fails at the LRU move (KeyError) in both loops: a real error in the middle of a key."""
@@ -537,13 +573,6 @@ def test_random_timestamped_runs(tmp_path, seed):
     _differential(tmp_path, max_bytes, script, stamped=True, check_oracle=False)
 
 
-class _RecordContext:
-    """The task's processor context as the cache reads it: a write's metadata and headers."""
-
-    metadata = ("ctx", 0, -1)
-    headers = ()
-
-
 @pytest.mark.parametrize("as_type", [list, tuple])
 def test_each_write_keeps_its_records_metadata_whatever_the_sequence(tmp_path, run, as_type):
     """metadatas[i] is the record context of the i-th write, a list taking the C loop for the
@@ -571,8 +600,8 @@ def _inc(*deltas):
 @needs_c
 def test_increment_run_adds_each_keys_own_increment_and_stops_at_an_overflow():
     entries = OrderedDict()
-    entries[b"a"] = CacheEntry(_stamped(5, 3), False, 5, ENTRY + 8)
-    entries[b"b"] = CacheEntry(_stamped(9, -2**63 + 1), True, 9, ENTRY + 8, None)
+    entries[b"a"] = CacheEntry(_stamped(5, 3), False, 5, ONE + 8)
+    entries[b"b"] = CacheEntry(_stamped(9, -2**63 + 1), True, 9, ONE + 8, None)
     dirty = {b"b": None}
     keys = [b"a", b"b", b"a", b"b", b"a"]
     stop, hits, newest, last, error = _cache.increment_run(entries, dirty, keys, [7, 4, 6, 8, 9], 0, 0, True,
@@ -584,7 +613,7 @@ def test_increment_run_adds_each_keys_own_increment_and_stops_at_an_overflow():
     # increments shorter than the keys: the run stops where they end
     assert _cache.increment_run(entries, dirty, keys, [7, 4, 6, 8, 9], 4, 0, True, None, None,
                                 _inc(1, 1, 1, 1))[:2] == (4, 0)
-    entries[b"c"] = CacheEntry(_stamped(1, 2**63 - 1), True, 1, ENTRY + 8)
+    entries[b"c"] = CacheEntry(_stamped(1, 2**63 - 1), True, 1, ONE + 8)
     assert _cache.increment_run(entries, dirty, [b"c", b"c"], [2, 3], 0, 0, True, None, None,
                                 _inc(0, 1))[:2] == (1, 1)
     assert entries[b"c"].value == _stamped(2, 2**63 - 1)

@@ -9,6 +9,7 @@ from collections import OrderedDict
 import pytest
 
 from state.cache import ENTRY_OVERHEAD, UNKNOWN, CacheEntry, ThreadCache
+from state.cache.thread_cache import SEGMENT_ID_BYTES
 from state.cache import thread_cache
 
 try:
@@ -135,7 +136,14 @@ def test_c_leaves_entries_holding_an_untracked_consumed_message_to_no_cycle_coll
     _cache.write_entry(entries, dirty, b"a", b"1", 1, UNKNOWN, consumed[0], ())
     _cache.write_entry(entries, dirty, b"b", b"2", 2, UNKNOWN, built, ())
     _cache.write_entry(entries, dirty, b"c", b"3", 3, UNKNOWN, consumed[0], (("h", b"x"),))
-    _cache.write_entry(entries, dirty, b"d", b"4", 4, UNKNOWN, {}, ())  # a dict can track itself again
+
+    class DictMessage(dict):  # a message that is a dict: an untracked dict can track itself again
+        def topic(self):
+            return "t"
+
+        def headers(self):
+            return None
+    _cache.write_entry(entries, dirty, b"d", b"4", 4, UNKNOWN, DictMessage(), ())
     assert [gc.is_tracked(entries[k]) for k in (b"a", b"b", b"c", b"d")] == [False, True, True, True]
     _cache.write_entry(entries, dirty, b"a", b"5", 5, UNKNOWN, built, ())
     assert gc.is_tracked(entries[b"a"]) and entries[b"a"].metadata is built
@@ -187,6 +195,35 @@ def _cache_state(cache, flushed):
                                       named.evictions) for name, named in cache._caches.items()}, flushed)
 
 
+class _WriteContext:
+    metadata = None
+    headers = ()
+
+
+class _ConsumedMessage:
+    """A consumed message standing for its record context (a keyed run's)."""
+
+    def __init__(self, topic, headers):
+        self._topic, self._headers = topic, headers
+
+    def topic(self):
+        return self._topic
+
+    def headers(self):
+        return self._headers
+
+    def partition(self):
+        return 0
+
+    def offset(self):
+        return 5
+
+
+_WRITE_CONTEXTS = [(None, ()), (("in", 0, 1), ()), (("a-longer-topic", 2, 7), ()), (("in", 0, 2), [("h", b"xy")]),
+                   (("in", 0, 3), (("\u00e9\U0001f600", None), ("k", b""))), (_ConsumedMessage("msgs", None), ()),
+                   (_ConsumedMessage("msgs", [("hh", b"12345")]), ())]
+
+
 def _run_named_ops(seed, ops):
     """Random reads and writes of two stores sharing a small budget (so evictions of clean and
     dirty entries, flushes of a whole dirty set and write-throughs into an empty cache all
@@ -198,9 +235,13 @@ def _run_named_ops(seed, ops):
     names = ("0_0-a", "0_0-b")
     for name in names:
         cache.add_dirty_entry_flush_listener(name, lambda entries, name=name: flushed.append((name, list(entries))))
+        cache.named_cache(name).context = _WriteContext()
+    cache.named_cache("0_0-b").entry_overhead = ENTRY_OVERHEAD + SEGMENT_ID_BYTES  # a window store's
     states = []
     for step in range(3000):
         named = cache.named_cache(rng.choice(names))
+        # the record context of the writes from here (their topic and headers count in sizes)
+        named.context.metadata, named.context.headers = rng.choice(_WRITE_CONTEXTS)
         key = b"k%d" % rng.randrange(15)
         value = rng.choice([None, b"", b"v", b"x" * 40, b"y" * 300, b"z" * 700])
         r = rng.random()
