@@ -554,15 +554,16 @@ done:
  * and the caller writes through the Python definition. */
 static PyObject *write_entry_impl(PyObject *entries, PyObject *dirty, PyObject *key, PyObject *value,
                                   PyObject *timestamp, PyObject *old, PyObject *metadata, PyObject *headers,
-                                  Py_ssize_t overhead)
+                                  Py_ssize_t overhead, Py_ssize_t context_bytes)
 {
+    /* context_bytes: context_size(metadata, headers) when the caller has it, else -1 */
     if (entry_type == NULL || overhead < 0 || !PyODict_CheckExact(entries) || !PyDict_CheckExact(dirty)
         || !PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value)))
         Py_RETURN_NONE;
-    Py_ssize_t context = context_size(metadata, headers);
-    if (context < 0)
+    if (context_bytes < 0 && (context_bytes = context_size(metadata, headers)) < 0)
         return NULL;
-    Py_ssize_t size = PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + overhead + context;
+    Py_ssize_t size = PyBytes_GET_SIZE(key) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + overhead
+                      + context_bytes;
     PyObject *entry = PyDict_GetItemWithError(entries, key);  /* borrowed */
     Py_ssize_t delta;
     if (entry == NULL) {
@@ -661,7 +662,7 @@ static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t n
         }
     }
     return write_entry_impl(args[0], args[1], args[2], args[3], args[4], args[5], nargs >= 8 ? args[6] : Py_None,
-                            nargs >= 8 ? args[7] : empty_headers, overhead);
+                            nargs >= 8 ? args[7] : empty_headers, overhead, -1);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -1043,9 +1044,14 @@ static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nar
         if (rc < 0)
             goto fail;
     }
+    Py_ssize_t context_bytes = context_size(metadata, headers);
+    if (context_bytes < 0) {
+        Py_DECREF(metadata);
+        Py_DECREF(headers);
+        goto fail;
+    }
     if (PyDict_GET_SIZE(entries) == 0) {
-        Py_ssize_t context_bytes = context_size(metadata, headers);
-        PyObject *size_obj = context_bytes < 0 ? NULL : entry_size(key, value, overhead, context_bytes);
+        PyObject *size_obj = entry_size(key, value, overhead, context_bytes);
         int over = size_obj == NULL ? -1 : cannot_keep(entries, owner, size_obj);
         Py_XDECREF(size_obj);
         if (over) {
@@ -1065,7 +1071,7 @@ static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     dirty = get_attr(named, str_dirty);
     if (dirty != NULL)
-        delta = write_entry_impl(entries, dirty, key, value, timestamp, old, metadata, headers, overhead);
+        delta = write_entry_impl(entries, dirty, key, value, timestamp, old, metadata, headers, overhead, context_bytes);
     Py_DECREF(metadata);
     Py_DECREF(headers);
     if (delta == NULL)
