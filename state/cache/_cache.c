@@ -1053,16 +1053,18 @@ static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (PyDict_GET_SIZE(entries) == 0) {
         PyObject *size_obj = entry_size(key, value, overhead, context_bytes);
         int over = size_obj == NULL ? -1 : cannot_keep(entries, owner, size_obj);
-        Py_XDECREF(size_obj);
+        if (over <= 0)
+            Py_XDECREF(size_obj);
         if (over) {
             Py_DECREF(metadata);
             Py_DECREF(headers);
             if (over < 0)
                 goto fail;
             /* it would be evicted, alone, at once: written through */
-            PyObject *call_args[5] = {named, key, value, timestamp, old};
+            PyObject *call_args[6] = {named, key, value, timestamp, old, size_obj};
             PyObject *r = PyObject_VectorcallMethod(str_write_through, call_args,
-                                                    5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                                                    6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            Py_DECREF(size_obj);
             if (r == NULL)
                 goto fail;
             Py_DECREF(r);

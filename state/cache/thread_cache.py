@@ -230,9 +230,11 @@ def put_dirty_py(named: "NamedCache", key: bytes, value: Optional[bytes], timest
     entries = named.entries
     owner = named.owner
     metadata, headers = record_context_of(named)
-    if not entries and owner._total_bytes + entry_size(named, key, value, metadata, headers) > owner.max_bytes:
-        named.write_through(key, value, timestamp, old)
-        return True
+    if not entries:
+        size = entry_size(named, key, value, metadata, headers)
+        if owner._total_bytes + size > owner.max_bytes:
+            named.write_through(key, value, timestamp, old, size)
+            return True
     overhead = named.entry_overhead
     delta = write_entry(entries, named.dirty, key, value, timestamp, old, metadata, headers, overhead)
     if delta is None:
@@ -275,7 +277,12 @@ else:  # pragma: no cover
 class NamedCache:
     """The LRU map of one store's cache; used only through `ThreadCache` (which holds the lock).
 
-    Sizes are kept incrementally (this cache's `size_bytes` and the owner's `_total_bytes`).
+    Sizes are kept incrementally: this cache's `size_bytes`, and the owner's `_total_bytes`,
+    which follows each operation's change of this cache's size as Kafka's ThreadCache does
+    (`sizeInBytes += cache size after - before`). A write changes it at once; an eviction that
+    flushes (and a flush) changes it when the flush is over, so while the listener forwards
+    downstream the evicted entry still counts, and what downstream writes into this same cache
+    meanwhile counts twice (Kafka's accounting, kept: it decides what other caches evict).
     """
 
     __slots__ = ("name", "owner", "entries", "dirty", "size_bytes", "listener", "hits", "misses", "evictions",
@@ -296,10 +303,6 @@ class NamedCache:
         self.context: Any = None
         # what each entry costs besides its key, value and record context (see the module doc)
         self.entry_overhead = ENTRY_OVERHEAD
-
-    def _resize(self, delta: int) -> None:
-        self.size_bytes += delta
-        self.owner._total_bytes += delta
 
     def put_dirty(self, key: bytes, value: Optional[bytes], timestamp: int, old: object = UNKNOWN) -> None:
         """A write (put_dirty_py)."""
@@ -335,9 +338,12 @@ class NamedCache:
         for key in tombstones:
             entry = entries.get(key)
             if entry is not None and entry.value is None and not entry.dirty:
-                self._resize(-entries.pop(key).size)
+                self.size_bytes -= entries.pop(key).size
 
     def flush(self, first: Optional[DirtyEntry] = None) -> int:
+        """Hands every dirty entry to the listener (`first` before them) and drops the flushed
+        deletes. This cache's size only: the caller brings the owner's total along afterwards
+        (`ThreadCache.flush`, `evict_eldest`: see the class doc)."""
         if first is None and not self.dirty:
             return 0
         if self.listener is None:
@@ -348,26 +354,39 @@ class NamedCache:
             self._drop_tombstones(tombstones)
         return len(flushed)
 
-    def write_through(self, key: bytes, value: Optional[bytes], timestamp: int, old: object) -> None:
-        """A write this cache cannot hold (it is empty and the entry does not fit the budget):
-        inserting it and evicting it at once would flush it alone, which is
+    def write_through(self, key: bytes, value: Optional[bytes], timestamp: int, old: object, size: int) -> None:
+        """A write of `size` bytes this cache cannot hold (it is empty and the entry does not fit
+        the budget): inserting it and evicting it at once would flush it alone, which is
         NamedCache.flush(first) with nothing else to take (an empty cache has no dirty entry);
-        this does exactly that, counted as an eviction."""
+        this does exactly that, counted as an eviction, the owner's total counting the entry
+        until its flush is over (as evict_eldest)."""
         self.evictions += 1
         if self.listener is None:
             raise StateError(f"cache {self.name!r} has dirty entries but no flush listener")
-        self.listener([_new_tuple(DirtyEntry, (key, value, timestamp, old)
-                                  + record_context_from(*record_context_of(self)))])
+        before = self.size_bytes
+        self.owner._total_bytes += size
+        try:
+            self.listener([_new_tuple(DirtyEntry, (key, value, timestamp, old)
+                                      + record_context_from(*record_context_of(self)))])
+        finally:
+            self.owner._total_bytes += self.size_bytes - before - size
 
     def evict_eldest(self) -> int:
+        """Evicts the LRU entry, flushing every dirty entry if it was dirty. The owner's total
+        follows this cache's size change once the flush is over (see the class doc)."""
         key, entry = self.entries.popitem(last=False)
         size = entry.size
+        before = self.size_bytes
         self.size_bytes -= size
-        self.owner._total_bytes -= size
         self.evictions += 1
-        if entry.dirty:
-            del self.dirty[key]
+        if not entry.dirty:
+            self.owner._total_bytes -= size
+            return size
+        del self.dirty[key]
+        try:
             self.flush(_flushed(key, entry))
+        finally:
+            self.owner._total_bytes += self.size_bytes - before
         return size
 
 
@@ -456,10 +475,17 @@ class ThreadCache:
         return items
 
     def flush(self, namespace: str) -> int:
-        """Write down every dirty entry of `namespace`; returns how many were flushed."""
+        """Write down every dirty entry of `namespace`; returns how many were flushed. The total
+        follows the named cache's size change once the flush is over (see NamedCache)."""
         with self.lock:
             cache = self._caches.get(namespace)
-            return cache.flush() if cache is not None else 0
+            if cache is None:
+                return 0
+            before = cache.size_bytes
+            try:
+                return cache.flush()
+            finally:
+                self._total_bytes += cache.size_bytes - before
 
     def close(self, namespace: str) -> None:
         """Drop a named cache without flushing it (the caller flushed first if it wanted to)."""

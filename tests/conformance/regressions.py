@@ -325,6 +325,22 @@ _CASES = {
                                                            advance=125, grace=100)],
                                                 [["a", "b abc a", 249], ["c", "a bb", 728]], 200,
                                                 {"topology_optimization": "all", "store_type": IN_MEMORY}),
+    # Kafka's ThreadCache adds a named cache's size change after an eviction's flush: while the
+    # evicted entry's flush forwards, downstream caches still see it counted (here the join's
+    # merged table then evicts the filtered table's entry: the foreign-key join answers twice)
+    "evicted-entry-counts-during-its-flush": ("join", "table",
+                                              [_join("fk_join", "left", "pair", extractor="first_word", store=True,
+                                                     other={"source": "table", "topic": RIGHT, "source_store": True,
+                                                            "ops": [_join("table_join", "left", "both_or_none",
+                                                                          store=True,
+                                                                          other={"source": "self", "ops": [
+                                                                              {"op": "table_filter",
+                                                                               "fn": "key_present",
+                                                                               "store": True}]}),
+                                                                    {"op": "table_filter_not",
+                                                                     "fn": "value_is_short", "store": True}]})],
+                                              [["cab", "ab a", 0, RIGHT], ["b", "a ba", 0], ["a", "bb ba ab", 0, RIGHT]],
+                                              330, {"source_store": False}),
 }
 
 

@@ -145,7 +145,8 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
         "stream_join", "stream_table_join"}
     assert {s["source"] for s in scenarios} == {"stream", "table"}
     assert {vocabulary.optimization(s) for s in scenarios} == {"none", vocabulary.OPTIMIZATIONS}
-    assert {s["cache_max_bytes"] for s in scenarios} == {vocabulary.NO_CACHE, vocabulary.TINY_CACHE, vocabulary.CACHE}
+    assert {s["cache_max_bytes"] for s in scenarios} == {vocabulary.NO_CACHE, vocabulary.TINY_CACHE, vocabulary.CACHE,
+                                                         *vocabulary.SMALL_CACHES}
     in_memory = [s for s in scenarios if s.get("store_type") == vocabulary.IN_MEMORY]
     assert {s["family"] for s in in_memory} == {*vocabulary.FAMILIES, vocabulary.COGROUP_FAMILY}
     assert any(step.get("emit") == "close" for s in in_memory for step in s["ops"])

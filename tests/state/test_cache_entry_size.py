@@ -146,3 +146,51 @@ def test_a_count_run_keeps_sizes_with_its_messages_topic(tmp_path):
     assert entry.size == 1 + 8 + 45 + len("groups-repartition")
     assert store.cache.size_bytes == entry.size
     store.close()
+
+
+# ------------------------------------------------------------- the thread's total, as Kafka keeps it
+def _two_caches(max_bytes):
+    """Caches a and b of one ThreadCache; a's flushes write each flushed key into b (as a
+    downstream store written by what a forwards), b's flushes are recorded."""
+    cache = ThreadCache(max_bytes)
+    b_flushed = []
+    cache.add_dirty_entry_flush_listener("0_0-b", lambda entries: b_flushed.append([e[0] for e in entries]))
+
+    def a_listener(entries):
+        for entry in entries:
+            cache.put("0_0-b", b"c" + entry[0], b"1", dirty=True, timestamp=1)
+    cache.add_dirty_entry_flush_listener("0_0-a", a_listener)
+    return cache, b_flushed
+
+
+def test_an_evicted_entry_counts_until_its_flush_is_over():
+    """Kafka's ThreadCache adds a named cache's size change after NamedCache.evict() returns:
+    while the evicted dirty entry's flush forwards downstream, the thread's total still counts
+    it. a's entries cost 1 + 1 + 45 = 47 bytes, b's 48, the budget 120."""
+    cache, b_flushed = _two_caches(120)
+    cache.put("0_0-b", b"b1", b"1", dirty=False, timestamp=0)  # b: one clean entry (48)
+    cache.put("0_0-a", b"a", b"1", dirty=True, timestamp=1)  # 95
+    cache.put("0_0-a", b"x", b"1", dirty=True, timestamp=2)  # 142 > 120: a evicts "a", flushing a and x
+    # the flush writes ca into b while a's "a" still counts (190): b evicts b1, then ca (its
+    # flush); then cx (142): b evicts it alone. Were "a" no longer counted (95 + 48 = 143), b
+    # would evict b1 only and keep ca, and cx would flush both at once: [[b"ca", b"cx"]].
+    assert b_flushed == [[b"ca"], [b"cx"]]
+    assert list(cache._caches["0_0-b"].entries) == []
+    assert list(cache._caches["0_0-a"].entries) == [b"x"]
+    assert cache.size_bytes == 47
+
+
+def test_a_write_into_the_flushing_cache_counts_twice_as_in_kafka():
+    """What a flush's listener writes into the cache being flushed is added to the total by its
+    own put and again by the flush's size change (Kafka's sizeInBytes += after - before)."""
+    cache = ThreadCache(1_000_000)
+    named = cache.named_cache("0_0-a")
+
+    def listener(entries):
+        if entries[0][0] == b"a":
+            cache.put("0_0-a", b"z", b"1", dirty=True, timestamp=2)
+    cache.add_dirty_entry_flush_listener("0_0-a", listener)
+    cache.put("0_0-a", b"a", b"1", dirty=True, timestamp=1)
+    cache.flush("0_0-a")
+    assert named.size_bytes == 47 + 47
+    assert cache.size_bytes == 47 + 47 + 47  # z counted twice

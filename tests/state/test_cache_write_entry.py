@@ -152,13 +152,14 @@ def test_c_leaves_entries_holding_an_untracked_consumed_message_to_no_cycle_coll
 def _named_with_dirty(seed):
     """A named cache after random writes, some flushed, so clean and dirty entries mix."""
     rng = random.Random(seed)
-    named = ThreadCache(10_000_000).named_cache("0_0-s")
+    cache = ThreadCache(10_000_000)
+    named = cache.named_cache("0_0-s")
     named.listener = lambda entries: None
     for step in range(300):
         key = b"k%d" % rng.randrange(40)
         named.put_dirty(key, rng.choice([None, b"", b"v", b"value"]), step, rng.choice([UNKNOWN, None, b"o"]))
         if rng.random() < 0.05:
-            named.flush()
+            cache.flush(named.name)
     named.put_dirty(b"gone", None, 300)  # a tombstone among them
     return named
 
@@ -253,7 +254,7 @@ def _run_named_ops(seed, ops):
         elif r < 0.97:
             put_dirty(named, key, value, step, rng.choice([UNKNOWN, None, b"o"]))
         else:
-            named.flush()
+            cache.flush(named.name)
         states.append(_cache_state(cache, flushed))
     return states
 
