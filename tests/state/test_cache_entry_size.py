@@ -5,6 +5,7 @@ figures below are worked out by hand from that rule; the eviction tests show whe
 cut the entries off under it."""
 
 import pytest
+from confluent_kafka import Message
 
 from state.cache import ENTRY_OVERHEAD, CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
 from state.cache.thread_cache import context_size
@@ -24,21 +25,9 @@ class _Context:
         self.metadata, self.headers = metadata, headers
 
 
-class _Message:
-    def __init__(self, topic, headers):
-        self._topic, self._headers = topic, headers
-
-    def topic(self):
-        return self._topic
-
-    def headers(self):
-        return self._headers
-
-    def partition(self):
-        return 0
-
-    def offset(self):
-        return 0
+def _message(topic, headers=None):
+    """A consumed message (a keyed run's record context)."""
+    return Message(topic, 0, 0, b"k", b"v", headers, None, (1, 1), -1.0, -1)
 
 
 def test_kafkas_fixed_cost_is_45_bytes():
@@ -54,8 +43,8 @@ def test_kafkas_fixed_cost_is_45_bytes():
     (("t", 1, 2), (("k", None), ("k", b"")), 1 + 1 + 1),  # a None value counts nothing
     (("t", 1, 2), (("\u00e9", b"x"),), 1 + 1 + 1),  # one UTF-16 unit
     (("t", 1, 2), (("\U0001f600", b"x"),), 1 + 2 + 1),  # two: a Java char array holds a surrogate pair
-    (_Message("clicks", None), (), 6),  # a consumed message: its own topic and headers
-    (_Message("clicks", [("h", b"ab")]), (), 6 + 1 + 2),
+    (_message("clicks"), (), 6),  # a consumed message: its own topic and headers
+    (_message("clicks", [("h", b"ab")]), (), 6 + 1 + 2),
 ])
 def test_context_size(metadata, headers, size):
     assert context_size(metadata, headers) == size
@@ -139,7 +128,7 @@ def test_a_count_run_keeps_sizes_with_its_messages_topic(tmp_path):
     def add_one(old):
         return (int.from_bytes(old, "big", signed=True) + 1).to_bytes(8, "big", signed=True)
     add_one.int64_increment = True
-    messages = [_Message("groups-repartition", None)] * 3
+    messages = [_message("groups-repartition")] * 3
     store.update_many([b"g", b"g", b"g"], add_one, [1, 2, 3], None, messages)
     entry = store._named.entries[b"g"]
     assert int.from_bytes(entry.value, "big") == 8

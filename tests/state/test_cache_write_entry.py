@@ -7,6 +7,7 @@ import random
 from collections import OrderedDict
 
 import pytest
+from confluent_kafka import Message
 
 from state.cache import ENTRY_OVERHEAD, UNKNOWN, CacheEntry, ThreadCache
 from state.cache.thread_cache import SEGMENT_ID_BYTES
@@ -123,8 +124,6 @@ def test_c_leaves_entries_holding_an_untracked_consumed_message_to_no_cycle_coll
     context put the entry (back) under the collector."""
     import gc
 
-    from confluent_kafka import Message
-
     from replication import records
     if not records.ACCELERATED:
         pytest.skip("the log's C decoder is off (EDDY_RECORDS_PURE_PYTHON): its messages are tracked")
@@ -201,28 +200,14 @@ class _WriteContext:
     headers = ()
 
 
-class _ConsumedMessage:
+def _consumed(topic, headers=None):
     """A consumed message standing for its record context (a keyed run's)."""
-
-    def __init__(self, topic, headers):
-        self._topic, self._headers = topic, headers
-
-    def topic(self):
-        return self._topic
-
-    def headers(self):
-        return self._headers
-
-    def partition(self):
-        return 0
-
-    def offset(self):
-        return 5
+    return Message(topic, 0, 5, b"k", b"v", headers, None, (1, 1), -1.0, -1)
 
 
 _WRITE_CONTEXTS = [(None, ()), (("in", 0, 1), ()), (("a-longer-topic", 2, 7), ()), (("in", 0, 2), [("h", b"xy")]),
-                   (("in", 0, 3), (("\u00e9\U0001f600", None), ("k", b""))), (_ConsumedMessage("msgs", None), ()),
-                   (_ConsumedMessage("msgs", [("hh", b"12345")]), ())]
+                   (("in", 0, 3), (("\u00e9\U0001f600", None), ("k", b""))), (_consumed("msgs"), ()),
+                   (_consumed("msgs", [("hh", b"12345")]), ())]
 
 
 def _run_named_ops(seed, ops):
