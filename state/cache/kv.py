@@ -308,7 +308,9 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
         lock.acquire()
         try:
             while i < n:
-                if run is not None:
+                # (over the budget, as Kafka's accounting can leave it, every write evicts: not the
+                # C loop's case)
+                if run is not None and cache._total_bytes <= cache.max_bytes:
                     stop, run_hits, newest, run_value, error = run(entries, named.dirty, keys, timestamps, i, newest,
                                                                    stamped_flag, context, metadatas, increments,
                                                                    overhead + run_context)

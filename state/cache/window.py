@@ -137,7 +137,9 @@ class CachingWindowStore(CachingStore):
             newest_stored = getattr(reader, "observed_stream_time", None)
             i, n = 0, len(keys)
             while i < n:
-                if i < len(cache_keys):  # cached windows' counts, up to the first other case
+                # cached windows' counts, up to the first other case (not over the budget: see
+                # CachingKeyValueStore.update_many)
+                if i < len(cache_keys) and cache._total_bytes <= cache.max_bytes:
                     i, run_hits, newest, _, error = run(entries, named.dirty, cache_keys, timestamps, i, newest,
                                                         True, context, metadatas, None, entry_cost)
                     named.hits += run_hits
@@ -176,7 +178,8 @@ class CachingWindowStore(CachingStore):
                 if new is not None and type(new) is not bytes:
                     check_value(self.name, new)
                 if (entry is not None and old is not None and new is not None
-                        and entry.size == len(cache_key) + len(new) + entry_cost):
+                        and entry.size == len(cache_key) + len(new) + entry_cost
+                        and cache._total_bytes <= cache.max_bytes):
                     # NamedCache.put_dirty for a cached entry rewritten at the same size (a count):
                     # no size change, so nothing to evict (inlined, as the KV store's update_many)
                     dirty = named.dirty  # read per key: a flush replaces the dict

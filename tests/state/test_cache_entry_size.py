@@ -183,3 +183,34 @@ def test_a_write_into_the_flushing_cache_counts_twice_as_in_kafka():
     cache.flush("0_0-a")
     assert named.size_bytes == 47 + 47
     assert cache.size_bytes == 47 + 47 + 47  # z counted twice
+
+
+@pytest.mark.parametrize("c_loop", [True, False])
+def test_a_count_over_the_budget_evicts_even_at_the_same_size(tmp_path, c_loop):
+    """Kafka calls maybeEvict after every put. With its total over the budget (a write into the
+    cache being flushed counted twice, above), rewriting a cached count at the same size evicts:
+    the C loop leaves such a write to the Python loop. Entries: 1 + 8 + 45 = 54 bytes."""
+    inner = InMemoryKeyValueStore("kv")
+    store = CachingKeyValueStore(inner, ThreadCache(150))
+    store.init(RecordingContext(tmp_path / "0_0"))
+    if not c_loop:
+        store._increment_run = None
+    flushed = []
+
+    def listener(key, new, old, timestamp):
+        flushed.append(key)
+        if key == b"a" and len(flushed) == 1:
+            store.put(b"z", (0).to_bytes(8, "big"), timestamp)  # into the cache being flushed
+    store.set_flush_listener(listener)
+
+    def add_one(old):
+        return ((int.from_bytes(old, "big") if old else 0) + 1).to_bytes(8, "big")
+    add_one.int64_increment = True
+    store.update_many([b"a"], add_one, [1])
+    store.flush()
+    assert store.cache.size_bytes == 54 + 54 + 54 > 150  # z counted twice: 108 held
+    store.update_many([b"a"], add_one, [2])  # a hit at the same size, over the budget
+    assert flushed == [b"a", b"z", b"a"]  # z, the eldest, evicted: every dirty entry flushed
+    assert list(store._named.entries) == [b"a"] and store._named.size_bytes == 54
+    assert store.cache.size_bytes == 108  # the double count stays, as in Kafka
+    store.close()
