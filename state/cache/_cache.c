@@ -24,6 +24,8 @@ static PyTypeObject *entry_type = NULL;
 static Py_ssize_t off_value, off_dirty, off_timestamp, off_old, off_size, off_metadata, off_headers;
 static Py_ssize_t entry_overhead = -1;  /* ENTRY_OVERHEAD, set with the layout; -1: write_entry declines */
 static PyObject *str_move_to_end = NULL;
+/* a record context's attributes (read_record_context) and a consumed message's methods (context_size) */
+static PyObject *str_metadata = NULL, *str_headers = NULL, *str_topic = NULL;
 static PyObject *unknown_marker = NULL;  /* thread_cache.UNKNOWN, registered with set_entry_layout */
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
@@ -72,17 +74,10 @@ static inline void retrack(PyObject *entry, PyObject *metadata, PyObject *header
  * references, (None, ()) when context is None. 0, or -1 with an error. */
 static int read_record_context(PyObject *context, PyObject **metadata, PyObject **headers)
 {
-    static PyObject *str_metadata = NULL, *str_headers = NULL;
     if (context == Py_None) {
         *metadata = Py_NewRef(Py_None);
         *headers = Py_NewRef(empty_headers);
         return 0;
-    }
-    if (str_metadata == NULL) {
-        str_metadata = PyUnicode_InternFromString("metadata");
-        str_headers = PyUnicode_InternFromString("headers");
-        if (str_metadata == NULL || str_headers == NULL)
-            return -1;
     }
     *metadata = PyObject_GetAttr(context, str_metadata);
     if (*metadata == NULL)
@@ -113,7 +108,6 @@ static Py_ssize_t java_chars(PyObject *text)
  * context besides ENTRY_OVERHEAD's, or -1 with an error. */
 static Py_ssize_t context_size(PyObject *metadata, PyObject *headers)
 {
-    static PyObject *str_topic = NULL, *str_headers_m = NULL;
     PyObject *topic = NULL, *own_headers = NULL;
     Py_ssize_t size = 0;
     if (metadata == Py_None) {
@@ -121,16 +115,10 @@ static Py_ssize_t context_size(PyObject *metadata, PyObject *headers)
     } else if (PyTuple_CheckExact(metadata)) {
         topic = PyTuple_GET_SIZE(metadata) > 0 ? Py_NewRef(PyTuple_GET_ITEM(metadata, 0)) : NULL;
     } else {  /* a consumed message: its topic and its own headers */
-        if (str_topic == NULL) {
-            str_topic = PyUnicode_InternFromString("topic");
-            str_headers_m = PyUnicode_InternFromString("headers");
-            if (str_topic == NULL || str_headers_m == NULL)
-                return -1;
-        }
         topic = PyObject_CallMethodNoArgs(metadata, str_topic);
         if (topic == NULL)
             return -1;
-        own_headers = PyObject_CallMethodNoArgs(metadata, str_headers_m);
+        own_headers = PyObject_CallMethodNoArgs(metadata, str_headers);
         if (own_headers == NULL)
             goto fail;
         headers = own_headers;
@@ -1556,6 +1544,9 @@ PyMODINIT_FUNC PyInit__cache(void)
         str_write_through = PyUnicode_InternFromString("write_through");
         str_context = PyUnicode_InternFromString("context");
         str_entry_overhead = PyUnicode_InternFromString("entry_overhead");
+        str_topic = PyUnicode_InternFromString("topic");
+        str_headers = PyUnicode_InternFromString("headers");
+        str_metadata = PyUnicode_InternFromString("metadata");
         one = PyLong_FromLong(1);
         str_named = PyUnicode_InternFromString("_named");
         str_probe = PyUnicode_InternFromString("_probe");
@@ -1577,7 +1568,8 @@ PyMODINIT_FUNC PyInit__cache(void)
         if (str_move_to_end == NULL || str_entries == NULL || str_dirty == NULL || str_owner == NULL
             || str_size_bytes == NULL || str_total_bytes == NULL || str_max_bytes == NULL || str_evictions == NULL
             || str_hits == NULL || str_misses == NULL || str_evict_eldest == NULL || str_write_through == NULL
-            || str_context == NULL || str_entry_overhead == NULL || one == NULL)
+            || str_context == NULL || str_entry_overhead == NULL || str_topic == NULL || str_headers == NULL
+            || str_metadata == NULL || one == NULL)
             return NULL;
     }
     return PyModule_Create(&module_def);

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted
-from state.cache.thread_cache import UNKNOWN, NamedCache, ThreadCache, context_size, lookup, record_context_of
+from state.cache.thread_cache import UNKNOWN, NamedCache, ThreadCache, lookup, record_context_of, run_entry_cost
 from state.errors import StoreClosedError
 from state.rocksdb_kv import key_after, prefix_upper_bound
 from state.store import KeyValueIterator, KeyValueStore, check_key, check_value
@@ -293,13 +293,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                                       and (metadatas is None or type(metadatas) is list)) else None
         if metadatas is not None:
             written_in = context.metadata
-        # what each write's record context costs (see the docstring: one for the run), and the
-        # named cache's overhead: an entry's size is theirs plus its key's and value's
-        overhead = named.entry_overhead
-        if metadatas is not None:
-            run_context = context_size(metadatas[0], ()) if n else 0
-        else:
-            run_context = context_size(*record_context_of(named))
+        # what each write costs besides its key and value (one for the run: see the docstring)
+        entry_cost = run_entry_cost(named, metadatas)
         stamped_flag = bool(stamped)
         add, extra = 1, ()  # key i's increment, and fn's last argument when increments are given
         # the run's stream time so far, handed to the clock before anything that could look
@@ -313,7 +308,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                 if run is not None and cache._total_bytes <= cache.max_bytes:
                     stop, run_hits, newest, run_value, error = run(entries, named.dirty, keys, timestamps, i, newest,
                                                                    stamped_flag, context, metadatas, increments,
-                                                                   overhead + run_context)
+                                                                   entry_cost)
                     hits += run_hits
                     if stop != i:
                         value = run_value
@@ -379,7 +374,7 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
                     entry.metadata, entry.headers = record_context_of(named)
                     entries.move_to_end(key)
                     # the size with this write's record context (a count's is mostly unchanged)
-                    delta = len(key) + (len(value) if value is not None else 0) + overhead + run_context - entry.size
+                    delta = len(key) + (len(value) if value is not None else 0) + entry_cost - entry.size
                     if delta:
                         entry.size += delta
                         named.size_bytes += delta

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from state.errors import InvalidStoreArgumentError, StateError
 
@@ -151,6 +151,16 @@ def record_context_of(named: "NamedCache") -> tuple:
     if context is None:
         return None, ()
     return context.metadata, context.headers
+
+
+def run_entry_cost(named: "NamedCache", metadatas: Optional[Sequence[Any]]) -> int:
+    """What each write of an update_many run costs `named` besides its key and value: the named
+    cache's overhead and the run's record context, the same for every write of the run (the
+    context's own, which the run cannot change; or with `metadatas`, a keyed run's consumed
+    messages, all of one topic and none with headers: the first one's)."""
+    if metadatas is not None:
+        return named.entry_overhead + (context_size(metadatas[0], ()) if len(metadatas) else 0)
+    return named.entry_overhead + context_size(*record_context_of(named))
 
 
 def write_entry_py(entries: "OrderedDict[bytes, CacheEntry]", dirty: "dict[bytes, None]", key: bytes,
@@ -369,7 +379,7 @@ class NamedCache:
             self.listener([_new_tuple(DirtyEntry, (key, value, timestamp, old)
                                       + record_context_from(*record_context_of(self)))])
         finally:
-            self.owner._total_bytes += self.size_bytes - before - size
+            self.settle(before, size)
 
     def evict_eldest(self) -> int:
         """Evicts the LRU entry, flushing every dirty entry if it was dirty. The owner's total
@@ -386,8 +396,14 @@ class NamedCache:
         try:
             self.flush(_flushed(key, entry))
         finally:
-            self.owner._total_bytes += self.size_bytes - before
+            self.settle(before)
         return size
+
+    def settle(self, before: int, counted: int = 0) -> None:
+        """Brings the owner's total along with this cache's size change since it was `before`,
+        less the `counted` bytes already added (Kafka's sizeInBytes += after - before, taken
+        once an operation that flushes is over: see the class doc)."""
+        self.owner._total_bytes += self.size_bytes - before - counted
 
 
 if _cache_c is not None:  # the C functions above read and write its slots directly
@@ -485,7 +501,7 @@ class ThreadCache:
             try:
                 return cache.flush()
             finally:
-                self._total_bytes += cache.size_bytes - before
+                cache.settle(before)
 
     def close(self, namespace: str) -> None:
         """Drop a named cache without flushing it (the caller flushed first if it wanted to)."""

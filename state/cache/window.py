@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional, Sequence
 from state.cache.base import CachingStore
 from state.cache.kv import _LIST_OR_TUPLE, _increment_run
 from state.cache.merge import merge_sorted_by
-from state.cache.thread_cache import SEGMENT_ID_BYTES, UNKNOWN, ThreadCache, context_size, record_context_of
+from state.cache.thread_cache import SEGMENT_ID_BYTES, UNKNOWN, ThreadCache, record_context_of, run_entry_cost
 from state.rocksdb_kv import key_after
 from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
@@ -119,11 +119,7 @@ class CachingWindowStore(CachingStore):
         if context is None:
             metadatas = None
         written_in = context.metadata if metadatas is not None else None
-        # what each write costs the cache besides its cache key and value (metadatas: a keyed
-        # run's, one record context size for all, as CachingKeyValueStore.update_many)
-        entry_cost = named.entry_overhead + (
-            (context_size(metadatas[0], ()) if len(metadatas) else 0) if metadatas is not None
-            else context_size(*record_context_of(named)))
+        entry_cost = run_entry_cost(named, metadatas)  # besides the cache key's and value's bytes
         run = self._count_loop(fn, timestamps, metadatas)
         # the cache keys of the leading records the C loop may take (none without it)
         cache_keys = self._cache_keys(keys, starts, suffixes) if run is not None else ()
