@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted
+from state.cache.range_reads import visit
 from state.cache.thread_cache import UNKNOWN, NamedCache, ThreadCache, lookup, record_context_of, run_entry_cost
 from state.errors import StoreClosedError
 from state.rocksdb_kv import key_after, prefix_upper_bound
@@ -153,9 +154,8 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             lock.release()
 
     def _merged(self, lower, upper_exclusive, store_iter: KeyValueIterator, reverse: bool) -> KeyValueIterator:
-        cached = self._cache.range_snapshot(self._namespace, lower, upper_exclusive)
-        if reverse:
-            cached.reverse()
+        # the cached entries in the range, each read (made MRU) as the merge reaches it (Kafka)
+        cached = visit(self._cache, self._namespace, ((lower, upper_exclusive),), reverse)
         return KeyValueIterator(merge_sorted(cached, store_iter, reverse), self.name)
 
     def range(self, key_from, key_to) -> KeyValueIterator:

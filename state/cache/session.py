@@ -6,9 +6,9 @@ from typing import Optional
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted_by
+from state.cache.range_reads import session_key_range, session_position, session_ranges, visit
 from state.cache.thread_cache import SEGMENT_ID_BYTES
 from state.errors import InvalidStoreArgumentError
-from state.rocksdb_kv import key_after
 from state.session import decode_session_changelog_key, session_changelog_key
 from state.store import KeyValueIterator, check_key, check_value
 from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp
@@ -24,6 +24,9 @@ class CachingSessionStore(CachingStore):
     """
 
     cache_key_prefix = SEGMENT_ID_BYTES  # counted in each entry's size (see state.cache.thread_cache)
+    # the largest session end put, -1 before any (Kafka's maxObservedTimestamp: it bounds a
+    # backward read's first segment, see state.cache.range_reads)
+    _max_observed = -1
 
     def _write_down(self, entries: list) -> None:
         listener = self._flush_listener
@@ -63,6 +66,8 @@ class CachingSessionStore(CachingStore):
             )
         if timestamp is None:
             timestamp = self._timestamp_supplier()
+        if session_end > self._max_observed:
+            self._max_observed = session_end
         cache.put(self._namespace, session_changelog_key(key, session_start, session_end), value,
                   dirty=True, timestamp=timestamp)
 
@@ -78,29 +83,38 @@ class CachingSessionStore(CachingStore):
         return self.wrapped.fetch_session(key, session_start, session_end)
 
     def _sessions(self, key_from, key_to, exact, earliest_end, latest_start, reverse, store_iter) -> KeyValueIterator:
+        persistent = self.wrapped.persistent
         interval = self.wrapped.segment_interval_ms
+        # Kafka's cache keys are segmented by the store's interval, an in-memory store's by 1
+        cache_interval = interval if persistent else 1
         if exact:
-            lower, upper = key_from, key_after(key_from + b"\xff" * 16)
+            ranges = session_ranges(key_from, earliest_end, latest_start, cache_interval, persistent, not reverse,
+                                    self._max_observed)
         else:
-            lower, upper = None, None
-        cached = []
-        for ck, v in self._cache.range_snapshot(self._namespace, lower, upper):
-            key, start, end = decode_session_changelog_key(ck)
-            if end < earliest_end or start > latest_start:
-                continue
-            if exact and key != key_from:
-                continue
-            if not exact and ((key_from is not None and key < key_from) or (key_to is not None and key > key_to)):
-                continue
-            item = (Windowed(key, Window(start, end)), v) if v is not None else None
-            cached.append(((end // interval, ck), item))
-        cached.sort(key=lambda c: c[0], reverse=reverse)
+            ranges = (session_key_range(key_from, key_to, latest_start, cache_interval),)
+        visited = visit(self._cache, self._namespace, ranges, reverse, session_position(cache_interval))
+
+        def cached():  # (merge position, item or None for a cached delete) of the sessions asked for
+            for ck, v in visited:
+                key, start, end = decode_session_changelog_key(ck)
+                if end < earliest_end or start > latest_start:
+                    continue
+                if exact and key != key_from:
+                    continue
+                if not exact and ((key_from is not None and key < key_from) or (key_to is not None and key > key_to)):
+                    continue
+                item = (Windowed(key, Window(start, end)), v) if v is not None else None
+                yield (end // interval, ck), item
+
+        # read in Kafka's cache order; merged in the store's (the same for one key, or by
+        # the store's own segments; else sorted once read)
+        items = cached() if exact or persistent else sorted(cached(), key=lambda c: c[0], reverse=reverse)
 
         def store_sort_key(item):
             w = item[0]
             return w.window.end // interval, session_changelog_key(w.key, w.window.start, w.window.end)
 
-        return KeyValueIterator(merge_sorted_by(cached, store_iter, store_sort_key, reverse), self.name)
+        return KeyValueIterator(merge_sorted_by(items, store_iter, store_sort_key, reverse), self.name)
 
     def find_sessions(self, key: bytes, earliest_session_end_time: int, latest_session_start_time: int) -> KeyValueIterator:
         self._check()

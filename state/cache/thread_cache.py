@@ -490,6 +490,25 @@ class ThreadCache:
         items.sort()
         return items
 
+    def keys_in_range(self, namespace: str, lower: Any, upper_exclusive: Any,
+                      position: Optional[Callable[[bytes], Any]] = None) -> list[bytes]:
+        """The cached keys whose position (`position(key)`, the key itself when None) is in
+        [lower, upper_exclusive) (None: open), sorted by position; nothing is read (see
+        state.cache.range_reads)."""
+        with self.lock:
+            cache = self._caches.get(namespace)
+            if cache is None:
+                return []
+            if position is None:
+                keys = [k for k in cache.entries
+                        if (lower is None or k >= lower) and (upper_exclusive is None or k < upper_exclusive)]
+                keys.sort()
+                return keys
+            placed = [(p, k) for k, p in zip(cache.entries, map(position, cache.entries))
+                      if (lower is None or p >= lower) and (upper_exclusive is None or p < upper_exclusive)]
+        placed.sort()
+        return [k for _p, k in placed]
+
     def flush(self, namespace: str) -> int:
         """Write down every dirty entry of `namespace`; returns how many were flushed. The total
         follows the named cache's size change once the flush is over (see NamedCache)."""

@@ -7,8 +7,8 @@ from typing import Any, Callable, Optional, Sequence
 from state.cache.base import CachingStore
 from state.cache.kv import _LIST_OR_TUPLE, _increment_run
 from state.cache.merge import merge_sorted_by
+from state.cache.range_reads import visit, window_position, window_ranges
 from state.cache.thread_cache import SEGMENT_ID_BYTES, UNKNOWN, ThreadCache, record_context_of, run_entry_cost
-from state.rocksdb_kv import key_after
 from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
 from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp, decode_window_changelog_key, window_changelog_key
@@ -259,20 +259,25 @@ class CachingWindowStore(CachingStore):
         check_key(self.name, key)
         return self._fetch_key(key, time_from, time_to, True)
 
+    def _cache_interval(self) -> int:
+        """The segment interval of Kafka's cache keys: the store's, an in-memory store's 1."""
+        return self.wrapped.segment_interval_ms if self.wrapped.persistent else 1
+
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
         store_iter = self.wrapped.backward_fetch(key, time_from, time_to) if reverse else \
             self.wrapped.fetch(key, time_from, time_to)
-        lower = window_changelog_key(key, time_from, 0)
-        upper = key_after(window_changelog_key(key, time_to, 0)) if time_to >= time_from else lower
+        interval = self._cache_interval()
+        ranges = (window_ranges(key, key, time_from, time_to, interval, self.wrapped.persistent, not reverse, True)
+                  if time_to >= time_from else ())
         total = len(key) + 12
-        cached = []
-        for ck, v in self._cache.range_snapshot(self._namespace, lower, upper):
-            if len(ck) == total:  # same length within the bounds => same key
-                start = decode_window_changelog_key(ck)[1]
-                cached.append((start, (start, v) if v is not None else None))
-        if reverse:
-            cached.reverse()
-        return KeyValueIterator(merge_sorted_by(cached, store_iter, lambda item: item[0], reverse), self.name)
+
+        def cached():  # (window start, item or None for a cached delete) of the key's windows
+            for ck, v in visit(self._cache, self._namespace, ranges, reverse, window_position(interval)):
+                if len(ck) == total and ck.startswith(key):
+                    start = decode_window_changelog_key(ck)[1]
+                    if time_from <= start <= time_to:
+                        yield start, ((start, v) if v is not None else None)
+        return KeyValueIterator(merge_sorted_by(cached(), store_iter, lambda item: item[0], reverse), self.name)
 
     def _windows(self, key_from, key_to, time_from, time_to, reverse, store_iter) -> KeyValueIterator:
         if self.retain_duplicates:
@@ -282,24 +287,43 @@ class CachingWindowStore(CachingStore):
         if self._time_ordered:  # Kafka's TimeOrderedCachingWindowStore: by (start, key)
             def sort_key(key: bytes, start: int) -> tuple:
                 return start, key
+            # (its cache reads do not reorder the LRU here: state.cache.range_reads does not
+            # know its cache keys, time first, with a key index beside)
+            visited: Any = self._cache.range_snapshot(self._namespace, None, None)
+            lazy = False
         else:  # Kafka's CachingWindowStore: by segment, then the changelog key
             def sort_key(key: bytes, start: int) -> tuple:
                 return start // interval, window_changelog_key(key, start, 0)
-        cached = []
-        for ck, v in self._cache.range_snapshot(self._namespace, None, None):
-            key, start, _ = decode_window_changelog_key(ck)
-            if start < time_from or start > time_to:
-                continue
-            if (key_from is not None and key < key_from) or (key_to is not None and key > key_to):
-                continue
-            item = (Windowed(key, Window(start, start + size)), v) if v is not None else None
-            cached.append((sort_key(key, start), item))
-        cached.sort(key=lambda c: c[0], reverse=reverse)
+            cache_interval = self._cache_interval()
+            persistent = self.wrapped.persistent
+            if key_from is None and key_to is None:  # fetchAll, all: the whole cache
+                ranges: Any = ((None, None),)
+            else:
+                ranges = window_ranges(key_from, key_to, time_from, time_to, cache_interval, persistent, not reverse)
+            visited = visit(self._cache, self._namespace, ranges, reverse, window_position(cache_interval))
+            # read in Kafka's cache order, merged in the store's: the same when segmented alike
+            lazy = persistent
+
+        def cached():  # (merge position, item or None for a cached delete) of the windows asked for
+            last = None
+            for ck, v in visited:
+                key, start, _ = decode_window_changelog_key(ck)
+                if start < time_from or start > time_to:
+                    continue
+                if (key_from is not None and key < key_from) or (key_to is not None and key > key_to):
+                    continue
+                position = sort_key(key, start)
+                if lazy:
+                    if last is not None and ((position >= last) if reverse else (position <= last)):
+                        continue  # read again by a later segment's range (Kafka's open lower bound)
+                    last = position
+                yield position, ((Windowed(key, Window(start, start + size)), v) if v is not None else None)
+        items = cached() if lazy else sorted(cached(), key=lambda c: c[0], reverse=reverse)
 
         def store_sort_key(item):
             return sort_key(item[0].key, item[0].window.start)
 
-        return KeyValueIterator(merge_sorted_by(cached, store_iter, store_sort_key, reverse), self.name)
+        return KeyValueIterator(merge_sorted_by(items, store_iter, store_sort_key, reverse), self.name)
 
     def fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
         self._check()

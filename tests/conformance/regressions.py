@@ -341,6 +341,28 @@ _CASES = {
                                                                      "fn": "value_is_short", "store": True}]})],
                                               [["cab", "ab a", 0, RIGHT], ["b", "a ba", 0], ["a", "bb ba ab", 0, RIGHT]],
                                               330, {"source_store": False}),
+    # Kafka's cache range reads make each cached entry they pass the most recently used: a
+    # session aggregation's findSessions on an in-memory store passes the sessions of every key
+    # ending after the earliest end (its cache keys lead with the session end), so here dd's
+    # find saves a's session from eviction and evicts dd's own: a's last record merges into it
+    "session-find-reorders-lru-in-memory": ("cogroup", "stream",
+                                            [_GROUP_BY_KEY, {"op": "cogroup", "fn": "tagged_concat",
+                                                             "other": {"ops": [{"op": "group_by", "fn": "first_char"}]},
+                                                             "windows": {"type": "session", "gap": 100, "grace": 300}}],
+                                            [["dd", "ab ba b", 4600], ["c", "a abc", 4169, INPUT2],
+                                             ["dd", "abc b", 4254], ["b", "bb", 4254],
+                                             ["a", "cab b ab", 4254, INPUT2], ["a", "ba", 4254]],
+                                            420, {"store_type": IN_MEMORY, "headers": True}),
+    # ... and on a RocksDB store, segment by segment, the key's own sessions: b's late record
+    # finds session [1400] still cached (its reads kept it), as Kafka
+    "session-find-reorders-lru-rocksdb": ("cogroup", "stream",
+                                          [_GROUP_BY_KEY, {"op": "cogroup", "fn": "tagged_concat",
+                                                           "other": {"ops": [_GROUP_BY_KEY]},
+                                                           "windows": {"type": "session", "gap": 100, "grace": None}}],
+                                          [["b", None, 1400, INPUT2], ["b", "ab a d", 1292],
+                                           ["b", "d bb", 1292, INPUT2], ["c", "abc", 1292], ["c", "d b", 1677],
+                                           ["b", "d ab", 1677], ["b", "ab d", 2110],
+                                           ["b", "abc abc ba", 1399, INPUT2]], 408),
 }
 
 

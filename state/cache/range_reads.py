@@ -1,0 +1,184 @@
+"""Kafka's range reads of a record cache: which cached entries a caching store's range read
+visits, in which order, and the visit itself (Kafka's ThreadCache.range/reverseRange/all and
+MemoryLRUCacheBytesIterator).
+
+Kafka takes a snapshot of the cache keys in the range when the cache iterator is made, then
+reads each key when the iteration reaches it with NamedCache.get: the entry becomes the most
+recently used, and a key evicted meanwhile is skipped. So a range read reorders the LRU (what a
+later write evicts depends on it), and it visits every cached entry in the range, also those the
+store's filter (key, time) then drops.
+
+The range is over Kafka's cache keys. A key-value store's are its keys. A window or session
+store's are the 8-byte big-endian segment id followed by the store key (SegmentedCacheFunction),
+the segment id being the window start (a session's end) divided by the cache's segment interval:
+the store's for a persistent store, 1 for an in-memory one. Eddy's window and session cache keys
+are the store keys alone, so their ranges here are over (segment id, cache key) pairs, which
+order as Kafka's bytes do (segment ids are never negative there).
+
+A persistent window or session store reads its cache segment by segment (Kafka's
+CacheIteratorWrapper): one range per segment, each snapshotted when the iteration reaches it.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+MAX_LONG = (1 << 63) - 1
+MAX_INT = (1 << 31) - 1
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+
+# (lower, upper_exclusive) over a store's cache positions; None: open
+Range = tuple[Any, Any]
+
+
+def visit(cache: Any, namespace: str, ranges: Iterable[Range], reverse: bool = False,
+          position: Optional[Callable[[bytes], Any]] = None) -> Iterator[tuple[bytes, Optional[bytes]]]:
+    """(cache key, value) of each entry in each range in turn, in position order (descending
+    with `reverse`), each read (made MRU) when the iteration reaches it; `position(cache key)`:
+    where a key sorts (the key itself when None). `ranges` is iterated lazily."""
+    for lower, upper in ranges:
+        keys = cache.keys_in_range(namespace, lower, upper, position)
+        if reverse:
+            keys.reverse()
+        get = cache.get
+        for key in keys:
+            entry = get(namespace, key)
+            if entry is not None:  # evicted since the snapshot: skipped (Kafka's internalNext)
+                yield key, entry.value
+
+
+def segment_id(timestamp: int, interval: int) -> int:
+    """Kafka's `timestamp / segmentInterval` (Java's division truncates toward zero)."""
+    return timestamp // interval if timestamp >= 0 else -((-timestamp) // interval)
+
+
+def inclusive(bound: Any) -> Any:
+    """The exclusive upper bound equal to an inclusive one (the next key in byte order)."""
+    if type(bound) is tuple:
+        return bound[0], bound[1] + b"\x00"
+    return bound + b"\x00"
+
+
+def ordered_upper_range(key: bytes, max_suffix: bytes) -> bytes:
+    """Kafka's OrderedBytes.upperRange: the key's bytes up to the first (after the first) below
+    the suffix's first byte (all of them when that byte is 0), then the suffix."""
+    first = max_suffix[0]
+    if first == 0:
+        return key + max_suffix
+    i = 1
+    while i < len(key) and key[i] >= first:
+        i += 1
+    return key[:i] + max_suffix
+
+
+def _window_key(key: bytes, start: int, seqnum: int) -> bytes:
+    return key + _I64.pack(start) + _I32.pack(seqnum)
+
+
+def _session_key(key: bytes, start: int, end: int) -> bytes:
+    return key + _I64.pack(end) + _I64.pack(start)
+
+
+def window_position(interval: int) -> Callable[[bytes], tuple]:
+    """A window cache key's Kafka position: (segment id of its window start, the key)."""
+    unpack = _I64.unpack_from
+
+    def position(cache_key: bytes) -> tuple:
+        return segment_id(unpack(cache_key, len(cache_key) - 12)[0], interval), cache_key
+    return position
+
+
+def session_position(interval: int) -> Callable[[bytes], tuple]:
+    """A session cache key's Kafka position: (segment id of its end, the key)."""
+    unpack = _I64.unpack_from
+
+    def position(cache_key: bytes) -> tuple:
+        return segment_id(unpack(cache_key, len(cache_key) - 16)[0], interval), cache_key
+    return position
+
+
+def _segmented(binary: bytes, timestamp: int, interval: int) -> tuple:
+    return segment_id(timestamp, interval), binary
+
+
+def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from: int, time_to: int,
+                  interval: int, persistent: bool, forward: bool, one_key: bool = False) -> Iterator[Range]:
+    """The ranges of Kafka's CachingWindowStore.fetch / backwardFetch of a key range, or with
+    `one_key` of one key (`key_from`, the API taking one key: an in-memory store's range then
+    spans that key's fixed-size keys; the key-range API's spans Kafka's lowerRange/upperRange
+    even for equal keys). `interval`: the cache's segment interval (see the module doc)."""
+    if not persistent:
+        if one_key:
+            low = max(0, time_from)
+            yield (_segmented(_window_key(key_from, low, 0), low, interval),
+                   inclusive(_segmented(_window_key(key_from, time_to, MAX_INT), time_to, interval)))
+            return
+        lower = None if key_from is None else (0, key_from + bytes(12))
+        upper = None
+        if key_to is not None:
+            upper = inclusive(_segmented(ordered_upper_range(key_to, _I64.pack(time_to) + _I32.pack(MAX_INT)),
+                                         time_to, interval))
+        yield lower, upper
+        return
+    # CacheIteratorWrapper: segment by segment. The last segment is bounded by time_to (Kafka's
+    # also by the largest window start put, beyond which no entry is cached: the same ranges)
+    fixed = key_from is not None and key_from == key_to
+    if forward:
+        segment, last = segment_id(time_from, interval), segment_id(time_to, interval)
+        low, high = time_from, min(time_to, segment * interval + interval - 1)
+    else:
+        segment, last = segment_id(time_to, interval), segment_id(time_from, interval)
+        low, high = segment * interval, time_to
+    while True:
+        if fixed:
+            lower = _segmented(_window_key(key_from, max(0, low), 0), max(0, low), interval)
+            upper = inclusive(_segmented(_window_key(key_to, high, MAX_INT), high, interval))
+        else:
+            lower = None if key_from is None else (segment, key_from + bytes(12))
+            upper = None if key_to is None else inclusive(
+                (segment, ordered_upper_range(key_to, _I64.pack(time_to) + _I32.pack(MAX_INT))))
+        yield lower, upper
+        segment += 1 if forward else -1
+        if (segment > last) if forward else (segment < last):
+            return
+        low, high = segment * interval, min(time_to, segment * interval + interval - 1)
+
+
+def session_ranges(key: bytes, earliest_end: int, latest_start: int, interval: int, persistent: bool,
+                   forward: bool, max_observed: int) -> Iterator[Range]:
+    """The ranges of Kafka's CachingSessionStore.findSessions / backwardFindSessions of one key
+    (`max_observed`: the largest session end put into the store, -1 before any: Kafka's
+    maxObservedTimestamp, which bounds a backward read's first segment)."""
+    if not persistent:
+        low = max(0, earliest_end)
+        yield (_segmented(_session_key(key, 0, low), low, interval),
+               inclusive(_segmented(_session_key(key, latest_start, MAX_LONG), MAX_LONG, interval)))
+        return
+    if forward:
+        segment, last = segment_id(earliest_end, interval), segment_id(max_observed, interval)
+        low, high = earliest_end, segment * interval + interval - 1
+    else:
+        segment, last = segment_id(max_observed, interval), segment_id(earliest_end, interval)
+        low, high = segment * interval, min(latest_start, max_observed)
+    while True:
+        lower = _segmented(_session_key(key, 0, max(0, low)), max(0, low), interval)
+        upper = inclusive(_segmented(_session_key(key, min(latest_start, high), high), high, interval))
+        yield lower, upper
+        segment += 1 if forward else -1
+        if (segment > last) if forward else (segment < last):
+            return
+        low, high = segment * interval, segment * interval + interval - 1
+
+
+def session_key_range(key_from: Optional[bytes], key_to: Optional[bytes], latest_start: int,
+                      interval: int) -> Range:
+    """The range of Kafka's CachingSessionStore.findSessions of a key range (one cache range,
+    persistent store or not)."""
+    lower = None if key_from is None else (0, key_from + bytes(16))
+    upper = None
+    if key_to is not None:
+        upper = inclusive((segment_id(MAX_LONG, interval),
+                           ordered_upper_range(key_to, _I64.pack(MAX_LONG) + _I64.pack(latest_start))))
+    return lower, upper

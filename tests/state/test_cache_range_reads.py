@@ -1,0 +1,197 @@
+"""A caching store's range reads reorder the cache's LRU as Kafka's do: each cached entry in
+Kafka's cache-key range is read (made the most recently used) when the iteration reaches it,
+entries of other keys or times in that range too (Kafka's MemoryLRUCacheBytesIterator reads them
+before the store's filter drops them). The expected LRU orders below are worked out by hand from
+Kafka 4.1's ranges (state.cache.range_reads names them): a key-value store's are its keys; a
+window or session store's cache keys lead with the segment id (an in-memory store's interval is
+1, so the window start or session end), and a persistent store reads segment by segment."""
+
+import pytest
+
+from state.cache import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
+from state.cache.range_reads import MAX_INT, MAX_LONG, inclusive, ordered_upper_range, segment_id, window_ranges
+from state.memory_kv import InMemoryKeyValueStore
+from state.session import InMemorySessionStore, RocksDBSessionStore, session_changelog_key
+from state.window import InMemoryWindowStore, RocksDBWindowStore, window_changelog_key
+
+from recording_context import RecordingContext
+
+MIN = 60_000
+
+
+def _lru(store) -> list:
+    """The named cache's keys, least recently used first."""
+    return list(store._named.entries)
+
+
+def _kv(tmp_path):
+    store = CachingKeyValueStore(InMemoryKeyValueStore("kv"), ThreadCache(1_000_000))
+    store.init(RecordingContext(tmp_path / "0_0"))
+    for key in (b"a", b"b", b"c", b"d"):
+        store.put(key, key.upper(), 1)
+    return store
+
+
+def test_a_key_value_range_makes_its_entries_most_recent_in_key_order(tmp_path):
+    store = _kv(tmp_path)
+    with store.range(b"b", b"c") as it:
+        assert list(it) == [(b"b", b"B"), (b"c", b"C")]
+    assert _lru(store) == [b"a", b"d", b"b", b"c"]
+    with store.reverse_range(b"a", b"c") as it:
+        assert [k for k, _ in it] == [b"c", b"b", b"a"]
+    assert _lru(store) == [b"d", b"c", b"b", b"a"]
+    with store.prefix_scan(b"d") as it:
+        assert list(it) == [(b"d", b"D")]
+    assert _lru(store) == [b"c", b"b", b"a", b"d"]
+    store.close()
+
+
+def test_a_key_value_range_reads_each_entry_when_the_iteration_reaches_it(tmp_path):
+    store = _kv(tmp_path)
+    with store.all() as it:
+        assert next(it) == (b"a", b"A")
+        assert _lru(store) == [b"b", b"c", b"d", b"a"]  # b, c, d not reached yet
+        store._cache.put(store._namespace, b"c", None, dirty=True, timestamp=2)  # a delete meanwhile
+        assert _lru(store) == [b"b", b"d", b"a", b"c"]
+        assert [k for k, _ in it] == [b"b", b"d"]  # the delete hides c, read when reached all the same
+    assert _lru(store) == [b"a", b"b", b"c", b"d"]
+    store.close()
+
+
+def test_a_key_evicted_during_the_iteration_is_skipped_not_read_back(tmp_path):
+    store = _kv(tmp_path)
+    with store.all() as it:
+        assert next(it)[0] == b"a"
+        store._named.evict_eldest()  # b: written to the store below, no longer cached
+        # nor in the store's iterator, made before (a RocksDB iterator's snapshot, as Kafka's)
+        assert [k for k, _ in it] == [b"c", b"d"]
+    assert b"b" not in store._named.entries
+    assert _lru(store) == [b"a", b"c", b"d"]
+    store.close()
+
+
+def _sessions(tmp_path, persistent):
+    cls = RocksDBSessionStore if persistent else InMemorySessionStore
+    store = CachingSessionStore(cls("s", retention_ms=10 * MIN, segment_interval_ms=MIN), ThreadCache(1_000_000))
+    store.init(RecordingContext(tmp_path / "0_0"))
+    # (key, start, end), written in this order
+    for key, start, end in ((b"k", 100, 200), (b"a", 50, 150), (b"z", 300, 400), (b"k", 500, 600),
+                            (b"b", 90, 90), (b"k", 70_000, 70_000)):
+        store.put(key, start, end, b"v")
+    return store
+
+
+def _session(key, start, end):
+    return session_changelog_key(key, start, end)
+
+
+def test_an_in_memory_find_sessions_reads_every_key_ending_from_the_earliest_end(tmp_path):
+    """Cache keys (end, key, end, start): the range from (150, k, 150, 0) to (max, k, max, 650)
+    holds every session ending after 150 (a's at 150 sorts before k's bound), in end order."""
+    store = _sessions(tmp_path, persistent=False)
+    with store.find_sessions(b"k", 150, 650) as it:
+        assert [(w.key, w.window.start, w.window.end) for w, _ in it] == [(b"k", 100, 200), (b"k", 500, 600)]
+    assert _lru(store) == [_session(b"a", 50, 150), _session(b"b", 90, 90), _session(b"k", 100, 200),
+                           _session(b"z", 300, 400), _session(b"k", 500, 600), _session(b"k", 70_000, 70_000)]
+    store.close()
+
+
+def test_a_persistent_find_sessions_reads_the_keys_sessions_segment_by_segment(tmp_path):
+    """Segment 0 from (0, k, 150, 0) to (0, k, 59_999, 650), then segment 1 from
+    (1, k, 60_000, 0) to (1, k, 119_999, 650): k's sessions only, the one starting after 650
+    too (read, then dropped by the filter)."""
+    store = _sessions(tmp_path, persistent=True)
+    with store.find_sessions(b"k", 150, 650) as it:
+        assert [(w.window.start, w.window.end) for w, _ in it] == [(100, 200), (500, 600)]
+    assert _lru(store) == [_session(b"a", 50, 150), _session(b"z", 300, 400), _session(b"b", 90, 90),
+                           _session(b"k", 100, 200), _session(b"k", 500, 600), _session(b"k", 70_000, 70_000)]
+    store.close()
+
+
+def test_a_persistent_backward_find_starts_below_the_largest_end_put(tmp_path):
+    """Backward from the segment of the largest end put (70,000: segment 1), its first range
+    ending at min(latest start, 70,000) = 65,000: k's session [70,000] is not read; then
+    segment 0, newest first."""
+    store = _sessions(tmp_path, persistent=True)
+    with store.backward_find_sessions(b"k", 0, 65_000) as it:
+        assert [(w.window.start, w.window.end) for w, _ in it] == [(500, 600), (100, 200)]
+    assert _lru(store) == [_session(b"a", 50, 150), _session(b"z", 300, 400), _session(b"b", 90, 90),
+                           _session(b"k", 70_000, 70_000), _session(b"k", 500, 600), _session(b"k", 100, 200)]
+    store.close()
+
+
+def _windows(tmp_path, persistent):
+    cls = RocksDBWindowStore if persistent else InMemoryWindowStore
+    store = CachingWindowStore(cls("w", retention_ms=10 * MIN, window_size_ms=100, segment_interval_ms=MIN,
+                                   retain_duplicates=False), ThreadCache(1_000_000))
+    store.init(RecordingContext(tmp_path / "0_0"))
+    for key, start in ((b"k", 100), (b"a", 200), (b"k", 300), (b"z", 50), (b"k", 60_000), (b"a", 400)):
+        store.put(key, b"v", start, timestamp=start)
+    return store
+
+
+def _window(key, start):
+    return window_changelog_key(key, start, 0)
+
+
+def test_an_in_memory_fetch_of_a_key_reads_every_window_between_its_bounds(tmp_path):
+    """One range, (100, k, 100, 0) to (300, k, 300, max): a's window at 200 is in it."""
+    store = _windows(tmp_path, persistent=False)
+    with store.fetch(b"k", 100, 300) as it:
+        assert [start for start, _ in it] == [100, 300]
+    assert _lru(store) == [_window(b"z", 50), _window(b"k", 60_000), _window(b"a", 400),
+                           _window(b"k", 100), _window(b"a", 200), _window(b"k", 300)]
+    store.close()
+
+
+def test_an_in_memory_key_range_fetch_of_one_key_reads_from_segment_zero(tmp_path):
+    """The key-range API (sliding windows') with equal keys: lowerRange gives (0, k + 12 zero
+    bytes), upperRange (400, k, 400, max): every window starting before 400, and a's at 400
+    sorts before k's bound."""
+    store = _windows(tmp_path, persistent=False)
+    with store.fetch_range(b"k", b"k", 100, 400) as it:
+        assert [(w.key, w.window.start) for w, _ in it] == [(b"k", 100), (b"k", 300)]
+    assert _lru(store) == [_window(b"k", 60_000), _window(b"z", 50), _window(b"k", 100), _window(b"a", 200),
+                           _window(b"k", 300), _window(b"a", 400)]
+    store.close()
+
+
+def test_a_persistent_fetch_reads_only_the_keys_windows_by_segment(tmp_path):
+    store = _windows(tmp_path, persistent=True)
+    with store.backward_fetch(b"k", 0, 70_000) as it:
+        assert [start for start, _ in it] == [60_000, 300, 100]
+    assert _lru(store) == [_window(b"a", 200), _window(b"z", 50), _window(b"a", 400),
+                           _window(b"k", 60_000), _window(b"k", 300), _window(b"k", 100)]
+    store.close()
+
+
+def test_fetch_all_reads_the_whole_cache_in_cache_key_order(tmp_path):
+    store = _windows(tmp_path, persistent=True)  # segment 0 (every start below 60,000), then 1
+    with store.fetch_all(150, 350) as it:
+        assert [(w.key, w.window.start) for w, _ in it] == [(b"a", 200), (b"k", 300)]
+    assert _lru(store) == [_window(b"a", 200), _window(b"a", 400), _window(b"k", 100), _window(b"k", 300),
+                           _window(b"z", 50), _window(b"k", 60_000)]
+    store.close()
+
+
+@pytest.mark.parametrize("timestamp, interval, segment", [
+    (0, MIN, 0), (59_999, MIN, 0), (60_000, MIN, 1), (-1, MIN, 0), (-60_000, MIN, -1), (-60_001, MIN, -1),
+    (MAX_LONG, 1, MAX_LONG),
+])
+def test_segment_ids_divide_as_java_does(timestamp, interval, segment):
+    assert segment_id(timestamp, interval) == segment
+
+
+def test_ordered_upper_range_keeps_the_key_bytes_up_to_one_below_the_suffixs_first():
+    suffix = (MAX_LONG).to_bytes(8, "big") + (650).to_bytes(8, "big")  # first byte 0x7f
+    assert ordered_upper_range(b"a\x7f\x80\x10\x90", suffix) == b"a\x7f\x80" + suffix
+    assert ordered_upper_range(b"\x00\x00", suffix) == b"\x00" + suffix  # the first byte always
+    zero_first = (300).to_bytes(8, "big") + MAX_INT.to_bytes(4, "big")
+    assert ordered_upper_range(b"a\x00", zero_first) == b"a\x00" + zero_first
+
+
+def test_a_persistent_key_range_fetch_with_an_open_lower_bound_reads_earlier_segments_again():
+    """Kafka's CacheIteratorWrapper keeps a null keyFrom open in every segment's range."""
+    ranges = list(window_ranges(None, b"k", 0, 60_500, MIN, True, True))
+    suffix = (60_500).to_bytes(8, "big") + MAX_INT.to_bytes(4, "big")
+    assert ranges == [(None, inclusive((0, b"k" + suffix))), (None, inclusive((1, b"k" + suffix)))]
