@@ -12,8 +12,8 @@ The range is over Kafka's cache keys. A key-value store's are its keys. A window
 store's are the 8-byte big-endian segment id followed by the store key (SegmentedCacheFunction),
 the segment id being the window start (a session's end) divided by the cache's segment interval:
 the store's for a persistent store, 1 for an in-memory one. Eddy's window and session cache keys
-are the store keys alone, so their ranges here are over (segment id, cache key) pairs, which
-order as Kafka's bytes do (segment ids are never negative there).
+are the store keys alone: their ranges here are over Kafka's cache keys all the same (each
+entry's made from its key by ThreadCache.keys_in_range: `WINDOW_TIME_AT`, `SESSION_TIME_AT`).
 
 A persistent window or session store reads its cache segment by segment (Kafka's
 CacheIteratorWrapper): one range per segment, each snapshotted when the iteration reaches it.
@@ -22,31 +22,46 @@ CacheIteratorWrapper): one range per segment, each snapshotted when the iteratio
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
+
+from state.cache.thread_cache import lookup
 
 MAX_LONG = (1 << 63) - 1
 MAX_INT = (1 << 31) - 1
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 
-# (lower, upper_exclusive) over a store's cache positions; None: open
-Range = tuple[Any, Any]
+# (lower, upper_exclusive) over Kafka's cache keys; None: open
+Range = tuple[Optional[bytes], Optional[bytes]]
+# where a window (session) store key holds the timestamp its segment id is of: the 8 bytes
+# starting this many bytes from its end (the window start; the session end), and the cache's
+# segment interval with it: ThreadCache.keys_in_range's `segmented`
+WINDOW_TIME_AT, SESSION_TIME_AT = 12, 16
 
 
 def visit(cache: Any, namespace: str, ranges: Iterable[Range], reverse: bool = False,
-          position: Optional[Callable[[bytes], Any]] = None) -> Iterator[tuple[bytes, Optional[bytes]]]:
-    """(cache key, value) of each entry in each range in turn, in position order (descending
-    with `reverse`), each read (made MRU) when the iteration reaches it; `position(cache key)`:
-    where a key sorts (the key itself when None). `ranges` is iterated lazily."""
+          segmented: Optional[tuple[int, int]] = None) -> Iterator[tuple[bytes, Optional[bytes]]]:
+    """(cache key, value) of each entry in each range in turn, in Kafka's cache-key order
+    (descending with `reverse`), each read (made MRU) when the iteration reaches it;
+    `segmented`: (time at, segment interval) of a window or session store's keys (see
+    ThreadCache.keys_in_range). `ranges` is iterated lazily."""
+    lock = cache.lock
     for lower, upper in ranges:
-        keys = cache.keys_in_range(namespace, lower, upper, position)
+        keys = cache.keys_in_range(namespace, lower, upper, segmented)
+        if not keys:
+            continue
         if reverse:
             keys.reverse()
-        get = cache.get
+        named = cache.named_cache(namespace)
         for key in keys:
-            entry = get(namespace, key)
+            lock.acquire()
+            try:
+                entry = lookup(named, key)
+                value = entry.value if entry is not None else None
+            finally:
+                lock.release()
             if entry is not None:  # evicted since the snapshot: skipped (Kafka's internalNext)
-                yield key, entry.value
+                yield key, value
 
 
 def segment_id(timestamp: int, interval: int) -> int:
@@ -54,10 +69,8 @@ def segment_id(timestamp: int, interval: int) -> int:
     return timestamp // interval if timestamp >= 0 else -((-timestamp) // interval)
 
 
-def inclusive(bound: Any) -> Any:
+def inclusive(bound: bytes) -> bytes:
     """The exclusive upper bound equal to an inclusive one (the next key in byte order)."""
-    if type(bound) is tuple:
-        return bound[0], bound[1] + b"\x00"
     return bound + b"\x00"
 
 
@@ -81,26 +94,13 @@ def _session_key(key: bytes, start: int, end: int) -> bytes:
     return key + _I64.pack(end) + _I64.pack(start)
 
 
-def window_position(interval: int) -> Callable[[bytes], tuple]:
-    """A window cache key's Kafka position: (segment id of its window start, the key)."""
-    unpack = _I64.unpack_from
-
-    def position(cache_key: bytes) -> tuple:
-        return segment_id(unpack(cache_key, len(cache_key) - 12)[0], interval), cache_key
-    return position
+def _segmented(binary: bytes, timestamp: int, interval: int) -> bytes:
+    """Kafka's SegmentedCacheFunction.cacheKey: the segment id of `timestamp`, then the key."""
+    return _I64.pack(segment_id(timestamp, interval)) + binary
 
 
-def session_position(interval: int) -> Callable[[bytes], tuple]:
-    """A session cache key's Kafka position: (segment id of its end, the key)."""
-    unpack = _I64.unpack_from
-
-    def position(cache_key: bytes) -> tuple:
-        return segment_id(unpack(cache_key, len(cache_key) - 16)[0], interval), cache_key
-    return position
-
-
-def _segmented(binary: bytes, timestamp: int, interval: int) -> tuple:
-    return segment_id(timestamp, interval), binary
+def _in_segment(segment: int, binary: bytes) -> bytes:
+    return _I64.pack(segment) + binary
 
 
 def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from: int, time_to: int,
@@ -115,7 +115,7 @@ def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from:
             yield (_segmented(_window_key(key_from, low, 0), low, interval),
                    inclusive(_segmented(_window_key(key_from, time_to, MAX_INT), time_to, interval)))
             return
-        lower = None if key_from is None else (0, key_from + bytes(12))
+        lower = None if key_from is None else _in_segment(0, key_from + bytes(12))
         upper = None
         if key_to is not None:
             upper = inclusive(_segmented(ordered_upper_range(key_to, _I64.pack(time_to) + _I32.pack(MAX_INT)),
@@ -136,9 +136,9 @@ def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from:
             lower = _segmented(_window_key(key_from, max(0, low), 0), max(0, low), interval)
             upper = inclusive(_segmented(_window_key(key_to, high, MAX_INT), high, interval))
         else:
-            lower = None if key_from is None else (segment, key_from + bytes(12))
+            lower = None if key_from is None else _in_segment(segment, key_from + bytes(12))
             upper = None if key_to is None else inclusive(
-                (segment, ordered_upper_range(key_to, _I64.pack(time_to) + _I32.pack(MAX_INT))))
+                _in_segment(segment, ordered_upper_range(key_to, _I64.pack(time_to) + _I32.pack(MAX_INT))))
         yield lower, upper
         segment += 1 if forward else -1
         if (segment > last) if forward else (segment < last):
@@ -176,9 +176,9 @@ def session_key_range(key_from: Optional[bytes], key_to: Optional[bytes], latest
                       interval: int) -> Range:
     """The range of Kafka's CachingSessionStore.findSessions of a key range (one cache range,
     persistent store or not)."""
-    lower = None if key_from is None else (0, key_from + bytes(16))
+    lower = None if key_from is None else _in_segment(0, key_from + bytes(16))
     upper = None
     if key_to is not None:
-        upper = inclusive((segment_id(MAX_LONG, interval),
-                           ordered_upper_range(key_to, _I64.pack(MAX_LONG) + _I64.pack(latest_start))))
+        upper = inclusive(_in_segment(segment_id(MAX_LONG, interval),
+                                      ordered_upper_range(key_to, _I64.pack(MAX_LONG) + _I64.pack(latest_start))))
     return lower, upper

@@ -6,7 +6,7 @@ from typing import Optional
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted_by
-from state.cache.range_reads import session_key_range, session_position, session_ranges, visit
+from state.cache.range_reads import SESSION_TIME_AT, session_key_range, session_ranges, visit
 from state.cache.thread_cache import SEGMENT_ID_BYTES
 from state.errors import InvalidStoreArgumentError
 from state.session import decode_session_changelog_key, session_changelog_key
@@ -92,7 +92,7 @@ class CachingSessionStore(CachingStore):
                                     self._max_observed)
         else:
             ranges = (session_key_range(key_from, key_to, latest_start, cache_interval),)
-        visited = visit(self._cache, self._namespace, ranges, reverse, session_position(cache_interval))
+        visited = visit(self._cache, self._namespace, ranges, reverse, (SESSION_TIME_AT, cache_interval))
 
         def cached():  # (merge position, item or None for a cached delete) of the sessions asked for
             for ck, v in visited:

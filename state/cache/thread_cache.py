@@ -284,6 +284,10 @@ else:  # pragma: no cover
     lookup, put_clean, put_dirty, maybe_evict = lookup_py, put_clean_py, put_dirty_py, maybe_evict_py
 
 
+# above every Kafka cache key of a window or session store (segment ids there are never negative)
+_AFTER_EVERY_SEGMENT = b"\x80"
+
+
 class NamedCache:
     """The LRU map of one store's cache; used only through `ThreadCache` (which holds the lock).
 
@@ -490,22 +494,39 @@ class ThreadCache:
         items.sort()
         return items
 
-    def keys_in_range(self, namespace: str, lower: Any, upper_exclusive: Any,
-                      position: Optional[Callable[[bytes], Any]] = None) -> list[bytes]:
-        """The cached keys whose position (`position(key)`, the key itself when None) is in
-        [lower, upper_exclusive) (None: open), sorted by position; nothing is read (see
-        state.cache.range_reads)."""
+    def keys_in_range(self, namespace: str, lower: Optional[bytes], upper_exclusive: Optional[bytes],
+                      segmented: Optional[tuple[int, int]] = None) -> list[bytes]:
+        """The cached keys whose Kafka cache key is in [lower, upper_exclusive) (None: open),
+        in that key's order; nothing is read (see state.cache.range_reads). A key-value store's
+        cache key is its key; with `segmented` = (time at, interval), a window or session
+        store's is Kafka's segmented one: the 8-byte segment id of the timestamp that starts
+        `time at` bytes from the key's end (divided by `interval`), then the key."""
         with self.lock:
             cache = self._caches.get(namespace)
             if cache is None:
                 return []
-            if position is None:
-                keys = [k for k in cache.entries
+            entries = cache.entries
+            if segmented is None:
+                keys = [k for k in entries
                         if (lower is None or k >= lower) and (upper_exclusive is None or k < upper_exclusive)]
                 keys.sort()
                 return keys
-            placed = [(p, k) for k, p in zip(cache.entries, map(position, cache.entries))
-                      if (lower is None or p >= lower) and (upper_exclusive is None or p < upper_exclusive)]
+            time_at, interval = segmented
+            at, end = -time_at, 8 - time_at  # k[at:end]: the timestamp (never negative in a cached key)
+            low = b"" if lower is None else lower
+            high = _AFTER_EVERY_SEGMENT if upper_exclusive is None else upper_exclusive
+            if interval == 1:  # the segment id is the timestamp's bytes: compared first, unjoined
+                low_id, high_id = low[:8], high[:8]
+                placed = [(p, k) for k in entries if low_id <= k[at:end] <= high_id
+                          for p in (k[at:end] + k,) if low <= p < high]
+            elif len(low) > 8 and low[:8] == high[:8]:  # one segment's range: by the key first
+                segment, low_key, high_key = low[:8], low[8:], high[8:]
+                placed = [(segment + k, k) for k in entries if low_key <= k < high_key
+                          and (int.from_bytes(k[at:end], "big") // interval).to_bytes(8, "big") == segment]
+            else:
+                placed = [(p, k) for k in entries
+                          for p in ((int.from_bytes(k[at:end], "big") // interval).to_bytes(8, "big") + k,)
+                          if low <= p < high]
         placed.sort()
         return [k for _p, k in placed]
 

@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional, Sequence
 from state.cache.base import CachingStore
 from state.cache.kv import _LIST_OR_TUPLE, _increment_run
 from state.cache.merge import merge_sorted_by
-from state.cache.range_reads import visit, window_position, window_ranges
+from state.cache.range_reads import WINDOW_TIME_AT, visit, window_ranges
 from state.cache.thread_cache import SEGMENT_ID_BYTES, UNKNOWN, ThreadCache, record_context_of, run_entry_cost
 from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
@@ -272,7 +272,7 @@ class CachingWindowStore(CachingStore):
         total = len(key) + 12
 
         def cached():  # (window start, item or None for a cached delete) of the key's windows
-            for ck, v in visit(self._cache, self._namespace, ranges, reverse, window_position(interval)):
+            for ck, v in visit(self._cache, self._namespace, ranges, reverse, (WINDOW_TIME_AT, interval)):
                 if len(ck) == total and ck.startswith(key):
                     start = decode_window_changelog_key(ck)[1]
                     if time_from <= start <= time_to:
@@ -300,13 +300,18 @@ class CachingWindowStore(CachingStore):
                 ranges: Any = ((None, None),)
             else:
                 ranges = window_ranges(key_from, key_to, time_from, time_to, cache_interval, persistent, not reverse)
-            visited = visit(self._cache, self._namespace, ranges, reverse, window_position(cache_interval))
+            visited = visit(self._cache, self._namespace, ranges, reverse, (WINDOW_TIME_AT, cache_interval))
             # read in Kafka's cache order, merged in the store's: the same when segmented alike
             lazy = persistent
+
+        one_key = key_from if key_from is not None and key_from == key_to else None
+        one_size = len(key_from) + 12 if one_key is not None else 0
 
         def cached():  # (merge position, item or None for a cached delete) of the windows asked for
             last = None
             for ck, v in visited:
+                if one_key is not None and (len(ck) != one_size or not ck.startswith(one_key)):
+                    continue  # another key's window (undecoded: sliding windows pass many)
                 key, start, _ = decode_window_changelog_key(ck)
                 if start < time_from or start > time_to:
                     continue

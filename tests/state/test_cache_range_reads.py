@@ -194,4 +194,5 @@ def test_a_persistent_key_range_fetch_with_an_open_lower_bound_reads_earlier_seg
     """Kafka's CacheIteratorWrapper keeps a null keyFrom open in every segment's range."""
     ranges = list(window_ranges(None, b"k", 0, 60_500, MIN, True, True))
     suffix = (60_500).to_bytes(8, "big") + MAX_INT.to_bytes(4, "big")
-    assert ranges == [(None, inclusive((0, b"k" + suffix))), (None, inclusive((1, b"k" + suffix)))]
+    assert ranges == [(None, inclusive(bytes(8) + b"k" + suffix)),
+                      (None, inclusive((1).to_bytes(8, "big") + b"k" + suffix))]
