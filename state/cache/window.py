@@ -290,7 +290,6 @@ class CachingWindowStore(CachingStore):
             # (its cache reads do not reorder the LRU here: state.cache.range_reads does not
             # know its cache keys, time first, with a key index beside)
             visited: Any = self._cache.range_snapshot(self._namespace, None, None)
-            lazy = False
         else:  # Kafka's CachingWindowStore: by segment, then the changelog key
             def sort_key(key: bytes, start: int) -> tuple:
                 return start // interval, window_changelog_key(key, start, 0)
@@ -301,11 +300,11 @@ class CachingWindowStore(CachingStore):
             else:
                 ranges = window_ranges(key_from, key_to, time_from, time_to, cache_interval, persistent, not reverse)
             visited = visit(self._cache, self._namespace, ranges, reverse, (WINDOW_TIME_AT, cache_interval))
-            # read in Kafka's cache order, merged in the store's: the same when segmented alike
-            lazy = persistent
-
         one_key = key_from if key_from is not None and key_from == key_to else None
         one_size = len(key_from) + 12 if one_key is not None else 0
+        # read in Kafka's cache order, merged in the store's: the same when segmented alike, or
+        # for one key (by window start); else sorted once all are read
+        lazy = not self._time_ordered and (self.wrapped.persistent or one_key is not None)
 
         def cached():  # (merge position, item or None for a cached delete) of the windows asked for
             last = None

@@ -103,7 +103,9 @@ def test_large_shard_is_split_by_key_range(spark, tmp_path):
     dest.mkdir()
     store = RocksDBKeyValueStore("big")
     store.open(tmp_path / "store")
-    for flush in range(4):  # four SST files
+    # three SST files: a fourth would reach RocksDB's compaction trigger (4 sorted runs), and a
+    # background compaction could merge them before the capture
+    for flush in range(3):
         for i in range(500):
             n = flush * 500 + i
             store.put(b"key%06d" % n, n.to_bytes(8, "big", signed=True))
@@ -117,9 +119,9 @@ def test_large_shard_is_split_by_key_range(spark, tmp_path):
     whole = spark.read.format("eddy_store").load(str(dest))
     split = spark.read.format("eddy_store").option("max_rows_per_partition", "600").load(str(dest))
     assert whole.rdd.getNumPartitions() == 1
-    assert split.rdd.getNumPartitions() == 4  # one SST file of 500 entries each
+    assert split.rdd.getNumPartitions() == 3  # one SST file of 500 entries each
     rows = split.collect()
-    assert len(rows) == 2000 == len({r["key"] for r in rows})
+    assert len(rows) == 1500 == len({r["key"] for r in rows})
     assert sorted((r["key"], r["value"]) for r in rows) == sorted((r["key"], r["value"]) for r in whole.collect())
 
 
