@@ -462,10 +462,13 @@ class SlidingWindowAggregateLogic(WindowAggregateLogic):
             return None
         return (0 if last == NO_TIMESTAMP else max(0, last - self.diff)), upper
 
-    def _existing(self, key: Any, time_from: int, time_to: int, reverse: bool = False) -> list:
+    def _existing(self, key: Any, time_from: int, time_to: int, reverse: bool = False) -> Any:
+        """The key's windows in [time_from, time_to], an iterator to use in a `with` block and
+        write through while it is open, as Kafka does: a cached store reads each cached window
+        when the iteration reaches it (state.cache.range_reads), so what was written before
+        decides the cache's LRU order, and windows not reached are not read."""
         fetch = self.store.backward_fetch_range if reverse else self.store.fetch_range
-        with fetch(key, key, time_from, time_to) as it:
-            return list(it)
+        return fetch(key, key, time_from, time_to)
 
     def _process_reverse(self, key: Any, value: Any, t: int, close_time: int) -> None:
         """Kafka's processReverse: the key's windows from the latest start down, updating those
@@ -477,26 +480,27 @@ class SlidingWindowAggregateLogic(WindowAggregateLogic):
         left_agg = right_agg = None
         left_created = right_created = False
         previous = None
-        for windowed, vat in self._existing(key, max(0, t - 2 * diff), t + 1, reverse=True):
-            start = windowed.window.start
-            starts.add(start)
-            end = start + diff
-            if start == t + 1:
-                right_created = True
-            elif end > t:  # a window containing t; the first one met (latest start) seeds t's right window
-                if right_agg is None:
-                    right_agg = vat
-                self._update(windowed.window, vat, key, value, close_time, t)
-            elif end == t:
-                left_created = True
-                self._update(windowed.window, vat, key, value, close_time, t)
-                if vat.timestamp >= t:
-                    return
-                previous = vat.timestamp
-            else:
-                left_agg = vat
-                previous = vat.timestamp
-                break
+        with self._existing(key, max(0, t - 2 * diff), t + 1, reverse=True) as windows:
+            for windowed, vat in windows:
+                start = windowed.window.start
+                starts.add(start)
+                end = start + diff
+                if start == t + 1:
+                    right_created = True
+                elif end > t:  # a window containing t; the first one met (latest start) seeds t's right window
+                    if right_agg is None:
+                        right_agg = vat
+                    self._update(windowed.window, vat, key, value, close_time, t)
+                elif end == t:
+                    left_created = True
+                    self._update(windowed.window, vat, key, value, close_time, t)
+                    if vat.timestamp >= t:
+                        return
+                    previous = vat.timestamp
+                else:
+                    left_agg = vat
+                    previous = vat.timestamp
+                    break
         self._create_windows(key, value, t, close_time, starts, right_agg, left_agg, left_created,
                              right_created, previous)
 
@@ -508,20 +512,21 @@ class SlidingWindowAggregateLogic(WindowAggregateLogic):
         right_created = False
         starts = set()
         previous = None
-        for windowed, vat in self._existing(key, 0, t + 1):
-            start = windowed.window.start
-            starts.add(start)
-            if start == 0:
-                combined = (windowed, vat)
-                if vat.timestamp < t:
-                    previous = vat.timestamp
-            elif start <= t:
-                right_agg = vat
-                self._update(windowed.window, vat, key, value, close_time, t)
-            elif start == t + 1:
-                right_created = True
-            else:  # pragma: no cover - the fetch bounds exclude it
-                raise AssertionError(f"unexpected sliding window start {start} for a record at {t}")
+        with self._existing(key, 0, t + 1) as windows:
+            for windowed, vat in windows:
+                start = windowed.window.start
+                starts.add(start)
+                if start == 0:
+                    combined = (windowed, vat)
+                    if vat.timestamp < t:
+                        previous = vat.timestamp
+                elif start <= t:
+                    right_agg = vat
+                    self._update(windowed.window, vat, key, value, close_time, t)
+                elif start == t + 1:
+                    right_created = True
+                else:  # pragma: no cover - the fetch bounds exclude it
+                    raise AssertionError(f"unexpected sliding window start {start} for a record at {t}")
         if right_agg is None and combined is not None and combined[1].timestamp > t:
             right_agg = combined[1]
         if not right_created and right_agg is not None and right_agg.timestamp > t:

@@ -363,6 +363,15 @@ _CASES = {
                                            ["b", "d bb", 1292, INPUT2], ["c", "abc", 1292], ["c", "d b", 1677],
                                            ["b", "d ab", 1677], ["b", "ab d", 2110],
                                            ["b", "abc abc ba", 1399, INPUT2]], 408),
+    # a sliding window aggregation writes while its fetch is open (Kafka's processReverse): the
+    # window it updates becomes the most recent before the fetch reads the next cached window
+    # (here dd's: an in-memory store's range of key a spans every key's windows from segment 0),
+    # so the right window's put evicts a's window, not dd's
+    "sliding-window-writes-during-its-fetch": ("windowed", "stream",
+                                               [{"op": "flat_map_values", "fn": "twice"}, _GROUP_BY_KEY,
+                                                _windowed("sliding", "aggregate", "sum_of_lengths", size=500)],
+                                               [["dd", "cab a b", 1307], ["a", "abc", 1500], ["a", "ba ab ba", 1456]],
+                                               212, {"store_type": IN_MEMORY}),
 }
 
 
