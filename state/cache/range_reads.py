@@ -22,7 +22,7 @@ CacheIteratorWrapper): one range per segment, each snapshotted when the iteratio
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from state.cache.thread_cache import lookup
 
@@ -37,6 +37,8 @@ Range = tuple[Optional[bytes], Optional[bytes]]
 # starting this many bytes from its end (the window start; the session end), and the cache's
 # segment interval with it: ThreadCache.keys_in_range's `segmented`
 WINDOW_TIME_AT, SESSION_TIME_AT = 12, 16
+# next_segment(after, forward): the next segment id beyond `after` holding a cached entry, or None
+NextSegment = Callable[[int, bool], Optional[int]]
 
 
 def visit(cache: Any, namespace: str, ranges: Iterable[Range], reverse: bool = False,
@@ -104,11 +106,13 @@ def _in_segment(segment: int, binary: bytes) -> bytes:
 
 
 def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from: int, time_to: int,
-                  interval: int, persistent: bool, forward: bool, one_key: bool = False) -> Iterator[Range]:
+                  interval: int, persistent: bool, forward: bool, one_key: bool = False,
+                  next_segment: Optional[NextSegment] = None) -> Iterator[Range]:
     """The ranges of Kafka's CachingWindowStore.fetch / backwardFetch of a key range, or with
     `one_key` of one key (`key_from`, the API taking one key: an in-memory store's range then
     spans that key's fixed-size keys; the key-range API's spans Kafka's lowerRange/upperRange
-    even for equal keys). `interval`: the cache's segment interval (see the module doc)."""
+    even for equal keys). `interval`: the cache's segment interval (see the module doc);
+    `next_segment`: see `_segments`."""
     if not persistent:
         if one_key:
             low = max(0, time_from)
@@ -126,12 +130,13 @@ def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from:
     # also by the largest window start put, beyond which no entry is cached: the same ranges)
     fixed = key_from is not None and key_from == key_to
     if forward:
-        segment, last = segment_id(time_from, interval), segment_id(time_to, interval)
-        low, high = time_from, min(time_to, segment * interval + interval - 1)
+        first, last = segment_id(time_from, interval), segment_id(time_to, interval)
     else:
-        segment, last = segment_id(time_to, interval), segment_id(time_from, interval)
-        low, high = segment * interval, time_to
-    while True:
+        first, last = segment_id(time_to, interval), segment_id(time_from, interval)
+    for segment in _segments(first, last, forward, next_segment):
+        low, high = segment * interval, min(time_to, segment * interval + interval - 1)
+        if segment == first:
+            low, high = (time_from, high) if forward else (low, time_to)
         if fixed:
             lower = _segmented(_window_key(key_from, max(0, low), 0), max(0, low), interval)
             upper = inclusive(_segmented(_window_key(key_to, high, MAX_INT), high, interval))
@@ -140,36 +145,50 @@ def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from:
             upper = None if key_to is None else inclusive(
                 _in_segment(segment, ordered_upper_range(key_to, _I64.pack(time_to) + _I32.pack(MAX_INT))))
         yield lower, upper
-        segment += 1 if forward else -1
+
+
+def _segments(first: int, last: int, forward: bool, next_segment: Optional[NextSegment]) -> Iterator[int]:
+    """The segment ids a CacheIteratorWrapper reads, from `first` towards `last` (inclusive;
+    `first` always). Kafka steps through every id; `next_segment(after, forward)`, the next id
+    beyond `after` that holds a cached entry now (None: none), skips the empty ones, which read
+    nothing: the same reads (Kafka steps through them within one hasNext, no write between)
+    without a scan of the cache per id of a long time range."""
+    segment = first
+    while True:
+        yield segment
+        if next_segment is None:
+            segment += 1 if forward else -1
+        else:
+            following = next_segment(segment, forward)
+            if following is None:
+                return
+            segment = following
         if (segment > last) if forward else (segment < last):
             return
-        low, high = segment * interval, min(time_to, segment * interval + interval - 1)
 
 
 def session_ranges(key: bytes, earliest_end: int, latest_start: int, interval: int, persistent: bool,
-                   forward: bool, max_observed: int) -> Iterator[Range]:
+                   forward: bool, max_observed: int, next_segment: Optional[NextSegment] = None) -> Iterator[Range]:
     """The ranges of Kafka's CachingSessionStore.findSessions / backwardFindSessions of one key
     (`max_observed`: the largest session end put into the store, -1 before any: Kafka's
-    maxObservedTimestamp, which bounds a backward read's first segment)."""
+    maxObservedTimestamp, which bounds a backward read's first segment; `next_segment`: see
+    `_segments`)."""
     if not persistent:
         low = max(0, earliest_end)
         yield (_segmented(_session_key(key, 0, low), low, interval),
                inclusive(_segmented(_session_key(key, latest_start, MAX_LONG), MAX_LONG, interval)))
         return
     if forward:
-        segment, last = segment_id(earliest_end, interval), segment_id(max_observed, interval)
-        low, high = earliest_end, segment * interval + interval - 1
+        first, last = segment_id(earliest_end, interval), segment_id(max_observed, interval)
     else:
-        segment, last = segment_id(max_observed, interval), segment_id(earliest_end, interval)
-        low, high = segment * interval, min(latest_start, max_observed)
-    while True:
+        first, last = segment_id(max_observed, interval), segment_id(earliest_end, interval)
+    for segment in _segments(first, last, forward, next_segment):
+        low, high = segment * interval, segment * interval + interval - 1
+        if segment == first:
+            low, high = (earliest_end, high) if forward else (low, min(latest_start, max_observed))
         lower = _segmented(_session_key(key, 0, max(0, low)), max(0, low), interval)
         upper = inclusive(_segmented(_session_key(key, min(latest_start, high), high), high, interval))
         yield lower, upper
-        segment += 1 if forward else -1
-        if (segment > last) if forward else (segment < last):
-            return
-        low, high = segment * interval, segment * interval + interval - 1
 
 
 def session_key_range(key_from: Optional[bytes], key_to: Optional[bytes], latest_start: int,

@@ -88,8 +88,10 @@ class CachingSessionStore(CachingStore):
         # Kafka's cache keys are segmented by the store's interval, an in-memory store's by 1
         cache_interval = interval if persistent else 1
         if exact:
+            cache, namespace, segmented = self._cache, self._namespace, (SESSION_TIME_AT, cache_interval)
             ranges = session_ranges(key_from, earliest_end, latest_start, cache_interval, persistent, not reverse,
-                                    self._max_observed)
+                                    self._max_observed,
+                                    lambda after, forward: cache.next_segment(namespace, segmented, after, forward))
         else:
             ranges = (session_key_range(key_from, key_to, latest_start, cache_interval),)
         visited = visit(self._cache, self._namespace, ranges, reverse, (SESSION_TIME_AT, cache_interval))

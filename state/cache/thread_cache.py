@@ -530,6 +530,21 @@ class ThreadCache:
         placed.sort()
         return [k for _p, k in placed]
 
+    def next_segment(self, namespace: str, segmented: tuple[int, int], after: int, forward: bool) -> Optional[int]:
+        """The segment id (see `keys_in_range`) of a cached key nearest beyond `after` (above it
+        `forward`, else below), None when no cached key is there."""
+        time_at, interval = segmented
+        at, end = -time_at, 8 - time_at
+        with self.lock:
+            cache = self._caches.get(namespace)
+            if cache is None:
+                return None
+            ids = {int.from_bytes(k[at:end], "big") // interval for k in cache.entries}
+        beyond = [i for i in ids if (i > after if forward else i < after)]
+        if not beyond:
+            return None
+        return min(beyond) if forward else max(beyond)
+
     def flush(self, namespace: str) -> int:
         """Write down every dirty entry of `namespace`; returns how many were flushed. The total
         follows the named cache's size change once the flush is over (see NamedCache)."""

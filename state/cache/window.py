@@ -263,11 +263,17 @@ class CachingWindowStore(CachingStore):
         """The segment interval of Kafka's cache keys: the store's, an in-memory store's 1."""
         return self.wrapped.segment_interval_ms if self.wrapped.persistent else 1
 
+    def _next_segment(self, interval: int) -> Callable[[int, bool], Optional[int]]:
+        """range_reads' `next_segment` over this store's cache."""
+        cache, namespace, segmented = self._cache, self._namespace, (WINDOW_TIME_AT, interval)
+        return lambda after, forward: cache.next_segment(namespace, segmented, after, forward)
+
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
         store_iter = self.wrapped.backward_fetch(key, time_from, time_to) if reverse else \
             self.wrapped.fetch(key, time_from, time_to)
         interval = self._cache_interval()
-        ranges = (window_ranges(key, key, time_from, time_to, interval, self.wrapped.persistent, not reverse, True)
+        ranges = (window_ranges(key, key, time_from, time_to, interval, self.wrapped.persistent, not reverse, True,
+                                self._next_segment(interval))
                   if time_to >= time_from else ())
         total = len(key) + 12
 
@@ -298,7 +304,8 @@ class CachingWindowStore(CachingStore):
             if key_from is None and key_to is None:  # fetchAll, all: the whole cache
                 ranges: Any = ((None, None),)
             else:
-                ranges = window_ranges(key_from, key_to, time_from, time_to, cache_interval, persistent, not reverse)
+                ranges = window_ranges(key_from, key_to, time_from, time_to, cache_interval, persistent, not reverse,
+                                       next_segment=self._next_segment(cache_interval))
             visited = visit(self._cache, self._namespace, ranges, reverse, (WINDOW_TIME_AT, cache_interval))
         one_key = key_from if key_from is not None and key_from == key_to else None
         one_size = len(key_from) + 12 if one_key is not None else 0

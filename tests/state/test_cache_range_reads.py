@@ -196,3 +196,28 @@ def test_a_persistent_key_range_fetch_with_an_open_lower_bound_reads_earlier_seg
     suffix = (60_500).to_bytes(8, "big") + MAX_INT.to_bytes(4, "big")
     assert ranges == [(None, inclusive(bytes(8) + b"k" + suffix)),
                       (None, inclusive((1).to_bytes(8, "big") + b"k" + suffix))]
+
+
+def test_a_persistent_fetch_over_a_long_time_range_reads_only_the_segments_holding_entries(tmp_path):
+    """Kafka steps through every segment id of the range (here about 77 billion of them); the
+    empty ones read nothing, so only the two holding k's windows are read, in order."""
+    store = _windows(tmp_path, persistent=True)
+    with store.fetch(b"k", 0, 1 << 62) as it:
+        assert [start for start, _ in it] == [100, 300, 60_000]
+    assert _lru(store)[-3:] == [_window(b"k", 100), _window(b"k", 300), _window(b"k", 60_000)]
+    with store.backward_fetch_range(b"k", b"k", 0, 1 << 62) as it:
+        assert [w.window.start for w, _ in it] == [60_000, 300, 100]
+    assert _lru(store)[-3:] == [_window(b"k", 60_000), _window(b"k", 300), _window(b"k", 100)]
+    store.close()
+
+
+def test_segments_skip_to_the_next_one_holding_an_entry():
+    held = [0, 5, 9]
+
+    def next_segment(after, forward):
+        beyond = [s for s in held if (s > after if forward else s < after)]
+        return (min(beyond) if forward else max(beyond)) if beyond else None
+    ranges = list(window_ranges(b"k", b"k", 0, 7 * MIN + 5, MIN, True, True, next_segment=next_segment))
+    assert [r[0][:8] for r in ranges] == [(0).to_bytes(8, "big"), (5).to_bytes(8, "big")]  # 9 is past the range
+    backward = list(window_ranges(b"k", b"k", 0, 7 * MIN + 5, MIN, True, False, next_segment=next_segment))
+    assert [r[0][:8] for r in backward] == [(7).to_bytes(8, "big"), (5).to_bytes(8, "big"), (0).to_bytes(8, "big")]
