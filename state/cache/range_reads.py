@@ -39,6 +39,7 @@ Range = tuple[Optional[bytes], Optional[bytes]]
 WINDOW_TIME_AT, SESSION_TIME_AT = 12, 16
 # next_segment(after, forward): the next segment id beyond `after` holding a cached entry, or None
 NextSegment = Callable[[int, bool], Optional[int]]
+_STEPPED = 8
 
 
 def visit(cache: Any, namespace: str, ranges: Iterable[Range], reverse: bool = False,
@@ -152,11 +153,12 @@ def _segments(first: int, last: int, forward: bool, next_segment: Optional[NextS
     `first` always). Kafka steps through every id; `next_segment(after, forward)`, the next id
     beyond `after` that holds a cached entry now (None: none), skips the empty ones, which read
     nothing: the same reads (Kafka steps through them within one hasNext, no write between)
-    without a scan of the cache per id of a long time range."""
+    without a scan of the cache per id of a long time range. Within `_STEPPED` ids of the
+    last, a step is one id (cheaper than the search: a read of the DSL's spans a few)."""
     segment = first
     while True:
         yield segment
-        if next_segment is None:
+        if next_segment is None or abs(last - segment) <= _STEPPED:
             segment += 1 if forward else -1
         else:
             following = next_segment(segment, forward)

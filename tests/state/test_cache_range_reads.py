@@ -212,12 +212,15 @@ def test_a_persistent_fetch_over_a_long_time_range_reads_only_the_segments_holdi
 
 
 def test_segments_skip_to_the_next_one_holding_an_entry():
-    held = [0, 5, 9]
+    """Far from the last id, the next held one; within 8 of it, one id at a time."""
+    held = [0, 5, 25, 40]
 
     def next_segment(after, forward):
         beyond = [s for s in held if (s > after if forward else s < after)]
         return (min(beyond) if forward else max(beyond)) if beyond else None
-    ranges = list(window_ranges(b"k", b"k", 0, 7 * MIN + 5, MIN, True, True, next_segment=next_segment))
-    assert [r[0][:8] for r in ranges] == [(0).to_bytes(8, "big"), (5).to_bytes(8, "big")]  # 9 is past the range
-    backward = list(window_ranges(b"k", b"k", 0, 7 * MIN + 5, MIN, True, False, next_segment=next_segment))
-    assert [r[0][:8] for r in backward] == [(7).to_bytes(8, "big"), (5).to_bytes(8, "big"), (0).to_bytes(8, "big")]
+
+    def ids(forward):
+        ranges = window_ranges(b"k", b"k", 0, 30 * MIN + 5, MIN, True, forward, next_segment=next_segment)
+        return [int.from_bytes(lower[:8], "big") for lower, _ in ranges]
+    assert ids(True) == [0, 5, 25, 26, 27, 28, 29, 30]  # 40 is past the range
+    assert ids(False) == [30, 25, 5, 4, 3, 2, 1, 0]
