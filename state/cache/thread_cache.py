@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from bisect import bisect_left, insort
 from collections import OrderedDict
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
@@ -288,6 +289,45 @@ else:  # pragma: no cover
 _AFTER_EVERY_SEGMENT = b"\x80"
 
 
+class RangeIndex:
+    """The Kafka cache keys (segment id, then the key: see ThreadCache.keys_in_range) of every key
+    written into a window or session store's named cache, sorted, so that a range read finds its
+    keys by bisection (Kafka's cache is a TreeMap) instead of a scan of the cache. Keys are added
+    by the store's writes and not removed when evicted: a range read skips those no longer
+    cached, and the index is rebuilt from the cache once it holds twice as many keys."""
+
+    __slots__ = ("time_at", "interval", "positions", "keys")
+
+    def __init__(self, time_at: int, interval: int) -> None:
+        self.time_at, self.interval = time_at, interval
+        self.positions: list[bytes] = []
+        self.keys: set[bytes] = set()
+
+    def position(self, key: bytes) -> bytes:
+        stamp = key[-self.time_at:8 - self.time_at]
+        if self.interval == 1:
+            return stamp + key
+        return (int.from_bytes(stamp, "big") // self.interval).to_bytes(8, "big") + key
+
+    def add(self, key: bytes, entries: "OrderedDict[bytes, CacheEntry]") -> None:
+        """A key about to be written (new to the index, or already in it)."""
+        if key in self.keys:
+            return
+        if len(self.keys) > 2 * len(entries) + 64:
+            self.positions = sorted(map(self.position, entries))
+            self.keys = set(entries)
+            if key in self.keys:
+                return
+        insort(self.positions, self.position(key))
+        self.keys.add(key)
+
+    def keys_in_range(self, entries: "OrderedDict[bytes, CacheEntry]", low: bytes, high: bytes) -> list[bytes]:
+        """The cached keys whose Kafka cache key is in [low, high), in that key's order."""
+        positions = self.positions
+        return [p[8:] for p in positions[bisect_left(positions, low):bisect_left(positions, high)]
+                if p[8:] in entries]
+
+
 class NamedCache:
     """The LRU map of one store's cache; used only through `ThreadCache` (which holds the lock).
 
@@ -300,7 +340,7 @@ class NamedCache:
     """
 
     __slots__ = ("name", "owner", "entries", "dirty", "size_bytes", "listener", "hits", "misses", "evictions",
-                 "context", "entry_overhead")
+                 "context", "entry_overhead", "range_index")
 
     def __init__(self, name: str, owner: "ThreadCache") -> None:
         self.name = name
@@ -317,6 +357,9 @@ class NamedCache:
         self.context: Any = None
         # what each entry costs besides its key, value and record context (see the module doc)
         self.entry_overhead = ENTRY_OVERHEAD
+        # a window or session store's keys in Kafka's cache-key order, for its range reads
+        # (RangeIndex); None: a range read scans the entries
+        self.range_index: Optional[RangeIndex] = None
 
     def put_dirty(self, key: bytes, value: Optional[bytes], timestamp: int, old: object = UNKNOWN) -> None:
         """A write (put_dirty_py)."""
@@ -515,6 +558,9 @@ class ThreadCache:
             at, end = -time_at, 8 - time_at  # k[at:end]: the timestamp (never negative in a cached key)
             low = b"" if lower is None else lower
             high = _AFTER_EVERY_SEGMENT if upper_exclusive is None else upper_exclusive
+            index = cache.range_index
+            if index is not None and index.time_at == time_at and index.interval == interval:
+                return index.keys_in_range(entries, low, high)
             if interval == 1:  # the segment id is the timestamp's bytes: compared first, unjoined
                 low_id, high_id = low[:8], high[:8]
                 placed = [(p, k) for k in entries if low_id <= k[at:end] <= high_id

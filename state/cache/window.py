@@ -8,7 +8,8 @@ from state.cache.base import CachingStore
 from state.cache.kv import _LIST_OR_TUPLE, _increment_run
 from state.cache.merge import merge_sorted_by
 from state.cache.range_reads import WINDOW_TIME_AT, visit, window_ranges
-from state.cache.thread_cache import SEGMENT_ID_BYTES, UNKNOWN, ThreadCache, record_context_of, run_entry_cost
+from state.cache.thread_cache import (SEGMENT_ID_BYTES, UNKNOWN, RangeIndex, ThreadCache, record_context_of,
+                                      run_entry_cost)
 from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
 from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp, decode_window_changelog_key, window_changelog_key
@@ -38,6 +39,11 @@ class CachingWindowStore(CachingStore):
         self.retain_duplicates = wrapped.retain_duplicates
         # the store below iterates by window start, then key (state.window.TimeOrderedWindowStore)
         self._time_ordered = bool(getattr(self._reader, "time_ordered", False))
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        if not self._time_ordered:  # (its reads do not go by Kafka's cache keys here: see _windows)
+            self._named.range_index = RangeIndex(WINDOW_TIME_AT, self._cache_interval())
 
     def set_flush_listener(self, listener) -> bool:
         if self.retain_duplicates:
@@ -82,8 +88,11 @@ class CachingWindowStore(CachingStore):
         check_timestamp(self.name, "window_start_timestamp", window_start_timestamp)
         if timestamp is None:
             timestamp = self._timestamp_supplier()
-        cache.put(self._namespace, window_changelog_key(key, window_start_timestamp, 0), value,
-                  dirty=True, timestamp=timestamp)
+        cache_key = window_changelog_key(key, window_start_timestamp, 0)
+        index = self._named.range_index
+        if index is not None:
+            index.add(cache_key, self._named.entries)
+        cache.put(self._namespace, cache_key, value, dirty=True, timestamp=timestamp)
         return 0
 
     def update_many(  # noqa: C901 - the Python form of a per-record loop, in one frame on purpose
@@ -111,6 +120,7 @@ class CachingWindowStore(CachingStore):
         named = self._named
         entries = named.entries
         put_dirty = named.put_dirty
+        index = named.range_index
         reader = self._reader
         fetch, actual_from = reader.fetch, reader.actual_from
         suffixes: dict[int, bytes] = {}
@@ -196,6 +206,8 @@ class CachingWindowStore(CachingStore):
                     continue
                 if metadatas is not None:  # the write's record context, read by put_dirty
                     context.metadata = metadatas[i]
+                if entry is None and index is not None:
+                    index.add(cache_key, entries)
                 put_dirty(cache_key, new, entry_timestamp, read)
                 if named.evictions != evictions:
                     live_from, evictions = actual_from(0), named.evictions

@@ -6,10 +6,13 @@ Kafka 4.1's ranges (state.cache.range_reads names them): a key-value store's are
 window or session store's cache keys lead with the segment id (an in-memory store's interval is
 1, so the window start or session end), and a persistent store reads segment by segment."""
 
+import random
+
 import pytest
 
 from state.cache import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
 from state.cache.range_reads import MAX_INT, MAX_LONG, inclusive, ordered_upper_range, segment_id, window_ranges
+from state.cache.thread_cache import RangeIndex
 from state.memory_kv import InMemoryKeyValueStore
 from state.session import InMemorySessionStore, RocksDBSessionStore, session_changelog_key
 from state.window import InMemoryWindowStore, RocksDBWindowStore, window_changelog_key
@@ -224,3 +227,54 @@ def test_segments_skip_to_the_next_one_holding_an_entry():
         return [int.from_bytes(lower[:8], "big") for lower, _ in ranges]
     assert ids(True) == [0, 5, 25, 26, 27, 28, 29, 30]  # 40 is past the range
     assert ids(False) == [30, 25, 5, 4, 3, 2, 1, 0]
+
+
+@pytest.mark.parametrize("time_at, interval", [(12, 1), (12, MIN), (16, 1), (16, MIN)])
+def test_the_range_index_finds_what_a_scan_of_the_cache_finds(time_at, interval):
+    """RangeIndex (keys added as written, evicted ones left behind, rebuilt when twice the cache)
+    against the scan keys_in_range does without it, over random writes, evictions and ranges."""
+    rng = random.Random(time_at * 7 + interval)
+    cache = ThreadCache(1 << 30)
+    named = cache.named_cache("ns")
+    index = RangeIndex(time_at, interval)
+
+    def key():
+        stamp = rng.choice((0, 5, 100, MIN - 1, MIN, 3 * MIN + 7, 10 * MIN))
+        tail = stamp.to_bytes(8, "big") + rng.randrange(100).to_bytes(4 if time_at == 12 else 8, "big")
+        return rng.choice((b"a", b"b", b"ab", b"\xff")) + tail
+
+    most = 0  # the most entries the cache has held: the index keeps at most twice as many keys (+ 65)
+    rebuilt = False
+    for step in range(600):
+        held = len(index.keys)
+        if named.entries and rng.random() < (0.2 if step < 200 else 0.6):
+            named.entries.pop(rng.choice(list(named.entries)))  # evicted: left in the index
+        else:
+            k = key()
+            index.add(k, named.entries)
+            cache.put("ns", k, b"v", dirty=False, timestamp=1)
+        most = max(most, len(named.entries))
+        assert len(index.keys) <= 2 * most + 65
+        rebuilt = rebuilt or len(index.keys) < held
+        bounds = sorted(index.position(key()) + rng.choice((b"", b"\x00")) for _ in range(2))
+        low, high = rng.choice((bounds[0], None)), rng.choice((bounds[1], None))
+        named.range_index = None
+        scanned = cache.keys_in_range("ns", low, high, (time_at, interval))
+        named.range_index = index
+        assert cache.keys_in_range("ns", low, high, (time_at, interval)) == scanned
+    assert rebuilt
+
+
+def test_window_and_session_reads_skip_what_was_evicted(tmp_path):
+    """Keys stay in the index after their eviction; the reads skip them."""
+    store = CachingWindowStore(RocksDBWindowStore("w", retention_ms=10 * MIN, window_size_ms=100,
+                                                  segment_interval_ms=MIN, retain_duplicates=False), ThreadCache(210))
+    store.init(RecordingContext(tmp_path / "0_0"))
+    for start in (100, 200, 300, 400, 500):  # 8 + 13 + 1 + 45 = 67 bytes each: three fit
+        store.put(b"k", b"v", start, timestamp=start)
+    assert _lru(store) == [_window(b"k", 300), _window(b"k", 400), _window(b"k", 500)]
+    assert len(store._named.range_index.keys) == 5
+    with store.fetch(b"k", 0, 1000) as it:
+        assert [start for start, _ in it] == [100, 200, 300, 400, 500]  # the evicted from the store
+    assert _lru(store) == [_window(b"k", 300), _window(b"k", 400), _window(b"k", 500)]
+    store.close()
