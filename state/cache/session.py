@@ -7,7 +7,7 @@ from typing import Optional
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted_by
 from state.cache.range_reads import SESSION_TIME_AT, session_key_range, session_ranges, visit
-from state.cache.thread_cache import SEGMENT_ID_BYTES, RangeIndex
+from state.cache.thread_cache import SEGMENT_ID_BYTES
 from state.errors import InvalidStoreArgumentError
 from state.session import decode_session_changelog_key, session_changelog_key
 from state.store import KeyValueIterator, check_key, check_value
@@ -27,11 +27,6 @@ class CachingSessionStore(CachingStore):
     # the largest session end put, -1 before any (Kafka's maxObservedTimestamp: it bounds a
     # backward read's first segment, see state.cache.range_reads)
     _max_observed = -1
-
-    def init(self, context) -> None:
-        super().init(context)
-        interval = self.wrapped.segment_interval_ms if self.wrapped.persistent else 1  # Kafka's cache's
-        self._named.range_index = RangeIndex(SESSION_TIME_AT, interval)
 
     def _write_down(self, entries: list) -> None:
         listener = self._flush_listener
@@ -74,7 +69,9 @@ class CachingSessionStore(CachingStore):
         if session_end > self._max_observed:
             self._max_observed = session_end
         cache_key = session_changelog_key(key, session_start, session_end)
-        self._named.range_index.add(cache_key, self._named.entries)
+        index = self._named.range_index
+        if index is not None:  # kept up from the store's first range read
+            index.add(cache_key, self._named.entries)
         cache.put(self._namespace, cache_key, value, dirty=True, timestamp=timestamp)
 
     def remove(self, key: bytes, session_start: int, session_end: int, timestamp: Optional[int] = None) -> None:

@@ -309,13 +309,17 @@ class RangeIndex:
             return stamp + key
         return (int.from_bytes(stamp, "big") // self.interval).to_bytes(8, "big") + key
 
+    def rebuild(self, entries: "OrderedDict[bytes, CacheEntry]") -> None:
+        """The index of what the cache holds now."""
+        self.positions = sorted(map(self.position, entries))
+        self.keys = set(entries)
+
     def add(self, key: bytes, entries: "OrderedDict[bytes, CacheEntry]") -> None:
         """A key about to be written (new to the index, or already in it)."""
         if key in self.keys:
             return
         if len(self.keys) > 2 * len(entries) + 64:
-            self.positions = sorted(map(self.position, entries))
-            self.keys = set(entries)
+            self.rebuild(entries)
             if key in self.keys:
                 return
         insort(self.positions, self.position(key))
@@ -358,7 +362,8 @@ class NamedCache:
         # what each entry costs besides its key, value and record context (see the module doc)
         self.entry_overhead = ENTRY_OVERHEAD
         # a window or session store's keys in Kafka's cache-key order, for its range reads
-        # (RangeIndex); None: a range read scans the entries
+        # (RangeIndex): None until the first (ThreadCache.keys_in_range), kept up by the
+        # store's writes from then on
         self.range_index: Optional[RangeIndex] = None
 
     def put_dirty(self, key: bytes, value: Optional[bytes], timestamp: int, old: object = UNKNOWN) -> None:
@@ -555,26 +560,15 @@ class ThreadCache:
                 keys.sort()
                 return keys
             time_at, interval = segmented
-            at, end = -time_at, 8 - time_at  # k[at:end]: the timestamp (never negative in a cached key)
             low = b"" if lower is None else lower
             high = _AFTER_EVERY_SEGMENT if upper_exclusive is None else upper_exclusive
             index = cache.range_index
-            if index is not None and index.time_at == time_at and index.interval == interval:
-                return index.keys_in_range(entries, low, high)
-            if interval == 1:  # the segment id is the timestamp's bytes: compared first, unjoined
-                low_id, high_id = low[:8], high[:8]
-                placed = [(p, k) for k in entries if low_id <= k[at:end] <= high_id
-                          for p in (k[at:end] + k,) if low <= p < high]
-            elif len(low) > 8 and low[:8] == high[:8]:  # one segment's range: by the key first
-                segment, low_key, high_key = low[:8], low[8:], high[8:]
-                placed = [(segment + k, k) for k in entries if low_key <= k < high_key
-                          and (int.from_bytes(k[at:end], "big") // interval).to_bytes(8, "big") == segment]
-            else:
-                placed = [(p, k) for k in entries
-                          for p in ((int.from_bytes(k[at:end], "big") // interval).to_bytes(8, "big") + k,)
-                          if low <= p < high]
-        placed.sort()
-        return [k for _p, k in placed]
+            if index is None or index.time_at != time_at or index.interval != interval:
+                # made at a store's first range read (a store that never reads one, a time
+                # window count, does not keep it up), kept up by its writes from then on
+                index = cache.range_index = RangeIndex(time_at, interval)
+                index.rebuild(entries)
+            return index.keys_in_range(entries, low, high)
 
     def next_segment(self, namespace: str, segmented: tuple[int, int], after: int, forward: bool) -> Optional[int]:
         """The segment id (see `keys_in_range`) of a cached key nearest beyond `after` (above it

@@ -8,8 +8,7 @@ from state.cache.base import CachingStore
 from state.cache.kv import _LIST_OR_TUPLE, _increment_run
 from state.cache.merge import merge_sorted_by
 from state.cache.range_reads import WINDOW_TIME_AT, visit, window_ranges
-from state.cache.thread_cache import (SEGMENT_ID_BYTES, UNKNOWN, RangeIndex, ThreadCache, record_context_of,
-                                      run_entry_cost)
+from state.cache.thread_cache import SEGMENT_ID_BYTES, UNKNOWN, ThreadCache, record_context_of, run_entry_cost
 from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
 from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp, decode_window_changelog_key, window_changelog_key
@@ -39,11 +38,6 @@ class CachingWindowStore(CachingStore):
         self.retain_duplicates = wrapped.retain_duplicates
         # the store below iterates by window start, then key (state.window.TimeOrderedWindowStore)
         self._time_ordered = bool(getattr(self._reader, "time_ordered", False))
-
-    def init(self, context: Any) -> None:
-        super().init(context)
-        if not self._time_ordered:  # (its reads do not go by Kafka's cache keys here: see _windows)
-            self._named.range_index = RangeIndex(WINDOW_TIME_AT, self._cache_interval())
 
     def set_flush_listener(self, listener) -> bool:
         if self.retain_duplicates:

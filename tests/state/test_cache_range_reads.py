@@ -161,6 +161,7 @@ def test_an_in_memory_key_range_fetch_of_one_key_reads_from_segment_zero(tmp_pat
 
 def test_a_persistent_fetch_reads_only_the_keys_windows_by_segment(tmp_path):
     store = _windows(tmp_path, persistent=True)
+    assert store._named.range_index is None  # no range read yet: writes keep no index
     with store.backward_fetch(b"k", 0, 70_000) as it:
         assert [start for start, _ in it] == [60_000, 300, 100]
     assert _lru(store) == [_window(b"a", 200), _window(b"z", 50), _window(b"a", 400),
@@ -232,11 +233,12 @@ def test_segments_skip_to_the_next_one_holding_an_entry():
 @pytest.mark.parametrize("time_at, interval", [(12, 1), (12, MIN), (16, 1), (16, MIN)])
 def test_the_range_index_finds_what_a_scan_of_the_cache_finds(time_at, interval):
     """RangeIndex (keys added as written, evicted ones left behind, rebuilt when twice the cache)
-    against the scan keys_in_range does without it, over random writes, evictions and ranges."""
+    against the cache's keys filtered and sorted by their Kafka cache keys, over random writes,
+    evictions and ranges."""
     rng = random.Random(time_at * 7 + interval)
     cache = ThreadCache(1 << 30)
     named = cache.named_cache("ns")
-    index = RangeIndex(time_at, interval)
+    index = named.range_index = RangeIndex(time_at, interval)
 
     def key():
         stamp = rng.choice((0, 5, 100, MIN - 1, MIN, 3 * MIN + 7, 10 * MIN))
@@ -258,10 +260,10 @@ def test_the_range_index_finds_what_a_scan_of_the_cache_finds(time_at, interval)
         rebuilt = rebuilt or len(index.keys) < held
         bounds = sorted(index.position(key()) + rng.choice((b"", b"\x00")) for _ in range(2))
         low, high = rng.choice((bounds[0], None)), rng.choice((bounds[1], None))
-        named.range_index = None
-        scanned = cache.keys_in_range("ns", low, high, (time_at, interval))
-        named.range_index = index
-        assert cache.keys_in_range("ns", low, high, (time_at, interval)) == scanned
+        expected = sorted((p, k) for k in named.entries for p in (index.position(k),)
+                          if (low is None or p >= low) and (high is None or p < high))
+        assert cache.keys_in_range("ns", low, high, (time_at, interval)) == [k for _p, k in expected]
+        assert named.range_index is index
     assert rebuilt
 
 
@@ -270,6 +272,9 @@ def test_window_and_session_reads_skip_what_was_evicted(tmp_path):
     store = CachingWindowStore(RocksDBWindowStore("w", retention_ms=10 * MIN, window_size_ms=100,
                                                   segment_interval_ms=MIN, retain_duplicates=False), ThreadCache(210))
     store.init(RecordingContext(tmp_path / "0_0"))
+    with store.fetch(b"k", 0, 1000) as it:  # the first range read makes the index
+        assert list(it) == []
+    assert store._named.range_index is not None
     for start in (100, 200, 300, 400, 500):  # 8 + 13 + 1 + 45 = 67 bytes each: three fit
         store.put(b"k", b"v", start, timestamp=start)
     assert _lru(store) == [_window(b"k", 300), _window(b"k", 400), _window(b"k", 500)]
