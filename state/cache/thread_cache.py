@@ -331,6 +331,34 @@ class RangeIndex:
         return [p[8:] for p in positions[bisect_left(positions, low):bisect_left(positions, high)]
                 if p[8:] in entries]
 
+    def next_segment(self, entries: "OrderedDict[bytes, CacheEntry]", after: int, forward: bool) -> Optional[int]:
+        """The segment id of the cached key nearest beyond segment `after` (None: none there)."""
+        positions = self.positions
+        if forward:
+            i = bisect_left(positions, (after + 1).to_bytes(8, "big")) if after >= -1 else 0
+            candidates = (positions[j] for j in range(i, len(positions)))
+        else:
+            if after <= 0:
+                return None
+            i = bisect_left(positions, after.to_bytes(8, "big"))
+            candidates = (positions[j] for j in range(i - 1, -1, -1))
+        for p in candidates:
+            if p[8:] in entries:  # (an evicted key's position is skipped)
+                return int.from_bytes(p[:8], "big")
+        return None
+
+
+def _range_index(cache: "NamedCache", segmented: tuple[int, int]) -> RangeIndex:
+    """The named cache's range index for keys `segmented` so (see ThreadCache.keys_in_range), made
+    at a store's first range read from what it holds (a store that never reads one, a time window
+    count, keeps none), kept up by the store's writes from then on. The cache lock is held."""
+    time_at, interval = segmented
+    index = cache.range_index
+    if index is None or index.time_at != time_at or index.interval != interval:
+        index = cache.range_index = RangeIndex(time_at, interval)
+        index.rebuild(cache.entries)
+    return index
+
 
 class NamedCache:
     """The LRU map of one store's cache; used only through `ThreadCache` (which holds the lock).
@@ -559,31 +587,18 @@ class ThreadCache:
                         if (lower is None or k >= lower) and (upper_exclusive is None or k < upper_exclusive)]
                 keys.sort()
                 return keys
-            time_at, interval = segmented
             low = b"" if lower is None else lower
             high = _AFTER_EVERY_SEGMENT if upper_exclusive is None else upper_exclusive
-            index = cache.range_index
-            if index is None or index.time_at != time_at or index.interval != interval:
-                # made at a store's first range read (a store that never reads one, a time
-                # window count, does not keep it up), kept up by its writes from then on
-                index = cache.range_index = RangeIndex(time_at, interval)
-                index.rebuild(entries)
-            return index.keys_in_range(entries, low, high)
+            return _range_index(cache, segmented).keys_in_range(entries, low, high)
 
     def next_segment(self, namespace: str, segmented: tuple[int, int], after: int, forward: bool) -> Optional[int]:
         """The segment id (see `keys_in_range`) of a cached key nearest beyond `after` (above it
         `forward`, else below), None when no cached key is there."""
-        time_at, interval = segmented
-        at, end = -time_at, 8 - time_at
         with self.lock:
             cache = self._caches.get(namespace)
             if cache is None:
                 return None
-            ids = {int.from_bytes(k[at:end], "big") // interval for k in cache.entries}
-        beyond = [i for i in ids if (i > after if forward else i < after)]
-        if not beyond:
-            return None
-        return min(beyond) if forward else max(beyond)
+            return _range_index(cache, segmented).next_segment(cache.entries, after, forward)
 
     def flush(self, namespace: str) -> int:
         """Write down every dirty entry of `namespace`; returns how many were flushed. The total

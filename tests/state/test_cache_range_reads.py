@@ -99,27 +99,22 @@ def test_an_in_memory_find_sessions_reads_every_key_ending_from_the_earliest_end
     store.close()
 
 
-def test_a_persistent_find_sessions_reads_the_keys_sessions_segment_by_segment(tmp_path):
-    """Segment 0 from (0, k, 150, 0) to (0, k, 59_999, 650), then segment 1 from
-    (1, k, 60_000, 0) to (1, k, 119_999, 650): k's sessions only, the one starting after 650
-    too (read, then dropped by the filter)."""
+@pytest.mark.parametrize("read, bounds, found, read_last", [
+    # Segment 0 from (0, k, 150, 0) to (0, k, 59_999, 650), then segment 1 from (1, k, 60_000, 0)
+    # to (1, k, 119_999, 650): k's sessions only, the one starting after 650 too (read, then
+    # dropped by the filter)
+    ("find_sessions", (150, 650), [(100, 200), (500, 600)], [(100, 200), (500, 600), (70_000, 70_000)]),
+    # backward from the segment of the largest end put (70,000: segment 1), its first range
+    # ending at min(latest start, 70,000) = 65,000: k's session [70,000] is not read; then
+    # segment 0, newest first
+    ("backward_find_sessions", (0, 65_000), [(500, 600), (100, 200)], [(70_000, 70_000), (500, 600), (100, 200)]),
+])
+def test_a_persistent_find_reads_the_keys_sessions_segment_by_segment(tmp_path, read, bounds, found, read_last):
     store = _sessions(tmp_path, persistent=True)
-    with store.find_sessions(b"k", 150, 650) as it:
-        assert [(w.window.start, w.window.end) for w, _ in it] == [(100, 200), (500, 600)]
-    assert _lru(store) == [_session(b"a", 50, 150), _session(b"z", 300, 400), _session(b"b", 90, 90),
-                           _session(b"k", 100, 200), _session(b"k", 500, 600), _session(b"k", 70_000, 70_000)]
-    store.close()
-
-
-def test_a_persistent_backward_find_starts_below_the_largest_end_put(tmp_path):
-    """Backward from the segment of the largest end put (70,000: segment 1), its first range
-    ending at min(latest start, 70,000) = 65,000: k's session [70,000] is not read; then
-    segment 0, newest first."""
-    store = _sessions(tmp_path, persistent=True)
-    with store.backward_find_sessions(b"k", 0, 65_000) as it:
-        assert [(w.window.start, w.window.end) for w, _ in it] == [(500, 600), (100, 200)]
-    assert _lru(store) == [_session(b"a", 50, 150), _session(b"z", 300, 400), _session(b"b", 90, 90),
-                           _session(b"k", 70_000, 70_000), _session(b"k", 500, 600), _session(b"k", 100, 200)]
+    with getattr(store, read)(b"k", *bounds) as it:
+        assert [(w.window.start, w.window.end) for w, _ in it] == found
+    assert _lru(store) == [_session(b"a", 50, 150), _session(b"z", 300, 400), _session(b"b", 90, 90)] + [
+        _session(b"k", start, end) for start, end in read_last]
     store.close()
 
 
@@ -264,6 +259,11 @@ def test_the_range_index_finds_what_a_scan_of_the_cache_finds(time_at, interval)
                           if (low is None or p >= low) and (high is None or p < high))
         assert cache.keys_in_range("ns", low, high, (time_at, interval)) == [k for _p, k in expected]
         assert named.range_index is index
+        ids = {int.from_bytes(index.position(k)[:8], "big") for k in named.entries}
+        after, forward = rng.choice((-5, -1, 0, 1, 3, 10, 100_000)), rng.random() < 0.5
+        beyond = [i for i in ids if (i > after if forward else i < after)]
+        assert cache.next_segment("ns", (time_at, interval), after, forward) == (
+            (min(beyond) if forward else max(beyond)) if beyond else None)
     assert rebuilt
 
 
