@@ -13,6 +13,8 @@ from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
 from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp, decode_window_changelog_key, window_changelog_key
 
+# the schema byte before a time-ordered store's keys (Kafka's PrefixedWindowKeySchemas)
+TIME_FIRST_PREFIX_BYTES = 1
 # Windowed(key, Window(start, end)) per flushed window without NamedTuple's Python-level __new__
 _new_tuple = tuple.__new__
 
@@ -38,6 +40,11 @@ class CachingWindowStore(CachingStore):
         self.retain_duplicates = wrapped.retain_duplicates
         # the store below iterates by window start, then key (state.window.TimeOrderedWindowStore)
         self._time_ordered = bool(getattr(self._reader, "time_ordered", False))
+        if self._time_ordered and self._reader.persistent:
+            # Kafka's TimeOrderedCachingWindowStore (over its RocksDB time-ordered store only)
+            # keys its cache by the time-first store key, whose schema (PrefixedWindowKeySchemas)
+            # starts with a one-byte prefix
+            self.cache_key_prefix = SEGMENT_ID_BYTES + TIME_FIRST_PREFIX_BYTES
 
     def set_flush_listener(self, listener) -> bool:
         if self.retain_duplicates:

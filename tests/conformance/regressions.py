@@ -372,6 +372,14 @@ _CASES = {
                                                 _windowed("sliding", "aggregate", "sum_of_lengths", size=500)],
                                                [["dd", "cab a b", 1307], ["a", "abc", 1500], ["a", "ba ab ba", 1456]],
                                                212, {"store_type": IN_MEMORY}),
+    # an emit-on-close window store's cache keys start with the time-first schema's byte (Kafka's
+    # PrefixedWindowKeySchemas), one more than a window store's: a's two windows (90 bytes each)
+    # overflow 179 bytes, the flush writes dd's windows to the time-ordered RocksDB store and a's
+    # windows move its stream time past their retention, so nothing is emitted on close
+    "time-ordered-cache-key-prefix": ("windowed", "stream",
+                                      [_GROUP_BY_KEY, _windowed("hopping", "aggregate", "concat", "close",
+                                                                size=500, advance=250, grace=50)],
+                                      [["dd", "a", 4582], ["a", "abc ab ab", 5402]], 179),
 }
 
 
