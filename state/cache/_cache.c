@@ -663,15 +663,16 @@ static PyObject *write_entry(PyObject *self, PyObject *const *args, Py_ssize_t n
  * the listener: Python either way). */
 static PyObject *str_entries, *str_dirty, *str_owner, *str_size_bytes, *str_total_bytes, *str_max_bytes,
     *str_evictions, *str_hits, *str_misses, *str_evict_eldest, *str_write_through, *str_context,
-    *str_entry_overhead;
+    *str_entry_overhead, *str_range_index, *str_add;
 static PyObject *one = NULL;
 
 /* NamedCache's type and its slots' offsets (set_named_layout): its fields read and written
  * directly, as the slot descriptors would, instead of through attribute lookups. */
 static PyTypeObject *named_type = NULL;
-#define NAMED_FIELDS 9
+#define NAMED_FIELDS 10
 static PyObject **named_names[NAMED_FIELDS] = {&str_entries, &str_dirty, &str_owner, &str_size_bytes, &str_hits,
-                                               &str_misses, &str_evictions, &str_context, &str_entry_overhead};
+                                               &str_misses, &str_evictions, &str_context, &str_entry_overhead,
+                                               &str_range_index};
 static Py_ssize_t named_offsets[NAMED_FIELDS];
 
 static inline Py_ssize_t named_offset(PyObject *obj, PyObject *name)
@@ -930,6 +931,26 @@ static int grow(PyObject *named, PyObject *owner, PyObject *entries, PyObject *d
     return evict_loop(named, owner, entries);
 }
 
+/* A key about to be inserted into `named`'s entries, added to its range index when it keeps one
+ * (RangeIndex.add, as put_clean_py and put_dirty_py do): 0, or -1 with an error */
+static int index_key(PyObject *named, PyObject *key, PyObject *entries)
+{
+    PyObject *index = get_attr(named, str_range_index);
+    if (index == NULL)
+        return -1;
+    if (index == Py_None) {
+        Py_DECREF(index);
+        return 0;
+    }
+    PyObject *call_args[3] = {index, key, entries};
+    PyObject *r = PyObject_VectorcallMethod(str_add, call_args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(index);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 /* put_clean(named, key, value, timestamp): NamedCache.put_clean_py; True, or None declined */
 static PyObject *put_clean(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -973,6 +994,8 @@ static PyObject *put_clean(PyObject *self, PyObject *const *args, Py_ssize_t nar
             goto fail;
         goto done;
     }
+    if (index_key(named, key, entries) < 0)
+        goto fail;
     PyObject *made = entry_type->tp_alloc(entry_type, 0);
     if (made == NULL)
         goto fail;
@@ -1057,6 +1080,22 @@ static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 goto fail;
             Py_DECREF(r);
             goto done;
+        }
+    }
+    {
+        /* a key new to the cache goes into its range index first (when it keeps one) */
+        PyObject *index = get_attr(named, str_range_index);
+        if (index == NULL) {
+            Py_DECREF(metadata);
+            Py_DECREF(headers);
+            goto fail;
+        }
+        int contains = index == Py_None ? 1 : PyDict_Contains(entries, key);
+        Py_DECREF(index);
+        if (contains < 0 || (!contains && index_key(named, key, entries) < 0)) {
+            Py_DECREF(metadata);
+            Py_DECREF(headers);
+            goto fail;
         }
     }
     dirty = get_attr(named, str_dirty);
@@ -1544,6 +1583,8 @@ PyMODINIT_FUNC PyInit__cache(void)
         str_write_through = PyUnicode_InternFromString("write_through");
         str_context = PyUnicode_InternFromString("context");
         str_entry_overhead = PyUnicode_InternFromString("entry_overhead");
+        str_range_index = PyUnicode_InternFromString("range_index");
+        str_add = PyUnicode_InternFromString("add");
         str_topic = PyUnicode_InternFromString("topic");
         str_headers = PyUnicode_InternFromString("headers");
         str_metadata = PyUnicode_InternFromString("metadata");
@@ -1569,7 +1610,7 @@ PyMODINIT_FUNC PyInit__cache(void)
             || str_size_bytes == NULL || str_total_bytes == NULL || str_max_bytes == NULL || str_evictions == NULL
             || str_hits == NULL || str_misses == NULL || str_evict_eldest == NULL || str_write_through == NULL
             || str_context == NULL || str_entry_overhead == NULL || str_topic == NULL || str_headers == NULL
-            || str_metadata == NULL || one == NULL)
+            || str_metadata == NULL || str_range_index == NULL || str_add == NULL || one == NULL)
             return NULL;
     }
     return PyModule_Create(&module_def);

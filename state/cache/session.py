@@ -69,9 +69,6 @@ class CachingSessionStore(CachingStore):
         if session_end > self._max_observed:
             self._max_observed = session_end
         cache_key = session_changelog_key(key, session_start, session_end)
-        index = self._named.range_index
-        if index is not None:  # kept up from the store's first range read
-            index.add(cache_key, self._named.entries)
         cache.put(self._namespace, cache_key, value, dirty=True, timestamp=timestamp)
 
     def remove(self, key: bytes, session_start: int, session_end: int, timestamp: Optional[int] = None) -> None:

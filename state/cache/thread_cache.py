@@ -223,6 +223,8 @@ def put_clean_py(named: "NamedCache", key: bytes, value: Optional[bytes], timest
     if not entries and owner._total_bytes + size > owner.max_bytes:
         named.evictions += 1
         return True
+    if named.range_index is not None:
+        named.range_index.add(key, entries)
     entries[key] = CacheEntry(value, False, timestamp, size)
     named.size_bytes += size
     owner._total_bytes += size
@@ -246,6 +248,8 @@ def put_dirty_py(named: "NamedCache", key: bytes, value: Optional[bytes], timest
         if owner._total_bytes + size > owner.max_bytes:
             named.write_through(key, value, timestamp, old, size)
             return True
+    if named.range_index is not None and key not in entries:
+        named.range_index.add(key, entries)
     overhead = named.entry_overhead
     delta = write_entry(entries, named.dirty, key, value, timestamp, old, metadata, headers, overhead)
     if delta is None:
@@ -290,20 +294,25 @@ _AFTER_EVERY_SEGMENT = b"\x80"
 
 
 class RangeIndex:
-    """The Kafka cache keys (segment id, then the key: see ThreadCache.keys_in_range) of every key
-    written into a window or session store's named cache, sorted, so that a range read finds its
-    keys by bisection (Kafka's cache is a TreeMap) instead of a scan of the cache. Keys are added
-    by the store's writes and not removed when evicted: a range read skips those no longer
-    cached, and the index is rebuilt from the cache once it holds twice as many keys."""
+    """The Kafka cache keys of every key written into a named cache, sorted, so that a range read
+    finds its keys by bisection (Kafka's cache is a TreeMap) instead of a scan of the cache: a
+    key-value store's keys themselves; with `segmented` = (time at, interval), a window or
+    session store's segmented cache keys (the segment id, then the key: see
+    ThreadCache.keys_in_range). Keys are added as the named cache inserts them (put_clean,
+    put_dirty) and not removed when evicted: a range read skips those no longer cached, and the
+    index is rebuilt from the cache once it holds twice as many keys."""
 
-    __slots__ = ("time_at", "interval", "positions", "keys")
+    __slots__ = ("segmented", "time_at", "interval", "positions", "keys")
 
-    def __init__(self, time_at: int, interval: int) -> None:
-        self.time_at, self.interval = time_at, interval
+    def __init__(self, segmented: Optional[tuple[int, int]] = None) -> None:
+        self.segmented = segmented
+        self.time_at, self.interval = segmented if segmented is not None else (0, 0)
         self.positions: list[bytes] = []
         self.keys: set[bytes] = set()
 
     def position(self, key: bytes) -> bytes:
+        if self.segmented is None:
+            return key
         stamp = key[-self.time_at:8 - self.time_at]
         if self.interval == 1:
             return stamp + key
@@ -315,7 +324,7 @@ class RangeIndex:
         self.keys = set(entries)
 
     def add(self, key: bytes, entries: "OrderedDict[bytes, CacheEntry]") -> None:
-        """A key about to be written (new to the index, or already in it)."""
+        """A key about to be inserted (new to the index, or already in it)."""
         if key in self.keys:
             return
         if len(self.keys) > 2 * len(entries) + 64:
@@ -325,11 +334,16 @@ class RangeIndex:
         insort(self.positions, self.position(key))
         self.keys.add(key)
 
-    def keys_in_range(self, entries: "OrderedDict[bytes, CacheEntry]", low: bytes, high: bytes) -> list[bytes]:
-        """The cached keys whose Kafka cache key is in [low, high), in that key's order."""
+    def keys_in_range(self, entries: "OrderedDict[bytes, CacheEntry]", low: bytes,
+                      high: Optional[bytes]) -> list[bytes]:
+        """The cached keys whose Kafka cache key is in [low, high) (None: no upper bound), in
+        that key's order."""
         positions = self.positions
-        return [p[8:] for p in positions[bisect_left(positions, low):bisect_left(positions, high)]
-                if p[8:] in entries]
+        found = positions[bisect_left(positions, low):
+                          bisect_left(positions, high) if high is not None else len(positions)]
+        if self.segmented is None:
+            return [p for p in found if p in entries]
+        return [p[SEGMENT_ID_BYTES:] for p in found if p[SEGMENT_ID_BYTES:] in entries]
 
     def next_segment(self, entries: "OrderedDict[bytes, CacheEntry]", after: int, forward: bool) -> Optional[int]:
         """The segment id of the cached key nearest beyond segment `after` (None: none there)."""
@@ -348,14 +362,13 @@ class RangeIndex:
         return None
 
 
-def _range_index(cache: "NamedCache", segmented: tuple[int, int]) -> RangeIndex:
+def _range_index(cache: "NamedCache", segmented: Optional[tuple[int, int]]) -> RangeIndex:
     """The named cache's range index for keys `segmented` so (see ThreadCache.keys_in_range), made
     at a store's first range read from what it holds (a store that never reads one, a time window
-    count, keeps none), kept up by the store's writes from then on. The cache lock is held."""
-    time_at, interval = segmented
+    count, keeps none), kept up by the cache's insertions from then on. The cache lock is held."""
     index = cache.range_index
-    if index is None or index.time_at != time_at or index.interval != interval:
-        index = cache.range_index = RangeIndex(time_at, interval)
+    if index is None or index.segmented != segmented:
+        index = cache.range_index = RangeIndex(segmented)
         index.rebuild(cache.entries)
     return index
 
@@ -389,9 +402,9 @@ class NamedCache:
         self.context: Any = None
         # what each entry costs besides its key, value and record context (see the module doc)
         self.entry_overhead = ENTRY_OVERHEAD
-        # a window or session store's keys in Kafka's cache-key order, for its range reads
-        # (RangeIndex): None until the first (ThreadCache.keys_in_range), kept up by the
-        # store's writes from then on
+        # the store's keys in Kafka's cache-key order, for its range reads (RangeIndex): None
+        # until the first (ThreadCache.keys_in_range), kept up by this cache's insertions from
+        # then on
         self.range_index: Optional[RangeIndex] = None
 
     def put_dirty(self, key: bytes, value: Optional[bytes], timestamp: int, old: object = UNKNOWN) -> None:
@@ -581,15 +594,9 @@ class ThreadCache:
             cache = self._caches.get(namespace)
             if cache is None:
                 return []
-            entries = cache.entries
-            if segmented is None:
-                keys = [k for k in entries
-                        if (lower is None or k >= lower) and (upper_exclusive is None or k < upper_exclusive)]
-                keys.sort()
-                return keys
             low = b"" if lower is None else lower
-            high = _AFTER_EVERY_SEGMENT if upper_exclusive is None else upper_exclusive
-            return _range_index(cache, segmented).keys_in_range(entries, low, high)
+            high = _AFTER_EVERY_SEGMENT if upper_exclusive is None and segmented is not None else upper_exclusive
+            return _range_index(cache, segmented).keys_in_range(cache.entries, low, high)
 
     def next_segment(self, namespace: str, segmented: tuple[int, int], after: int, forward: bool) -> Optional[int]:
         """The segment id (see `keys_in_range`) of a cached key nearest beyond `after` (above it

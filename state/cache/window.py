@@ -90,9 +90,6 @@ class CachingWindowStore(CachingStore):
         if timestamp is None:
             timestamp = self._timestamp_supplier()
         cache_key = window_changelog_key(key, window_start_timestamp, 0)
-        index = self._named.range_index
-        if index is not None:
-            index.add(cache_key, self._named.entries)
         cache.put(self._namespace, cache_key, value, dirty=True, timestamp=timestamp)
         return 0
 
@@ -121,7 +118,6 @@ class CachingWindowStore(CachingStore):
         named = self._named
         entries = named.entries
         put_dirty = named.put_dirty
-        index = named.range_index
         reader = self._reader
         fetch, actual_from = reader.fetch, reader.actual_from
         suffixes: dict[int, bytes] = {}
@@ -207,8 +203,6 @@ class CachingWindowStore(CachingStore):
                     continue
                 if metadatas is not None:  # the write's record context, read by put_dirty
                     context.metadata = metadatas[i]
-                if entry is None and index is not None:
-                    index.add(cache_key, entries)
                 put_dirty(cache_key, new, entry_timestamp, read)
                 if named.evictions != evictions:
                     live_from, evictions = actual_from(0), named.evictions

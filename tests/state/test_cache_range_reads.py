@@ -73,6 +73,57 @@ def test_a_key_evicted_during_the_iteration_is_skipped_not_read_back(tmp_path):
     store.close()
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_key_value_range_reads_see_every_write_after_the_index_is_made(tmp_path, seed):
+    """A key-value store's range reads find their keys in the range index from the first one on;
+    every way a key enters the cache afterwards (put, replace, update_many, put_all,
+    put_if_absent, delete, a get's read-through: the C paths and the Python ones) puts it in the
+    index. Against a dict model, with a cache small enough to evict."""
+    rng = random.Random(seed)
+    store = CachingKeyValueStore(InMemoryKeyValueStore("kv"), ThreadCache(900))
+    store.init(RecordingContext(tmp_path / "0_0"))
+    store.set_flush_listener(lambda *change: None)
+    model: dict[bytes, bytes] = {}
+    with store.all() as it:  # the first range read makes the index
+        assert list(it) == []
+    assert store._named.range_index is not None
+
+    def key():
+        return bytes([rng.choice(b"ab\xff")]) + b"%d" % rng.randrange(30)
+
+    for step in range(1500):
+        k, v, r = key(), b"v%d" % step, rng.random()
+        if r < 0.25:
+            store.put(k, v, step)
+            model[k] = v
+        elif r < 0.4:
+            assert store.replace(k, v, step) == model.get(k)
+            model[k] = v
+        elif r < 0.5:
+            store.update_many([k], lambda old, v=v: v, [step])
+            model[k] = v
+        elif r < 0.6:
+            other = key()
+            store.put_all([(k, v), (other, None)], step)
+            model[k] = v
+            model.pop(other, None)
+        elif r < 0.65:
+            assert store.put_if_absent(k, v, step) == model.get(k)
+            model.setdefault(k, v)
+        elif r < 0.75:
+            assert store.delete(k, step) == model.pop(k, None)
+        else:
+            assert store.get(k) == model.get(k)
+        low, high = sorted((key(), key()))
+        prefix = key()[:rng.choice((1, 2))]
+        with store.range(low, high) as it:
+            assert list(it) == sorted((k, v) for k, v in model.items() if low <= k <= high)
+        with store.prefix_scan(prefix) as it:
+            assert list(it) == sorted((k, v) for k, v in model.items() if k.startswith(prefix))
+    assert store._named.evictions > 0
+    store.close()
+
+
 def _sessions(tmp_path, persistent):
     cls = RocksDBSessionStore if persistent else InMemorySessionStore
     store = CachingSessionStore(cls("s", retention_ms=10 * MIN, segment_interval_ms=MIN), ThreadCache(1_000_000))
@@ -225,15 +276,17 @@ def test_segments_skip_to_the_next_one_holding_an_entry():
     assert ids(False) == [30, 25, 5, 4, 3, 2, 1, 0]
 
 
-@pytest.mark.parametrize("time_at, interval", [(12, 1), (12, MIN), (16, 1), (16, MIN)])
-def test_the_range_index_finds_what_a_scan_of_the_cache_finds(time_at, interval):
-    """RangeIndex (keys added as written, evicted ones left behind, rebuilt when twice the cache)
-    against the cache's keys filtered and sorted by their Kafka cache keys, over random writes,
-    evictions and ranges."""
+@pytest.mark.parametrize("segmented", [None, (12, 1), (12, MIN), (16, 1), (16, MIN)])
+def test_the_range_index_finds_what_a_scan_of_the_cache_finds(segmented):
+    """RangeIndex (keys added as the cache inserts them, clean or dirty, evicted ones left
+    behind, rebuilt when twice the cache) against the cache's keys filtered and sorted by their
+    Kafka cache keys (a key-value store's: the keys), over random writes, evictions and ranges."""
+    time_at, interval = segmented or (12, 0)
     rng = random.Random(time_at * 7 + interval)
     cache = ThreadCache(1 << 30)
     named = cache.named_cache("ns")
-    index = named.range_index = RangeIndex(time_at, interval)
+    named.listener = lambda entries: None
+    index = named.range_index = RangeIndex(segmented)
 
     def key():
         stamp = rng.choice((0, 5, 100, MIN - 1, MIN, 3 * MIN + 7, 10 * MIN))
@@ -247,9 +300,7 @@ def test_the_range_index_finds_what_a_scan_of_the_cache_finds(time_at, interval)
         if named.entries and rng.random() < (0.2 if step < 200 else 0.6):
             named.entries.pop(rng.choice(list(named.entries)))  # evicted: left in the index
         else:
-            k = key()
-            index.add(k, named.entries)
-            cache.put("ns", k, b"v", dirty=False, timestamp=1)
+            cache.put("ns", key(), b"v", dirty=rng.random() < 0.5, timestamp=1)
         most = max(most, len(named.entries))
         assert len(index.keys) <= 2 * most + 65
         rebuilt = rebuilt or len(index.keys) < held
@@ -257,12 +308,14 @@ def test_the_range_index_finds_what_a_scan_of_the_cache_finds(time_at, interval)
         low, high = rng.choice((bounds[0], None)), rng.choice((bounds[1], None))
         expected = sorted((p, k) for k in named.entries for p in (index.position(k),)
                           if (low is None or p >= low) and (high is None or p < high))
-        assert cache.keys_in_range("ns", low, high, (time_at, interval)) == [k for _p, k in expected]
+        assert cache.keys_in_range("ns", low, high, segmented) == [k for _p, k in expected]
         assert named.range_index is index
+        if segmented is None:
+            continue
         ids = {int.from_bytes(index.position(k)[:8], "big") for k in named.entries}
         after, forward = rng.choice((-5, -1, 0, 1, 3, 10, 100_000)), rng.random() < 0.5
         beyond = [i for i in ids if (i > after if forward else i < after)]
-        assert cache.next_segment("ns", (time_at, interval), after, forward) == (
+        assert cache.next_segment("ns", segmented, after, forward) == (
             (min(beyond) if forward else max(beyond)) if beyond else None)
     assert rebuilt
 

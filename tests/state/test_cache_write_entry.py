@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Message
 
 from state.cache import ENTRY_OVERHEAD, UNKNOWN, CacheEntry, ThreadCache
-from state.cache.thread_cache import SEGMENT_ID_BYTES
+from state.cache.thread_cache import SEGMENT_ID_BYTES, RangeIndex
 from state.cache import thread_cache
 
 try:
@@ -192,7 +192,12 @@ def test_c_take_dirty_declines_an_entry_it_does_not_take():
 
 def _cache_state(cache, flushed):
     return (cache.size_bytes, {name: (snapshot(named.entries, named.dirty), named.size_bytes, named.hits, named.misses,
-                                      named.evictions) for name, named in cache._caches.items()}, flushed)
+                                      named.evictions, _index_state(named.range_index))
+                               for name, named in cache._caches.items()}, flushed)
+
+
+def _index_state(index):
+    return None if index is None else (list(index.positions), sorted(index.keys))
 
 
 class _WriteContext:
@@ -223,6 +228,7 @@ def _run_named_ops(seed, ops):
         cache.add_dirty_entry_flush_listener(name, lambda entries, name=name: flushed.append((name, list(entries))))
         cache.named_cache(name).context = _WriteContext()
     cache.named_cache("0_0-b").entry_overhead = ENTRY_OVERHEAD + SEGMENT_ID_BYTES  # a window store's
+    cache.named_cache("0_0-a").range_index = RangeIndex()  # a range-read store's: insertions add to it
     states = []
     for step in range(3000):
         named = cache.named_cache(rng.choice(names))
@@ -241,6 +247,8 @@ def _run_named_ops(seed, ops):
         else:
             cache.flush(named.name)
         states.append(_cache_state(cache, flushed))
+        indexed = cache.named_cache("0_0-a")
+        assert set(indexed.entries) <= indexed.range_index.keys  # every key cached is in the index
     return states
 
 
