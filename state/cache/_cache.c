@@ -931,24 +931,23 @@ static int grow(PyObject *named, PyObject *owner, PyObject *entries, PyObject *d
     return evict_loop(named, owner, entries);
 }
 
-/* A key about to be inserted into `named`'s entries, added to its range index when it keeps one
- * (RangeIndex.add, as put_clean_py and put_dirty_py do): 0, or -1 with an error */
+/* A key about to be written into `named`'s entries, added to its range index when it keeps one
+ * and the key is not cached yet (RangeIndex.add, as put_clean_py and put_dirty_py do): 0, or -1
+ * with an error */
 static int index_key(PyObject *named, PyObject *key, PyObject *entries)
 {
     PyObject *index = get_attr(named, str_range_index);
     if (index == NULL)
         return -1;
-    if (index == Py_None) {
-        Py_DECREF(index);
-        return 0;
+    int cached = index == Py_None ? 1 : PyDict_Contains(entries, key);
+    PyObject *r = Py_None;
+    if (cached == 0) {
+        PyObject *call_args[3] = {index, key, entries};
+        r = PyObject_VectorcallMethod(str_add, call_args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(r);
     }
-    PyObject *call_args[3] = {index, key, entries};
-    PyObject *r = PyObject_VectorcallMethod(str_add, call_args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(index);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
+    return cached < 0 || r == NULL ? -1 : 0;
 }
 
 /* put_clean(named, key, value, timestamp): NamedCache.put_clean_py; True, or None declined */
@@ -1082,21 +1081,10 @@ static PyObject *put_dirty(PyObject *self, PyObject *const *args, Py_ssize_t nar
             goto done;
         }
     }
-    {
-        /* a key new to the cache goes into its range index first (when it keeps one) */
-        PyObject *index = get_attr(named, str_range_index);
-        if (index == NULL) {
-            Py_DECREF(metadata);
-            Py_DECREF(headers);
-            goto fail;
-        }
-        int contains = index == Py_None ? 1 : PyDict_Contains(entries, key);
-        Py_DECREF(index);
-        if (contains < 0 || (!contains && index_key(named, key, entries) < 0)) {
-            Py_DECREF(metadata);
-            Py_DECREF(headers);
-            goto fail;
-        }
+    if (index_key(named, key, entries) < 0) {
+        Py_DECREF(metadata);
+        Py_DECREF(headers);
+        goto fail;
     }
     dirty = get_attr(named, str_dirty);
     if (dirty != NULL)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from state.cache.thread_cache import lookup
+from state.cache.thread_cache import in_segment, lookup, segment_id
 
 MAX_LONG = (1 << 63) - 1
 MAX_INT = (1 << 31) - 1
@@ -67,11 +67,6 @@ def visit(cache: Any, namespace: str, ranges: Iterable[Range], reverse: bool = F
                 yield key, value
 
 
-def segment_id(timestamp: int, interval: int) -> int:
-    """Kafka's `timestamp / segmentInterval` (Java's division truncates toward zero)."""
-    return timestamp // interval if timestamp >= 0 else -((-timestamp) // interval)
-
-
 def inclusive(bound: bytes) -> bytes:
     """The exclusive upper bound equal to an inclusive one (the next key in byte order)."""
     return bound + b"\x00"
@@ -99,11 +94,18 @@ def _session_key(key: bytes, start: int, end: int) -> bytes:
 
 def _segmented(binary: bytes, timestamp: int, interval: int) -> bytes:
     """Kafka's SegmentedCacheFunction.cacheKey: the segment id of `timestamp`, then the key."""
-    return _I64.pack(segment_id(timestamp, interval)) + binary
+    return in_segment(segment_id(timestamp, interval), binary)
 
 
-def _in_segment(segment: int, binary: bytes) -> bytes:
-    return _I64.pack(segment) + binary
+def cache_interval(store: Any) -> int:
+    """The segment interval of a window or session store's Kafka cache keys: the store's, an
+    in-memory store's 1."""
+    return store.segment_interval_ms if store.persistent else 1
+
+
+def next_segment_of(cache: Any, namespace: str, segmented: tuple[int, int]) -> NextSegment:
+    """`next_segment` (see `_segments`) over the named cache `namespace` of keys `segmented` so."""
+    return lambda after, forward: cache.next_segment(namespace, segmented, after, forward)
 
 
 def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from: int, time_to: int,
@@ -120,7 +122,7 @@ def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from:
             yield (_segmented(_window_key(key_from, low, 0), low, interval),
                    inclusive(_segmented(_window_key(key_from, time_to, MAX_INT), time_to, interval)))
             return
-        lower = None if key_from is None else _in_segment(0, key_from + bytes(12))
+        lower = None if key_from is None else in_segment(0, key_from + bytes(12))
         upper = None
         if key_to is not None:
             upper = inclusive(_segmented(ordered_upper_range(key_to, _I64.pack(time_to) + _I32.pack(MAX_INT)),
@@ -142,9 +144,9 @@ def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from:
             lower = _segmented(_window_key(key_from, max(0, low), 0), max(0, low), interval)
             upper = inclusive(_segmented(_window_key(key_to, high, MAX_INT), high, interval))
         else:
-            lower = None if key_from is None else _in_segment(segment, key_from + bytes(12))
+            lower = None if key_from is None else in_segment(segment, key_from + bytes(12))
             upper = None if key_to is None else inclusive(
-                _in_segment(segment, ordered_upper_range(key_to, _I64.pack(time_to) + _I32.pack(MAX_INT))))
+                in_segment(segment, ordered_upper_range(key_to, _I64.pack(time_to) + _I32.pack(MAX_INT))))
         yield lower, upper
 
 
@@ -197,9 +199,9 @@ def session_key_range(key_from: Optional[bytes], key_to: Optional[bytes], latest
                       interval: int) -> Range:
     """The range of Kafka's CachingSessionStore.findSessions of a key range (one cache range,
     persistent store or not)."""
-    lower = None if key_from is None else _in_segment(0, key_from + bytes(16))
+    lower = None if key_from is None else in_segment(0, key_from + bytes(16))
     upper = None
     if key_to is not None:
-        upper = inclusive(_in_segment(segment_id(MAX_LONG, interval),
+        upper = inclusive(in_segment(segment_id(MAX_LONG, interval),
                                       ordered_upper_range(key_to, _I64.pack(MAX_LONG) + _I64.pack(latest_start))))
     return lower, upper

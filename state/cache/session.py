@@ -6,7 +6,7 @@ from typing import Optional
 
 from state.cache.base import CachingStore
 from state.cache.merge import merge_sorted_by
-from state.cache.range_reads import SESSION_TIME_AT, session_key_range, session_ranges, visit
+from state.cache.range_reads import SESSION_TIME_AT, cache_interval, next_segment_of, session_key_range, session_ranges, visit
 from state.cache.thread_cache import SEGMENT_ID_BYTES
 from state.errors import InvalidStoreArgumentError
 from state.session import decode_session_changelog_key, session_changelog_key
@@ -68,8 +68,8 @@ class CachingSessionStore(CachingStore):
             timestamp = self._timestamp_supplier()
         if session_end > self._max_observed:
             self._max_observed = session_end
-        cache_key = session_changelog_key(key, session_start, session_end)
-        cache.put(self._namespace, cache_key, value, dirty=True, timestamp=timestamp)
+        cache.put(self._namespace, session_changelog_key(key, session_start, session_end), value,
+                  dirty=True, timestamp=timestamp)
 
     def remove(self, key: bytes, session_start: int, session_end: int, timestamp: Optional[int] = None) -> None:
         self.put(key, session_start, session_end, None, timestamp)
@@ -85,16 +85,13 @@ class CachingSessionStore(CachingStore):
     def _sessions(self, key_from, key_to, exact, earliest_end, latest_start, reverse, store_iter) -> KeyValueIterator:
         persistent = self.wrapped.persistent
         interval = self.wrapped.segment_interval_ms
-        # Kafka's cache keys are segmented by the store's interval, an in-memory store's by 1
-        cache_interval = interval if persistent else 1
+        segmented = (SESSION_TIME_AT, cache_interval(self.wrapped))
         if exact:
-            cache, namespace, segmented = self._cache, self._namespace, (SESSION_TIME_AT, cache_interval)
-            ranges = session_ranges(key_from, earliest_end, latest_start, cache_interval, persistent, not reverse,
-                                    self._max_observed,
-                                    lambda after, forward: cache.next_segment(namespace, segmented, after, forward))
+            ranges = session_ranges(key_from, earliest_end, latest_start, segmented[1], persistent, not reverse,
+                                    self._max_observed, next_segment_of(self._cache, self._namespace, segmented))
         else:
-            ranges = (session_key_range(key_from, key_to, latest_start, cache_interval),)
-        visited = visit(self._cache, self._namespace, ranges, reverse, (SESSION_TIME_AT, cache_interval))
+            ranges = (session_key_range(key_from, key_to, latest_start, segmented[1]),)
+        visited = visit(self._cache, self._namespace, ranges, reverse, segmented)
 
         def cached():  # (merge position, item or None for a cached delete) of the sessions asked for
             for ck, v in visited:

@@ -34,6 +34,7 @@ Semantics follow Kafka's ThreadCache / NamedCache / CachingKeyValueStore:
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from bisect import bisect_left, insort
 from collections import OrderedDict
@@ -52,6 +53,17 @@ ENTRY_OVERHEAD = 45
 # A window or session store's cache key is its store key after the 8-byte segment id (Kafka's
 # SegmentedCacheFunction); Eddy's cache keys leave the id out, its size is counted all the same.
 SEGMENT_ID_BYTES = 8
+_SEGMENT_ID = struct.Struct(">q")
+
+
+def segment_id(timestamp: int, interval: int) -> int:
+    """Kafka's `timestamp / segmentInterval` (Java's division truncates toward zero)."""
+    return timestamp // interval if timestamp >= 0 else -((-timestamp) // interval)
+
+
+def in_segment(segment: int, binary: bytes) -> bytes:
+    """Kafka's SegmentedCacheFunction.cacheKey: the 8-byte segment id, then the store key."""
+    return _SEGMENT_ID.pack(segment) + binary
 
 
 # The old value of a dirty entry when the cache does not know what the wrapped store holds.
@@ -289,10 +301,6 @@ else:  # pragma: no cover
     lookup, put_clean, put_dirty, maybe_evict = lookup_py, put_clean_py, put_dirty_py, maybe_evict_py
 
 
-# above every Kafka cache key of a window or session store (segment ids there are never negative)
-_AFTER_EVERY_SEGMENT = b"\x80"
-
-
 class RangeIndex:
     """The Kafka cache keys of every key written into a named cache, sorted, so that a range read
     finds its keys by bisection (Kafka's cache is a TreeMap) instead of a scan of the cache: a
@@ -313,10 +321,8 @@ class RangeIndex:
     def position(self, key: bytes) -> bytes:
         if self.segmented is None:
             return key
-        stamp = key[-self.time_at:8 - self.time_at]
-        if self.interval == 1:
-            return stamp + key
-        return (int.from_bytes(stamp, "big") // self.interval).to_bytes(8, "big") + key
+        stamp = int.from_bytes(key[-self.time_at:8 - self.time_at], "big", signed=True)
+        return in_segment(segment_id(stamp, self.interval), key)
 
     def rebuild(self, entries: "OrderedDict[bytes, CacheEntry]") -> None:
         """The index of what the cache holds now."""
@@ -349,16 +355,16 @@ class RangeIndex:
         """The segment id of the cached key nearest beyond segment `after` (None: none there)."""
         positions = self.positions
         if forward:
-            i = bisect_left(positions, (after + 1).to_bytes(8, "big")) if after >= -1 else 0
+            i = bisect_left(positions, in_segment(after + 1, b"")) if after >= -1 else 0
             candidates = (positions[j] for j in range(i, len(positions)))
         else:
             if after <= 0:
                 return None
-            i = bisect_left(positions, after.to_bytes(8, "big"))
+            i = bisect_left(positions, in_segment(after, b""))
             candidates = (positions[j] for j in range(i - 1, -1, -1))
         for p in candidates:
-            if p[8:] in entries:  # (an evicted key's position is skipped)
-                return int.from_bytes(p[:8], "big")
+            if p[SEGMENT_ID_BYTES:] in entries:  # (an evicted key's position is skipped)
+                return _SEGMENT_ID.unpack_from(p)[0]
         return None
 
 
@@ -594,9 +600,7 @@ class ThreadCache:
             cache = self._caches.get(namespace)
             if cache is None:
                 return []
-            low = b"" if lower is None else lower
-            high = _AFTER_EVERY_SEGMENT if upper_exclusive is None and segmented is not None else upper_exclusive
-            return _range_index(cache, segmented).keys_in_range(cache.entries, low, high)
+            return _range_index(cache, segmented).keys_in_range(cache.entries, lower or b"", upper_exclusive)
 
     def next_segment(self, namespace: str, segmented: tuple[int, int], after: int, forward: bool) -> Optional[int]:
         """The segment id (see `keys_in_range`) of a cached key nearest beyond `after` (above it

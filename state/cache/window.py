@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional, Sequence
 from state.cache.base import CachingStore
 from state.cache.kv import _LIST_OR_TUPLE, _increment_run
 from state.cache.merge import merge_sorted_by
-from state.cache.range_reads import WINDOW_TIME_AT, visit, window_ranges
+from state.cache.range_reads import WINDOW_TIME_AT, cache_interval, next_segment_of, visit, window_ranges
 from state.cache.thread_cache import SEGMENT_ID_BYTES, UNKNOWN, ThreadCache, record_context_of, run_entry_cost
 from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
@@ -89,8 +89,8 @@ class CachingWindowStore(CachingStore):
         check_timestamp(self.name, "window_start_timestamp", window_start_timestamp)
         if timestamp is None:
             timestamp = self._timestamp_supplier()
-        cache_key = window_changelog_key(key, window_start_timestamp, 0)
-        cache.put(self._namespace, cache_key, value, dirty=True, timestamp=timestamp)
+        cache.put(self._namespace, window_changelog_key(key, window_start_timestamp, 0), value,
+                  dirty=True, timestamp=timestamp)
         return 0
 
     def update_many(  # noqa: C901 - the Python form of a per-record loop, in one frame on purpose
@@ -266,26 +266,17 @@ class CachingWindowStore(CachingStore):
         check_key(self.name, key)
         return self._fetch_key(key, time_from, time_to, True)
 
-    def _cache_interval(self) -> int:
-        """The segment interval of Kafka's cache keys: the store's, an in-memory store's 1."""
-        return self.wrapped.segment_interval_ms if self.wrapped.persistent else 1
-
-    def _next_segment(self, interval: int) -> Callable[[int, bool], Optional[int]]:
-        """range_reads' `next_segment` over this store's cache."""
-        cache, namespace, segmented = self._cache, self._namespace, (WINDOW_TIME_AT, interval)
-        return lambda after, forward: cache.next_segment(namespace, segmented, after, forward)
-
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
         store_iter = self.wrapped.backward_fetch(key, time_from, time_to) if reverse else \
             self.wrapped.fetch(key, time_from, time_to)
-        interval = self._cache_interval()
-        ranges = (window_ranges(key, key, time_from, time_to, interval, self.wrapped.persistent, not reverse, True,
-                                self._next_segment(interval))
+        segmented = (WINDOW_TIME_AT, cache_interval(self.wrapped))
+        ranges = (window_ranges(key, key, time_from, time_to, segmented[1], self.wrapped.persistent, not reverse, True,
+                                next_segment_of(self._cache, self._namespace, segmented))
                   if time_to >= time_from else ())
         total = len(key) + 12
 
         def cached():  # (window start, item or None for a cached delete) of the key's windows
-            for ck, v in visit(self._cache, self._namespace, ranges, reverse, (WINDOW_TIME_AT, interval)):
+            for ck, v in visit(self._cache, self._namespace, ranges, reverse, segmented):
                 if len(ck) == total and ck.startswith(key):
                     start = decode_window_changelog_key(ck)[1]
                     if time_from <= start <= time_to:
@@ -301,19 +292,19 @@ class CachingWindowStore(CachingStore):
             def sort_key(key: bytes, start: int) -> tuple:
                 return start, key
             # (its cache reads do not reorder the LRU here: state.cache.range_reads does not
-            # know its cache keys, time first, with a key index beside)
+            # know its time-first cache keys; the DSL caches it for time windows only, and
+            # Kafka's key-index variant only for sliding windows, which it never caches)
             visited: Any = self._cache.range_snapshot(self._namespace, None, None)
         else:  # Kafka's CachingWindowStore: by segment, then the changelog key
             def sort_key(key: bytes, start: int) -> tuple:
                 return start // interval, window_changelog_key(key, start, 0)
-            cache_interval = self._cache_interval()
-            persistent = self.wrapped.persistent
+            segmented = (WINDOW_TIME_AT, cache_interval(self.wrapped))
             if key_from is None and key_to is None:  # fetchAll, all: the whole cache
                 ranges: Any = ((None, None),)
             else:
-                ranges = window_ranges(key_from, key_to, time_from, time_to, cache_interval, persistent, not reverse,
-                                       next_segment=self._next_segment(cache_interval))
-            visited = visit(self._cache, self._namespace, ranges, reverse, (WINDOW_TIME_AT, cache_interval))
+                ranges = window_ranges(key_from, key_to, time_from, time_to, segmented[1], self.wrapped.persistent,
+                                       not reverse, next_segment=next_segment_of(self._cache, self._namespace, segmented))
+            visited = visit(self._cache, self._namespace, ranges, reverse, segmented)
         one_key = key_from if key_from is not None and key_from == key_to else None
         one_size = len(key_from) + 12 if one_key is not None else 0
         # read in Kafka's cache order, merged in the store's: the same when segmented alike, or

@@ -5,7 +5,8 @@ and a caching layer over it."""
 
 import pytest
 
-from state.cache import CachingWindowStore, ThreadCache
+from state.cache import ENTRY_OVERHEAD, CachingWindowStore, ThreadCache
+from state.cache.thread_cache import SEGMENT_ID_BYTES
 from state.errors import StoreLayoutError
 from state.logging_store import ChangeLoggingWindowStore
 from state.stores import Stores
@@ -163,3 +164,17 @@ def test_a_caching_layer_merges_by_start_then_key_without_the_retention_of_the_s
     inner.put(b"z", b"z@300000", 5 * MIN)        # the store below moves past [0, 1000]'s retention
     assert list(store.fetch_all(0, 1000)) == [w(b"c", 0), w(b"a", 1000)]  # the cached ones only
     assert list(store.backward_fetch_all(0, 1000)) == [w(b"a", 1000), w(b"c", 0)]
+
+
+def test_a_caching_layer_counts_the_time_first_schema_byte_over_rocksdb_only(ctx, persistent):
+    # Kafka's TimeOrderedCachingWindowStore (over its RocksDB store) keys its cache by the time-first
+    # store key, one prefix byte before the time; in memory the DSL's store is the plain one,
+    # cached by the plain CachingWindowStore
+    inner = TimeOrderedWindowStore("w", retention_ms=2 * MIN, window_size_ms=1000, segment_interval_ms=MIN,
+                                   persistent=persistent)
+    store = CachingWindowStore(inner, ThreadCache(1 << 20))
+    store.init(ctx)
+    store.put(b"k", b"v", 1000, 1000)
+    entry_size = store._named.size_bytes
+    plain = len(window_changelog_key(b"k", 1000, 0)) + len(b"v") + ENTRY_OVERHEAD + SEGMENT_ID_BYTES
+    assert entry_size == plain + (1 if persistent else 0)
