@@ -17,6 +17,8 @@ entry's made from its key by ThreadCache.keys_in_range: `WINDOW_TIME_AT`, `SESSI
 
 A persistent window or session store reads its cache segment by segment (Kafka's
 CacheIteratorWrapper): one range per segment, each snapshotted when the iteration reaches it.
+A time-ordered RocksDB window store's cache (Kafka's TimeOrderedCachingWindowStore) keys its
+entries time first (`time_first_ranges`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ _I32 = struct.Struct(">i")
 Range = tuple[Optional[bytes], Optional[bytes]]
 # where a window (session) store key holds the timestamp its segment id is of: the 8 bytes
 # starting this many bytes from its end (the window start; the session end), and the cache's
-# segment interval with it: ThreadCache.keys_in_range's `segmented`
+# segment interval with it (and True for time-first keys): ThreadCache.keys_in_range's `segmented`
 WINDOW_TIME_AT, SESSION_TIME_AT = 12, 16
 # next_segment(after, forward): the next segment id beyond `after` holding a cached entry, or None
 NextSegment = Callable[[int, bool], Optional[int]]
@@ -43,7 +45,7 @@ _STEPPED = 8
 
 
 def visit(cache: Any, namespace: str, ranges: Iterable[Range], reverse: bool = False,
-          segmented: Optional[tuple[int, int]] = None) -> Iterator[tuple[bytes, Optional[bytes]]]:
+          segmented: Optional[tuple] = None) -> Iterator[tuple[bytes, Optional[bytes]]]:
     """(cache key, value) of each entry in each range in turn, in Kafka's cache-key order
     (descending with `reverse`), each read (made MRU) when the iteration reaches it;
     `segmented`: (time at, segment interval) of a window or session store's keys (see
@@ -103,7 +105,7 @@ def cache_interval(store: Any) -> int:
     return store.segment_interval_ms if store.persistent else 1
 
 
-def next_segment_of(cache: Any, namespace: str, segmented: tuple[int, int]) -> NextSegment:
+def next_segment_of(cache: Any, namespace: str, segmented: tuple) -> NextSegment:
     """`next_segment` (see `_segments`) over the named cache `namespace` of keys `segmented` so."""
     return lambda after, forward: cache.next_segment(namespace, segmented, after, forward)
 
@@ -169,6 +171,37 @@ def _segments(first: int, last: int, forward: bool, next_segment: Optional[NextS
             segment = following
         if (segment > last) if forward else (segment < last):
             return
+
+
+def time_first_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from: int, time_to: int,
+                      interval: int, forward: bool, next_segment: Optional[NextSegment] = None) -> Iterator[Range]:
+    """The ranges of Kafka's TimeOrderedCachingWindowStore reads (fetch, fetchAll, all: its
+    CacheIteratorWrapper without an index), over time-first cache keys (segment id, window start,
+    key, sequence number; see ThreadCache.keys_in_range): segment by segment, one key's (equal
+    bounds) between its fixed-size keys at the segment's times, a key range from the lower key at
+    the segment's first time to the upper key at `time_to` (no upper key: the segment's end).
+    These pass other keys' windows, and their last segment windows beyond `time_to`: the reader
+    stops at the first window past its time bounds (Kafka's hasNextCondition), having read it.
+    Kafka's last segment is also bounded by the largest window start put, beyond which no entry
+    is cached: the same reads."""
+    fixed = key_from is not None and key_from == key_to
+    if forward:
+        first, last = segment_id(time_from, interval), segment_id(time_to, interval)
+    else:
+        first, last = segment_id(time_to, interval), segment_id(time_from, interval)
+    for segment in _segments(first, last, forward, next_segment):
+        begin = segment * interval
+        low, high = begin, min(time_to, begin + interval - 1)
+        if segment == first:
+            low, high = (time_from, high) if forward else (begin, time_to)
+        if fixed:
+            lower = in_segment(segment, _I64.pack(max(0, low)) + key_from + _I32.pack(0))
+            upper = inclusive(in_segment(segment, _I64.pack(high) + key_to + _I32.pack(MAX_INT)))
+        else:
+            lower = in_segment(segment, _I64.pack(low) + (key_from or b""))
+            upper = in_segment(segment + 1, b"") if key_to is None else inclusive(
+                in_segment(segment, _I64.pack(time_to) + b"\xff" * len(key_to) + _I32.pack(MAX_INT)))
+        yield lower, upper
 
 
 def session_ranges(key: bytes, earliest_end: int, latest_start: int, interval: int, persistent: bool,

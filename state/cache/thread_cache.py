@@ -304,25 +304,40 @@ else:  # pragma: no cover
 class RangeIndex:
     """The Kafka cache keys of every key written into a named cache, sorted, so that a range read
     finds its keys by bisection (Kafka's cache is a TreeMap) instead of a scan of the cache: a
-    key-value store's keys themselves; with `segmented` = (time at, interval), a window or
-    session store's segmented cache keys (the segment id, then the key: see
-    ThreadCache.keys_in_range). Keys are added as the named cache inserts them (put_clean,
-    put_dirty) and not removed when evicted: a range read skips those no longer cached, and the
-    index is rebuilt from the cache once it holds twice as many keys."""
+    key-value store's keys themselves; with `segmented`, a window or session store's segmented
+    cache keys (see ThreadCache.keys_in_range). Keys are added as the named cache inserts them
+    (put_clean, put_dirty) and not removed when evicted: a range read skips those no longer
+    cached, and the index is rebuilt from the cache once it holds twice as many keys."""
 
-    __slots__ = ("segmented", "time_at", "interval", "positions", "keys")
+    __slots__ = ("segmented", "time_at", "interval", "time_first", "positions", "keys")
 
-    def __init__(self, segmented: Optional[tuple[int, int]] = None) -> None:
+    def __init__(self, segmented: Optional[tuple] = None) -> None:
         self.segmented = segmented
-        self.time_at, self.interval = segmented if segmented is not None else (0, 0)
+        self.time_at, self.interval = segmented[:2] if segmented is not None else (0, 0)
+        self.time_first = segmented is not None and len(segmented) > 2 and segmented[2]
         self.positions: list[bytes] = []
         self.keys: set[bytes] = set()
 
     def position(self, key: bytes) -> bytes:
+        """The Kafka cache key of a cache key (the schema's prefix byte of a time-first one left
+        out: every key has the same)."""
         if self.segmented is None:
             return key
-        stamp = int.from_bytes(key[-self.time_at:8 - self.time_at], "big", signed=True)
-        return in_segment(segment_id(stamp, self.interval), key)
+        at = len(key) - self.time_at
+        stamp = key[at:at + 8]
+        segment = in_segment(segment_id(int.from_bytes(stamp, "big", signed=True), self.interval), b"")
+        if self.time_first:
+            return segment + stamp + key[:at] + key[at + 8:]
+        return segment + key
+
+    def key_of(self, position: bytes) -> bytes:
+        """The cache key whose Kafka cache key is `position`."""
+        if self.segmented is None:
+            return position
+        if not self.time_first:
+            return position[SEGMENT_ID_BYTES:]
+        tail = len(position) - (self.time_at - 8)  # where what followed the time starts
+        return position[SEGMENT_ID_BYTES + 8:tail] + position[SEGMENT_ID_BYTES:SEGMENT_ID_BYTES + 8] + position[tail:]
 
     def rebuild(self, entries: "OrderedDict[bytes, CacheEntry]") -> None:
         """The index of what the cache holds now."""
@@ -349,6 +364,8 @@ class RangeIndex:
                           bisect_left(positions, high) if high is not None else len(positions)]
         if self.segmented is None:
             return [p for p in found if p in entries]
+        if self.time_first:
+            return [k for k in map(self.key_of, found) if k in entries]
         return [p[SEGMENT_ID_BYTES:] for p in found if p[SEGMENT_ID_BYTES:] in entries]
 
     def next_segment(self, entries: "OrderedDict[bytes, CacheEntry]", after: int, forward: bool) -> Optional[int]:
@@ -363,12 +380,12 @@ class RangeIndex:
             i = bisect_left(positions, in_segment(after, b""))
             candidates = (positions[j] for j in range(i - 1, -1, -1))
         for p in candidates:
-            if p[SEGMENT_ID_BYTES:] in entries:  # (an evicted key's position is skipped)
+            if self.key_of(p) in entries:  # (an evicted key's position is skipped)
                 return _SEGMENT_ID.unpack_from(p)[0]
         return None
 
 
-def _range_index(cache: "NamedCache", segmented: Optional[tuple[int, int]]) -> RangeIndex:
+def _range_index(cache: "NamedCache", segmented: Optional[tuple]) -> RangeIndex:
     """The named cache's range index for keys `segmented` so (see ThreadCache.keys_in_range), made
     at a store's first range read from what it holds (a store that never reads one, a time window
     count, keeps none), kept up by the cache's insertions from then on. The cache lock is held."""
@@ -573,36 +590,22 @@ class ThreadCache:
     def _maybe_evict(self, cache: NamedCache) -> None:
         maybe_evict(cache)
 
-    def range_snapshot(
-        self, namespace: str, lower: Optional[bytes], upper_exclusive: Optional[bytes]
-    ) -> list[tuple[bytes, Optional[bytes]]]:
-        """Sorted (key, value-or-None) pairs of the cached keys in [lower, upper_exclusive)."""
-        with self.lock:
-            cache = self._caches.get(namespace)
-            if cache is None:
-                return []
-            items = [
-                (k, e.value)
-                for k, e in cache.entries.items()
-                if (lower is None or k >= lower) and (upper_exclusive is None or k < upper_exclusive)
-            ]
-        items.sort()
-        return items
-
     def keys_in_range(self, namespace: str, lower: Optional[bytes], upper_exclusive: Optional[bytes],
-                      segmented: Optional[tuple[int, int]] = None) -> list[bytes]:
+                      segmented: Optional[tuple] = None) -> list[bytes]:
         """The cached keys whose Kafka cache key is in [lower, upper_exclusive) (None: open),
         in that key's order; nothing is read (see state.cache.range_reads). A key-value store's
         cache key is its key; with `segmented` = (time at, interval), a window or session
         store's is Kafka's segmented one: the 8-byte segment id of the timestamp that starts
-        `time at` bytes from the key's end (divided by `interval`), then the key."""
+        `time at` bytes from the key's end (divided by `interval`), then the key; with
+        (time at, interval, True) a time-ordered window store's: the segment id, the timestamp,
+        then the key without it (Kafka's time-first schema, its prefix byte left out)."""
         with self.lock:
             cache = self._caches.get(namespace)
             if cache is None:
                 return []
             return _range_index(cache, segmented).keys_in_range(cache.entries, lower or b"", upper_exclusive)
 
-    def next_segment(self, namespace: str, segmented: tuple[int, int], after: int, forward: bool) -> Optional[int]:
+    def next_segment(self, namespace: str, segmented: tuple, after: int, forward: bool) -> Optional[int]:
         """The segment id (see `keys_in_range`) of a cached key nearest beyond `after` (above it
         `forward`, else below), None when no cached key is there."""
         with self.lock:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Callable, Optional, Sequence
 
 from state.cache.base import CachingStore
 from state.cache.kv import _LIST_OR_TUPLE, _increment_run
 from state.cache.merge import merge_sorted_by
-from state.cache.range_reads import WINDOW_TIME_AT, cache_interval, next_segment_of, visit, window_ranges
+from state.cache.range_reads import WINDOW_TIME_AT, cache_interval, next_segment_of, time_first_ranges, visit, window_ranges
 from state.cache.thread_cache import SEGMENT_ID_BYTES, UNKNOWN, ThreadCache, record_context_of, run_entry_cost
 from state.errors import InvalidStoreArgumentError
 from state.store import KeyValueIterator, check_key, check_value
@@ -15,6 +16,8 @@ from state.window import MAX_TIMESTAMP, Window, Windowed, check_timestamp, decod
 
 # the schema byte before a time-ordered store's keys (Kafka's PrefixedWindowKeySchemas)
 TIME_FIRST_PREFIX_BYTES = 1
+# a window cache key's start (WINDOW_TIME_AT bytes from its end)
+_START = struct.Struct(">q")
 # Windowed(key, Window(start, end)) per flushed window without NamedTuple's Python-level __new__
 _new_tuple = tuple.__new__
 
@@ -40,11 +43,13 @@ class CachingWindowStore(CachingStore):
         self.retain_duplicates = wrapped.retain_duplicates
         # the store below iterates by window start, then key (state.window.TimeOrderedWindowStore)
         self._time_ordered = bool(getattr(self._reader, "time_ordered", False))
-        if self._time_ordered and self._reader.persistent:
-            # Kafka's TimeOrderedCachingWindowStore (over its RocksDB time-ordered store only)
-            # keys its cache by the time-first store key, whose schema (PrefixedWindowKeySchemas)
-            # starts with a one-byte prefix
+        # Kafka's TimeOrderedCachingWindowStore (over its RocksDB time-ordered store only; in
+        # memory the DSL's store is the plain one) keys its cache by the time-first store key
+        time_first = self._time_ordered and self._reader.persistent
+        if time_first:  # whose schema (PrefixedWindowKeySchemas) starts with a one-byte prefix
             self.cache_key_prefix = SEGMENT_ID_BYTES + TIME_FIRST_PREFIX_BYTES
+        # how range reads find this cache's keys in Kafka's order (ThreadCache.keys_in_range)
+        self._segmented = (WINDOW_TIME_AT, cache_interval(wrapped)) + ((True,) if time_first else ())
 
     def set_flush_listener(self, listener) -> bool:
         if self.retain_duplicates:
@@ -269,14 +274,14 @@ class CachingWindowStore(CachingStore):
     def _fetch_key(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> KeyValueIterator:
         store_iter = self.wrapped.backward_fetch(key, time_from, time_to) if reverse else \
             self.wrapped.fetch(key, time_from, time_to)
-        segmented = (WINDOW_TIME_AT, cache_interval(self.wrapped))
-        ranges = (window_ranges(key, key, time_from, time_to, segmented[1], self.wrapped.persistent, not reverse, True,
-                                next_segment_of(self._cache, self._namespace, segmented))
-                  if time_to >= time_from else ())
+        ranges = self._ranges(key, key, time_from, time_to, reverse, True) if time_to >= time_from else ()
         total = len(key) + 12
+        stops = self._stops(time_from, time_to, reverse)
 
         def cached():  # (window start, item or None for a cached delete) of the key's windows
-            for ck, v in visit(self._cache, self._namespace, ranges, reverse, segmented):
+            for ck, v in visit(self._cache, self._namespace, ranges, reverse, self._segmented):
+                if stops is not None and stops(ck):
+                    break
                 if len(ck) == total and ck.startswith(key):
                     start = decode_window_changelog_key(ck)[1]
                     if time_from <= start <= time_to:
@@ -288,32 +293,28 @@ class CachingWindowStore(CachingStore):
             return store_iter
         interval = self.wrapped.segment_interval_ms
         size = self.window_size_ms
-        if self._time_ordered:  # Kafka's TimeOrderedCachingWindowStore: by (start, key)
+        if self._time_ordered:  # the store below iterates by (start, key)
             def sort_key(key: bytes, start: int) -> tuple:
                 return start, key
-            # (its cache reads do not reorder the LRU here: state.cache.range_reads does not
-            # know its time-first cache keys; the DSL caches it for time windows only, and
-            # Kafka's key-index variant only for sliding windows, which it never caches)
-            visited: Any = self._cache.range_snapshot(self._namespace, None, None)
-        else:  # Kafka's CachingWindowStore: by segment, then the changelog key
+        else:  # by segment, then the changelog key
             def sort_key(key: bytes, start: int) -> tuple:
                 return start // interval, window_changelog_key(key, start, 0)
-            segmented = (WINDOW_TIME_AT, cache_interval(self.wrapped))
-            if key_from is None and key_to is None:  # fetchAll, all: the whole cache
-                ranges: Any = ((None, None),)
-            else:
-                ranges = window_ranges(key_from, key_to, time_from, time_to, segmented[1], self.wrapped.persistent,
-                                       not reverse, next_segment=next_segment_of(self._cache, self._namespace, segmented))
-            visited = visit(self._cache, self._namespace, ranges, reverse, segmented)
+        visited = visit(self._cache, self._namespace, self._ranges(key_from, key_to, time_from, time_to, reverse),
+                        reverse, self._segmented)
         one_key = key_from if key_from is not None and key_from == key_to else None
         one_size = len(key_from) + 12 if one_key is not None else 0
-        # read in Kafka's cache order, merged in the store's: the same when segmented alike, or
-        # for one key (by window start); else sorted once all are read
-        lazy = not self._time_ordered and (self.wrapped.persistent or one_key is not None)
+        stops = self._stops(time_from, time_to, reverse)
+        # read in Kafka's cache order, merged in the store's: the same when ordered alike (a
+        # persistent store's segments, a time-ordered store's starts: a time-first cache or an
+        # in-memory one's, led by the start), or for one key (by window start); else sorted
+        # once all are read
+        lazy = self._time_ordered or self.wrapped.persistent or one_key is not None
 
         def cached():  # (merge position, item or None for a cached delete) of the windows asked for
             last = None
             for ck, v in visited:
+                if stops is not None and stops(ck):
+                    break
                 if one_key is not None and (len(ck) != one_size or not ck.startswith(one_key)):
                     continue  # another key's window (undecoded: sliding windows pass many)
                 key, start, _ = decode_window_changelog_key(ck)
@@ -333,6 +334,27 @@ class CachingWindowStore(CachingStore):
             return sort_key(item[0].key, item[0].window.start)
 
         return KeyValueIterator(merge_sorted_by(items, store_iter, store_sort_key, reverse), self.name)
+
+    def _ranges(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int, time_to: int,
+                reverse: bool, one_key: bool = False) -> Any:
+        """Kafka's cache ranges of a read of keys (None: open) and window starts (state.cache.range_reads)."""
+        interval = self._segmented[1]
+        next_segment = next_segment_of(self._cache, self._namespace, self._segmented)
+        if len(self._segmented) > 2:  # time first
+            return time_first_ranges(key_from, key_to, time_from, time_to, interval, not reverse, next_segment)
+        if key_from is None and key_to is None:  # Kafka's CachingWindowStore.fetchAll, all: the whole cache
+            return ((None, None),)
+        return window_ranges(key_from, key_to, time_from, time_to, interval, self.wrapped.persistent, not reverse,
+                             one_key, next_segment)
+
+    def _stops(self, time_from: int, time_to: int, reverse: bool) -> Optional[Callable[[bytes], bool]]:
+        """Where a time-first cache read stops (Kafka's TimeFirstWindowKeySchema.hasNextCondition:
+        at the first window starting past the time bounds, read all the same), None elsewhere."""
+        if len(self._segmented) == 2:
+            return None
+        if reverse:
+            return lambda cache_key: _START.unpack_from(cache_key, len(cache_key) - WINDOW_TIME_AT)[0] < time_from
+        return lambda cache_key: _START.unpack_from(cache_key, len(cache_key) - WINDOW_TIME_AT)[0] > time_to
 
     def fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
         self._check()

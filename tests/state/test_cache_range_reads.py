@@ -11,11 +11,12 @@ import random
 import pytest
 
 from state.cache import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
-from state.cache.range_reads import MAX_INT, MAX_LONG, inclusive, ordered_upper_range, segment_id, window_ranges
-from state.cache.thread_cache import RangeIndex
+from state.cache.range_reads import (MAX_INT, MAX_LONG, inclusive, ordered_upper_range, segment_id, time_first_ranges,
+                                     window_ranges)
+from state.cache.thread_cache import RangeIndex, in_segment
 from state.memory_kv import InMemoryKeyValueStore
 from state.session import InMemorySessionStore, RocksDBSessionStore, session_changelog_key
-from state.window import InMemoryWindowStore, RocksDBWindowStore, window_changelog_key
+from state.window import InMemoryWindowStore, RocksDBWindowStore, TimeOrderedWindowStore, window_changelog_key
 
 from recording_context import RecordingContext
 
@@ -222,6 +223,79 @@ def test_fetch_all_reads_the_whole_cache_in_cache_key_order(tmp_path):
     assert _lru(store) == [_window(b"a", 200), _window(b"a", 400), _window(b"k", 100), _window(b"k", 300),
                            _window(b"z", 50), _window(b"k", 60_000)]
     store.close()
+
+
+def _time_ordered(tmp_path, persistent=True):
+    """An emit-on-close aggregation's store: time-ordered, cached (on RocksDB by Kafka's
+    TimeOrderedCachingWindowStore, whose cache keys are time first; in memory by the plain one)."""
+    inner = TimeOrderedWindowStore("t", retention_ms=10 * MIN, window_size_ms=1000, segment_interval_ms=MIN,
+                                   persistent=persistent)
+    store = CachingWindowStore(inner, ThreadCache(1_000_000))
+    store.init(RecordingContext(tmp_path / "0_0"))
+    for key, start in ((b"b", 0), (b"a", 1000), (b"c", 0), (b"a", 61_000), (b"b", 62_000), (b"a", 3000),
+                       (b"b", 1000)):
+        store.put(key, b"v", start, timestamp=start)
+    return store
+
+
+def test_a_time_first_fetch_all_reads_by_start_and_stops_past_its_end(tmp_path):
+    """fetchAll(0, 2000): segment 0 from time 0 to its end, by (start, key): b@0, c@0, a@1000,
+    b@1000, then a@3000, past 2000: read (made most recent) and the read stops there."""
+    store = _time_ordered(tmp_path)
+    with store.fetch_all(0, 2000) as it:
+        assert [(w.key, w.window.start) for w, _ in it] == [(b"b", 0), (b"c", 0), (b"a", 1000), (b"b", 1000)]
+    assert _lru(store) == [_window(b"a", 61_000), _window(b"b", 62_000), _window(b"b", 0), _window(b"c", 0),
+                           _window(b"a", 1000), _window(b"b", 1000), _window(b"a", 3000)]
+    store.close()
+
+
+def test_a_time_first_backward_fetch_all_reads_segments_down_and_stops_before_its_start(tmp_path):
+    """backwardFetchAll(1000, 70000): segment 1 from its end (b@62000, a@61000), then segment 0
+    down: a@3000, b@1000, a@1000, then c@0, before 1000: read, and the read stops (b@0 unread)."""
+    store = _time_ordered(tmp_path)
+    with store.backward_fetch_all(1000, 70_000) as it:
+        assert [(w.key, w.window.start) for w, _ in it] == [(b"b", 62_000), (b"a", 61_000), (b"a", 3000),
+                                                             (b"b", 1000), (b"a", 1000)]
+    assert _lru(store) == [_window(b"b", 0), _window(b"b", 62_000), _window(b"a", 61_000), _window(b"a", 3000),
+                           _window(b"b", 1000), _window(b"a", 1000), _window(b"c", 0)]
+    store.close()
+
+
+def test_a_time_first_fetch_of_a_key_reads_every_key_between_its_fixed_size_bounds(tmp_path):
+    """fetch(a, 500, 2500): (500, a, 0) to (2500, a, max) in segment 0 spans b@1000 too (read,
+    not returned); b@0 and c@0 are below it, a@3000 above."""
+    store = _time_ordered(tmp_path)
+    with store.fetch(b"a", 500, 2500) as it:
+        assert [start for start, _ in it] == [1000]
+    assert _lru(store) == [_window(b"b", 0), _window(b"c", 0), _window(b"a", 61_000), _window(b"b", 62_000),
+                           _window(b"a", 3000), _window(b"a", 1000), _window(b"b", 1000)]
+    store.close()
+
+
+def test_an_in_memory_time_ordered_fetch_all_reads_the_whole_cache(tmp_path):
+    """In memory the DSL's store is cached by Kafka's plain CachingWindowStore: fetchAll reads
+    every cached window (ThreadCache.all), by (start, key) (the segment id is the start)."""
+    store = _time_ordered(tmp_path, persistent=False)
+    with store.fetch_all(0, 2000) as it:
+        assert [(w.key, w.window.start) for w, _ in it] == [(b"b", 0), (b"c", 0), (b"a", 1000), (b"b", 1000)]
+    assert _lru(store) == [_window(b"b", 0), _window(b"c", 0), _window(b"a", 1000), _window(b"b", 1000),
+                           _window(b"a", 3000), _window(b"a", 61_000), _window(b"b", 62_000)]
+    store.close()
+
+
+def test_time_first_ranges_step_through_segments_with_kafkas_bounds():
+    seg = MIN
+    fixed = list(time_first_ranges(b"k", b"k", 500, seg + 10, seg, True))
+    assert fixed == [(in_segment(0, (500).to_bytes(8, "big") + b"k" + bytes(4)),
+                      inclusive(in_segment(0, (seg - 1).to_bytes(8, "big") + b"k" + MAX_INT.to_bytes(4, "big")))),
+                     (in_segment(1, seg.to_bytes(8, "big") + b"k" + bytes(4)),
+                      inclusive(in_segment(1, (seg + 10).to_bytes(8, "big") + b"k" + MAX_INT.to_bytes(4, "big"))))]
+    everything = list(time_first_ranges(None, None, 500, seg + 10, seg, False))
+    assert everything == [(in_segment(1, seg.to_bytes(8, "big")), in_segment(2, b"")),
+                          (in_segment(0, bytes(8)), in_segment(1, b""))]
+    keys = list(time_first_ranges(b"a", b"bb", 500, 10, seg, True))
+    assert keys == [(in_segment(0, (500).to_bytes(8, "big") + b"a"),
+                     inclusive(in_segment(0, (10).to_bytes(8, "big") + b"\xff\xff" + MAX_INT.to_bytes(4, "big"))))]
 
 
 @pytest.mark.parametrize("timestamp, interval, segment", [
