@@ -45,11 +45,11 @@ class CachingWindowStore(CachingStore):
         self._time_ordered = bool(getattr(self._reader, "time_ordered", False))
         # Kafka's TimeOrderedCachingWindowStore (over its RocksDB time-ordered store only; in
         # memory the DSL's store is the plain one) keys its cache by the time-first store key
-        time_first = self._time_ordered and self._reader.persistent
-        if time_first:  # whose schema (PrefixedWindowKeySchemas) starts with a one-byte prefix
+        self._time_first = self._time_ordered and self._reader.persistent
+        if self._time_first:  # whose schema (PrefixedWindowKeySchemas) starts with a one-byte prefix
             self.cache_key_prefix = SEGMENT_ID_BYTES + TIME_FIRST_PREFIX_BYTES
         # how range reads find this cache's keys in Kafka's order (ThreadCache.keys_in_range)
-        self._segmented = (WINDOW_TIME_AT, cache_interval(wrapped)) + ((True,) if time_first else ())
+        self._segmented = (WINDOW_TIME_AT, cache_interval(wrapped)) + ((True,) if self._time_first else ())
 
     def set_flush_listener(self, listener) -> bool:
         if self.retain_duplicates:
@@ -340,7 +340,7 @@ class CachingWindowStore(CachingStore):
         """Kafka's cache ranges of a read of keys (None: open) and window starts (state.cache.range_reads)."""
         interval = self._segmented[1]
         next_segment = next_segment_of(self._cache, self._namespace, self._segmented)
-        if len(self._segmented) > 2:  # time first
+        if self._time_first:
             return time_first_ranges(key_from, key_to, time_from, time_to, interval, not reverse, next_segment)
         if key_from is None and key_to is None:  # Kafka's CachingWindowStore.fetchAll, all: the whole cache
             return ((None, None),)
@@ -350,7 +350,7 @@ class CachingWindowStore(CachingStore):
     def _stops(self, time_from: int, time_to: int, reverse: bool) -> Optional[Callable[[bytes], bool]]:
         """Where a time-first cache read stops (Kafka's TimeFirstWindowKeySchema.hasNextCondition:
         at the first window starting past the time bounds, read all the same), None elsewhere."""
-        if len(self._segmented) == 2:
+        if not self._time_first:
             return None
         if reverse:
             return lambda cache_key: _START.unpack_from(cache_key, len(cache_key) - WINDOW_TIME_AT)[0] < time_from
