@@ -131,17 +131,8 @@ def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from:
                                          time_to, interval))
         yield lower, upper
         return
-    # CacheIteratorWrapper: segment by segment. The last segment is bounded by time_to (Kafka's
-    # also by the largest window start put, beyond which no entry is cached: the same ranges)
     fixed = key_from is not None and key_from == key_to
-    if forward:
-        first, last = segment_id(time_from, interval), segment_id(time_to, interval)
-    else:
-        first, last = segment_id(time_to, interval), segment_id(time_from, interval)
-    for segment in _segments(first, last, forward, next_segment):
-        low, high = segment * interval, min(time_to, segment * interval + interval - 1)
-        if segment == first:
-            low, high = (time_from, high) if forward else (low, time_to)
+    for segment, low, high in _segment_times(time_from, time_to, interval, forward, next_segment):
         if fixed:
             lower = _segmented(_window_key(key_from, max(0, low), 0), max(0, low), interval)
             upper = inclusive(_segmented(_window_key(key_to, high, MAX_INT), high, interval))
@@ -150,6 +141,25 @@ def window_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_from:
             upper = None if key_to is None else inclusive(
                 in_segment(segment, ordered_upper_range(key_to, _I64.pack(time_to) + _I32.pack(MAX_INT))))
         yield lower, upper
+
+
+def _segment_times(time_from: int, time_to: int, interval: int, forward: bool,
+                   next_segment: Optional[NextSegment]) -> Iterator[tuple[int, int, int]]:
+    """(segment id, first time, last time) of each segment a window store's CacheIteratorWrapper
+    reads (Kafka's CachingWindowStore and TimeOrderedCachingWindowStore alike): the first from
+    `time_from` forward (to `time_to` backward), the others whole, none past `time_to`. Kafka's
+    last segment is also bounded by the largest window start put, beyond which no entry is
+    cached: the same reads."""
+    if forward:
+        first, last = segment_id(time_from, interval), segment_id(time_to, interval)
+    else:
+        first, last = segment_id(time_to, interval), segment_id(time_from, interval)
+    for segment in _segments(first, last, forward, next_segment):
+        begin = segment * interval
+        low, high = begin, min(time_to, begin + interval - 1)
+        if segment == first:
+            low, high = (time_from, high) if forward else (begin, time_to)
+        yield segment, low, high
 
 
 def _segments(first: int, last: int, forward: bool, next_segment: Optional[NextSegment]) -> Iterator[int]:
@@ -182,18 +192,9 @@ def time_first_ranges(key_from: Optional[bytes], key_to: Optional[bytes], time_f
     the segment's first time to the upper key at `time_to` (no upper key: the segment's end).
     These pass other keys' windows, and their last segment windows beyond `time_to`: the reader
     stops at the first window past its time bounds (Kafka's hasNextCondition), having read it.
-    Kafka's last segment is also bounded by the largest window start put, beyond which no entry
-    is cached: the same reads."""
+    """
     fixed = key_from is not None and key_from == key_to
-    if forward:
-        first, last = segment_id(time_from, interval), segment_id(time_to, interval)
-    else:
-        first, last = segment_id(time_to, interval), segment_id(time_from, interval)
-    for segment in _segments(first, last, forward, next_segment):
-        begin = segment * interval
-        low, high = begin, min(time_to, begin + interval - 1)
-        if segment == first:
-            low, high = (time_from, high) if forward else (begin, time_to)
+    for segment, low, high in _segment_times(time_from, time_to, interval, forward, next_segment):
         if fixed:
             lower = in_segment(segment, _I64.pack(max(0, low)) + key_from + _I32.pack(0))
             upper = inclusive(in_segment(segment, _I64.pack(high) + key_to + _I32.pack(MAX_INT)))
