@@ -33,6 +33,9 @@ from streams.testing.maven_jars import JarFetchError  # noqa: E402
 COUNT = int(os.environ.get("EDDY_CONFORMANCE_SCENARIOS", "500"))
 FIRST_SEED = int(os.environ.get("EDDY_CONFORMANCE_SEED", "0"))
 SEEDS = list(range(FIRST_SEED, FIRST_SEED + COUNT))
+#: the sample the generator's coverage is checked on: the default run's seeds, whatever slice a
+#: run compares (a few hundred or an odd slice may miss a rare step; the generator is what is checked)
+COVERAGE_SEEDS = range(500)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +113,7 @@ def _mismatch(seed: int, scenario: dict, got: dict, expected: dict, part: str) -
 
 def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     assert vocabulary.generate(7) == vocabulary.generate(7)
-    scenarios = [vocabulary.generate(seed) for seed in SEEDS]
+    scenarios = [vocabulary.generate(seed) for seed in COVERAGE_SEEDS]
     assert {step["op"] for s in scenarios for step in s["ops"]} == vocabulary.ALL_OPS
     assert any(s.get("unnamed_stores") for s in scenarios) and not all(s.get("unnamed_stores") for s in scenarios)
     windowed = [step for s in scenarios for step in s["ops"] if step["op"] == vocabulary.WINDOWED]
