@@ -122,7 +122,7 @@ class SegmentedBytesStore(StateStore):
         self.persistent = persistent
         self.retention_ms = retention_ms
         self.segment_interval_ms = segment_interval_ms
-        self._engine = RocksDBKeyValueStore(name) if persistent else InMemoryKeyValueStore(name)
+        self._engine = RocksDBKeyValueStore(name, pending_writes=False) if persistent else InMemoryKeyValueStore(name)
         self._engine.layout = self.layout
         # fetch_values' C loop reads the engine's iterator directly (RocksDB only)
         self._scan_iterator = getattr(self._engine, "scan_iterator", None) if _scan_key_c is not None else None
