@@ -409,14 +409,7 @@ class RocksDBKeyValueStore(KeyValueStore):
                     with self._pending_lock:
                         self._write_pending(self._db)
             finally:
-                self._pending = {}
-                self._pending_bytes = 0
-                self._iterators.invalidate_all()
-                self._tail = None
-                self._db = self._bulk_db = None
-                self.is_open = False
-                self._bulk = _BULK_OFF
-                self._restored_since_flush = 0
+                self._drop_handle()
                 # Closing flushes the memtables (the WAL is off), bulk-load ones included; the next
                 # open passes the store's own options, which ends bulk loading for good.
                 try:
@@ -498,7 +491,7 @@ class RocksDBKeyValueStore(KeyValueStore):
             finally:
                 db.close()
         except Exception as exc:
-            self._closed_by_failure()
+            self._drop_handle()
             raise StateError(f"state store {self.name!r}: cannot {action} RocksDB at {self._path}: "
                              f"{exc}") from exc
 
@@ -506,11 +499,14 @@ class RocksDBKeyValueStore(KeyValueStore):
         try:
             return self._reopen(path, bulk_loading=False, action=action)
         except StateError:
-            self._closed_by_failure()
+            self._drop_handle()
             raise
 
-    def _closed_by_failure(self) -> None:
-        self._pending = {}  # the changelog has them: the store is restored before it is used
+    def _drop_handle(self) -> None:
+        """Forget the handle (closed, or lost to a failure) and what hangs on it: iterators, the
+        tailing iterator, the modes, the pending writes (after a failure the changelog has them:
+        the store is restored before it is used again)."""
+        self._pending = {}
         self._pending_bytes = 0
         self._iterators.invalidate_all()
         self._tail = None
