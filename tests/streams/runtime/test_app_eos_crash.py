@@ -1,6 +1,7 @@
 """Exactly-once end to end: a run killed at a random point (threads and producers abandoned,
 nothing committed or aborted; on the embedded cluster a broker crashed too) and restarted
-produces exactly the expected counts: nothing processed twice, nothing missing. And a broker
+produces exactly the expected counts: nothing processed twice, nothing missing, with the count's
+store cached or not (uncached, its RocksDB store's pending writes are all it has). And a broker
 crashing while the app runs its transactions changes nothing in the output either."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import threading
 import pytest
 
 from streams import App, AppState
+from streams.dsl import Materialized
 from streams.runtime import SimulatedCrash
 
 from _runtime_util import (Cluster, count_sequences, embedded_config, last_counts, make_lines, unique, wait_for,
@@ -20,8 +22,8 @@ POINTS = ("after_process", "before_commit", "after_commit")
 
 
 @pytest.mark.needs_faithful_broker(reason="aborted transactional data is visible to read_committed consumers")
-@pytest.mark.parametrize("seed", [11, 12, 13, 14])
-def test_crash_at_random_point_then_restart_counts_exactly(backend_config, tmp_path, seed):
+@pytest.mark.parametrize("seed,cached", [(11, True), (12, True), (13, True), (14, True), (15, False), (16, False)])
+def test_crash_at_random_point_then_restart_counts_exactly(backend_config, tmp_path, seed, cached):
     rng = random.Random(seed)
     embedded = backend_config["bootstrap.servers"].startswith("local:")
     rf = 3 if embedded else 1
@@ -32,7 +34,7 @@ def test_crash_at_random_point_then_restart_counts_exactly(backend_config, tmp_p
     half = len(records) // 2
     config = {**cluster.config, "application.id": unique("eos"), "state.dir": str(tmp_path / "state"),
               "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 50, "replication.factor": rf}
-    topo = wordcount_topology(lines, out)
+    topo = wordcount_topology(lines, out, "counts" if cached else Materialized.as_("counts").with_caching_disabled())
 
     point, after = rng.choice(POINTS), rng.randint(1, 5)
     hits = {"n": 0}
