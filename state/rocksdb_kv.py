@@ -3,6 +3,8 @@
 The write-ahead log is disabled for every write, as in Kafka Streams: the changelog topic is the
 source of truth, and `flush()` (called by the state manager before it writes the checkpoint)
 flushes the memtables to SST files so that everything up to the checkpointed offset is on disk.
+A key-value store's puts and deletes first wait as pending writes in front of RocksDB (see
+PENDING_WRITES_MAX_BYTES); `flush()` writes them before it flushes.
 """
 
 from __future__ import annotations
