@@ -103,6 +103,7 @@ _L0_FILES = "rocksdb.num-files-at-level0"
 # slot and the two bytes objects' headers).
 PENDING_WRITES_MAX_BYTES = 1 * MiB
 PENDING_ENTRY_OVERHEAD = 100
+_DIRECT_WRITES = 2  # pending writes this few go down as plain puts and deletes (_write_pending)
 _ABSENT = object()
 
 LAYOUT_FILE = "EDDY_STORE_LAYOUT"
@@ -373,15 +374,19 @@ class RocksDBKeyValueStore(KeyValueStore):
         pending = self._pending
         if not pending:
             return
-        batch = WriteBatch(raw_mode=True)
-        put, delete = batch.put, batch.delete
-        for key, value in pending.items():
-            if value is None:
-                delete(key)
-            else:
-                put(key, value)
+        # one or two go down directly: a WriteBatch of one costs more than two puts (1.45 us
+        # against 0.62 us a put), and a processor that writes a key and then range-reads leaves one
+        direct = len(pending) <= _DIRECT_WRITES
+        target = db if direct else WriteBatch(raw_mode=True)
+        put, delete = target.put, target.delete
         try:
-            db.write(batch, self._write_opts)
+            for key, value in pending.items():
+                if value is None:
+                    delete(key)
+                else:
+                    put(key, value)
+            if not direct:
+                db.write(target, self._write_opts)
         except Exception as exc:
             raise StateError(f"state store {self.name!r}: cannot write {len(pending)} pending writes to "
                              f"RocksDB at {self._path}: {exc}") from exc

@@ -129,16 +129,18 @@ def test_close_writes_them_down_as_the_memtables(ctx, dirty):
         again.close()
 
 
-def test_a_failed_write_down_names_the_store_and_keeps_them(store):
-    store.put(b"k", b"1")
+@pytest.mark.parametrize("writes", [1, 3])  # one goes down as a put, three as a batch
+def test_a_failed_write_down_names_the_store_and_keeps_them(store, writes):
+    for i in range(writes):
+        store.put(b"k%d" % i, b"%d" % i)
     db = store._db
     store._db = _Failing(db)
-    with pytest.raises(StateError, match="'kv'.*cannot write 1 pending writes"):
+    with pytest.raises(StateError, match=f"'kv'.*cannot write {writes} pending writes"):
         store.flush()
-    assert store._pending == {b"k": b"1"} and store.get(b"k") == b"1"
+    assert len(store._pending) == writes and store.get(b"k0") == b"0"
     store._db = db
     store.flush()
-    assert on_disk(store, b"k") == b"1"
+    assert [on_disk(store, b"k%d" % i) for i in range(writes)] == [b"%d" % i for i in range(writes)]
 
 
 class _Failing:
@@ -149,6 +151,8 @@ class _Failing:
 
     def write(self, *args):
         raise OSError("No space left on device")
+
+    put = delete = write
 
     def __getattr__(self, name):
         return getattr(self._db, name)
