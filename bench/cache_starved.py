@@ -41,15 +41,15 @@ STARVED_CACHE_BYTES = 8  # smaller than any entry: every write is evicted alone 
 
 
 def topology(kind: str, cached: bool):
+    def store(name: str) -> Materialized:
+        return Materialized.as_(name) if cached else Materialized.as_(name).with_caching_disabled()
+
     builder = StreamsBuilder()
     if kind == "count":
-        counted = builder.stream("in", key_serde=S, value_serde=S).group_by_key().count(
-            Materialized.as_("counts") if cached else Materialized.as_("counts").with_caching_disabled())
+        counted = builder.stream("in", key_serde=S, value_serde=S).group_by_key().count(store("counts"))
     else:
-        source = Materialized.as_("users") if cached else Materialized.as_("users").with_caching_disabled()
-        counted = builder.table("in", key_serde=S, value_serde=S, store=source).group_by(
-            lambda user, group: (group, user), key_serde=S, value_serde=S).count(
-            Materialized.as_("counts") if cached else Materialized.as_("counts").with_caching_disabled())
+        counted = builder.table("in", key_serde=S, value_serde=S, store=store("users")).group_by(
+            lambda user, group: (group, user), key_serde=S, value_serde=S).count(store("counts"))
     counted.to_stream().to("out", key_serde=S, value_serde=serdes.LONG)
     return builder.build()
 

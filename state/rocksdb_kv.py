@@ -92,15 +92,15 @@ _L0_FILES = "rocksdb.num-files-at-level0"
 
 # Pending writes: a key-value store's puts and deletes wait in a dict in front of RocksDB and go
 # down as one WriteBatch when they pass PENDING_WRITES_MAX_BYTES, and before anything else reads
-# or writes RocksDB (a range read, put_all, flush, close, a checkpoint, bulk loading). A point read
-# finds a pending value there. With the WAL off this loses nothing RocksDB's own memtable would
-# keep: flush() (before every checkpoint) and close() write them first, and the changelog has
-# them. What it saves is large where keys are hot: a get of a key rewritten over and over in a
-# 16 MiB memtable searches a deep skiplist (about 1.9 us with 10,000 keys), a dict lookup takes
-# tens of ns, and each put crossed into RocksDB on its own. An uncached table rewriting 10,000
-# users (bench/windowed.py --table-design uncached-hot) spent 8.7 s of stream-thread CPU, 5.8 s
-# with them. Each pending entry counts its key, its value and PENDING_ENTRY_OVERHEAD (the dict
-# slot and the two bytes objects' headers).
+# or writes RocksDB (a range read, put_all, flush, close, a checkpoint, bulk loading). Point reads
+# (get, and the reads of delete and put_if_absent) find a pending value there. With the WAL off
+# this loses nothing RocksDB's own memtable would keep: flush() (before every checkpoint) and
+# close() write them first, and the changelog has them. What it saves is large where keys are
+# hot: a get of a key rewritten over and over in a 16 MiB memtable searches a deep skiplist
+# (about 1.9 us with 10,000 keys), a dict lookup takes tens of ns, and each put crossed into
+# RocksDB on its own. An uncached table rewriting 10,000 users (bench/windowed.py --table-design
+# uncached-hot) spent 8.7 s of stream-thread CPU, 5.8 s with them. Each pending entry counts its
+# key, its value and PENDING_ENTRY_OVERHEAD (the dict slot and the two bytes objects' headers).
 PENDING_WRITES_MAX_BYTES = 1 * MiB
 PENDING_ENTRY_OVERHEAD = 100
 _DIRECT_WRITES = 2  # pending writes this few go down as plain puts and deletes (_write_pending)
@@ -570,12 +570,10 @@ class RocksDBKeyValueStore(KeyValueStore):
             lock.release()
 
     def put_if_absent(self, key: bytes, value: Optional[bytes], timestamp: Optional[int] = None):
-        db = self._open_db()
         check_key(self.name, key)
-        existing = db.get(key)
+        existing = self.get(key)
         if existing is None and value is not None:
-            check_value(self.name, value)
-            db.put(key, value)
+            self.put(key, value)
         return existing
 
     def put_all(self, entries: Iterable[tuple], timestamp: Optional[int] = None) -> None:

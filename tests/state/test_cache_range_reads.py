@@ -350,12 +350,13 @@ def test_segments_skip_to_the_next_one_holding_an_entry():
     assert ids(False) == [30, 25, 5, 4, 3, 2, 1, 0]
 
 
-@pytest.mark.parametrize("segmented", [None, (12, 1), (12, MIN), (16, 1), (16, MIN)])
+@pytest.mark.parametrize("segmented", [None, (12, 1), (12, MIN), (16, 1), (16, MIN), (12, 1, True), (12, MIN, True)])
 def test_the_range_index_finds_what_a_scan_of_the_cache_finds(segmented):
     """RangeIndex (keys added as the cache inserts them, clean or dirty, evicted ones left
     behind, rebuilt when twice the cache) against the cache's keys filtered and sorted by their
-    Kafka cache keys (a key-value store's: the keys), over random writes, evictions and ranges."""
-    time_at, interval = segmented or (12, 0)
+    Kafka cache keys (a key-value store's: the keys; a time-ordered store's: time first), over
+    random writes, evictions and ranges."""
+    time_at, interval = segmented[:2] if segmented else (12, 0)
     rng = random.Random(time_at * 7 + interval)
     cache = ThreadCache(1 << 30)
     named = cache.named_cache("ns")

@@ -37,10 +37,11 @@ def test_a_put_waits_and_a_read_finds_it(store):
     store.put(b"k", b"1")
     store.put(b"gone", b"x")
     store.delete(b"gone")
-    assert on_disk(store, b"k") is None  # pending: not in RocksDB yet
-    assert store.get(b"k") == b"1" and store.get(b"gone") is None
+    assert store.put_if_absent(b"k", b"2") == b"1" and store.put_if_absent(b"p", b"3") is None
+    assert on_disk(store, b"k") is None and on_disk(store, b"p") is None  # pending: not in RocksDB yet
+    assert store.get(b"k") == b"1" and store.get(b"gone") is None and store.get(b"p") == b"3"
     store.flush()
-    assert on_disk(store, b"k") == b"1" and on_disk(store, b"gone") is None
+    assert on_disk(store, b"k") == b"1" and on_disk(store, b"gone") is None and on_disk(store, b"p") == b"3"
     assert store._pending == {}
 
 
