@@ -44,6 +44,7 @@ _EXPORTS = {
     "ProcessorStateManager": "state.manager",
     "TaskType": "state.manager",
     "RocksDBKeyValueStore": "state.rocksdb_kv",
+    "RocksDBConfigSetter": "state.rocksdb_config",
     "StateDirectory": "state.directory",
     "StandbyUpdateListener": "state.listener",
     "StateRestoreListener": "state.listener",

@@ -17,7 +17,7 @@ import pathlib
 import threading
 from _thread import get_ident as _get_ident
 from itertools import starmap
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from rocksdict import (
     BlockBasedOptions,
@@ -33,6 +33,7 @@ from rocksdict import (
 )
 
 from state.errors import StateError, StoreClosedError, StoreLayoutError
+from state.rocksdb_config import ROCKSDB_CONFIG_SETTER, config_setter_class
 from state.store import (
     IteratorTracker,
     KeyValueIterator,
@@ -147,15 +148,20 @@ def rocksdb_options(bulk_loading: bool = False) -> Options:
     opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
     opts.set_memtable_whole_key_filtering(True)
     if bulk_loading:
-        opts.set_disable_auto_compactions(True)
-        opts.set_allow_concurrent_memtable_write(False)  # only the skiplist supports it
-        opts.set_memtable_factory(MemtableFactory.vector())
-        opts.set_write_buffer_size(BULK_LOAD_WRITE_BUFFER_SIZE)
-        opts.set_max_write_buffer_number(BULK_LOAD_MAX_WRITE_BUFFERS)
-        opts.set_max_background_jobs(BULK_LOAD_MAX_BACKGROUND_JOBS)
-        opts.set_min_write_buffer_number_to_merge(BULK_LOAD_BUFFERS_TO_MERGE)
-        opts.set_memtable_prefix_bloom_ratio(0.0)  # the mode ends at the first read: nothing to filter
+        _apply_bulk_loading(opts)
     return opts
+
+
+def _apply_bulk_loading(opts: Options) -> None:
+    """The restore's bulk-load options (see BULK_LOAD_* above) over `opts`."""
+    opts.set_disable_auto_compactions(True)
+    opts.set_allow_concurrent_memtable_write(False)  # only the skiplist supports it
+    opts.set_memtable_factory(MemtableFactory.vector())
+    opts.set_write_buffer_size(BULK_LOAD_WRITE_BUFFER_SIZE)
+    opts.set_max_write_buffer_number(BULK_LOAD_MAX_WRITE_BUFFERS)
+    opts.set_max_background_jobs(BULK_LOAD_MAX_BACKGROUND_JOBS)
+    opts.set_min_write_buffer_number_to_merge(BULK_LOAD_BUFFERS_TO_MERGE)
+    opts.set_memtable_prefix_bloom_ratio(0.0)  # the mode ends at the first read: nothing to filter
 
 
 def _open_rdict(path: pathlib.Path, options: Options) -> Rdict:
@@ -239,15 +245,18 @@ def bulk_loading_leftovers(path: pathlib.Path) -> list[str]:
     return left
 
 
-def _end_interrupted_bulk_loading(db: Rdict, path: pathlib.Path, store_name: str, left_before: list) -> None:
+def _end_interrupted_bulk_loading(db: Rdict, path: pathlib.Path, store_name: str, left_before: list,
+                                  check: bool = True) -> None:
     """After open: make sure the store is in normal mode although an interrupted restore left
     bulk-load options in the OPTIONS file (`left_before`, read before opening). Opening with the
     store's explicit options replaces them; this checks that RocksDB recorded normal options and
-    switches compactions back on if not (a memtable kind cannot be changed on an open DB)."""
+    switches compactions back on if not (a memtable kind cannot be changed on an open DB).
+    Without `check` (a rocksdb.config.setter chose the options: what RocksDB recorded may be its
+    choice) only the log line."""
     if left_before:
         log.info("state store %s: an interrupted restore left it in bulk loading mode (%s); "
                  "reopened with the store's options", store_name, ", ".join(left_before))
-    left = bulk_loading_leftovers(path)
+    left = bulk_loading_leftovers(path) if check else None
     if not left:
         return
     if any(item.startswith("memtable") for item in left):
@@ -314,24 +323,37 @@ class RocksDBKeyValueStore(KeyValueStore):
         # Mode switches reopen the DB; a reader on another thread (interactive queries) that finds
         # the store bulk loading ends the mode under this lock rather than racing the switch.
         self._mode_lock = threading.RLock()
+        # rocksdb.config.setter (state.rocksdb_config): the class open() found in the app's config
+        # and that config; the open handle's (instance, options), whose close() follows the handle's
+        self._setter_class: Optional[type] = None
+        self._configs: Mapping[str, Any] = {}
+        self._setter: Optional[tuple] = None
 
     # ---------------------------------------------------------------- lifecycle
     def init(self, context: StoreContext) -> None:
-        self.open(context.store_dir(self.name))
+        self.open(context.store_dir(self.name), getattr(context, "config", None))
         context.register(self, self.restore_batch, logged=False)
 
-    def open(self, path: "os.PathLike[str] | str") -> None:
-        """Open (creating if needed) the RocksDB directory at `path`; used by `init` and tools."""
+    def open(self, path: "os.PathLike[str] | str", configs: Optional[Mapping[str, Any]] = None) -> None:
+        """Open (creating if needed) the RocksDB directory at `path`; used by `init` and tools.
+        `configs`: the app's config, where `rocksdb.config.setter` may name the class that sets
+        this store's RocksDB options (state.rocksdb_config)."""
         if self._db is not None or self._bulk_db is not None:
             raise StateError(f"state store {self.name!r} is already open at {self._path}")
+        try:
+            self._setter_class = config_setter_class(configs)
+        except ValueError as exc:
+            raise StateError(f"state store {self.name!r}: {exc}") from None
+        self._configs = configs if configs is not None else {}
         path = pathlib.Path(path)
         check_layout(path, self.layout, self.name)
         left = bulk_loading_leftovers(path)
         db = self._reopen(path, bulk_loading=False, action="open")
         try:
-            _end_interrupted_bulk_loading(db, path, self.name, left)
+            _end_interrupted_bulk_loading(db, path, self.name, left, check=self._setter_class is None)
         except Exception:
             db.close()
+            self._close_setter(quiet=True)
             raise
         self._db = db
         self._path = path
@@ -341,12 +363,50 @@ class RocksDBKeyValueStore(KeyValueStore):
         log.debug("opened RocksDB store %s at %s", self.name, path)
 
     def _reopen(self, path: pathlib.Path, bulk_loading: bool, action: str) -> Rdict:
+        """A handle on `path` with the store's options: Eddy's, then the rocksdb.config.setter's,
+        then, when `bulk_loading`, the restore's bulk-load ones."""
+        options = rocksdb_options()
+        self._configure(options, action)
+        if bulk_loading:
+            _apply_bulk_loading(options)
         try:
-            db = _open_rdict(path, rocksdb_options(bulk_loading))
+            db = _open_rdict(path, options)
         except Exception as exc:
+            self._close_setter(quiet=True)
             raise StateError(f"state store {self.name!r}: cannot {action} RocksDB at {path}: {exc}") from exc
         db.set_write_options(self._write_opts)
         return db
+
+    def _configure(self, options: Options, action: str) -> None:
+        """A new rocksdb.config.setter instance's set_config on `options` (nothing without one);
+        the handle about to open owns it until _close_setter."""
+        cls = self._setter_class
+        if cls is None:
+            return
+        try:
+            setter = cls()
+            setter.set_config(self.name, options, self._configs)
+        except Exception as exc:
+            raise StateError(f"state store {self.name!r}: cannot {action} RocksDB: {ROCKSDB_CONFIG_SETTER} "
+                             f"{cls.__qualname__} failed to set its options: {exc!r}") from exc
+        self._setter = (setter, options)
+
+    def _close_setter(self, quiet: bool = False) -> None:
+        """After the handle closed: its rocksdb.config.setter's close(store name, options). A
+        failure raises StateError naming the store, or with `quiet` (another error is on its way)
+        is logged."""
+        owned, self._setter = self._setter, None
+        close = getattr(owned[0], "close", None) if owned is not None else None
+        if close is None:
+            return
+        try:
+            close(self.name, owned[1])
+        except Exception as exc:
+            error = StateError(f"state store {self.name!r}: {ROCKSDB_CONFIG_SETTER} "
+                               f"{type(owned[0]).__qualname__}.close failed: {exc!r}")
+            if not quiet:
+                raise error from exc
+            log.error("%s", error)
 
     @property
     def path(self) -> Optional[pathlib.Path]:
@@ -410,19 +470,25 @@ class RocksDBKeyValueStore(KeyValueStore):
                 self._pending = {}
                 self._pending_bytes = 0
                 return
+            failed = True
             try:
                 # the memtables reach disk at close, dirty or not (below): the pending writes too
                 if self._pending and self._db is not None:
                     with self._pending_lock:
                         self._write_pending(self._db)
+                failed = False
             finally:
                 self._drop_handle()
                 # Closing flushes the memtables (the WAL is off), bulk-load ones included; the next
                 # open passes the store's own options, which ends bulk loading for good.
                 try:
                     db.close()
+                except BaseException:
+                    self._close_setter(quiet=True)
+                    raise
                 finally:
                     log.debug("closed RocksDB store %s", self.name)
+                self._close_setter(quiet=failed)
 
     @property
     def bulk_loading(self) -> bool:
@@ -498,9 +564,15 @@ class RocksDBKeyValueStore(KeyValueStore):
             finally:
                 db.close()
         except Exception as exc:
+            self._close_setter(quiet=True)
             self._drop_handle()
             raise StateError(f"state store {self.name!r}: cannot {action} RocksDB at {self._path}: "
                              f"{exc}") from exc
+        try:
+            self._close_setter()
+        except StateError:
+            self._drop_handle()
+            raise
 
     def _reopen_or_close(self, path: pathlib.Path, action: str) -> Rdict:
         try:

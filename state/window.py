@@ -32,7 +32,7 @@ import pathlib
 import struct
 from abc import abstractmethod
 from functools import partial
-from typing import Any, Callable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional
 
 from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError
 from state.memory_kv import InMemoryKeyValueStore
@@ -133,14 +133,16 @@ class SegmentedBytesStore(StateStore):
 
     # ------------------------------------------------------------------ lifecycle
     def init(self, context: StoreContext) -> None:
-        self.open(context.store_dir(self.name) if self.persistent else None)
+        self.open(context.store_dir(self.name) if self.persistent else None, getattr(context, "config", None))
         context.register(self, self.restore_batch, logged=False)
 
-    def open(self, path=None) -> None:
+    def open(self, path=None, configs: Optional[Mapping[str, Any]] = None) -> None:
+        """`configs`: the app's config (a persistent store's rocksdb.config.setter, see
+        RocksDBKeyValueStore.open)."""
         if self.persistent:
             if path is None:
                 raise StateError(f"state store {self.name!r}: a persistent store needs a directory")
-            self._engine.open(pathlib.Path(path))
+            self._engine.open(pathlib.Path(path), configs)
         else:
             self._engine.open()
         meta = self._engine.get(META_OBSERVED_STREAM_TIME)

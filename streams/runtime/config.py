@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from state.restore import MAX_POLL_RECORDS as RESTORE_MAX_POLL_RECORDS
+from state.rocksdb_config import config_setter_class
 from streams.backends import STREAMS_CONFIG_KEYS
 from streams.errors import ConfigError
 from streams.optimizations import topology_optimizations
@@ -158,6 +159,10 @@ class StreamsConfig:
         if not isinstance(state_dir, (str, os.PathLike)):
             raise ConfigError(f"config 'state.dir' must be a path, got {state_dir!r}")
         topology_optimizations(raw)  # checked here; Topology.bind_config says what was not applied
+        try:
+            config_setter_class(raw)  # each RocksDB store instantiates it when it opens
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         return cls(
             raw=raw,
             application_id=app_id,

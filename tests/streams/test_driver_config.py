@@ -53,6 +53,10 @@ def driver_error(config: dict) -> ConfigError:
     ({"topology.optimization": "all,merge.repartition.topics"}, "'all' cannot be combined"),
     ({"topology.optimization": "none, reuse.ktable.source.topics"}, "'none' cannot be combined"),
     ({"topology.optimization": True}, "topology.optimization"),
+    ({"rocksdb.config.setter": 42}, "'rocksdb.config.setter' must be a class"),
+    ({"rocksdb.config.setter": "no_such_module_for_eddy.Setter"}, "cannot import module 'no_such_module_for_eddy'"),
+    ({"rocksdb.config.setter": "json.dumps"}, "names a function, not a class"),
+    ({"rocksdb.config.setter": dict}, "class builtins.dict has no set_config"),
 ])
 def test_driver_rejects_bad_config_like_the_app(bad, names, tmp_path):
     from_driver = driver_error(bad)
