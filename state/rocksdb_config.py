@@ -20,8 +20,9 @@ which range and prefix reads need; `set_inplace_update_support` breaks reverse i
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from eddy.class_names import import_class
 
 if TYPE_CHECKING:  # not imported at run time: StreamsConfig checks the config without RocksDB
     from rocksdict import Options
@@ -51,7 +52,7 @@ def config_setter_class(configs: Optional[Mapping[str, Any]]) -> Optional[type]:
     if value is None:
         return None
     if isinstance(value, str):
-        cls = _import_class(value)
+        cls = import_class(value, f"config '{ROCKSDB_CONFIG_SETTER}'")
     elif isinstance(value, type):
         cls = value
     else:
@@ -62,24 +63,6 @@ def config_setter_class(configs: Optional[Mapping[str, Any]]) -> Optional[type]:
     if not callable(getattr(cls, "set_config", None)):
         raise ValueError(f"config '{ROCKSDB_CONFIG_SETTER}': class {_qualified(cls)} has no "
                          "set_config(store_name, options, configs) method")
-    return cls
-
-
-def _import_class(name: str) -> type:
-    module_name, sep, attr = name.rpartition(":")
-    if not sep:
-        module_name, _, attr = name.strip().rpartition(".")
-    if not module_name or not attr:
-        raise ValueError(f"config '{ROCKSDB_CONFIG_SETTER}': {name!r} is not a 'package.module.Class' name")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"config '{ROCKSDB_CONFIG_SETTER}': cannot import module {module_name!r} "
-                         f"of {name!r}: {exc}") from exc
-    cls = getattr(module, attr, None)
-    if not isinstance(cls, type):
-        found = "nothing" if cls is None else f"a {type(cls).__name__}"
-        raise ValueError(f"config '{ROCKSDB_CONFIG_SETTER}': {name!r} names {found}, not a class")
     return cls
 
 

@@ -6,9 +6,10 @@ import enum
 import logging
 import time
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
-from streams.errors import InvalidRecordError, InvalidTimestampError
+from eddy.class_names import import_class
+from streams.errors import ConfigError, InvalidRecordError, InvalidTimestampError
 
 if TYPE_CHECKING:  # pragma: no cover
     from state.task_id import TaskId
@@ -281,3 +282,40 @@ class WallclockTimestampExtractor(TimestampExtractor):
     def extract(self, record: ConsumerRecord, partition_time: int) -> int:
         return int(time.time() * 1000)
 
+
+DEFAULT_TIMESTAMP_EXTRACTOR_CONFIG = "default.timestamp.extractor"
+
+# Kafka's names of the built-in extractors: a config carried over from a Java app names them so
+_KAFKA_EXTRACTORS = {f"org.apache.kafka.streams.processor.{cls.__name__}": cls for cls in (
+    FailOnInvalidTimestamp, LogAndSkipOnInvalidTimestamp, UsePartitionTimeOnInvalidTimestamp,
+    WallclockTimestampExtractor)}
+
+
+def default_timestamp_extractor(config: Mapping[str, Any]) -> Optional[TimestampExtractor]:
+    """The extractor `default.timestamp.extractor` gives the sources without one of their own
+    (Kafka's StreamsConfig.defaultTimestampExtractor: a new instance of a class each call), or
+    None when it is unset or FailOnInvalidTimestamp, the record timestamp rule every source
+    follows without an extractor. The value: an object with `extract(record, partition_time)`,
+    a class of such objects, its 'package.module.Class' name, or Kafka's name of a built-in.
+    Raises ConfigError naming the config for anything else."""
+    value = config.get(DEFAULT_TIMESTAMP_EXTRACTOR_CONFIG) if config else None
+    if value is None:
+        return None
+    what = f"config '{DEFAULT_TIMESTAMP_EXTRACTOR_CONFIG}'"
+    if isinstance(value, str):
+        try:
+            value = _KAFKA_EXTRACTORS.get(value.strip()) or import_class(value, what)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if isinstance(value, type):
+        if not callable(getattr(value, "extract", None)):
+            raise ConfigError(f"{what}: class {value.__module__}.{value.__qualname__} has no "
+                              "extract(record, partition_time) method")
+        try:
+            value = value()
+        except Exception as exc:
+            raise ConfigError(f"{what}: cannot make a {value.__qualname__}: {exc!r}") from exc
+    elif not callable(getattr(value, "extract", None)):
+        raise ConfigError(f"{what} must be a TimestampExtractor (an instance, a class or its "
+                          f"'package.module.Class' name), got {value!r}")
+    return None if type(value) is FailOnInvalidTimestamp else value

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 from streams import serdes as _serdes
 from streams.dsl.ops.stateless import PassThroughProcessor
+from streams.processor import FailOnInvalidTimestamp
 from streams.topology import Topology
 
 
@@ -37,6 +38,8 @@ class GraphNode:
     def write(self, topology: Topology) -> None:
         raise NotImplementedError
 
+
+REPARTITION_TIMESTAMPS = FailOnInvalidTimestamp()  # a repartition topic's source's extractor
 
 KEY_CHANGING, VALUE_CHANGING, OPAQUE, MERGING = "key-changing", "value-changing", "opaque", "merging"
 
@@ -125,7 +128,10 @@ class RepartitionNode(GraphNode):
             parent = (self.filter_name,)
         topology.add_sink(self.sink_name, self.topic, *parent, key_serde=self.key_serde,
                           value_serde=self.value_serde)
-        topology.add_source(self.name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde)
+        # Kafka's repartition sources name FailOnInvalidTimestamp: default.timestamp.extractor
+        # never re-extracts what the upstream task already chose
+        topology.add_source(self.name, self.topic, key_serde=self.key_serde, value_serde=self.value_serde,
+                            timestamp_extractor=REPARTITION_TIMESTAMPS)
 
 
 @dataclass

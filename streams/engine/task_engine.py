@@ -53,7 +53,8 @@ from streams.metrics import (MetricsRegistry, task_dropped_records_sensor, task_
                              task_process_sensor)
 from streams.errors import (ConfigError, DeserializationHandlerError, InvalidTimestampError,
                             RecordDeserializationError, SerializationError, StreamsError, ProcessingError)
-from streams.processor import Cancellable, ConsumerRecord, FailOnInvalidTimestamp, PunctuationType, Record
+from streams.processor import (Cancellable, ConsumerRecord, FailOnInvalidTimestamp, PunctuationType, Record,
+                               default_timestamp_extractor)
 from streams.topology import ProcessorSpec, SinkSpec, SourceSpec, Subtopology, Topology
 
 log = logging.getLogger(__name__)
@@ -104,9 +105,12 @@ class TaskEngine:
     def __init__(self, topology: Topology, subtopology: Subtopology, *, task_id: Any,
                  application_id: str, config: Mapping[str, Any], collector: RecordCollector,
                  clock_ms: Callable[[], int], state_context: Any = None, metrics: Any = None,
-                 thread_id: str = "main", global_stores: Optional[Mapping[str, Any]] = None) -> None:
+                 thread_id: str = "main", global_stores: Optional[Mapping[str, Any]] = None,
+                 config_timestamp_extractor: bool = True) -> None:
         """`global_stores`: the instance's global stores by name, which every processor may
-        read (`context.get_state_store`), filled by the global thread."""
+        read (`context.get_state_store`), filled by the global thread. `config_timestamp_extractor`:
+        whether sources without an extractor take default.timestamp.extractor's (a stream task's
+        do; Kafka's global store updates keep the records' own timestamps)."""
         self.topology = topology
         self.global_stores: Mapping[str, Any] = global_stores if global_stores is not None else {}
         self.subtopology = subtopology
@@ -138,6 +142,8 @@ class TaskEngine:
         self._initialized = False
         self._closed = False
         self._default_extractor = FailOnInvalidTimestamp()
+        # a task's own instance, as Kafka makes one per task (None: the record timestamp rule)
+        self._config_extractor = default_timestamp_extractor(self.config) if config_timestamp_extractor else None
         self._cache_flushers: Optional[list[Callable[[], None]]] = None
         self.chains = FusedChains(self.context)
         self.accelerated = AcceleratedRoute(self)
@@ -157,7 +163,7 @@ class TaskEngine:
                     name, topics,
                     _serde_or_default(spec.key_serde, cfg, _serdes.DEFAULT_KEY_SERDE_CONFIG, f"source {name!r}"),
                     _serde_or_default(spec.value_serde, cfg, _serdes.DEFAULT_VALUE_SERDE_CONFIG, f"source {name!r}"),
-                    spec.timestamp_extractor)
+                    self._extractor_of(spec))
                 for t in topics:
                     self.sources_by_topic[t] = node
             elif isinstance(spec, SinkSpec):
@@ -237,6 +243,13 @@ class TaskEngine:
         (`update_many(..., clock=engine)`) asks for it here; stores only read it."""
         if timestamp > self.stream_time:
             self.stream_time = timestamp
+
+    def _extractor_of(self, spec: SourceSpec) -> Any:
+        """The source's extractor, else default.timestamp.extractor's; None for the record
+        timestamp rule (FailOnInvalidTimestamp, which a repartition topic's source names: the
+        routes apply that rule themselves)."""
+        extractor = spec.timestamp_extractor if spec.timestamp_extractor is not None else self._config_extractor
+        return None if type(extractor) is FailOnInvalidTimestamp else extractor
 
     def has_custom_timestamp_extractor(self) -> bool:
         return any(source.timestamp_extractor is not None for source in self.sources_by_topic.values())

@@ -13,6 +13,7 @@ from state.rocksdb_config import config_setter_class
 from streams.backends import STREAMS_CONFIG_KEYS
 from streams.errors import ConfigError
 from streams.optimizations import topology_optimizations
+from streams.processor import default_timestamp_extractor
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,7 @@ class StreamsConfig:
             config_setter_class(raw)  # each RocksDB store instantiates it when it opens
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        default_timestamp_extractor(raw)  # checked here (ConfigError); each task makes its own
         return cls(
             raw=raw,
             application_id=app_id,
