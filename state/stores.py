@@ -26,7 +26,8 @@ from state.window import InMemoryWindowStore, RocksDBWindowStore, TimeOrderedWin
 log = logging.getLogger(__name__)
 
 # Kafka's windowstore.changelog.additional.retention.ms default: 1 day.
-WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000
+WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000  # Kafka's default
+MAX_RETENTION_MS = 2**63 - 1  # a Java long's largest
 MIN_SEGMENT_INTERVAL_MS = 60_000
 
 
@@ -118,7 +119,7 @@ class StoreBuilder:
         self._logging = True
         self._log_config: dict = {}
         self._cache: Optional[ThreadCache] = None
-        self._additional_retention_ms = WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
+        self._additional_retention_ms: Optional[int] = None  # with_additional_changelog_retention's
 
     @property
     def name(self) -> str:
@@ -154,8 +155,8 @@ class StoreBuilder:
         return self
 
     def with_additional_changelog_retention(self, additional_retention_ms: int) -> "StoreBuilder":
-        """Kafka's windowstore.changelog.additional.retention.ms: added to a windowed store's
-        retention for its changelog's retention.ms (default 1 day)."""
+        """This store's own windowstore.changelog.additional.retention.ms: added to a windowed
+        store's retention for its changelog's retention.ms (over the app's config)."""
         self._additional_retention_ms = _check_ms("additional_retention_ms", additional_retention_ms, self.name)
         return self
 
@@ -171,13 +172,20 @@ class StoreBuilder:
     def log_config(self) -> dict:
         return dict(self._log_config)
 
-    def changelog_topic_config(self) -> dict:
-        """Topic config for the changelog: compacted; windowed stores also delete by retention."""
+    def changelog_topic_config(self, additional_retention_ms: Optional[int] = None) -> dict:
+        """Topic config for the changelog: compacted; windowed stores also delete by retention,
+        after their retention plus the additional retention (this builder's own, else
+        `additional_retention_ms`, the app's windowstore.changelog.additional.retention.ms, else
+        Kafka's default of 1 day). The logging config given to the store wins over both."""
         config = {"cleanup.policy": "compact"}
         retention = getattr(self.supplier, "retention_ms", None)
         if retention is not None:
+            extra = self._additional_retention_ms
+            if extra is None:
+                extra = WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS if additional_retention_ms is None \
+                    else additional_retention_ms
             config["cleanup.policy"] = "compact,delete"
-            config["retention.ms"] = str(retention + self._additional_retention_ms)
+            config["retention.ms"] = str(min(retention + extra, MAX_RETENTION_MS))  # Kafka's addExact, capped
         config.update(self._log_config)
         return config
 

@@ -448,7 +448,8 @@ class SuppressionBufferBuilder:
     def log_config(self) -> dict:
         return dict(self._log_config)
 
-    def changelog_topic_config(self) -> dict:
+    def changelog_topic_config(self, additional_retention_ms: Optional[int] = None) -> dict:
+        """Compacted (a buffer has no retention: `additional_retention_ms` does not apply)."""
         config = {"cleanup.policy": "compact"}
         config.update(self._log_config)
         return config

@@ -16,12 +16,12 @@ from typing import Any, Mapping
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
+from state.stores import WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
 from streams.errors import InternalTopicError, InternalTopicPartitionMismatchError
 
 logger = logging.getLogger(__name__)
 
 #: Kafka Streams' extra retention for windowed changelogs beyond the store's retention.
-WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 _MAX_TOPIC_LENGTH = 249

@@ -142,7 +142,7 @@ class CogroupedKStream:
             store_builder: Any = _MaterializedStoreBuilder(mat, name_of_store, key_serde, value_serde)
             table_key = key_serde
         else:
-            store_builder, table_key = windowed_store(graph, mat, name_of_store, windows, key_serde, value_serde)
+            store_builder, table_key = windowed_store(mat, name_of_store, windows, key_serde, value_serde)
         caching = mat.caching_enabled
         names = []
         for parent, (_, aggregator) in zip(parents, streams):

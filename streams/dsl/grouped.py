@@ -125,24 +125,23 @@ class KGroupedStream:
         raise TopologyError(f"windowed_by needs TimeWindows, SlidingWindows or SessionWindows, got {windows!r}")
 
 
-def windowed_store(graph: Any, mat: Materialized, name_of_store: str, windows: Any, key_serde: Any,
+def windowed_store(mat: Materialized, name_of_store: str, windows: Any, key_serde: Any,
                    value_serde: Any, time_ordered: bool = False) -> tuple[LazyStoreBuilder, Any]:
     """The store of a windowed aggregation (a window store of ValueAndTimestamp, time-ordered
     if asked, or a session store for SessionWindows) and the Windowed key serde of its table; the
     retention checks fail here, at build time, as Kafka's."""
-    config = getattr(graph, "config", None)
     if isinstance(windows, SessionWindows):
         kind = "session"
 
         def make() -> Any:
-            return session_store_builder(mat, name_of_store, windows, key_serde, value_serde, config=config)
+            return session_store_builder(mat, name_of_store, windows, key_serde, value_serde)
         windowed_key = _serdes.session_windowed(key_serde)
     else:
         kind = "window"
 
         def make() -> Any:
             return window_store_builder(mat, name_of_store, windows, key_serde, value_serde, timestamped=True,
-                                        time_ordered=time_ordered, config=config)
+                                        time_ordered=time_ordered)
         windowed_key = _serdes.time_windowed(key_serde, windows.size())
     make()
     return LazyStoreBuilder(name_of_store, kind, make), windowed_key
@@ -187,7 +186,7 @@ class _WindowedStream:
         where = f"store {name_of_store!r}"
         key_serde = N.key_or_default(mat.key_serde or grouped.key_serde, where)
         value_serde = N.value_or_default(mat.value_serde or value_serde, where)
-        store_builder, windowed_key = windowed_store(graph, mat, name_of_store, windows, key_serde, value_serde,
+        store_builder, windowed_key = windowed_store(mat, name_of_store, windows, key_serde, value_serde,
                                                      time_ordered)
         caching = mat.caching_enabled
         graph.add(StatefulProcessorNode(

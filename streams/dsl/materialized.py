@@ -8,8 +8,6 @@ from typing import Any, Optional
 
 from streams.errors import TopologyError
 
-WINDOW_CHANGELOG_ADDITIONAL_RETENTION_CONFIG = "windowstore.changelog.additional.retention.ms"
-
 
 @dataclass(frozen=True)
 class Materialized:
@@ -89,20 +87,12 @@ def as_materialized(store: Any, where: str) -> Materialized:
 
 
 # ------------------------------------------------------------------------------ store builders
-def _finish(builder: Any, mat: Materialized, config: Optional[dict]) -> Any:
+def _finish(builder: Any, mat: Materialized) -> Any:
     builder = builder.with_caching_enabled() if mat.caching_enabled else builder.with_caching_disabled()
     if mat.logging_enabled:
         builder = builder.with_logging_enabled(mat.log_config)
     else:
         builder = builder.with_logging_disabled()
-    extra = (config or {}).get(WINDOW_CHANGELOG_ADDITIONAL_RETENTION_CONFIG)
-    if extra is not None:
-        try:
-            extra = int(extra)
-        except (TypeError, ValueError):
-            raise TopologyError(
-                f"config {WINDOW_CHANGELOG_ADDITIONAL_RETENTION_CONFIG!r} must be an int (ms), got {extra!r}") from None
-        builder = builder.with_additional_changelog_retention(extra)
     return builder
 
 
@@ -115,7 +105,7 @@ def _supplier_of_kind(mat: Materialized, kind: str, where: str) -> Any:
 
 
 def key_value_store_builder(mat: Materialized, store_name: str, key_serde: Any = None, value_serde: Any = None,
-                            *, timestamped: bool = False, config: Optional[dict] = None) -> Any:
+                            *, timestamped: bool = False) -> Any:
     """The StoreBuilder of a table's key-value store (Materialized's serdes win over the given ones)."""
     from state.stores import Stores
 
@@ -125,12 +115,12 @@ def key_value_store_builder(mat: Materialized, store_name: str, key_serde: Any =
         supplier = (Stores.in_memory_key_value_store(name) if mat.in_memory
                     else Stores.persistent_key_value_store(name))
     make = Stores.timestamped_key_value_store_builder if timestamped else Stores.key_value_store_builder
-    return _finish(make(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde), mat, config)
+    return _finish(make(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde), mat)
 
 
 def window_store_builder(mat: Materialized, store_name: str, windows: Any, key_serde: Any = None,
                          value_serde: Any = None, *, timestamped: bool = False, time_ordered: bool = False,
-                         config: Optional[dict] = None) -> Any:
+                         ) -> Any:
     """The StoreBuilder of a time- or sliding-windowed aggregation's window store (Kafka's
     TimeWindowedKStreamImpl / SlidingWindowedKStreamImpl.materialize). With `timestamped`, values
     are ValueAndTimestamp (Kafka's TimestampedWindowStore: 8-byte timestamp + value, logged in
@@ -168,11 +158,11 @@ def window_store_builder(mat: Materialized, store_name: str, windows: Any, key_s
             make = Stores.in_memory_window_store if mat.in_memory else Stores.persistent_window_store
             supplier = make(name, retention_ms=retention, window_size_ms=size)
     make_builder = Stores.timestamped_window_store_builder if timestamped else Stores.window_store_builder
-    return _finish(make_builder(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde), mat, config)
+    return _finish(make_builder(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde), mat)
 
 
 def session_store_builder(mat: Materialized, store_name: str, windows: Any, key_serde: Any = None,
-                          value_serde: Any = None, *, config: Optional[dict] = None) -> Any:
+                          value_serde: Any = None) -> Any:
     """The StoreBuilder of a session-windowed aggregation's session store (Kafka's
     SessionWindowedKStreamImpl.materialize)."""
     from state.stores import Stores
@@ -192,4 +182,4 @@ def session_store_builder(mat: Materialized, store_name: str, windows: Any, key_
         make = Stores.in_memory_session_store if mat.in_memory else Stores.persistent_session_store
         supplier = make(name, retention_ms=retention)
     return _finish(Stores.session_store_builder(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde),
-                   mat, config)
+                   mat)

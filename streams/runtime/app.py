@@ -278,7 +278,8 @@ class App:
         existing = {name: len(t.partitions) for name, t in metadata.topics.items()
                     if t.error is None and t.partitions}
         plan = plan_internal_topics(self.topology, self.subtopologies, self.application_id, existing,
-                                    self.config.replication_factor)
+                                    self.config.replication_factor,
+                                    self.config.window_changelog_additional_retention_ms)
         InternalTopicManager(self._admin).make_ready({
             **plan.specs, shutdown_topic_name(self.application_id): shutdown_topic_spec(self.config.replication_factor)})
         return plan

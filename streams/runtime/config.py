@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from state.restore import MAX_POLL_RECORDS as RESTORE_MAX_POLL_RECORDS
 from state.rocksdb_config import config_setter_class
+from state.stores import WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
 from streams.backends import STREAMS_CONFIG_KEYS
 from streams.errors import ConfigError
 from streams.optimizations import topology_optimizations
@@ -118,6 +119,8 @@ class StreamsConfig:
     #: thread pauses every partition it buffers records of until its share is drained (TaskManager)
     input_buffer_max_bytes: int
     task_timeout_ms: int
+    #: how much longer than its store a windowed store's changelog keeps records (Kafka's default 1 day)
+    window_changelog_additional_retention_ms: int
     #: the most records one poll of the main, the restore and the global consumer brings
     max_poll_records: int = MAIN_MAX_POLL_RECORDS
     restore_max_poll_records: int = DEFAULT_MAX_POLL_RECORDS
@@ -182,6 +185,8 @@ class StreamsConfig:
                                                 DEFAULT_BUFFERED_RECORDS_PER_PARTITION, 1),
             input_buffer_max_bytes=_int(raw, "input.buffer.max.bytes", DEFAULT_INPUT_BUFFER_MAX_BYTES, 0),
             task_timeout_ms=_int(raw, "task.timeout.ms", 300_000, 0),
+            window_changelog_additional_retention_ms=_int(raw, "windowstore.changelog.additional.retention.ms",
+                                                          WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS, 0),
             max_poll_records=max_poll_records(raw, MAIN_CONSUMER_PREFIX, MAIN_MAX_POLL_RECORDS),
             restore_max_poll_records=max_poll_records(raw, RESTORE_CONSUMER_PREFIX, DEFAULT_MAX_POLL_RECORDS),
             global_max_poll_records=max_poll_records(raw, GLOBAL_CONSUMER_PREFIX, DEFAULT_MAX_POLL_RECORDS),

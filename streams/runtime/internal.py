@@ -13,7 +13,7 @@ topics), `cleanup.policy=compact`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from streams.internal_topics import InternalTopicSpec, changelog_topic_config, repartition_topic_config
 from streams.runtime.copartitioning import enforce_copartitioning
@@ -28,11 +28,11 @@ class TopicPlan:
     source_topics: list        # every decorated source topic (main consumer subscription)
 
 
-def _changelog_config(builder: Any) -> dict:
+def _changelog_config(builder: Any, additional_retention_ms: Optional[int]) -> dict:
     real = builder.store_builder() if callable(getattr(builder, "store_builder", None)) else builder
     fn = getattr(real, "changelog_topic_config", None)
     if callable(fn):
-        return dict(fn())
+        return dict(fn(additional_retention_ms=additional_retention_ms))
     return changelog_topic_config(extra=getattr(real, "log_config", None) or {})
 
 
@@ -100,9 +100,12 @@ def _resolve_from_writers(topology: Topology, subtopologies: list[Subtopology], 
 
 
 def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], application_id: str,
-                         existing_partitions: Mapping[str, int], replication_factor: int = -1) -> TopicPlan:
-    """`existing_partitions` maps topic -> partition count for the topics that exist. Raises
-    MissingSourceTopicError naming the missing external source topics."""
+                         existing_partitions: Mapping[str, int], replication_factor: int = -1,
+                         additional_retention_ms: Optional[int] = None) -> TopicPlan:
+    """`existing_partitions` maps topic -> partition count for the topics that exist;
+    `additional_retention_ms`: windowstore.changelog.additional.retention.ms (None: Kafka's
+    default), which a windowed store's changelog retains beyond the store (as Kafka's
+    InternalTopicManager). Raises MissingSourceTopicError naming the missing external source topics."""
     internal = set(topology.internal_topics)
     missing = sorted({t for s in subtopologies for t in s.source_topics
                       if t not in internal and t not in existing_partitions})
@@ -133,6 +136,6 @@ def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], a
             builder = topology.store_builder(store)
             if _logged(builder):
                 specs[changelog_topic_name(application_id, store)] = InternalTopicSpec(
-                    n, _changelog_config(builder), replication_factor)
+                    n, _changelog_config(builder, additional_retention_ms), replication_factor)
     sources = sorted({topology.decorate_topic(t, application_id) for s in subtopologies for t in s.source_topics})
     return TopicPlan(specs, partitions_of_sub, sources)

@@ -57,6 +57,7 @@ def driver_error(config: dict) -> ConfigError:
     ({"rocksdb.config.setter": "no_such_module_for_eddy.Setter"}, "cannot import module 'no_such_module_for_eddy'"),
     ({"rocksdb.config.setter": "json.dumps"}, "names a function, not a class"),
     ({"rocksdb.config.setter": dict}, "class builtins.dict has no set_config"),
+    ({"windowstore.changelog.additional.retention.ms": -1}, "windowstore.changelog.additional.retention.ms"),
 ])
 def test_driver_rejects_bad_config_like_the_app(bad, names, tmp_path):
     from_driver = driver_error(bad)

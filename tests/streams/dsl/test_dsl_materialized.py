@@ -49,10 +49,12 @@ def test_tumbling_window_store_defaults():
 def test_hopping_and_explicit_retention_and_in_memory():
     m = Materialized.as_("w").with_retention(1000).with_in_memory_store().with_value_serde(serdes.JSON)
     b = window_store_builder(m, "gen", TimeWindows.of_size_with_no_grace(100).advance_by(10), serdes.STRING,
-                             serdes.INT64, config={"windowstore.changelog.additional.retention.ms": 5})
+                             serdes.INT64)
     assert b.name == "w" and not b.supplier.persistent and b.supplier.retention_ms == 1000
     assert b.value_serde is serdes.JSON  # Materialized's serde wins
-    assert b.changelog_topic_config()["retention.ms"] == "1005"
+    assert b.changelog_topic_config()["retention.ms"] == str(1000 + DAY)
+    # the app's windowstore.changelog.additional.retention.ms (the topic plan passes it)
+    assert b.changelog_topic_config(additional_retention_ms=5)["retention.ms"] == "1005"
     with pytest.raises(TopologyError, match=r"window size plus the grace period. Got size=\[100\], grace=\[5\], "
                                             r"retention=\[99\]"):
         window_store_builder(Materialized.as_("w").with_retention(99), "gen", TimeWindows.of_size_and_grace(100, 5))
