@@ -28,6 +28,7 @@ STREAMS_CONFIG_KEYS = frozenset({
     "statestore.cache.max.bytes", "cache.max.bytes.buffering", "poll.ms",
     "default.key.serde", "default.value.serde", "default.timestamp.extractor",
     "default.deserialization.exception.handler", "default.production.exception.handler",
+    "deserialization.exception.handler", "production.exception.handler",  # their Kafka 4.0 names
     "replication.factor", "topology.optimization", "max.task.idle.ms",
     "buffered.records.per.partition", "input.buffer.max.bytes", "application.server", "state.cleanup.delay.ms",
     "windowstore.changelog.additional.retention.ms", "acceptable.recovery.lag",

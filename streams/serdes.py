@@ -6,7 +6,8 @@ data written by Eddy is readable by Kafka Streams apps and the reverse. `None` a
 
 Deserialization errors raise `SerializationError`; the runtime wraps input-record failures in
 `RecordDeserializationError` (with topic, partition and offset) and asks the configured handler
-(`default.deserialization.exception.handler`) whether to fail or skip the record.
+(`deserialization.exception.handler`, formerly `default.deserialization.exception.handler`) whether
+to fail or skip the record.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
+from streams.config_names import DESERIALIZATION_HANDLER_CONFIG, renamed_config
 from streams.errors import ConfigError, RecordDeserializationError, SerializationError
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,6 @@ __all__ = [
 
 DEFAULT_KEY_SERDE_CONFIG = "default.key.serde"
 DEFAULT_VALUE_SERDE_CONFIG = "default.value.serde"
-DESERIALIZATION_HANDLER_CONFIG = "default.deserialization.exception.handler"
 
 
 class Serde:
@@ -343,24 +344,24 @@ _HANDLERS: dict[str, Callable[[RecordDeserializationError], DeserializationHandl
 
 def deserialization_handler_from_config(
         config: Mapping[str, Any] | None) -> Callable[[RecordDeserializationError], DeserializationHandlerResponse]:
-    """The handler named by `default.deserialization.exception.handler` (default `log_and_fail`).
+    """The handler named by `deserialization.exception.handler` (or its deprecated name
+    `default.deserialization.exception.handler`; default `log_and_fail`).
 
     The value may be "log_and_fail", "log_and_continue" (or Kafka's class names), or a callable
     `handler(error: RecordDeserializationError) -> DeserializationHandlerResponse`.
     """
-    value = (config or {}).get(DESERIALIZATION_HANDLER_CONFIG)
+    key, value = renamed_config(config, DESERIALIZATION_HANDLER_CONFIG)
     if value is None:
         return log_and_fail
     if isinstance(value, str):
         handler = _HANDLERS.get(value.strip().lower())
         if handler is None:
             raise ConfigError(
-                f"config {DESERIALIZATION_HANDLER_CONFIG!r}: unknown handler {value!r}; "
-                "use 'log_and_fail', 'log_and_continue' or a callable")
+                f"config {key!r}: unknown handler {value!r}; use 'log_and_fail', 'log_and_continue' or a callable")
         return handler
     if callable(value):
         return value
-    raise ConfigError(f"config {DESERIALIZATION_HANDLER_CONFIG!r} must be a handler name or a callable, got {value!r}")
+    raise ConfigError(f"config {key!r} must be a handler name or a callable, got {value!r}")
 
 
 class ConfigDefaultSerde(Serde):

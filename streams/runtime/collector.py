@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from streams.config_names import PRODUCTION_HANDLER_CONFIG, renamed_config
 from streams.errors import ConfigError
 from streams.runtime.errors import ProductionError, TaskMigratedError
 from eddy.murmur2 import murmur2_partition as partition_for_key
@@ -26,7 +27,6 @@ from streams.runtime.direct_sink import direct_sink_stage, partition_sender as d
 
 log = logging.getLogger(__name__)
 
-PRODUCTION_HANDLER_CONFIG = "default.production.exception.handler"
 _KEY_CACHE_MAX = 100_000  # distinct keys remembered per topic
 
 # Errors meaning another producer (or a newer group generation) owns our work now.
@@ -48,15 +48,17 @@ def _remember_partition(cache: dict[bytes, int], key: bytes, count: int) -> int:
 
 
 def production_handler_from_config(config: dict) -> Callable[[Exception, Any], str]:
-    """`default.production.exception.handler`: "fail" (default), "continue" or a callable
-    `handler(error, message) -> "fail" | "continue"`."""
-    value = config.get(PRODUCTION_HANDLER_CONFIG, "fail")
+    """`production.exception.handler` (or its deprecated name `default.production.exception.handler`):
+    "fail" (default), "continue" or a callable `handler(error, message) -> "fail" | "continue"`."""
+    key, value = renamed_config(config, PRODUCTION_HANDLER_CONFIG)
+    if value is None:
+        value = "fail"
     if callable(value):
         return value
     if isinstance(value, str) and value.lower() in ("fail", "continue"):
         response = value.lower()
         return lambda error, msg: response
-    raise ConfigError(f"config {PRODUCTION_HANDLER_CONFIG!r} must be 'fail', 'continue' or a callable, got {value!r}")
+    raise ConfigError(f"config {key!r} must be 'fail', 'continue' or a callable, got {value!r}")
 
 
 def uses_murmur2(producer_config: dict) -> bool:

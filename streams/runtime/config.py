@@ -15,6 +15,8 @@ from streams.backends import STREAMS_CONFIG_KEYS
 from streams.errors import ConfigError
 from streams.optimizations import topology_optimizations
 from streams.processor import default_timestamp_extractor
+from streams.runtime.collector import production_handler_from_config
+from streams.serdes import deserialization_handler_from_config
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +170,8 @@ class StreamsConfig:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         default_timestamp_extractor(raw)  # checked here (ConfigError); each task makes its own
+        deserialization_handler_from_config(raw)  # and the handlers, ConfigError naming the key set
+        production_handler_from_config(raw)
         return cls(
             raw=raw,
             application_id=app_id,

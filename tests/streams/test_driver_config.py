@@ -58,6 +58,10 @@ def driver_error(config: dict) -> ConfigError:
     ({"rocksdb.config.setter": "json.dumps"}, "names a function, not a class"),
     ({"rocksdb.config.setter": dict}, "class builtins.dict has no set_config"),
     ({"windowstore.changelog.additional.retention.ms": -1}, "windowstore.changelog.additional.retention.ms"),
+    ({"deserialization.exception.handler": "ignore"}, "config 'deserialization.exception.handler': unknown"),
+    ({"default.deserialization.exception.handler": "ignore"}, "config 'default.deserialization.exception.handler'"),
+    ({"production.exception.handler": 42}, "config 'production.exception.handler' must be"),
+    ({"default.production.exception.handler": "retry"}, "config 'default.production.exception.handler' must"),
 ])
 def test_driver_rejects_bad_config_like_the_app(bad, names, tmp_path):
     from_driver = driver_error(bad)
