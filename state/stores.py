@@ -8,7 +8,7 @@ Builders default to logging enabled and caching disabled, as in Kafka (the DSL e
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from state.cache import CachingKeyValueStore, CachingSessionStore, CachingWindowStore, ThreadCache
 from state.errors import InvalidStoreArgumentError
@@ -172,21 +172,24 @@ class StoreBuilder:
     def log_config(self) -> dict:
         return dict(self._log_config)
 
-    def changelog_topic_config(self, additional_retention_ms: Optional[int] = None) -> dict:
-        """Topic config for the changelog: compacted; windowed stores also delete by retention,
-        after their retention plus the additional retention (this builder's own, else
-        `additional_retention_ms`, the app's windowstore.changelog.additional.retention.ms, else
-        Kafka's default of 1 day). The logging config given to the store wins over both."""
-        config = {"cleanup.policy": "compact"}
+    def changelog_topic_config(self, additional_retention_ms: Optional[int] = None,
+                               defaults: Optional[Mapping[str, str]] = None) -> dict:
+        """Topic config for the changelog, as Kafka's: its own (compacted; a windowed store's also
+        deleted by time), under `defaults` (the app's `topic.` configs), under the logging config
+        given to the store. A windowed store's retention.ms, unless that logging config sets it,
+        is the store's retention plus the additional retention: this builder's own, else
+        `additional_retention_ms` (the app's windowstore.changelog.additional.retention.ms),
+        else Kafka's default of 1 day."""
         retention = getattr(self.supplier, "retention_ms", None)
-        if retention is not None:
+        config = {"cleanup.policy": "compact" if retention is None else "compact,delete"}
+        config.update(defaults or {})
+        config.update(self._log_config)
+        if retention is not None and "retention.ms" not in self._log_config:
             extra = self._additional_retention_ms
             if extra is None:
                 extra = WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS if additional_retention_ms is None \
                     else additional_retention_ms
-            config["cleanup.policy"] = "compact,delete"
             config["retention.ms"] = str(min(retention + extra, MAX_RETENTION_MS))  # Kafka's addExact, capped
-        config.update(self._log_config)
         return config
 
     def build(self) -> StateStore:

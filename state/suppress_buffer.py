@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 import logging
 import struct
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Mapping, NamedTuple, Optional
 
 from state.errors import InvalidStoreArgumentError, StateError, StoreClosedError
 from state.store import StateStore, StoreContext, check_key, check_value, wall_clock_ms
@@ -448,9 +448,11 @@ class SuppressionBufferBuilder:
     def log_config(self) -> dict:
         return dict(self._log_config)
 
-    def changelog_topic_config(self, additional_retention_ms: Optional[int] = None) -> dict:
-        """Compacted (a buffer has no retention: `additional_retention_ms` does not apply)."""
-        config = {"cleanup.policy": "compact"}
+    def changelog_topic_config(self, additional_retention_ms: Optional[int] = None,
+                               defaults: Optional[Mapping[str, str]] = None) -> dict:
+        """Compacted, under `defaults` (the app's `topic.` configs), under the buffer's logging
+        config (a buffer has no retention: `additional_retention_ms` does not apply)."""
+        config = {"cleanup.policy": "compact", **(defaults or {})}
         config.update(self._log_config)
         return config
 

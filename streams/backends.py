@@ -66,9 +66,13 @@ class Backend(Protocol):
         """Release what the backend holds; clients handed out are closed by their owners."""
 
 
+#: Kafka Streams' prefix of the configs of the internal topics it creates (never a client's)
+TOPIC_PREFIX = "topic."
+
+
 def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The client settings in an app config (streams-only keys dropped)."""
-    return {k: v for k, v in config.items() if k not in STREAMS_ONLY_KEYS}
+    """The client settings in an app config (streams-only keys and `topic.` ones dropped)."""
+    return {k: v for k, v in config.items() if k not in STREAMS_ONLY_KEYS and not k.startswith(TOPIC_PREFIX)}
 
 
 def for_config(config: Mapping[str, Any]) -> Backend:

@@ -279,7 +279,8 @@ class App:
                     if t.error is None and t.partitions}
         plan = plan_internal_topics(self.topology, self.subtopologies, self.application_id, existing,
                                     self.config.replication_factor,
-                                    self.config.window_changelog_additional_retention_ms)
+                                    self.config.window_changelog_additional_retention_ms,
+                                    self.config.internal_topic_configs)
         InternalTopicManager(self._admin).make_ready({
             **plan.specs, shutdown_topic_name(self.application_id): shutdown_topic_spec(self.config.replication_factor)})
         return plan

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from state.restore import MAX_POLL_RECORDS as RESTORE_MAX_POLL_RECORDS
 from state.rocksdb_config import config_setter_class
 from state.stores import WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
-from streams.backends import STREAMS_CONFIG_KEYS
+from streams.backends import STREAMS_CONFIG_KEYS, TOPIC_PREFIX
 from streams.errors import ConfigError
 from streams.optimizations import topology_optimizations
 from streams.processor import default_timestamp_extractor
@@ -77,6 +77,16 @@ def _int(config: Mapping[str, Any], key: str, default: int, minimum: int) -> int
     return value
 
 
+def _topic_value(key: str, value: Any) -> str:
+    """A `topic.` config's value as a topic config string (Kafka's originalsWithPrefix values
+    turned to strings); only a scalar is one."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)) and len(key) > len(TOPIC_PREFIX):
+        return str(value)
+    raise ConfigError(f"config {key!r} must name a topic config and give it a string or number, got {value!r}")
+
+
 #: Kafka's default statestore.cache.max.bytes (10 MiB)
 DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
 
@@ -123,6 +133,8 @@ class StreamsConfig:
     task_timeout_ms: int
     #: how much longer than its store a windowed store's changelog keeps records (Kafka's default 1 day)
     window_changelog_additional_retention_ms: int
+    #: the `topic.`-prefixed configs, without the prefix: every internal topic's (InternalTopicManager)
+    internal_topic_configs: dict
     #: the most records one poll of the main, the restore and the global consumer brings
     max_poll_records: int = MAIN_MAX_POLL_RECORDS
     restore_max_poll_records: int = DEFAULT_MAX_POLL_RECORDS
@@ -191,6 +203,8 @@ class StreamsConfig:
             task_timeout_ms=_int(raw, "task.timeout.ms", 300_000, 0),
             window_changelog_additional_retention_ms=_int(raw, "windowstore.changelog.additional.retention.ms",
                                                           WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS, 0),
+            internal_topic_configs={k[len(TOPIC_PREFIX):]: _topic_value(k, v) for k, v in raw.items()
+                                    if k.startswith(TOPIC_PREFIX)},
             max_poll_records=max_poll_records(raw, MAIN_CONSUMER_PREFIX, MAIN_MAX_POLL_RECORDS),
             restore_max_poll_records=max_poll_records(raw, RESTORE_CONSUMER_PREFIX, DEFAULT_MAX_POLL_RECORDS),
             global_max_poll_records=max_poll_records(raw, GLOBAL_CONSUMER_PREFIX, DEFAULT_MAX_POLL_RECORDS),

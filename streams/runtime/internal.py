@@ -28,12 +28,12 @@ class TopicPlan:
     source_topics: list        # every decorated source topic (main consumer subscription)
 
 
-def _changelog_config(builder: Any, additional_retention_ms: Optional[int]) -> dict:
+def _changelog_config(builder: Any, additional_retention_ms: Optional[int], defaults: Mapping[str, str]) -> dict:
     real = builder.store_builder() if callable(getattr(builder, "store_builder", None)) else builder
     fn = getattr(real, "changelog_topic_config", None)
     if callable(fn):
-        return dict(fn(additional_retention_ms=additional_retention_ms))
-    return changelog_topic_config(extra=getattr(real, "log_config", None) or {})
+        return dict(fn(additional_retention_ms=additional_retention_ms, defaults=defaults))
+    return changelog_topic_config(extra={**defaults, **(getattr(real, "log_config", None) or {})})
 
 
 def _logged(builder: Any) -> bool:
@@ -101,11 +101,15 @@ def _resolve_from_writers(topology: Topology, subtopologies: list[Subtopology], 
 
 def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], application_id: str,
                          existing_partitions: Mapping[str, int], replication_factor: int = -1,
-                         additional_retention_ms: Optional[int] = None) -> TopicPlan:
+                         additional_retention_ms: Optional[int] = None,
+                         topic_configs: Optional[Mapping[str, str]] = None) -> TopicPlan:
     """`existing_partitions` maps topic -> partition count for the topics that exist;
     `additional_retention_ms`: windowstore.changelog.additional.retention.ms (None: Kafka's
-    default), which a windowed store's changelog retains beyond the store (as Kafka's
-    InternalTopicManager). Raises MissingSourceTopicError naming the missing external source topics."""
+    default), which a windowed store's changelog retains beyond the store; `topic_configs`: the
+    app's `topic.`-prefixed configs, over the library's own for every internal topic and under a
+    store's logging config (as Kafka's InternalTopicManager). Raises MissingSourceTopicError
+    naming the missing external source topics."""
+    defaults = dict(topic_configs or {})
     internal = set(topology.internal_topics)
     missing = sorted({t for s in subtopologies for t in s.source_topics
                       if t not in internal and t not in existing_partitions})
@@ -127,7 +131,7 @@ def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], a
     for t in internal:
         if t in counts:
             specs[topology.decorate_topic(t, application_id)] = InternalTopicSpec(
-                counts[t], repartition_topic_config(), replication_factor)
+                counts[t], repartition_topic_config(defaults), replication_factor)
     partitions_of_sub = {}
     for s in subtopologies:
         n = max((counts[t] for t in s.source_topics), default=1)
@@ -136,6 +140,6 @@ def plan_internal_topics(topology: Topology, subtopologies: list[Subtopology], a
             builder = topology.store_builder(store)
             if _logged(builder):
                 specs[changelog_topic_name(application_id, store)] = InternalTopicSpec(
-                    n, _changelog_config(builder, additional_retention_ms), replication_factor)
+                    n, _changelog_config(builder, additional_retention_ms, defaults), replication_factor)
     sources = sorted({topology.decorate_topic(t, application_id) for s in subtopologies for t in s.source_topics})
     return TopicPlan(specs, partitions_of_sub, sources)
