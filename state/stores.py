@@ -26,7 +26,7 @@ from state.window import InMemoryWindowStore, RocksDBWindowStore, TimeOrderedWin
 log = logging.getLogger(__name__)
 
 # Kafka's windowstore.changelog.additional.retention.ms default: 1 day.
-WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000  # Kafka's default
+WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000
 MAX_RETENTION_MS = 2**63 - 1  # a Java long's largest
 MIN_SEGMENT_INTERVAL_MS = 60_000
 

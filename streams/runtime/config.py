@@ -227,9 +227,9 @@ class StreamsConfig:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         default_timestamp_extractor(raw)  # checked here (ConfigError); each task makes its own
-        deserialization_handler_from_config(raw)  # and the handlers, ConfigError naming the key set
-        unsupported_configs(raw)
+        deserialization_handler_from_config(raw)  # the handlers too, a ConfigError naming the key set
         production_handler_from_config(raw)
+        unsupported_configs(raw)
         return cls(
             raw=raw,
             application_id=app_id,
