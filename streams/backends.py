@@ -36,8 +36,9 @@ STREAMS_CONFIG_KEYS = frozenset({
     "rocksdb.config.setter", "upgrade.from", "built.in.metrics.version",
     "metrics.recording.level", "metrics.num.samples", "metrics.sample.window.ms",
     "repartition.purge.interval.ms",
+    "processing.exception.handler",
     # Kafka Streams settings Eddy does not implement (streams.runtime.config.unsupported_configs)
-    "processing.exception.handler", "default.dsl.store", "dsl.store.suppliers.class", "processor.wrapper.class",
+    "default.dsl.store", "dsl.store.suppliers.class", "processor.wrapper.class",
     "default.client.supplier", "ensure.explicit.internal.resource.naming", "group.protocol", "task.assignor.class",
     "log.summary.interval.ms", "rack.aware.assignment.strategy", "rack.aware.assignment.tags",
     "rack.aware.assignment.traffic_cost", "rack.aware.assignment.non_overlap_cost", "window.size.ms",

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 from streams.engine.context import ProcessorContextImpl
 from streams.engine.nodes import ProcessorNode, SinkNode
+from streams.engine.processing_errors import ProcessingFailures
 from streams.engine.stages import Stage, StageOperator, drop
 from streams.processor import Record
 
@@ -34,9 +35,12 @@ class FusedChains:
     """The fused chains of one task, built once per head node (at its first use: processors are
     initialised parent first, and a stage may need its processor initialised)."""
 
-    def __init__(self, context: ProcessorContextImpl) -> None:
+    def __init__(self, context: ProcessorContextImpl, failures: Optional[ProcessingFailures] = None) -> None:
         self.context = context
         self._entries: dict[str, Optional[Stage]] = {}
+        # processing.exception.handler's boundaries (streams/engine/processing_errors.py): each
+        # processor node's stage gets one; None: none at all
+        self._failures = failures
 
     def entry(self, head: ProcessorNode) -> Optional[Stage]:
         """`head` and the nodes after it as one function, or None when `head` cannot start a chain."""
@@ -65,6 +69,11 @@ class FusedChains:
                 ctx.current_node = node
         return failed
 
+    def _bounded(self, node: ProcessorNode, stage: Stage) -> Stage:
+        """`stage` with the node's processing.exception.handler boundary, if there are any (a
+        sink has none: its failures are its parent's, as in Kafka)."""
+        return stage if self._failures is None else self._failures.guard_stage(node.name, stage)
+
     def _stage(self, node: ProcessorNode, head: ProcessorNode, shared: bool = False) -> Stage:
         """`node`'s stage in the chain of `head`; `shared`: a node above it in the chain has
         several parents (so this one is reached from several chains)."""
@@ -77,9 +86,9 @@ class FusedChains:
             only = node.only_child
             if isinstance(only, SinkNode) and getattr(node.processor, "null_key_filter", False):
                 # the filter's whole work (drop None keys; it cannot fail) done by the sink's stage
-                return only.stage(self._failed_marker(only, head), drop_null_keys=True)
+                return self._bounded(node, only.stage(self._failed_marker(only, head), drop_null_keys=True))
             below = self._stage(only, head, shared or node.parent_count > 1) if only is not None else drop
-            return node.processor.stage(below, failed)
+            return self._bounded(node, node.processor.stage(below, failed))
         process = node.process
         new = _new_record
 

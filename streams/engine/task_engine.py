@@ -46,6 +46,7 @@ from streams.engine.accelerated import UNKNOWN_TIME, AcceleratedRoute
 from streams.engine.context import ProcessorContextImpl
 from streams.engine.fusion import FusedChains
 from streams.engine.nodes import ProcessorNode, RecordCollector, SinkNode, SourceNode
+from streams.engine.processing_errors import ProcessingFailures, ProcessingHandlerError, processing_handler_from_config
 from streams.engine.processor_metadata import ProcessorMetadata
 from streams.engine.punctuation import PunctuationQueue, PunctuationSchedule
 from streams.engine.stages import StageOperator
@@ -145,7 +146,10 @@ class TaskEngine:
         # a task's own instance, as Kafka makes one per task (None: the record timestamp rule)
         self._config_extractor = default_timestamp_extractor(self.config) if config_timestamp_extractor else None
         self._cache_flushers: Optional[list[Callable[[], None]]] = None
-        self.chains = FusedChains(self.context)
+        # processing.exception.handler's boundaries, None for the default (fail: no boundary at all)
+        handler = processing_handler_from_config(self.config)
+        self.processing_failures = ProcessingFailures(self, handler) if handler is not None else None
+        self.chains = FusedChains(self.context, self.processing_failures)
         self.accelerated = AcceleratedRoute(self)
         #: `(topic, partition) -> process(messages) -> count`, found on first use (the runtime's
         #: runs are often a record or two long: nothing is looked up again per run)
@@ -185,6 +189,8 @@ class TaskEngine:
                     # a Processor API node's store writes without a timestamp get its record's
                     # (the DSL's operators give every write its timestamp)
                     node.process = self.context.in_record_context(node.process)
+                if self.processing_failures is not None:
+                    node.process = self.processing_failures.guard_process(name, node.process)
             self.nodes[name] = node
         for name in self.subtopology.node_names:
             for parent in topo.node(name).parents:
@@ -401,7 +407,10 @@ class TaskEngine:
 
     def raise_process_error(self, exc: Exception, source: SourceNode, topic: str, partition: int,
                             offset: int) -> None:
-        """Raise `exc` as a ProcessingError naming the task, the failing node and the record."""
+        """Raise `exc` as a ProcessingError naming the task, the failing node and the record (the
+        processing exception handler's own failure as it is: it names them already)."""
+        if isinstance(exc, ProcessingHandlerError):
+            raise exc
         ctx = self.context
         failed = ctx.current_node.name if ctx.current_node is not None else source.name
         raise ProcessingError(
@@ -455,9 +464,12 @@ class TaskEngine:
         ctx.current_node, ctx.metadata, ctx.record_timestamp, ctx.headers = sched.node, None, now, ()
         try:
             sched.callback(now)
-        except StreamsError:
-            raise
         except Exception as exc:
+            failures = self.processing_failures
+            if failures is not None and failures.handled(sched.node.name, exc, None, now):
+                return  # Kafka's StreamTask.punctuate: dropped, the schedule goes on
+            if isinstance(exc, StreamsError):
+                raise
             failed = ctx.current_node.name if ctx.current_node is not None else sched.node.name
             raise ProcessingError(
                 f"exception caught while punctuating: task_id={self.task_id}, processor={failed}, "

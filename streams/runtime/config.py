@@ -13,6 +13,7 @@ from state.rocksdb_config import config_setter_class
 from state.stores import WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
 from streams.backends import STREAMS_CONFIG_KEYS, TOPIC_PREFIX
 from streams.errors import ConfigError
+from streams.engine.processing_errors import processing_handler_from_config
 from streams.optimizations import topology_optimizations
 from streams.processor import default_timestamp_extractor
 from streams.runtime.collector import production_handler_from_config
@@ -91,8 +92,6 @@ def _topic_value(key: str, value: Any) -> str:
 #: does, with the values that ask for Kafka's default behaviour (which Eddy has): any other value
 #: is a ConfigError rather than an app quietly running without what it counts on.
 _UNSUPPORTED = {
-    "processing.exception.handler": {"org.apache.kafka.streams.errors.LogAndFailProcessingExceptionHandler",
-                                     "log_and_fail"},
     "default.dsl.store": {"rocksDB"},
     "dsl.store.suppliers.class": {
         "org.apache.kafka.streams.state.BuiltInDslStoreSuppliers$RocksDBDslStoreSuppliers"},
@@ -229,6 +228,7 @@ class StreamsConfig:
         default_timestamp_extractor(raw)  # checked here (ConfigError); each task makes its own
         deserialization_handler_from_config(raw)  # the handlers too, a ConfigError naming the key set
         production_handler_from_config(raw)
+        processing_handler_from_config(raw)
         unsupported_configs(raw)
         return cls(
             raw=raw,

@@ -2,6 +2,7 @@
 hands its options to a new instance of the configured class each time it opens its database,
 and that instance's close follows the handle's; RocksDB really opens with what it set."""
 
+import itertools
 import pathlib
 
 import pytest
@@ -21,19 +22,24 @@ SETTER_TARGET_FILE = 7 * 1024 * 1024
 
 
 class Recorder(RocksDBConfigSetter):
-    """Sets two options and records every call as (instance id, call, store name, extra)."""
+    """Sets two options and records every call as (instance serial, call, store name, extra)
+    (a serial, not id(): a closed instance's id may be reused by the next one)."""
 
     calls: list = []
+    made = itertools.count()
+
+    def __init__(self):
+        self.serial = next(Recorder.made)
 
     def set_config(self, store_name, options, configs):
         options.set_write_buffer_size(SETTER_WRITE_BUFFER)
         options.set_target_file_size_base(SETTER_TARGET_FILE)
         self.options = options
-        Recorder.calls.append((id(self), "set_config", store_name, configs.get("application.id")))
+        Recorder.calls.append((self.serial, "set_config", store_name, configs.get("application.id")))
 
     def close(self, store_name, options):
         assert options is self.options  # the options it set, as Kafka's close gets them
-        Recorder.calls.append((id(self), "close", store_name, None))
+        Recorder.calls.append((self.serial, "close", store_name, None))
 
 
 class Failing(RocksDBConfigSetter):

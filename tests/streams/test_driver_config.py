@@ -62,6 +62,7 @@ def driver_error(config: dict) -> ConfigError:
     ({"default.deserialization.exception.handler": "ignore"}, "config 'default.deserialization.exception.handler'"),
     ({"production.exception.handler": 42}, "config 'production.exception.handler' must be"),
     ({"default.production.exception.handler": "retry"}, "config 'default.production.exception.handler' must"),
+    ({"processing.exception.handler": "skip"}, "config 'processing.exception.handler': unknown handler"),
 ])
 def test_driver_rejects_bad_config_like_the_app(bad, names, tmp_path):
     from_driver = driver_error(bad)

@@ -21,7 +21,6 @@ def topology():
 
 
 @pytest.mark.parametrize("key,value", [
-    ("processing.exception.handler", "org.apache.kafka.streams.errors.LogAndContinueProcessingExceptionHandler"),
     ("default.dsl.store", "in_memory"),
     ("dsl.store.suppliers.class", "org.apache.kafka.streams.state.BuiltInDslStoreSuppliers$InMemoryDslStoreSuppliers"),
     ("processor.wrapper.class", "com.example.Wrapper"),
@@ -39,7 +38,6 @@ def test_a_setting_that_would_change_the_app_is_refused(key, value, tmp_path):
 
 
 @pytest.mark.parametrize("key,value", [
-    ("processing.exception.handler", "org.apache.kafka.streams.errors.LogAndFailProcessingExceptionHandler"),
     ("default.dsl.store", "rocksDB"),
     ("ensure.explicit.internal.resource.naming", False),
     ("group.protocol", "CLASSIC"),

@@ -4,6 +4,7 @@ instance is closed with its store, and in-memory stores never see it."""
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 
 from state import RocksDBConfigSetter
@@ -19,13 +20,17 @@ WRITE_BUFFER = 5 * 1024 * 1024 + 8192
 
 class SmallBuffers(RocksDBConfigSetter):
     calls: list = []
+    made = itertools.count()
+
+    def __init__(self):
+        self.serial = next(SmallBuffers.made)  # not id(): a closed instance's may be reused
 
     def set_config(self, store_name, options, configs):
         options.set_write_buffer_size(WRITE_BUFFER)
-        SmallBuffers.calls.append(("set_config", store_name, configs["application.id"], id(self)))
+        SmallBuffers.calls.append(("set_config", store_name, configs["application.id"], self.serial))
 
     def close(self, store_name, options):
-        SmallBuffers.calls.append(("close", store_name, None, id(self)))
+        SmallBuffers.calls.append(("close", store_name, None, self.serial))
 
 
 def topology(source: str, out: str):
