@@ -173,7 +173,48 @@ class ProcessingFailures:
                 if not handled(node_name, exc, record, timestamp):
                     raise
                 ctx.current_node = current  # the chain goes on as if the node had returned
+        bulk = getattr(stage, "key_bytes_run", None)
+        if bulk is not None:  # the stage's bulk key run keeps its route, with the same boundary
+            guarded.key_bytes_run = (bulk[0], self._guard_run(node_name, bulk[1]), *bulk[2:])  # type: ignore[attr-defined]
         return guarded
+
+    def _guard_run(self, node_name: str, run: Callable[[list, list, Any, list], None]
+                   ) -> Callable[[list, list, Any, list], None]:
+        """A stage's bulk run over a stretch of source records with the node's boundary: a
+        failure at record i (the run says how many it finished: `updates_done`) is asked about
+        with that source record, and on CONTINUE the run goes on from i + 1."""
+        engine = self.engine
+        ctx = engine.context
+        handled = self.handled
+
+        def guarded_run(keys: list, timestamps: list, clock: Any, messages: list) -> None:
+            start, n = 0, len(keys)
+            current = ctx.current_node
+            while start < n:
+                try:
+                    if start:
+                        run(keys[start:], timestamps[start:], clock, messages[start:])
+                    else:
+                        run(keys, timestamps, clock, messages)
+                    return
+                except Exception as exc:
+                    i = start + getattr(exc, "updates_done", 0)
+                    if not _handles(exc) or not i < n:
+                        raise
+                    message = messages[i]
+                    source = engine.sources_by_topic[message.topic()]
+                    record = Record(source.key_deserialize(keys[i]), source.value_deserialize(message.value()),
+                                    timestamps[i])
+                    metadata = ctx.metadata
+                    ctx.metadata = (message.topic(), message.partition(), message.offset())
+                    try:
+                        if not handled(node_name, exc, record, timestamps[i]):
+                            raise
+                    finally:
+                        ctx.metadata = metadata
+                    ctx.current_node = current
+                    start = i + 1
+        return guarded_run
 
     def guard_process(self, node_name: str, process: Callable[[Record], None]) -> Callable[[Record], None]:
         """A node's `process(record)` with the node's boundary (see guard_stage)."""

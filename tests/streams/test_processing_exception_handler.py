@@ -205,3 +205,61 @@ def test_processor_api_store_writes_keep_working_under_a_handler():
         pipe(driver, ["a", "bad"])
         assert driver.get_key_value_store("kept").get("k") == "a"
         assert dropped(driver) == 1
+
+
+class _Message:
+    def __init__(self, offset, value):
+        self._offset, self._value = offset, value
+
+    def topic(self):
+        return "in"
+
+    def partition(self):
+        return 0
+
+    def offset(self):
+        return self._offset
+
+    def value(self):
+        return self._value
+
+
+def test_a_bulk_run_goes_on_after_a_dropped_record():
+    """Every bulk run today is a count (nothing in it fails per record), so this runs the
+    boundary of a stage's bulk run over a run that fails at its third and fifth keys: a failure
+    that cannot be produced with a real stage."""
+    from types import SimpleNamespace
+
+    from streams.engine.processing_errors import ProcessingFailures
+    from streams.metrics import MetricsRegistry, task_dropped_records_sensor
+
+    done, seen = [], []
+
+    def run(keys, timestamps, clock, messages):
+        for i, key in enumerate(keys):
+            if key.startswith(b"bad"):
+                exc = ValueError(f"bad key {key!r}")
+                exc.updates_done = i
+                raise exc
+            done.append(key)
+
+    def stage(key, value, timestamp, headers):  # the per-record form (not used by a run)
+        raise AssertionError("the run, not the stage")
+    stage.key_bytes_run = (S, run)
+    source = SimpleNamespace(key_deserialize=S.deserialize, value_deserialize=S.deserialize)
+    engine = SimpleNamespace(context=SimpleNamespace(metadata=None, current_node="head", headers=()),
+                             sources_by_topic={"in": source}, task_id="0_0",
+                             dropped_records_sensor=task_dropped_records_sensor(MetricsRegistry(), "t", "0_0"))
+
+    def handler(context, record, exception):
+        seen.append((context.offset, record.key, record.value, record.timestamp))
+        return CONTINUE
+    guarded = ProcessingFailures(engine, handler).guard_stage("COUNT", stage)
+    keys = [b"a", b"b", b"bad1", b"c", b"bad2", b"d"]
+    guarded_run = guarded.key_bytes_run[1]
+    guarded_run(keys, [10, 11, 12, 13, 14, 15], None, [_Message(i, f"v{i}".encode()) for i in range(6)])
+    assert done == [b"a", b"b", b"c", b"d"]
+    assert seen == [(2, "bad1", "v2", 12), (4, "bad2", "v4", 14)]
+    assert engine.dropped_records_sensor.count == 2
+    assert engine.context.metadata is None and engine.context.current_node == "head"
+    assert guarded.key_bytes_run[0] is S
