@@ -55,7 +55,7 @@ class GlobalStateUpdateTask:
         self.commit_interval_ms = int(config.get("commit.interval.ms", 30_000))
         self.engine = TaskEngine(topology, subtopology, task_id=GLOBAL_TASK_ID, application_id=application_id,
                                  config=config, collector=_NoSinks(), clock_ms=clock_ms, state_context=manager,
-                                 metrics=metrics, thread_id=thread_id, config_timestamp_extractor=False)
+                                 metrics=metrics, thread_id=thread_id, global_task=True)
         self._checkpointed: Optional[dict[TopicPartition, int]] = None
         self._last_flush_ms = 0
 

@@ -107,11 +107,12 @@ class TaskEngine:
                  application_id: str, config: Mapping[str, Any], collector: RecordCollector,
                  clock_ms: Callable[[], int], state_context: Any = None, metrics: Any = None,
                  thread_id: str = "main", global_stores: Optional[Mapping[str, Any]] = None,
-                 config_timestamp_extractor: bool = True) -> None:
+                 global_task: bool = False) -> None:
         """`global_stores`: the instance's global stores by name, which every processor may
-        read (`context.get_state_store`), filled by the global thread. `config_timestamp_extractor`:
-        whether sources without an extractor take default.timestamp.extractor's (a stream task's
-        do; Kafka's global store updates keep the records' own timestamps)."""
+        read (`context.get_state_store`), filled by the global thread. `global_task`: the global
+        stores' engine, which, as Kafka's GlobalStateUpdateTask, neither gives sources without an
+        extractor default.timestamp.extractor's (updates keep their records' timestamps) nor asks
+        processing.exception.handler (a global processor's failure fails)."""
         self.topology = topology
         self.global_stores: Mapping[str, Any] = global_stores if global_stores is not None else {}
         self.subtopology = subtopology
@@ -144,10 +145,10 @@ class TaskEngine:
         self._closed = False
         self._default_extractor = FailOnInvalidTimestamp()
         # a task's own instance, as Kafka makes one per task (None: the record timestamp rule)
-        self._config_extractor = default_timestamp_extractor(self.config) if config_timestamp_extractor else None
+        self._config_extractor = None if global_task else default_timestamp_extractor(self.config)
         self._cache_flushers: Optional[list[Callable[[], None]]] = None
         # processing.exception.handler's boundaries, None for the default (fail: no boundary at all)
-        handler = processing_handler_from_config(self.config)
+        handler = None if global_task else processing_handler_from_config(self.config)
         self.processing_failures = ProcessingFailures(self, handler) if handler is not None else None
         self.chains = FusedChains(self.context, self.processing_failures)
         self.accelerated = AcceleratedRoute(self)

@@ -263,3 +263,26 @@ def test_a_bulk_run_goes_on_after_a_dropped_record():
     assert engine.dropped_records_sensor.count == 2
     assert engine.context.metadata is None and engine.context.current_node == "head"
     assert guarded.key_bytes_run[0] is S
+
+
+def test_a_global_stores_processor_is_not_asked():
+    """Kafka's GlobalStateUpdateTask initialises its nodes without the handler: a global
+    processor's failure fails."""
+    class Strict(Processor):
+        def init(self, context):
+            self.store = context.get_state_store("global")
+
+        def process(self, record):
+            if record.value == "bad":
+                raise ValueError("global bad")
+            self.store.put(record.key, record.value)
+    t = Topology()
+    t.add_source("src", "in", key_serde=S, value_serde=S)
+    t.add_sink("sink", "out", "src", key_serde=S, value_serde=S)
+    t.add_global_store(Stores.key_value_store_builder(Stores.in_memory_key_value_store("global"), S, S)
+                       .with_logging_disabled(), "gsrc", S, S, "g", "gproc", Strict)
+    with TopologyTestDriver(t, {"application.id": "p", KEY: "log_and_continue"}) as driver:
+        g = driver.create_input_topic("g", S, S)
+        g.pipe_input("k", "ok")
+        with pytest.raises(ProcessingError, match="global bad"):
+            g.pipe_input("k", "bad")
