@@ -14,6 +14,7 @@ import tempfile
 import threading
 from typing import Any, Mapping, Protocol, runtime_checkable
 
+from streams import unsupported_configs as _unsupported
 from streams.errors import BackendError
 
 logger = logging.getLogger(__name__)
@@ -30,21 +31,12 @@ STREAMS_CONFIG_KEYS = frozenset({
     "default.deserialization.exception.handler", "default.production.exception.handler",
     "deserialization.exception.handler", "production.exception.handler",  # their Kafka 4.0 names
     "replication.factor", "topology.optimization", "max.task.idle.ms",
-    "buffered.records.per.partition", "input.buffer.max.bytes", "application.server", "state.cleanup.delay.ms",
-    "windowstore.changelog.additional.retention.ms", "acceptable.recovery.lag",
-    "max.warmup.replicas", "probing.rebalance.interval.ms", "task.timeout.ms",
-    "rocksdb.config.setter", "upgrade.from", "built.in.metrics.version",
-    "metrics.recording.level", "metrics.num.samples", "metrics.sample.window.ms",
-    "repartition.purge.interval.ms",
-    "processing.exception.handler",
-    # Kafka Streams settings Eddy does not implement (streams.runtime.config.unsupported_configs)
-    "default.dsl.store", "dsl.store.suppliers.class", "processor.wrapper.class",
-    "default.client.supplier", "ensure.explicit.internal.resource.naming", "group.protocol", "task.assignor.class",
-    "log.summary.interval.ms", "rack.aware.assignment.strategy", "rack.aware.assignment.tags",
-    "rack.aware.assignment.traffic_cost", "rack.aware.assignment.non_overlap_cost", "window.size.ms",
+    "buffered.records.per.partition", "input.buffer.max.bytes", "state.cleanup.delay.ms",
+    "windowstore.changelog.additional.retention.ms", "task.timeout.ms", "rocksdb.config.setter",
+    "repartition.purge.interval.ms", "processing.exception.handler",
     # the stream threads' poll size (streams.runtime.config.max_poll_records), not a client's
     "max.poll.records", "consumer.max.poll.records",
-})
+}) | _unsupported.KEYS  # and the settings Eddy does not implement (streams/unsupported_configs.py)
 
 #: The keys of an app config not handed to the clients as their base: Kafka Streams' own, and
 #: bootstrap.servers, which names the backend (that sets it on its clients itself). Under a

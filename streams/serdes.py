@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from streams.config_names import DESERIALIZATION_HANDLER_CONFIG, renamed_config
+from streams.config_names import DESERIALIZATION_HANDLER_CONFIG, handler_named, renamed_config
 from streams.errors import ConfigError, RecordDeserializationError, SerializationError
 
 log = logging.getLogger(__name__)
@@ -351,17 +351,7 @@ def deserialization_handler_from_config(
     `handler(error: RecordDeserializationError) -> DeserializationHandlerResponse`.
     """
     key, value = renamed_config(config, DESERIALIZATION_HANDLER_CONFIG)
-    if value is None:
-        return log_and_fail
-    if isinstance(value, str):
-        handler = _HANDLERS.get(value.strip().lower())
-        if handler is None:
-            raise ConfigError(
-                f"config {key!r}: unknown handler {value!r}; use 'log_and_fail', 'log_and_continue' or a callable")
-        return handler
-    if callable(value):
-        return value
-    raise ConfigError(f"config {key!r} must be a handler name or a callable, got {value!r}")
+    return log_and_fail if value is None else handler_named(key, value, _HANDLERS)
 
 
 class ConfigDefaultSerde(Serde):

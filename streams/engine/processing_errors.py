@@ -10,8 +10,9 @@ nodes around it do not ask again. A punctuator that raises is asked about with n
 Without a handler, or with the default log_and_fail, the engine builds no boundary at all: a
 failure takes the one path it always took (the route names the failing node). With another
 handler every processor node's process and every fused stage of one gets a boundary (`guard_stage`,
-`guard_process`); a guarded head stage hides the bulk key run a stage may offer
-(streams/engine/accelerated.py), so a run of records never fails half done.
+`guard_process`), and so does a stage's bulk run over a stretch of records (its `key_bytes_run`,
+streams/engine/accelerated.py): a failure at one record of the run is asked about with that
+record, and on CONTINUE the run goes on after it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
 from eddy.errors import EddyError
 from state.errors import InvalidStoreArgumentError
-from streams.errors import ConfigError, InvalidRecordError, ProcessingError, SerializationError
+from streams.config_names import handler_named
+from streams.errors import InvalidRecordError, ProcessingError, SerializationError
 from streams.processor import Record
 
 if TYPE_CHECKING:
@@ -92,15 +94,7 @@ def processing_handler_from_config(config: Optional[Mapping[str, Any]]) -> Optio
     value = (config or {}).get(PROCESSING_HANDLER_CONFIG)
     if value is None:
         return None
-    if isinstance(value, str):
-        handler = _HANDLERS.get(value.strip().lower())
-        if handler is None:
-            raise ConfigError(f"config {PROCESSING_HANDLER_CONFIG!r}: unknown handler {value!r}; "
-                              "use 'log_and_fail', 'log_and_continue' or a callable")
-    elif callable(value):
-        handler = value
-    else:
-        raise ConfigError(f"config {PROCESSING_HANDLER_CONFIG!r} must be a handler name or a callable, got {value!r}")
+    handler = handler_named(PROCESSING_HANDLER_CONFIG, value, _HANDLERS)
     return None if handler is log_and_fail else handler
 
 

@@ -16,6 +16,7 @@ from streams.errors import ConfigError
 from streams.engine.processing_errors import processing_handler_from_config
 from streams.optimizations import topology_optimizations
 from streams.processor import default_timestamp_extractor
+from streams.unsupported_configs import unsupported_configs
 from streams.runtime.collector import production_handler_from_config
 from streams.serdes import deserialization_handler_from_config
 
@@ -86,49 +87,6 @@ def _topic_value(key: str, value: Any) -> str:
     if isinstance(value, (str, int, float)) and len(key) > len(TOPIC_PREFIX):
         return str(value)
     raise ConfigError(f"config {key!r} must name a topic config and give it a string or number, got {value!r}")
-
-
-#: Kafka Streams settings Eddy does not implement whose other values would change what the app
-#: does, with the values that ask for Kafka's default behaviour (which Eddy has): any other value
-#: is a ConfigError rather than an app quietly running without what it counts on.
-_UNSUPPORTED = {
-    "default.dsl.store": {"rocksDB"},
-    "dsl.store.suppliers.class": {
-        "org.apache.kafka.streams.state.BuiltInDslStoreSuppliers$RocksDBDslStoreSuppliers"},
-    "processor.wrapper.class": {"org.apache.kafka.streams.processor.internals.NoOpProcessorWrapper"},
-    "default.client.supplier": {"org.apache.kafka.streams.processor.internals.DefaultKafkaClientSupplier"},
-    "ensure.explicit.internal.resource.naming": {False, "false"},
-    "group.protocol": {"classic"},
-    "task.assignor.class": set(),
-}
-#: Kafka Streams settings that only tune what Eddy does not have (Kafka's task assignor, metrics
-#: recording, rolling upgrades, interactive-query metadata): accepted, with a warning that they
-#: have no effect.
-_NO_EFFECT = (
-    "acceptable.recovery.lag", "max.warmup.replicas", "probing.rebalance.interval.ms", "application.server",
-    "rack.aware.assignment.strategy", "rack.aware.assignment.tags", "rack.aware.assignment.traffic_cost",
-    "rack.aware.assignment.non_overlap_cost", "upgrade.from", "built.in.metrics.version", "metrics.recording.level",
-    "metrics.num.samples", "metrics.sample.window.ms", "log.summary.interval.ms", "window.size.ms",
-)
-
-
-def unsupported_configs(raw: Mapping[str, Any]) -> None:
-    """ConfigError for a Kafka Streams setting Eddy does not implement, set to ask for something
-    other than Kafka's default; a warning for each set one that has no effect here."""
-    for key, accepted in _UNSUPPORTED.items():
-        value = raw.get(key)
-        if value is None:
-            continue
-        normalized = value.strip() if isinstance(value, str) else value
-        if key == "group.protocol" and isinstance(normalized, str):
-            normalized = normalized.lower()
-        if normalized not in accepted:
-            raise ConfigError(f"config {key!r} = {value!r} is not supported by Eddy (it implements Kafka's "
-                              f"default{': ' + ' or '.join(sorted(map(str, accepted))) if accepted else ', unset'}); "
-                              "remove it or set the default")
-    for key in _NO_EFFECT:
-        if key in raw:
-            log.warning("config %r is a Kafka Streams setting Eddy does not implement: it has no effect", key)
 
 
 #: Kafka's default statestore.cache.max.bytes (10 MiB)
