@@ -108,6 +108,7 @@ class Topology:
         self._source_changelogs: dict[str, str] = {}
         self.applied_optimizations: frozenset = frozenset()  # what StreamsBuilder.build(config) applied
         self._reported_optimizations: set[frozenset] = set()  # what _report_optimizations said
+        self._reported_store_type = False  # whether _bind_store_types warned
         self._built: Optional[list[Subtopology]] = None
         self._groups: Optional[list[Subtopology]] = None
 
@@ -323,8 +324,30 @@ class Topology:
         caching layers when the config gives the cache no bytes."""
         for serde in self._deferred_serdes:
             serde.bind(config)
+        self._bind_store_types(config)
         self._bind_caching(config)
         self._report_optimizations(config)
+
+    def _bind_store_types(self, config: Any) -> None:
+        """Kafka's StoreFactory.configure: the DSL stores whose store type the StreamsBuilder's
+        config left open take the app's (dsl.store.suppliers.class, RocksDB unless set; see
+        streams/dsl/store_suppliers.py), before any is made. The app's own default.dsl.store does
+        not reach them (as in Kafka): said once per topology when it would have."""
+        from streams.dsl.store_suppliers import app_store_suppliers, unapplied_default_dsl_store
+
+        open_types = [builder for builder in self._stores.values()
+                      if callable(getattr(builder, "configure_store_type", None)) and not builder.store_type_fixed]
+        if not open_types:
+            return
+        suppliers = app_store_suppliers(config or {})
+        for builder in open_types:
+            builder.configure_store_type(suppliers)
+        unapplied = unapplied_default_dsl_store(config or {})
+        if unapplied is not None and not self._reported_store_type:
+            self._reported_store_type = True
+            log.warning("config 'default.dsl.store' = %r in the app's config does not change the DSL's stores (as "
+                        "in Kafka Streams): give it to StreamsBuilder(config), or set 'dsl.store.suppliers.class'",
+                        unapplied)
 
     def _report_optimizations(self, config: Any) -> None:
         """Say which optimizations topology.optimization asks for that this topology was built

@@ -14,9 +14,6 @@ log = logging.getLogger(__name__)
 #: Kafka's default behaviour (which Eddy has; strings compared case-insensitively): any other
 #: value is a ConfigError rather than an app quietly running without what it counts on.
 CHANGING = {
-    "default.dsl.store": {"rocksdb"},
-    "dsl.store.suppliers.class": {
-        "org.apache.kafka.streams.state.builtindslstoresuppliers$rocksdbdslstoresuppliers"},
     "processor.wrapper.class": {"org.apache.kafka.streams.processor.internals.noopprocessorwrapper"},
     "default.client.supplier": {"org.apache.kafka.streams.processor.internals.defaultkafkaclientsupplier"},
     "ensure.explicit.internal.resource.naming": {False, "false"},

@@ -8,6 +8,7 @@ from streams.dsl.kstream import BranchedKStream, KStream, StreamsBuilder
 from streams.dsl.ktable import KTable
 from streams.dsl.materialized import Materialized
 from streams.dsl.change import Change
+from streams.dsl.store_suppliers import BuiltInDslStoreSuppliers, DslStoreSuppliers
 from streams.dsl.suppressed import BufferConfig, Suppressed
 from streams.dsl.windows import (
     EmitStrategy,
@@ -23,4 +24,4 @@ __all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "GlobalKTabl
            "TimeWindowedKStream", "SessionWindowedKStream", "CogroupedKStream", "TimeWindowedCogroupedKStream",
            "SessionWindowedCogroupedKStream", "BranchedKStream", "Materialized", "Change",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
-           "Window", "Windowed", "Suppressed", "BufferConfig"]
+           "Window", "Windowed", "Suppressed", "BufferConfig", "DslStoreSuppliers", "BuiltInDslStoreSuppliers"]

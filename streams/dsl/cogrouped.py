@@ -139,10 +139,12 @@ class CogroupedKStream:
         key_serde = N.key_or_default(mat.key_serde or first_key, where)
         value_serde = N.value_or_default(mat.value_serde, where)
         if windows is None:
-            store_builder: Any = _MaterializedStoreBuilder(mat, name_of_store, key_serde, value_serde)
+            store_builder: Any = _MaterializedStoreBuilder(mat, name_of_store, key_serde, value_serde,
+                                                           self._builder.dsl_store_suppliers)
             table_key = key_serde
         else:
-            store_builder, table_key = windowed_store(mat, name_of_store, windows, key_serde, value_serde)
+            store_builder, table_key = windowed_store(mat, name_of_store, windows, key_serde, value_serde,
+                                                      suppliers=self._builder.dsl_store_suppliers)
         caching = mat.caching_enabled
         names = []
         for parent, (_, aggregator) in zip(parents, streams):

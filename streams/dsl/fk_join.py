@@ -106,8 +106,10 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
         subscription_source, (send_name,), subscription_topic, subscription_sink, foreign_key_serde,
         subscription_serde, copartition_with=other.name,
         deferred_serdes=N.deferred(primary_key_serde, left_value_serde)))
-    subscription_builder = LazyStoreBuilder(subscription_store, "key_value", lambda: subscription_store_builder(
-        subscription_store, primary_key_serde))
+    # the app's store type only, as Kafka's SubscriptionStoreFactory (neither the join's
+    # Materialized nor the builder's config)
+    subscription_builder = LazyStoreBuilder(subscription_store, "key_value", lambda suppliers: subscription_store_builder(
+        subscription_store, primary_key_serde, suppliers=suppliers))
     graph.add(StatefulProcessorNode(receive_name, (subscription_source,),
                                     lambda: SubscriptionReceiveProcessor(subscription_store, key_schema),
                                     store_builder=subscription_builder, store_name=subscription_store))
@@ -126,8 +128,9 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
     result_store_where = f"table store {name_of_store!r}"
     store_key = N.key_or_default(mat.key_serde or this.key_serde, result_store_where)
     store_value = N.value_or_default(mat.value_serde, result_store_where)
-    result_builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
-        mat, name_of_store, store_key, store_value, timestamped=True))
+    result_builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
+        mat, name_of_store, store_key, store_value, timestamped=True, suppliers=suppliers),
+        this._builder.dsl_store_suppliers)
     # Kafka's KTableSource as the result, a source table: materialized when its store is named (it
     # is then queryable) or a later operation forces it (old values, a read by key), else every
     # result forwarded as Change(value, None); asked when the topology is written

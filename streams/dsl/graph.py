@@ -232,18 +232,37 @@ class CachingSwitch:
 
 
 class LazyStoreBuilder(CachingSwitch):
-    """A StoreBuilder for a DSL store made on first use (`make()` -> the real builder), so
-    describing or validating a DSL topology needs no store code."""
+    """A StoreBuilder for a DSL store made on first use (`make(suppliers)` -> the real builder),
+    so describing or validating a DSL topology needs no store code. `suppliers`: the
+    DslStoreSuppliers its StreamsBuilder's config chose, or None for the app's
+    (`configure_store_type`, which Topology.bind_config calls), as Kafka's StoreFactory."""
 
-    def __init__(self, name: str, kind: str, make: Callable[[], Any]) -> None:
+    def __init__(self, name: str, kind: str, make: Callable[[Any], Any], suppliers: Any = None) -> None:
         self.name = name
         self.kind = kind
         self._make = make
         self._builder: Any = None
+        self._fixed = suppliers
+        self._configured: Any = None
+
+    @property
+    def store_type_fixed(self) -> bool:
+        """Whether the builder's config chose the store type (the app's cannot change it)."""
+        return self._fixed is not None
+
+    def configure_store_type(self, suppliers: Any) -> None:
+        """The app's store type (store_suppliers.app_store_suppliers), for a store the builder's
+        config left open. A builder made before (by a topology built with an optimization) keeps
+        its settings and takes the new store supplier."""
+        if self._fixed is not None or type(suppliers) is type(self._configured):
+            return
+        self._configured = suppliers
+        if self._builder is not None:
+            self._builder.supplier = self._make(suppliers).supplier
 
     def store_builder(self) -> Any:
         if self._builder is None:
-            self._builder = self._make()
+            self._builder = self._make(self._fixed or self._configured)
         return self._builder
 
     @property

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from streams import serdes as _serdes
 from streams.dsl import naming as N
 from streams.dsl.change import ChangeSerde
-from streams.dsl.graph import CachingSwitch, LazyStoreBuilder, RepartitionNode, StatefulProcessorNode
+from streams.dsl.graph import LazyStoreBuilder, RepartitionNode, StatefulProcessorNode
 from streams.dsl.ktable import KTable
 from streams.dsl.materialized import (Materialized, as_materialized, key_value_store_builder, session_store_builder,
                                       window_store_builder)
@@ -26,29 +26,24 @@ if TYPE_CHECKING:  # cogrouped imports this module
 
 __all__ = ["KGroupedStream", "TimeWindowedKStream", "SessionWindowedKStream", "KGroupedTable"]
 
-class _MaterializedStoreBuilder(CachingSwitch):
-    """A StoreBuilder for a grouped stream's timestamped key-value store; the real `state.Stores`
-    builder is created on first build() so describing a DSL topology needs no store code."""
+class _MaterializedStoreBuilder(LazyStoreBuilder):
+    """The lazy builder of a grouped stream's timestamped key-value store (timestamped, Kafka's
+    KIP-258: the aggregate keeps the newest timestamp it has seen); its logging is read from the
+    Materialized without making the store builder."""
 
-    def __init__(self, mat: Materialized, store_name: str, key_serde: Any, value_serde: Any) -> None:
-        self.name = store_name
-        self.kind = "key_value"
+    def __init__(self, mat: Materialized, store_name: str, key_serde: Any, value_serde: Any,
+                 suppliers: Any = None) -> None:
+        super().__init__(store_name, "key_value", lambda chosen: key_value_store_builder(
+            mat, store_name, key_serde, value_serde, timestamped=True, suppliers=chosen), suppliers)
         self.materialized = mat
-        self.key_serde = key_serde
-        self.value_serde = value_serde
-        self.logging_enabled = mat.logging_enabled
-        self.log_config = dict(mat.log_config or {})
-        self._builder: Any = None
 
-    def store_builder(self) -> Any:
-        if self._builder is None:
-            # timestamped (Kafka's KIP-258): the aggregate keeps the newest timestamp it has seen
-            self._builder = key_value_store_builder(self.materialized, self.name, self.key_serde, self.value_serde,
-                                                    timestamped=True)
-        return self._builder
+    @property
+    def logging_enabled(self) -> bool:
+        return self.materialized.logging_enabled if self._builder is None else self._builder.logging_enabled
 
-    def build(self) -> Any:
-        return self.store_builder().build()
+    @property
+    def log_config(self) -> dict:
+        return dict(self.materialized.log_config or {}) if self._builder is None else self._builder.log_config
 
 
 class KGroupedStream:
@@ -84,7 +79,8 @@ class KGroupedStream:
         caching = mat.caching_enabled
         graph.add(StatefulProcessorNode(
             name, (parent,), lambda: AggregateProcessor(name_of_store, caching, initializer, adder),
-            store_builder=_MaterializedStoreBuilder(mat, name_of_store, key_serde, value_serde),
+            store_builder=_MaterializedStoreBuilder(mat, name_of_store, key_serde, value_serde,
+                                                    self._builder.dsl_store_suppliers),
             store_name=name_of_store, deferred_serdes=N.deferred(key_serde, value_serde)))
         return KTable(self._builder, name, key_serde, value_serde, name_of_store if mat.store_name else None,
                       store_name=name_of_store)
@@ -125,26 +121,29 @@ class KGroupedStream:
         raise TopologyError(f"windowed_by needs TimeWindows, SlidingWindows or SessionWindows, got {windows!r}")
 
 
-def windowed_store(mat: Materialized, name_of_store: str, windows: Any, key_serde: Any,
-                   value_serde: Any, time_ordered: bool = False) -> tuple[LazyStoreBuilder, Any]:
-    """The store of a windowed aggregation (a window store of ValueAndTimestamp, time-ordered
-    if asked, or a session store for SessionWindows) and the Windowed key serde of its table; the
-    retention checks fail here, at build time, as Kafka's."""
+def windowed_store(mat: Materialized, name_of_store: str, windows: Any, key_serde: Any, value_serde: Any,
+                   emit_strategy: Optional[EmitStrategy] = None,
+                   suppliers: Any = None) -> tuple[LazyStoreBuilder, Any]:
+    """The store of a windowed aggregation (a window store of ValueAndTimestamp, or a session
+    store for SessionWindows; `emit_strategy` and `suppliers`, the builder's store type, go to
+    the store suppliers) and the Windowed key serde of its table; the retention checks fail
+    here, at build time, as Kafka's."""
     if isinstance(windows, SessionWindows):
         kind = "session"
 
-        def make() -> Any:
-            return session_store_builder(mat, name_of_store, windows, key_serde, value_serde)
+        def make(chosen: Any) -> Any:
+            return session_store_builder(mat, name_of_store, windows, key_serde, value_serde,
+                                         emit_strategy=emit_strategy, suppliers=chosen)
         windowed_key = _serdes.session_windowed(key_serde)
     else:
         kind = "window"
 
-        def make() -> Any:
+        def make(chosen: Any) -> Any:
             return window_store_builder(mat, name_of_store, windows, key_serde, value_serde, timestamped=True,
-                                        time_ordered=time_ordered)
+                                        emit_strategy=emit_strategy, suppliers=chosen)
         windowed_key = _serdes.time_windowed(key_serde, windows.size())
-    make()
-    return LazyStoreBuilder(name_of_store, kind, make), windowed_key
+    make(suppliers)
+    return LazyStoreBuilder(name_of_store, kind, make, suppliers), windowed_key
 
 
 def _use_up_a_count_name(graph: Any, store: Any) -> None:
@@ -172,11 +171,11 @@ class _WindowedStream:
                   value_serde: Any) -> KTable:
         grouped, windows, emit = self._grouped, self._windows, self._emit
         mat = as_materialized(store, op)
-        # Final results on window close come from the processor scanning a time-ordered store,
-        # never from a cache flush. Kafka keeps the cache of time windows (WindowStoreMaterializer:
-        # the processor scans it too) but drops that of sliding and session windows
-        # (SlidingWindowStoreMaterializer, SessionStoreMaterializer).
-        time_ordered = emit.emits_on_close and not isinstance(windows, SessionWindows)
+        # Final results on window close come from the processor scanning its store (the built-in
+        # store suppliers order a window store by window start for it), never from a cache flush.
+        # Kafka keeps the cache of time windows (WindowStoreMaterializer: the processor scans it
+        # too) but drops that of sliding and session windows (SlidingWindowStoreMaterializer,
+        # SessionStoreMaterializer).
         if emit.emits_on_close and not isinstance(windows, TimeWindows):
             mat = mat.with_caching_disabled()
         graph = grouped._builder._graph
@@ -186,8 +185,8 @@ class _WindowedStream:
         where = f"store {name_of_store!r}"
         key_serde = N.key_or_default(mat.key_serde or grouped.key_serde, where)
         value_serde = N.value_or_default(mat.value_serde or value_serde, where)
-        store_builder, windowed_key = windowed_store(mat, name_of_store, windows, key_serde, value_serde,
-                                                     time_ordered)
+        store_builder, windowed_key = windowed_store(mat, name_of_store, windows, key_serde, value_serde, emit,
+                                                     grouped._builder.dsl_store_suppliers)
         caching = mat.caching_enabled
         graph.add(StatefulProcessorNode(
             name, (parent,),
@@ -273,8 +272,9 @@ class KGroupedTable:
         key_serde = N.key_or_default(mat.key_serde or self.key_serde, where)
         store_value = N.value_or_default(mat.value_serde or value_serde, where)
         caching = mat.caching_enabled
-        builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
-            mat, name_of_store, key_serde, store_value, timestamped=True))
+        builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
+            mat, name_of_store, key_serde, store_value, timestamped=True, suppliers=suppliers),
+            self._builder.dsl_store_suppliers)
         graph.add(StatefulProcessorNode(
             name, (source,), lambda: TableAggregateProcessor(name_of_store, caching, add, subtract),
             store_builder=builder, store_name=name_of_store, deferred_serdes=N.deferred(key_serde, store_value)))

@@ -21,6 +21,7 @@ from streams.dsl.ops.stateless import (BranchProcessor, FilterProcessor, FlatMap
                                        PassThroughProcessor, PeekProcessor)
 from streams.dsl.ops.stream_join import SelfJoinProcessor, StreamStreamJoin, StreamTableJoinProcessor
 from streams.dsl.ops.table import TableSourceProcessor
+from streams.dsl.store_suppliers import builder_store_suppliers
 from streams.dsl.windows import JoinWindows
 from streams.errors import InternalTopicError, TopologyError
 from streams.internal_topics import validate_topic_name
@@ -67,11 +68,16 @@ def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: str, key_s
 
 
 class StreamsBuilder:
-    """Entry point of the DSL: `stream(...)` then operations, then `build()` -> Topology."""
+    """Entry point of the DSL: `stream(...)` then operations, then `build()` -> Topology.
+    `config` (Kafka's StreamsBuilder(TopologyConfig)): its `dsl.store.suppliers.class` or
+    `default.dsl.store` chooses the stores of the DSL operations that follow
+    (streams/dsl/store_suppliers.py); ConfigError for a bad value."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: Optional[Mapping[str, Any]] = None) -> None:
         self._graph = Graph()
         self._source_topics: dict[str, str] = {}
+        #: the DslStoreSuppliers config chose, None to leave it to the app's config
+        self.dsl_store_suppliers = builder_store_suppliers(config)
 
     def stream(self, topics: str | Iterable[str], *, key_serde: Any = None, value_serde: Any = None,
                timestamp_extractor: Optional[TimestampExtractor] = None,
@@ -168,8 +174,9 @@ class StreamsBuilder:
         where = f"table store {name_of_store!r}"
         store_key = N.key_or_default(mat.key_serde or key_serde, where)
         store_value = N.value_or_default(mat.value_serde or value_serde, where)
-        builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
-            mat, name_of_store, store_key, store_value, timestamped=True))
+        builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
+            mat, name_of_store, store_key, store_value, timestamped=True, suppliers=suppliers),
+            self.dsl_store_suppliers)
         return _TableSource(mat, name_of_store, source, name, key_serde, value_serde, builder,
                             N.deferred(store_key, store_value))
 
@@ -367,8 +374,9 @@ class KStream:
         where = f"table store {name_of_store!r}"
         store_key = N.key_or_default(mat.key_serde or ks, where)
         store_value = N.value_or_default(mat.value_serde or vs, where)
-        builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
-            mat, name_of_store, store_key, store_value, timestamped=True))
+        builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
+            mat, name_of_store, store_key, store_value, timestamped=True, suppliers=suppliers),
+            self._builder.dsl_store_suppliers)
         table = _ktable().KTable(self._builder, name, mat.key_serde or ks, mat.value_serde or vs,
                                  name_of_store if mat.store_name else None, store_name=name_of_store, source=True)
         graph.add(StatefulProcessorNode(name, (parent,), lambda: table.source_processor(mat),
@@ -509,18 +517,20 @@ class KStream:
         key_serde = N.key_or_default(this.key_serde or other.key_serde, where)
         this_vs = N.value_or_default(this.value_serde, where)
         other_vs = N.value_or_default(other_vs or other.value_serde, f"{op} store {other_store!r}")
-        in_memory = mat is not None and mat.in_memory
+        # Kafka's StreamJoined: its own store type, else the builder's config, else the app's
+        fixed = (mat.store_type if mat is not None else None) or self._builder.dsl_store_suppliers
         logging_enabled = mat is None or mat.logging_enabled
         log_config = None if mat is None else mat.log_config
-        stores = dict(in_memory=in_memory, logging_enabled=logging_enabled, log_config=log_config)
+        stores = dict(logging_enabled=logging_enabled, log_config=log_config)
 
         def window_store(name: str, value_serde: Any) -> LazyStoreBuilder:
-            return LazyStoreBuilder(name, "window", lambda: join_window_store_builder(
-                name, windows, key_serde, value_serde, **stores))
+            return LazyStoreBuilder(name, "window", lambda suppliers: join_window_store_builder(
+                name, windows, key_serde, value_serde, suppliers=suppliers, **stores), fixed)
         shared = StreamStreamJoin(windows, joiner, join_type, this_store, other_store, outer_store, key_serde,
                                   this_vs, other_vs)
         outer_builder = None if outer_store is None else LazyStoreBuilder(
-            outer_store, "key_value", lambda: outer_join_store_builder(outer_store, **stores))
+            outer_store, "key_value", lambda suppliers: outer_join_store_builder(
+                outer_store, suppliers=suppliers, **stores), fixed)
         graph.add(StreamStreamJoinNode(
             merge, (this._node, other._node), this_windowed=this_windowed, other_windowed=other_windowed,
             join_this=join_this, join_other=join_other, this_supplier=shared.side(True),

@@ -140,8 +140,9 @@ class KTable:
             store_key = N.key_or_default(mat.key_serde or self.key_serde, where)
             store_value = N.value_or_default(mat.value_serde or value_serde, where)
             caching = mat.caching_enabled
-            builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
-                mat, name_of_store, store_key, store_value, timestamped=True))
+            builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
+                mat, name_of_store, store_key, store_value, timestamped=True, suppliers=suppliers),
+                self._builder.dsl_store_suppliers)
             graph.add(StatefulProcessorNode(name, (self._node,), lambda: make(name_of_store, caching, lambda: flag[0]),
                                             store_builder=builder, store_name=name_of_store,
                                             deferred_serdes=N.deferred(store_key, store_value)))
@@ -301,8 +302,9 @@ class KTable:
             store_key = N.key_or_default(key_serde, where)
             store_value = N.value_or_default(value_serde, where)
             caching = mat.caching_enabled
-            store_builder = LazyStoreBuilder(name_of_store, "key_value", lambda: key_value_store_builder(
-                mat, name_of_store, store_key, store_value, timestamped=True))
+            store_builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
+                mat, name_of_store, store_key, store_value, timestamped=True, suppliers=suppliers),
+                self._builder.dsl_store_suppliers)
             deferred = N.deferred(store_key, store_value)
         graph.add(TableTableJoinNode(
             merge, (self._node, other._node), join_this=join_this, join_other=join_other,

@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from streams.dsl.store_suppliers import (IN_MEMORY, BuiltInDslStoreSuppliers, DslKeyValueParams, DslSessionParams,
+                                         DslStoreSuppliers, DslWindowParams, supplier_of)
+from streams.dsl.store_suppliers import store_type as _store_type
 from streams.errors import TopologyError
 
 
@@ -20,7 +23,8 @@ class Materialized:
     caching_enabled: bool = True
     logging_enabled: bool = True
     log_config: Optional[dict] = None
-    in_memory: bool = False
+    #: a DslStoreSuppliers (with_store_type), or None: the builder's or the app's config decides
+    store_type: Any = None
     store_supplier: Any = None
     retention_ms: Optional[int] = None
 
@@ -63,7 +67,18 @@ class Materialized:
         return replace(self, logging_enabled=False, log_config=None)
 
     def with_in_memory_store(self) -> "Materialized":
-        return replace(self, in_memory=True)
+        """with_store_type("in_memory")."""
+        return self.with_store_type(IN_MEMORY)
+
+    def with_store_type(self, store_type: Any) -> "Materialized":
+        """Kafka's withStoreType: "rocksDB", "in_memory", or a DslStoreSuppliers (instance or
+        class), over the builder's and the app's config (streams/dsl/store_suppliers.py)."""
+        return replace(self, store_type=_store_type(store_type, "Materialized.with_store_type"))
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the store type asked for is Kafka's in-memory one."""
+        return self.store_type is BuiltInDslStoreSuppliers.IN_MEMORY
 
     def with_retention(self, retention: Any) -> "Materialized":
         """How long a window or session store keeps windows (int ms or timedelta); the default is
@@ -104,31 +119,37 @@ def _supplier_of_kind(mat: Materialized, kind: str, where: str) -> Any:
     return supplier
 
 
+def _suppliers(mat: Materialized, suppliers: Optional[DslStoreSuppliers]) -> DslStoreSuppliers:
+    """The DslStoreSuppliers a store without a supplier of its own takes: the Materialized's store
+    type, else `suppliers` (the builder's or the app's, LazyStoreBuilder), else RocksDB."""
+    return mat.store_type or suppliers or BuiltInDslStoreSuppliers.ROCKS_DB
+
+
 def key_value_store_builder(mat: Materialized, store_name: str, key_serde: Any = None, value_serde: Any = None,
-                            *, timestamped: bool = False) -> Any:
-    """The StoreBuilder of a table's key-value store (Materialized's serdes win over the given ones)."""
+                            *, timestamped: bool = False, suppliers: Optional[DslStoreSuppliers] = None) -> Any:
+    """The StoreBuilder of a table's key-value store (Materialized's serdes win over the given
+    ones); `suppliers`: see _suppliers."""
     from state.stores import Stores
 
     name = mat.store_name or store_name
     supplier = _supplier_of_kind(mat, "key_value", "key-value store")
     if supplier is None:
-        supplier = (Stores.in_memory_key_value_store(name) if mat.in_memory
-                    else Stores.persistent_key_value_store(name))
+        supplier = supplier_of(_suppliers(mat, suppliers), "key_value", DslKeyValueParams(name, timestamped))
     make = Stores.timestamped_key_value_store_builder if timestamped else Stores.key_value_store_builder
     return _finish(make(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde), mat)
 
 
 def window_store_builder(mat: Materialized, store_name: str, windows: Any, key_serde: Any = None,
-                         value_serde: Any = None, *, timestamped: bool = False, time_ordered: bool = False,
-                         ) -> Any:
+                         value_serde: Any = None, *, timestamped: bool = False, emit_strategy: Any = None,
+                         suppliers: Optional[DslStoreSuppliers] = None) -> Any:
     """The StoreBuilder of a time- or sliding-windowed aggregation's window store (Kafka's
     TimeWindowedKStreamImpl / SlidingWindowedKStreamImpl.materialize). With `timestamped`, values
     are ValueAndTimestamp (Kafka's TimestampedWindowStore: 8-byte timestamp + value, logged in
     Kafka's timestamped changelog format), so the aggregate keeps the largest record timestamp of
-    its window. `time_ordered`: the store made without a supplier is ordered by window start
-    (Kafka's choice for final results on window close, BuiltInDslStoreSuppliers)."""
+    its window. `emit_strategy` goes to the store suppliers (the built-in ones order the store by
+    window start for final results on window close, as Kafka's); `suppliers`: see _suppliers."""
     from state.stores import Stores
-    from streams.dsl.windows import SlidingWindows, TimeWindows
+    from streams.dsl.windows import EmitStrategy, SlidingWindows, TimeWindows
 
     name = mat.store_name or store_name
     supplier = _supplier_of_kind(mat, "window", "windowed aggregation")
@@ -151,22 +172,20 @@ def window_store_builder(mat: Materialized, store_name: str, windows: Any, key_s
                     f"plus the grace period. Got time difference=[{size}], grace=[{grace}], retention=[{retention}]")
         else:
             raise TopologyError(f"window store {name!r}: windows must be TimeWindows or SlidingWindows, got {windows!r}")
-        if time_ordered:  # sliding windows read their key's windows for each record: indexed (Kafka)
-            supplier = Stores.time_ordered_window_store(name, retention, size, persistent=not mat.in_memory,
-                                                        with_index=isinstance(windows, SlidingWindows))
-        else:
-            make = Stores.in_memory_window_store if mat.in_memory else Stores.persistent_window_store
-            supplier = make(name, retention_ms=retention, window_size_ms=size)
+        params = DslWindowParams(name, retention, size, False, emit_strategy or EmitStrategy.on_window_update(),
+                                 isinstance(windows, SlidingWindows), timestamped)
+        supplier = supplier_of(_suppliers(mat, suppliers), "window", params)
     make_builder = Stores.timestamped_window_store_builder if timestamped else Stores.window_store_builder
     return _finish(make_builder(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde), mat)
 
 
 def session_store_builder(mat: Materialized, store_name: str, windows: Any, key_serde: Any = None,
-                          value_serde: Any = None) -> Any:
+                          value_serde: Any = None, *, emit_strategy: Any = None,
+                          suppliers: Optional[DslStoreSuppliers] = None) -> Any:
     """The StoreBuilder of a session-windowed aggregation's session store (Kafka's
-    SessionWindowedKStreamImpl.materialize)."""
+    SessionWindowedKStreamImpl.materialize); `suppliers`: see _suppliers."""
     from state.stores import Stores
-    from streams.dsl.windows import SessionWindows
+    from streams.dsl.windows import EmitStrategy, SessionWindows
 
     name = mat.store_name or store_name
     if not isinstance(windows, SessionWindows):
@@ -179,7 +198,7 @@ def session_store_builder(mat: Materialized, store_name: str, windows: Any, key_
             raise TopologyError(
                 f"The retention period of the session store {name} must be no smaller than the session inactivity "
                 f"gap plus the grace period. Got gap=[{gap}], grace=[{grace}], retention=[{retention}]")
-        make = Stores.in_memory_session_store if mat.in_memory else Stores.persistent_session_store
-        supplier = make(name, retention_ms=retention)
+        params = DslSessionParams(name, retention, emit_strategy or EmitStrategy.on_window_update())
+        supplier = supplier_of(_suppliers(mat, suppliers), "session", params)
     return _finish(Stores.session_store_builder(supplier, mat.key_serde or key_serde, mat.value_serde or value_serde),
                    mat)

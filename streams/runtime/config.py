@@ -12,6 +12,7 @@ from state.restore import MAX_POLL_RECORDS as RESTORE_MAX_POLL_RECORDS
 from state.rocksdb_config import config_setter_class
 from state.stores import WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
 from streams.backends import STREAMS_CONFIG_KEYS, TOPIC_PREFIX
+from streams.dsl.store_suppliers import check_app_configs as check_dsl_store_configs
 from streams.errors import ConfigError
 from streams.engine.processing_errors import processing_handler_from_config
 from streams.optimizations import topology_optimizations
@@ -187,6 +188,7 @@ class StreamsConfig:
         deserialization_handler_from_config(raw)  # the handlers too, a ConfigError naming the key set
         production_handler_from_config(raw)
         processing_handler_from_config(raw)
+        check_dsl_store_configs(raw)  # the topology takes the app's store type when it binds (Topology.bind_config)
         unsupported_configs(raw)
         return cls(
             raw=raw,

@@ -106,7 +106,7 @@ def _mismatch(seed: int, scenario: dict, got: dict, expected: dict, part: str) -
     if gap is not None:
         pytest.xfail(f"{gap.reason} [known gap {gap.name!r}, fixed on branch {gap.branch!r}]")
     return (f"seed {seed} ({scenario['family']}, cache {scenario['cache_max_bytes']}, optimization "
-            f"{vocabulary.optimization(scenario)}): {part} differs\n"
+            f"{vocabulary.optimization(scenario)}, dsl_store {scenario.get('dsl_store')}): {part} differs\n"
             f" ops {scenario['ops']}\n source {scenario['source']} records {scenario['records']}\n"
             f" eddy  {got[part]}\n kafka {expected[part]}")
 
@@ -153,6 +153,12 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     in_memory = [s for s in scenarios if s.get("store_type") == vocabulary.IN_MEMORY]
     assert {s["family"] for s in in_memory} == {*vocabulary.FAMILIES, vocabulary.COGROUP_FAMILY}
     assert any(step.get("emit") == "close" for s in in_memory for step in s["ops"])
+    # stores chosen by the builder's or the app's config, in every family (joins' stores too)
+    configured = [s for s in scenarios if s.get("dsl_store")]
+    assert {(s["family"], s["dsl_store"]) for s in configured} == {
+        (family, where) for family in (*vocabulary.FAMILIES, vocabulary.JOIN_FAMILY, vocabulary.COGROUP_FAMILY)
+        for where in vocabulary.DSL_STORES}
+    assert any(vocabulary.join_step(s)["op"] == "fk_join" for s in configured if s["family"] == vocabulary.JOIN_FAMILY)
     limits = [step for s in scenarios for step in s["ops"] if step["op"] == "suppress" and step["until"] == "time_limit"]
     assert {(step["max_records"] is not None, "max_bytes" in step) for step in limits} == {
         (records, size) for records in (True, False) for size in (True, False)}

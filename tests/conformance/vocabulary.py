@@ -25,7 +25,12 @@ entry sizes, which count each write's record context); seeds
 topologies are built with ``topology_optimization`` (``OPTIMIZATIONS``: both drivers' builds apply it, Kafka's
 build(props)); the others have none. Some of the topologies that are not joins have
 ``store_type: in_memory``: every store they name is in memory (Kafka's
-``Materialized.withStoreType(IN_MEMORY)``, Eddy's ``with_in_memory_store()``).
+``Materialized.withStoreType(IN_MEMORY)``, Eddy's ``with_in_memory_store()``). A share of all the
+scenarios (``DSL_STORE_SHARE``) have ``dsl_store``: ``builder`` builds the topology with
+``StreamsBuilder(config)`` whose ``default.dsl.store`` is ``in_memory`` (Kafka's
+StreamsBuilder(TopologyConfig)), ``app`` runs it with ``dsl.store.suppliers.class`` the in-memory
+suppliers: every DSL store of the topology follows (a join's too; the foreign-key join's
+subscription store only the app's).
 
 Join scenarios (family ``join``, ``JOINS``): a join step joins the current KStream or KTable with
 the pipeline its ``other`` describes (over its ``topic``, ``right`` or ``right2``, its stores
@@ -610,6 +615,10 @@ OPTIMIZATIONS = "all"
 #: Materialized.withStoreType(IN_MEMORY), Eddy's with_in_memory_store())
 IN_MEMORY = "in_memory"
 IN_MEMORY_SHARE = 0.3
+#: the share of the scenarios whose stores a config chooses (``dsl_store``, see the module doc)
+DSL_STORE_SHARE = 0.25
+DSL_STORES = ("builder", "app")
+KAFKA_IN_MEMORY_SUPPLIERS = "org.apache.kafka.streams.state.BuiltInDslStoreSuppliers$InMemoryDslStoreSuppliers"
 
 
 def _optimized(seed: int) -> bool:
@@ -667,6 +676,9 @@ def generate(seed: int) -> dict:
         scenario["headers"] = True
     if random.Random(f"unnamed-{seed // 2}").random() < UNNAMED_STORES_SHARE:
         scenario["unnamed_stores"] = True
+    rng = random.Random(f"dsl-store-{seed // 2}")
+    if rng.random() < DSL_STORE_SHARE:
+        scenario["dsl_store"] = rng.choice(DSL_STORES)
     return scenario
 
 
@@ -1027,7 +1039,7 @@ def build_eddy(scenario: dict) -> _Built:
     """The scenario's topology in Eddy's DSL."""
     from streams import StreamsBuilder
 
-    builder = StreamsBuilder()
+    builder = StreamsBuilder({"default.dsl.store": IN_MEMORY} if scenario.get("dsl_store") == "builder" else None)
     built = _Built(scenario.get("store_type") == IN_MEMORY, scenario.get("unnamed_stores", False))
     current = _eddy_pipeline(builder, INPUT, scenario, "", built, [])
     if not hasattr(current, "to"):  # a table: its changelog
@@ -1185,6 +1197,8 @@ def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | No
               "topology.optimization": optimization(scenario)}
     if state_dir is not None:
         config["state.dir"] = state_dir
+    if scenario.get("dsl_store") == "app":
+        config["dsl.store.suppliers.class"] = KAFKA_IN_MEMORY_SUPPLIERS
     with TopologyTestDriver(built.topology, config) as driver:
         topics = {}
         with_headers = scenario.get("headers", False)

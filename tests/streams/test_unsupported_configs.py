@@ -21,8 +21,6 @@ def topology():
 
 
 @pytest.mark.parametrize("key,value", [
-    ("default.dsl.store", "in_memory"),
-    ("dsl.store.suppliers.class", "org.apache.kafka.streams.state.BuiltInDslStoreSuppliers$InMemoryDslStoreSuppliers"),
     ("processor.wrapper.class", "com.example.Wrapper"),
     ("default.client.supplier", "com.example.Clients"),
     ("ensure.explicit.internal.resource.naming", True),
@@ -38,7 +36,6 @@ def test_a_setting_that_would_change_the_app_is_refused(key, value, tmp_path):
 
 
 @pytest.mark.parametrize("key,value", [
-    ("default.dsl.store", "rocksDB"),
     ("ensure.explicit.internal.resource.naming", False),
     ("group.protocol", "CLASSIC"),
 ])

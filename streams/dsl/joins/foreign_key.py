@@ -47,6 +47,7 @@ from typing import Any, Callable, NamedTuple, Optional
 from state.timestamped import ValueAndTimestamp
 from streams.dsl.joins.murmur3 import hash128
 from streams.dsl.change import Change
+from streams.dsl.store_suppliers import BuiltInDslStoreSuppliers, DslKeyValueParams, DslStoreSuppliers, supplier_of
 from streams.errors import ProcessingError
 
 __all__ = [
@@ -245,13 +246,14 @@ class CombinedKeySchema:
         return CombinedKey(fk if fks is None else fks.deserialize(fk), pk if pks is None else pks.deserialize(pk))
 
 
-def subscription_store_builder(name: str, primary_key_serde: Any, *, in_memory: bool = False,
+def subscription_store_builder(name: str, primary_key_serde: Any, *, suppliers: Optional[DslStoreSuppliers] = None,
                                logging_enabled: bool = True, log_config: Optional[dict] = None) -> Any:
     """The right side's subscription store: combined-key bytes -> ValueAndTimestamp of
-    SubscriptionWrapper (Kafka's timestamped store with SubscriptionWrapperSerde values)."""
+    SubscriptionWrapper (Kafka's timestamped store with SubscriptionWrapperSerde values), made
+    by `suppliers` (RocksDB unless given)."""
     from state.stores import Stores
 
-    supplier = Stores.in_memory_key_value_store(name) if in_memory else Stores.persistent_key_value_store(name)
+    supplier = supplier_of(suppliers or BuiltInDslStoreSuppliers.ROCKS_DB, "key_value", DslKeyValueParams(name, True))
     builder = Stores.timestamped_key_value_store_builder(supplier, None, SubscriptionWrapperSerde(primary_key_serde))
     return builder.with_logging_enabled(log_config) if logging_enabled else builder.with_logging_disabled()
 

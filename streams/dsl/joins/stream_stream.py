@@ -49,6 +49,8 @@ from functools import partial
 from typing import Any, Callable, Optional
 
 from state.outer_join_store import OuterJoinStore
+from streams.dsl.store_suppliers import (BuiltInDslStoreSuppliers, DslKeyValueParams, DslStoreSuppliers,
+                                         DslWindowParams, supplier_of)
 from streams.dsl.windows import EmitThrottle as _EmitThrottle
 from streams.dsl.windows import JoinWindows, LateRecordReporter, Window
 from streams.errors import TopologyError
@@ -65,26 +67,29 @@ Forward = Callable[[Any, Any, int], None]
 
 
 def join_window_store_builder(name: str, windows: JoinWindows, key_serde: Any = None, value_serde: Any = None, *,
-                              in_memory: bool = False, logging_enabled: bool = True,
+                              suppliers: Optional[DslStoreSuppliers] = None, logging_enabled: bool = True,
                               log_config: Optional[dict] = None) -> Any:
     """The window store of one join side (Kafka's StreamJoinedStoreFactory): retention
-    before + after + grace, window size before + after, duplicates retained, no caching."""
+    before + after + grace, window size before + after, duplicates retained, no caching;
+    made by `suppliers` (RocksDB unless given)."""
     from state.stores import Stores
+    from streams.dsl.windows import EmitStrategy
 
     retention = windows.size() + windows.grace_ms
-    make = Stores.in_memory_window_store if in_memory else Stores.persistent_window_store
-    supplier = make(name, retention_ms=retention, window_size_ms=windows.size(), retain_duplicates=True)
+    params = DslWindowParams(name, retention, windows.size(), True, EmitStrategy.on_window_update(), False, False)
+    supplier = supplier_of(suppliers or BuiltInDslStoreSuppliers.ROCKS_DB, "window", params)
     builder = Stores.window_store_builder(supplier, key_serde, value_serde).with_caching_disabled()
     return builder.with_logging_enabled(log_config) if logging_enabled else builder.with_logging_disabled()
 
 
-def outer_join_store_builder(name: str, *, in_memory: bool = False, logging_enabled: bool = True,
-                             log_config: Optional[dict] = None) -> Any:
+def outer_join_store_builder(name: str, *, suppliers: Optional[DslStoreSuppliers] = None,
+                             logging_enabled: bool = True, log_config: Optional[dict] = None) -> Any:
     """The bytes key-value store behind the shared outer store (Kafka's OuterStreamJoinStoreFactory:
-    a list-value store, no caching); wrap the built store in `OuterJoinStore` with the serdes."""
+    a list-value store, no caching), made by `suppliers` (RocksDB unless given); wrap the built
+    store in `OuterJoinStore` with the serdes."""
     from state.stores import Stores
 
-    supplier = Stores.in_memory_key_value_store(name) if in_memory else Stores.persistent_key_value_store(name)
+    supplier = supplier_of(suppliers or BuiltInDslStoreSuppliers.ROCKS_DB, "key_value", DslKeyValueParams(name, False))
     builder = Stores.key_value_store_builder(supplier).with_caching_disabled()
     return builder.with_logging_enabled(log_config) if logging_enabled else builder.with_logging_disabled()
 

@@ -29,6 +29,7 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.TestInputTopic;
 import org.apache.kafka.streams.TestOutputTopic;
 import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.TopologyConfig;
 import org.apache.kafka.streams.TopologyTestDriver;
 import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.CogroupedKStream;
@@ -63,6 +64,7 @@ import org.apache.kafka.streams.processor.RecordContext;
 import org.apache.kafka.streams.processor.api.Processor;
 import org.apache.kafka.streams.processor.api.ProcessorContext;
 import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.state.BuiltInDslStoreSuppliers;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.StoreBuilder;
@@ -77,7 +79,7 @@ import org.apache.kafka.streams.test.TestRecord;
  * written as its scenario ends (the harness compares while the next ones run).
  * The named functions below are the twins of vocabulary.py's, name for name, None for null.
  */
-@SuppressWarnings({"unchecked", "rawtypes"})
+@SuppressWarnings({"unchecked", "rawtypes", "deprecation"})
 public final class ConformanceDriver {
     static final Map<String, Function<String, String>> VALUE_MAPPERS = new HashMap<>();
     static final Map<String, Function<String, List<String>>> VALUE_SPLITTERS = new HashMap<>();
@@ -655,7 +657,18 @@ public final class ConformanceDriver {
         unnamed = scenario.path("unnamed_stores").asBoolean(false);
         unnamedNames.clear();
         try {
+            // dsl_store: the builder's default.dsl.store, or the app's dsl.store.suppliers.class
+            String dslStore = scenario.path("dsl_store").asText("");
             StreamsBuilder builder = new StreamsBuilder();
+            if (dslStore.equals("builder")) {
+                Properties builderProps = new Properties();
+                builderProps.putAll(props);
+                builderProps.put(StreamsConfig.DEFAULT_DSL_STORE_CONFIG, StreamsConfig.IN_MEMORY);
+                builder = new StreamsBuilder(new TopologyConfig(new StreamsConfig(builderProps)));
+            } else if (dslStore.equals("app")) {
+                props.put(StreamsConfig.DSL_STORE_SUPPLIERS_CLASS_CONFIG,
+                          BuiltInDslStoreSuppliers.InMemoryDslStoreSuppliers.class);
+            }
             KStream out = (KStream) build(builder, scenario, built);
             Serde keySerde = outputKeySerde(built);
             Serde valueSerde = serde(built.valueType);

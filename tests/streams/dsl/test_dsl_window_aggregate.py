@@ -54,9 +54,8 @@ def uncached(name, in_memory, retention):
 def count_logic(tmp_path, reg, windows, retention=None, in_memory=True, **kw):
     mat = uncached("agg", in_memory, retention)
     # final results on window close come from a time-ordered store, as the DSL builds it
-    on_close = kw.get("emit_strategy") is not None and kw["emit_strategy"].emits_on_close
     store = opened(window_store_builder(mat, "agg", windows, serdes.STRING, serdes.INT64, timestamped=True,
-                                        time_ordered=on_close), tmp_path)
+                                        emit_strategy=kw.get("emit_strategy")), tmp_path)
     out = []
     late = LateRecordReporter(task_dropped_records_sensor(reg, "t", "0_0"), "0_0")
     logic = TimeWindowAggregateLogic(windows, store, lambda: 0, lambda k, v, agg: agg + 1,

@@ -14,6 +14,7 @@ from streams.dsl.joins.foreign_key import (
     SubscriptionReceiveLogic, SubscriptionResponseWrapper, SubscriptionResponseWrapperSerde, SubscriptionSendLogic,
     SubscriptionWrapper, SubscriptionWrapperSerde, UnsupportedVersionError, subscription_store_builder, value_hash)
 from streams.dsl.joins.murmur3 import DEFAULT_SEED, hash128
+from streams.dsl.store_suppliers import BuiltInDslStoreSuppliers
 from streams.errors import ProcessingError
 from streams.metrics import MetricsRegistry, task_dropped_records_sensor
 
@@ -58,7 +59,7 @@ class FkJoin:
         sub_serde, resp_serde = SubscriptionWrapperSerde(S), SubscriptionResponseWrapperSerde(S)
         self.sub_serde, self.resp_serde = sub_serde, resp_serde
         schema = CombinedKeySchema(S, S)
-        self.store = opened(subscription_store_builder("subs", S, in_memory=True, logging_enabled=False), tmp_path)
+        self.store = opened(subscription_store_builder("subs", S, suppliers=BuiltInDslStoreSuppliers.IN_MEMORY, logging_enabled=False), tmp_path)
 
         def to_subscription_topic(fk, wrapper, ts):
             self.subscription_topic.append((fk, sub_serde.serialize(wrapper), ts))

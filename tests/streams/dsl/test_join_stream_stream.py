@@ -11,6 +11,7 @@ from streams import serdes
 from streams.dsl import JoinWindows
 from streams.dsl.joins.stream_stream import (
     INNER, LEFT, OUTER, StreamStreamJoinLogic, join_window_store_builder, outer_join_store_builder)
+from streams.dsl.store_suppliers import BuiltInDslStoreSuppliers
 from streams.dsl.windows import LateRecordReporter
 from streams.errors import TopologyError
 from streams.metrics import MetricsRegistry, task_dropped_records_sensor
@@ -22,13 +23,14 @@ def joiner(left, right):
 
 def make(tmp_path, windows, join_type=INNER, persistent=False, **kw):
     reg = MetricsRegistry()
-    left = opened(join_window_store_builder("left", windows, serdes.STRING, serdes.STRING, in_memory=not persistent,
+    suppliers = BuiltInDslStoreSuppliers.ROCKS_DB if persistent else BuiltInDslStoreSuppliers.IN_MEMORY
+    left = opened(join_window_store_builder("left", windows, serdes.STRING, serdes.STRING, suppliers=suppliers,
                                             logging_enabled=False), tmp_path)
-    right = opened(join_window_store_builder("right", windows, serdes.STRING, serdes.STRING,
-                                             in_memory=not persistent, logging_enabled=False), tmp_path)
+    right = opened(join_window_store_builder("right", windows, serdes.STRING, serdes.STRING, suppliers=suppliers,
+                                             logging_enabled=False), tmp_path)
     outer = None
     if join_type != INNER:
-        raw = opened(outer_join_store_builder("outer", in_memory=not persistent, logging_enabled=False), tmp_path)
+        raw = opened(outer_join_store_builder("outer", suppliers=suppliers, logging_enabled=False), tmp_path)
         outer = OuterJoinStore(raw, serdes.STRING, serdes.STRING, serdes.STRING)
     out = []
     late = LateRecordReporter(task_dropped_records_sensor(reg, "t", "0_0"), "0_0")
@@ -215,9 +217,9 @@ def test_logged_stores_restore_and_resume_emission(tmp_path):
         stores = {}
         for name in ("left", "right"):
             stores[name] = join_window_store_builder(name, windows, serdes.STRING, serdes.STRING,
-                                                     in_memory=True).build()
+                                                     suppliers=BuiltInDslStoreSuppliers.IN_MEMORY).build()
             stores[name].init(ctx)
-        raw = outer_join_store_builder("outer", in_memory=True).build()
+        raw = outer_join_store_builder("outer", suppliers=BuiltInDslStoreSuppliers.IN_MEMORY).build()
         raw.init(ctx)
         return ctx, stores, OuterJoinStore(raw, serdes.STRING, serdes.STRING, serdes.STRING)
 
@@ -402,6 +404,6 @@ def test_store_builders_follow_kafkas_join_store_settings():
     supplier = builder.supplier
     assert (supplier.retention_ms, supplier.window_size_ms, supplier.retain_duplicates) == (30 + 50 + 7, 80, True)
     assert supplier.persistent and not builder.caching_enabled and builder.logging_enabled
-    outer = outer_join_store_builder("outer", in_memory=True, logging_enabled=False)
+    outer = outer_join_store_builder("outer", suppliers=BuiltInDslStoreSuppliers.IN_MEMORY, logging_enabled=False)
     assert outer.supplier.kind == "key_value" and not outer.supplier.persistent
     assert not outer.caching_enabled and not outer.logging_enabled
