@@ -272,8 +272,8 @@ static PyObject *put_window(PyObject *self, PyObject *const *args, Py_ssize_t na
     long long ws;
     if (!PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value)) || !plain_time(args[8], &ws))
         return call_fallback(fallback, store, key, value, args[8]);
-    if (retain && value == Py_None)
-        return Py_NewRef(Py_None); /* Kafka: a None value is not kept among duplicates */
+    if (retain && value == Py_None) /* not kept among duplicates, but logged: the rule's own path */
+        return call_fallback(fallback, store, key, value, args[8]);
     PyObject *engine_dict = PyObject_GenericGetDict(engine, NULL);
     if (engine_dict == NULL)
         return NULL;

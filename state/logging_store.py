@@ -197,7 +197,8 @@ class ChangeLoggingTimestampedKeyValueStore(_TimestampedChangeLogging, ChangeLog
 
 
 class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
-    """Logs `window_changelog_key(key, window_start, seqnum)` -> value for every accepted put."""
+    """Logs `window_changelog_key(key, window_start, seqnum)` -> value for every put the store
+    takes; a None value among duplicates too, which stores nothing (Kafka logs it)."""
 
     def __init__(self, wrapped) -> None:
         super().__init__(wrapped)
@@ -236,6 +237,8 @@ class ChangeLoggingWindowStore(_ChangeLoggingMixin, WrappedStateStore):
         if changelog_key is None:
             return None
         self._log(changelog_key, value, timestamp)  # the timestamped class's _log: Kafka's format
+        if value is None and self.retain_duplicates:
+            return None  # logged, nothing stored (the store's put says the same)
         return _seqnum_at(changelog_key, len(changelog_key) - 4)[0]
 
     def fetch(self, key: bytes, time_from: int, time_to: Optional[int] = None):

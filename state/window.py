@@ -219,8 +219,9 @@ class SegmentedBytesStore(StateStore):
         high = min(self.segment_id(time_to), self._max_segment)
         return range(high, low - 1, -1) if reverse else range(low, high + 1)
 
-    def _write(self, segment_time: int, changelog_key: bytes, value: Optional[bytes]) -> bool:
-        """Observe the time and store the record if its segment is live; False if expired."""
+    def _observe(self, segment_time: int) -> int:
+        """Observe the time of a write (dropping the segments it expires); its segment, or -1
+        (counted) if that has expired."""
         interval = self.segment_interval_ms
         if segment_time > self.observed_stream_time:
             self.observed_stream_time = segment_time
@@ -231,6 +232,13 @@ class SegmentedBytesStore(StateStore):
         if seg < self._min_live_segment:
             self.expired_records += 1
             log.debug("state store %s: skipping record for expired segment %d", self.name, seg)
+            return -1
+        return seg
+
+    def _write(self, segment_time: int, changelog_key: bytes, value: Optional[bytes]) -> bool:
+        """Observe the time and store the record if its segment is live; False if expired."""
+        seg = self._observe(segment_time)
+        if seg < 0:
             return False
         if seg > self._max_segment:
             self._max_segment = seg
@@ -387,17 +395,20 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
 
     def put(self, key: bytes, value: Optional[bytes], window_start_timestamp: int,
             timestamp: Optional[int] = None) -> Optional[int]:
-        """Store the value; returns the sequence number used, or None if the put was ignored
+        """Store the value; returns the sequence number used, or None if the put stored nothing
         (None value with retain_duplicates)."""
-        if self.put_for_changelog(key, value, window_start_timestamp) is None:
+        if self.put_for_changelog(key, value, window_start_timestamp) is None or (
+                value is None and self.retain_duplicates):
             return None
         return self._seqnum if self.retain_duplicates else 0
 
     def put_for_changelog(self, key: bytes, value: Optional[bytes], window_start_timestamp: int) -> Optional[bytes]:
         """Store the value as `put` does; returns the record's changelog key
-        (`window_changelog_key`: what a change-logging layer logs), or None if the put was
-        ignored (None value with retain_duplicates). A put into an expired segment is skipped
-        (and counted) but still returns its key: Kafka logs it all the same."""
+        (`window_changelog_key`: what a change-logging layer logs). A put into an expired segment
+        is skipped (and counted) but still returns its key: Kafka logs it all the same. So does
+        a None value with retain_duplicates, which deletes nothing (no record has its sequence
+        number): Kafka's change logging logs it under the next one, and its in-memory store
+        observes its time (its RocksDB store skips the put)."""
         # every write of a window store passes here (a join's every record, a cache's write
         # down): the checks call the validators only for an argument about to fail them
         if not self._engine.is_open:
@@ -409,9 +420,11 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         if type(window_start_timestamp) is not int or window_start_timestamp < 0:
             check_timestamp(self.name, "window_start_timestamp", window_start_timestamp)
         if self.retain_duplicates:
-            if value is None:
-                return None
             seqnum = self._seqnum = (self._seqnum + 1) & 0x7FFFFFFF
+            if value is None:
+                if not self.persistent:
+                    self._observe(window_start_timestamp)
+                return key + _pack_window_suffix(window_start_timestamp, seqnum)
         else:
             seqnum = 0
         changelog_key = key + _pack_window_suffix(window_start_timestamp, seqnum)

@@ -380,6 +380,15 @@ _CASES = {
                                       [_GROUP_BY_KEY, _windowed("hopping", "aggregate", "concat", "close",
                                                                 size=500, advance=250, grace=50)],
                                       [["dd", "a", 4582], ["a", "abc ab ab", 5402]], 179),
+    # Kafka's KStreamJoinWindow puts a null value into its side's store too: an in-memory store
+    # (the app's dsl.store.suppliers.class) observes its time and expires a's record, which the
+    # store then no longer holds (a RocksDB store skips that put); seed 227,366
+    "join-null-value-moves-an-in-memory-stores-time": ("join", "stream",
+                                                       [_stream_join("inner", "both_or_none", store=True, diff=50,
+                                                                     before=200)],
+                                                       [["a", "b ab ab", 1460, "right"], ["A", "d b b", 1707, "right"],
+                                                        ["c", None, 1914, "right"], ["a", "cab ba d", 1989]],
+                                                       0, {"dsl_store": "app"}),
 }
 
 

@@ -152,13 +152,20 @@ def test_window_logging_sequence(persistent, ctx):
     store.close()
 
 
-def test_window_logging_ignored_duplicate_delete_not_logged(ctx):
+def test_window_logging_logs_a_duplicate_delete_it_stores_nothing_for(ctx):
+    """Kafka's ChangeLoggingWindowBytesStore logs every put, under the next sequence number of
+    a store keeping duplicates; the delete finds nothing to delete (no record has that number)."""
     from state.logging_store import ChangeLoggingWindowStore
-    from state.window import InMemoryWindowStore
+    from state.window import InMemoryWindowStore, window_changelog_key
 
     store = ChangeLoggingWindowStore(InMemoryWindowStore("w", retention_ms=120_000, window_size_ms=1000,
                                                          segment_interval_ms=60_000, retain_duplicates=True))
     store.init(ctx)
-    store.put(b"k", None, 0, timestamp=1)
-    assert ctx.logged_changes == []
+    assert store.put(b"k", b"v", 0, timestamp=1) == 1
+    assert store.put(b"k", None, 5, timestamp=2) is None
+    assert store.put(b"k", b"w", 5, timestamp=3) == 3
+    assert [(k, v) for _, k, v, _ in ctx.logged_changes] == [
+        (window_changelog_key(b"k", 0, 1), b"v"), (window_changelog_key(b"k", 5, 2), None),
+        (window_changelog_key(b"k", 5, 3), b"w")]
+    assert [(w, v) for w, v in store.fetch(b"k", 0, 10)] == [(0, b"v"), (5, b"w")]
     store.close()

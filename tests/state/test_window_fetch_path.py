@@ -127,11 +127,15 @@ def test_put_for_changelog_returns_kafkas_changelog_key(persistent, ctx):
     plain = cls("p", retention_ms=MIN, window_size_ms=10, segment_interval_ms=MIN)
     dups.init(ctx)
     plain.init(ctx)
-    # duplicates: sequence numbers 1, 2, ...; a None value is ignored (Kafka)
+    # duplicates: sequence numbers 1, 2, ...; a None value stores nothing but takes the next
+    # number (Kafka's change logging logs it), and only an in-memory store observes its time
     assert dups.put_for_changelog(b"k", b"1", 5) == window_changelog_key(b"k", 5, 1)
     assert dups.put_for_changelog(b"k", b"2", 5) == window_changelog_key(b"k", 5, 2)
-    assert dups.put_for_changelog(b"k", None, 5) is None
-    assert dups.put(b"k", b"3", 5) == 3
+    assert dups.put_for_changelog(b"k", None, 7) == window_changelog_key(b"k", 7, 3)
+    assert dups.observed_stream_time == (5 if persistent else 7)
+    assert dups.put(b"k", b"4", 5) == 4
+    assert dups.put(b"k", None, 5) is None
+    assert [v for _, v in dups.fetch(b"k", 0, 10)] == [b"1", b"2", b"4"]
     # no duplicates: sequence number 0, a None value deletes (and is logged)
     assert plain.put_for_changelog(b"k", b"1", 5) == window_changelog_key(b"k", 5, 0)
     assert plain.put_for_changelog(b"k", None, 5) == window_changelog_key(b"k", 5, 0)

@@ -230,16 +230,13 @@ class StreamStreamJoinLogic:
                         forward(None, self._joined(side, value, None), timestamp, headers)
                         return
                     self._skip(topic, partition, offset)
+                    if key is not None:
+                        self._put(side, this_put, inner, key, None, timestamp, topic, partition, offset)
                     return
                 window_end = timestamp + join_after
                 if outer_store is not None and timestamp == self.stream_time:
                     self._emit_non_joined(side, forward, headers)
-                # Kafka's KStreamJoinWindow: every record starts its own window in its side's store;
-                # a put the store skips as expired is counted and logged as Kafka's segmented store does
-                expired_before = inner.expired_records
-                this_put(key, value, timestamp, timestamp)
-                if inner.expired_records != expired_before:
-                    self._report_expired(side, key, timestamp, topic, partition, offset)
+                self._put(side, this_put, inner, key, value, timestamp, topic, partition, offset)
                 time_from = timestamp - join_before
                 if time_from < 0:
                     time_from = 0
@@ -262,6 +259,16 @@ class StreamStreamJoinLogic:
                 failures[index]()
                 raise
         return process
+
+    def _put(self, side: _Side, this_put: Callable[..., Any], inner: Any, key: Any, value: Any, timestamp: int,
+             topic: Optional[str], partition: int, offset: int) -> None:
+        """Kafka's KStreamJoinWindow: every record with a key starts its own window in its side's
+        store, a None value too (the store logs it and keeps nothing; an in-memory one observes
+        its time); a put the store skips as expired is counted and logged as Kafka's store does."""
+        expired_before = inner.expired_records
+        this_put(key, value, timestamp, timestamp)
+        if inner.expired_records != expired_before:
+            self._report_expired(side, key, timestamp, topic, partition, offset)
 
     def _skip(self, topic: Optional[str], partition: int, offset: int) -> None:
         """A record with a null key or value: Kafka's WARN, counted in dropped-records."""
@@ -293,6 +300,8 @@ class StreamStreamJoinLogic:
                 forward = forwards[0]
                 if key is None or value is None:
                     self._skip(topic, partition, offset)
+                    if key is not None:
+                        self._put(side, this_put, inner, key, None, timestamp, topic, partition, offset)
                     return
                 if timestamp > self.stream_time:
                     self.stream_time = timestamp
@@ -307,10 +316,7 @@ class StreamStreamJoinLogic:
                     forward(key, joiner(other_value, value), timestamp if timestamp > other_ts else other_ts, headers)
                 if emit_own:
                     forward(key, own, timestamp, headers)
-                expired_before = inner.expired_records
-                this_put(key, value, timestamp, timestamp)
-                if inner.expired_records != expired_before:
-                    self._report_expired(side, key, timestamp, topic, partition, offset)
+                self._put(side, this_put, inner, key, value, timestamp, topic, partition, offset)
             except BaseException:
                 failures[0]()
                 raise

@@ -318,3 +318,24 @@ def test_each_sides_results_carry_its_records_headers_and_a_failing_joiner_names
             rin.pipe_input("c", "boom", 22)  # no left c: the joiner is not called
             lin.pipe_input("c", "l22", 22)   # joins boom: the joiner fails in the left side
         assert "KSTREAM-JOINTHIS" in str(err.value) and "offset=2" in str(err.value)
+
+
+@pytest.mark.parametrize("store_type,joined", [("rocksDB", [("k", "l1+r1", 190)]), ("in_memory", [])])
+def test_a_null_value_goes_into_its_sides_store_as_kafkas_join_window_does(store_type, joined):
+    """Kafka's KStreamJoinWindow puts every keyed record into its side's store, a null value too
+    (then the join skips it): the store's change logging logs a tombstone under the next sequence
+    number, and an in-memory store observes its time, which expires what is older than its
+    retention (200 ms here), so a later left record no longer finds r1; a RocksDB store skips
+    the put and keeps r1 (until its segment expires). Seed 227,366 of the conformance run."""
+    b = StreamsBuilder({"default.dsl.store": store_type})
+    left, right = b.stream("left", key_serde=S, value_serde=S), b.stream("right", key_serde=S, value_serde=S)
+    left.join(right, joiner, JoinWindows.of_time_difference_with_no_grace(100), store="j").to("out", value_serde=S)
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        d.create_input_topic("right", S, S).pipe_input("k", "r1", timestamp=100)
+        d.create_input_topic("right", S, S).pipe_input("k", None, timestamp=350)
+        d.create_input_topic("left", S, S).pipe_input("k", "l1", timestamp=190)
+        assert records(d.create_output_topic("out", S, S)) == joined
+        assert dropped(d) == 1  # the null value, skipped by the join
+        changelog = [(r.key, r.value) for r in d.producer_history() if r.topic == "joins-j-other-join-store-changelog"]
+        assert changelog == [(b"k" + (100).to_bytes(8, "big") + (1).to_bytes(4, "big"), b"r1"),
+                             (b"k" + (350).to_bytes(8, "big") + (2).to_bytes(4, "big"), None)]
