@@ -75,11 +75,6 @@ class Materialized:
         class), over the builder's and the app's config (streams/dsl/store_suppliers.py)."""
         return replace(self, store_type=_store_type(store_type, "Materialized.with_store_type"))
 
-    @property
-    def in_memory(self) -> bool:
-        """Whether the store type asked for is Kafka's in-memory one."""
-        return self.store_type is BuiltInDslStoreSuppliers.IN_MEMORY
-
     def with_retention(self, retention: Any) -> "Materialized":
         """How long a window or session store keeps windows (int ms or timedelta); the default is
         window size + grace (sliding: 2 x time difference + grace; session: gap + grace)."""

@@ -8,7 +8,7 @@ import pytest
 
 from state.stores import Stores
 from streams import serdes
-from streams.dsl import Materialized, SessionWindows, SlidingWindows, TimeWindows
+from streams.dsl import BuiltInDslStoreSuppliers, Materialized, SessionWindows, SlidingWindows, TimeWindows
 from streams.dsl.materialized import (
     as_materialized,
     key_value_store_builder,
@@ -26,7 +26,7 @@ def test_options():
          .with_retention(datetime.timedelta(minutes=1)))
     assert (m.store_name, m.key_serde, m.value_serde) == ("counts", serdes.STRING, serdes.INT64)
     assert not m.caching_enabled and m.logging_enabled and m.log_config == {"segment.ms": "1000"}
-    assert m.in_memory and m.retention_ms == 60_000
+    assert m.store_type is BuiltInDslStoreSuppliers.IN_MEMORY and m.retention_ms == 60_000
     assert m.with_logging_disabled().logging_enabled is False
     assert as_materialized("x", "count").store_name == "x"
     with pytest.raises(TopologyError, match="negative"):
