@@ -343,7 +343,10 @@ class Topology:
         for builder in open_types:
             builder.configure_store_type(suppliers)
         unapplied = unapplied_default_dsl_store(config or {})
-        if unapplied is not None and not self._reported_store_type:
+        # (only a store a builder's config could have reached: the same config given to both
+        # leaves nothing else open)
+        if (unapplied is not None and not self._reported_store_type
+                and any(not builder.app_only for builder in open_types)):
             self._reported_store_type = True
             log.warning("config 'default.dsl.store' = %r in the app's config does not change the DSL's stores (as "
                         "in Kafka Streams): give it to StreamsBuilder(config), or set 'dsl.store.suppliers.class'",

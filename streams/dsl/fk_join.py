@@ -109,7 +109,7 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
     # the app's store type only, as Kafka's SubscriptionStoreFactory (neither the join's
     # Materialized nor the builder's config)
     subscription_builder = LazyStoreBuilder(subscription_store, "key_value", lambda suppliers: subscription_store_builder(
-        subscription_store, primary_key_serde, suppliers=suppliers))
+        subscription_store, primary_key_serde, suppliers=suppliers), app_only=True)
     graph.add(StatefulProcessorNode(receive_name, (subscription_source,),
                                     lambda: SubscriptionReceiveProcessor(subscription_store, key_schema),
                                     store_builder=subscription_builder, store_name=subscription_store))

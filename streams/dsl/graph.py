@@ -235,15 +235,18 @@ class LazyStoreBuilder(CachingSwitch):
     """A StoreBuilder for a DSL store made on first use (`make(suppliers)` -> the real builder),
     so describing or validating a DSL topology needs no store code. `suppliers`: the
     DslStoreSuppliers its StreamsBuilder's config chose, or None for the app's
-    (`configure_store_type`, which Topology.bind_config calls), as Kafka's StoreFactory."""
+    (`configure_store_type`, which Topology.bind_config calls), as Kafka's StoreFactory.
+    `app_only`: a store no builder's config reaches (Kafka's SubscriptionStoreFactory)."""
 
-    def __init__(self, name: str, kind: str, make: Callable[[Any], Any], suppliers: Any = None) -> None:
+    def __init__(self, name: str, kind: str, make: Callable[[Any], Any], suppliers: Any = None, *,
+                 app_only: bool = False) -> None:
         self.name = name
         self.kind = kind
         self._make = make
         self._builder: Any = None
         self._fixed = suppliers
         self._configured: Any = None
+        self.app_only = app_only
 
     @property
     def store_type_fixed(self) -> bool:

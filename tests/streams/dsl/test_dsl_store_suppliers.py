@@ -246,3 +246,15 @@ def test_a_store_made_when_the_topology_was_built_takes_the_apps_store_type():
         store = driver.get_state_store("users")
         assert not store.persistent and store.get("ann").value == "g1"
     assert not topology_.store_builder("users").logging_enabled
+
+
+def test_the_same_config_given_to_builder_and_app_says_nothing(caplog):
+    """As a Kafka Streams app passes its props to TopologyConfig and KafkaStreams alike: every
+    store but the subscription store is in memory, and no warning (the subscription store takes
+    only dsl.store.suppliers.class, in Kafka too)."""
+    same = {"default.dsl.store": "in_memory"}
+    with caplog.at_level(logging.WARNING, logger="streams.topology"):
+        with TopologyTestDriver(topology(same), config(**same)) as driver:
+            assert run(driver) == EXPECTED
+            assert persistence(driver) == {**dict.fromkeys(DSL_STORES, False), SUBSCRIPTION: True}
+    assert "default.dsl.store" not in caplog.text
