@@ -59,3 +59,29 @@ def test_in_memory_dsl_stores_restore_across_a_restart(tmp_path):
     counts = [I64.deserialize(m.value()) for m in cluster.read_all(
         out, 1, until=lambda got: bool(got) and I64.deserialize(got[-1].value()) == 4) if m.key() == b"k"]
     assert counts == sorted(set(counts)) and counts[-1] == 4
+
+
+def test_switching_the_store_type_between_runs_loses_nothing(tmp_path):
+    """RocksDB, then in memory, then RocksDB again, over one state directory: each run's stores
+    start from what the changelogs hold (an in-memory store has no checkpoint; the RocksDB store
+    of the third run finds its directory from the first with no checkpoint for it, and restores
+    over it), so every run's counts go on from the previous one's."""
+    source, out = unique("dsl-switch-in"), unique("dsl-switch-out")
+    cluster = Cluster(embedded_config(tmp_path))
+    cluster.create_topics(1, source, out)
+    app_id = unique("dsl-switch")
+    rocksdb = {**cluster.config, "application.id": app_id, "state.dir": str(tmp_path / "state"),
+               "commit.interval.ms": 100}
+    in_memory = {**rocksdb, "dsl.store.suppliers.class": KAFKA_IN_MEMORY}
+    counts = {}
+    for config in (rocksdb, in_memory, rocksdb):
+        cluster.produce(source, [(b"k", b"a"), (b"j", b"b")], timestamps=[1000, 1000])
+        counts = {"k": counts.get("k", 0) + 1, "j": counts.get("j", 0) + 1}
+        app = App(topology(source, out), config)
+        app.start()
+        try:
+            assert app.wait_for_state(AppState.RUNNING, timeout=60)
+            wait_for(lambda app=app, expected=dict(counts): all(
+                app.store("counts").get(key) == n for key, n in expected.items()), 60, f"counts {counts}")
+        finally:
+            app.close()
