@@ -121,7 +121,8 @@ class CogroupedKStream:
                 graph.new_name(prefix)
             return made
         first = not any(g._repartition_required for g in list(self._aggregators)[:position])
-        prefix = store_name if first else f"{store_name}-cogroup-{position}"
+        # Kafka's CogroupedStreamAggregateBuilder: the grouping's name, else the store's
+        prefix = grouped.name or (store_name if first else f"{store_name}-cogroup-{position}")
         source, _, _ = repartition(self._builder, grouped._node, prefix, grouped.key_serde, grouped.value_serde)
         self._repartitioned[grouped] = source
         return source

@@ -48,22 +48,33 @@ class _MaterializedStoreBuilder(LazyStoreBuilder):
 
 class KGroupedStream:
     def __init__(self, builder: Any, node: str, key_serde: Any, value_serde: Any,
-                 repartition_required: bool) -> None:
+                 repartition_required: bool, name: Optional[str] = None) -> None:
         self._builder = builder
         self._node = node
         self.key_serde = key_serde
         self.value_serde = value_serde
         self._repartition_required = repartition_required
+        self.name = name  # Kafka's Grouped name: the repartition topic's (None: each store's)
+        self._named_repartition: Optional[tuple] = None  # (source, key serde, value serde) once made
 
     def _source(self, store_name: str) -> str:
-        """The node the aggregation reads: this one, or the repartition topic's source."""
+        """The node the aggregation reads: this one, or a repartition topic's source (Kafka's
+        GroupedStreamAggregateBuilder): a topic of its own named after `store_name`, or, for a
+        named grouping, the one `<name>-repartition` its first aggregation made (the later ones
+        still use up the three names of a repartition, as Kafka's)."""
         if not self._repartition_required:
             return self._node
         from streams.dsl.kstream import repartition
 
-        source, self.key_serde, self.value_serde = repartition(self._builder, self._node, store_name, self.key_serde,
-                                                               self.value_serde)
-        self._node, self._repartition_required = source, False
+        if self._named_repartition is not None:
+            for prefix in (N.SINK, N.FILTER, N.SOURCE):
+                self._builder._graph.new_name(prefix)
+            source, self.key_serde, self.value_serde = self._named_repartition
+            return source
+        made = repartition(self._builder, self._node, self.name or store_name, self.key_serde, self.value_serde)
+        if self.name is not None:
+            self._named_repartition = made
+        source, self.key_serde, self.value_serde = made
         return source
 
     def _aggregate(self, prefix: str, op: str, store: Any, initializer: Callable[[], Any],
@@ -246,11 +257,13 @@ class KGroupedTable:
     """A re-keyed table (KTable.group_by): its aggregations read Change(new, old) records from a
     repartition topic (Kafka's ChangedSerializer bytes), subtract the old value, add the new one."""
 
-    def __init__(self, builder: Any, node: str, key_serde: Any, value_serde: Any) -> None:
+    def __init__(self, builder: Any, node: str, key_serde: Any, value_serde: Any, name: Optional[str] = None) -> None:
         self._builder = builder
         self._node = node
         self.key_serde = key_serde
         self.value_serde = value_serde
+        self.name = name  # Kafka's Grouped name: the repartition topic's (None: each store's)
+        self._named_source: Optional[str] = None  # the repartition source a named grouping's first aggregation made
 
     def _aggregate(self, prefix: str, op: str, store: Any, add: Callable[[Any, Any, Any], Any],
                    subtract: Callable[[Any, Any, Any], Any], value_serde: Any) -> KTable:
@@ -262,12 +275,20 @@ class KGroupedTable:
         sink = graph.new_name(N.SINK)
         source = graph.new_name(N.SOURCE)
         name = graph.new_name(prefix)
-        topic = name_of_store + N.REPARTITION_SUFFIX
+        # Kafka's KGroupedTableImpl: the repartition topic is named after the grouping, else the
+        # store; a named grouping's aggregations share the first one's (the names above are
+        # used up all the same)
+        topic = (self.name or name_of_store) + N.REPARTITION_SUFFIX
         where = f"repartition topic {topic!r}"
         rep_key = N.key_or_default(self.key_serde, where)
         rep_value_inner = N.value_or_default(self.value_serde, where)
-        graph.add(RepartitionNode(source, (self._node,), topic, "", sink, None, rep_key, ChangeSerde(rep_value_inner),
-                                  N.deferred(rep_value_inner)))
+        if self._named_source is not None:
+            source = self._named_source
+        else:
+            graph.add(RepartitionNode(source, (self._node,), topic, "", sink, None, rep_key,
+                                      ChangeSerde(rep_value_inner), N.deferred(rep_value_inner)))
+            if self.name is not None:
+                self._named_source = source
         where = f"store {name_of_store!r}"
         key_serde = N.key_or_default(mat.key_serde or self.key_serde, where)
         store_value = N.value_or_default(mat.value_serde or value_serde, where)

@@ -43,6 +43,20 @@ _check_fn = N.check_fn
 _GENERATED_PREFIX = re.compile(r"KSTREAM.*-[0-9]{10}")
 
 
+def grouping_name(name: Optional[str], op: str) -> Optional[str]:
+    """A grouping's name (Kafka's Grouped.as), checked: it names the repartition topic
+    `<name>-repartition`. TopologyError naming `op` otherwise."""
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise TopologyError(f"{op}: name must be a non-empty string, got {name!r}")
+    try:
+        validate_topic_name(name + N.REPARTITION_SUFFIX)
+    except InternalTopicError as exc:
+        raise TopologyError(f"{op}: name {name!r} cannot name a topic ({exc})") from None
+    return name
+
+
 def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: str, key_serde: Any, value_serde: Any, *,
                 num_partitions: Optional[int] = None, optimizable: bool = True) -> tuple[str, Any, Any]:
     """Null-key filter -> sink to `<prefix>-repartition` | source from it (Kafka's
@@ -237,9 +251,12 @@ class KStream:
         return self._node
 
     def _add(self, prefix: str, supplier: Callable[[], Any], *, key_serde: Any, value_serde: Any,
-             repartition_required: Optional[bool] = None, role: str = "") -> "KStream":
+             repartition_required: Optional[bool] = None, role: str = "", name: Optional[str] = None) -> "KStream":
+        """A processor after this stream, named `name` or generated from `prefix` (Kafka's
+        NamedInternal.orElseGenerateWithPrefix: a given name still uses up an index)."""
         graph = self._builder._graph
-        name = graph.new_name(prefix)
+        generated = graph.new_name(prefix)
+        name = name if name is not None else generated
         parent = self._node
         graph.add(ProcessorGraphNode(name, (parent,), supplier)).role = role
         return KStream(self._builder, name, key_serde, value_serde,
@@ -386,22 +403,29 @@ class KStream:
         return table
 
     def group_by(self, fn: Callable[[Any, Any], Any], *, key_serde: Any = None,
-                 value_serde: Any = None) -> "KGroupedStream":
-        """Group by a new key fn(key, value); aggregations repartition through an internal topic."""
+                 value_serde: Any = None, name: Optional[str] = None) -> "KGroupedStream":
+        """Group by a new key fn(key, value); aggregations repartition through an internal topic.
+        `name` (Kafka's Grouped.as) names the key selector and the repartition topic
+        `<name>-repartition`, which every aggregation of this grouped stream then shares; without
+        it each aggregation has its own, named after its store."""
         _check_fn(fn, "group_by")
+        name = grouping_name(name, "group_by")
         selected = self._add(N.KEY_SELECT, lambda: KeySelectProcessor(fn), key_serde=None,
-                             value_serde=self.value_serde, repartition_required=True, role=KEY_CHANGING)
+                             value_serde=self.value_serde, repartition_required=True, role=KEY_CHANGING, name=name)
         return _grouped().KGroupedStream(self._builder, selected._node,
                               _serdes.resolve_serde(key_serde, "group_by key_serde"),
                               _serdes.resolve_serde(value_serde, "group_by value_serde") or self.value_serde,
-                              repartition_required=True)
+                              repartition_required=True, name=name)
 
-    def group_by_key(self, *, key_serde: Any = None, value_serde: Any = None) -> "KGroupedStream":
-        """Group by the current key; repartitions only if an upstream operation changed the key."""
+    def group_by_key(self, *, key_serde: Any = None, value_serde: Any = None,
+                     name: Optional[str] = None) -> "KGroupedStream":
+        """Group by the current key; repartitions only if an upstream operation changed the key
+        (`name`: the repartition topic's, as group_by's)."""
         return _grouped().KGroupedStream(self._builder, self._node,
                               _serdes.resolve_serde(key_serde, "group_by_key key_serde") or self.key_serde,
                               _serdes.resolve_serde(value_serde, "group_by_key value_serde") or self.value_serde,
-                              repartition_required=self._repartition_required)
+                              repartition_required=self._repartition_required,
+                              name=grouping_name(name, "group_by_key"))
 
     # ---- joins ------------------------------------------------------------------------------
 

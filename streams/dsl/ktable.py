@@ -221,18 +221,23 @@ class KTable:
         return KTable(self._builder, name, self.key_serde, self.value_serde, None, windows=self._windows)
 
     def group_by(self, mapper: Callable[[Any, Any], tuple], *, key_serde: Any = None,
-                 value_serde: Any = None) -> Any:
+                 value_serde: Any = None, name: Optional[str] = None) -> Any:
         """Re-key the table: mapper(key, value) -> (new_key, new_value); the grouped table's
-        aggregations subtract the old value and add the new one. A None new key skips the record."""
+        aggregations subtract the old value and add the new one. A None new key skips the record.
+        `name` (Kafka's Grouped.as) names the selector and the repartition topic
+        `<name>-repartition`, which every aggregation of the grouped table then shares."""
         from streams.dsl.grouped import KGroupedTable
+        from streams.dsl.kstream import grouping_name
 
         N.check_fn(mapper, "KTable.group_by")
+        grouped_name = grouping_name(name, "KTable.group_by")
         self._enable_send_old_values()
         graph = self._builder._graph
-        name = graph.new_name(N.TABLE_SELECT)
-        graph.add(ProcessorGraphNode(name, (self._node,), lambda: TableSelectProcessor(mapper)))
-        return KGroupedTable(self._builder, name, _serdes.resolve_serde(key_serde, "KTable.group_by key_serde"),
-                             _serdes.resolve_serde(value_serde, "KTable.group_by value_serde"))
+        generated = graph.new_name(N.TABLE_SELECT)  # used up even by a name (Kafka's NamedInternal)
+        node = grouped_name if grouped_name is not None else generated
+        graph.add(ProcessorGraphNode(node, (self._node,), lambda: TableSelectProcessor(mapper)))
+        return KGroupedTable(self._builder, node, _serdes.resolve_serde(key_serde, "KTable.group_by key_serde"),
+                             _serdes.resolve_serde(value_serde, "KTable.group_by value_serde"), grouped_name)
 
     # ---- joins ------------------------------------------------------------------------------
 

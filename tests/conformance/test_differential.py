@@ -153,6 +153,11 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     in_memory = [s for s in scenarios if s.get("store_type") == vocabulary.IN_MEMORY]
     assert {s["family"] for s in in_memory} == {*vocabulary.FAMILIES, vocabulary.COGROUP_FAMILY}
     assert any(step.get("emit") == "close" for s in in_memory for step in s["ops"])
+    # named groupings (Grouped.as) of every kind: a stream's by a selector or by its key (re-keyed
+    # before), a table's, a cogroup's other side
+    named = [s for s in scenarios if s.get("grouped_names")]
+    assert {step["op"] for s in named for step in s["ops"]} >= {"group_by", "group_by_key", vocabulary.TABLE_AGGREGATE,
+                                                                vocabulary.COGROUP}
     # stores chosen by the builder's or the app's config, in every family (joins' stores too)
     configured = [s for s in scenarios if s.get("dsl_store")]
     assert {(s["family"], s["dsl_store"]) for s in configured} == {

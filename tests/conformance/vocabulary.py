@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 INPUT, INPUT2, OUTPUT, OUTPUT2 = "input", "input2", "output", "output2"
 SOURCE_STORE = "source-store"
@@ -615,6 +615,9 @@ OPTIMIZATIONS = "all"
 #: Materialized.withStoreType(IN_MEMORY), Eddy's with_in_memory_store())
 IN_MEMORY = "in_memory"
 IN_MEMORY_SHARE = 0.3
+#: the share of the scenarios whose groupings are named (``grouped_names``: Kafka's Grouped.as,
+#: ``<store of the step>-grouped``; the repartition topics and the selectors take the name)
+GROUPED_NAMES_SHARE = 0.25
 #: the share of the scenarios whose stores a config chooses (``dsl_store``, see the module doc)
 DSL_STORE_SHARE = 0.25
 DSL_STORES = ("builder", "app")
@@ -676,6 +679,8 @@ def generate(seed: int) -> dict:
         scenario["headers"] = True
     if random.Random(f"unnamed-{seed // 2}").random() < UNNAMED_STORES_SHARE:
         scenario["unnamed_stores"] = True
+    if random.Random(f"grouped-{seed // 2}").random() < GROUPED_NAMES_SHARE:
+        scenario["grouped_names"] = True
     rng = random.Random(f"dsl-store-{seed // 2}")
     if rng.random() < DSL_STORE_SHARE:
         scenario["dsl_store"] = rng.choice(DSL_STORES)
@@ -765,14 +770,19 @@ def _eddy_suppressed(step: dict) -> Any:
 class _Built:
     """What building a scenario yields: the topology, the output serdes and the stores to read."""
 
-    def __init__(self, in_memory: bool = False, unnamed: bool = False) -> None:
+    def __init__(self, in_memory: bool = False, unnamed: bool = False, grouped_names: bool = False) -> None:
         self.in_memory = in_memory  # every store the scenario materializes is in memory
         self.unnamed = unnamed  # every Materialized without a name (unnamed_stores)
+        self.grouped_names = grouped_names  # every grouping named (Kafka's Grouped.as): see grouped
         self.unnamed_names: set[str] = set()  # the names they would have had: not compared
         self.topology: Any = None
         self.value_type = "string"
         self.windows: Any = None  # the spec of the output's windowed key, if any
         self.stores: list[tuple[str, str]] = []  # (name, kind: kv | window | session)
+
+    def grouped(self, name: str) -> Optional[str]:
+        """The name of the grouping of the step whose store is `name` (grouped_names), else None."""
+        return name + "-grouped" if self.grouped_names else None
 
     def materialized(self, name: str) -> Any:
         """Materialized.as_(name), or one without a name (unnamed_stores), in memory when the
@@ -825,8 +835,11 @@ def _eddy_cogroup(builder: Any, grouped: Any, step: dict, name: str, built: _Bui
         raise ValueError(f"a cogroup's other side ends in a grouping, not {grouping['op']!r}")
     for index, other_step in enumerate(steps):
         other = _eddy_stream_step(builder, other, other_step, 100 + index, input2)
-    other = (other.group_by(KEY_SELECTORS[grouping["fn"]], key_serde=serdes.STRING, value_serde=serdes.STRING)
-             if grouping["op"] == "group_by" else other.group_by_key(key_serde=serdes.STRING, value_serde=serdes.STRING))
+    other_name = built.grouped(name + "-other")
+    other = (other.group_by(KEY_SELECTORS[grouping["fn"]], key_serde=serdes.STRING, value_serde=serdes.STRING,
+                            name=other_name)
+             if grouping["op"] == "group_by" else other.group_by_key(key_serde=serdes.STRING, value_serde=serdes.STRING,
+                                                                      name=other_name))
     cogrouped = grouped.cogroup(first).cogroup(other, second)
     store = built.materialized(name).with_value_serde(_serde(vtype))
     built.value_type = vtype
@@ -883,7 +896,8 @@ def _eddy_aggregation(grouped: Any, step: dict, name: str, built: _Built) -> Any
 def _eddy_table_aggregate(table: Any, step: dict, name: str, built: _Built) -> Any:
     from streams import serdes
 
-    grouped = table.group_by(KV_MAPPERS[step["by"]], key_serde=serdes.STRING, value_serde=serdes.STRING)
+    grouped = table.group_by(KV_MAPPERS[step["by"]], key_serde=serdes.STRING, value_serde=serdes.STRING,
+                             name=built.grouped(name))
     agg, fn = step["agg"], step["fn"]
     if agg == "count":
         vtype, result = "long", grouped.count(store=built.materialized(name).with_value_serde(serdes.INT64))
@@ -1040,7 +1054,8 @@ def build_eddy(scenario: dict) -> _Built:
     from streams import StreamsBuilder
 
     builder = StreamsBuilder({"default.dsl.store": IN_MEMORY} if scenario.get("dsl_store") == "builder" else None)
-    built = _Built(scenario.get("store_type") == IN_MEMORY, scenario.get("unnamed_stores", False))
+    built = _Built(scenario.get("store_type") == IN_MEMORY, scenario.get("unnamed_stores", False),
+                   scenario.get("grouped_names", False))
     current = _eddy_pipeline(builder, INPUT, scenario, "", built, [])
     if not hasattr(current, "to"):  # a table: its changelog
         current = current.to_stream()
@@ -1087,9 +1102,10 @@ def _eddy_pipeline(builder: Any, topic: str, spec: dict, prefix: str, built: _Bu
         elif op == PROCESS:
             current = _eddy_process(builder, current, step, name, built)
         elif op == "group_by":
-            current = current.group_by(KEY_SELECTORS[fn], key_serde=serdes.STRING, value_serde=serdes.STRING)
+            current = current.group_by(KEY_SELECTORS[fn], key_serde=serdes.STRING, value_serde=serdes.STRING,
+                                       name=built.grouped(name))
         elif op == "group_by_key":
-            current = current.group_by_key(key_serde=serdes.STRING, value_serde=serdes.STRING)
+            current = current.group_by_key(key_serde=serdes.STRING, value_serde=serdes.STRING, name=built.grouped(name))
         elif op in AGGREGATIONS:
             current = _eddy_aggregation(current, step, name, built)
         elif op == WINDOWED:

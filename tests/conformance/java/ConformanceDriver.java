@@ -173,6 +173,13 @@ public final class ConformanceDriver {
      *  every store it materializes when its "store_type" is "in_memory". One scenario is built at
      *  a time (main's loop), so a field serves. */
     static boolean inMemory;
+    /** grouped_names: each grouping named "<store of its step>-grouped" (Grouped.as). */
+    static boolean groupedNames;
+
+    static Grouped groupedAs(String name) {
+        Grouped g = Grouped.with(STRING, STRING);
+        return groupedNames ? g.withName(name + "-grouped") : g;
+    }
     /** unnamed_stores: every Materialized without a name; the names they would have had (their
      *  stores' contents are not compared). One scenario is built at a time, as inMemory. */
     static boolean unnamed;
@@ -353,10 +360,10 @@ public final class ConformanceDriver {
         return table;
     }
 
-    static KGroupedStream grouping(KStream stream, JsonNode step) {
-        if (step.get("op").asText().equals("group_by_key")) return stream.groupByKey(Grouped.with(STRING, STRING));
+    static KGroupedStream grouping(KStream stream, JsonNode step, String name) {
+        if (step.get("op").asText().equals("group_by_key")) return stream.groupByKey(groupedAs(name));
         BiFunction<String, String, String> f = fn(KEY_SELECTORS, step, "fn");
-        return stream.groupBy((k, v) -> f.apply((String) k, (String) v), Grouped.with(STRING, STRING));
+        return stream.groupBy((k, v) -> f.apply((String) k, (String) v), groupedAs(name));
     }
 
     static KTable cogroup(StreamsBuilder builder, KGroupedStream grouped, JsonNode step, String name, Built built,
@@ -366,7 +373,7 @@ public final class ConformanceDriver {
         KStream other = input2[0];
         JsonNode ops = step.get("other").get("ops");
         for (int i = 0; i < ops.size() - 1; i++) other = streamStep(builder, other, ops.get(i), 100 + i, input2);
-        KGroupedStream otherGrouped = grouping(other, ops.get(ops.size() - 1));
+        KGroupedStream otherGrouped = grouping(other, ops.get(ops.size() - 1), name + "-other");
         CogroupedKStream cogrouped = grouped.cogroup((k, v, x) -> a.first().apply(k, v, x))
             .cogroup(otherGrouped, (k, v, x) -> a.second().apply(k, v, x));
         built.valueType = a.type();
@@ -390,7 +397,7 @@ public final class ConformanceDriver {
 
     static KTable tableAggregate(KTable table, JsonNode step, String name, Built built) {
         BiFunction<String, String, KeyValue<String, String>> by = fn(KV_MAPPERS, step, "by");
-        KGroupedTable grouped = table.groupBy((k, v) -> by.apply((String) k, (String) v), Grouped.with(STRING, STRING));
+        KGroupedTable grouped = table.groupBy((k, v) -> by.apply((String) k, (String) v), groupedAs(name));
         String agg = step.get("agg").asText();
         KTable result;
         if (agg.equals("count")) {
@@ -533,7 +540,7 @@ public final class ConformanceDriver {
                     current = streamStep(builder, (KStream) current, step, index, input2); break;
                 case "process": current = process(builder, (KStream) current, step, name, built); break;
                 case "group_by": case "group_by_key":
-                    current = grouping((KStream) current, step); break;
+                    current = grouping((KStream) current, step, name); break;
                 case "cogroup":
                     current = cogroup(builder, (KGroupedStream) current, step, name, built, input2); break;
                 case "count":
@@ -655,6 +662,7 @@ public final class ConformanceDriver {
         Built built = new Built();
         inMemory = scenario.path("store_type").asText("").equals("in_memory");
         unnamed = scenario.path("unnamed_stores").asBoolean(false);
+        groupedNames = scenario.path("grouped_names").asBoolean(false);
         unnamedNames.clear();
         try {
             // dsl_store: the builder's default.dsl.store, or the app's dsl.store.suppliers.class
