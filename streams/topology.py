@@ -107,6 +107,9 @@ class Topology:
         # topology.optimization reuse.ktable.source.topics)
         self._source_changelogs: dict[str, str] = {}
         self.applied_optimizations: frozenset = frozenset()  # what StreamsBuilder.build(config) applied
+        #: the generated internal names StreamsBuilder.build() found (Kafka's checkUnprovidedNames text)
+        self.unnamed_internal_resources: Optional[str] = None
+        self._reported_naming = False  # whether _report_naming warned
         self._reported_optimizations: set[frozenset] = set()  # what _report_optimizations said
         self._reported_store_type = False  # whether _bind_store_types warned
         self._built: Optional[list[Subtopology]] = None
@@ -327,6 +330,21 @@ class Topology:
         self._bind_store_types(config)
         self._bind_caching(config)
         self._report_optimizations(config)
+        self._report_naming(config)
+
+    def _report_naming(self, config: Any) -> None:
+        """An app's ensure.explicit.internal.resource.naming cannot reach a topology already built
+        (Kafka reads it from the StreamsBuilder's TopologyConfig only): said once, when the
+        topology has generated names it would have refused."""
+        from streams.dsl.naming import ensure_explicit_naming
+
+        if (self.unnamed_internal_resources is None or self._reported_naming
+                or not ensure_explicit_naming(config or {})):
+            return
+        self._reported_naming = True
+        log.warning("config 'ensure.explicit.internal.resource.naming' in the app's config does not check a topology "
+                    "already built (as in Kafka Streams): give it to StreamsBuilder(config). %s",
+                    self.unnamed_internal_resources)
 
     def _bind_store_types(self, config: Any) -> None:
         """Kafka's StoreFactory.configure: the DSL stores whose store type the StreamsBuilder's

@@ -16,7 +16,6 @@ log = logging.getLogger(__name__)
 CHANGING = {
     "processor.wrapper.class": {"org.apache.kafka.streams.processor.internals.noopprocessorwrapper"},
     "default.client.supplier": {"org.apache.kafka.streams.processor.internals.defaultkafkaclientsupplier"},
-    "ensure.explicit.internal.resource.naming": {False, "false"},
     "group.protocol": {"classic"},
     "task.assignor.class": set(),
 }

@@ -106,24 +106,29 @@ class CogroupedKStream:
 
     # ---- building ---------------------------------------------------------------------------
 
-    def _parent(self, position: int, grouped: KGroupedStream, store_name: str) -> str:
+    def _parent(self, position: int, grouped: KGroupedStream, store_name: str, queryable: bool) -> str:
         """The node `grouped`'s aggregate processor reads: the grouped stream, or a repartition
         topic's source when its key changed. Kafka allocates (burns) the three names of a
-        repartition even when this cogroup already made it (a second aggregate)."""
+        repartition even when this cogroup already made it (a second aggregate). The topic counts
+        as named by the user with a grouping name or a `queryable` (named) store, as Kafka's."""
         if not grouped._repartition_required:
             return grouped._node
         from streams.dsl.kstream import repartition
 
         graph = self._builder._graph
-        made = self._repartitioned.get(grouped)
-        if made is not None:
-            for prefix in (N.SINK, N.FILTER, N.SOURCE):
-                graph.new_name(prefix)
-            return made
         first = not any(g._repartition_required for g in list(self._aggregators)[:position])
         # Kafka's CogroupedStreamAggregateBuilder: the grouping's name, else the store's
         prefix = grouped.name or (store_name if first else f"{store_name}-cogroup-{position}")
-        source, _, _ = repartition(self._builder, grouped._node, prefix, grouped.key_serde, grouped.value_serde)
+        user_named = grouped.name is not None or queryable
+        made = self._repartitioned.get(grouped)
+        if made is not None:
+            if not user_named:  # Kafka makes the repartition again (then keeps the first): noted
+                graph.implicit(repartition=prefix + N.REPARTITION_SUFFIX)
+            for name in (N.SINK, N.FILTER, N.SOURCE):
+                graph.new_name(name)
+            return made
+        source, _, _ = repartition(self._builder, grouped._node, prefix, grouped.key_serde, grouped.value_serde,
+                                   user_named=user_named)
         self._repartitioned[grouped] = source
         return source
 
@@ -134,7 +139,8 @@ class CogroupedKStream:
         graph = self._builder._graph
         name_of_store = N.store_name(graph, mat, N.COGROUP_AGGREGATE)
         streams = list(self._aggregators.items())
-        parents = [self._parent(i, grouped, name_of_store) for i, (grouped, _) in enumerate(streams)]
+        parents = [self._parent(i, grouped, name_of_store, mat.store_name is not None)
+                   for i, (grouped, _) in enumerate(streams)]
         where = f"store {name_of_store!r}"
         first_key = next((g.key_serde for g, _ in streams if g.key_serde is not None), None)
         key_serde = N.key_or_default(mat.key_serde or first_key, where)

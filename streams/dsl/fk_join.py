@@ -90,6 +90,8 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
     # without a store name Kafka generates one even when the result stays unmaterialized (the
     # index is used up); a named store uses none (MaterializedInternal)
     name_of_store = mat.store_name or new(N.FK_JOIN_OUTPUT + N.STATE_STORE)
+    if not mat.store_name:
+        graph.implicit(store=name_of_store, changelog=name_of_store + "-changelog" if mat.logging_enabled else None)
 
     where = f"foreign-key join {output_name}"
     primary_key_serde = N.key_or_default(this.key_serde, f"{where} (left key)")

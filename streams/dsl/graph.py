@@ -453,6 +453,15 @@ class TableTableJoinNode(GraphNode):
 class Graph:
     nodes: list[GraphNode] = field(default_factory=list)
     _index: int = 0
+    #: the internal resources whose names the DSL generated, as (changelog topic, store,
+    #: repartition topic), each possibly None, in the order the operations made them (Kafka's
+    #: InternalTopologyBuilder.implicitInternalNames; streams/dsl/naming.py: unnamed_resources)
+    implicit_names: list[tuple] = field(default_factory=list)
+
+    def implicit(self, *, changelog: Optional[str] = None, store: Optional[str] = None,
+                 repartition: Optional[str] = None) -> None:
+        """Note generated names of internal resources (Kafka's addImplicitInternalNames)."""
+        self.implicit_names.append((changelog, store, repartition))
 
     def next_index(self) -> int:
         index = self._index

@@ -57,11 +57,12 @@ class KGroupedStream:
         self.name = name  # Kafka's Grouped name: the repartition topic's (None: each store's)
         self._named_repartition: Optional[tuple] = None  # (source, key serde, value serde) once made
 
-    def _source(self, store_name: str) -> str:
+    def _source(self, store_name: str, queryable: bool = False) -> str:
         """The node the aggregation reads: this one, or a repartition topic's source (Kafka's
         GroupedStreamAggregateBuilder): a topic of its own named after `store_name`, or, for a
         named grouping, the one `<name>-repartition` its first aggregation made (the later ones
-        still use up the three names of a repartition, as Kafka's)."""
+        still use up the three names of a repartition, as Kafka's). The topic counts as named by
+        the user (not noted) with a grouping name or a `queryable` (named) store, as Kafka's."""
         if not self._repartition_required:
             return self._node
         from streams.dsl.kstream import repartition
@@ -71,7 +72,8 @@ class KGroupedStream:
                 self._builder._graph.new_name(prefix)
             source, self.key_serde, self.value_serde = self._named_repartition
             return source
-        made = repartition(self._builder, self._node, self.name or store_name, self.key_serde, self.value_serde)
+        made = repartition(self._builder, self._node, self.name or store_name, self.key_serde, self.value_serde,
+                           user_named=self.name is not None or queryable)
         if self.name is not None:
             self._named_repartition = made
         source, self.key_serde, self.value_serde = made
@@ -83,7 +85,7 @@ class KGroupedStream:
         graph = self._builder._graph
         name_of_store = N.store_name(graph, mat, prefix)
         name = graph.new_name(prefix)
-        parent = self._source(name_of_store)
+        parent = self._source(name_of_store, mat.store_name is not None)
         where = f"store {name_of_store!r}"
         key_serde = N.key_or_default(mat.key_serde or self.key_serde, where)
         value_serde = N.value_or_default(mat.value_serde or value_serde, where)
@@ -192,7 +194,7 @@ class _WindowedStream:
         graph = grouped._builder._graph
         name_of_store = N.store_name(graph, mat, prefix)
         name = graph.new_name(prefix)
-        parent = grouped._source(name_of_store)
+        parent = grouped._source(name_of_store, mat.store_name is not None)
         where = f"store {name_of_store!r}"
         key_serde = N.key_or_default(mat.key_serde or grouped.key_serde, where)
         value_serde = N.value_or_default(mat.value_serde or value_serde, where)

@@ -3,6 +3,7 @@ a typed graph node (streams/dsl/graph.py) whose operator lives in streams/dsl/op
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # imported lazily at run time: ktable and grouped import this
 
 __all__ = ["StreamsBuilder", "KStream"]
 
+log = logging.getLogger(__name__)
 _check_fn = N.check_fn
 
 
@@ -58,16 +60,21 @@ def grouping_name(name: Optional[str], op: str) -> Optional[str]:
 
 
 def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: str, key_serde: Any, value_serde: Any, *,
-                num_partitions: Optional[int] = None, optimizable: bool = True) -> tuple[str, Any, Any]:
+                num_partitions: Optional[int] = None, optimizable: bool = True,
+                user_named: bool = False) -> tuple[str, Any, Any]:
     """Null-key filter -> sink to `<prefix>-repartition` | source from it (Kafka's
     createRepartitionedSource). Three generated names are always allocated (sink, filter,
     source, Kafka's order); they name the nodes when the prefix is itself a generated name
     (`KSTREAM...-<10 digits>`), else the nodes are `<topic>-sink`, `-filter` and `-source`.
     `num_partitions` fixes the topic's partition count; `optimizable=False` keeps the topic out of
-    merge.repartition.topics (KStream.repartition's). Returns (source name, key serde, value serde)."""
+    merge.repartition.topics (KStream.repartition's). A topic the user did not name (`user_named`,
+    Kafka's isRepartitionTopicNameProvidedByUser) is noted as unnamed. Returns (source name, key
+    serde, value serde)."""
     graph = builder._graph
     suffix = N.REPARTITION_SUFFIX
     topic = topic_prefix if topic_prefix.endswith(suffix) else topic_prefix + suffix
+    if not user_named:
+        graph.implicit(repartition=topic)
     sink = graph.new_name(N.SINK)
     filt = graph.new_name(N.FILTER)
     source = graph.new_name(N.SOURCE)
@@ -85,13 +92,16 @@ class StreamsBuilder:
     """Entry point of the DSL: `stream(...)` then operations, then `build()` -> Topology.
     `config` (Kafka's StreamsBuilder(TopologyConfig)): its `dsl.store.suppliers.class` or
     `default.dsl.store` chooses the stores of the DSL operations that follow
-    (streams/dsl/store_suppliers.py); ConfigError for a bad value."""
+    (streams/dsl/store_suppliers.py); with `ensure.explicit.internal.resource.naming` true,
+    build() refuses a topology with a generated internal topic or store name (KIP-1111);
+    ConfigError for a bad value."""
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None) -> None:
         self._graph = Graph()
         self._source_topics: dict[str, str] = {}
         #: the DslStoreSuppliers config chose, None to leave it to the app's config
         self.dsl_store_suppliers = builder_store_suppliers(config)
+        self.ensure_explicit_naming = N.ensure_explicit_naming(config or {})
 
     def stream(self, topics: str | Iterable[str], *, key_serde: Any = None, value_serde: Any = None,
                timestamp_extractor: Optional[TimestampExtractor] = None,
@@ -180,6 +190,9 @@ class StreamsBuilder:
             raise TopologyError(f"{op}(): topic {topic!r} is already read by {self._source_topics[topic]}")
         graph = self._graph
         name_of_store = mat.store_name or graph.new_name(f"{topic}-{N.STATE_STORE}")
+        if not mat.store_name:  # Kafka's globalTable disables logging before it is noted
+            graph.implicit(store=name_of_store, changelog=name_of_store + "-changelog"
+                           if op == "table" and mat.logging_enabled else None)
         source = graph.new_name(N.SOURCE)
         name = graph.new_name(N.TABLE_SOURCE)
         self._source_topics[topic] = source
@@ -220,6 +233,17 @@ class StreamsBuilder:
         topology = self._graph.to_topology(merge_repartitions=MERGE_REPARTITION_TOPICS in requested)
         topology.applied_optimizations = requested
         topology.build()
+        # Kafka's checkUnprovidedNames, once the topology is written
+        unnamed = N.unnamed_resources(self._graph)
+        topology.unnamed_internal_resources = unnamed
+        if unnamed is not None:
+            if self.ensure_explicit_naming:
+                raise TopologyError(unnamed)
+            log.warning("Explicit naming for internal resources is currently disabled. If you want to enforce "
+                        "user-defined names for all internal resources, set %s to true. Note: Changing internal "
+                        "resource names may require a full streams application reset for an already deployed "
+                        "application. Consult the documentation on naming operators for more details. %s",
+                        N.ENSURE_EXPLICIT_NAMING, unnamed)
         return topology
 
 
@@ -363,7 +387,7 @@ class KStream:
         ks = _serdes.resolve_serde(key_serde, "repartition key_serde") or self.key_serde
         vs = _serdes.resolve_serde(value_serde, "repartition value_serde") or self.value_serde
         source, ks, vs = repartition(self._builder, self._node, prefix, ks, vs, num_partitions=num_partitions,
-                                     optimizable=False)
+                                     optimizable=False, user_named=name is not None)
         return KStream(self._builder, source, ks, vs)
 
     def process(self, processor_supplier: Callable[[], Any], *, stores: Iterable[str] = ()) -> "KStream":
@@ -494,6 +518,8 @@ class KStream:
         cached = self._join_repartition
         if cached is not None and cached[0] == name:
             graph = self._builder._graph
+            # Kafka makes the repartition again (then drops it): its names, and its topic noted
+            graph.implicit(repartition=name + N.REPARTITION_SUFFIX)
             for prefix in (N.SINK, N.FILTER, N.SOURCE):
                 graph.new_name(prefix)
             return cached[1]
@@ -545,6 +571,10 @@ class KStream:
         fixed = (mat.store_type if mat is not None else None) or self._builder.dsl_store_suppliers
         logging_enabled = mat is None or mat.logging_enabled
         log_config = None if mat is None else mat.log_config
+        if base is None:  # Kafka's KStreamImplJoin notes generated join store names
+            for generated in (this_store, other_store, outer_store):
+                if generated is not None:
+                    graph.implicit(store=generated, changelog=generated + "-changelog" if logging_enabled else None)
         stores = dict(logging_enabled=logging_enabled, log_config=log_config)
 
         def window_store(name: str, value_serde: Any) -> LazyStoreBuilder:

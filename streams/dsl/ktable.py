@@ -123,8 +123,9 @@ class KTable:
         if mat is not None and mat.store_name is None:
             # Kafka's filter / map_values: a Materialized without a name gives serdes only (no
             # store: it is not queryable); its generated store name still uses an index, before
-            # the processor's
-            N.store_name(graph, mat, prefix)
+            # the processor's (and it is not noted as unnamed: Kafka's MaterializedInternal is made
+            # without the builder there)
+            N.store_name(graph, mat, prefix, implicit=False)
         name = graph.new_name(prefix)
         flag = [False]
         if mat is None or mat.store_name is None:
@@ -209,6 +210,8 @@ class KTable:
         name_of_store = (suppressed.store_name(name) if suppressed.name
                          else graph.new_name(N.TABLE_SUPPRESS + N.STATE_STORE))
         config = suppressed.buffer_config
+        if not suppressed.name and config.logging_enabled:  # Kafka notes the changelog only
+            graph.implicit(changelog=name_of_store + "-changelog")
         buffer_builder = SuppressionBufferBuilder(name_of_store)
         buffer_builder = (buffer_builder.with_logging_enabled(config.log_config) if config.logging_enabled
                           else buffer_builder.with_logging_disabled())

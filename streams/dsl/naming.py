@@ -3,7 +3,7 @@ serde fallbacks every DSL class shares."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from streams import serdes as _serdes
 from streams.errors import TopologyError
@@ -73,9 +73,43 @@ def value_or_default(serde: Any, where: str) -> Any:
     return serde if serde is not None else _serdes.ConfigDefaultSerde(_serdes.DEFAULT_VALUE_SERDE_CONFIG, where)
 
 
-def store_name(graph: Any, mat: Any, prefix: str) -> str:
-    """A Materialized's name, else Kafka's generated `<prefix>STATE-STORE-<index>`."""
-    return mat.store_name or graph.new_name(prefix + STATE_STORE)
+def store_name(graph: Any, mat: Any, prefix: str, *, implicit: bool = True) -> str:
+    """A Materialized's name, else Kafka's generated `<prefix>STATE-STORE-<index>`, noted with
+    its changelog as unnamed (Kafka's MaterializedInternal made with the builder; `implicit`
+    False: one made without it, which notes nothing)."""
+    if mat.store_name:
+        return mat.store_name
+    name = graph.new_name(prefix + STATE_STORE)
+    if implicit:
+        graph.implicit(store=name, changelog=name + "-changelog" if mat.logging_enabled else None)
+    return name
+
+
+ENSURE_EXPLICIT_NAMING = "ensure.explicit.internal.resource.naming"
+
+
+def ensure_explicit_naming(config: Any) -> bool:
+    """The config's ensure.explicit.internal.resource.naming (Kafka's boolean: true or false, any
+    case, or a bool), False unless set; ConfigError for another value."""
+    from streams.errors import ConfigError
+
+    value = config.get(ENSURE_EXPLICIT_NAMING, False)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(f"config {ENSURE_EXPLICIT_NAMING!r} must be true or false, got {value!r}")
+
+
+def unnamed_resources(graph: Any) -> Optional[str]:
+    """Kafka's checkUnprovidedNames text for the generated names `graph` noted, or None."""
+    kinds = (("changelog topic(s)", 0), ("state store(s)", 1), ("repartition topic(s)", 2))
+    lines = []
+    for what, at in kinds:
+        names = [entry[at] for entry in graph.implicit_names if entry[at]]
+        if names:
+            lines.append(f"Following {what} has not been named: {', '.join(names)}\n")
+    return "".join(lines) or None
 
 
 def deferred(*serdes: Any) -> tuple:

@@ -12,6 +12,7 @@ from state.restore import MAX_POLL_RECORDS as RESTORE_MAX_POLL_RECORDS
 from state.rocksdb_config import config_setter_class
 from state.stores import WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
 from streams.backends import STREAMS_CONFIG_KEYS, TOPIC_PREFIX
+from streams.dsl.naming import ensure_explicit_naming
 from streams.dsl.store_suppliers import check_app_configs as check_dsl_store_configs
 from streams.errors import ConfigError
 from streams.engine.processing_errors import processing_handler_from_config
@@ -189,6 +190,7 @@ class StreamsConfig:
         production_handler_from_config(raw)
         processing_handler_from_config(raw)
         check_dsl_store_configs(raw)  # the topology takes the app's store type when it binds (Topology.bind_config)
+        ensure_explicit_naming(raw)  # checked here; only a StreamsBuilder's applies (Topology.bind_config says so)
         unsupported_configs(raw)
         return cls(
             raw=raw,

@@ -51,6 +51,11 @@ class JarFetchError(StreamsError):
     """The jars could not be had (no java/mvn, or Maven failed); the message says why."""
 
 
+class JavaCompileError(StreamsError):
+    """javac refused the project's own Java helpers: a bug to fix, never a reason to skip (as a
+    missing JDK, JarFetchError, may be)."""
+
+
 def cache_root() -> Path:
     """Where fetched jars live: ``$EDDY_CACHE_DIR`` or ``~/.cache/eddy``."""
     configured = os.environ.get("EDDY_CACHE_DIR", "").strip()
@@ -181,6 +186,6 @@ def compile_java(sources: Sequence[Path], jars: Path) -> Path:
         done = subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", class_path(jars),
                                *map(str, sources)], capture_output=True, text=True, timeout=_MVN_TIMEOUT_S)
         if done.returncode != 0:
-            raise JarFetchError(f"javac failed (exit {done.returncode}): {(done.stdout + done.stderr)[-3000:]}")
+            raise JavaCompileError(f"javac failed (exit {done.returncode}): {(done.stdout + done.stderr)[-3000:]}")
         (classes / _DONE_MARKER).write_text("\n".join(map(str, sources)))
     return classes

@@ -78,6 +78,8 @@ def test_eddy_matches_kafka_streams(seed: int, kafka_streams_results: dict[int, 
         _mismatch(seed, scenario, got, expected, "output"))
     assert got["store"] == expected["store"], _mismatch(seed, scenario, got, expected, "store")
     assert _described(got) == _described(expected), _mismatch(seed, scenario, got, expected, "topology")
+    assert got["unnamed_resources"] == expected["unnamed_resources"], (
+        _mismatch(seed, scenario, got, expected, "unnamed_resources"))
 
 
 @pytest.mark.parametrize("regression", sorted(regressions.SCENARIOS))
@@ -91,6 +93,8 @@ def test_regression_scenario(regression: str, kafka_streams_results: Any, state_
     assert got["output"] == expected["output"], _mismatch(seed, scenario, got, expected, "output")
     assert got["store"] == expected["store"], _mismatch(seed, scenario, got, expected, "store")
     assert _described(got) == _described(expected), _mismatch(seed, scenario, got, expected, "topology")
+    assert got["unnamed_resources"] == expected["unnamed_resources"], (
+        _mismatch(seed, scenario, got, expected, "unnamed_resources"))
 
 
 def _described(result: dict) -> str:

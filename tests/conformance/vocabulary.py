@@ -1049,11 +1049,15 @@ def _eddy_join(builder: Any, current: Any, step: dict, name: str, prefix: str, b
     return getattr(current, method)(other, joiner, store=store)
 
 
-def build_eddy(scenario: dict) -> _Built:
-    """The scenario's topology in Eddy's DSL."""
+def build_eddy(scenario: dict, ensure_names: bool = False) -> _Built:
+    """The scenario's topology in Eddy's DSL (`ensure_names`: by a builder whose config has
+    ensure.explicit.internal.resource.naming, which refuses generated internal names)."""
     from streams import StreamsBuilder
 
-    builder = StreamsBuilder({"default.dsl.store": IN_MEMORY} if scenario.get("dsl_store") == "builder" else None)
+    config: dict = {"default.dsl.store": IN_MEMORY} if scenario.get("dsl_store") == "builder" else {}
+    if ensure_names:
+        config["ensure.explicit.internal.resource.naming"] = True
+    builder = StreamsBuilder(config or None)
     built = _Built(scenario.get("store_type") == IN_MEMORY, scenario.get("unnamed_stores", False),
                    scenario.get("grouped_names", False))
     current = _eddy_pipeline(builder, INPUT, scenario, "", built, [])
@@ -1200,12 +1204,21 @@ def _store_rows(driver: Any, name: str, kind: str) -> list:
 
 def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | None = None) -> dict:
     """Run ``scenario`` through Eddy's TopologyTestDriver: {"output": [[k, v, ts]...], "store": {name: rows},
-    "topology": its Topology.describe() text}.
+    "topology": its Topology.describe() text, "unnamed_resources": the generated internal names
+    ensure.explicit.internal.resource.naming refuses (Kafka's message, "" for none)}.
     ``history``, a list, gets every record the driver's producer sent (changelogs included)."""
     from streams import serdes
     from streams.testing.driver import TopologyTestDriver
 
     built = build_eddy(scenario)
+    # the generated internal names (KIP-1111), as ConformanceDriver.java finds them
+    from streams.errors import TopologyError
+
+    try:
+        build_eddy(scenario, ensure_names=True)
+        unnamed_resources = ""
+    except TopologyError as exc:
+        unnamed_resources = str(exc)
     # default serdes as ConformanceDriver.java sets them: a suppress buffer after an unmaterialized
     # table operation takes them
     config = {"application.id": "conformance", "statestore.cache.max.bytes": scenario["cache_max_bytes"],
@@ -1236,4 +1249,5 @@ def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | No
         stores = {name: _store_rows(driver, name, kind) for name, kind in built.compared_stores()}
         if history is not None:
             history += driver.producer_history()
-    return {"output": output, "store": canonical(scenario, stores), "topology": str(built.topology.describe())}
+    return {"output": output, "store": canonical(scenario, stores), "topology": str(built.topology.describe()),
+            "unnamed_resources": unnamed_resources}

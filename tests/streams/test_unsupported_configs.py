@@ -23,7 +23,6 @@ def topology():
 @pytest.mark.parametrize("key,value", [
     ("processor.wrapper.class", "com.example.Wrapper"),
     ("default.client.supplier", "com.example.Clients"),
-    ("ensure.explicit.internal.resource.naming", True),
     ("group.protocol", "streams"),
     ("task.assignor.class", "com.example.Assignor"),
 ])
@@ -36,7 +35,6 @@ def test_a_setting_that_would_change_the_app_is_refused(key, value, tmp_path):
 
 
 @pytest.mark.parametrize("key,value", [
-    ("ensure.explicit.internal.resource.naming", False),
     ("group.protocol", "CLASSIC"),
 ])
 def test_kafkas_default_is_accepted(key, value):

@@ -30,6 +30,7 @@ import org.apache.kafka.streams.TestInputTopic;
 import org.apache.kafka.streams.TestOutputTopic;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.TopologyConfig;
+import org.apache.kafka.streams.errors.TopologyException;
 import org.apache.kafka.streams.TopologyTestDriver;
 import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.CogroupedKStream;
@@ -643,6 +644,30 @@ public final class ConformanceDriver {
         return rows;
     }
 
+    /** The scenario's topology, built by a builder with the scenario's config (dsl_store
+     *  "builder": its default.dsl.store; ensureNames: ensure.explicit.internal.resource.naming). */
+    static Topology buildScenario(JsonNode scenario, Built built, Properties props, String dslStore,
+                                  boolean ensureNames) {
+        Properties builderProps = new Properties();
+        builderProps.putAll(props);
+        if (dslStore.equals("builder")) builderProps.put(StreamsConfig.DEFAULT_DSL_STORE_CONFIG, StreamsConfig.IN_MEMORY);
+        if (ensureNames) builderProps.put(StreamsConfig.ENSURE_EXPLICIT_INTERNAL_RESOURCE_NAMING_CONFIG, true);
+        StreamsBuilder builder = dslStore.equals("builder") || ensureNames
+            ? new StreamsBuilder(new TopologyConfig(new StreamsConfig(builderProps))) : new StreamsBuilder();
+        KStream out = (KStream) build(builder, scenario, built);
+        Serde keySerde = outputKeySerde(built);
+        Serde valueSerde = serde(built.valueType);
+        JsonNode extractor = scenario.get("output_extractor");
+        if (extractor == null || extractor.isNull()) {
+            out.to("output", Produced.with(keySerde, valueSerde));
+        } else {
+            BiFunction<Object, RecordContext, String> route = OUTPUT_EXTRACTORS.get(extractor.asText());
+            if (route == null) throw new IllegalArgumentException("no output extractor " + extractor.asText());
+            out.to((k, v, context) -> route.apply(v, context), Produced.with(keySerde, valueSerde));
+        }
+        return builder.build(props);
+    }
+
     static ObjectNode run(ObjectMapper json, JsonNode scenario, String stateDir) {
         ObjectNode result = json.createObjectNode();
         result.put("seed", scenario.get("seed").asLong());
@@ -667,29 +692,24 @@ public final class ConformanceDriver {
         try {
             // dsl_store: the builder's default.dsl.store, or the app's dsl.store.suppliers.class
             String dslStore = scenario.path("dsl_store").asText("");
-            StreamsBuilder builder = new StreamsBuilder();
-            if (dslStore.equals("builder")) {
-                Properties builderProps = new Properties();
-                builderProps.putAll(props);
-                builderProps.put(StreamsConfig.DEFAULT_DSL_STORE_CONFIG, StreamsConfig.IN_MEMORY);
-                builder = new StreamsBuilder(new TopologyConfig(new StreamsConfig(builderProps)));
-            } else if (dslStore.equals("app")) {
+            if (dslStore.equals("app")) {
                 props.put(StreamsConfig.DSL_STORE_SUPPLIERS_CLASS_CONFIG,
                           BuiltInDslStoreSuppliers.InMemoryDslStoreSuppliers.class);
             }
-            KStream out = (KStream) build(builder, scenario, built);
+            Topology topology = buildScenario(scenario, built, props, dslStore, false);
+            result.put("topology", topology.describe().toString());
+            // the generated internal names (KIP-1111): the same topology built again by a builder
+            // whose config ensures explicit naming; the exception's text, without its prefix
+            String unnamedText = "";
+            try {
+                buildScenario(scenario, new Built(), props, dslStore, true);
+            } catch (TopologyException e) {
+                unnamedText = e.getMessage().replaceFirst("^Invalid topology: ", "");
+            }
+            result.put("unnamed_resources", unnamedText);
+            JsonNode extractor = scenario.get("output_extractor");
             Serde keySerde = outputKeySerde(built);
             Serde valueSerde = serde(built.valueType);
-            JsonNode extractor = scenario.get("output_extractor");
-            if (extractor == null || extractor.isNull()) {
-                out.to("output", Produced.with(keySerde, valueSerde));
-            } else {
-                BiFunction<Object, RecordContext, String> route = OUTPUT_EXTRACTORS.get(extractor.asText());
-                if (route == null) throw new IllegalArgumentException("no output extractor " + extractor.asText());
-                out.to((k, v, context) -> route.apply(v, context), Produced.with(keySerde, valueSerde));
-            }
-            Topology topology = builder.build(props);
-            result.put("topology", topology.describe().toString());
             try (TopologyTestDriver driver = new TopologyTestDriver(topology, props)) {
                 Map<String, TestInputTopic<String, String>> inputs = new HashMap<>();
                 boolean withHeaders = scenario.path("headers").asBoolean(false);
