@@ -76,7 +76,8 @@ def build_topology() -> Any:
     clicks.join(pages, lambda user, page: page, title_click).to("clicks-with-titles", key_serde=S, value_serde=S)
     orders = builder.stream("orders", key_serde=S, value_serde=S)
     payments = builder.stream("payments", key_serde=S, value_serde=S)
-    (orders.join(payments, pay, JoinWindows.of_time_difference_with_no_grace(PAYMENT_WINDOW))
+    # named stores (Kafka's StreamJoined.withStoreName): a name the topology keeps across changes
+    (orders.join(payments, pay, JoinWindows.of_time_difference_with_no_grace(PAYMENT_WINDOW), store="order-payments")
         .to("paid-orders", key_serde=S, value_serde=S))
     return builder.build()
 

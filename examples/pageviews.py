@@ -50,7 +50,7 @@ def build_topology() -> Any:
         .group_by_key()
         .windowed_by(TimeWindows.of_size_and_grace(SIZE_MS, GRACE_MS).advance_by(ADVANCE_MS))
         .count(store="views-per-user")
-        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()).with_name("final-views"))
         .to_stream()
         .map(lambda windowed, count: (f"{windowed.key}@{windowed.window.start}", count))
         .to("pageviews-per-user-window", key_serde=S, value_serde=I64))
