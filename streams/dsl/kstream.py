@@ -454,31 +454,35 @@ class KStream:
     # ---- joins ------------------------------------------------------------------------------
 
     def join(self, other: Any, joiner: Any = None, windows: Any = None, *, other_value_serde: Any = None,
-             store: str | Materialized | None = None, key_selector: Any = None) -> "KStream":
+             store: str | Materialized | None = None, key_selector: Any = None,
+             name: Optional[str] = None) -> "KStream":
         """Inner join: `join(other_stream, joiner, JoinWindows)`, `join(table, joiner)` or
-        `join(global_table, key_selector, joiner)`; joiner(value, other_value)."""
-        return self._join("join", _INNER, other, joiner, windows, other_value_serde, store, key_selector)
+        `join(global_table, key_selector, joiner)`; joiner(value, other_value). `name` (Kafka's
+        StreamJoined.withName / Joined.as) names the join's processors and repartition topics."""
+        return self._join("join", _INNER, other, joiner, windows, other_value_serde, store, key_selector, name)
 
     def left_join(self, other: Any, joiner: Any = None, windows: Any = None, *, other_value_serde: Any = None,
-                  store: str | Materialized | None = None, key_selector: Any = None) -> "KStream":
+                  store: str | Materialized | None = None, key_selector: Any = None,
+                  name: Optional[str] = None) -> "KStream":
         """Left join: every record of this stream, joined with None when nothing matches (a
-        stream-stream left join emits those only once their window closed)."""
-        return self._join("left_join", _LEFT, other, joiner, windows, other_value_serde, store, key_selector)
+        stream-stream left join emits those only once their window closed); `name` as join's."""
+        return self._join("left_join", _LEFT, other, joiner, windows, other_value_serde, store, key_selector, name)
 
     def outer_join(self, other: Any, joiner: Any = None, windows: Any = None, *, other_value_serde: Any = None,
-                   store: str | Materialized | None = None) -> "KStream":
-        """Outer stream-stream join: unmatched records of either side, once their window closed."""
+                   store: str | Materialized | None = None, name: Optional[str] = None) -> "KStream":
+        """Outer stream-stream join: unmatched records of either side, once their window closed;
+        `name` as join's."""
         if not isinstance(other, KStream):
             raise TopologyError(f"outer_join joins two KStreams (with JoinWindows), got {type(other).__name__}")
-        return self._join("outer_join", _OUTER, other, joiner, windows, other_value_serde, store, None)
+        return self._join("outer_join", _OUTER, other, joiner, windows, other_value_serde, store, None, name)
 
     def _join(self, op: str, join_type: str, other: Any, joiner: Any, windows: Any, other_value_serde: Any,
-              store: Any, key_selector: Any) -> "KStream":
+              store: Any, key_selector: Any, name: Optional[str] = None) -> "KStream":
         """Dispatch on what is joined (Kafka's overloads): a GlobalKTable, a KTable or a KStream."""
         if _is_global_table(other):
             if key_selector is None:  # join(global_table, key_selector, joiner): the positional form
                 key_selector, joiner, windows = joiner, windows, None
-            if windows is not None or other_value_serde is not None or store is not None:
+            if windows is not None or other_value_serde is not None or store is not None or name is not None:
                 raise TopologyError(f"{op} with a GlobalKTable takes (global_table, key_selector, joiner) only")
             from streams.dsl.global_table import stream_global_join  # it checks its arguments
 
@@ -492,7 +496,7 @@ class KStream:
                 raise TopologyError(f"{op} with a KTable takes (table, joiner) only: no windows, other_value_serde "
                                     "or store")
             self._check_joiner(op, joiner)
-            return self._stream_table_join(op, other, joiner, join_type == _LEFT)
+            return self._stream_table_join(op, other, joiner, join_type == _LEFT, grouping_name(name, op))
         if isinstance(other, KStream):
             if other._builder is not self._builder:
                 raise TopologyError(f"{op}: both streams must come from the same StreamsBuilder")
@@ -502,7 +506,9 @@ class KStream:
                                     "JoinWindows.of_time_difference_with_no_grace(ms)")
             if not isinstance(windows, JoinWindows):
                 raise TopologyError(f"{op} of two KStreams needs a JoinWindows, got {type(windows).__name__}")
-            return self._stream_stream_join(op, join_type, other, joiner, windows, other_value_serde, store)
+            if grouping_name(name, op) is not None:  # and its longest topic: <name>-right-repartition
+                grouping_name(name + "-right", op)
+            return self._stream_stream_join(op, join_type, other, joiner, windows, other_value_serde, store, name)
         raise TopologyError(f"{op} needs a KStream, a KTable or a GlobalKTable to join with, got {type(other).__name__}")
 
     @staticmethod
@@ -511,7 +517,8 @@ class KStream:
             raise TopologyError(f"{op} needs a joiner(value, other_value)")
         _check_fn(joiner, f"{op} joiner")
 
-    def _repartition_for_join(self, name: str, key_serde: Any, value_serde: Any) -> "KStream":
+    def _repartition_for_join(self, name: str, key_serde: Any, value_serde: Any,
+                              user_named: bool = False) -> "KStream":
         """Kafka's repartitionForJoin: through `<name>-repartition`; a stream repartitioned for a
         join before under the same name reuses that topic (the names are still allocated, as
         Kafka's counter is)."""
@@ -519,44 +526,56 @@ class KStream:
         if cached is not None and cached[0] == name:
             graph = self._builder._graph
             # Kafka makes the repartition again (then drops it): its names, and its topic noted
-            graph.implicit(repartition=name + N.REPARTITION_SUFFIX)
+            if not user_named:
+                graph.implicit(repartition=name + N.REPARTITION_SUFFIX)
             for prefix in (N.SINK, N.FILTER, N.SOURCE):
                 graph.new_name(prefix)
             return cached[1]
         ks = key_serde or self.key_serde
         vs = value_serde or self.value_serde
-        source, ks, vs = repartition(self._builder, self._node, name, ks, vs)
+        source, ks, vs = repartition(self._builder, self._node, name, ks, vs, user_named=user_named)
         stream = KStream(self._builder, source, ks, vs)
         self._join_repartition = (name, stream)
         return stream
 
     def _stream_stream_join(self, op: str, join_type: str, other: "KStream", joiner: Any, windows: JoinWindows,
-                            other_value_serde: Any, store: Any) -> "KStream":
+                            other_value_serde: Any, store: Any, join_name: Optional[str] = None) -> "KStream":
         """Kafka's KStreamImpl.doJoin + KStreamImplJoin.join: repartition topics first (named
-        after the node before each key change), then the windowed nodes, the two join sides, the
-        merge, and the window stores (`<join side>-store`, or `<store>-this-join-store` ... when
-        `store=` names them, as StreamJoined.withStoreName)."""
+        after the node before each key change, or `<join_name>-left` / `-right`), then the
+        windowed nodes, the two join sides, the merge (named `<join_name>-this-windowed`, ...,
+        `-merge` when named: StreamJoined.withName; every generated name still used up), and the
+        window stores (`<join side>-store`, the generated side names even for a named join, or
+        `<store>-this-join-store` ... when `store=` names them, as StreamJoined.withStoreName)."""
         mat = None if store is None else as_materialized(store, op)
         if mat is not None and (mat.key_serde is not None or mat.value_serde is not None
                                 or mat.store_supplier is not None):
             raise TopologyError(f"{op}: store= names the join's window stores (and may make them in-memory or "
                                 "unlogged); their serdes are the streams' (other_value_serde= for the other side)")
         other_vs = _serdes.resolve_serde(other_value_serde, f"{op} other_value_serde")
-        this = self._repartition_for_join(self._node, None, None) if self._repartition_required else self
+        named = join_name is not None
+        if self._repartition_required:
+            this = self._repartition_for_join(join_name + "-left" if named else self._node, None, None, named)
+        else:
+            this = self
         if other._repartition_required:
-            other = other._repartition_for_join(other._node, None, other_vs)
+            other = other._repartition_for_join(join_name + "-right" if named else other._node, None, other_vs, named)
         graph = self._builder._graph
         left_outer, right_outer = join_type != _INNER, join_type == _OUTER
-        this_windowed = graph.new_name(N.WINDOWED)
-        other_windowed = graph.new_name(N.WINDOWED)
-        join_this = graph.new_name(N.OUTERTHIS if right_outer else N.JOINTHIS)
-        join_other = graph.new_name(N.OUTEROTHER if left_outer else N.JOINOTHER)
-        merge = graph.new_name(N.MERGE)
+
+        def named_or(generated: str, suffix: str) -> str:
+            return join_name + suffix if named else generated
+        this_windowed = named_or(graph.new_name(N.WINDOWED), "-this-windowed")
+        other_windowed = named_or(graph.new_name(N.WINDOWED), "-other-windowed")
+        join_this_generated = graph.new_name(N.OUTERTHIS if right_outer else N.JOINTHIS)
+        join_other_generated = graph.new_name(N.OUTEROTHER if left_outer else N.JOINOTHER)
+        join_this = named_or(join_this_generated, "-outer-this-join" if right_outer else "-this-join")
+        join_other = named_or(join_other_generated, "-outer-other-join" if left_outer else "-other-join")
+        merge = named_or(graph.new_name(N.MERGE), "-merge")
         base = None if mat is None else mat.store_name
         if base is None:
-            this_store, other_store = join_this + N.STORE_SUFFIX, join_other + N.STORE_SUFFIX
+            this_store, other_store = join_this_generated + N.STORE_SUFFIX, join_other_generated + N.STORE_SUFFIX
             prefix = N.OUTERTHIS if right_outer else N.JOINTHIS
-            outer_store = N.OUTERSHARED + join_this[len(prefix):] + N.STORE_SUFFIX
+            outer_store = N.OUTERSHARED + join_this_generated[len(prefix):] + N.STORE_SUFFIX
         else:
             this_store = base + ("-outer-this-join" if right_outer else "-this-join") + N.STORE_SUFFIX
             other_store = base + ("-outer-other-join" if left_outer else "-other-join") + N.STORE_SUFFIX
@@ -595,12 +614,19 @@ class KStream:
             self_join_supplier=None if left_outer else lambda: SelfJoinProcessor(shared)))
         return KStream(self._builder, merge, this.key_serde, None)
 
-    def _stream_table_join(self, op: str, table: Any, joiner: Any, left: bool) -> "KStream":
+    def _stream_table_join(self, op: str, table: Any, joiner: Any, left: bool,
+                           join_name: Optional[str] = None) -> "KStream":
         """Kafka's KStreamImpl.join(KTable) / doStreamTableJoin: the stream is repartitioned
-        first when its key changed; the join reads the table through its value getter."""
-        this = self._repartition_for_join(self._node, None, None) if self._repartition_required else self
+        first when its key changed (`<join_name>-repartition` when named: Joined.as); the join
+        reads the table through its value getter."""
+        named = join_name is not None
+        if self._repartition_required:
+            this = self._repartition_for_join(join_name if named else self._node, None, None, named)
+        else:
+            this = self
         graph = self._builder._graph
-        name = graph.new_name(N.LEFTJOIN if left else N.JOIN)
+        generated = graph.new_name(N.LEFTJOIN if left else N.JOIN)  # used up by a name too
+        name = join_name if named else generated
         getter = table._value_getter_supplier(op)
         graph.add(StreamTableJoinNode(name, (this._node,), lambda: StreamTableJoinProcessor(getter, joiner, left),
                                       table._node, getter.store_names, relaxed_null_key_join=left))

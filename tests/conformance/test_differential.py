@@ -162,6 +162,12 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     named = [s for s in scenarios if s.get("grouped_names")]
     assert {step["op"] for s in named for step in s["ops"]} >= {"group_by", "group_by_key", vocabulary.TABLE_AGGREGATE,
                                                                 vocabulary.COGROUP}
+    # named stream joins of both kinds and types, after key changes too
+    named_joins = [vocabulary.join_step(s) for s in scenarios
+                   if s.get("join_names") and s["family"] == vocabulary.JOIN_FAMILY]
+    assert {(j["op"], j["type"]) for j in named_joins if j["op"] in ("stream_join", "stream_table_join")} >= {
+        ("stream_join", "inner"), ("stream_join", "left"), ("stream_join", "outer"),
+        ("stream_table_join", "inner"), ("stream_table_join", "left")}
     # stores chosen by the builder's or the app's config, in every family (joins' stores too)
     configured = [s for s in scenarios if s.get("dsl_store")]
     assert {(s["family"], s["dsl_store"]) for s in configured} == {

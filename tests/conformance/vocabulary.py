@@ -618,6 +618,9 @@ IN_MEMORY_SHARE = 0.3
 #: the share of the scenarios whose groupings are named (``grouped_names``: Kafka's Grouped.as,
 #: ``<store of the step>-grouped``; the repartition topics and the selectors take the name)
 GROUPED_NAMES_SHARE = 0.25
+#: the share of the scenarios whose stream joins are named (``join_names``: Kafka's
+#: StreamJoined.withName / Joined.withName, ``<store of the step>-joined``)
+JOIN_NAMES_SHARE = 0.25
 #: the share of the scenarios whose stores a config chooses (``dsl_store``, see the module doc)
 DSL_STORE_SHARE = 0.25
 DSL_STORES = ("builder", "app")
@@ -681,6 +684,8 @@ def generate(seed: int) -> dict:
         scenario["unnamed_stores"] = True
     if random.Random(f"grouped-{seed // 2}").random() < GROUPED_NAMES_SHARE:
         scenario["grouped_names"] = True
+    if random.Random(f"joined-{seed // 2}").random() < JOIN_NAMES_SHARE:
+        scenario["join_names"] = True
     rng = random.Random(f"dsl-store-{seed // 2}")
     if rng.random() < DSL_STORE_SHARE:
         scenario["dsl_store"] = rng.choice(DSL_STORES)
@@ -770,10 +775,12 @@ def _eddy_suppressed(step: dict) -> Any:
 class _Built:
     """What building a scenario yields: the topology, the output serdes and the stores to read."""
 
-    def __init__(self, in_memory: bool = False, unnamed: bool = False, grouped_names: bool = False) -> None:
+    def __init__(self, in_memory: bool = False, unnamed: bool = False, grouped_names: bool = False,
+                 join_names: bool = False) -> None:
         self.in_memory = in_memory  # every store the scenario materializes is in memory
         self.unnamed = unnamed  # every Materialized without a name (unnamed_stores)
         self.grouped_names = grouped_names  # every grouping named (Kafka's Grouped.as): see grouped
+        self.join_names = join_names  # every stream join named (StreamJoined/Joined.withName): see joined
         self.unnamed_names: set[str] = set()  # the names they would have had: not compared
         self.topology: Any = None
         self.value_type = "string"
@@ -783,6 +790,10 @@ class _Built:
     def grouped(self, name: str) -> Optional[str]:
         """The name of the grouping of the step whose store is `name` (grouped_names), else None."""
         return name + "-grouped" if self.grouped_names else None
+
+    def joined(self, name: str) -> Optional[str]:
+        """The name of the stream join of the step whose store is `name` (join_names), else None."""
+        return name + "-joined" if self.join_names else None
 
     def materialized(self, name: str) -> Any:
         """Materialized.as_(name), or one without a name (unnamed_stores), in memory when the
@@ -1036,9 +1047,10 @@ def _eddy_join(builder: Any, current: Any, step: dict, name: str, prefix: str, b
         if step["store"]:
             built.stores.extend((store, "join_window") for store in join_window_stores(step, name))
         return getattr(current, method)(other, joiner, _eddy_join_windows(step["windows"]),
-                                        other_value_serde=serdes.STRING, store=name if step["store"] else None)
+                                        other_value_serde=serdes.STRING, store=name if step["store"] else None,
+                                        name=built.joined(name))
     if kind == "stream_table_join":
-        return getattr(current, method)(other, joiner)
+        return getattr(current, method)(other, joiner, name=built.joined(name))
     store = None
     if step["store"]:
         store = built.materialized(name).with_key_serde(serdes.STRING).with_value_serde(serdes.STRING)
@@ -1059,7 +1071,7 @@ def build_eddy(scenario: dict, ensure_names: bool = False) -> _Built:
         config["ensure.explicit.internal.resource.naming"] = True
     builder = StreamsBuilder(config or None)
     built = _Built(scenario.get("store_type") == IN_MEMORY, scenario.get("unnamed_stores", False),
-                   scenario.get("grouped_names", False))
+                   scenario.get("grouped_names", False), scenario.get("join_names", False))
     current = _eddy_pipeline(builder, INPUT, scenario, "", built, [])
     if not hasattr(current, "to"):  # a table: its changelog
         current = current.to_stream()

@@ -176,6 +176,8 @@ public final class ConformanceDriver {
     static boolean inMemory;
     /** grouped_names: each grouping named "<store of its step>-grouped" (Grouped.as). */
     static boolean groupedNames;
+    /** join_names: each stream join named "<store of its step>-joined" (StreamJoined/Joined.withName). */
+    static boolean joinNames;
 
     static Grouped groupedAs(String name) {
         Grouped g = Grouped.with(STRING, STRING);
@@ -475,6 +477,7 @@ public final class ConformanceDriver {
         Object other = pipeline(builder, topic, side, (self ? prefix + "self" : topic) + "-", built, input2, current);
         if (kind.equals("stream_join")) {
             StreamJoined joined = StreamJoined.with(STRING, STRING, STRING);
+            if (joinNames) joined = joined.withName(name + "-joined");
             if (stored) {
                 joined = joined.withStoreName(name);
                 for (String store : joinWindowStores(type, name)) built.stores.add(new String[] {store, "join_window"});
@@ -488,6 +491,7 @@ public final class ConformanceDriver {
         }
         if (kind.equals("stream_table_join")) {
             Joined joined = Joined.with(STRING, STRING, STRING);
+            if (joinNames) joined = joined.withName(name + "-joined");
             return type.equals("left") ? ((KStream) current).leftJoin((KTable) other, joiner, joined)
                 : ((KStream) current).join((KTable) other, joiner, joined);
         }
@@ -688,6 +692,7 @@ public final class ConformanceDriver {
         inMemory = scenario.path("store_type").asText("").equals("in_memory");
         unnamed = scenario.path("unnamed_stores").asBoolean(false);
         groupedNames = scenario.path("grouped_names").asBoolean(false);
+        joinNames = scenario.path("join_names").asBoolean(false);
         unnamedNames.clear();
         try {
             // dsl_store: the builder's default.dsl.store, or the app's dsl.store.suppliers.class
