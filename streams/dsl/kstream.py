@@ -400,18 +400,22 @@ class KStream:
         graph.add(ProcessorWithStoresNode(name, (self._node,), processor_supplier, names)).role = OPAQUE
         return KStream(self._builder, name, None, None, True)
 
-    def to_table(self, *, store: str | Materialized | None = None) -> "KTable":
-        """The stream as a changelog: each record is the key's latest value (None deletes)."""
+    def to_table(self, *, store: str | Materialized | None = None, name: Optional[str] = None) -> "KTable":
+        """The stream as a changelog: each record is the key's latest value (None deletes).
+        `name` (Kafka's Named) names the processor and, after a key change, the repartition
+        topic `<name>-repartition`."""
         mat = as_materialized(store, "to_table")
+        given = grouping_name(name, "to_table")
         graph = self._builder._graph
-        name = graph.new_name(N.TO_KTABLE)
+        generated = graph.new_name(N.TO_KTABLE)  # used up by a name too (NamedInternal)
+        name = given if given is not None else generated
         name_of_store = N.store_name(graph, mat, N.TO_KTABLE)
         parent, ks, vs = self._node, self.key_serde, self.value_serde
         if self._repartition_required:
             # named after the processor, not the store (Kafka's toTable): a store name given by
             # the user leaves the topic KSTREAM-TOTABLE-<n>-repartition, its nodes generated
             parent, ks, vs = repartition(self._builder, parent, name, mat.key_serde or ks,
-                                         mat.value_serde or vs)
+                                         mat.value_serde or vs, user_named=given is not None)
         where = f"table store {name_of_store!r}"
         store_key = N.key_or_default(mat.key_serde or ks, where)
         store_value = N.value_or_default(mat.value_serde or vs, where)

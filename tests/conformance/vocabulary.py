@@ -618,8 +618,9 @@ IN_MEMORY_SHARE = 0.3
 #: the share of the scenarios whose groupings are named (``grouped_names``: Kafka's Grouped.as,
 #: ``<store of the step>-grouped``; the repartition topics and the selectors take the name)
 GROUPED_NAMES_SHARE = 0.25
-#: the share of the scenarios whose stream joins are named (``join_names``: Kafka's
-#: StreamJoined.withName / Joined.withName, ``<store of the step>-joined``)
+#: the share of the scenarios whose stream joins and to_table steps are named (``join_names``:
+#: Kafka's StreamJoined.withName / Joined.withName, ``<store of the step>-joined``; Named,
+#: ``<store of the step>-totable``)
 JOIN_NAMES_SHARE = 0.25
 #: the share of the scenarios whose stores a config chooses (``dsl_store``, see the module doc)
 DSL_STORE_SHARE = 0.25
@@ -1130,7 +1131,8 @@ def _eddy_pipeline(builder: Any, topic: str, spec: dict, prefix: str, built: _Bu
             current = _eddy_cogroup(builder, current, step, name, built, input2)
         elif op == "to_table":
             current = current.to_table(store=built.materialized(name).with_key_serde(serdes.STRING)
-                                       .with_value_serde(serdes.STRING))
+                                       .with_value_serde(serdes.STRING),
+                                       name=name + "-totable" if built.join_names else None)
             built.stores.append((name, "kv"))
         elif op in TABLE_OPS:
             current = _eddy_table_op(current, step, name, built)

@@ -562,7 +562,8 @@ public final class ConformanceDriver {
                 case "windowed":
                     current = windowed((KGroupedStream) current, step, name, built); break;
                 case "to_table":
-                    current = ((KStream) current).toTable(mat(name, "string"));
+                    current = joinNames ? ((KStream) current).toTable(Named.as(name + "-totable"), mat(name, "string"))
+                        : ((KStream) current).toTable(mat(name, "string"));
                     built.stores.add(new String[] {name, "kv"}); break;
                 case "table_filter": case "table_filter_not": {
                     BiFunction<String, String, Boolean> p = fn(PREDICATES, step, "fn");

@@ -1,11 +1,12 @@
-"""Named stream joins (Kafka's StreamJoined.withName, Joined.withName: `join(..., name=)`,
+"""Named stream joins and to_table (Kafka's StreamJoined.withName, Joined.withName: `join(..., name=)`,
 `left_join`, `outer_join`): the name names the join's processors (`<name>-this-windowed`,
 `-other-windowed`, `-this-join` / `-outer-this-join`, `-other-join` / `-outer-other-join`,
 `-merge`; a stream-table join's processor is `<name>`) and its repartition topics
 (`<name>-left-repartition` / `-right-repartition`; a stream-table join's `<name>-repartition`),
 while the window stores keep the generated side names unless `store=` names them; every
 generated name is still used up. The expected describe() texts are Kafka Streams 4.1.1's for the
-same topologies (Eddy matched the five cases tried)."""
+same topologies (Eddy matched the five cases tried). `to_table(name=)` (Kafka's Named) names
+its processor and, after a key change, its repartition topic."""
 
 import pytest
 
@@ -143,3 +144,33 @@ def test_a_join_name_that_cannot_name_its_topics_is_refused(name):
         stream.join(b.stream("r", key_serde=S, value_serde=S), lambda x, y: x, WINDOWS, name=name)
     with pytest.raises(TopologyError, match="left_join: name"):
         stream.left_join(b.table("t", key_serde=S, value_serde=S), lambda x, y: x, name=name)
+
+
+def test_a_named_to_table_after_a_key_change():
+    b = StreamsBuilder({"ensure.explicit.internal.resource.naming": True})
+    (b.stream("in", key_serde=S, value_serde=S).select_key(lambda k, v: v)
+        .to_table(name="latest", store="latest-store").to_stream().to("out"))
+    assert describe(b) == """Topologies:
+   Sub-topology: 0
+    Source: KSTREAM-SOURCE-0000000000 (topics: [in])
+      --> KSTREAM-KEY-SELECT-0000000001
+    Processor: KSTREAM-KEY-SELECT-0000000001 (stores: [])
+      --> latest-repartition-filter
+      <-- KSTREAM-SOURCE-0000000000
+    Processor: latest-repartition-filter (stores: [])
+      --> latest-repartition-sink
+      <-- KSTREAM-KEY-SELECT-0000000001
+    Sink: latest-repartition-sink (topic: latest-repartition)
+      <-- latest-repartition-filter
+
+  Sub-topology: 1
+    Source: latest-repartition-source (topics: [latest-repartition])
+      --> latest
+    Processor: latest (stores: [latest-store])
+      --> KTABLE-TOSTREAM-0000000006
+      <-- latest-repartition-source
+    Processor: KTABLE-TOSTREAM-0000000006 (stores: [])
+      --> KSTREAM-SINK-0000000007
+      <-- latest
+    Sink: KSTREAM-SINK-0000000007 (topic: out)
+      <-- KTABLE-TOSTREAM-0000000006"""
