@@ -45,9 +45,10 @@ _check_fn = N.check_fn
 _GENERATED_PREFIX = re.compile(r"KSTREAM.*-[0-9]{10}")
 
 
-def grouping_name(name: Optional[str], op: str) -> Optional[str]:
-    """A grouping's name (Kafka's Grouped.as), checked: it names the repartition topic
-    `<name>-repartition`. TopologyError naming `op` otherwise."""
+def repartition_name(name: Optional[str], op: str) -> Optional[str]:
+    """The name a user gives an operation that names a repartition topic `<name>-repartition`
+    (Kafka's Grouped.as, StreamJoined / Joined.withName, Named of to_table), checked: a
+    TopologyError naming `op` unless it can name that topic."""
     if name is None:
         return None
     if not isinstance(name, str) or not name:
@@ -377,11 +378,7 @@ class KStream:
         if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
                                            or num_partitions < 1):
             raise TopologyError(f"repartition: num_partitions must be an int >= 1, got {num_partitions!r}")
-        if name is not None:
-            try:
-                validate_topic_name(name + N.REPARTITION_SUFFIX)
-            except InternalTopicError as exc:
-                raise TopologyError(f"repartition: name {name!r} cannot name a topic ({exc})") from None
+        repartition_name(name, "repartition")
         graph = self._builder._graph
         prefix = name if name is not None else graph.new_name(N.REPARTITION)
         ks = _serdes.resolve_serde(key_serde, "repartition key_serde") or self.key_serde
@@ -405,7 +402,7 @@ class KStream:
         `name` (Kafka's Named) names the processor and, after a key change, the repartition
         topic `<name>-repartition`."""
         mat = as_materialized(store, "to_table")
-        given = grouping_name(name, "to_table")
+        given = repartition_name(name, "to_table")
         graph = self._builder._graph
         generated = graph.new_name(N.TO_KTABLE)  # used up by a name too (NamedInternal)
         name = given if given is not None else generated
@@ -437,7 +434,7 @@ class KStream:
         `<name>-repartition`, which every aggregation of this grouped stream then shares; without
         it each aggregation has its own, named after its store."""
         _check_fn(fn, "group_by")
-        name = grouping_name(name, "group_by")
+        name = repartition_name(name, "group_by")
         selected = self._add(N.KEY_SELECT, lambda: KeySelectProcessor(fn), key_serde=None,
                              value_serde=self.value_serde, repartition_required=True, role=KEY_CHANGING, name=name)
         return _grouped().KGroupedStream(self._builder, selected._node,
@@ -453,7 +450,7 @@ class KStream:
                               _serdes.resolve_serde(key_serde, "group_by_key key_serde") or self.key_serde,
                               _serdes.resolve_serde(value_serde, "group_by_key value_serde") or self.value_serde,
                               repartition_required=self._repartition_required,
-                              name=grouping_name(name, "group_by_key"))
+                              name=repartition_name(name, "group_by_key"))
 
     # ---- joins ------------------------------------------------------------------------------
 
@@ -500,7 +497,7 @@ class KStream:
                 raise TopologyError(f"{op} with a KTable takes (table, joiner) only: no windows, other_value_serde "
                                     "or store")
             self._check_joiner(op, joiner)
-            return self._stream_table_join(op, other, joiner, join_type == _LEFT, grouping_name(name, op))
+            return self._stream_table_join(op, other, joiner, join_type == _LEFT, repartition_name(name, op))
         if isinstance(other, KStream):
             if other._builder is not self._builder:
                 raise TopologyError(f"{op}: both streams must come from the same StreamsBuilder")
@@ -510,8 +507,8 @@ class KStream:
                                     "JoinWindows.of_time_difference_with_no_grace(ms)")
             if not isinstance(windows, JoinWindows):
                 raise TopologyError(f"{op} of two KStreams needs a JoinWindows, got {type(windows).__name__}")
-            if grouping_name(name, op) is not None:  # and its longest topic: <name>-right-repartition
-                grouping_name(name + "-right", op)
+            if repartition_name(name, op) is not None:  # and its longest topic: <name>-right-repartition
+                repartition_name(name + "-right", op)
             return self._stream_stream_join(op, join_type, other, joiner, windows, other_value_serde, store, name)
         raise TopologyError(f"{op} needs a KStream, a KTable or a GlobalKTable to join with, got {type(other).__name__}")
 

@@ -230,10 +230,10 @@ class KTable:
         `name` (Kafka's Grouped.as) names the selector and the repartition topic
         `<name>-repartition`, which every aggregation of the grouped table then shares."""
         from streams.dsl.grouped import KGroupedTable
-        from streams.dsl.kstream import grouping_name
+        from streams.dsl.kstream import repartition_name
 
         N.check_fn(mapper, "KTable.group_by")
-        grouped_name = grouping_name(name, "KTable.group_by")
+        grouped_name = repartition_name(name, "KTable.group_by")
         self._enable_send_old_values()
         graph = self._builder._graph
         generated = graph.new_name(N.TABLE_SELECT)  # used up even by a name (Kafka's NamedInternal)
