@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from streams.dsl import naming as N
-from streams.dsl.graph import ProcessorGraphNode, ProcessorWithStoresNode, StatefulProcessorNode
-from streams.dsl.grouped import KGroupedStream, _MaterializedStoreBuilder, windowed_store
+from streams.dsl.graph import ProcessorGraphNode, ProcessorWithStoresNode, StatefulProcessorNode, table_store
+from streams.dsl.grouped import KGroupedStream, windowed_store
 from streams.dsl.ktable import KTable
 from streams.dsl.materialized import Materialized, as_materialized
 from streams.dsl.ops.cogroup import CogroupMergeProcessor, cogroup_aggregate_operator
@@ -113,19 +113,15 @@ class CogroupedKStream:
         as named by the user with a grouping name or a `queryable` (named) store, as Kafka's."""
         if not grouped._repartition_required:
             return grouped._node
-        from streams.dsl.kstream import repartition
+        from streams.dsl.kstream import repartition, repartition_again
 
-        graph = self._builder._graph
         first = not any(g._repartition_required for g in list(self._aggregators)[:position])
         # Kafka's CogroupedStreamAggregateBuilder: the grouping's name, else the store's
         prefix = grouped.name or (store_name if first else f"{store_name}-cogroup-{position}")
         user_named = grouped.name is not None or queryable
         made = self._repartitioned.get(grouped)
         if made is not None:
-            if not user_named:  # Kafka makes the repartition again (then keeps the first): noted
-                graph.implicit(repartition=prefix + N.REPARTITION_SUFFIX)
-            for name in (N.SINK, N.FILTER, N.SOURCE):
-                graph.new_name(name)
+            repartition_again(self._builder, prefix, user_named)
             return made
         source, _, _ = repartition(self._builder, grouped._node, prefix, grouped.key_serde, grouped.value_serde,
                                    user_named=user_named)
@@ -146,8 +142,8 @@ class CogroupedKStream:
         key_serde = N.key_or_default(mat.key_serde or first_key, where)
         value_serde = N.value_or_default(mat.value_serde, where)
         if windows is None:
-            store_builder: Any = _MaterializedStoreBuilder(mat, name_of_store, key_serde, value_serde,
-                                                           self._builder.dsl_store_suppliers)
+            store_builder: Any = table_store(mat, name_of_store, key_serde, value_serde,
+                                             self._builder.dsl_store_suppliers)
             table_key = key_serde
         else:
             store_builder, table_key = windowed_store(mat, name_of_store, windows, key_serde, value_serde,

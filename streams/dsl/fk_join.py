@@ -40,12 +40,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from streams.dsl import naming as N
-from streams.dsl.graph import (InternalTopicNode, LazyStoreBuilder, ProcessorGraphNode, ProcessorWithStoresNode,
+from streams.dsl.graph import (InternalTopicNode, LazyStoreBuilder, table_store, ProcessorGraphNode, ProcessorWithStoresNode,
                                StatefulProcessorNode)
 from streams.dsl.joins.foreign_key import (CombinedKeySchema, SubscriptionResponseWrapperSerde,
                                            SubscriptionWrapperSerde, subscription_store_builder)
 from streams.dsl.ktable import KTable
-from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
+from streams.dsl.materialized import Materialized, as_materialized
 from streams.dsl.ops.fk_join import (ForeignTableJoinProcessor, ResponseJoinProcessor, SubscriptionJoinProcessor,
                                      SubscriptionReceiveProcessor, SubscriptionSendProcessor, response_partitioner)
 from streams.errors import TopologyError
@@ -89,9 +89,7 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
     output_name = new(N.FK_JOIN_OUTPUT)
     # without a store name Kafka generates one even when the result stays unmaterialized (the
     # index is used up); a named store uses none (MaterializedInternal)
-    name_of_store = mat.store_name or new(N.FK_JOIN_OUTPUT + N.STATE_STORE)
-    if not mat.store_name:
-        graph.implicit(store=name_of_store, changelog=name_of_store + "-changelog" if mat.logging_enabled else None)
+    name_of_store = N.store_name(graph, mat, N.FK_JOIN_OUTPUT)
 
     where = f"foreign-key join {output_name}"
     primary_key_serde = N.key_or_default(this.key_serde, f"{where} (left key)")
@@ -130,9 +128,7 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
     result_store_where = f"table store {name_of_store!r}"
     store_key = N.key_or_default(mat.key_serde or this.key_serde, result_store_where)
     store_value = N.value_or_default(mat.value_serde, result_store_where)
-    result_builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
-        mat, name_of_store, store_key, store_value, timestamped=True, suppliers=suppliers),
-        this._builder.dsl_store_suppliers)
+    result_builder = table_store(mat, name_of_store, store_key, store_value, this._builder.dsl_store_suppliers)
     # Kafka's KTableSource as the result, a source table: materialized when its store is named (it
     # is then queryable) or a later operation forces it (old values, a read by key), else every
     # result forwarded as Change(value, None); asked when the topology is written

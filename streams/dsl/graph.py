@@ -288,6 +288,16 @@ class LazyStoreBuilder(CachingSwitch):
         return self.store_builder().build()
 
 
+def table_store(mat: Any, name: str, key_serde: Any, value_serde: Any, suppliers: Any) -> LazyStoreBuilder:
+    """The lazy builder of a DSL table's timestamped key-value store (`mat`'s, with its serdes
+    over the given ones; KIP-258: a table keeps its values' timestamps); `suppliers`: the store
+    type its StreamsBuilder's config chose, or None."""
+    from streams.dsl.materialized import key_value_store_builder  # it imports the store code
+
+    return LazyStoreBuilder(name, "key_value", lambda chosen: key_value_store_builder(
+        mat, name, key_serde, value_serde, timestamped=True, suppliers=chosen), suppliers)
+
+
 @dataclass
 class StreamSinkNode(GraphNode):
     topic: str = ""
@@ -462,6 +472,16 @@ class Graph:
                  repartition: Optional[str] = None) -> None:
         """Note generated names of internal resources (Kafka's addImplicitInternalNames)."""
         self.implicit_names.append((changelog, store, repartition))
+
+    def implicit_store(self, store: str, logged: bool) -> None:
+        """Note a generated store name, and its changelog's when the store is `logged`."""
+        self.implicit(store=store, changelog=store + "-changelog" if logged else None)
+
+    def name_or_new(self, name: Optional[str], prefix: str) -> str:
+        """`name`, else a new generated one; a given name still uses up the index (Kafka's
+        NamedInternal.orElseGenerateWithPrefix)."""
+        generated = self.new_name(prefix)
+        return generated if name is None else name
 
     def next_index(self) -> int:
         index = self._index

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from streams import serdes as _serdes
 from streams.dsl import naming as N
 from streams.dsl.change import ChangeSerde
-from streams.dsl.graph import LazyStoreBuilder, RepartitionNode, StatefulProcessorNode
+from streams.dsl.graph import LazyStoreBuilder, RepartitionNode, StatefulProcessorNode, table_store
 from streams.dsl.ktable import KTable
-from streams.dsl.materialized import (Materialized, as_materialized, key_value_store_builder, session_store_builder,
+from streams.dsl.materialized import (Materialized, as_materialized, session_store_builder,
                                       window_store_builder)
 from streams.dsl.ops.aggregate import AggregateProcessor, count_adder, count_initializer, reduce_adder, reduce_initializer
 from streams.dsl.ops.table_count import count_add, count_subtract
@@ -25,26 +25,6 @@ if TYPE_CHECKING:  # cogrouped imports this module
     from streams.dsl.cogrouped import CogroupedKStream
 
 __all__ = ["KGroupedStream", "TimeWindowedKStream", "SessionWindowedKStream", "KGroupedTable"]
-
-class _MaterializedStoreBuilder(LazyStoreBuilder):
-    """The lazy builder of a grouped stream's timestamped key-value store (timestamped, Kafka's
-    KIP-258: the aggregate keeps the newest timestamp it has seen); its logging is read from the
-    Materialized without making the store builder."""
-
-    def __init__(self, mat: Materialized, store_name: str, key_serde: Any, value_serde: Any,
-                 suppliers: Any = None) -> None:
-        super().__init__(store_name, "key_value", lambda chosen: key_value_store_builder(
-            mat, store_name, key_serde, value_serde, timestamped=True, suppliers=chosen), suppliers)
-        self.materialized = mat
-
-    @property
-    def logging_enabled(self) -> bool:
-        return self.materialized.logging_enabled if self._builder is None else self._builder.logging_enabled
-
-    @property
-    def log_config(self) -> dict:
-        return dict(self.materialized.log_config or {}) if self._builder is None else self._builder.log_config
-
 
 class KGroupedStream:
     def __init__(self, builder: Any, node: str, key_serde: Any, value_serde: Any,
@@ -65,11 +45,10 @@ class KGroupedStream:
         the user (not noted) with a grouping name or a `queryable` (named) store, as Kafka's."""
         if not self._repartition_required:
             return self._node
-        from streams.dsl.kstream import repartition
+        from streams.dsl.kstream import repartition, repartition_again
 
         if self._named_repartition is not None:
-            for prefix in (N.SINK, N.FILTER, N.SOURCE):
-                self._builder._graph.new_name(prefix)
+            repartition_again(self._builder, self.name, True)
             source, self.key_serde, self.value_serde = self._named_repartition
             return source
         made = repartition(self._builder, self._node, self.name or store_name, self.key_serde, self.value_serde,
@@ -92,8 +71,7 @@ class KGroupedStream:
         caching = mat.caching_enabled
         graph.add(StatefulProcessorNode(
             name, (parent,), lambda: AggregateProcessor(name_of_store, caching, initializer, adder),
-            store_builder=_MaterializedStoreBuilder(mat, name_of_store, key_serde, value_serde,
-                                                    self._builder.dsl_store_suppliers),
+            store_builder=table_store(mat, name_of_store, key_serde, value_serde, self._builder.dsl_store_suppliers),
             store_name=name_of_store, deferred_serdes=N.deferred(key_serde, value_serde)))
         return KTable(self._builder, name, key_serde, value_serde, name_of_store if mat.store_name else None,
                       store_name=name_of_store)
@@ -295,9 +273,7 @@ class KGroupedTable:
         key_serde = N.key_or_default(mat.key_serde or self.key_serde, where)
         store_value = N.value_or_default(mat.value_serde or value_serde, where)
         caching = mat.caching_enabled
-        builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
-            mat, name_of_store, key_serde, store_value, timestamped=True, suppliers=suppliers),
-            self._builder.dsl_store_suppliers)
+        builder = table_store(mat, name_of_store, key_serde, store_value, self._builder.dsl_store_suppliers)
         graph.add(StatefulProcessorNode(
             name, (source,), lambda: TableAggregateProcessor(name_of_store, caching, add, subtract),
             store_builder=builder, store_name=name_of_store, deferred_serdes=N.deferred(key_serde, store_value)))

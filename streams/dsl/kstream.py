@@ -13,10 +13,10 @@ from streams.dsl.branched import Branched
 from streams.dsl.graph import (KEY_CHANGING, MERGING, OPAQUE, VALUE_CHANGING, GlobalTableSourceNode, Graph,
                                LazyStoreBuilder, ProcessorGraphNode, ProcessorWithStoresNode, RepartitionNode,
                                StateStoreNode, StatefulProcessorNode, StreamSinkNode, StreamSourceNode,
-                               StreamStreamJoinNode, StreamTableJoinNode, TableSourceNode)
+                               StreamStreamJoinNode, StreamTableJoinNode, TableSourceNode, table_store)
 from streams.dsl.joins.stream_stream import INNER as _INNER, LEFT as _LEFT, OUTER as _OUTER
 from streams.dsl.joins.stream_stream import join_window_store_builder, outer_join_store_builder
-from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
+from streams.dsl.materialized import Materialized, as_materialized
 from streams.dsl.ops.stateless import (BranchProcessor, FilterProcessor, FlatMapProcessor, FlatMapValuesProcessor,
                                        KeySelectProcessor, MapProcessor, MapValuesProcessor, NullKeyFilterProcessor,
                                        PassThroughProcessor, PeekProcessor)
@@ -60,6 +60,10 @@ def repartition_name(name: Optional[str], op: str) -> Optional[str]:
     return name
 
 
+def _repartition_topic(prefix: str) -> str:
+    return prefix if prefix.endswith(N.REPARTITION_SUFFIX) else prefix + N.REPARTITION_SUFFIX
+
+
 def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: str, key_serde: Any, value_serde: Any, *,
                 num_partitions: Optional[int] = None, optimizable: bool = True,
                 user_named: bool = False) -> tuple[str, Any, Any]:
@@ -72,8 +76,7 @@ def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: str, key_s
     Kafka's isRepartitionTopicNameProvidedByUser) is noted as unnamed. Returns (source name, key
     serde, value serde)."""
     graph = builder._graph
-    suffix = N.REPARTITION_SUFFIX
-    topic = topic_prefix if topic_prefix.endswith(suffix) else topic_prefix + suffix
+    topic = _repartition_topic(topic_prefix)
     if not user_named:
         graph.implicit(repartition=topic)
     sink = graph.new_name(N.SINK)
@@ -87,6 +90,17 @@ def repartition(builder: "StreamsBuilder", parent: str, topic_prefix: str, key_s
     graph.add(RepartitionNode(source, (parent,), topic, filt, sink, NullKeyFilterProcessor, key_serde, value_serde,
                               num_partitions=num_partitions, optimizable=optimizable))
     return source, key_serde, value_serde
+
+
+def repartition_again(builder: "StreamsBuilder", topic_prefix: str, user_named: bool) -> None:
+    """What Kafka does when it makes a repartition it then drops for one already made (a second
+    aggregation of a named grouping, a cogroup's second aggregate, a stream joined again): the
+    three names are used up, and a topic the user did not name is noted as unnamed again."""
+    graph = builder._graph
+    if not user_named:
+        graph.implicit(repartition=_repartition_topic(topic_prefix))
+    for prefix in (N.SINK, N.FILTER, N.SOURCE):
+        graph.new_name(prefix)
 
 
 class StreamsBuilder:
@@ -190,10 +204,8 @@ class StreamsBuilder:
         if topic in self._source_topics:
             raise TopologyError(f"{op}(): topic {topic!r} is already read by {self._source_topics[topic]}")
         graph = self._graph
-        name_of_store = mat.store_name or graph.new_name(f"{topic}-{N.STATE_STORE}")
-        if not mat.store_name:  # Kafka's globalTable disables logging before it is noted
-            graph.implicit(store=name_of_store, changelog=name_of_store + "-changelog"
-                           if op == "table" and mat.logging_enabled else None)
+        # Kafka's globalTable turns logging off before its store name is noted
+        name_of_store = N.store_name(graph, mat if op == "table" else mat.with_logging_disabled(), f"{topic}-")
         source = graph.new_name(N.SOURCE)
         name = graph.new_name(N.TABLE_SOURCE)
         self._source_topics[topic] = source
@@ -202,9 +214,7 @@ class StreamsBuilder:
         where = f"table store {name_of_store!r}"
         store_key = N.key_or_default(mat.key_serde or key_serde, where)
         store_value = N.value_or_default(mat.value_serde or value_serde, where)
-        builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
-            mat, name_of_store, store_key, store_value, timestamped=True, suppliers=suppliers),
-            self.dsl_store_suppliers)
+        builder = table_store(mat, name_of_store, store_key, store_value, self.dsl_store_suppliers)
         return _TableSource(mat, name_of_store, source, name, key_serde, value_serde, builder,
                             N.deferred(store_key, store_value))
 
@@ -277,11 +287,9 @@ class KStream:
 
     def _add(self, prefix: str, supplier: Callable[[], Any], *, key_serde: Any, value_serde: Any,
              repartition_required: Optional[bool] = None, role: str = "", name: Optional[str] = None) -> "KStream":
-        """A processor after this stream, named `name` or generated from `prefix` (Kafka's
-        NamedInternal.orElseGenerateWithPrefix: a given name still uses up an index)."""
+        """A processor after this stream, named `name` or generated from `prefix`."""
         graph = self._builder._graph
-        generated = graph.new_name(prefix)
-        name = name if name is not None else generated
+        name = graph.name_or_new(name, prefix)
         parent = self._node
         graph.add(ProcessorGraphNode(name, (parent,), supplier)).role = role
         return KStream(self._builder, name, key_serde, value_serde,
@@ -404,8 +412,7 @@ class KStream:
         mat = as_materialized(store, "to_table")
         given = repartition_name(name, "to_table")
         graph = self._builder._graph
-        generated = graph.new_name(N.TO_KTABLE)  # used up by a name too (NamedInternal)
-        name = given if given is not None else generated
+        name = graph.name_or_new(given, N.TO_KTABLE)
         name_of_store = N.store_name(graph, mat, N.TO_KTABLE)
         parent, ks, vs = self._node, self.key_serde, self.value_serde
         if self._repartition_required:
@@ -416,9 +423,7 @@ class KStream:
         where = f"table store {name_of_store!r}"
         store_key = N.key_or_default(mat.key_serde or ks, where)
         store_value = N.value_or_default(mat.value_serde or vs, where)
-        builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
-            mat, name_of_store, store_key, store_value, timestamped=True, suppliers=suppliers),
-            self._builder.dsl_store_suppliers)
+        builder = table_store(mat, name_of_store, store_key, store_value, self._builder.dsl_store_suppliers)
         table = _ktable().KTable(self._builder, name, mat.key_serde or ks, mat.value_serde or vs,
                                  name_of_store if mat.store_name else None, store_name=name_of_store, source=True)
         graph.add(StatefulProcessorNode(name, (parent,), lambda: table.source_processor(mat),
@@ -525,12 +530,7 @@ class KStream:
         Kafka's counter is)."""
         cached = self._join_repartition
         if cached is not None and cached[0] == name:
-            graph = self._builder._graph
-            # Kafka makes the repartition again (then drops it): its names, and its topic noted
-            if not user_named:
-                graph.implicit(repartition=name + N.REPARTITION_SUFFIX)
-            for prefix in (N.SINK, N.FILTER, N.SOURCE):
-                graph.new_name(prefix)
+            repartition_again(self._builder, name, user_named)
             return cached[1]
         ks = key_serde or self.key_serde
         vs = value_serde or self.value_serde
@@ -563,15 +563,16 @@ class KStream:
         graph = self._builder._graph
         left_outer, right_outer = join_type != _INNER, join_type == _OUTER
 
-        def named_or(generated: str, suffix: str) -> str:
-            return join_name + suffix if named else generated
-        this_windowed = named_or(graph.new_name(N.WINDOWED), "-this-windowed")
-        other_windowed = named_or(graph.new_name(N.WINDOWED), "-other-windowed")
+        def suffixed(suffix: str) -> Optional[str]:
+            return join_name + suffix if named else None
+        this_windowed = graph.name_or_new(suffixed("-this-windowed"), N.WINDOWED)
+        other_windowed = graph.name_or_new(suffixed("-other-windowed"), N.WINDOWED)
+        # the stores are named after the generated side names, a named join's too
         join_this_generated = graph.new_name(N.OUTERTHIS if right_outer else N.JOINTHIS)
         join_other_generated = graph.new_name(N.OUTEROTHER if left_outer else N.JOINOTHER)
-        join_this = named_or(join_this_generated, "-outer-this-join" if right_outer else "-this-join")
-        join_other = named_or(join_other_generated, "-outer-other-join" if left_outer else "-other-join")
-        merge = named_or(graph.new_name(N.MERGE), "-merge")
+        join_this = suffixed("-outer-this-join" if right_outer else "-this-join") or join_this_generated
+        join_other = suffixed("-outer-other-join" if left_outer else "-other-join") or join_other_generated
+        merge = graph.name_or_new(suffixed("-merge"), N.MERGE)
         base = None if mat is None else mat.store_name
         if base is None:
             this_store, other_store = join_this_generated + N.STORE_SUFFIX, join_other_generated + N.STORE_SUFFIX
@@ -594,7 +595,7 @@ class KStream:
         if base is None:  # Kafka's KStreamImplJoin notes generated join store names
             for generated in (this_store, other_store, outer_store):
                 if generated is not None:
-                    graph.implicit(store=generated, changelog=generated + "-changelog" if logging_enabled else None)
+                    graph.implicit_store(generated, logging_enabled)
         stores = dict(logging_enabled=logging_enabled, log_config=log_config)
 
         def window_store(name: str, value_serde: Any) -> LazyStoreBuilder:
@@ -626,8 +627,7 @@ class KStream:
         else:
             this = self
         graph = self._builder._graph
-        generated = graph.new_name(N.LEFTJOIN if left else N.JOIN)  # used up by a name too
-        name = join_name if named else generated
+        name = graph.name_or_new(join_name, N.LEFTJOIN if left else N.JOIN)
         getter = table._value_getter_supplier(op)
         graph.add(StreamTableJoinNode(name, (this._node,), lambda: StreamTableJoinProcessor(getter, joiner, left),
                                       table._node, getter.store_names, relaxed_null_key_join=left))

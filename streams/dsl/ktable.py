@@ -9,9 +9,9 @@ from typing import Any, Callable, Optional
 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
-from streams.dsl.graph import LazyStoreBuilder, ProcessorGraphNode, StatefulProcessorNode, TableTableJoinNode
+from streams.dsl.graph import ProcessorGraphNode, StatefulProcessorNode, TableTableJoinNode, table_store
 from streams.dsl.joins.table_table import INNER, LEFT, OUTER
-from streams.dsl.materialized import Materialized, as_materialized, key_value_store_builder
+from streams.dsl.materialized import Materialized, as_materialized
 from streams.dsl.ops.suppress import SuppressProcessor
 from streams.dsl.ops.table_join import TableJoinMergeProcessor, TableJoinSideProcessor
 from streams.dsl.ops.value_getter import (JoinValueGetter, MappedValueGetter, SessionStoreValueGetter, StoreValueGetter,
@@ -141,9 +141,7 @@ class KTable:
             store_key = N.key_or_default(mat.key_serde or self.key_serde, where)
             store_value = N.value_or_default(mat.value_serde or value_serde, where)
             caching = mat.caching_enabled
-            builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
-                mat, name_of_store, store_key, store_value, timestamped=True, suppliers=suppliers),
-                self._builder.dsl_store_suppliers)
+            builder = table_store(mat, name_of_store, store_key, store_value, self._builder.dsl_store_suppliers)
             graph.add(StatefulProcessorNode(name, (self._node,), lambda: make(name_of_store, caching, lambda: flag[0]),
                                             store_builder=builder, store_name=name_of_store,
                                             deferred_serdes=N.deferred(store_key, store_value)))
@@ -236,8 +234,7 @@ class KTable:
         grouped_name = repartition_name(name, "KTable.group_by")
         self._enable_send_old_values()
         graph = self._builder._graph
-        generated = graph.new_name(N.TABLE_SELECT)  # used up even by a name (Kafka's NamedInternal)
-        node = grouped_name if grouped_name is not None else generated
+        node = graph.name_or_new(grouped_name, N.TABLE_SELECT)
         graph.add(ProcessorGraphNode(node, (self._node,), lambda: TableSelectProcessor(mapper)))
         return KGroupedTable(self._builder, node, _serdes.resolve_serde(key_serde, "KTable.group_by key_serde"),
                              _serdes.resolve_serde(value_serde, "KTable.group_by value_serde"), grouped_name)
@@ -310,9 +307,7 @@ class KTable:
             store_key = N.key_or_default(key_serde, where)
             store_value = N.value_or_default(value_serde, where)
             caching = mat.caching_enabled
-            store_builder = LazyStoreBuilder(name_of_store, "key_value", lambda suppliers: key_value_store_builder(
-                mat, name_of_store, store_key, store_value, timestamped=True, suppliers=suppliers),
-                self._builder.dsl_store_suppliers)
+            store_builder = table_store(mat, name_of_store, store_key, store_value, self._builder.dsl_store_suppliers)
             deferred = N.deferred(store_key, store_value)
         graph.add(TableTableJoinNode(
             merge, (self._node, other._node), join_this=join_this, join_other=join_other,

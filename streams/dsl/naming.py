@@ -81,7 +81,7 @@ def store_name(graph: Any, mat: Any, prefix: str, *, implicit: bool = True) -> s
         return mat.store_name
     name = graph.new_name(prefix + STATE_STORE)
     if implicit:
-        graph.implicit(store=name, changelog=name + "-changelog" if mat.logging_enabled else None)
+        graph.implicit_store(name, mat.logging_enabled)
     return name
 
 
