@@ -7,12 +7,13 @@ from streams.dsl import (CogroupedKStream, KGroupedStream, KGroupedTable, KStrea
 from streams.dsl import BufferConfig, GlobalKTable, Materialized, Suppressed
 from streams.dsl.branched import Branched
 from streams.dsl.windows import EmitStrategy, JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
+from streams.fixed_key import FixedKeyProcessor, FixedKeyProcessorContext, FixedKeyRecord
 from streams.processor import Processor, ProcessorContext, PunctuationType, Record
 from streams.runtime import App, AppState, StreamThreadExceptionResponse
 from streams.topology import Topology
 
 __all__ = ["Topology", "StreamsBuilder", "serdes", "Record", "Processor", "ProcessorContext",
-           "PunctuationType", "App", "AppState", "StreamThreadExceptionResponse",
+           "FixedKeyRecord", "FixedKeyProcessor", "FixedKeyProcessorContext", "PunctuationType", "App", "AppState", "StreamThreadExceptionResponse",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
            "Window", "Windowed", "Suppressed", "BufferConfig", "Materialized", "KStream", "KTable",
            "GlobalKTable",

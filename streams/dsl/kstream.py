@@ -25,6 +25,7 @@ from streams.dsl.ops.table import TableSourceProcessor
 from streams.dsl.store_suppliers import builder_store_suppliers
 from streams.dsl.windows import JoinWindows
 from streams.errors import InternalTopicError, TopologyError
+from streams.fixed_key import fixed_key_supplier
 from streams.internal_topics import validate_topic_name
 from streams.optimizations import (MERGE_REPARTITION_TOPICS, REUSE_KTABLE_SOURCE_TOPICS, SINGLE_STORE_SELF_JOIN,
                                   topology_optimizations)
@@ -395,14 +396,36 @@ class KStream:
                                      optimizable=False, user_named=name is not None)
         return KStream(self._builder, source, ks, vs)
 
-    def process(self, processor_supplier: Callable[[], Any], *, stores: Iterable[str] = ()) -> "KStream":
+    def process(self, processor_supplier: Callable[[], Any], *, stores: Iterable[str] = (),
+                name: Optional[str] = None) -> "KStream":
         """A Processor API processor inside the DSL, connected to `stores` (builder.add_state_store);
-        what it forwards is the new stream, whose key may have changed (a later grouping repartitions)."""
+        what it forwards is the new stream, whose key may have changed (a later grouping repartitions).
+        `name` (Kafka's Named) names the processor."""
         _check_fn(processor_supplier, "process")
+        return self._user_processor(N.PROCESSOR, processor_supplier, stores, N.processor_name(name, "process"),
+                                    keeps_key=False)
+
+    def process_values(self, processor_supplier: Callable[[], Any], *, stores: Iterable[str] = (),
+                       name: Optional[str] = None) -> "KStream":
+        """A fixed-key processor (streams.fixed_key, Kafka's processValues): it sees FixedKeyRecords
+        and forwards records derived from them, so keys stay as they are and nothing below needs a
+        repartition for it; connected to `stores`. `name` (Kafka's Named) names the processor."""
+        _check_fn(processor_supplier, "process_values")
+        return self._user_processor(N.PROCESSVALUES, processor_supplier, stores,
+                                    N.processor_name(name, "process_values"), keeps_key=True)
+
+    def _user_processor(self, prefix: str, supplier: Callable[[], Any], stores: Iterable[str],
+                        given: Optional[str], keeps_key: bool) -> "KStream":
         names = (stores,) if isinstance(stores, str) else tuple(stores)
         graph = self._builder._graph
-        name = graph.new_name(N.PROCESSOR)
-        graph.add(ProcessorWithStoresNode(name, (self._node,), processor_supplier, names)).role = OPAQUE
+        # a given name uses up no index (Kafka's process/processValues read Named as it is)
+        name = given if given is not None else graph.new_name(prefix)
+        if keeps_key:
+            # Kafka's processValues: the stream keeps its key serde and whether it needs a
+            # repartition; not a key or value change for merge.repartition.topics (Kafka's default)
+            graph.add(ProcessorWithStoresNode(name, (self._node,), fixed_key_supplier(supplier, name), names))
+            return KStream(self._builder, name, self.key_serde, None, self._repartition_required)
+        graph.add(ProcessorWithStoresNode(name, (self._node,), supplier, names)).role = OPAQUE
         return KStream(self._builder, name, None, None, True)
 
     def to_table(self, *, store: str | Materialized | None = None, name: Optional[str] = None) -> "KTable":

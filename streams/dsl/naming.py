@@ -21,6 +21,7 @@ KEY_SELECT = "KSTREAM-KEY-SELECT-"
 MERGE = "KSTREAM-MERGE-"
 BRANCH = "KSTREAM-BRANCH-"
 PROCESSOR = "KSTREAM-PROCESSOR-"
+PROCESSVALUES = "KSTREAM-PROCESSVALUES-"
 REPARTITION = "KSTREAM-REPARTITION-"
 TO_KTABLE = "KSTREAM-TOTABLE-"
 AGGREGATE = "KSTREAM-AGGREGATE-"
@@ -59,6 +60,28 @@ FK_JOIN_OUTPUT = FK_JOIN + "OUTPUT-"
 FK_TOPIC_SUFFIX = "-topic"
 REPARTITION_SUFFIX = "-repartition"
 STORE_SUFFIX = "-store"
+
+MAX_NAME_LENGTH = 249  # Kafka's Named
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def processor_name(name: Optional[str], op: str) -> Optional[str]:
+    """A processor name the user gives `op` (Kafka's Named.as), checked by Kafka's rules: a
+    TopologyError naming `op` unless it is 1 to 249 ASCII alphanumerics, '.', '_' or '-' (and not
+    "." or "..")."""
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise TopologyError(f"{op}: name must be a non-empty string, got {name!r}")
+    if name in (".", ".."):
+        raise TopologyError(f"{op}: name cannot be {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise TopologyError(f"{op}: name {name!r} is longer than {MAX_NAME_LENGTH} characters")
+    if not _NAME_CHARS.issuperset(name):
+        raise TopologyError(f"{op}: name {name!r} contains a character other than ASCII alphanumerics, "
+                            "'.', '_' and '-'")
+    return name
+
 
 def check_fn(fn: Any, op: str) -> None:
     if not callable(fn):

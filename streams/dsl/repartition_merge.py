@@ -23,11 +23,13 @@ as it is. A `merge()` below key changes takes their repartitions over when all o
 it (Kafka's maybeUpdateKeyChangingRepartitionNodeMap): the merged repartition then comes right
 after the merge.
 
-Eddy is stricter than Kafka in two ways, each leaving repartitions as they are (the topology is
-then what it is without the optimization, which is always correct):
+Where Eddy and Kafka differ (each of Eddy's choices leaves a topology that is always correct):
 - A `process()` step stops the search as a value change does. Kafka 4.1 walks through one without
   stores (the merged topic is then partitioned by the keys before process() changed them: wrong
   groups) and fails to build ("Found a null keyChangingChild node") for two groupings below it.
+- A `process_values()` step keeps keys and is walked through, as Kafka walks through it (the
+  merged repartition comes before it, which its fixed keys make right). Kafka 4.1 fails to build
+  ("Found a null keyChangingChild node") when two groupings lie below one; Eddy merges them.
 - The serdes given to the R of one K must agree (those left to the default agree with any);
   Kafka uses the first serde it finds, which the other groupings then read with. Repartitions
   given different serdes are left as they are, with a warning.

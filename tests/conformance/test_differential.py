@@ -133,9 +133,9 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     assert {c["fn"] for c in cogroups} == set(vocabulary.COGROUP_AGGREGATORS)
     # either side may be re-keyed, both (two repartition topics) never: Kafka cannot build it unnamed
     assert any(c["other"]["ops"][-1]["op"] == "group_by" for c in cogroups)
-    rekeyed = vocabulary.KEY_CHANGING_OPS
-    sides = [(any(step["op"] in rekeyed for step in s["ops"][:s["ops"].index(c)]),
-              any(step["op"] in rekeyed for step in c["other"]["ops"]))
+    rekeyed = vocabulary.changes_key
+    sides = [(any(rekeyed(step) for step in s["ops"][:s["ops"].index(c)]),
+              any(rekeyed(step) for step in c["other"]["ops"]))
              for s in scenarios for c in s["ops"] if c["op"] == vocabulary.COGROUP]
     assert {(True, False), (False, True), (False, False)} <= set(sides) and (True, True) not in sides
     joins = [vocabulary.join_step(s) for s in scenarios if s["family"] == vocabulary.JOIN_FAMILY]
@@ -192,7 +192,7 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     # a repartition() before a grouping that therefore needs none, and one after a key change
     repartitioned = [s["ops"][: i + 2] for s in scenarios for i, step in enumerate(s["ops"]) if step["op"] == "repartition"]
     assert any(ops[-1]["op"] in vocabulary.GROUPINGS for ops in repartitioned)
-    assert any(step["op"] in vocabulary.KEY_CHANGING_OPS for ops in repartitioned for step in ops[:-2])
+    assert any(vocabulary.changes_key(step) for ops in repartitioned for step in ops[:-2])
     # Processor API steps: both processors, their store cached or not, in memory too, and a
     # grouping after one (which repartitions: a processor may change the key)
     processes = [(s, step) for s in scenarios for step in s["ops"] if step["op"] == vocabulary.PROCESS]
@@ -200,6 +200,10 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
         (fn, cached) for fn in vocabulary.PROCESSORS for cached in (True, False)}
     assert any(s.get("store_type") == vocabulary.IN_MEMORY for s, _ in processes)
     assert any(later["op"] == "group_by_key" for s, step in processes for later in s["ops"][s["ops"].index(step):])
+    # fixed-key processors (process_values), a grouping below one too (which needs no repartition)
+    values = [(s, step) for s, step in processes if step.get("values")]
+    assert {step["cached"] for _, step in values} == {True, False}
+    assert any(later["op"] == "group_by_key" for s, step in values for later in s["ops"][s["ops"].index(step):])
     # table operations over windowed tables (a windowed key in their stores), of every window type
     after_windows = [(s["ops"][i - 1]["windows"]["type"], step["store"]) for s in scenarios
                      for i, step in enumerate(s["ops"])

@@ -209,7 +209,9 @@ STATELESS_OPS: dict[str, dict | None] = {
     "repartition": None,  # KStream.repartition() with String serdes
 }
 #: stream -> stream through a Processor API processor and its store: {"op": "process", "fn":
-#: PROCESSORS name, "cached": the store's caching}
+#: PROCESSORS name, "cached": the store's caching, "values": True for a fixed-key processor
+#: (KStream.process_values: it keeps keys, a grouping below needs no repartition; running_count
+#: only, as a fixed-key processor cannot make the tally's new records)}
 PROCESS = "process"
 #: stream -> grouped stream
 GROUPINGS: dict[str, dict | None] = {"group_by": KEY_SELECTORS, "group_by_key": None}
@@ -259,10 +261,16 @@ COGROUP_FAMILY = "cogroup"
 COGROUP_SHARE = 0.15
 RIGHT, RIGHT2, RIGHT3, GLOBAL = "right", "right2", "right3", "global"
 GLOBAL_STORE = "global-store"
-#: the stream operations that change the key (an aggregation below them repartitions)
+#: the stream operations that change the key (an aggregation below them repartitions), but a
+#: process step with "values" (see changes_key)
 KEY_CHANGING_OPS = ("select_key", "map", "flat_map", "group_by", PROCESS)
 #: the stream operations before a join (the key-changing ones make it repartition)
 JOIN_STREAM_OPS = ("filter", "map_values", "flat_map_values", "select_key", "map")
+
+def changes_key(step: dict) -> bool:
+    """Whether a step changes the key (a fixed-key processor does not)."""
+    return step["op"] in KEY_CHANGING_OPS and not step.get("values")
+
 
 _KEYS = ["a", "b", "c", "dd", None]
 _WORDS = ["a", "b", "ab", "ba", "cab", "d", "abc", "bb"]
@@ -339,7 +347,10 @@ def _stream_family(rng: random.Random, family: str) -> list:
             # processors on the other. In an application (and in Eddy's driver) each
             # sub-topology is a task of its own, with its own stream time.
             fn = "running_count"
-        ops.insert(at, {"op": PROCESS, "fn": fn, "cached": rng.random() < 0.5})
+        step = {"op": PROCESS, "fn": fn, "cached": rng.random() < 0.5}
+        if fn == "running_count" and rng.random() < 0.5:
+            step["values"] = True
+        ops.insert(at, step)
     if family == "stateless":
         return ops
     ops.append(_grouping(rng))
@@ -381,9 +392,9 @@ def _cogroup_family(rng: random.Random) -> list:
     # input2 merged into itself is no pipeline: the other side does not merge. Kafka cannot build
     # two re-keyed streams' cogroup without naming their repartition topics (both would be
     # <store>-repartition): when the first is re-keyed, the other keeps its key
-    rekeyed = any(step["op"] in KEY_CHANGING_OPS for step in ops)
+    rekeyed = any(changes_key(step) for step in ops)
     other = [step for step in _stateless_steps(rng, 2)
-             if step["op"] != "merge" and not (rekeyed and step["op"] in KEY_CHANGING_OPS)]
+             if step["op"] != "merge" and not (rekeyed and changes_key(step))]
     other.append({"op": "group_by_key", "fn": None} if rekeyed else _grouping(rng))
     windows = _windows(rng) if rng.random() < 0.6 else None
     ops.append({"op": COGROUP, "fn": _pick(rng, COGROUP_AGGREGATORS), "other": {"ops": other}, "windows": windows})
@@ -960,7 +971,7 @@ def _eddy_stream_step(builder: Any, stream: Any, step: dict, index: int, input2:
 
 
 class _Counting:
-    """PROCESSORS' processors (ConformanceDriver.Counting's twin)."""
+    """PROCESSORS' processors (ConformanceDriver.Counting's twin, and CountingValues' under "values")."""
 
     def __init__(self, store_name: str, tally: bool) -> None:
         self.store_name, self.tally = store_name, tally
@@ -1003,6 +1014,8 @@ def _eddy_process(builder: Any, stream: Any, step: dict, name: str, built: _Buil
     builder.add_state_store(store.with_caching_enabled() if step["cached"] else store)
     built.stores.append((name, "plain_kv"))
     tally = step["fn"] == "punctuated_tally"
+    if step.get("values"):
+        return stream.process_values(lambda: _Counting(name, tally), stores=[name])
     return stream.process(lambda: _Counting(name, tally), stores=[name])
 
 

@@ -62,6 +62,9 @@ import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.processor.PunctuationType;
 import org.apache.kafka.streams.processor.RecordContext;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
+import org.apache.kafka.streams.processor.api.FixedKeyRecord;
 import org.apache.kafka.streams.processor.api.Processor;
 import org.apache.kafka.streams.processor.api.ProcessorContext;
 import org.apache.kafka.streams.processor.api.Record;
@@ -256,6 +259,28 @@ public final class ConformanceDriver {
         }
     }
 
+    /** Counting's running_count as a fixed-key processor (KStream.processValues). */
+    static final class CountingValues implements FixedKeyProcessor<String, String, String> {
+        final String storeName;
+        FixedKeyProcessorContext<String, String> context;
+        KeyValueStore<String, Long> store;
+
+        CountingValues(String storeName) { this.storeName = storeName; }
+
+        @Override public void init(FixedKeyProcessorContext<String, String> context) {
+            this.context = context;
+            store = context.getStateStore(storeName);
+        }
+
+        @Override public void process(FixedKeyRecord<String, String> record) {
+            if (record.key() == null) { context.forward(record); return; }
+            Long n = store.get(record.key());
+            long count = (n == null ? 0 : n) + 1;
+            store.put(record.key(), count);
+            context.forward(record.withValue((record.value() == null ? "null" : record.value()) + "#" + count));
+        }
+    }
+
     static KStream process(StreamsBuilder builder, KStream stream, JsonNode step, String name, Built built) {
         String fn = step.get("fn").asText();
         if (!fn.equals("running_count") && !fn.equals("punctuated_tally")) throw new IllegalArgumentException("no processor " + fn);
@@ -264,6 +289,10 @@ public final class ConformanceDriver {
         builder.addStateStore(step.get("cached").asBoolean() ? store.withCachingEnabled() : store);
         built.stores.add(new String[] {name, "plain_kv"});
         boolean tally = fn.equals("punctuated_tally");
+        if (step.has("values") && step.get("values").asBoolean()) {
+            if (tally) throw new IllegalArgumentException("no fixed-key processor " + fn);
+            return stream.processValues(() -> new CountingValues(name), name);
+        }
         return stream.process(() -> new Counting(name, tally), name);
     }
 
