@@ -7,6 +7,7 @@ from streams.dsl.grouped import KGroupedStream, KGroupedTable, SessionWindowedKS
 from streams.dsl.kstream import BranchedKStream, KStream, StreamsBuilder
 from streams.dsl.ktable import KTable
 from streams.dsl.materialized import Materialized
+from streams.dsl.printed import Printed
 from streams.dsl.change import Change
 from streams.dsl.store_suppliers import BuiltInDslStoreSuppliers, DslStoreSuppliers
 from streams.dsl.suppressed import BufferConfig, Suppressed
@@ -24,4 +25,5 @@ __all__ = ["StreamsBuilder", "KStream", "KGroupedStream", "KTable", "GlobalKTabl
            "TimeWindowedKStream", "SessionWindowedKStream", "CogroupedKStream", "TimeWindowedCogroupedKStream",
            "SessionWindowedCogroupedKStream", "BranchedKStream", "Materialized", "Change",
            "Branched", "EmitStrategy", "JoinWindows", "SessionWindows", "SlidingWindows", "TimeWindows",
-           "Window", "Windowed", "Suppressed", "BufferConfig", "DslStoreSuppliers", "BuiltInDslStoreSuppliers"]
+           "Window", "Windowed", "Suppressed", "BufferConfig", "DslStoreSuppliers", "BuiltInDslStoreSuppliers",
+           "Printed"]

@@ -17,6 +17,7 @@ from streams.dsl.graph import (KEY_CHANGING, MERGING, OPAQUE, VALUE_CHANGING, Gl
 from streams.dsl.joins.stream_stream import INNER as _INNER, LEFT as _LEFT, OUTER as _OUTER
 from streams.dsl.joins.stream_stream import join_window_store_builder, outer_join_store_builder
 from streams.dsl.materialized import Materialized, as_materialized
+from streams.dsl.printed import Printed
 from streams.dsl.ops.stateless import (BranchProcessor, FilterProcessor, FlatMapProcessor, FlatMapValuesProcessor,
                                        KeySelectProcessor, MapProcessor, MapValuesProcessor, NullKeyFilterProcessor,
                                        PassThroughProcessor, PeekProcessor)
@@ -121,10 +122,12 @@ class StreamsBuilder:
 
     def stream(self, topics: str | Iterable[str], *, key_serde: Any = None, value_serde: Any = None,
                timestamp_extractor: Optional[TimestampExtractor] = None,
-               offset_reset: Optional[str] = None) -> "KStream":
+               offset_reset: Optional[str] = None, name: Optional[str] = None) -> "KStream":
         """A stream of `topics`. `offset_reset` ("earliest" or "latest") is where a partition
         the application has no committed offset for starts (Kafka's Consumed.withOffsetResetPolicy);
-        None: the main consumer's auto.offset.reset, "earliest" unless configured."""
+        None: the main consumer's auto.offset.reset, "earliest" unless configured. `name`
+        (Kafka's Consumed.as) names the source node."""
+        name = N.processor_name(name, "stream")
         topic_list = [topics] if isinstance(topics, str) else list(topics)
         if not topic_list:
             raise TopologyError("stream() needs at least one topic")
@@ -133,7 +136,7 @@ class StreamsBuilder:
                 raise TopologyError(f"stream(): topic names must be non-empty strings, got {t!r}")
         key_serde = _serdes.resolve_serde(key_serde, f"stream({topic_list}) key_serde")
         value_serde = _serdes.resolve_serde(value_serde, f"stream({topic_list}) value_serde")
-        name = self._graph.new_name(N.SOURCE)  # allocated even when an earlier source is reused (Kafka)
+        name = self._graph.name_or_new(name, N.SOURCE)  # allocated even when an earlier source is reused (Kafka)
         source = StreamSourceNode(name, (), tuple(topic_list), key_serde, value_serde, timestamp_extractor,
                                   offset_reset)
         earlier = self._earlier_source(source)
@@ -296,76 +299,94 @@ class KStream:
         return KStream(self._builder, name, key_serde, value_serde,
                        self._repartition_required if repartition_required is None else repartition_required)
 
-    def map_values(self, fn: Callable[[Any], Any]) -> "KStream":
-        """New value = fn(value); the key is kept (no repartition)."""
+    def map_values(self, fn: Callable[[Any], Any], *, name: Optional[str] = None) -> "KStream":
+        """New value = fn(value); the key is kept (no repartition). `name` (Kafka's Named, as for
+        every operation below that takes one) names the processor."""
         _check_fn(fn, "map_values")
         return self._add(N.MAPVALUES, lambda: MapValuesProcessor(fn), key_serde=self.key_serde, value_serde=None,
-                         role=VALUE_CHANGING)
+                         role=VALUE_CHANGING, name=N.processor_name(name, "map_values"))
 
-    def flat_map_values(self, fn: Callable[[Any], Iterable[Any]]) -> "KStream":
+    def flat_map_values(self, fn: Callable[[Any], Iterable[Any]], *, name: Optional[str] = None) -> "KStream":
         """One output record per item of fn(value), all with the input's key and timestamp."""
         _check_fn(fn, "flat_map_values")
         return self._add(N.FLATMAPVALUES, lambda: FlatMapValuesProcessor(fn), key_serde=self.key_serde,
-                         value_serde=None, role=VALUE_CHANGING)
+                         value_serde=None, role=VALUE_CHANGING, name=N.processor_name(name, "flat_map_values"))
 
-    def filter(self, predicate: Callable[[Any, Any], bool]) -> "KStream":
+    def filter(self, predicate: Callable[[Any, Any], bool], *, name: Optional[str] = None) -> "KStream":
         _check_fn(predicate, "filter")
         return self._add(N.FILTER, lambda: FilterProcessor(predicate), key_serde=self.key_serde,
-                         value_serde=self.value_serde)
+                         value_serde=self.value_serde, name=N.processor_name(name, "filter"))
 
-    def filter_not(self, predicate: Callable[[Any, Any], bool]) -> "KStream":
+    def filter_not(self, predicate: Callable[[Any, Any], bool], *, name: Optional[str] = None) -> "KStream":
         _check_fn(predicate, "filter_not")
         return self._add(N.FILTER, lambda: FilterProcessor(predicate, negate=True), key_serde=self.key_serde,
-                         value_serde=self.value_serde)
+                         value_serde=self.value_serde, name=N.processor_name(name, "filter_not"))
 
-    def peek(self, action: Callable[[Any, Any], None]) -> "KStream":
+    def peek(self, action: Callable[[Any, Any], None], *, name: Optional[str] = None) -> "KStream":
         _check_fn(action, "peek")
         return self._add(N.PEEK, lambda: PeekProcessor(action), key_serde=self.key_serde,
-                         value_serde=self.value_serde)
+                         value_serde=self.value_serde, name=N.processor_name(name, "peek"))
 
-    def foreach(self, action: Callable[[Any, Any], None]) -> None:
+    def foreach(self, action: Callable[[Any, Any], None], *, name: Optional[str] = None) -> None:
         """Terminal: call action(key, value) for every record."""
         _check_fn(action, "foreach")
-        self._add(N.FOREACH, lambda: PeekProcessor(action, forward=False), key_serde=None, value_serde=None)
+        self._add(N.FOREACH, lambda: PeekProcessor(action, forward=False), key_serde=None, value_serde=None,
+                  name=N.processor_name(name, "foreach"))
 
-    def select_key(self, fn: Callable[[Any, Any], Any]) -> "KStream":
+    def print(self, printed: Optional[Printed] = None) -> None:
+        """Terminal: each record as a line `[label]: key, value` on standard output or in a file
+        (Kafka's print(Printed)); see streams.dsl.printed."""
+        if printed is None:
+            printed = Printed.to_sys_out()
+        if not isinstance(printed, Printed):
+            raise TopologyError(f"print needs a Printed (Printed.to_sys_out() or Printed.to_file(path)), "
+                                f"got {printed!r}")
+        # Kafka labels the lines with the printed stream's name, not the printer's
+        action = printed.action(self._node)
+        self._add(N.PRINTER, lambda: PeekProcessor(action, forward=False), key_serde=None, value_serde=None,
+                  name=printed.processor_name)
+
+    def select_key(self, fn: Callable[[Any, Any], Any], *, name: Optional[str] = None) -> "KStream":
         """New key = fn(key, value); a later grouping repartitions."""
         _check_fn(fn, "select_key")
         return self._add(N.KEY_SELECT, lambda: KeySelectProcessor(fn), key_serde=None,
-                         value_serde=self.value_serde, repartition_required=True, role=KEY_CHANGING)
+                         value_serde=self.value_serde, repartition_required=True, role=KEY_CHANGING,
+                         name=N.processor_name(name, "select_key"))
 
     def to(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
-           partitioner: Optional[Callable[[str, Any, Any, int], Optional[int]]] = None) -> None:
+           partitioner: Optional[Callable[[str, Any, Any, int], Optional[int]]] = None,
+           name: Optional[str] = None) -> None:
         """Terminal: write to `topic`, or to the topic `topic(key, value, record_context)` names
         for each record (Kafka's TopicNameExtractor); serdes default to the stream's, then to the
-        config's."""
+        config's. `name` (Kafka's Produced.as) names the sink."""
+        name = N.processor_name(name, "to")
         if not callable(topic) and (not isinstance(topic, str) or not topic):
             raise TopologyError(f"to() needs a topic name or a topic name extractor, got {topic!r}")
         ks = _serdes.resolve_serde(key_serde, f"to({topic!r}) key_serde") or self.key_serde
         vs = _serdes.resolve_serde(value_serde, f"to({topic!r}) value_serde") or self.value_serde
         graph = self._builder._graph
-        name = graph.new_name(N.SINK)
+        name = graph.name_or_new(name, N.SINK)
         parent = self._node
         graph.add(StreamSinkNode(name, (parent,), topic, ks, vs, partitioner))
 
-    def map(self, mapper: Callable[[Any, Any], tuple]) -> "KStream":
+    def map(self, mapper: Callable[[Any, Any], tuple], *, name: Optional[str] = None) -> "KStream":
         """(key, value) -> mapper(key, value) = (new_key, new_value); a later grouping repartitions."""
         _check_fn(mapper, "map")
         return self._add(N.MAP, lambda: MapProcessor(mapper), key_serde=None, value_serde=None,
-                         repartition_required=True, role=KEY_CHANGING)
+                         repartition_required=True, role=KEY_CHANGING, name=N.processor_name(name, "map"))
 
-    def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple]]) -> "KStream":
+    def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple]], *, name: Optional[str] = None) -> "KStream":
         """One record per (new_key, new_value) pair of mapper(key, value); a later grouping repartitions."""
         _check_fn(mapper, "flat_map")
         return self._add(N.FLATMAP, lambda: FlatMapProcessor(mapper), key_serde=None, value_serde=None,
-                         repartition_required=True, role=KEY_CHANGING)
+                         repartition_required=True, role=KEY_CHANGING, name=N.processor_name(name, "flat_map"))
 
-    def merge(self, other: "KStream") -> "KStream":
+    def merge(self, other: "KStream", *, name: Optional[str] = None) -> "KStream":
         """Both streams' records in one stream (Kafka's KSTREAM-MERGE-)."""
         if not isinstance(other, KStream) or other._builder is not self._builder:
             raise TopologyError(f"merge needs a KStream of the same StreamsBuilder, got {other!r}")
         graph = self._builder._graph
-        name = graph.new_name(N.MERGE)
+        name = graph.name_or_new(N.processor_name(name, "merge"), N.MERGE)
         graph.add(ProcessorGraphNode(name, (self._node, other._node), PassThroughProcessor)).role = MERGING
         same = self.key_serde is other.key_serde and self.value_serde is other.value_serde
         return KStream(self._builder, name, self.key_serde if same else None, self.value_serde if same else None,

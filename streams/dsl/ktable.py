@@ -117,7 +117,8 @@ class KTable:
         raise TopologyError(f"{op}: the table {self._node} cannot be read by a join (a suppressed table keeps no "
                             "value to look up); materialize it first, e.g. .filter(lambda k, v: True, store=...)")
 
-    def _value_node(self, prefix: str, make: Callable[..., Any], store: Any, value_serde: Any, op: str) -> "KTable":
+    def _value_node(self, prefix: str, make: Callable[..., Any], store: Any, value_serde: Any, op: str,
+                    given: Optional[str] = None) -> "KTable":
         graph = self._builder._graph
         mat = None if store is None else as_materialized(store, op)
         if mat is not None and mat.store_name is None:
@@ -126,7 +127,7 @@ class KTable:
             # the processor's (and it is not noted as unnamed: Kafka's MaterializedInternal is made
             # without the builder there)
             N.store_name(graph, mat, prefix, implicit=False)
-        name = graph.new_name(prefix)
+        name = graph.name_or_new(N.processor_name(given, op), prefix)
         flag = [False]
         if mat is None or mat.store_name is None:
             graph.add(ProcessorGraphNode(name, (self._node,), lambda: make(None, False, lambda: flag[0])))
@@ -151,31 +152,37 @@ class KTable:
         table._send_old = flag
         return table
 
-    def _filter(self, predicate: Callable[[Any, Any], bool], negate: bool, store: Any, op: str) -> "KTable":
+    def _filter(self, predicate: Callable[[Any, Any], bool], negate: bool, store: Any, op: str,
+                name: Optional[str]) -> "KTable":
         N.check_fn(predicate, op)
         table = self._value_node(N.TABLE_FILTER,
                                  lambda s, c, old: TableFilterProcessor(predicate, negate, s, c, old),
-                                 store, self.value_serde, op)
+                                 store, self.value_serde, op, name)
         # Kafka's KTableFilter asks its parent for old values as it is built, without forcing a
         # materialization, so that it need not forward a tombstone of a key it never forwarded
         if self._enable_send_old_values(force=False):
             table._send_old[0] = True
         return table
 
-    def filter(self, predicate: Callable[[Any, Any], bool], store: str | Materialized | None = None) -> "KTable":
+    def filter(self, predicate: Callable[[Any, Any], bool], store: str | Materialized | None = None, *,
+               name: Optional[str] = None) -> "KTable":
         """Keys whose value fails the predicate are deleted (a tombstone downstream, once: a key
-        that was not in the filtered table gets none)."""
-        return self._filter(predicate, False, store, "KTable.filter")
+        that was not in the filtered table gets none). `name` (Kafka's Named, as for the
+        operations below) names the processor."""
+        return self._filter(predicate, False, store, "KTable.filter", name)
 
-    def filter_not(self, predicate: Callable[[Any, Any], bool], store: str | Materialized | None = None) -> "KTable":
-        return self._filter(predicate, True, store, "KTable.filter_not")
+    def filter_not(self, predicate: Callable[[Any, Any], bool], store: str | Materialized | None = None, *,
+                   name: Optional[str] = None) -> "KTable":
+        return self._filter(predicate, True, store, "KTable.filter_not", name)
 
-    def map_values(self, value_mapper: Callable[[Any], Any], store: str | Materialized | None = None) -> "KTable":
+    def map_values(self, value_mapper: Callable[[Any], Any], store: str | Materialized | None = None, *,
+                   name: Optional[str] = None) -> "KTable":
         N.check_fn(value_mapper, "KTable.map_values")
         return self._value_node(N.TABLE_MAPVALUES, lambda s, c, old: TableMapValuesProcessor(value_mapper, s, c, old),
-                                store, None, "KTable.map_values")
+                                store, None, "KTable.map_values", name)
 
-    def to_stream(self, key_value_mapper: Optional[Callable[[Any, Any], Any]] = None) -> Any:
+    def to_stream(self, key_value_mapper: Optional[Callable[[Any, Any], Any]] = None, *,
+                  name: Optional[str] = None) -> Any:
         """The table's updates as a stream of new values (tombstones as None); with a mapper the
         key becomes key_value_mapper(key, value) and a later grouping repartitions."""
         from streams.dsl.kstream import KStream
@@ -183,7 +190,7 @@ class KTable:
         if key_value_mapper is not None:
             N.check_fn(key_value_mapper, "KTable.to_stream")
         graph = self._builder._graph
-        name = graph.new_name(N.TABLE_TOSTREAM)
+        name = graph.name_or_new(N.processor_name(name, "KTable.to_stream"), N.TABLE_TOSTREAM)
         graph.add(ProcessorGraphNode(name, (self._node,), lambda: ToStreamProcessor(key_value_mapper)))
         mapped = key_value_mapper is not None
         return KStream(self._builder, name, None if mapped else self.key_serde, self.value_serde, mapped)
