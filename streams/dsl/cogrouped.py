@@ -98,11 +98,13 @@ class CogroupedKStream:
         raise TopologyError(f"cogroup windowed_by needs TimeWindows, SlidingWindows or SessionWindows, "
                             f"got {windows!r}")
 
-    def aggregate(self, initializer: Callable[[], Any], store: str | Materialized | None = None) -> KTable:
+    def aggregate(self, initializer: Callable[[], Any], store: str | Materialized | None = None, *,
+                  name: Optional[str] = None) -> KTable:
         """The table of every key's aggregate, from `initializer()`, updated by each cogrouped
         stream's aggregator; a record with a None key or value is skipped and counted in
-        dropped-records (Kafka's KStreamAggregate)."""
-        return self._build(initializer, store, None, None)
+        dropped-records (Kafka's KStreamAggregate). `name` (Kafka's Named, as for the windowed
+        forms) names the processors: `<name>-cogroup-agg-<i>` for each stream's, `<name>-cogroup-merge`."""
+        return self._build(initializer, store, None, None, name)
 
     # ---- building ---------------------------------------------------------------------------
 
@@ -129,8 +131,9 @@ class CogroupedKStream:
         return source
 
     def _build(self, initializer: Callable[[], Any], store: Any, windows: Any,
-               merger: Optional[Aggregator]) -> KTable:
+               merger: Optional[Aggregator], given: Optional[str]) -> KTable:
         N.check_fn(initializer, "cogroup aggregate initializer")
+        given = N.processor_name(given, "cogroup aggregate")
         mat = as_materialized(store, "cogroup aggregate")
         graph = self._builder._graph
         name_of_store = N.store_name(graph, mat, N.COGROUP_AGGREGATE)
@@ -150,8 +153,10 @@ class CogroupedKStream:
                                                       suppliers=self._builder.dsl_store_suppliers)
         caching = mat.caching_enabled
         names = []
-        for parent, (_, aggregator) in zip(parents, streams):
-            name = graph.new_name(N.COGROUP_AGGREGATE)
+        for i, (parent, (_, aggregator)) in enumerate(zip(parents, streams)):
+            name = graph.name_or_new(None if given is None else N.processor_name(f"{given}-cogroup-agg-{i}",
+                                                                                 "cogroup aggregate"),
+                                     N.COGROUP_AGGREGATE)
             supplier = functools.partial(cogroup_aggregate_operator, windows, name_of_store, caching, initializer,
                                          aggregator, merger)
             if not names:  # the first processor brings the store; the others connect to it
@@ -161,7 +166,9 @@ class CogroupedKStream:
             else:
                 graph.add(ProcessorWithStoresNode(name, (parent,), supplier, (name_of_store,)))
             names.append(name)
-        merge = graph.new_name(N.COGROUP_MERGE)
+        merge = graph.name_or_new(None if given is None else N.processor_name(f"{given}-cogroup-merge",
+                                                                              "cogroup aggregate"),
+                                  N.COGROUP_MERGE)
         graph.add(CogroupMergeNode(merge, tuple(names), CogroupMergeProcessor))
         return KTable(self._builder, merge, table_key, value_serde, name_of_store if mat.store_name else None,
                       store_name=name_of_store, windows=windows)
@@ -176,8 +183,9 @@ class TimeWindowedCogroupedKStream:
         self._cogrouped = cogrouped
         self._windows = windows
 
-    def aggregate(self, initializer: Callable[[], Any], store: str | Materialized | None = None) -> KTable:
-        return self._cogrouped._build(initializer, store, self._windows, None)
+    def aggregate(self, initializer: Callable[[], Any], store: str | Materialized | None = None, *,
+                  name: Optional[str] = None) -> KTable:
+        return self._cogrouped._build(initializer, store, self._windows, None, name)
 
 
 class SessionWindowedCogroupedKStream:
@@ -190,6 +198,6 @@ class SessionWindowedCogroupedKStream:
         self._windows = windows
 
     def aggregate(self, initializer: Callable[[], Any], merger: Aggregator,
-                  store: str | Materialized | None = None) -> KTable:
+                  store: str | Materialized | None = None, *, name: Optional[str] = None) -> KTable:
         N.check_fn(merger, "cogroup aggregate merger")
-        return self._cogrouped._build(initializer, store, self._windows, merger)
+        return self._cogrouped._build(initializer, store, self._windows, merger, name)

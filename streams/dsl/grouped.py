@@ -59,11 +59,11 @@ class KGroupedStream:
         return source
 
     def _aggregate(self, prefix: str, op: str, store: Any, initializer: Callable[[], Any],
-                   adder: Callable[[Any, Any, Any], Any], value_serde: Any) -> KTable:
+                   adder: Callable[[Any, Any, Any], Any], value_serde: Any, given: Optional[str]) -> KTable:
         mat = as_materialized(store, op)
         graph = self._builder._graph
         name_of_store = N.store_name(graph, mat, prefix)
-        name = graph.new_name(prefix)
+        name = graph.name_or_new(given, prefix)
         parent = self._source(name_of_store, mat.store_name is not None)
         where = f"store {name_of_store!r}"
         key_serde = N.key_or_default(mat.key_serde or self.key_serde, where)
@@ -76,25 +76,29 @@ class KGroupedStream:
         return KTable(self._builder, name, key_serde, value_serde, name_of_store if mat.store_name else None,
                       store_name=name_of_store)
 
-    def count(self, store: str | Materialized | None = None) -> KTable:
+    def count(self, store: str | Materialized | None = None, *, name: Optional[str] = None) -> KTable:
         """Count records per key into a KV store (caching and change logging on by default); a record
-        with a None value is not counted (Kafka)."""
+        with a None value is not counted (Kafka). `name` (Kafka's Named, as for every aggregation
+        below) names the processor."""
+        name = N.processor_name(name, "count")
         _use_up_a_count_name(self._builder._graph, store)
-        return self._aggregate(N.AGGREGATE, "count", store, count_initializer, count_adder, _serdes.INT64)
+        return self._aggregate(N.AGGREGATE, "count", store, count_initializer, count_adder, _serdes.INT64, name)
 
-    def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None) -> KTable:
+    def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None, *,
+               name: Optional[str] = None) -> KTable:
         """reducer(aggregate, value) per key; the first value is the aggregate (None values skipped)."""
         N.check_fn(reducer, "reduce")
         return self._aggregate(N.REDUCE, "reduce", store, reduce_initializer, reduce_adder(reducer),
-                               self.value_serde)
+                               self.value_serde, N.processor_name(name, "reduce"))
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
-                  store: str | Materialized | None = None) -> KTable:
+                  store: str | Materialized | None = None, *, name: Optional[str] = None) -> KTable:
         """aggregator(key, value, aggregate) per key from initializer(); the value serde comes from
         `store` (Materialized) or default.value.serde, never from upstream (Kafka)."""
         N.check_fn(initializer, "aggregate initializer")
         N.check_fn(aggregator, "aggregate aggregator")
-        return self._aggregate(N.AGGREGATE, "aggregate", store, initializer, aggregator, None)
+        return self._aggregate(N.AGGREGATE, "aggregate", store, initializer, aggregator, None,
+                               N.processor_name(name, "aggregate"))
 
     def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> "CogroupedKStream":
         """A CogroupedKStream starting with this stream and `aggregator(key, value, aggregate)`;
@@ -159,7 +163,7 @@ class _WindowedStream:
 
     def _windowed(self, prefix: str, op: str, store: Any, initializer: Callable[[], Any],
                   aggregator: Callable[[Any, Any, Any], Any], merger: Optional[Callable[..., Any]],
-                  value_serde: Any) -> KTable:
+                  value_serde: Any, given: Optional[str]) -> KTable:
         grouped, windows, emit = self._grouped, self._windows, self._emit
         mat = as_materialized(store, op)
         # Final results on window close come from the processor scanning its store (the built-in
@@ -171,7 +175,7 @@ class _WindowedStream:
             mat = mat.with_caching_disabled()
         graph = grouped._builder._graph
         name_of_store = N.store_name(graph, mat, prefix)
-        name = graph.new_name(prefix)
+        name = graph.name_or_new(given, prefix)
         parent = grouped._source(name_of_store, mat.store_name is not None)
         where = f"store {name_of_store!r}"
         key_serde = N.key_or_default(mat.key_serde or grouped.key_serde, where)
@@ -191,46 +195,55 @@ class TimeWindowedKStream(_WindowedStream):
     """Tumbling, hopping (TimeWindows) or sliding (SlidingWindows) window aggregations -> KTable
     keyed by Windowed."""
 
-    def count(self, store: str | Materialized | None = None) -> KTable:
+    def count(self, store: str | Materialized | None = None, *, name: Optional[str] = None) -> KTable:
+        name = N.processor_name(name, "count")
         if not isinstance(self._windows, SlidingWindows):  # Kafka's sliding count uses none up
             _use_up_a_count_name(self._grouped._builder._graph, store)
-        return self._windowed(N.AGGREGATE, "count", store, count_initializer, count_adder, None, _serdes.INT64)
+        return self._windowed(N.AGGREGATE, "count", store, count_initializer, count_adder, None, _serdes.INT64,
+                              name)
 
-    def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None) -> KTable:
+    def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None, *,
+               name: Optional[str] = None) -> KTable:
         N.check_fn(reducer, "reduce")
         return self._windowed(N.REDUCE, "reduce", store, lambda: None,
-                              lambda k, v, agg: v if agg is None else reducer(agg, v), None, self._grouped.value_serde)
+                              lambda k, v, agg: v if agg is None else reducer(agg, v), None, self._grouped.value_serde,
+                              N.processor_name(name, "reduce"))
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
-                  store: str | Materialized | None = None) -> KTable:
+                  store: str | Materialized | None = None, *, name: Optional[str] = None) -> KTable:
         N.check_fn(initializer, "aggregate initializer")
         N.check_fn(aggregator, "aggregate aggregator")
-        return self._windowed(N.AGGREGATE, "aggregate", store, initializer, aggregator, None, None)
+        return self._windowed(N.AGGREGATE, "aggregate", store, initializer, aggregator, None, None,
+                              N.processor_name(name, "aggregate"))
 
 
 class SessionWindowedKStream(_WindowedStream):
     """Session window aggregations -> KTable keyed by Windowed (merged-away sessions emit tombstones)."""
 
-    def count(self, store: str | Materialized | None = None) -> KTable:
+    def count(self, store: str | Materialized | None = None, *, name: Optional[str] = None) -> KTable:
+        name = N.processor_name(name, "count")
         _use_up_a_count_name(self._grouped._builder._graph, store)
         return self._windowed(N.AGGREGATE, "count", store, count_initializer, count_adder,
-                              lambda k, a, b: a + b, _serdes.INT64)
+                              lambda k, a, b: a + b, _serdes.INT64, name)
 
-    def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None) -> KTable:
+    def reduce(self, reducer: Callable[[Any, Any], Any], store: str | Materialized | None = None, *,
+               name: Optional[str] = None) -> KTable:
         N.check_fn(reducer, "reduce")
 
         def merge(key: Any, a: Any, b: Any) -> Any:
             return b if a is None else a if b is None else reducer(a, b)
         return self._windowed(N.REDUCE, "reduce", store, lambda: None,
                               lambda k, v, agg: v if agg is None else reducer(agg, v), merge,
-                              self._grouped.value_serde)
+                              self._grouped.value_serde, N.processor_name(name, "reduce"))
 
     def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
-                  merger: Callable[[Any, Any, Any], Any], store: str | Materialized | None = None) -> KTable:
+                  merger: Callable[[Any, Any, Any], Any], store: str | Materialized | None = None, *,
+                  name: Optional[str] = None) -> KTable:
         N.check_fn(initializer, "aggregate initializer")
         N.check_fn(aggregator, "aggregate aggregator")
         N.check_fn(merger, "aggregate merger")
-        return self._windowed(N.AGGREGATE, "aggregate", store, initializer, aggregator, merger, None)
+        return self._windowed(N.AGGREGATE, "aggregate", store, initializer, aggregator, merger, None,
+                              N.processor_name(name, "aggregate"))
 
 
 class KGroupedTable:
@@ -246,15 +259,16 @@ class KGroupedTable:
         self._named_source: Optional[str] = None  # the repartition source a named grouping's first aggregation made
 
     def _aggregate(self, prefix: str, op: str, store: Any, add: Callable[[Any, Any, Any], Any],
-                   subtract: Callable[[Any, Any, Any], Any], value_serde: Any) -> KTable:
+                   subtract: Callable[[Any, Any, Any], Any], value_serde: Any, given: Optional[str]) -> KTable:
         mat = as_materialized(store, op)
         graph = self._builder._graph
         # a generated store name is KTABLE-AGGREGATE-STATE-STORE-<n> for reduce too (Kafka's
         # KGroupedTableImpl.reduce), and so are its repartition and changelog topics
         name_of_store = N.store_name(graph, mat, N.TABLE_AGGREGATE)
-        sink = graph.new_name(N.SINK)
-        source = graph.new_name(N.SOURCE)
-        name = graph.new_name(prefix)
+        # a name (Kafka's Named) names the repartition's sink and source too: <name>-sink, -source
+        sink = graph.name_or_new(None if given is None else N.processor_name(given + "-sink", op), N.SINK)
+        source = graph.name_or_new(None if given is None else N.processor_name(given + "-source", op), N.SOURCE)
+        name = graph.name_or_new(given, prefix)
         # Kafka's KGroupedTableImpl: the repartition topic is named after the grouping, else the
         # store; a named grouping's aggregations share the first one's (the names above are
         # used up all the same)
@@ -280,24 +294,29 @@ class KGroupedTable:
         return KTable(self._builder, name, key_serde, store_value, name_of_store if mat.store_name else None,
                       store_name=name_of_store)
 
-    def count(self, store: str | Materialized | None = None) -> KTable:
-        return self._aggregate(N.TABLE_AGGREGATE, "count", store, count_add, count_subtract, _serdes.INT64)
+    def count(self, store: str | Materialized | None = None, *, name: Optional[str] = None) -> KTable:
+        """`name` (Kafka's Named, as for reduce and aggregate) names the processor, and the
+        repartition's sink and source `<name>-sink` and `<name>-source`."""
+        return self._aggregate(N.TABLE_AGGREGATE, "count", store, count_add, count_subtract, _serdes.INT64,
+                               N.processor_name(name, "count"))
 
     def reduce(self, adder: Callable[[Any, Any], Any], subtractor: Callable[[Any, Any], Any],
-               store: str | Materialized | None = None) -> KTable:
+               store: str | Materialized | None = None, *, name: Optional[str] = None) -> KTable:
         """adder(aggregate, value) / subtractor(aggregate, value); the first value is the aggregate."""
         N.check_fn(adder, "reduce adder")
         N.check_fn(subtractor, "reduce subtractor")
         return self._aggregate(N.TABLE_REDUCE, "reduce", store,
                                lambda k, v, agg: v if agg is None else adder(agg, v),
-                               lambda k, v, agg: subtractor(agg, v), self.value_serde)
+                               lambda k, v, agg: subtractor(agg, v), self.value_serde,
+                               N.processor_name(name, "reduce"))
 
     def aggregate(self, initializer: Callable[[], Any], adder: Callable[[Any, Any, Any], Any],
-                  subtractor: Callable[[Any, Any, Any], Any], store: str | Materialized | None = None) -> KTable:
+                  subtractor: Callable[[Any, Any, Any], Any], store: str | Materialized | None = None, *,
+                  name: Optional[str] = None) -> KTable:
         """adder(key, value, aggregate) / subtractor(key, value, aggregate) from initializer()."""
         N.check_fn(initializer, "aggregate initializer")
         N.check_fn(adder, "aggregate adder")
         N.check_fn(subtractor, "aggregate subtractor")
         return self._aggregate(N.TABLE_AGGREGATE, "aggregate", store,
                                lambda k, v, agg: adder(k, v, initializer() if agg is None else agg),
-                               lambda k, v, agg: subtractor(k, v, agg), None)
+                               lambda k, v, agg: subtractor(k, v, agg), None, N.processor_name(name, "aggregate"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from streams import Printed, StreamsBuilder, serdes
-from streams.dsl import Materialized
+from streams.dsl import Materialized, SessionWindows, SlidingWindows, TimeWindows
 from streams.errors import TopologyError
 from streams.testing import TopologyTestDriver
 
@@ -114,6 +114,281 @@ def test_table_operations_take_a_name():
 """
 
 
+def test_aggregations_take_a_name():
+    b = StreamsBuilder()
+    g = b.stream("in", key_serde=S, value_serde=S).select_key(lambda k, v: v).group_by_key(key_serde=S, value_serde=S)
+    g.count(name="cnt").to_stream().to("o1")
+    g.reduce(lambda a, x: a + x, "red-store", name="red").to_stream().to("o2")
+    g.aggregate(lambda: "", lambda k, v, a: a + v, Materialized.with_serdes(S, S), name="agg").to_stream().to("o3")
+    assert str(b.build().describe()) == """Topologies:
+   Sub-topology: 0
+    Source: KSTREAM-SOURCE-0000000000 (topics: [in])
+      --> KSTREAM-KEY-SELECT-0000000001
+    Processor: KSTREAM-KEY-SELECT-0000000001 (stores: [])
+      --> KSTREAM-FILTER-0000000005, KSTREAM-FILTER-0000000018, red-store-repartition-filter
+      <-- KSTREAM-SOURCE-0000000000
+    Processor: KSTREAM-FILTER-0000000005 (stores: [])
+      --> KSTREAM-SINK-0000000004
+      <-- KSTREAM-KEY-SELECT-0000000001
+    Processor: KSTREAM-FILTER-0000000018 (stores: [])
+      --> KSTREAM-SINK-0000000017
+      <-- KSTREAM-KEY-SELECT-0000000001
+    Processor: red-store-repartition-filter (stores: [])
+      --> red-store-repartition-sink
+      <-- KSTREAM-KEY-SELECT-0000000001
+    Sink: KSTREAM-SINK-0000000004 (topic: KSTREAM-AGGREGATE-STATE-STORE-0000000002-repartition)
+      <-- KSTREAM-FILTER-0000000005
+    Sink: KSTREAM-SINK-0000000017 (topic: KSTREAM-AGGREGATE-STATE-STORE-0000000015-repartition)
+      <-- KSTREAM-FILTER-0000000018
+    Sink: red-store-repartition-sink (topic: red-store-repartition)
+      <-- red-store-repartition-filter
+
+  Sub-topology: 1
+    Source: KSTREAM-SOURCE-0000000006 (topics: [KSTREAM-AGGREGATE-STATE-STORE-0000000002-repartition])
+      --> cnt
+    Processor: cnt (stores: [KSTREAM-AGGREGATE-STATE-STORE-0000000002])
+      --> KTABLE-TOSTREAM-0000000007
+      <-- KSTREAM-SOURCE-0000000006
+    Processor: KTABLE-TOSTREAM-0000000007 (stores: [])
+      --> KSTREAM-SINK-0000000008
+      <-- cnt
+    Sink: KSTREAM-SINK-0000000008 (topic: o1)
+      <-- KTABLE-TOSTREAM-0000000007
+
+  Sub-topology: 2
+    Source: red-store-repartition-source (topics: [red-store-repartition])
+      --> red
+    Processor: red (stores: [red-store])
+      --> KTABLE-TOSTREAM-0000000013
+      <-- red-store-repartition-source
+    Processor: KTABLE-TOSTREAM-0000000013 (stores: [])
+      --> KSTREAM-SINK-0000000014
+      <-- red
+    Sink: KSTREAM-SINK-0000000014 (topic: o2)
+      <-- KTABLE-TOSTREAM-0000000013
+
+  Sub-topology: 3
+    Source: KSTREAM-SOURCE-0000000019 (topics: [KSTREAM-AGGREGATE-STATE-STORE-0000000015-repartition])
+      --> agg
+    Processor: agg (stores: [KSTREAM-AGGREGATE-STATE-STORE-0000000015])
+      --> KTABLE-TOSTREAM-0000000020
+      <-- KSTREAM-SOURCE-0000000019
+    Processor: KTABLE-TOSTREAM-0000000020 (stores: [])
+      --> KSTREAM-SINK-0000000021
+      <-- agg
+    Sink: KSTREAM-SINK-0000000021 (topic: o3)
+      <-- KTABLE-TOSTREAM-0000000020
+
+"""
+
+
+def test_windowed_aggregations_take_a_name():
+    b = StreamsBuilder()
+    g = b.stream("in", key_serde=S, value_serde=S).group_by_key()
+    g.windowed_by(TimeWindows.of_size_with_no_grace(10)).count(name="wc").to_stream().to("o1")
+    g.windowed_by(SlidingWindows.of_time_difference_with_no_grace(10)).reduce(lambda a, x: a + x,
+                                                                              name="sr").to_stream().to("o2")
+    g.windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(10)).aggregate(
+        lambda: "", lambda k, v, a: a + v, lambda k, a1, a2: a1 + a2, Materialized.with_serdes(S, S),
+        name="sa").to_stream().to("o3")
+    assert str(b.build().describe()) == """Topologies:
+   Sub-topology: 0
+    Source: KSTREAM-SOURCE-0000000000 (topics: [in])
+      --> sr, wc, sa
+    Processor: sa (stores: [KSTREAM-AGGREGATE-STATE-STORE-0000000009])
+      --> KTABLE-TOSTREAM-0000000011
+      <-- KSTREAM-SOURCE-0000000000
+    Processor: sr (stores: [KSTREAM-REDUCE-STATE-STORE-0000000005])
+      --> KTABLE-TOSTREAM-0000000007
+      <-- KSTREAM-SOURCE-0000000000
+    Processor: wc (stores: [KSTREAM-AGGREGATE-STATE-STORE-0000000001])
+      --> KTABLE-TOSTREAM-0000000003
+      <-- KSTREAM-SOURCE-0000000000
+    Processor: KTABLE-TOSTREAM-0000000003 (stores: [])
+      --> KSTREAM-SINK-0000000004
+      <-- wc
+    Processor: KTABLE-TOSTREAM-0000000007 (stores: [])
+      --> KSTREAM-SINK-0000000008
+      <-- sr
+    Processor: KTABLE-TOSTREAM-0000000011 (stores: [])
+      --> KSTREAM-SINK-0000000012
+      <-- sa
+    Sink: KSTREAM-SINK-0000000004 (topic: o1)
+      <-- KTABLE-TOSTREAM-0000000003
+    Sink: KSTREAM-SINK-0000000008 (topic: o2)
+      <-- KTABLE-TOSTREAM-0000000007
+    Sink: KSTREAM-SINK-0000000012 (topic: o3)
+      <-- KTABLE-TOSTREAM-0000000011
+
+"""
+
+
+def test_table_aggregations_name_their_repartition_sink_and_source_too():
+    """Kafka's KGroupedTable: <name>-sink and <name>-source; a named grouping's second
+    aggregation reads the first one's repartition, its own names used up all the same."""
+    b = StreamsBuilder()
+    t = b.table("t", key_serde=S, value_serde=S).group_by(lambda k, v: (v, k), key_serde=S, value_serde=S)
+    t.count(name="tc").to_stream().to("o1")
+    t.reduce(lambda a, x: a + x, lambda a, x: a, "tr-store", name="tr").to_stream().to("o2")
+    t2 = b.table("t2", key_serde=S, value_serde=S).group_by(lambda k, v: (v, k), key_serde=S, value_serde=S, name="grp")
+    t2.aggregate(lambda: "", lambda k, v, a: a + v, lambda k, v, a: a, Materialized.with_serdes(S, S),
+                 name="ta").to_stream().to("o3")
+    t2.count(name="tc2").to_stream().to("o4")
+    assert str(b.build().describe()) == """Topologies:
+   Sub-topology: 0
+    Source: KSTREAM-SOURCE-0000000001 (topics: [t])
+      --> KTABLE-SOURCE-0000000002
+    Processor: KTABLE-SOURCE-0000000002 (stores: [t-STATE-STORE-0000000000])
+      --> KTABLE-SELECT-0000000003
+      <-- KSTREAM-SOURCE-0000000001
+    Processor: KTABLE-SELECT-0000000003 (stores: [])
+      --> tc-sink, tr-sink
+      <-- KTABLE-SOURCE-0000000002
+    Sink: tc-sink (topic: KTABLE-AGGREGATE-STATE-STORE-0000000004-repartition)
+      <-- KTABLE-SELECT-0000000003
+    Sink: tr-sink (topic: tr-store-repartition)
+      <-- KTABLE-SELECT-0000000003
+
+  Sub-topology: 1
+    Source: tc-source (topics: [KTABLE-AGGREGATE-STATE-STORE-0000000004-repartition])
+      --> tc
+    Processor: tc (stores: [KTABLE-AGGREGATE-STATE-STORE-0000000004])
+      --> KTABLE-TOSTREAM-0000000008
+      <-- tc-source
+    Processor: KTABLE-TOSTREAM-0000000008 (stores: [])
+      --> KSTREAM-SINK-0000000009
+      <-- tc
+    Sink: KSTREAM-SINK-0000000009 (topic: o1)
+      <-- KTABLE-TOSTREAM-0000000008
+
+  Sub-topology: 2
+    Source: tr-source (topics: [tr-store-repartition])
+      --> tr
+    Processor: tr (stores: [tr-store])
+      --> KTABLE-TOSTREAM-0000000013
+      <-- tr-source
+    Processor: KTABLE-TOSTREAM-0000000013 (stores: [])
+      --> KSTREAM-SINK-0000000014
+      <-- tr
+    Sink: KSTREAM-SINK-0000000014 (topic: o2)
+      <-- KTABLE-TOSTREAM-0000000013
+
+  Sub-topology: 3
+    Source: KSTREAM-SOURCE-0000000016 (topics: [t2])
+      --> KTABLE-SOURCE-0000000017
+    Processor: KTABLE-SOURCE-0000000017 (stores: [t2-STATE-STORE-0000000015])
+      --> grp
+      <-- KSTREAM-SOURCE-0000000016
+    Processor: grp (stores: [])
+      --> ta-sink
+      <-- KTABLE-SOURCE-0000000017
+    Sink: ta-sink (topic: grp-repartition)
+      <-- grp
+
+  Sub-topology: 4
+    Source: ta-source (topics: [grp-repartition])
+      --> tc2, ta
+    Processor: ta (stores: [KTABLE-AGGREGATE-STATE-STORE-0000000019])
+      --> KTABLE-TOSTREAM-0000000023
+      <-- ta-source
+    Processor: tc2 (stores: [KTABLE-AGGREGATE-STATE-STORE-0000000025])
+      --> KTABLE-TOSTREAM-0000000029
+      <-- ta-source
+    Processor: KTABLE-TOSTREAM-0000000023 (stores: [])
+      --> KSTREAM-SINK-0000000024
+      <-- ta
+    Processor: KTABLE-TOSTREAM-0000000029 (stores: [])
+      --> KSTREAM-SINK-0000000030
+      <-- tc2
+    Sink: KSTREAM-SINK-0000000024 (topic: o3)
+      <-- KTABLE-TOSTREAM-0000000023
+    Sink: KSTREAM-SINK-0000000030 (topic: o4)
+      <-- KTABLE-TOSTREAM-0000000029
+
+"""
+
+
+def test_a_named_count_counts():
+    b = StreamsBuilder()
+    (b.stream("in", key_serde=S, value_serde=S).group_by_key().count(name="counted")
+     .to_stream().to("out", key_serde=S, value_serde=serdes.INT64))
+    with TopologyTestDriver(b.build(), {**CONFIG, "statestore.cache.max.bytes": 0}) as d:
+        inp = d.create_input_topic("in", S, S)
+        inp.pipe_input("a", "x", timestamp=1)
+        inp.pipe_input("a", "y", timestamp=2)
+        out = d.create_output_topic("out", S, serdes.INT64).read_records_to_list()
+    assert [(r.key, r.value) for r in out] == [("a", 1), ("a", 2)]
+
+
+def test_a_cogroups_aggregate_names_each_streams_processor_and_the_merge():
+    b = StreamsBuilder()
+    g1 = b.stream("in", key_serde=S, value_serde=S).group_by_key()
+    g2 = b.stream("in2", key_serde=S, value_serde=S).select_key(lambda k, v: v).group_by_key()
+    (g1.cogroup(lambda k, v, a: a + v).cogroup(g2, lambda k, v, a: a + v)
+     .aggregate(lambda: "", Materialized.with_serdes(S, S), name="cg").to_stream().to("o1"))
+    assert str(b.build().describe()) == """Topologies:
+   Sub-topology: 0
+    Source: COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition-source (topics: [COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition])
+      --> cg-cogroup-agg-1
+    Source: KSTREAM-SOURCE-0000000000 (topics: [in])
+      --> cg-cogroup-agg-0
+    Processor: cg-cogroup-agg-0 (stores: [COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000003])
+      --> cg-cogroup-merge
+      <-- KSTREAM-SOURCE-0000000000
+    Processor: cg-cogroup-agg-1 (stores: [COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000003])
+      --> cg-cogroup-merge
+      <-- COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition-source
+    Processor: cg-cogroup-merge (stores: [])
+      --> KTABLE-TOSTREAM-0000000010
+      <-- cg-cogroup-agg-0, cg-cogroup-agg-1
+    Processor: KTABLE-TOSTREAM-0000000010 (stores: [])
+      --> KSTREAM-SINK-0000000011
+      <-- cg-cogroup-merge
+    Sink: KSTREAM-SINK-0000000011 (topic: o1)
+      <-- KTABLE-TOSTREAM-0000000010
+
+  Sub-topology: 1
+    Source: KSTREAM-SOURCE-0000000001 (topics: [in2])
+      --> KSTREAM-KEY-SELECT-0000000002
+    Processor: KSTREAM-KEY-SELECT-0000000002 (stores: [])
+      --> COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition-filter
+      <-- KSTREAM-SOURCE-0000000001
+    Processor: COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition-filter (stores: [])
+      --> COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition-sink
+      <-- KSTREAM-KEY-SELECT-0000000002
+    Sink: COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition-sink (topic: COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition)
+      <-- COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000003-repartition-filter
+
+"""
+    b = StreamsBuilder()
+    h1 = b.stream("in", key_serde=S, value_serde=S).group_by_key()
+    h2 = b.stream("in2", key_serde=S, value_serde=S).group_by_key()
+    (h1.cogroup(lambda k, v, a: a + v).cogroup(h2, lambda k, v, a: a + v).windowed_by(TimeWindows.of_size_with_no_grace(10))
+     .aggregate(lambda: "", Materialized.with_serdes(S, S), name="wcg").to_stream().to("o1"))
+    assert str(b.build().describe()) == """Topologies:
+   Sub-topology: 0
+    Source: KSTREAM-SOURCE-0000000000 (topics: [in])
+      --> wcg-cogroup-agg-0
+    Source: KSTREAM-SOURCE-0000000001 (topics: [in2])
+      --> wcg-cogroup-agg-1
+    Processor: wcg-cogroup-agg-0 (stores: [COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000002])
+      --> wcg-cogroup-merge
+      <-- KSTREAM-SOURCE-0000000000
+    Processor: wcg-cogroup-agg-1 (stores: [COGROUPKSTREAM-AGGREGATE-STATE-STORE-0000000002])
+      --> wcg-cogroup-merge
+      <-- KSTREAM-SOURCE-0000000001
+    Processor: wcg-cogroup-merge (stores: [])
+      --> KTABLE-TOSTREAM-0000000006
+      <-- wcg-cogroup-agg-0, wcg-cogroup-agg-1
+    Processor: KTABLE-TOSTREAM-0000000006 (stores: [])
+      --> KSTREAM-SINK-0000000007
+      <-- wcg-cogroup-merge
+    Sink: KSTREAM-SINK-0000000007 (topic: o1)
+      <-- KTABLE-TOSTREAM-0000000006
+
+"""
+
+
 @pytest.mark.parametrize("bad,message", [("", "non-empty"), (".", "cannot be"), ("a/b", "character other than"),
                                          ("n" * 250, "longer than 249"), (7, "non-empty string")])
 def test_a_bad_name_is_refused_naming_the_operation(bad, message):
@@ -130,6 +405,9 @@ def test_a_bad_name_is_refused_naming_the_operation(bad, message):
         "Printed.with_name": lambda: Printed.to_sys_out().with_name(bad),
         "KTable.filter": lambda: table.filter(lambda k, v: True, name=bad),
         "KTable.to_stream": lambda: table.to_stream(name=bad),
+        "count": lambda: s.group_by_key().count(name=bad),
+        "reduce": lambda: s.group_by_key().windowed_by(TimeWindows.of_size_with_no_grace(5)).reduce(max, name=bad),
+        "aggregate": lambda: table.group_by(lambda k, v: (v, k)).aggregate(str, max, min, name=bad),
     }
     for op, call in calls.items():
         with pytest.raises(TopologyError, match=f"{op}: .*{message}"):
