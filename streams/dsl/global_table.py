@@ -43,13 +43,13 @@ class GlobalKTable:
 
 
 def stream_global_join(stream: "KStream", global_table: GlobalKTable, key_selector: Callable[[Any, Any], Any],
-                       joiner: Callable[[Any, Any], Any], *, left: bool) -> "KStream":
+                       joiner: Callable[[Any, Any], Any], *, left: bool, name: Optional[str] = None) -> "KStream":
     """`stream` joined with `global_table` (Kafka's KStreamImpl.globalTableJoin): for each record,
     the global table's value of `key_selector(key, value)`; an inner join emits
     `joiner(value, table_value)` only when there is one, a left join always (None when absent).
     The result keeps the stream's key and timestamp; its value serde is unknown (from the
     config's default downstream), as in Kafka. The node is named KSTREAM-LEFTJOIN- for both
-    joins, as Kafka names it."""
+    joins, as Kafka names it, unless `name` (Kafka's Named) names it."""
     from streams.dsl.kstream import KStream
 
     op = "left_join" if left else "join"
@@ -60,7 +60,7 @@ def stream_global_join(stream: "KStream", global_table: GlobalKTable, key_select
     N.check_fn(key_selector, f"{op} (key_selector)")
     N.check_fn(joiner, f"{op} (joiner)")
     graph = stream._builder._graph
-    name = graph.new_name(N.LEFTJOIN)
+    name = graph.name_or_new(name, N.LEFTJOIN)
     table = StoreValueGetter(global_table.store_name)  # every processor may read a global store
     graph.add(StreamGlobalTableJoinNode(name, (stream.name,), lambda: StreamTableJoinProcessor(
         table, joiner, left, key_selector=key_selector), relaxed_null_key_join=left))

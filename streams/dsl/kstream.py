@@ -171,10 +171,11 @@ class StreamsBuilder:
         return earlier
 
     def table(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
-              store: str | Materialized | None = None) -> "KTable":
+              store: str | Materialized | None = None, name: Optional[str] = None) -> "KTable":
         """A table of `topic`'s latest value per key, materialized in a timestamped key-value
-        store (Kafka's KTableSource); the store is named by `store` or generated."""
-        src = self._table_source("table", topic, key_serde, value_serde, as_materialized(store, "table"))
+        store (Kafka's KTableSource); the store is named by `store` or generated. `name`
+        (Kafka's Consumed.as) names the table's processor, and its source node `<name>-source`."""
+        src = self._table_source("table", topic, key_serde, value_serde, as_materialized(store, "table"), name)
         mat, name_of_store = src.mat, src.store_name
         table = _ktable().KTable(self, src.name, mat.key_serde or src.key_serde, mat.value_serde or src.value_serde,
                                  name_of_store if mat.store_name else None, store_name=name_of_store, source=True)
@@ -184,14 +185,14 @@ class StreamsBuilder:
         return table
 
     def global_table(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
-                     store: str | Materialized | None = None) -> "GlobalKTable":
+                     store: str | Materialized | None = None, name: Optional[str] = None) -> "GlobalKTable":
         """A table of the latest value per key of ALL partitions of `topic`, kept on every
         instance by the global thread in a timestamped key-value store (Kafka's globalTable:
         a global store whose changelog is the topic itself, so logging is always off). Caching is
         off too: nothing downstream would be spared updates, and stream tasks and queries read
-        the store from other threads."""
+        the store from other threads. `name` as table's."""
         mat = as_materialized(store, "global_table").with_logging_disabled().with_caching_disabled()
-        src = self._table_source("global_table", topic, key_serde, value_serde, mat)
+        src = self._table_source("global_table", topic, key_serde, value_serde, mat, name)
         name_of_store = src.store_name
         self._graph.add(GlobalTableSourceNode(src.name, (), topic, src.source, src.key_serde, src.value_serde,
                                               lambda: TableSourceProcessor(name_of_store, False), src.builder,
@@ -200,9 +201,10 @@ class StreamsBuilder:
                                             mat.value_serde or src.value_serde)
 
     def _table_source(self, op: str, topic: str, key_serde: Any, value_serde: Any,
-                      mat: Materialized) -> "_TableSource":
+                      mat: Materialized, given: Optional[str] = None) -> "_TableSource":
         """The names, serdes and store builder of a table source, allocated in Kafka's order
         (store name if generated, source, table source)."""
+        given = N.processor_name(given, op)
         if not isinstance(topic, str) or not topic:
             raise TopologyError(f"{op}() needs a topic name, got {topic!r}")
         if topic in self._source_topics:
@@ -210,8 +212,8 @@ class StreamsBuilder:
         graph = self._graph
         # Kafka's globalTable turns logging off before its store name is noted
         name_of_store = N.store_name(graph, mat if op == "table" else mat.with_logging_disabled(), f"{topic}-")
-        source = graph.new_name(N.SOURCE)
-        name = graph.new_name(N.TABLE_SOURCE)
+        source = graph.name_or_new(None if given is None else N.processor_name(given + "-source", op), N.SOURCE)
+        name = graph.name_or_new(given, N.TABLE_SOURCE)
         self._source_topics[topic] = source
         key_serde = _serdes.resolve_serde(key_serde, f"{op}({topic!r}) key_serde")
         value_serde = _serdes.resolve_serde(value_serde, f"{op}({topic!r}) value_serde")
@@ -532,11 +534,13 @@ class KStream:
         if _is_global_table(other):
             if key_selector is None:  # join(global_table, key_selector, joiner): the positional form
                 key_selector, joiner, windows = joiner, windows, None
-            if windows is not None or other_value_serde is not None or store is not None or name is not None:
-                raise TopologyError(f"{op} with a GlobalKTable takes (global_table, key_selector, joiner) only")
+            if windows is not None or other_value_serde is not None or store is not None:
+                raise TopologyError(f"{op} with a GlobalKTable takes (global_table, key_selector, joiner) only "
+                                    "(and name=)")
             from streams.dsl.global_table import stream_global_join  # it checks its arguments
 
-            return stream_global_join(self, other, key_selector=key_selector, joiner=joiner, left=join_type == _LEFT)
+            return stream_global_join(self, other, key_selector=key_selector, joiner=joiner, left=join_type == _LEFT,
+                                      name=N.processor_name(name, op))
         if key_selector is not None:
             raise TopologyError(f"{op}: key_selector= is for a join with a GlobalKTable, not a {type(other).__name__}")
         if isinstance(other, _ktable().KTable):

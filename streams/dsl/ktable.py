@@ -250,25 +250,38 @@ class KTable:
 
     def join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
              store: str | Materialized | None = None, *,
-             foreign_key_extractor: Optional[Callable[[Any], Any]] = None) -> "KTable":
+             foreign_key_extractor: Optional[Callable[[Any], Any]] = None, name: Optional[str] = None) -> "KTable":
         """Inner primary-key join: joiner(value, other_value) for keys both tables hold (Kafka's
-        KTableKTableInnerJoin); with `foreign_key_extractor` the foreign-key join."""
+        KTableKTableInnerJoin); with `foreign_key_extractor` the foreign-key join. `name` (Kafka's
+        Named) names a primary-key join's processors: `<name>` (the merge), `<name>-join-this`
+        and `<name>-join-other`."""
         if foreign_key_extractor is not None:
+            self._no_fk_name("KTable.join", name)
             return self._fk_join(other, joiner, foreign_key_extractor, False, store)
-        return self._table_join("KTable.join", INNER, other, joiner, store)
+        return self._table_join("KTable.join", INNER, other, joiner, store, name)
 
     def left_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
                   store: str | Materialized | None = None, *,
-                  foreign_key_extractor: Optional[Callable[[Any], Any]] = None) -> "KTable":
-        """Every key of this table, joined with the other's value or None (Kafka's KTableKTableLeftJoin)."""
+                  foreign_key_extractor: Optional[Callable[[Any], Any]] = None,
+                  name: Optional[str] = None) -> "KTable":
+        """Every key of this table, joined with the other's value or None (Kafka's
+        KTableKTableLeftJoin); `name` as join's."""
         if foreign_key_extractor is not None:
+            self._no_fk_name("KTable.left_join", name)
             return self._fk_join(other, joiner, foreign_key_extractor, True, store)
-        return self._table_join("KTable.left_join", LEFT, other, joiner, store)
+        return self._table_join("KTable.left_join", LEFT, other, joiner, store, name)
 
     def outer_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
-                   store: str | Materialized | None = None) -> "KTable":
-        """Every key of either table; the missing side is None (Kafka's KTableKTableOuterJoin)."""
-        return self._table_join("KTable.outer_join", OUTER, other, joiner, store)
+                   store: str | Materialized | None = None, *, name: Optional[str] = None) -> "KTable":
+        """Every key of either table; the missing side is None (Kafka's KTableKTableOuterJoin);
+        `name` as join's."""
+        return self._table_join("KTable.outer_join", OUTER, other, joiner, store, name)
+
+    @staticmethod
+    def _no_fk_name(op: str, name: Optional[str]) -> None:
+        if name is not None:  # Kafka names a foreign-key join's many parts with TableJoined
+            raise TopologyError(f"{op}: name= is for a primary-key join; a foreign-key join's names "
+                                "(Kafka's TableJoined) are not supported")
 
     def _check_join(self, op: str, other: Any, joiner: Any) -> None:
         if not isinstance(other, KTable):
@@ -285,20 +298,24 @@ class KTable:
 
         return fk_join(self, other, joiner, extractor, left_join=left, store=store)
 
-    def _table_join(self, op: str, join_type: str, other: Any, joiner: Any, store: Any) -> "KTable":
+    def _table_join(self, op: str, join_type: str, other: Any, joiner: Any, store: Any,
+                    given: Optional[str] = None) -> "KTable":
         """Kafka's KTableImpl.doJoin: names (store, merge, this, other) in Kafka's order; left and
         outer joins need old values from the left table, outer joins from the right one too."""
         self._check_join(op, other, joiner)
+        given = N.processor_name(given, op)
         graph = self._builder._graph
         mat = None if store is None else as_materialized(store, op)
         name_of_store = None if mat is None else N.store_name(graph, mat, N.TABLE_MERGE)
-        merge = graph.new_name(N.TABLE_MERGE)
+        merge = graph.name_or_new(given, N.TABLE_MERGE)
         if join_type != INNER:
             self._enable_send_old_values()
         if join_type == OUTER:
             other._enable_send_old_values()
-        join_this = graph.new_name(N.TABLE_JOINTHIS)
-        join_other = graph.new_name(N.TABLE_JOINOTHER)
+        join_this = graph.name_or_new(None if given is None else N.processor_name(given + "-join-this", op),
+                                      N.TABLE_JOINTHIS)
+        join_other = graph.name_or_new(None if given is None else N.processor_name(given + "-join-other", op),
+                                       N.TABLE_JOINOTHER)
         this_getter = self._value_getter_supplier(op)
         other_getter = other._value_getter_supplier(op)
         flag = [False]

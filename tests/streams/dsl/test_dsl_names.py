@@ -389,6 +389,114 @@ def test_a_cogroups_aggregate_names_each_streams_processor_and_the_merge():
 """
 
 
+def test_table_sources_table_joins_and_global_joins_take_a_name():
+    """Kafka's Consumed.as for a table names its processor and its source `<name>-source`; a
+    named primary-key join's processors are `<name>`, `<name>-join-this`, `<name>-join-other`."""
+    b = StreamsBuilder()
+    t1 = b.table("t1", key_serde=S, value_serde=S, name="first")
+    t2 = b.table("t2", key_serde=S, value_serde=S, store="t2-store")
+    t1.join(t2, lambda x, y: x + y, name="tj").to_stream().to("o1")
+    t1.left_join(t2, lambda x, y: x + y, "tlj-store", name="tlj").to_stream().to("o2")
+    t1.outer_join(t2, lambda x, y: x + y, name="toj").to_stream().to("o3")
+    g = b.global_table("g", key_serde=S, value_serde=S, name="glob")
+    b.stream("s", key_serde=S, value_serde=S).join(g, lambda k, v: v, lambda x, y: x + y, name="gj").to("o4")
+    b.stream("s2", key_serde=S, value_serde=S).left_join(g, lambda k, v: v, lambda x, y: x + y, name="glj").to("o5")
+    assert str(b.build().describe()) == """Topologies:
+   Sub-topology: 0
+    Source: KSTREAM-SOURCE-0000000003 (topics: [t2])
+      --> KTABLE-SOURCE-0000000004
+    Source: first-source (topics: [t1])
+      --> first
+    Processor: KTABLE-SOURCE-0000000004 (stores: [t2-store])
+      --> tj-join-other, tlj-join-other, toj-join-other
+      <-- KSTREAM-SOURCE-0000000003
+    Processor: first (stores: [t1-STATE-STORE-0000000000])
+      --> toj-join-this, tj-join-this, tlj-join-this
+      <-- first-source
+    Processor: tj-join-other (stores: [t1-STATE-STORE-0000000000])
+      --> tj
+      <-- KTABLE-SOURCE-0000000004
+    Processor: tj-join-this (stores: [t2-store])
+      --> tj
+      <-- first
+    Processor: tlj-join-other (stores: [t1-STATE-STORE-0000000000])
+      --> tlj
+      <-- KTABLE-SOURCE-0000000004
+    Processor: tlj-join-this (stores: [t2-store])
+      --> tlj
+      <-- first
+    Processor: toj-join-other (stores: [t1-STATE-STORE-0000000000])
+      --> toj
+      <-- KTABLE-SOURCE-0000000004
+    Processor: toj-join-this (stores: [t2-store])
+      --> toj
+      <-- first
+    Processor: tj (stores: [])
+      --> KTABLE-TOSTREAM-0000000008
+      <-- tj-join-this, tj-join-other
+    Processor: tlj (stores: [tlj-store])
+      --> KTABLE-TOSTREAM-0000000013
+      <-- tlj-join-this, tlj-join-other
+    Processor: toj (stores: [])
+      --> KTABLE-TOSTREAM-0000000018
+      <-- toj-join-this, toj-join-other
+    Processor: KTABLE-TOSTREAM-0000000008 (stores: [])
+      --> KSTREAM-SINK-0000000009
+      <-- tj
+    Processor: KTABLE-TOSTREAM-0000000013 (stores: [])
+      --> KSTREAM-SINK-0000000014
+      <-- tlj
+    Processor: KTABLE-TOSTREAM-0000000018 (stores: [])
+      --> KSTREAM-SINK-0000000019
+      <-- toj
+    Sink: KSTREAM-SINK-0000000009 (topic: o1)
+      <-- KTABLE-TOSTREAM-0000000008
+    Sink: KSTREAM-SINK-0000000014 (topic: o2)
+      <-- KTABLE-TOSTREAM-0000000013
+    Sink: KSTREAM-SINK-0000000019 (topic: o3)
+      <-- KTABLE-TOSTREAM-0000000018
+
+  Sub-topology: 1 for global store (will not generate tasks)
+    Source: glob-source (topics: [g])
+      --> glob
+    Processor: glob (stores: [g-STATE-STORE-0000000020])
+      --> none
+      <-- glob-source
+  Sub-topology: 2
+    Source: KSTREAM-SOURCE-0000000023 (topics: [s])
+      --> gj
+    Processor: gj (stores: [])
+      --> KSTREAM-SINK-0000000025
+      <-- KSTREAM-SOURCE-0000000023
+    Sink: KSTREAM-SINK-0000000025 (topic: o4)
+      <-- gj
+
+  Sub-topology: 3
+    Source: KSTREAM-SOURCE-0000000026 (topics: [s2])
+      --> glj
+    Processor: glj (stores: [])
+      --> KSTREAM-SINK-0000000028
+      <-- KSTREAM-SOURCE-0000000026
+    Sink: KSTREAM-SINK-0000000028 (topic: o5)
+      <-- glj
+
+"""
+
+
+def test_a_named_table_join_joins_and_a_foreign_key_join_refuses_a_name():
+    b = StreamsBuilder()
+    t1 = b.table("t1", key_serde=S, value_serde=S)
+    t2 = b.table("t2", key_serde=S, value_serde=S)
+    t1.join(t2, lambda x, y: f"{x}+{y}", name="both").to_stream().to("out")
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        d.create_input_topic("t1", S, S).pipe_input("k", "a", timestamp=1)
+        d.create_input_topic("t2", S, S).pipe_input("k", "b", timestamp=2)
+        out = d.create_output_topic("out", S, S).read_records_to_list()
+    assert [(r.key, r.value, r.timestamp) for r in out] == [("k", "a+b", 2)]
+    with pytest.raises(TopologyError, match="foreign-key join's names"):
+        t1.join(t2, lambda x, y: x, foreign_key_extractor=lambda v: v, name="fk")
+
+
 @pytest.mark.parametrize("bad,message", [("", "non-empty"), (".", "cannot be"), ("a/b", "character other than"),
                                          ("n" * 250, "longer than 249"), (7, "non-empty string")])
 def test_a_bad_name_is_refused_naming_the_operation(bad, message):
@@ -405,6 +513,8 @@ def test_a_bad_name_is_refused_naming_the_operation(bad, message):
         "Printed.with_name": lambda: Printed.to_sys_out().with_name(bad),
         "KTable.filter": lambda: table.filter(lambda k, v: True, name=bad),
         "KTable.to_stream": lambda: table.to_stream(name=bad),
+        "KTable.outer_join": lambda: table.outer_join(table, max, name=bad),
+        "global_table": lambda: b.global_table("g9", name=bad),
         "count": lambda: s.group_by_key().count(name=bad),
         "reduce": lambda: s.group_by_key().windowed_by(TimeWindows.of_size_with_no_grace(5)).reduce(max, name=bad),
         "aggregate": lambda: table.group_by(lambda k, v: (v, k)).aggregate(str, max, min, name=bad),
