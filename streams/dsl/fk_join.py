@@ -37,7 +37,7 @@ from `store=` (then `default.value.serde`), each falling back to the config's de
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from streams.dsl import naming as N
 from streams.dsl.graph import (InternalTopicNode, LazyStoreBuilder, table_store, ProcessorGraphNode, ProcessorWithStoresNode,
@@ -55,9 +55,11 @@ __all__ = ["fk_join"]
 
 def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
             foreign_key_extractor: Callable[[Any], Any], *, left_join: bool,
-            store: str | Materialized | None = None) -> KTable:
-    """See the module doc."""
+            store: str | Materialized | None = None, name: Optional[str] = None) -> KTable:
+    """See the module doc. `name` (Kafka's TableJoined.as) names the join's processors, topics
+    and subscription store `<name>-<part>`, as Kafka's suffixes (every generated name still used up)."""
     op = "KTable.left_join" if left_join else "KTable.join"
+    name = N.processor_name(name, op)
     if not isinstance(other, KTable) or other._builder is not this._builder:
         raise TopologyError(f"{op} with a foreign_key_extractor needs a KTable of the same StreamsBuilder, "
                             f"got {other!r}")
@@ -73,20 +75,22 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
     left_getter, right_getter = this._value_getter_supplier(op), other._value_getter_supplier(op)
 
     graph = this._builder._graph
-    new = graph.new_name
-    subscription_topic = new(N.FK_SUBSCRIPTION_REGISTRATION) + N.FK_TOPIC_SUFFIX
-    send_name = new(N.FK_SUBSCRIPTION_REGISTRATION)
-    subscription_sink = new(N.TABLE_SINK)
-    subscription_source = new(N.TABLE_SOURCE)
-    subscription_store = new(N.FK_SUBSCRIPTION_STATE_STORE)
-    receive_name = new(N.FK_SUBSCRIPTION_PROCESSOR)
-    subscription_join_name = new(N.FK_SUBSCRIPTION_PROCESSOR)
-    foreign_join_name = new(N.FK_SUBSCRIPTION_PROCESSOR)
-    response_topic = new(N.FK_SUBSCRIPTION_RESPONSE) + N.FK_TOPIC_SUFFIX
-    response_sink = new(N.TABLE_SINK)
-    response_source = new(N.TABLE_SOURCE)
-    resolver_name = new(N.FK_RESPONSE_RESOLVER)
-    output_name = new(N.FK_JOIN_OUTPUT)
+
+    def new(prefix: str, suffix: str) -> str:  # Kafka's NamedInternal.suffixWithOrElseGet
+        return graph.name_or_new(None if name is None else N.processor_name(name + suffix, op), prefix)
+    subscription_topic = new(N.FK_SUBSCRIPTION_REGISTRATION, "-subscription-registration") + N.FK_TOPIC_SUFFIX
+    send_name = new(N.FK_SUBSCRIPTION_REGISTRATION, "-subscription-registration-processor")
+    subscription_sink = new(N.TABLE_SINK, "-subscription-registration-sink")
+    subscription_source = new(N.TABLE_SOURCE, "-subscription-registration-source")
+    subscription_store = new(N.FK_SUBSCRIPTION_STATE_STORE, "-subscription-store")
+    receive_name = new(N.FK_SUBSCRIPTION_PROCESSOR, "-subscription-receive")
+    subscription_join_name = new(N.FK_SUBSCRIPTION_PROCESSOR, "-subscription-join-foreign")
+    foreign_join_name = new(N.FK_SUBSCRIPTION_PROCESSOR, "-foreign-join-subscription")
+    response_topic = new(N.FK_SUBSCRIPTION_RESPONSE, "-subscription-response") + N.FK_TOPIC_SUFFIX
+    response_sink = new(N.TABLE_SINK, "-subscription-response-sink")
+    response_source = new(N.TABLE_SOURCE, "-subscription-response-source")
+    resolver_name = new(N.FK_RESPONSE_RESOLVER, "-subscription-response-resolver")
+    output_name = new(N.FK_JOIN_OUTPUT, "-result")
     # without a store name Kafka generates one even when the result stays unmaterialized (the
     # index is used up); a named store uses none (MaterializedInternal)
     name_of_store = N.store_name(graph, mat, N.FK_JOIN_OUTPUT)

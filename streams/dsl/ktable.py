@@ -254,10 +254,10 @@ class KTable:
         """Inner primary-key join: joiner(value, other_value) for keys both tables hold (Kafka's
         KTableKTableInnerJoin); with `foreign_key_extractor` the foreign-key join. `name` (Kafka's
         Named) names a primary-key join's processors: `<name>` (the merge), `<name>-join-this`
-        and `<name>-join-other`."""
+        and `<name>-join-other`; a foreign-key join's (Kafka's TableJoined.as) its processors,
+        topics and subscription store, `<name>-subscription-registration-topic` and so on."""
         if foreign_key_extractor is not None:
-            self._no_fk_name("KTable.join", name)
-            return self._fk_join(other, joiner, foreign_key_extractor, False, store)
+            return self._fk_join(other, joiner, foreign_key_extractor, False, store, name)
         return self._table_join("KTable.join", INNER, other, joiner, store, name)
 
     def left_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
@@ -267,8 +267,7 @@ class KTable:
         """Every key of this table, joined with the other's value or None (Kafka's
         KTableKTableLeftJoin); `name` as join's."""
         if foreign_key_extractor is not None:
-            self._no_fk_name("KTable.left_join", name)
-            return self._fk_join(other, joiner, foreign_key_extractor, True, store)
+            return self._fk_join(other, joiner, foreign_key_extractor, True, store, name)
         return self._table_join("KTable.left_join", LEFT, other, joiner, store, name)
 
     def outer_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
@@ -277,11 +276,6 @@ class KTable:
         `name` as join's."""
         return self._table_join("KTable.outer_join", OUTER, other, joiner, store, name)
 
-    @staticmethod
-    def _no_fk_name(op: str, name: Optional[str]) -> None:
-        if name is not None:  # Kafka names a foreign-key join's many parts with TableJoined
-            raise TopologyError(f"{op}: name= is for a primary-key join; a foreign-key join's names "
-                                "(Kafka's TableJoined) are not supported")
 
     def _check_join(self, op: str, other: Any, joiner: Any) -> None:
         if not isinstance(other, KTable):
@@ -292,11 +286,12 @@ class KTable:
             raise TopologyError(f"{op} needs a joiner(value, other_value)")
         N.check_fn(joiner, op)
 
-    def _fk_join(self, other: Any, joiner: Any, extractor: Any, left: bool, store: Any) -> "KTable":
+    def _fk_join(self, other: Any, joiner: Any, extractor: Any, left: bool, store: Any,
+                 name: Optional[str]) -> "KTable":
         """The foreign-key join's own module builds and checks it (branch fkjoin)."""
         from streams.dsl.fk_join import fk_join
 
-        return fk_join(self, other, joiner, extractor, left_join=left, store=store)
+        return fk_join(self, other, joiner, extractor, left_join=left, store=store, name=name)
 
     def _table_join(self, op: str, join_type: str, other: Any, joiner: Any, store: Any,
                     given: Optional[str] = None) -> "KTable":

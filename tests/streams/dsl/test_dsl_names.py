@@ -483,7 +483,7 @@ def test_table_sources_table_joins_and_global_joins_take_a_name():
 """
 
 
-def test_a_named_table_join_joins_and_a_foreign_key_join_refuses_a_name():
+def test_a_named_table_join_joins():
     b = StreamsBuilder()
     t1 = b.table("t1", key_serde=S, value_serde=S)
     t2 = b.table("t2", key_serde=S, value_serde=S)
@@ -493,8 +493,106 @@ def test_a_named_table_join_joins_and_a_foreign_key_join_refuses_a_name():
         d.create_input_topic("t2", S, S).pipe_input("k", "b", timestamp=2)
         out = d.create_output_topic("out", S, S).read_records_to_list()
     assert [(r.key, r.value, r.timestamp) for r in out] == [("k", "a+b", 2)]
-    with pytest.raises(TopologyError, match="foreign-key join's names"):
-        t1.join(t2, lambda x, y: x, foreign_key_extractor=lambda v: v, name="fk")
+
+
+def test_a_named_foreign_key_join_names_its_processors_topics_and_store():
+    """Kafka's TableJoined.as: every part `<name>-<suffix>`; the unnamed join beside it keeps
+    the generated names, their indexes after the named join's."""
+    b = StreamsBuilder()
+    orders = b.table("orders", key_serde=S, value_serde=S)
+    customers = b.table("customers", key_serde=S, value_serde=S)
+    orders.join(customers, lambda o, cu: o + cu, foreign_key_extractor=lambda v: v, name="oc").to_stream().to("o1")
+    orders.left_join(customers, lambda o, cu: o + cu, foreign_key_extractor=lambda v: v).to_stream().to("o2")
+    topology = b.build()
+    assert str(topology.describe()) == """Topologies:
+   Sub-topology: 0
+    Source: KSTREAM-SOURCE-0000000001 (topics: [orders])
+      --> KTABLE-SOURCE-0000000002
+    Processor: KTABLE-SOURCE-0000000002 (stores: [orders-STATE-STORE-0000000000])
+      --> KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000023, oc-subscription-registration-processor
+      <-- KSTREAM-SOURCE-0000000001
+    Source: KTABLE-SOURCE-0000000032 (topics: [KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-0000000030-topic])
+      --> KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-0000000033
+    Source: oc-subscription-response-source (topics: [oc-subscription-response-topic])
+      --> oc-subscription-response-resolver
+    Processor: KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-0000000033 (stores: [orders-STATE-STORE-0000000000])
+      --> KTABLE-FK-JOIN-OUTPUT-0000000034
+      <-- KTABLE-SOURCE-0000000032
+    Processor: oc-subscription-response-resolver (stores: [orders-STATE-STORE-0000000000])
+      --> oc-result
+      <-- oc-subscription-response-source
+    Processor: KTABLE-FK-JOIN-OUTPUT-0000000034 (stores: [])
+      --> KTABLE-TOSTREAM-0000000036
+      <-- KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-0000000033
+    Processor: oc-result (stores: [])
+      --> KTABLE-TOSTREAM-0000000020
+      <-- oc-subscription-response-resolver
+    Processor: KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000023 (stores: [])
+      --> KTABLE-SINK-0000000024
+      <-- KTABLE-SOURCE-0000000002
+    Processor: KTABLE-TOSTREAM-0000000020 (stores: [])
+      --> KSTREAM-SINK-0000000021
+      <-- oc-result
+    Processor: KTABLE-TOSTREAM-0000000036 (stores: [])
+      --> KSTREAM-SINK-0000000037
+      <-- KTABLE-FK-JOIN-OUTPUT-0000000034
+    Processor: oc-subscription-registration-processor (stores: [])
+      --> oc-subscription-registration-sink
+      <-- KTABLE-SOURCE-0000000002
+    Sink: KSTREAM-SINK-0000000021 (topic: o1)
+      <-- KTABLE-TOSTREAM-0000000020
+    Sink: KSTREAM-SINK-0000000037 (topic: o2)
+      <-- KTABLE-TOSTREAM-0000000036
+    Sink: KTABLE-SINK-0000000024 (topic: KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000022-topic)
+      <-- KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000023
+    Sink: oc-subscription-registration-sink (topic: oc-subscription-registration-topic)
+      <-- oc-subscription-registration-processor
+
+  Sub-topology: 1
+    Source: KSTREAM-SOURCE-0000000004 (topics: [customers])
+      --> KTABLE-SOURCE-0000000005
+    Processor: KTABLE-SOURCE-0000000005 (stores: [customers-STATE-STORE-0000000003])
+      --> KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000029, oc-foreign-join-subscription
+      <-- KSTREAM-SOURCE-0000000004
+    Source: KTABLE-SOURCE-0000000025 (topics: [KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000022-topic])
+      --> KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000027
+    Source: oc-subscription-registration-source (topics: [oc-subscription-registration-topic])
+      --> oc-subscription-receive
+    Processor: KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000027 (stores: [KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-0000000026])
+      --> KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000028
+      <-- KTABLE-SOURCE-0000000025
+    Processor: oc-subscription-receive (stores: [oc-subscription-store])
+      --> oc-subscription-join-foreign
+      <-- oc-subscription-registration-source
+    Processor: KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000028 (stores: [customers-STATE-STORE-0000000003])
+      --> KTABLE-SINK-0000000031
+      <-- KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000027
+    Processor: KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000029 (stores: [KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-0000000026])
+      --> KTABLE-SINK-0000000031
+      <-- KTABLE-SOURCE-0000000005
+    Processor: oc-foreign-join-subscription (stores: [oc-subscription-store])
+      --> oc-subscription-response-sink
+      <-- KTABLE-SOURCE-0000000005
+    Processor: oc-subscription-join-foreign (stores: [customers-STATE-STORE-0000000003])
+      --> oc-subscription-response-sink
+      <-- oc-subscription-receive
+    Sink: KTABLE-SINK-0000000031 (topic: KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-0000000030-topic)
+      <-- KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000028, KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-0000000029
+    Sink: oc-subscription-response-sink (topic: oc-subscription-response-topic)
+      <-- oc-subscription-join-foreign, oc-foreign-join-subscription
+
+"""
+    assert {"oc-subscription-registration-topic", "oc-subscription-response-topic"} <= set(topology.internal_topics)
+    b = StreamsBuilder()
+    orders = b.table("orders", key_serde=S, value_serde=S)
+    customers = b.table("customers", key_serde=S, value_serde=S)
+    orders.join(customers, lambda o, cu: f"{o}/{cu}", foreign_key_extractor=lambda v: v,
+                name="oc").to_stream().to("out")
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        d.create_input_topic("customers", S, S).pipe_input("c1", "Ann", timestamp=1)
+        d.create_input_topic("orders", S, S).pipe_input("o1", "c1", timestamp=2)
+        out = d.create_output_topic("out", S, S).read_records_to_list()
+    assert [(r.key, r.value) for r in out] == [("o1", "c1/Ann")]
 
 
 @pytest.mark.parametrize("bad,message", [("", "non-empty"), (".", "cannot be"), ("a/b", "character other than"),

@@ -175,8 +175,8 @@ def test_a_foreign_key_join_is_handed_to_fk_join(monkeypatch):
 
     assert orders.join(customers, joiner, foreign_key_extractor=extract) == "fk"
     assert orders.left_join(customers, joiner, "s", foreign_key_extractor=extract) == "fk"
-    assert calls == [((orders, customers, joiner, extract), {"left_join": False, "store": None}),
-                     ((orders, customers, joiner, extract), {"left_join": True, "store": "s"})]
+    assert calls == [((orders, customers, joiner, extract), {"left_join": False, "store": None, "name": None}),
+                     ((orders, customers, joiner, extract), {"left_join": True, "store": "s", "name": None})]
 
 
 def test_a_foreign_key_join_result_is_materialized_when_a_table_join_reads_it():
