@@ -200,6 +200,13 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
         (fn, cached) for fn in vocabulary.PROCESSORS for cached in (True, False)}
     assert any(s.get("store_type") == vocabulary.IN_MEMORY for s, _ in processes)
     assert any(later["op"] == "group_by_key" for s, step in processes for later in s["ops"][s["ops"].index(step):])
+    # named stream operations (Kafka's Named): every nameable operation, named and not in one scenario
+    named = [step for s in scenarios for ops in [s["ops"]] + [st["other"]["ops"] for st in s["ops"]
+                                                            if st["op"] == vocabulary.COGROUP]
+             for step in ops if step.get("name")]
+    assert {step["op"] for step in named} == set(vocabulary.NAMEABLE_OPS)
+    assert any(step.get("name") is None and step["op"] in vocabulary.NAMEABLE_OPS
+               for s in scenarios if any(st.get("name") for st in s["ops"]) for step in s["ops"])
     # fixed-key processors (process_values), a grouping below one too (which needs no repartition)
     values = [(s, step) for s, step in processes if step.get("values")]
     assert {step["cached"] for _, step in values} == {True, False}

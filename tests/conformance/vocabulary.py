@@ -633,6 +633,12 @@ GROUPED_NAMES_SHARE = 0.25
 #: Kafka's StreamJoined.withName / Joined.withName, ``<store of the step>-joined``; Named,
 #: ``<store of the step>-totable``)
 JOIN_NAMES_SHARE = 0.25
+#: the share of the scenarios some of whose stream operations are named (Kafka's Named: the
+#: step's "name", ``step-<i>``, on about half of the NAMEABLE_OPS steps of the stream and of a
+#: cogroup's other stream)
+OP_NAMES_SHARE = 0.25
+NAMEABLE_OPS = ("filter", "filter_not", "select_key", "map_values", "flat_map_values", "map", "flat_map", "merge",
+                PROCESS)
 #: the share of the scenarios whose stores a config chooses (``dsl_store``, see the module doc)
 DSL_STORE_SHARE = 0.25
 DSL_STORES = ("builder", "app")
@@ -701,7 +707,19 @@ def generate(seed: int) -> dict:
     rng = random.Random(f"dsl-store-{seed // 2}")
     if rng.random() < DSL_STORE_SHARE:
         scenario["dsl_store"] = rng.choice(DSL_STORES)
+    rng = random.Random(f"op-names-{seed // 2}")
+    if rng.random() < OP_NAMES_SHARE:
+        _name_steps(scenario["ops"], rng, iter(range(1000)))
     return scenario
+
+
+def _name_steps(ops: list, rng: random.Random, numbers: Any) -> None:
+    """Names about half of the nameable steps of `ops` and of a cogroup's other stream."""
+    for step in ops:
+        if step["op"] in NAMEABLE_OPS and rng.random() < 0.5:
+            step["name"] = f"step-{next(numbers)}"
+        if step["op"] == COGROUP:
+            _name_steps(step["other"]["ops"], rng, numbers)
 
 
 def _generate(seed: int) -> dict:
@@ -938,23 +956,23 @@ def _eddy_table_aggregate(table: Any, step: dict, name: str, built: _Built) -> A
 def _eddy_stream_step(builder: Any, stream: Any, step: dict, index: int, input2: list) -> Any:
     from streams import Branched, serdes
 
-    op, fn = step["op"], step.get("fn")
+    op, fn, named = step["op"], step.get("fn"), step.get("name")
     if op in ("filter", "filter_not"):
-        return getattr(stream, op)(PREDICATES[fn])
+        return getattr(stream, op)(PREDICATES[fn], name=named)
     if op == "select_key":
-        return stream.select_key(KEY_SELECTORS[fn])
+        return stream.select_key(KEY_SELECTORS[fn], name=named)
     if op == "map_values":
-        return stream.map_values(VALUE_MAPPERS[fn])
+        return stream.map_values(VALUE_MAPPERS[fn], name=named)
     if op == "flat_map_values":
-        return stream.flat_map_values(VALUE_SPLITTERS[fn])
+        return stream.flat_map_values(VALUE_SPLITTERS[fn], name=named)
     if op == "map":
-        return stream.map(KV_MAPPERS[fn])
+        return stream.map(KV_MAPPERS[fn], name=named)
     if op == "flat_map":
-        return stream.flat_map(KV_SPLITTERS[fn])
+        return stream.flat_map(KV_SPLITTERS[fn], name=named)
     if op == "merge":  # input2 is read once, merged as often as asked
         if not input2:
             input2.append(builder.stream(INPUT2, key_serde=serdes.STRING, value_serde=serdes.STRING))
-        return stream.merge(input2[0])
+        return stream.merge(input2[0], name=named)
     if op == "split":
         name = f"split{index}-"
         branches = stream.split(name).branch(PREDICATES[fn], Branched.as_("x")).default_branch(Branched.as_("y"))
@@ -1015,8 +1033,8 @@ def _eddy_process(builder: Any, stream: Any, step: dict, name: str, built: _Buil
     built.stores.append((name, "plain_kv"))
     tally = step["fn"] == "punctuated_tally"
     if step.get("values"):
-        return stream.process_values(lambda: _Counting(name, tally), stores=[name])
-    return stream.process(lambda: _Counting(name, tally), stores=[name])
+        return stream.process_values(lambda: _Counting(name, tally), stores=[name], name=step.get("name"))
+    return stream.process(lambda: _Counting(name, tally), stores=[name], name=step.get("name"))
 
 
 def _eddy_join_windows(spec: dict) -> Any:

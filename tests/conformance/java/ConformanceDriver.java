@@ -47,6 +47,7 @@ import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.KeyValueMapper;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Named;
+import org.apache.kafka.streams.kstream.Predicate;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.Repartitioned;
 import org.apache.kafka.streams.kstream.SessionWindowedCogroupedKStream;
@@ -58,6 +59,7 @@ import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindowedCogroupedKStream;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.ValueMapper;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.processor.PunctuationType;
@@ -291,31 +293,47 @@ public final class ConformanceDriver {
         boolean tally = fn.equals("punctuated_tally");
         if (step.has("values") && step.get("values").asBoolean()) {
             if (tally) throw new IllegalArgumentException("no fixed-key processor " + fn);
-            return stream.processValues(() -> new CountingValues(name), name);
+            return named(step) == null ? stream.processValues(() -> new CountingValues(name), name)
+                : stream.processValues(() -> new CountingValues(name), named(step), name);
         }
-        return stream.process(() -> new Counting(name, tally), name);
+        return named(step) == null ? stream.process(() -> new Counting(name, tally), name)
+            : stream.process(() -> new Counting(name, tally), named(step), name);
+    }
+
+    /** The step's Named ("name": the scenario names some steps), else the generated name's. */
+    static Named named(JsonNode step) {
+        JsonNode name = step.get("name");
+        return name == null || name.isNull() ? null : Named.as(name.asText());
     }
 
     static KStream streamStep(StreamsBuilder builder, KStream stream, JsonNode step, int index, KStream[] input2) {
         String op = step.get("op").asText();
+        Named n = named(step);
         switch (op) {
             case "filter": { BiFunction<String, String, Boolean> p = fn(PREDICATES, step, "fn");
-                return stream.filter((k, v) -> p.apply((String) k, (String) v)); }
+                Predicate<Object, Object> q = (k, v) -> p.apply((String) k, (String) v);
+                return n == null ? stream.filter(q) : stream.filter(q, n); }
             case "filter_not": { BiFunction<String, String, Boolean> p = fn(PREDICATES, step, "fn");
-                return stream.filterNot((k, v) -> p.apply((String) k, (String) v)); }
+                Predicate<Object, Object> q = (k, v) -> p.apply((String) k, (String) v);
+                return n == null ? stream.filterNot(q) : stream.filterNot(q, n); }
             case "select_key": { BiFunction<String, String, String> f = fn(KEY_SELECTORS, step, "fn");
-                return stream.selectKey((k, v) -> f.apply((String) k, (String) v)); }
+                KeyValueMapper<Object, Object, Object> m = (k, v) -> f.apply((String) k, (String) v);
+                return n == null ? stream.selectKey(m) : stream.selectKey(m, n); }
             case "map_values": { Function<String, String> f = fn(VALUE_MAPPERS, step, "fn");
-                return stream.mapValues(v -> f.apply((String) v)); }
+                ValueMapper<Object, Object> m = v -> f.apply((String) v);
+                return n == null ? stream.mapValues(m) : stream.mapValues(m, n); }
             case "flat_map_values": { Function<String, List<String>> f = fn(VALUE_SPLITTERS, step, "fn");
-                return stream.flatMapValues(v -> f.apply((String) v)); }
+                ValueMapper<Object, Iterable<Object>> m = v -> (Iterable) f.apply((String) v);
+                return n == null ? stream.flatMapValues(m) : stream.flatMapValues(m, n); }
             case "map": { BiFunction<String, String, KeyValue<String, String>> f = fn(KV_MAPPERS, step, "fn");
-                return stream.map((k, v) -> f.apply((String) k, (String) v)); }
+                KeyValueMapper<Object, Object, KeyValue<Object, Object>> m = (k, v) -> (KeyValue) f.apply((String) k, (String) v);
+                return n == null ? stream.map(m) : stream.map(m, n); }
             case "flat_map": { BiFunction<String, String, List<KeyValue<String, String>>> f = fn(KV_SPLITTERS, step, "fn");
-                return stream.flatMap((k, v) -> f.apply((String) k, (String) v)); }
+                KeyValueMapper<Object, Object, Iterable<KeyValue<Object, Object>>> m = (k, v) -> (Iterable) f.apply((String) k, (String) v);
+                return n == null ? stream.flatMap(m) : stream.flatMap(m, n); }
             case "merge":  // input2 is read once, merged as often as asked
                 if (input2[0] == null) input2[0] = builder.stream("input2", Consumed.with(STRING, STRING));
-                return stream.merge(input2[0]);
+                return n == null ? stream.merge(input2[0]) : stream.merge(input2[0], n);
             case "split": {
                 BiFunction<String, String, Boolean> p = fn(PREDICATES, step, "fn");
                 Map<String, KStream> branches = stream.split(Named.as("split" + index + "-"))
