@@ -14,8 +14,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from streams.errors import InvalidRecordError, ProcessingError
-from streams.processor import Headers, Processor, ProcessorContext, Record, _normalize_headers
+from streams.errors import ProcessingError
+from streams.processor import (Headers, Processor, ProcessorContext, Record, RecordFields, _normalize_headers,
+                               checked_timestamp)
 
 if TYPE_CHECKING:  # pragma: no cover
     from streams.processor import Cancellable, PunctuationType, Punctuator, RecordMetadata
@@ -26,11 +27,11 @@ __all__ = ["FixedKeyRecord", "FixedKeyProcessor", "FixedKeyProcessorContext", "F
 _new = object.__new__
 
 
-class FixedKeyRecord:
+class FixedKeyRecord(RecordFields):
     """A record whose key a processor cannot change. Made by the framework only (Kafka's
     package-private constructor); derive the records to forward with the `with_*` methods."""
 
-    __slots__ = ("key", "value", "timestamp", "headers")
+    __slots__ = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("FixedKeyRecord is made by the framework: derive a record to forward from the one "
@@ -57,33 +58,13 @@ class FixedKeyRecord:
         return self._copy(value, self.timestamp, self.headers)
 
     def with_timestamp(self, timestamp: int) -> "FixedKeyRecord":
-        if type(timestamp) is not int and (not isinstance(timestamp, int) or isinstance(timestamp, bool)):
-            raise InvalidRecordError(f"record timestamp must be an int (ms), got {timestamp!r}")
-        if timestamp < 0:
-            raise InvalidRecordError(f"record timestamp may not be negative, got {timestamp}")
-        return self._copy(self.value, timestamp, self.headers)
+        return self._copy(self.value, checked_timestamp(timestamp), self.headers)
 
     def with_headers(self, headers: Any) -> "FixedKeyRecord":
         return self._copy(self.value, self.timestamp, _normalize_headers(headers))
 
-    def header(self, key: str) -> Optional[bytes]:
-        """The last value of header `key`, or None (Kafka's `headers().lastHeader(key)`)."""
-        for k, v in reversed(self.headers):
-            if k == key:
-                return v
-        return None
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, FixedKeyRecord):
-            return NotImplemented
-        return (self.key == other.key and self.value == other.value
-                and self.timestamp == other.timestamp and self.headers == other.headers)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        hdr = f", headers={list(self.headers)!r}" if self.headers else ""
-        return f"FixedKeyRecord(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp}{hdr})"
+FixedKeyRecord._same_kind = FixedKeyRecord
 
 
 class FixedKeyProcessorContext(ABC):

@@ -49,17 +49,51 @@ def _normalize_headers(headers: Any) -> Headers:
 _new = object.__new__
 
 
-class Record:
-    """One record flowing through a topology. Treat as immutable; the `with_*` methods copy."""
+def checked_timestamp(timestamp: Any) -> int:
+    """A record's timestamp as Kafka accepts it: an int (ms), not negative; else InvalidRecordError."""
+    if type(timestamp) is not int:
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+            raise InvalidRecordError(f"record timestamp must be an int (ms), got {timestamp!r}")
+    if timestamp < 0:
+        raise InvalidRecordError(f"record timestamp may not be negative, got {timestamp}")
+    return timestamp
+
+
+class RecordFields:
+    """What Record and streams.fixed_key.FixedKeyRecord share: their four fields, reading a
+    header, equality (with a record of the same class) and the text. Treat as immutable."""
 
     __slots__ = ("key", "value", "timestamp", "headers")
 
+    def header(self, key: str) -> bytes | None:
+        """The last value of header `key`, or None (Kafka's `headers().lastHeader(key)`)."""
+        for k, v in reversed(self.headers):
+            if k == key:
+                return v
+        return None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, self._same_kind):
+            return NotImplemented
+        return (self.key == other.key and self.value == other.value
+                and self.timestamp == other.timestamp and self.headers == other.headers)
+
+    __hash__ = None  # type: ignore[assignment]
+    _same_kind: type = object
+
+    def __repr__(self) -> str:
+        hdr = f", headers={list(self.headers)!r}" if self.headers else ""
+        return f"{type(self).__name__}(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp}{hdr})"
+
+
+class Record(RecordFields):
+    """One record flowing through a topology. Treat as immutable; the `with_*` methods copy."""
+
+    __slots__ = ()
+
     def __init__(self, key: Any, value: Any, timestamp: int, headers: Any = None) -> None:
-        if type(timestamp) is not int:
-            if not isinstance(timestamp, int) or isinstance(timestamp, bool):
-                raise InvalidRecordError(f"record timestamp must be an int (ms), got {timestamp!r}")
-        if timestamp < 0:
-            raise InvalidRecordError(f"record timestamp may not be negative, got {timestamp}")
+        if type(timestamp) is not int or timestamp < 0:
+            checked_timestamp(timestamp)
         self.key = key
         self.value = value
         self.timestamp = timestamp
@@ -98,24 +132,8 @@ class Record:
     def with_headers(self, headers: Any) -> "Record":
         return Record._make(self.key, self.value, self.timestamp, _normalize_headers(headers))
 
-    def header(self, key: str) -> bytes | None:
-        """The last value of header `key`, or None (Kafka's `headers().lastHeader(key)`)."""
-        for k, v in reversed(self.headers):
-            if k == key:
-                return v
-        return None
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Record):
-            return NotImplemented
-        return (self.key == other.key and self.value == other.value
-                and self.timestamp == other.timestamp and self.headers == other.headers)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        hdr = f", headers={list(self.headers)!r}" if self.headers else ""
-        return f"Record(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp}{hdr})"
+Record._same_kind = Record
 
 
 class RecordMetadata(NamedTuple):
