@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from streams.processor import Cancellable, PunctuationType, Punctuator, RecordMetadata
 
 __all__ = ["FixedKeyRecord", "FixedKeyProcessor", "FixedKeyProcessorContext", "FixedKeyProcessorSupplier",
-           "FixedKeyProcessorNode"]
+           "FixedKeyProcessorNode", "ContextView", "ForwardingDisabledContext"]
 
 _new = object.__new__
 
@@ -130,8 +130,9 @@ class FixedKeyProcessor(ABC):
 FixedKeyProcessorSupplier = Callable[[], FixedKeyProcessor]
 
 
-class _FixedKeyContext(FixedKeyProcessorContext):
-    """The task's processor context as a fixed-key processor sees it."""
+class ContextView:
+    """The task's processor context as a user's processor or transformer sees it where Kafka
+    hands it a narrower context: everything delegated, `forward` left to the subclass."""
 
     __slots__ = ("_context", "_processor_name")
 
@@ -159,6 +160,39 @@ class _FixedKeyContext(FixedKeyProcessorContext):
     def app_config(self) -> dict:
         return self._context.app_config
 
+    def schedule(self, interval_ms: int, punctuation_type: "PunctuationType",
+                 callback: "Punctuator") -> "Cancellable":
+        return self._context.schedule(interval_ms, punctuation_type, callback)
+
+    def get_state_store(self, name: str) -> Any:
+        return self._context.get_state_store(name)
+
+    def commit(self) -> None:
+        self._context.commit()
+
+    def record_metadata(self) -> Optional["RecordMetadata"]:
+        return self._context.record_metadata()
+
+    def __getattr__(self, attr: str) -> Any:  # what else the task's context offers (metrics, ...)
+        return getattr(self._context, attr)
+
+
+class ForwardingDisabledContext(ContextView):
+    """Kafka's ForwardingDisabledProcessorContext: what a value transformer (KTable.transform_values)
+    is given; it computes a value, the framework forwards it."""
+
+    __slots__ = ()
+
+    def forward(self, record: Any, child_name: Optional[str] = None) -> None:
+        raise ProcessingError(f"{self._processor_name}: forward() is not allowed from this context: the "
+                              "transformer returns its value and the framework forwards it")
+
+
+class _FixedKeyContext(ContextView, FixedKeyProcessorContext):
+    """The task's processor context as a fixed-key processor sees it."""
+
+    __slots__ = ()
+
     def forward(self, record: FixedKeyRecord, child_name: Optional[str] = None) -> None:
         if type(record) is not FixedKeyRecord:
             raise ProcessingError(
@@ -177,22 +211,6 @@ class _FixedKeyContext(FixedKeyProcessorContext):
             context.forward(Record._make(record.key, record.value, record.timestamp, headers), child_name)
         finally:
             context.headers = previous
-
-    def schedule(self, interval_ms: int, punctuation_type: "PunctuationType",
-                 callback: "Punctuator") -> "Cancellable":
-        return self._context.schedule(interval_ms, punctuation_type, callback)
-
-    def get_state_store(self, name: str) -> Any:
-        return self._context.get_state_store(name)
-
-    def commit(self) -> None:
-        self._context.commit()
-
-    def record_metadata(self) -> Optional["RecordMetadata"]:
-        return self._context.record_metadata()
-
-    def __getattr__(self, attr: str) -> Any:  # what else the task's context offers (metrics, ...)
-        return getattr(self._context, attr)
 
 
 class FixedKeyProcessorNode(Processor):

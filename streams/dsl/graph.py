@@ -90,12 +90,16 @@ class StatefulProcessorNode(ProcessorGraphNode):
     #: asked when the topology is written: whether the store is made at all (a source table's
     #: is only when materialized in Kafka's sense); None: always
     store_wanted: Optional[Callable[[], bool]] = None
+    #: other stores (builder.add_state_store) the processor reads too: KTable.transform_values'
+    connected_stores: tuple = ()
 
     def write(self, topology: Topology) -> None:
         super().write(topology)
         if self.store_wanted is None or self.store_wanted():
             _defer(topology, *self.deferred_serdes)  # the store's serdes: none needed without it
             topology.add_state_store(self.store_builder, self.name)
+        if self.connected_stores:
+            topology.connect_processor_and_state_stores(self.name, *self.connected_stores)
 
 
 @dataclass

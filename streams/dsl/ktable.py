@@ -5,19 +5,20 @@ enableSendingOldValues does."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from streams import serdes as _serdes
 from streams.dsl import naming as N
-from streams.dsl.graph import ProcessorGraphNode, StatefulProcessorNode, TableTableJoinNode, table_store
+from streams.dsl.graph import (ProcessorGraphNode, ProcessorWithStoresNode, StatefulProcessorNode, TableTableJoinNode,
+                               table_store)
 from streams.dsl.joins.table_table import INNER, LEFT, OUTER
 from streams.dsl.materialized import Materialized, as_materialized
 from streams.dsl.ops.suppress import SuppressProcessor
 from streams.dsl.ops.table_join import TableJoinMergeProcessor, TableJoinSideProcessor
 from streams.dsl.ops.value_getter import (JoinValueGetter, MappedValueGetter, SessionStoreValueGetter, StoreValueGetter,
-                                          ValueGetterSupplier, WindowStoreValueGetter)
+                                          TransformedValueGetter, ValueGetterSupplier, WindowStoreValueGetter)
 from streams.dsl.ops.table import (TableFilterProcessor, TableMapValuesProcessor, TableSelectProcessor,
-                                   TableSourceProcessor, ToStreamProcessor)
+                                   TableSourceProcessor, TableTransformValuesProcessor, ToStreamProcessor)
 from streams.dsl.suppressed import Suppressed
 from streams.dsl.windows import SessionWindows, window_close_delay_ms
 from streams.errors import TopologyError
@@ -49,6 +50,8 @@ class KTable:
         # how a join reads this table's current value (see _value_getter_supplier)
         self._getter: Optional[ValueGetterSupplier] = None
         self._compute: Optional[Callable[[], Callable[[Any, Any], Any]]] = None
+        # an unmaterialized transform_values' getter (its transformer needs the task's context)
+        self._getter_factory: Optional[Callable[[str], ValueGetterSupplier]] = None
         self._join_parents: tuple = ()
 
     @property
@@ -112,25 +115,28 @@ class KTable:
             if self._windows is not None:
                 return WindowStoreValueGetter(self.store_name)
             return StoreValueGetter(self.store_name)
+        if self._getter_factory is not None:
+            return self._getter_factory(op)
         if self._compute is not None and self._parent is not None:
             return MappedValueGetter(self._parent._value_getter_supplier(op), self._compute)
         raise TopologyError(f"{op}: the table {self._node} cannot be read by a join (a suppressed table keeps no "
                             "value to look up); materialize it first, e.g. .filter(lambda k, v: True, store=...)")
 
     def _value_node(self, prefix: str, make: Callable[..., Any], store: Any, value_serde: Any, op: str,
-                    given: Optional[str] = None) -> "KTable":
+                    given: Optional[str] = None, connected: tuple = (), burns_store_name: bool = True) -> "KTable":
         graph = self._builder._graph
         mat = None if store is None else as_materialized(store, op)
-        if mat is not None and mat.store_name is None:
+        if mat is not None and mat.store_name is None and burns_store_name:
             # Kafka's filter / map_values: a Materialized without a name gives serdes only (no
             # store: it is not queryable); its generated store name still uses an index, before
             # the processor's (and it is not noted as unnamed: Kafka's MaterializedInternal is made
-            # without the builder there)
+            # without the builder there; transform_values' is made without a name provider: none)
             N.store_name(graph, mat, prefix, implicit=False)
         name = graph.name_or_new(N.processor_name(given, op), prefix)
         flag = [False]
         if mat is None or mat.store_name is None:
-            graph.add(ProcessorGraphNode(name, (self._node,), lambda: make(None, False, lambda: flag[0])))
+            graph.add(ProcessorWithStoresNode(name, (self._node,), lambda: make(None, False, lambda: flag[0]),
+                                              connected))
             key_serde = self.key_serde if mat is None else mat.key_serde or self.key_serde
             value_serde = value_serde if mat is None else mat.value_serde or value_serde
             table = KTable(self._builder, name, key_serde, value_serde, None, parent=self, old_values=False,
@@ -145,7 +151,8 @@ class KTable:
             builder = table_store(mat, name_of_store, store_key, store_value, self._builder.dsl_store_suppliers)
             graph.add(StatefulProcessorNode(name, (self._node,), lambda: make(name_of_store, caching, lambda: flag[0]),
                                             store_builder=builder, store_name=name_of_store,
-                                            deferred_serdes=N.deferred(store_key, store_value)))
+                                            deferred_serdes=N.deferred(store_key, store_value),
+                                            connected_stores=connected))
             table = KTable(self._builder, name, mat.key_serde or self.key_serde, mat.value_serde or value_serde,
                            name_of_store, store_name=name_of_store, parent=self, old_values=False,
                            windows=self._windows)
@@ -180,6 +187,25 @@ class KTable:
         N.check_fn(value_mapper, "KTable.map_values")
         return self._value_node(N.TABLE_MAPVALUES, lambda s, c, old: TableMapValuesProcessor(value_mapper, s, c, old),
                                 store, None, "KTable.map_values", name)
+
+    def transform_values(self, transformer_supplier: Callable[[], Any], store: str | Materialized | None = None, *,
+                         stores: Iterable[str] = (), name: Optional[str] = None) -> "KTable":
+        """Kafka's KTable.transformValues: each task's transformer (`transformer_supplier()`, with
+        `init(context)`, `transform(key, value)` and `close()`, Kafka's ValueTransformerWithKey)
+        gives each key's new value; it is called for a tombstone's None too, and reads the stores
+        `stores` (builder.add_state_store) through its context, which refuses forward. Materialized
+        in `store` when that names one; `name` (Kafka's Named) names the processor."""
+        N.check_fn(transformer_supplier, "KTable.transform_values")
+        names = (stores,) if isinstance(stores, str) else tuple(stores)
+        table = self._value_node(
+            N.TABLE_TRANSFORMVALUES, lambda s, c, old: TableTransformValuesProcessor(transformer_supplier, s, c, old),
+            store, None, "KTable.transform_values", name, names, burns_store_name=False)
+        if table.store_name is None:
+            parent = self
+            table._compute = None  # a transformer needs the task's context: the getter below makes its own
+            table._getter_factory = lambda op: TransformedValueGetter(parent._value_getter_supplier(op),
+                                                                     transformer_supplier, table.name)
+        return table
 
     def to_stream(self, key_value_mapper: Optional[Callable[[Any, Any], Any]] = None, *,
                   name: Optional[str] = None) -> Any:

@@ -225,9 +225,10 @@ WINDOW_TYPES = ("tumbling", "hopping", "sliding", "session")
 #: windowed step's windows}: grouped.cogroup(first).cogroup(other grouped, second)
 #: [.windowed_by(windows)].aggregate(initializer[, session merger])
 COGROUP = "cogroup"
-#: table -> table operations (``store``: materialized as store-<i> or not)
+#: table -> table operations (``store``: materialized as store-<i> or not); transform_values'
+#: transformer maps a value with its VALUE_MAPPERS function and a tombstone's None to "~"
 TABLE_OPS: dict[str, dict] = {"table_filter": PREDICATES, "table_filter_not": PREDICATES,
-                              "table_map_values": VALUE_MAPPERS}
+                              "table_map_values": VALUE_MAPPERS, "table_transform_values": VALUE_MAPPERS}
 #: table -> re-keyed table aggregate: {"op": "table_aggregate", "by": KV_MAPPERS name, "agg", "fn"}
 TABLE_AGGREGATE = "table_aggregate"
 #: stream -> table, table -> stream, table -> suppressed table
@@ -898,13 +899,18 @@ def _eddy_cogroup(builder: Any, grouped: Any, step: dict, name: str, built: _Bui
 
 
 def _eddy_table_op(table: Any, step: dict, name: str, built: _Built) -> Any:
-    """A table's filter, filter_not or map_values (TABLE_OPS), materialized as `name` or not."""
+    """A table's filter, filter_not, map_values or transform_values (TABLE_OPS), materialized as
+    `name` or not."""
     from streams import serdes
 
     op, fn = step["op"], step["fn"]
-    method = {"table_filter": "filter", "table_filter_not": "filter_not", "table_map_values": "map_values"}[op]
+    method = {"table_filter": "filter", "table_filter_not": "filter_not", "table_map_values": "map_values",
+              "table_transform_values": "transform_values"}[op]
     if op == "table_map_values":
         function = VALUE_MAPPERS[fn]
+    elif op == "table_transform_values":
+        def function() -> _Transformer:
+            return _Transformer(VALUE_MAPPERS[fn])
     else:  # given the record key without its window (a windowed table's), as the Java twin
         predicate = PREDICATES[fn]
 
@@ -918,6 +924,16 @@ def _eddy_table_op(table: Any, step: dict, name: str, built: _Built) -> Any:
         store = store.with_key_serde(_output_key_serde(built))
     built.stores.append((name, "kv"))
     return getattr(table, method)(function, store=store)
+
+
+class _Transformer:
+    """TABLE_OPS' value transformer (ConformanceDriver's table_transform_values twin)."""
+
+    def __init__(self, mapper: Callable[[str], str]) -> None:
+        self.mapper = mapper
+
+    def transform(self, key: Any, value: Any) -> Any:
+        return "~" if value is None else self.mapper(value)
 
 
 def _eddy_aggregation(grouped: Any, step: dict, name: str, built: _Built) -> Any:

@@ -434,6 +434,47 @@ class TableMapValuesProcessor(_TableValueOperator):
         super().__init__(compute, store_name, caching, send_old_values)
 
 
+class TableTransformValuesProcessor(_TableValueOperator):
+    """KTable.transform_values (Kafka's KTableTransformValues): each task's own transformer
+    (`transformer_supplier()`, given a context that refuses forward) computes
+    `transform(key, value)` for the new value and, when downstream wants old values and the
+    table has no store, for the old one; it is called for a tombstone's None too."""
+
+    skip_when_both_none = False
+
+    def __init__(self, transformer_supplier: Callable[[], Any], store_name: Optional[str], caching: bool,
+                 send_old_values: Callable[[], bool]) -> None:
+        super().__init__(None, store_name, caching, send_old_values)  # type: ignore[arg-type]
+        self.transformer_supplier = transformer_supplier
+        self.transformer: Any = None
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        node = getattr(context, "current_node", None)  # the node being initialised: this one
+        self.transformer = new_transformer(self.transformer_supplier, context, getattr(node, "name", "?"))
+        self.compute = self.transformer.transform
+
+    def close(self) -> None:
+        close = getattr(self.transformer, "close", None)
+        if close is not None:
+            close()
+
+
+def new_transformer(supplier: Callable[[], Any], context: ProcessorContext, name: str) -> Any:
+    """A value transformer for one task (or one getter), initialised with a context that refuses
+    forward (Kafka's ForwardingDisabledProcessorContext)."""
+    from streams.fixed_key import ForwardingDisabledContext
+
+    transformer = supplier()
+    if not callable(getattr(transformer, "transform", None)):
+        raise ProcessingError(f"KTable.transform_values {name!r}: the supplier returned {transformer!r}, which has "
+                              "no transform(key, value) method")
+    init = getattr(transformer, "init", None)
+    if init is not None:
+        init(ForwardingDisabledContext(context, name))
+    return transformer
+
+
 class ToStreamProcessor(StageOperator):
     """KTable.to_stream (Kafka's KTableToStream): the new value, with the key optionally mapped
     by key_value_mapper(key, new_value)."""

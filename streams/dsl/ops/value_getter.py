@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 from state.timestamped import ValueAndTimestamp
 
 __all__ = ["ValueGetterSupplier", "StoreValueGetter", "WindowStoreValueGetter", "SessionStoreValueGetter",
-           "MappedValueGetter", "JoinValueGetter", "UNKNOWN_TIMESTAMP"]
+           "MappedValueGetter", "TransformedValueGetter", "JoinValueGetter", "UNKNOWN_TIMESTAMP"]
 
 #: The timestamp of a value read from a store that keeps none (a grouped stream's plain
 #: key-value store): any record timestamp is larger, so a join takes the record's.
@@ -100,6 +100,32 @@ class MappedValueGetter(ValueGetterSupplier):
             if found is None:
                 return None
             return make(compute(key, found.value), found.timestamp)
+        return value
+
+
+class TransformedValueGetter(ValueGetterSupplier):
+    """A transform_values that is not materialized (Kafka's KTableTransformValuesGetter): a
+    transformer of its own per getter, called for a missing key too (with None; the result
+    stamped UNKNOWN_TIMESTAMP, None when the transformer gives None)."""
+
+    def __init__(self, parent: ValueGetterSupplier, transformer_supplier: Callable[[], Any], name: str) -> None:
+        self.parent = parent
+        self.transformer_supplier = transformer_supplier
+        self.name = name
+        self.store_names = parent.store_names
+
+    def getter(self, context: Any) -> Get:
+        from streams.dsl.ops.table import new_transformer
+
+        parent = self.parent.getter(context)
+        transform = new_transformer(self.transformer_supplier, context, self.name).transform
+        make = ValueAndTimestamp.make
+
+        def value(key: Any) -> Optional[ValueAndTimestamp]:
+            found = parent(key)
+            if found is None:
+                return make(transform(key, None), UNKNOWN_TIMESTAMP)
+            return make(transform(key, found.value), found.timestamp)
         return value
 
 

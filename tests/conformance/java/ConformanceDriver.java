@@ -60,6 +60,8 @@ import org.apache.kafka.streams.kstream.TimeWindowedCogroupedKStream;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.ValueMapper;
+import org.apache.kafka.streams.kstream.ValueTransformerWithKey;
+import org.apache.kafka.streams.kstream.ValueTransformerWithKeySupplier;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.processor.PunctuationType;
@@ -633,6 +635,21 @@ public final class ConformanceDriver {
                         built.stores.add(new String[] {name, "kv"});
                     } else {
                         current = ((KTable) current).mapValues(m);
+                    }
+                    break;
+                }
+                case "table_transform_values": {  // a tombstone's null becomes "~"
+                    Function<String, String> f = fn(VALUE_MAPPERS, step, "fn");
+                    ValueTransformerWithKeySupplier<Object, Object, Object> s = () -> new ValueTransformerWithKey<>() {
+                        @Override public void init(org.apache.kafka.streams.processor.ProcessorContext context) { }
+                        @Override public Object transform(Object k, Object v) { return v == null ? "~" : f.apply((String) v); }
+                        @Override public void close() { }
+                    };
+                    if (step.get("store").asBoolean()) {
+                        current = ((KTable) current).transformValues(s, tableMat(name, built));
+                        built.stores.add(new String[] {name, "kv"});
+                    } else {
+                        current = ((KTable) current).transformValues(s);
                     }
                     break;
                 }
