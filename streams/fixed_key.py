@@ -15,8 +15,8 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streams.errors import ProcessingError
-from streams.processor import (Headers, Processor, ProcessorContext, Record, RecordFields, _normalize_headers,
-                               checked_timestamp)
+from streams.processor import (Headers, ProcessingContext, Processor, ProcessorContext, Record, RecordFields,
+                               _normalize_headers, checked_timestamp)
 
 if TYPE_CHECKING:  # pragma: no cover
     from streams.processor import Cancellable, PunctuationType, Punctuator, RecordMetadata
@@ -67,50 +67,12 @@ class FixedKeyRecord(RecordFields):
 FixedKeyRecord._same_kind = FixedKeyRecord
 
 
-class FixedKeyProcessorContext(ABC):
-    """What a fixed-key processor sees of its task: a ProcessorContext whose `forward` takes
-    FixedKeyRecords."""
-
-    @property
-    @abstractmethod
-    def application_id(self) -> str: ...
-
-    @property
-    @abstractmethod
-    def task_id(self) -> Any: ...
+class FixedKeyProcessorContext(ProcessingContext):
+    """What a fixed-key processor sees of its task: its `forward` takes FixedKeyRecords."""
 
     @abstractmethod
     def forward(self, record: FixedKeyRecord, child_name: Optional[str] = None) -> None:
         """Send `record` to all children of the current node, or only to `child_name`."""
-
-    @abstractmethod
-    def schedule(self, interval_ms: int, punctuation_type: "PunctuationType",
-                 callback: "Punctuator") -> "Cancellable":
-        """Call `callback(timestamp)` every `interval_ms` of stream time or wall-clock time."""
-
-    @abstractmethod
-    def get_state_store(self, name: str) -> Any:
-        """The state store `name`; it must be connected to the current processor."""
-
-    @abstractmethod
-    def commit(self) -> None:
-        """Request a commit as soon as possible (after the current record)."""
-
-    @abstractmethod
-    def record_metadata(self) -> Optional["RecordMetadata"]:
-        """Topic, partition and offset of the input record being processed; None in a punctuation."""
-
-    @property
-    @abstractmethod
-    def current_stream_time_ms(self) -> int: ...
-
-    @property
-    @abstractmethod
-    def current_system_time_ms(self) -> int: ...
-
-    @property
-    @abstractmethod
-    def app_config(self) -> dict: ...
 
 
 class FixedKeyProcessor(ABC):

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "Record", "Headers", "Processor", "ProcessorContext", "ProcessorSupplier", "PunctuationType",
+    "Record", "Headers", "Processor", "ProcessingContext", "ProcessorContext", "ProcessorSupplier", "PunctuationType",
     "Punctuator", "Cancellable", "RecordMetadata", "RecordContext", "ConsumerRecord", "TimestampExtractor",
     "FailOnInvalidTimestamp", "LogAndSkipOnInvalidTimestamp", "UsePartitionTimeOnInvalidTimestamp",
     "WallclockTimestampExtractor",
@@ -170,8 +170,9 @@ class Cancellable(ABC):
         """Stop this punctuation; safe to call more than once and from inside the callback."""
 
 
-class ProcessorContext(ABC):
-    """What a processor sees of its task. Implemented by `streams.engine.ProcessorContextImpl`."""
+class ProcessingContext(ABC):
+    """What every processor sees of its task (Kafka's ProcessingContext): ProcessorContext and
+    streams.fixed_key.FixedKeyProcessorContext add their `forward`."""
 
     @property
     @abstractmethod
@@ -180,10 +181,6 @@ class ProcessorContext(ABC):
     @property
     @abstractmethod
     def task_id(self) -> "TaskId": ...
-
-    @abstractmethod
-    def forward(self, record: Record, child_name: str | None = None) -> None:
-        """Send `record` to all children of the current node, or only to `child_name`."""
 
     @abstractmethod
     def schedule(self, interval_ms: int, punctuation_type: PunctuationType,
@@ -213,6 +210,14 @@ class ProcessorContext(ABC):
     @property
     @abstractmethod
     def app_config(self) -> dict: ...
+
+
+class ProcessorContext(ProcessingContext):
+    """What a processor sees of its task. Implemented by `streams.engine.ProcessorContextImpl`."""
+
+    @abstractmethod
+    def forward(self, record: Record, child_name: str | None = None) -> None:
+        """Send `record` to all children of the current node, or only to `child_name`."""
 
 
 class Processor(ABC):
