@@ -635,11 +635,11 @@ GROUPED_NAMES_SHARE = 0.25
 #: ``<store of the step>-totable``)
 JOIN_NAMES_SHARE = 0.25
 #: the share of the scenarios some of whose stream operations are named (Kafka's Named: the
-#: step's "name", ``step-<i>``, on about half of the NAMEABLE_OPS steps of the stream and of a
+#: step's "name", ``step-<i>``, on about 60% of the NAMEABLE_OPS steps of the stream and of a
 #: cogroup's other stream)
 OP_NAMES_SHARE = 0.25
 NAMEABLE_OPS = ("filter", "filter_not", "select_key", "map_values", "flat_map_values", "map", "flat_map", "merge",
-                PROCESS)
+                PROCESS, *AGGREGATIONS, *TABLE_OPS, "to_stream")
 #: the share of the scenarios whose stores a config chooses (``dsl_store``, see the module doc)
 DSL_STORE_SHARE = 0.25
 DSL_STORES = ("builder", "app")
@@ -715,9 +715,9 @@ def generate(seed: int) -> dict:
 
 
 def _name_steps(ops: list, rng: random.Random, numbers: Any) -> None:
-    """Names about half of the nameable steps of `ops` and of a cogroup's other stream."""
+    """Names about 60% of the nameable steps of `ops` and of a cogroup's other stream."""
     for step in ops:
-        if step["op"] in NAMEABLE_OPS and rng.random() < 0.5:
+        if step["op"] in NAMEABLE_OPS and rng.random() < 0.6:
             step["name"] = f"step-{next(numbers)}"
         if step["op"] == COGROUP:
             _name_steps(step["other"]["ops"], rng, numbers)
@@ -917,13 +917,13 @@ def _eddy_table_op(table: Any, step: dict, name: str, built: _Built) -> Any:
         def function(key: Any, value: Any) -> bool:
             return predicate(key.key if getattr(key, "window", None) is not None else key, value)
     if not step["store"]:
-        return getattr(table, method)(function)
+        return getattr(table, method)(function, name=step.get("name"))
     # a windowed table's keys in the output's windowed serde, given as the Java twin must
     store = built.materialized(name).with_value_serde(serdes.STRING)
     if built.windows is not None:
         store = store.with_key_serde(_output_key_serde(built))
     built.stores.append((name, "kv"))
-    return getattr(table, method)(function, store=store)
+    return getattr(table, method)(function, store=store, name=step.get("name"))
 
 
 class _Transformer:
@@ -938,16 +938,17 @@ class _Transformer:
 
 def _eddy_aggregation(grouped: Any, step: dict, name: str, built: _Built) -> Any:
     """A grouped stream's count, reduce or aggregate (AGGREGATIONS) into the store `name`."""
-    op, fn = step["op"], step["fn"]
+    op, fn, named = step["op"], step["fn"], step.get("name")
     built.stores.append((name, "kv"))
     if op == "count":
         built.value_type = "long"
-        return grouped.count(store=built.materialized(name))
+        return grouped.count(store=built.materialized(name), name=named)
     if op == "reduce":
-        return grouped.reduce(REDUCERS[fn], store=built.materialized(name))
+        return grouped.reduce(REDUCERS[fn], store=built.materialized(name), name=named)
     init, aggregator, _merger, vtype = AGGREGATORS[fn]
     built.value_type = vtype
-    return grouped.aggregate(init, aggregator, store=built.materialized(name).with_value_serde(_serde(vtype)))
+    return grouped.aggregate(init, aggregator, store=built.materialized(name).with_value_serde(_serde(vtype)),
+                             name=named)
 
 
 def _eddy_table_aggregate(table: Any, step: dict, name: str, built: _Built) -> Any:
@@ -1188,7 +1189,7 @@ def _eddy_pipeline(builder: Any, topic: str, spec: dict, prefix: str, built: _Bu
         elif op == "suppress":
             current = current.suppress(_eddy_suppressed(step))
         elif op == "to_stream":
-            current = current.to_stream()
+            current = current.to_stream(name=step.get("name"))
         else:
             raise ValueError(f"operation {op!r} is not in the conformance vocabulary")
     return current

@@ -32,6 +32,7 @@ import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.TopologyConfig;
 import org.apache.kafka.streams.errors.TopologyException;
 import org.apache.kafka.streams.TopologyTestDriver;
+import org.apache.kafka.streams.kstream.Aggregator;
 import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.CogroupedKStream;
 import org.apache.kafka.streams.kstream.Consumed;
@@ -49,6 +50,7 @@ import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Predicate;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.Reducer;
 import org.apache.kafka.streams.kstream.Repartitioned;
 import org.apache.kafka.streams.kstream.SessionWindowedCogroupedKStream;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
@@ -597,16 +599,24 @@ public final class ConformanceDriver {
                     current = grouping((KStream) current, step, name); break;
                 case "cogroup":
                     current = cogroup(builder, (KGroupedStream) current, step, name, built, input2); break;
-                case "count":
+                case "count": {
                     built.valueType = "long";
-                    current = ((KGroupedStream) current).count(mat(name, "long"));
-                    built.stores.add(new String[] {name, "kv"}); break;
+                    Named n = named(step);
+                    current = n == null ? ((KGroupedStream) current).count(mat(name, "long"))
+                        : ((KGroupedStream) current).count(n, mat(name, "long"));
+                    built.stores.add(new String[] {name, "kv"}); break; }
                 case "reduce": { BinaryOperator<String> r = fn(REDUCERS, step, "fn");
-                    current = ((KGroupedStream) current).reduce((a, v) -> r.apply((String) a, (String) v), mat(name, "string"));
+                    Reducer<Object> red = (a, v) -> r.apply((String) a, (String) v);
+                    Named n = named(step);
+                    current = n == null ? ((KGroupedStream) current).reduce(red, mat(name, "string"))
+                        : ((KGroupedStream) current).reduce(red, n, mat(name, "string"));
                     built.stores.add(new String[] {name, "kv"}); break; }
                 case "aggregate": { Agg a = fn(AGGREGATORS, step, "fn");
                     built.valueType = a.type();
-                    current = ((KGroupedStream) current).aggregate(a.init()::get, (k, v, x) -> a.add().apply(k, v, x), mat(name, a.type()));
+                    Aggregator<Object, Object, Object> add = (k, v, x) -> a.add().apply(k, v, x);
+                    Named n = named(step);
+                    current = n == null ? ((KGroupedStream) current).aggregate(a.init()::get, add, mat(name, a.type()))
+                        : ((KGroupedStream) current).aggregate(a.init()::get, add, n, mat(name, a.type()));
                     built.stores.add(new String[] {name, "kv"}); break; }
                 case "windowed":
                     current = windowed((KGroupedStream) current, step, name, built); break;
@@ -619,22 +629,27 @@ public final class ConformanceDriver {
                     org.apache.kafka.streams.kstream.Predicate pred = (k, v) -> p.apply(plainKey(k), (String) v);
                     KTable t = (KTable) current;
                     boolean not = op.equals("table_filter_not");
+                    Named n = named(step);
                     if (step.get("store").asBoolean()) {
-                        current = not ? t.filterNot(pred, tableMat(name, built)) : t.filter(pred, tableMat(name, built));
+                        current = n == null ? (not ? t.filterNot(pred, tableMat(name, built)) : t.filter(pred, tableMat(name, built)))
+                            : (not ? t.filterNot(pred, n, tableMat(name, built)) : t.filter(pred, n, tableMat(name, built)));
                         built.stores.add(new String[] {name, "kv"});
                     } else {
-                        current = not ? t.filterNot(pred) : t.filter(pred);
+                        current = n == null ? (not ? t.filterNot(pred) : t.filter(pred))
+                            : (not ? t.filterNot(pred, n) : t.filter(pred, n));
                     }
                     break;
                 }
                 case "table_map_values": {
                     Function<String, String> f = fn(VALUE_MAPPERS, step, "fn");
                     org.apache.kafka.streams.kstream.ValueMapper m = v -> f.apply((String) v);
+                    Named n = named(step);
                     if (step.get("store").asBoolean()) {
-                        current = ((KTable) current).mapValues(m, tableMat(name, built));
+                        current = n == null ? ((KTable) current).mapValues(m, tableMat(name, built))
+                            : ((KTable) current).mapValues(m, n, tableMat(name, built));
                         built.stores.add(new String[] {name, "kv"});
                     } else {
-                        current = ((KTable) current).mapValues(m);
+                        current = n == null ? ((KTable) current).mapValues(m) : ((KTable) current).mapValues(m, n);
                     }
                     break;
                 }
@@ -645,11 +660,13 @@ public final class ConformanceDriver {
                         @Override public Object transform(Object k, Object v) { return v == null ? "~" : f.apply((String) v); }
                         @Override public void close() { }
                     };
+                    Named n = named(step);
                     if (step.get("store").asBoolean()) {
-                        current = ((KTable) current).transformValues(s, tableMat(name, built));
+                        current = n == null ? ((KTable) current).transformValues(s, tableMat(name, built))
+                            : ((KTable) current).transformValues(s, tableMat(name, built), n);
                         built.stores.add(new String[] {name, "kv"});
                     } else {
-                        current = ((KTable) current).transformValues(s);
+                        current = n == null ? ((KTable) current).transformValues(s) : ((KTable) current).transformValues(s, n);
                     }
                     break;
                 }
@@ -658,7 +675,8 @@ public final class ConformanceDriver {
                 case "suppress":
                     current = ((KTable) current).suppress(suppressed(step)); break;
                 case "to_stream":
-                    current = ((KTable) current).toStream(); break;
+                    current = named(step) == null ? ((KTable) current).toStream() : ((KTable) current).toStream(named(step));
+                    break;
                 default: throw new IllegalArgumentException("operation " + op + " is not in the vocabulary");
             }
         }
