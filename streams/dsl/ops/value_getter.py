@@ -106,7 +106,8 @@ class MappedValueGetter(ValueGetterSupplier):
 class TransformedValueGetter(ValueGetterSupplier):
     """A transform_values that is not materialized (Kafka's KTableTransformValuesGetter): a
     transformer of its own per getter, called for a missing key too (with None; the result
-    stamped UNKNOWN_TIMESTAMP, None when the transformer gives None)."""
+    stamped UNKNOWN_TIMESTAMP, None when the transformer gives None), in a record context of its
+    own as Kafka's: no input record (record_metadata() None), no headers, the value's timestamp."""
 
     def __init__(self, parent: ValueGetterSupplier, transformer_supplier: Callable[[], Any], name: str) -> None:
         self.parent = parent
@@ -123,9 +124,13 @@ class TransformedValueGetter(ValueGetterSupplier):
 
         def value(key: Any) -> Optional[ValueAndTimestamp]:
             found = parent(key)
-            if found is None:
-                return make(transform(key, None), UNKNOWN_TIMESTAMP)
-            return make(transform(key, found.value), found.timestamp)
+            timestamp = UNKNOWN_TIMESTAMP if found is None else found.timestamp
+            saved = context.metadata, context.headers, context.record_timestamp
+            context.metadata, context.headers, context.record_timestamp = None, (), timestamp
+            try:
+                return make(transform(key, None if found is None else found.value), timestamp)
+            finally:
+                context.metadata, context.headers, context.record_timestamp = saved
         return value
 
 

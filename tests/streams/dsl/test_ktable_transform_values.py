@@ -97,6 +97,31 @@ def test_old_values_are_transformed_for_a_table_aggregation():
         assert _records(d.create_output_topic("out", S, I64)) == [("X", 1, 1), ("X", 2, 2), ("X", 1, 3), ("Y", 1, 3)]
 
 
+class _Contexts:
+    """Tags each value with the input topic its context shows (None: no input record)."""
+
+    def init(self, context):
+        self.context = context
+
+    def transform(self, key, value):
+        meta = self.context.record_metadata()
+        return None if value is None else f"{value}<{meta.topic if meta is not None else None}>"
+
+
+def test_a_getters_transformer_runs_in_a_record_context_of_its_own():
+    """Kafka's KTableTransformValuesGetter: no input record while a join's lookup transforms; the
+    table's own updates are transformed in their record's context."""
+    b = StreamsBuilder()
+    t = b.table("t", key_serde=S, value_serde=S)
+    t2 = b.table("t2", key_serde=S, value_serde=S)
+    t2.join(t.transform_values(_Contexts), lambda left, right: f"{left}+{right}").to_stream().to("out")
+    with TopologyTestDriver(b.build(), CONFIG) as d:
+        d.create_input_topic("t", S, S).pipe_input("k", "x", timestamp=1)
+        d.create_input_topic("t2", S, S).pipe_input("k", "y", timestamp=2)
+        d.create_input_topic("t", S, S).pipe_input("k", "z", timestamp=3)
+        assert _records(d.create_output_topic("out", S, S)) == [("k", "y+x<None>", 2), ("k", "y+z<t>", 3)]
+
+
 class _Forwarding:
     def init(self, context):
         self.context = context
