@@ -154,9 +154,7 @@ class CogroupedKStream:
         caching = mat.caching_enabled
         names = []
         for i, (parent, (_, aggregator)) in enumerate(zip(parents, streams)):
-            name = graph.name_or_new(None if given is None else N.processor_name(f"{given}-cogroup-agg-{i}",
-                                                                                 "cogroup aggregate"),
-                                     N.COGROUP_AGGREGATE)
+            name = graph.suffixed_or_new(given, f"-cogroup-agg-{i}", N.COGROUP_AGGREGATE, "cogroup aggregate")
             supplier = functools.partial(cogroup_aggregate_operator, windows, name_of_store, caching, initializer,
                                          aggregator, merger)
             if not names:  # the first processor brings the store; the others connect to it
@@ -166,9 +164,7 @@ class CogroupedKStream:
             else:
                 graph.add(ProcessorWithStoresNode(name, (parent,), supplier, (name_of_store,)))
             names.append(name)
-        merge = graph.name_or_new(None if given is None else N.processor_name(f"{given}-cogroup-merge",
-                                                                              "cogroup aggregate"),
-                                  N.COGROUP_MERGE)
+        merge = graph.suffixed_or_new(given, "-cogroup-merge", N.COGROUP_MERGE, "cogroup aggregate")
         graph.add(CogroupMergeNode(merge, tuple(names), CogroupMergeProcessor))
         return KTable(self._builder, merge, table_key, value_serde, name_of_store if mat.store_name else None,
                       store_name=name_of_store, windows=windows)

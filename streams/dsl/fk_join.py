@@ -77,7 +77,7 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
     graph = this._builder._graph
 
     def new(prefix: str, suffix: str) -> str:  # Kafka's NamedInternal.suffixWithOrElseGet
-        return graph.name_or_new(None if name is None else N.processor_name(name + suffix, op), prefix)
+        return graph.suffixed_or_new(name, suffix, prefix, op)
     subscription_topic = new(N.FK_SUBSCRIPTION_REGISTRATION, "-subscription-registration") + N.FK_TOPIC_SUFFIX
     send_name = new(N.FK_SUBSCRIPTION_REGISTRATION, "-subscription-registration-processor")
     subscription_sink = new(N.TABLE_SINK, "-subscription-registration-sink")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from streams import serdes as _serdes
+from streams.dsl.naming import processor_name
 from streams.dsl.ops.stateless import PassThroughProcessor
 from streams.processor import FailOnInvalidTimestamp
 from streams.topology import Topology
@@ -486,6 +487,11 @@ class Graph:
         NamedInternal.orElseGenerateWithPrefix)."""
         generated = self.new_name(prefix)
         return generated if name is None else name
+
+    def suffixed_or_new(self, name: Optional[str], suffix: str, prefix: str, op: str) -> str:
+        """`name + suffix` (checked by Kafka's name rules, naming `op`), else a new generated name;
+        the index is used up either way (Kafka's NamedInternal.suffixWithOrElseGet)."""
+        return self.name_or_new(None if name is None else processor_name(name + suffix, op), prefix)
 
     def next_index(self) -> int:
         index = self._index

@@ -266,8 +266,8 @@ class KGroupedTable:
         # KGroupedTableImpl.reduce), and so are its repartition and changelog topics
         name_of_store = N.store_name(graph, mat, N.TABLE_AGGREGATE)
         # a name (Kafka's Named) names the repartition's sink and source too: <name>-sink, -source
-        sink = graph.name_or_new(None if given is None else N.processor_name(given + "-sink", op), N.SINK)
-        source = graph.name_or_new(None if given is None else N.processor_name(given + "-source", op), N.SOURCE)
+        sink = graph.suffixed_or_new(given, "-sink", N.SINK, op)
+        source = graph.suffixed_or_new(given, "-source", N.SOURCE, op)
         name = graph.name_or_new(given, prefix)
         # Kafka's KGroupedTableImpl: the repartition topic is named after the grouping, else the
         # store; a named grouping's aggregations share the first one's (the names above are

@@ -212,7 +212,7 @@ class StreamsBuilder:
         graph = self._graph
         # Kafka's globalTable turns logging off before its store name is noted
         name_of_store = N.store_name(graph, mat if op == "table" else mat.with_logging_disabled(), f"{topic}-")
-        source = graph.name_or_new(None if given is None else N.processor_name(given + "-source", op), N.SOURCE)
+        source = graph.suffixed_or_new(given, "-source", N.SOURCE, op)
         name = graph.name_or_new(given, N.TABLE_SOURCE)
         self._source_topics[topic] = source
         key_serde = _serdes.resolve_serde(key_serde, f"{op}({topic!r}) key_serde")

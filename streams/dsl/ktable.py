@@ -302,7 +302,6 @@ class KTable:
         `name` as join's."""
         return self._table_join("KTable.outer_join", OUTER, other, joiner, store, name)
 
-
     def _check_join(self, op: str, other: Any, joiner: Any) -> None:
         if not isinstance(other, KTable):
             raise TopologyError(f"{op} needs a KTable to join with, got {type(other).__name__}")
@@ -333,10 +332,8 @@ class KTable:
             self._enable_send_old_values()
         if join_type == OUTER:
             other._enable_send_old_values()
-        join_this = graph.name_or_new(None if given is None else N.processor_name(given + "-join-this", op),
-                                      N.TABLE_JOINTHIS)
-        join_other = graph.name_or_new(None if given is None else N.processor_name(given + "-join-other", op),
-                                       N.TABLE_JOINOTHER)
+        join_this = graph.suffixed_or_new(given, "-join-this", N.TABLE_JOINTHIS, op)
+        join_other = graph.suffixed_or_new(given, "-join-other", N.TABLE_JOINOTHER, op)
         this_getter = self._value_getter_supplier(op)
         other_getter = other._value_getter_supplier(op)
         flag = [False]
