@@ -639,7 +639,7 @@ JOIN_NAMES_SHARE = 0.25
 #: cogroup's other stream)
 OP_NAMES_SHARE = 0.25
 NAMEABLE_OPS = ("filter", "filter_not", "select_key", "map_values", "flat_map_values", "map", "flat_map", "merge",
-                PROCESS, *AGGREGATIONS, *TABLE_OPS, "to_stream")
+                PROCESS, *AGGREGATIONS, WINDOWED, TABLE_AGGREGATE, *TABLE_OPS, "to_stream")
 #: the share of the scenarios whose stores a config chooses (``dsl_store``, see the module doc)
 DSL_STORE_SHARE = 0.25
 DSL_STORES = ("builder", "app")
@@ -851,15 +851,15 @@ def _eddy_windowed(grouped: Any, step: dict, name: str, built: _Built) -> Any:
     agg, fn = step["agg"], step["fn"]
     if agg == "count":
         vtype = "long"
-        table = windowed.count(store=built.materialized(name).with_value_serde(_serde(vtype)))
+        table = windowed.count(store=built.materialized(name).with_value_serde(_serde(vtype)), name=step.get("name"))
     elif agg == "reduce":
         vtype = "string"
-        table = windowed.reduce(REDUCERS[fn], store=built.materialized(name))
+        table = windowed.reduce(REDUCERS[fn], store=built.materialized(name), name=step.get("name"))
     else:
         init, aggregator, merger, vtype = AGGREGATORS[fn]
         mat = built.materialized(name).with_value_serde(_serde(vtype))
-        table = (windowed.aggregate(init, aggregator, merger, store=mat) if spec["type"] == "session"
-                 else windowed.aggregate(init, aggregator, store=mat))
+        table = (windowed.aggregate(init, aggregator, merger, store=mat, name=step.get("name"))
+                 if spec["type"] == "session" else windowed.aggregate(init, aggregator, store=mat, name=step.get("name")))
     built.value_type, built.windows = vtype, spec
     built.stores.append((name, "session" if spec["type"] == "session" else "window"))
     return table
@@ -956,15 +956,16 @@ def _eddy_table_aggregate(table: Any, step: dict, name: str, built: _Built) -> A
 
     grouped = table.group_by(KV_MAPPERS[step["by"]], key_serde=serdes.STRING, value_serde=serdes.STRING,
                              name=built.grouped(name))
-    agg, fn = step["agg"], step["fn"]
+    agg, fn, named = step["agg"], step["fn"], step.get("name")
     if agg == "count":
-        vtype, result = "long", grouped.count(store=built.materialized(name).with_value_serde(serdes.INT64))
+        vtype, result = "long", grouped.count(store=built.materialized(name).with_value_serde(serdes.INT64), name=named)
     elif agg == "reduce":
         adder, subtractor = TABLE_REDUCERS[fn]
-        vtype, result = "string", grouped.reduce(adder, subtractor, store=built.materialized(name))
+        vtype, result = "string", grouped.reduce(adder, subtractor, store=built.materialized(name), name=named)
     else:
         init, adder, subtractor, vtype = TABLE_AGGREGATORS[fn]
-        result = grouped.aggregate(init, adder, subtractor, store=built.materialized(name).with_value_serde(_serde(vtype)))
+        result = grouped.aggregate(init, adder, subtractor, store=built.materialized(name).with_value_serde(_serde(vtype)),
+                                   name=named)
     built.value_type = vtype
     built.stores.append((name, "kv"))
     return result

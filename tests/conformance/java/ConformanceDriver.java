@@ -388,25 +388,33 @@ public final class ConformanceDriver {
         boolean onClose = step.get("emit").asText().equals("close");
         boolean session = spec.get("type").asText().equals("session");
         Object windows = windowsOf(spec);
+        Named n = named(step);
         KTable table;
         String type;
         if (session) {
             SessionWindowedKStream w = grouped.windowedBy((SessionWindows) windows);
             if (onClose) w = w.emitStrategy(EmitStrategy.onWindowClose());
-            if (agg.equals("count")) { type = "long"; table = w.count(mat(name, type)); }
+            if (agg.equals("count")) { type = "long"; table = n == null ? w.count(mat(name, type)) : w.count(n, mat(name, type)); }
             else if (agg.equals("reduce")) { type = "string"; BinaryOperator<String> r = fn(REDUCERS, step, "fn");
-                table = w.reduce((a, v) -> r.apply((String) a, (String) v), mat(name, type)); }
+                Reducer<Object> red = (a, v) -> r.apply((String) a, (String) v);
+                table = n == null ? w.reduce(red, mat(name, type)) : w.reduce(red, n, mat(name, type)); }
             else { Agg a = fn(AGGREGATORS, step, "fn"); type = a.type();
-                table = w.aggregate(a.init()::get, (k, v, x) -> a.add().apply(k, v, x), (k, x, y) -> a.merge().apply(k, x, y), mat(name, type)); }
+                Aggregator<Object, Object, Object> add = (k, v, x) -> a.add().apply(k, v, x);
+                org.apache.kafka.streams.kstream.Merger<Object, Object> merge = (k, x, y) -> a.merge().apply(k, x, y);
+                table = n == null ? w.aggregate(a.init()::get, add, merge, mat(name, type))
+                    : w.aggregate(a.init()::get, add, merge, n, mat(name, type)); }
         } else {
             TimeWindowedKStream w = windows instanceof SlidingWindows
                 ? grouped.windowedBy((SlidingWindows) windows) : grouped.windowedBy((TimeWindows) windows);
             if (onClose) w = w.emitStrategy(EmitStrategy.onWindowClose());
-            if (agg.equals("count")) { type = "long"; table = w.count(mat(name, type)); }
+            if (agg.equals("count")) { type = "long"; table = n == null ? w.count(mat(name, type)) : w.count(n, mat(name, type)); }
             else if (agg.equals("reduce")) { type = "string"; BinaryOperator<String> r = fn(REDUCERS, step, "fn");
-                table = w.reduce((a, v) -> r.apply((String) a, (String) v), mat(name, type)); }
+                Reducer<Object> red = (a, v) -> r.apply((String) a, (String) v);
+                table = n == null ? w.reduce(red, mat(name, type)) : w.reduce(red, n, mat(name, type)); }
             else { Agg a = fn(AGGREGATORS, step, "fn"); type = a.type();
-                table = w.aggregate(a.init()::get, (k, v, x) -> a.add().apply(k, v, x), mat(name, type)); }
+                Aggregator<Object, Object, Object> add = (k, v, x) -> a.add().apply(k, v, x);
+                table = n == null ? w.aggregate(a.init()::get, add, mat(name, type))
+                    : w.aggregate(a.init()::get, add, n, mat(name, type)); }
         }
         built.valueType = type;
         built.windows = spec;
@@ -453,20 +461,24 @@ public final class ConformanceDriver {
         BiFunction<String, String, KeyValue<String, String>> by = fn(KV_MAPPERS, step, "by");
         KGroupedTable grouped = table.groupBy((k, v) -> by.apply((String) k, (String) v), groupedAs(name));
         String agg = step.get("agg").asText();
+        Named n = named(step);
         KTable result;
         if (agg.equals("count")) {
             built.valueType = "long";
-            result = grouped.count(mat(name, "long"));
+            result = n == null ? grouped.count(mat(name, "long")) : grouped.count(n, mat(name, "long"));
         } else if (agg.equals("reduce")) {
             BinaryOperator<String>[] r = fn(TABLE_REDUCERS, step, "fn");
             built.valueType = "string";
-            result = grouped.reduce((a, v) -> r[0].apply((String) a, (String) v), (a, v) -> r[1].apply((String) a, (String) v),
-                mat(name, "string"));
+            Reducer<Object> add = (a, v) -> r[0].apply((String) a, (String) v);
+            Reducer<Object> sub = (a, v) -> r[1].apply((String) a, (String) v);
+            result = n == null ? grouped.reduce(add, sub, mat(name, "string")) : grouped.reduce(add, sub, n, mat(name, "string"));
         } else {
             TableAgg a = fn(TABLE_AGGREGATORS, step, "fn");
             built.valueType = a.type();
-            result = grouped.aggregate(a.init()::get, (k, v, x) -> a.add().apply(k, v, x), (k, v, x) -> a.subtract().apply(k, v, x),
-                mat(name, a.type()));
+            Aggregator<Object, Object, Object> add = (k, v, x) -> a.add().apply(k, v, x);
+            Aggregator<Object, Object, Object> sub = (k, v, x) -> a.subtract().apply(k, v, x);
+            result = n == null ? grouped.aggregate(a.init()::get, add, sub, mat(name, a.type()))
+                : grouped.aggregate(a.init()::get, add, sub, n, mat(name, a.type()));
         }
         built.stores.add(new String[] {name, "kv"});
         return result;
