@@ -165,12 +165,13 @@ class _FixedKeyContext(ContextView, FixedKeyProcessorContext):
         # Kafka's forward() makes the forwarded record's headers the record context's, which a
         # caching store below keeps with each write (no repartition below a fixed key to hide it)
         previous = getattr(context, "headers", headers)
+        forwarded = Record._make(record.key, record.value, record.timestamp, headers)
         if headers is previous:
-            context.forward(Record._make(record.key, record.value, record.timestamp, headers), child_name)
+            context.forward(forwarded, child_name)
             return
         context.headers = headers
         try:
-            context.forward(Record._make(record.key, record.value, record.timestamp, headers), child_name)
+            context.forward(forwarded, child_name)
         finally:
             context.headers = previous
 

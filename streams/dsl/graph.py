@@ -82,8 +82,25 @@ class StreamGlobalTableJoinNode(ProcessorGraphNode):
 
 
 @dataclass
-class StatefulProcessorNode(ProcessorGraphNode):
-    """A processor with the store it owns (the store's builder, added with the processor)."""
+class ProcessorWithStoresNode(ProcessorGraphNode):
+    """A processor connected to stores it does not own (`store_names`: builder.add_state_store's
+    for KStream.process / process_values and KTable.transform_values, another step's)."""
+
+    store_names: tuple = ()
+
+    def write(self, topology: Topology) -> None:
+        super().write(topology)
+        self._connect(topology)
+
+    def _connect(self, topology: Topology) -> None:
+        if self.store_names:
+            topology.connect_processor_and_state_stores(self.name, *self.store_names)
+
+
+@dataclass
+class StatefulProcessorNode(ProcessorWithStoresNode):
+    """A processor with the store it owns (the store's builder, added with the processor), and
+    connected to `store_names` too if any."""
 
     store_builder: Any = None
     store_name: str = ""
@@ -91,16 +108,13 @@ class StatefulProcessorNode(ProcessorGraphNode):
     #: asked when the topology is written: whether the store is made at all (a source table's
     #: is only when materialized in Kafka's sense); None: always
     store_wanted: Optional[Callable[[], bool]] = None
-    #: other stores (builder.add_state_store) the processor reads too: KTable.transform_values'
-    connected_stores: tuple = ()
 
     def write(self, topology: Topology) -> None:
-        super().write(topology)
+        ProcessorGraphNode.write(self, topology)
         if self.store_wanted is None or self.store_wanted():
             _defer(topology, *self.deferred_serdes)  # the store's serdes: none needed without it
             topology.add_state_store(self.store_builder, self.name)
-        if self.connected_stores:
-            topology.connect_processor_and_state_stores(self.name, *self.connected_stores)
+        self._connect(topology)  # after its own store, as Kafka lists them
 
 
 @dataclass
@@ -191,19 +205,6 @@ class GlobalTableSourceNode(TableSourceNode):
         _defer(topology, *self.deferred_serdes)
         topology.add_global_store(self.store_builder, self.source_name, self.key_serde, self.value_serde,
                                   self.topic, self.name, self.supplier)
-
-
-@dataclass
-class ProcessorWithStoresNode(ProcessorGraphNode):
-    """KStream.process(supplier, stores=[...]): a user processor connected to stores added with
-    builder.add_state_store."""
-
-    store_names: tuple = ()
-
-    def write(self, topology: Topology) -> None:
-        super().write(topology)
-        if self.store_names:
-            topology.connect_processor_and_state_stores(self.name, *self.store_names)
 
 
 @dataclass

@@ -123,7 +123,11 @@ class KTable:
                             "value to look up); materialize it first, e.g. .filter(lambda k, v: True, store=...)")
 
     def _value_node(self, prefix: str, make: Callable[..., Any], store: Any, value_serde: Any, op: str,
-                    given: Optional[str] = None, connected: tuple = (), burns_store_name: bool = True) -> "KTable":
+                    given: Optional[str] = None, connected: tuple = (), burns_store_name: bool = True,
+                    getter: Optional[Callable[["KTable", str], ValueGetterSupplier]] = None) -> "KTable":
+        """A table whose values `make(store_name, caching, send_old_values)`'s operator computes
+        from this one's; unmaterialized, joins read it through `getter(table, op)` when given,
+        else by the operator's `compute` over this table's getter."""
         graph = self._builder._graph
         mat = None if store is None else as_materialized(store, op)
         if mat is not None and mat.store_name is None and burns_store_name:
@@ -141,7 +145,10 @@ class KTable:
             value_serde = value_serde if mat is None else mat.value_serde or value_serde
             table = KTable(self._builder, name, key_serde, value_serde, None, parent=self, old_values=False,
                            windows=self._windows)
-            table._compute = lambda: make(None, False, lambda: False).compute  # its value getter's computation
+            if getter is None:
+                table._compute = lambda: make(None, False, lambda: False).compute  # its value getter's computation
+            else:
+                table._getter_factory = lambda op: getter(table, op)
         else:
             name_of_store = mat.store_name
             where = f"table store {name_of_store!r}"
@@ -152,7 +159,7 @@ class KTable:
             graph.add(StatefulProcessorNode(name, (self._node,), lambda: make(name_of_store, caching, lambda: flag[0]),
                                             store_builder=builder, store_name=name_of_store,
                                             deferred_serdes=N.deferred(store_key, store_value),
-                                            connected_stores=connected))
+                                            store_names=connected))
             table = KTable(self._builder, name, mat.key_serde or self.key_serde, mat.value_serde or value_serde,
                            name_of_store, store_name=name_of_store, parent=self, old_values=False,
                            windows=self._windows)
@@ -197,15 +204,12 @@ class KTable:
         in `store` when that names one; `name` (Kafka's Named) names the processor."""
         N.check_fn(transformer_supplier, "KTable.transform_values")
         names = (stores,) if isinstance(stores, str) else tuple(stores)
-        table = self._value_node(
+        # a transformer needs the task's context: an unmaterialized one's getter makes its own
+        return self._value_node(
             N.TABLE_TRANSFORMVALUES, lambda s, c, old: TableTransformValuesProcessor(transformer_supplier, s, c, old),
-            store, None, "KTable.transform_values", name, names, burns_store_name=False)
-        if table.store_name is None:
-            parent = self
-            table._compute = None  # a transformer needs the task's context: the getter below makes its own
-            table._getter_factory = lambda op: TransformedValueGetter(parent._value_getter_supplier(op),
-                                                                     transformer_supplier, table.name)
-        return table
+            store, None, "KTable.transform_values", name, names, burns_store_name=False,
+            getter=lambda table, op: TransformedValueGetter(self._value_getter_supplier(op), transformer_supplier,
+                                                            table.name))
 
     def to_stream(self, key_value_mapper: Optional[Callable[[Any, Any], Any]] = None, *,
                   name: Optional[str] = None) -> Any:
