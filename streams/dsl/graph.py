@@ -375,7 +375,8 @@ class StreamStreamJoinNode(GraphNode):
     join_other: str = ""
     this_supplier: Callable[[], Any] = None  # type: ignore[assignment]
     other_supplier: Callable[[], Any] = None  # type: ignore[assignment]
-    windowed_supplier: Callable[[], Any] = None  # type: ignore[assignment]
+    #: windowed_supplier(is_left): the supplier of a side's windowed node
+    windowed_supplier: Callable[[bool], Callable[[], Any]] = None  # type: ignore[assignment]
     merge_supplier: Callable[[], Any] = None  # type: ignore[assignment]
     this_store: Any = None
     other_store: Any = None
@@ -398,13 +399,13 @@ class StreamStreamJoinNode(GraphNode):
         _defer(topology, *self.deferred_serdes)
         this_parent, other_parent = self.parents
         if self.self_join:
-            topology.add_processor(self.this_windowed, self.windowed_supplier, this_parent)
+            topology.add_processor(self.this_windowed, self.windowed_supplier(True), this_parent)
             topology.add_processor(self.name, self.self_join_supplier, self.this_windowed)
             topology.add_state_store(self.this_store, self.this_windowed, self.name)
             topology.copartition_sources(*_sources_of(topology, self.parents))
             return
-        topology.add_processor(self.this_windowed, self.windowed_supplier, this_parent)
-        topology.add_processor(self.other_windowed, self.windowed_supplier, other_parent)
+        topology.add_processor(self.this_windowed, self.windowed_supplier(True), this_parent)
+        topology.add_processor(self.other_windowed, self.windowed_supplier(False), other_parent)
         topology.add_processor(self.join_this, self.this_supplier, self.this_windowed)
         topology.add_processor(self.join_other, self.other_supplier, self.other_windowed)
         topology.add_processor(self.name, self.merge_supplier, self.join_this, self.join_other)

@@ -657,7 +657,7 @@ class KStream:
         graph.add(StreamStreamJoinNode(
             merge, (this._node, other._node), this_windowed=this_windowed, other_windowed=other_windowed,
             join_this=join_this, join_other=join_other, this_supplier=shared.side(True),
-            other_supplier=shared.side(False), windowed_supplier=PassThroughProcessor,
+            other_supplier=shared.side(False), windowed_supplier=shared.windowed,
             merge_supplier=PassThroughProcessor, this_store=window_store(this_store, this_vs),
             other_store=window_store(other_store, other_vs), outer_store=outer_builder,
             deferred_serdes=N.deferred(key_serde, this_vs, other_vs), relaxed_null_key_join=left_outer,

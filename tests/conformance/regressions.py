@@ -389,6 +389,26 @@ _CASES = {
                                                        [["a", "b ab ab", 1460, "right"], ["A", "d b b", 1707, "right"],
                                                         ["c", None, 1914, "right"], ["a", "cab ba d", 1989]],
                                                        0, {"dsl_store": "app"}),
+    # Kafka's KStreamJoinWindow forwards a record to its join, then stores it: a joiner failing
+    # while the join emits a held record whose window closed (the processing handler continuing)
+    # leaves b's record stored all the same; seed 338
+    "join-window-put-after-a-failed-join": ("join", "stream",
+                                            [_stream_join("outer", "fails_both_or_none", store=True, grace=50,
+                                                          after=50)],
+                                            [["c", "d ba cab", 600, "right"], ["b", "bb cab d", 800]], 0,
+                                            {"processing_handler": "log_and_continue"}),
+    # Kafka's emitNonJoinedOuterRecords stops at a failing joiner with its min-time hint at the
+    # failing record, so every later scan fails there again: b's "bb" is never emitted (both
+    # copies stored); seed 2,068
+    "join-emission-stops-at-a-failing-held-record": ("join", "stream",
+                                                     [{"op": "flat_map_values", "fn": "fails_twice"},
+                                                      _stream_join("outer", "fails_pair", store=True, diff=50,
+                                                                   after=50)],
+                                                     [["a", "a ab", 200], ["b", "abc a cab", 173, "right"],
+                                                      ["b", "bb", 250], ["b", "b d", 215],
+                                                      ["A", "abc bb b", 312, "right"]], 0,
+                                                     {"topology_optimization": OPTIMIZATIONS,
+                                                      "processing_handler": "log_and_continue"}),
 }
 
 

@@ -131,7 +131,7 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     assert {s["family"] for s in scenarios} == {*vocabulary.FAMILIES, vocabulary.JOIN_FAMILY, vocabulary.COGROUP_FAMILY}
     cogroups = [step for s in scenarios for step in s["ops"] if step["op"] == vocabulary.COGROUP]
     assert {(c["windows"] or {}).get("type") for c in cogroups} == {None, *kinds}
-    assert {c["fn"] for c in cogroups} == set(vocabulary.COGROUP_AGGREGATORS)
+    assert {c["fn"].removeprefix(vocabulary.FAILING) for c in cogroups} == set(vocabulary.COGROUP_AGGREGATORS)
     # either side may be re-keyed, both (two repartition topics) never: Kafka cannot build it unnamed
     assert any(c["other"]["ops"][-1]["op"] == "group_by" for c in cogroups)
     rekeyed = vocabulary.changes_key
@@ -221,3 +221,30 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     # records with headers, compared on the way out, in every family (vocabulary.HEADERS_SHARE)
     with_headers = [s for s in scenarios if s.get("headers")]
     assert {s["family"] for s in with_headers} == {*vocabulary.FAMILIES, vocabulary.JOIN_FAMILY, vocabulary.COGROUP_FAMILY}
+    # the processing exception handler (log and continue) in every family, cached and not, with
+    # the failing twins of every kind of named function, inside joins' and cogroups' other
+    # pipelines too (vocabulary.HANDLER_SHARE)
+    handled = [s for s in scenarios if s.get("processing_handler")]
+    assert {s["family"] for s in handled} == {*vocabulary.FAMILIES, vocabulary.JOIN_FAMILY, vocabulary.COGROUP_FAMILY}
+    assert {s["cache_max_bytes"] != vocabulary.NO_CACHE for s in handled} == {True, False}
+    failing = set()
+
+    def failing_tables(steps: list, nested: bool) -> None:
+        for step in steps:
+            for field, table in vocabulary._function_fields(step):
+                if str(step.get(field)).startswith(vocabulary.FAILING):
+                    failing.add((id(table), nested))
+            if isinstance(step.get("other"), dict):
+                failing_tables(step["other"].get("ops", []), True)
+    for s in handled:
+        failing_tables(s["ops"], False)
+    tables = (vocabulary.VALUE_MAPPERS, vocabulary.VALUE_SPLITTERS, vocabulary.PREDICATES, vocabulary.KEY_SELECTORS,
+              vocabulary.KV_MAPPERS, vocabulary.KV_SPLITTERS, vocabulary.REDUCERS, vocabulary.AGGREGATORS,
+              vocabulary.COGROUP_AGGREGATORS, vocabulary.TABLE_REDUCERS, vocabulary.TABLE_AGGREGATORS,
+              vocabulary.JOINERS, vocabulary.FK_EXTRACTORS)
+    assert {table for table, _ in failing} == {id(table) for table in tables}
+    assert (id(vocabulary.VALUE_MAPPERS), True) in failing
+    # without the handler, no failing function
+    assert not any(str(step.get(field)).startswith(vocabulary.FAILING) for s in scenarios
+                   if not s.get("processing_handler") for step in s["ops"]
+                   for field, _ in vocabulary._function_fields(step))

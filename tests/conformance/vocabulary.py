@@ -32,6 +32,12 @@ StreamsBuilder(TopologyConfig)), ``app`` runs it with ``dsl.store.suppliers.clas
 suppliers: every DSL store of the topology follows (a join's too; the foreign-key join's
 subscription store only the app's).
 
+A share of all the scenarios (``HANDLER_SHARE``) run with ``processing_handler``
+(``log_and_continue``: Kafka's LogAndContinueProcessingExceptionHandler) and give some of their
+named functions their failing twins (``fails_<name>``, ``FAILING``: the function, raising on a
+value that contains ``FAIL_MARK``): what each node drops, and what it did before it failed,
+must be Kafka's.
+
 Join scenarios (family ``join``, ``JOINS``): a join step joins the current KStream or KTable with
 the pipeline its ``other`` describes (over its ``topic``, ``right`` or ``right2``, its stores
 prefixed with the topic: ``right-source-store``, ``right-store-<i>``; or ``source: self``, the
@@ -91,86 +97,136 @@ def _null(v: Any) -> str:
     return "null" if v is None else v
 
 
+# ---- failing functions (the processing handler dimension) -----------------------------------
+
+#: a named function's failing twin is its name after FAILING: the function itself, raising on a
+#: value (a record's value, the value an aggregator adds or subtracts, a joiner's either side)
+#: that contains FAIL_MARK (ConformanceDriver.failing)
+FAILING, FAIL_MARK = "fails_", "cab"
+
+
+class ConformanceFunctionError(RuntimeError):
+    """What a failing function raises (Java's twin throws a RuntimeException)."""
+
+
+def _check(*values: Any) -> None:
+    for v in values:
+        if isinstance(v, str) and FAIL_MARK in v:
+            raise ConformanceFunctionError(f"conformance: {v!r} contains {FAIL_MARK!r}")
+
+
+class _Functions(dict):
+    """A table of named functions whose keys are what the generator picks from, and which also
+    answers `FAILING + name` with `wrap(function)`, the failing twin of the function `name`."""
+
+    def __init__(self, entries: dict, wrap: Callable[[Any], Any]) -> None:
+        super().__init__(entries)
+        self.wrap = wrap
+
+    def __missing__(self, name: str) -> Any:
+        if isinstance(name, str) and name.startswith(FAILING) and name[len(FAILING):] in self:
+            return self.wrap(self[name[len(FAILING):]])
+        raise KeyError(name)
+
+
+def _on_value(f: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda v: (_check(v), f(v))[1]
+
+
+def _on_second(f: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """(key, value) functions and reducers (aggregate, value): checked on the value."""
+    return lambda a, v: (_check(v), f(a, v))[1]
+
+
+def _on_both(f: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    return lambda left, right: (_check(left, right), f(left, right))[1]
+
+
+def _on_middle(f: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+    """(key, value, aggregate) functions: checked on the value."""
+    return lambda k, v, a: (_check(v), f(k, v, a))[1]
+
+
 # ---- named functions -------------------------------------------------------------------------
 
 #: value -> value (KStream.map_values, KTable.map_values)
-VALUE_MAPPERS: dict[str, Callable[[Any], Any]] = {
+VALUE_MAPPERS: dict[str, Callable[[Any], Any]] = _Functions({
     "upper": lambda v: None if v is None else v.upper(),
     "exclaim": lambda v: None if v is None else v + "!",
     "first_word": lambda v: None if v is None else v.split(" ")[0],
     "drop_to_null": lambda v: None if v is None or v.startswith("b") else v,
-}
+}, _on_value)
 #: value -> list of values (KStream.flat_map_values)
-VALUE_SPLITTERS: dict[str, Callable[[Any], list]] = {
+VALUE_SPLITTERS: dict[str, Callable[[Any], list]] = _Functions({
     "words": _words,
     "twice": lambda v: [v, v],
-}
+}, _on_value)
 #: (key, value) -> bool (KStream/KTable filter, filter_not; split's branch)
-PREDICATES: dict[str, Callable[[Any, Any], bool]] = {
+PREDICATES: dict[str, Callable[[Any, Any], bool]] = _Functions({
     "value_has_a": lambda k, v: v is not None and "a" in v,
     "value_is_short": lambda k, v: v is not None and len(v) <= 3,
     "key_present": lambda k, v: k is not None,
-}
+}, _on_second)
 #: (key, value) -> new key (KStream.select_key, KStream.group_by)
-KEY_SELECTORS: dict[str, Callable[[Any, Any], Any]] = {
+KEY_SELECTORS: dict[str, Callable[[Any, Any], Any]] = _Functions({
     "value": lambda k, v: v,
     "first_char": lambda k, v: _first_char(v),
     "key_upper": lambda k, v: None if k is None else k.upper(),
-}
+}, _on_second)
 #: (key, value) -> (new key, new value) (KStream.map; KTable.group_by)
-KV_MAPPERS: dict[str, Callable[[Any, Any], tuple]] = {
+KV_MAPPERS: dict[str, Callable[[Any, Any], tuple]] = _Functions({
     "swap": lambda k, v: (v, k),
     "by_first_char": lambda k, v: (_first_char(v), v),
     "key_upper": lambda k, v: (None if k is None else k.upper(), v),
-}
+}, _on_second)
 #: (key, value) -> list of (key, value) (KStream.flat_map)
-KV_SPLITTERS: dict[str, Callable[[Any, Any], list]] = {
+KV_SPLITTERS: dict[str, Callable[[Any, Any], list]] = _Functions({
     "words_as_keys": lambda k, v: [(w, k) for w in _words(v)],
     "both_ways": lambda k, v: [(k, v), (v, k)],
-}
+}, _on_second)
 #: (aggregate, value) -> aggregate (KGroupedStream.reduce, windowed reduce; a session reduce
 #: merges sessions with it too, as Kafka)
-REDUCERS: dict[str, Callable[[Any, Any], Any]] = {
+REDUCERS: dict[str, Callable[[Any, Any], Any]] = _Functions({
     "concat": lambda a, v: _s(a) + "|" + _s(v),
     "max": lambda a, v: v if a is None else a if v is None else max(a, v),
     "longer": lambda a, v: v if _length(v) > _length(a) else a,
-}
+}, _on_second)
 #: name -> (initializer, aggregator(key, value, aggregate), session merger(key, a, b), value type)
-AGGREGATORS: dict[str, tuple] = {
+AGGREGATORS: dict[str, tuple] = _Functions({
     "sum_of_lengths": (lambda: 0, lambda k, v, a: a + _length(v), lambda k, a, b: a + b, "long"),
     "concat": (lambda: "", lambda k, v, a: a + "," + _s(v), lambda k, a, b: a + "&" + b, "string"),
-}
+}, lambda t: (t[0], _on_middle(t[1]), *t[2:]))
 #: name -> (initializer, the first stream's aggregator, the second stream's, session merger, value
 #: type) (KGroupedStream.cogroup: one aggregate, one aggregator per grouped stream; they differ,
 #: so the result shows which stream each value came through)
-COGROUP_AGGREGATORS: dict[str, tuple] = {
+COGROUP_AGGREGATORS: dict[str, tuple] = _Functions({
     "weighted_lengths": (lambda: 0, lambda k, v, a: a + _length(v), lambda k, v, a: a + 100 * _length(v),
                          lambda k, a, b: a + b, "long"),
     "tagged_concat": (lambda: "", lambda k, v, a: a + "," + _s(v), lambda k, v, a: a + ";" + _s(v),
                       lambda k, a, b: a + "&" + b, "string"),
-}
+}, lambda t: (t[0], _on_middle(t[1]), _on_middle(t[2]), *t[3:]))
 #: name -> (adder(aggregate, value), subtractor(aggregate, value)) (KGroupedTable.reduce)
-TABLE_REDUCERS: dict[str, tuple] = {
+TABLE_REDUCERS: dict[str, tuple] = _Functions({
     "plus_minus": (lambda a, v: _s(a) + "+" + _s(v), lambda a, v: _s(a) + "-" + _s(v)),
     "longer_keep": (lambda a, v: v if _length(v) > _length(a) else a, lambda a, v: a),
-}
+}, lambda t: (_on_second(t[0]), _on_second(t[1])))
 #: name -> (initializer, adder(key, value, aggregate), subtractor(key, value, aggregate), value type)
 #: (KGroupedTable.aggregate)
-TABLE_AGGREGATORS: dict[str, tuple] = {
+TABLE_AGGREGATORS: dict[str, tuple] = _Functions({
     "sum_of_lengths": (lambda: 0, lambda k, v, a: a + _length(v), lambda k, v, a: a - _length(v), "long"),
     "trace": (lambda: "", lambda k, v, a: a + "+" + _s(v), lambda k, v, a: a + "-" + _s(v), "string"),
-}
+}, lambda t: (t[0], _on_middle(t[1]), _on_middle(t[2]), t[3]))
 #: (left value, right value) -> joined value (every join's ValueJoiner; None where a side is missing)
-JOINERS: dict[str, Callable[[Any, Any], Any]] = {
+JOINERS: dict[str, Callable[[Any, Any], Any]] = _Functions({
     "pair": lambda left, right: _null(left) + "+" + _null(right),
     "both_or_none": lambda left, right: None if left is None or right is None else left + right,
-}
+}, _on_both)
 #: value -> foreign key (KTable.join/left_join with foreign_key_extractor)
-FK_EXTRACTORS: dict[str, Callable[[Any], Any]] = {
+FK_EXTRACTORS: dict[str, Callable[[Any], Any]] = _Functions({
     "first_char": _first_char,
     "first_word": lambda v: None if v is None else v.split(" ")[0],
     "first_char_not_b": lambda v: None if _first_char(v) in (None, "b") else _first_char(v),
-}
+}, _on_value)
 
 #: KStream.process with a key-value store (String to Long) of its own: "running_count" forwards
 #: each value with its key's count ("<value>#<n>"), "punctuated_tally" forwards records as they are
@@ -640,6 +696,11 @@ JOIN_NAMES_SHARE = 0.25
 OP_NAMES_SHARE = 0.25
 NAMEABLE_OPS = ("filter", "filter_not", "select_key", "map_values", "flat_map_values", "map", "flat_map", "merge",
                 PROCESS, *AGGREGATIONS, WINDOWED, TABLE_AGGREGATE, *TABLE_OPS, "to_stream")
+#: the share of the scenarios run with ``processing_handler`` (``CONTINUE_HANDLER``: Kafka's
+#: LogAndContinueProcessingExceptionHandler, Eddy's log_and_continue), in which about
+#: FAILING_SHARE of the named functions are their failing twins (see FAILING)
+HANDLER_SHARE, FAILING_SHARE = 0.2, 0.4
+CONTINUE_HANDLER = "log_and_continue"
 #: the share of the scenarios whose stores a config chooses (``dsl_store``, see the module doc)
 DSL_STORE_SHARE = 0.25
 DSL_STORES = ("builder", "app")
@@ -711,7 +772,54 @@ def generate(seed: int) -> dict:
     rng = random.Random(f"op-names-{seed // 2}")
     if rng.random() < OP_NAMES_SHARE:
         _name_steps(scenario["ops"], rng, iter(range(1000)))
+    rng = random.Random(f"handler-{seed // 2}")
+    if rng.random() < HANDLER_SHARE:
+        scenario["processing_handler"] = CONTINUE_HANDLER
+        _fail_steps(scenario["ops"], rng)
     return scenario
+
+
+def _function_fields(step: dict) -> list:
+    """[(field, table)] of the step's named functions (a windowed or cogroup step's session
+    merger and a processor's are not among them)."""
+    op, fields = step["op"], []
+    table = STATELESS_OPS.get(op) or GROUPINGS.get(op) or TABLE_OPS.get(op)
+    if table is not None:
+        fields.append(("fn", table))
+    elif op in ("reduce", "aggregate") or (op == WINDOWED and step["agg"] != "count"):
+        fields.append(("fn", REDUCERS if step.get("agg", op) == "reduce" else AGGREGATORS))
+    elif op == COGROUP:
+        fields.append(("fn", COGROUP_AGGREGATORS))
+    elif op == TABLE_AGGREGATE:
+        fields.append(("by", KV_MAPPERS))
+        if step["agg"] != "count":
+            fields.append(("fn", TABLE_REDUCERS if step["agg"] == "reduce" else TABLE_AGGREGATORS))
+    elif op in JOINS:
+        fields.append(("joiner", JOINERS))
+        if "key_selector" in step:
+            fields.append(("key_selector", KEY_SELECTORS))
+        if "extractor" in step:
+            fields.append(("extractor", FK_EXTRACTORS))
+    return fields
+
+
+def _fail_steps(ops: list, rng: random.Random) -> None:
+    """Gives about FAILING_SHARE of the named functions of `ops` (and of the pipelines inside
+    cogroup and join steps) their failing twins; at least one where there are any."""
+    fields = []
+
+    def collect(steps: list) -> None:
+        for step in steps:
+            fields.extend((step, field) for field, _table in _function_fields(step) if step.get(field) is not None)
+            inner = step.get("other")
+            if isinstance(inner, dict):
+                collect(inner.get("ops", []))
+    collect(ops)
+    chosen = [item for item in fields if rng.random() < FAILING_SHARE]
+    if fields and not chosen:
+        chosen = [rng.choice(fields)]
+    for step, field in chosen:
+        step[field] = FAILING + step[field]
 
 
 def _name_steps(ops: list, rng: random.Random, numbers: Any) -> None:
@@ -1291,6 +1399,8 @@ def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | No
         config["state.dir"] = state_dir
     if scenario.get("dsl_store") == "app":
         config["dsl.store.suppliers.class"] = KAFKA_IN_MEMORY_SUPPLIERS
+    if scenario.get("processing_handler"):
+        config["processing.exception.handler"] = scenario["processing_handler"]
     with TopologyTestDriver(built.topology, config) as driver:
         topics = {}
         with_headers = scenario.get("headers", False)

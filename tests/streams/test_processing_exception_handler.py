@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from state.stores import Stores
-from streams import Materialized, Processor, PunctuationType, Record, StreamsBuilder, Topology, serdes
+from streams import (JoinWindows, Materialized, Processor, PunctuationType, Record, StreamsBuilder, Topology,
+                     serdes)
 from streams.engine.processing_errors import (ErrorHandlerContext, ProcessingHandlerError, ProcessingHandlerResponse,
                                               processing_handler_from_config)
 from streams.errors import ConfigError, ProcessingError
@@ -286,3 +287,61 @@ def test_a_global_stores_processor_is_not_asked():
         g.pipe_input("k", "ok")
         with pytest.raises(ProcessingError, match="global bad"):
             g.pipe_input("k", "bad")
+
+
+def _outer_join(joiner, join="outer_join"):
+    b = StreamsBuilder()
+    left = b.stream("left", key_serde=S, value_serde=S)
+    right = b.stream("right", key_serde=S, value_serde=S)
+    getattr(left, join)(right, joiner, JoinWindows.of_time_difference_and_grace(10, 0)).to(
+        "out", key_serde=S, value_serde=S)
+    return b.build()
+
+
+def _fails_once_on(bad: str):
+    """A joiner raising the first time it gets `bad` on its left, joining "<left>+<right>" else."""
+    failed = []
+
+    def joiner(left, right):
+        if left == bad and not failed:
+            failed.append(left)
+            raise ValueError(f"cannot join {left!r}")
+        return f"{left}+{right}"
+    return joiner
+
+
+def test_a_stream_join_stores_its_record_whatever_became_of_its_join():
+    """Kafka's KSTREAM-WINDOWED- node forwards a record to its join, then stores it: when the
+    join fails (here emitting a held record whose window closed) and the handler continues, the
+    record is in its window store all the same, and a later record of the other side joins it.
+    By hand: "bad"@0 is held (no match); L2@100 closes its window, its joiner fails, the rest of
+    L2's join is dropped (L2 is not held) but L2 is stored; R2@105 emits "bad" (its joiner now
+    passes), then finds L2 in [95, 115]."""
+    with TopologyTestDriver(_outer_join(_fails_once_on("bad")), {"application.id": "p", KEY: "log_and_continue",
+                                                                  "__emit.interval.ms.kstreams.outer.join.spurious"
+                                                                  ".results.fix__": 0}) as driver:
+        left, right = driver.create_input_topic("left", S, S), driver.create_input_topic("right", S, S)
+        left.pipe_input("a", "bad", timestamp=0)
+        left.pipe_input("b", "L2", timestamp=100)
+        right.pipe_input("b", "R2", timestamp=105)
+        got = driver.create_output_topic("out", S, S).read_records_to_list()
+        assert [(r.key, r.value, r.timestamp) for r in got] == [("a", "bad+None", 0), ("b", "L2+R2", 105)]
+        assert dropped(driver) == 1
+
+
+def test_a_failure_emitting_held_records_leaves_what_kafkas_loop_leaves():
+    """Kafka's emitNonJoinedOuterRecords deletes each held key once the next key was forwarded:
+    failing at "bad"@2, it has deleted x@0 (y went out after it) but not y@1, and its min-time
+    hint stays at 2. By hand: the scan of L@100 emits x and y, fails at "bad"; the scan of M@101
+    emits y again, then "bad" and z, deleting all three."""
+    with TopologyTestDriver(_outer_join(_fails_once_on("bad"), "left_join"),
+                            {"application.id": "p", KEY: "log_and_continue",
+                             "__emit.interval.ms.kstreams.outer.join.spurious.results.fix__": 0}) as driver:
+        left = driver.create_input_topic("left", S, S)
+        for key, value, ts in [("x", "x", 0), ("y", "y", 1), ("w", "bad", 2), ("z", "z", 3), ("l", "L", 100),
+                               ("m", "M", 101)]:
+            left.pipe_input(key, value, timestamp=ts)
+        got = driver.create_output_topic("out", S, S).read_records_to_list()
+        assert [(r.key, r.value, r.timestamp) for r in got] == [
+            ("x", "x+None", 0), ("y", "y+None", 1), ("y", "y+None", 1), ("w", "bad+None", 2), ("z", "z+None", 3)]
+

@@ -17,9 +17,10 @@ naming the record (topic, partition, offset) in the warnings. `emit_interval_ms`
 driver) and `wall_clock` the task's cached system time in ms.
 
 Semantics (Kafka's; the test file replays Kafka's own join test cases):
-- Each record is stored in its side's window store (window start = its timestamp, duplicates
-  kept) and joined with the other side's records in [t - before, t + after] (for the right side
-  [t - after, t + before]); each match is forwarded at once with timestamp max(both timestamps).
+- Each record is joined with the other side's records in [t - before, t + after] (for the right
+  side [t - after, t + before]); each match is forwarded at once with timestamp max(both
+  timestamps). Then (`window_put`, the windowed node's part) it is stored in its side's window
+  store (window start = its timestamp, duplicates kept): after its join, whatever became of it.
 - A left-join left record, or an outer-join record of either side, that finds no match is held in
   the outer store and forwarded as joiner(value, None) / joiner(None, value), with its own
   timestamp, once its window has closed: left records when t + after + grace < stream time, right
@@ -183,11 +184,16 @@ class StreamStreamJoinLogic:
 
     def process_left(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                      offset: int = -1) -> None:
+        """The left side's join, then its windowed node's put (what the two nodes do)."""
         self._steps[0](key, value, timestamp, (), topic, partition, offset)
+        if key is not None:
+            self.window_put(True)(key, value, timestamp, topic, partition, offset)
 
     def process_right(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                       offset: int = -1) -> None:
         self._steps[1](key, value, timestamp, (), topic, partition, offset)
+        if key is not None:
+            self.window_put(False)(key, value, timestamp, topic, partition, offset)
 
     def route(self, is_left: bool, forward: Callable[[Any, Any, int, Any], None],
               failed: Callable[[], None]) -> None:
@@ -209,11 +215,9 @@ class StreamStreamJoinLogic:
         """The per-record work of one side, as one function with what it reads bound once."""
         index = 0 if side.is_left else 1
         forwards, failures = self._forwards, self._failures
-        this_put = side.this_store.put
         other = side.other_store
         # the other side's records in a time range, decoded, read at once where the store offers it
         fetch_values = getattr(other, "fetch_values", None) or partial(_fetched, other)
-        inner = side.this_inner
         join_before, join_after, outer = side.join_before, side.join_after, side.outer
         is_left = side.is_left
         joiner = self.joiner
@@ -230,13 +234,10 @@ class StreamStreamJoinLogic:
                         forward(None, self._joined(side, value, None), timestamp, headers)
                         return
                     self._skip(topic, partition, offset)
-                    if key is not None:
-                        self._put(side, this_put, inner, key, None, timestamp, topic, partition, offset)
                     return
                 window_end = timestamp + join_after
                 if outer_store is not None and timestamp == self.stream_time:
                     self._emit_non_joined(side, forward, headers)
-                self._put(side, this_put, inner, key, value, timestamp, topic, partition, offset)
                 time_from = timestamp - join_before
                 if time_from < 0:
                     time_from = 0
@@ -260,15 +261,23 @@ class StreamStreamJoinLogic:
                 raise
         return process
 
-    def _put(self, side: _Side, this_put: Callable[..., Any], inner: Any, key: Any, value: Any, timestamp: int,
-             topic: Optional[str], partition: int, offset: int) -> None:
-        """Kafka's KStreamJoinWindow: every record with a key starts its own window in its side's
-        store, a None value too (the store logs it and keeps nothing; an in-memory one observes
-        its time); a put the store skips as expired is counted and logged as Kafka's store does."""
-        expired_before = inner.expired_records
-        this_put(key, value, timestamp, timestamp)
-        if inner.expired_records != expired_before:
-            self._report_expired(side, key, timestamp, topic, partition, offset)
+    def window_put(self, is_left: bool) -> Callable[..., None]:
+        """`put(key, value, timestamp[, topic, partition, offset])` of a side's windowed node
+        (Kafka's KStreamJoinWindow), called once the side's join (or the self-join, over the left
+        side) has processed the record: every record with a key starts its own window in its
+        side's store, a None value too (the store logs it and keeps nothing; an in-memory one
+        observes its time); a put the store skips as expired is counted and logged as Kafka's
+        store does (the record named by `record_metadata()` without a topic)."""
+        side = self.left if is_left else self.right
+        this_put, inner = side.this_store.put, side.this_inner
+
+        def put(key: Any, value: Any, timestamp: int, topic: Optional[str] = None, partition: int = -1,
+                offset: int = -1) -> None:
+            expired_before = inner.expired_records
+            this_put(key, value, timestamp, timestamp)
+            if inner.expired_records != expired_before:
+                self._report_expired(side, key, timestamp, topic, partition, offset)
+        return put
 
     def _skip(self, topic: Optional[str], partition: int, offset: int) -> None:
         """A record with a null key or value: Kafka's WARN, counted in dropped-records."""
@@ -284,11 +293,10 @@ class StreamStreamJoinLogic:
         what the two-store join emits, in its order: the record joined with the stored records in
         its left side's range, then its own pair, then the stored records' joins with it in the
         right side's range (its own pair goes before the first of those with a later timestamp).
-        Unlike the two sides of a join, it skips a null key or value before stream time moves, and
-        stores the record after joining it, as Kafka's windowed node does. Its results and
+        Unlike the two sides of a join, it skips a null key or value before stream time moves.
+        Its windowed node stores the record after it (`window_put(True)`). Its results and
         failures are routed as the left side's (`route(True, ...)`)."""
         side = self.left
-        this_put, inner = side.this_store.put, side.this_inner
         fetch_values = getattr(side.this_store, "fetch_values", None) or partial(_fetched, side.this_store)
         before, after = self.windows.before_ms, self.windows.after_ms
         retention = self.windows.size() + self.grace_ms
@@ -300,8 +308,6 @@ class StreamStreamJoinLogic:
                 forward = forwards[0]
                 if key is None or value is None:
                     self._skip(topic, partition, offset)
-                    if key is not None:
-                        self._put(side, this_put, inner, key, None, timestamp, topic, partition, offset)
                     return
                 if timestamp > self.stream_time:
                     self.stream_time = timestamp
@@ -316,7 +322,6 @@ class StreamStreamJoinLogic:
                     forward(key, joiner(other_value, value), timestamp if timestamp > other_ts else other_ts, headers)
                 if emit_own:
                     forward(key, own, timestamp, headers)
-                self._put(side, this_put, inner, key, value, timestamp, topic, partition, offset)
             except BaseException:
                 failures[0]()
                 raise
@@ -333,41 +338,49 @@ class StreamStreamJoinLogic:
 
     def _emit_non_joined(self, side: _Side, forward: Callable[[Any, Any, int, Any], None], headers: Any) -> None:
         """Forward and remove every held record whose window has closed (Kafka's
-        emitNonJoinedOuterRecords), in time order; right before left at one timestamp."""
-        grace = self.grace_ms
+        emitNonJoinedOuterRecords), in time order; right before left at one timestamp. Step by
+        step as Kafka's loop, so that a joiner failing at one record (which the processing
+        exception handler may let go) leaves what Kafka's leaves: the records before the one
+        emitted last deleted, that one and the rest still held, the min-time hint at the failing
+        record."""
         stream_time = self.stream_time
-        if self.min_time + side.join_after + grace >= stream_time:
+        if self.min_time + side.join_after + self.grace_ms >= stream_time:
             return
         if not self.throttle.ready():
             return
-        closed, self.min_time = self._closed_records(stream_time)
-        emitted: list = []
-        for store_key, rec in closed:
+        delete = self.outer_store.delete_raw
+        joiner = self.joiner
+        self.min_time = MAX_TIME  # as Kafka, in case the store is empty
+        previous = None
+        for store_key, rec, closed in self._visited_records(stream_time):
+            self.min_time = rec.timestamp
+            if not closed:
+                continue
             if rec.is_left:
-                forward(rec.key, self.joiner(rec.value, None), rec.timestamp, headers)
+                forward(rec.key, joiner(rec.value, None), rec.timestamp, headers)
             else:
-                forward(rec.key, self.joiner(None, rec.value), rec.timestamp, headers)
-            if not emitted or emitted[-1] != store_key:
-                emitted.append(store_key)
-        # deleted once forwarded (Kafka deletes each key after its whole list went out), at the
-        # time of the record being processed, which is the stream time here
-        for store_key in emitted:
-            self.outer_store.delete_raw(store_key, stream_time)
+                forward(rec.key, joiner(None, rec.value), rec.timestamp, headers)
+            # a key's whole list of values goes at once: deleted when the next key was forwarded
+            # (at the time of the record being processed, which is the stream time here)
+            if previous is not None and previous != store_key:
+                delete(previous, stream_time)
+            previous = store_key
+        if previous is not None:
+            delete(previous, stream_time)
 
-    def _closed_records(self, stream_time: int) -> tuple[list, int]:
-        """The held records whose window has closed, in store order, and Kafka's next min-time
-        hint: the timestamp of the last record this scan visited (so, as in Kafka, a scan that
-        went past open records defers the next one until the newest of them may have closed;
-        the scan stops once records of both sides were found open)."""
+    def _visited_records(self, stream_time: int) -> list:
+        """(store key, held record, closed) for each held record Kafka's scan visits, in store
+        order: closed when its window has closed; the scan stops at the first record after it
+        found records of both sides open (that record visited, not closed). Read whole before
+        anything is forwarded or deleted."""
         grace = self.grace_ms
         after, before = self.windows.after_ms, self.windows.before_ms
-        min_time = MAX_TIME
         left_open = right_open = False
-        closed = []
+        visited = []
         with closing(self.outer_store.all()) as records:
             for store_key, rec in records:
-                min_time = rec.timestamp
                 if left_open and right_open:
+                    visited.append((store_key, rec, False))
                     break
                 look_back = after if rec.is_left else before
                 if rec.timestamp + look_back + grace >= stream_time:
@@ -375,6 +388,7 @@ class StreamStreamJoinLogic:
                         left_open = True
                     else:
                         right_open = True
+                    visited.append((store_key, rec, False))
                     continue
-                closed.append((store_key, rec))
-        return closed, min_time
+                visited.append((store_key, rec, True))
+        return visited

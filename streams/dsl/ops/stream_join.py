@@ -7,9 +7,9 @@ Stream-stream: the join's two side processors (KSTREAM-JOINTHIS-/OUTERTHIS- for 
 KSTREAM-JOINOTHER-/OUTEROTHER- for the right) share one StreamStreamJoinLogic per task (Kafka's
 shared TimeTracker): each sees the stores Kafka connects to it (the other side's window store and
 the outer store), and the logic, built on the first record once both sides are initialised, gets
-all three. The logic also stores each record in its own side's window store, which Kafka's
-KSTREAM-WINDOWED- node does: here that node only passes records on (it keeps Kafka's place and
-its store in the topology). Whatever a side's record causes (its joins, and the held records of
+all three. Each side's KSTREAM-WINDOWED- node (JoinWindowProcessor, Kafka's KStreamJoinWindow)
+forwards the record to the side's processor and then stores it in its side's window store,
+through the logic. Whatever a side's record causes (its joins, and the held records of
 either side whose window closed) goes to that side's child, with the record's headers: each
 side's stage is the logic's side itself, routed there (StreamStreamJoinLogic.route).
 
@@ -41,13 +41,13 @@ DEFAULT_EMIT_INTERVAL_MS = 1000  # Kafka's internal default (the test driver set
 
 
 class _TaskJoin:
-    """One task's join: the stores its two sides brought, the logic once built, and where its
+    """One task's join: the stores its processors brought, the logic once built, and where its
     results go (the side processing the current record, with that record's headers)."""
 
     def __init__(self, context: ProcessorContext) -> None:
         self.context = context  # held: keeps id(context) from being reused while this lives
         self.stores: dict[str, Any] = {}
-        self.sides = 0
+        self.attached = 0  # processors of the join attached in this task (sides, windowed nodes)
         self.logic: Optional[StreamStreamJoinLogic] = None
 
 
@@ -70,22 +70,29 @@ class StreamStreamJoin:
     def side(self, is_left: bool) -> Callable[[], "StreamJoinSideProcessor"]:
         return lambda: StreamJoinSideProcessor(self, is_left)
 
-    def attach(self, context: ProcessorContext, is_left: bool) -> _TaskJoin:
+    def windowed(self, is_left: bool) -> Callable[[], "JoinWindowProcessor"]:
+        return lambda: JoinWindowProcessor(self, is_left)
+
+    def attach(self, context: ProcessorContext, store_names: tuple = ()) -> _TaskJoin:
+        """The task's join, with the stores of `store_names` (those connected to the processor
+        attaching) added to it."""
         task = self._tasks.get(id(context))
         if task is None or task.context is not context:
             task = self._tasks[id(context)] = _TaskJoin(context)
-        # Kafka connects each side to the other side's window store and to the outer store
-        names = [self.other_store if is_left else self.this_store]
-        if self.outer_store is not None:
-            names.append(self.outer_store)
-        for name in names:
+        for name in store_names:
             task.stores[name] = context.get_state_store(name)
-        task.sides += 1
+        task.attached += 1
         return task
 
+    def side_stores(self, is_left: bool) -> tuple:
+        """What Kafka connects to a side's join processor: the other side's window store and the
+        outer store."""
+        names = (self.other_store if is_left else self.this_store,)
+        return names if self.outer_store is None else names + (self.outer_store,)
+
     def detach(self, task: _TaskJoin) -> None:
-        task.sides -= 1
-        if task.sides <= 0 and self._tasks.get(id(task.context)) is task:
+        task.attached -= 1
+        if task.attached <= 0 and self._tasks.get(id(task.context)) is task:
             del self._tasks[id(task.context)]
 
     def logic(self, task: _TaskJoin) -> StreamStreamJoinLogic:
@@ -118,7 +125,7 @@ class StreamJoinSideProcessor(StageOperator):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self.task = self.join.attach(context, self.is_left)
+        self.task = self.join.attach(context, self.join.side_stores(self.is_left))
 
     def close(self) -> None:
         if self.task is not None:
@@ -133,6 +140,47 @@ class StreamJoinSideProcessor(StageOperator):
         return logic.side_process(self.is_left)
 
 
+class JoinWindowProcessor(StageOperator):
+    """A side's KSTREAM-WINDOWED- node (Kafka's KStreamJoinWindow): forwards each record to the
+    side's join processor (or the self-join processor) first, then, when the record has a key,
+    stores it in the side's window store (StreamStreamJoinLogic.window_put). So a record is
+    stored whatever became of its join below: a failure there that the processing exception
+    handler lets go (CONTINUE) still leaves it stored, as in Kafka; one that fails the task does
+    not."""
+
+    def __init__(self, join: StreamStreamJoin, is_left: bool) -> None:
+        self.join = join
+        self.is_left = is_left
+        self.task: Optional[_TaskJoin] = None
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.task = self.join.attach(context)
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.join.detach(self.task)
+            self.task = None
+
+    def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
+        task, is_left = self.task, self.is_left
+        put: Optional[Callable[[Any, Any, int], None]] = None
+
+        def join_window(key: Any, value: Any, timestamp: int, headers: Any) -> None:
+            nonlocal put
+            down(key, value, timestamp, headers)
+            if key is None:
+                return
+            try:
+                if put is None:  # the join below built the task's logic on this first record
+                    put = task.logic.window_put(is_left)
+                put(key, value, timestamp)
+            except BaseException:
+                failed()
+                raise
+        return join_window
+
+
 class SelfJoinProcessor(StageOperator):
     """An inner join of a stream with itself over its one window store (topology.optimization
     single.store.self.join, Kafka's KStreamKStreamSelfJoin): StreamStreamJoinLogic.self_join_process
@@ -140,17 +188,25 @@ class SelfJoinProcessor(StageOperator):
 
     def __init__(self, join: StreamStreamJoin) -> None:
         self.join = join
-        self.store: Any = None
+        self.task: Optional[_TaskJoin] = None
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self.store = context.get_state_store(self.join.this_store)
+        self.task = self.join.attach(context, (self.join.this_store,))
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.join.detach(self.task)
+            self.task = None
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
-        context, join, store = self.context, self.join, self.store
-        # both sides over the one store: only the self-join path runs
-        logic = StreamStreamJoinLogic(join.windows, store, store, join.joiner, _unrouted,
-                                      late=late_record_reporter(context), record_metadata=lambda: context.metadata)
+        context, join, task = self.context, self.join, self.task
+        store = task.stores[join.this_store]
+        # both sides over the one store: only the self-join path runs (the windowed node above
+        # stores each record through the same logic's left side)
+        logic = task.logic = StreamStreamJoinLogic(
+            join.windows, store, store, join.joiner, _unrouted, late=late_record_reporter(context),
+            record_metadata=lambda: context.metadata)
         logic.route(True, down, failed)
         return logic.self_join_process()
 

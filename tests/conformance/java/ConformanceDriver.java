@@ -174,10 +174,73 @@ public final class ConformanceDriver {
     static Serde serde(String type) { return type.equals("long") ? LONG : STRING; }
 
     static <T> T fn(Map<String, T> table, JsonNode step, String field) {
-        T f = table.get(step.get(field).asText());
+        String name = step.get(field).asText();
+        boolean fails = name.startsWith(FAILING);
+        T f = table.get(fails ? name.substring(FAILING.length()) : name);
         if (f == null) throw new IllegalArgumentException("unknown function " + step);
-        return f;
+        return fails ? failing(table, f) : f;
     }
+
+    /** vocabulary.py's FAILING and FAIL_MARK: a named function's failing twin is the function,
+     *  throwing on a value that contains the mark (the value a record, an aggregator or a mapper
+     *  is given; either side of a joiner). */
+    static final String FAILING = "fails_", FAIL_MARK = "cab";
+
+    static void check(Object... values) {
+        for (Object v : values)
+            if (v instanceof String && ((String) v).contains(FAIL_MARK))
+                throw new IllegalStateException("conformance: '" + v + "' contains '" + FAIL_MARK + "'");
+    }
+
+    static <T> T failing(Map<String, T> table, T f) {
+        Object twin;
+        if (table == (Map) VALUE_MAPPERS || table == (Map) FK_EXTRACTORS) {
+            Function<String, String> g = (Function<String, String>) f;
+            twin = (Function<String, String>) v -> { check(v); return g.apply(v); };
+        } else if (table == (Map) VALUE_SPLITTERS) {
+            Function<String, List<String>> g = (Function<String, List<String>>) f;
+            twin = (Function<String, List<String>>) v -> { check(v); return g.apply(v); };
+        } else if (table == (Map) PREDICATES) {
+            BiFunction<String, String, Boolean> g = (BiFunction<String, String, Boolean>) f;
+            twin = (BiFunction<String, String, Boolean>) (k, v) -> { check(v); return g.apply(k, v); };
+        } else if (table == (Map) KEY_SELECTORS) {
+            BiFunction<String, String, String> g = (BiFunction<String, String, String>) f;
+            twin = (BiFunction<String, String, String>) (k, v) -> { check(v); return g.apply(k, v); };
+        } else if (table == (Map) KV_MAPPERS) {
+            BiFunction<String, String, KeyValue<String, String>> g = (BiFunction<String, String, KeyValue<String, String>>) f;
+            twin = (BiFunction<String, String, KeyValue<String, String>>) (k, v) -> { check(v); return g.apply(k, v); };
+        } else if (table == (Map) KV_SPLITTERS) {
+            BiFunction<String, String, List<KeyValue<String, String>>> g = (BiFunction<String, String, List<KeyValue<String, String>>>) f;
+            twin = (BiFunction<String, String, List<KeyValue<String, String>>>) (k, v) -> { check(v); return g.apply(k, v); };
+        } else if (table == (Map) REDUCERS) {
+            BinaryOperator<String> g = (BinaryOperator<String>) f;
+            twin = (BinaryOperator<String>) (a, v) -> { check(v); return g.apply(a, v); };
+        } else if (table == (Map) JOINERS) {
+            BinaryOperator<String> g = (BinaryOperator<String>) f;
+            twin = (BinaryOperator<String>) (l, r) -> { check(l, r); return g.apply(l, r); };
+        } else if (table == (Map) AGGREGATORS) {
+            Agg a = (Agg) f;
+            twin = new Agg(a.init(), failingMiddle(a.add()), a.merge(), a.type());
+        } else if (table == (Map) COGROUP_AGGREGATORS) {
+            CoAgg a = (CoAgg) f;
+            twin = new CoAgg(a.init(), failingMiddle(a.first()), failingMiddle(a.second()), a.merge(), a.type());
+        } else if (table == (Map) TABLE_AGGREGATORS) {
+            TableAgg a = (TableAgg) f;
+            twin = new TableAgg(a.init(), failingMiddle(a.add()), failingMiddle(a.subtract()), a.type());
+        } else if (table == (Map) TABLE_REDUCERS) {
+            BinaryOperator<String>[] r = (BinaryOperator<String>[]) f;
+            BinaryOperator<String> add = r[0], subtract = r[1];
+            twin = new BinaryOperator[] {
+                (BinaryOperator<String>) (a, v) -> { check(v); return add.apply(a, v); },
+                (BinaryOperator<String>) (a, v) -> { check(v); return subtract.apply(a, v); }};
+        } else {
+            throw new IllegalArgumentException("no failing twins in this table");
+        }
+        return (T) twin;
+    }
+
+    /** A (key, value, aggregate) function's failing twin: checked on the value. */
+    static Fn3 failingMiddle(Fn3 f) { return (k, v, a) -> { check(v); return f.apply(k, v, a); }; }
 
     /** The store type of the scenario being built: Materialized.withStoreType(IN_MEMORY) for
      *  every store it materializes when its "store_type" is "in_memory". One scenario is built at
@@ -783,6 +846,9 @@ public final class ConformanceDriver {
         // join results are emitted on the first record past the window close, not throttled
         props.put(StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, 0L);
         props.put(StreamsConfig.TOPOLOGY_OPTIMIZATION_CONFIG, scenario.path("topology_optimization").asText("none"));
+        if ("log_and_continue".equals(scenario.path("processing_handler").asText()))
+            props.put(StreamsConfig.PROCESSING_EXCEPTION_HANDLER_CLASS_CONFIG,
+                      org.apache.kafka.streams.errors.LogAndContinueProcessingExceptionHandler.class);
         Built built = new Built();
         inMemory = scenario.path("store_type").asText("").equals("in_memory");
         unnamed = scenario.path("unnamed_stores").asBoolean(false);
