@@ -24,6 +24,7 @@ from state.window import (
     Window,
     Windowed,
     check_timestamp,
+    in_segment_order,
 )
 
 log = logging.getLogger(__name__)
@@ -226,8 +227,21 @@ class InMemorySessionStore(SegmentedSessionStore):
     def __init__(self, name: str, *, retention_ms: int, segment_interval_ms: int) -> None:
         super().__init__(name, retention_ms=retention_ms, segment_interval_ms=segment_interval_ms, persistent=False)
 
-    # Kafka's InMemorySessionStore keeps its sessions by end, then key, then start
+    # Kafka's InMemorySessionStore keeps its sessions by end, then key, then start, and skips a
+    # put of a session ending at or before observed stream time - retention
+    expires_by_time = True
     _ended_order = staticmethod(lambda session: (session[0], session[2], session[1]))
+
+    def _find_gen(self, key_from, key_to, exact, earliest_end, latest_start, reverse) -> Iterator:
+        """A key's sessions by end, then start, as the segmented layout has them; a key range's
+        in Kafka's in-memory order, by end, then key, then start (each segment's, those of its
+        ends, sorted as they are read)."""
+        found = super()._find_gen(key_from, key_to, exact, earliest_end, latest_start, reverse)
+        if exact:
+            return found
+        interval = self.segment_interval_ms
+        return in_segment_order(found, lambda item: item[0].window.end // interval,
+                                lambda item: (item[0].window.end, item[0].key, item[0].window.start), reverse)
 
     def fetch_ended_sessions(self, earliest_session_end_time: int, latest_session_end_time: int) -> KeyValueIterator:
         """Kafka's InMemorySessionStore.findSessions(earliest end, latest end), the store the DSL

@@ -9,7 +9,8 @@ prefixes. Kafka instead opens one RocksDB per segment; a single instance was cho
 3 x 16 MiB), (2) a restored changelog batch spanning several segments is still ONE WriteBatch,
 and (3) there are no segment directories to open, list or delete. The cost is that disk space of
 dropped segments comes back on compaction rather than immediately.
-The in-memory store uses the same keys on the in-memory sorted store, so both behave identically.
+The in-memory store uses the same keys on the in-memory sorted store, and reads across keys in
+Kafka's in-memory order (by start, then key: each segment's windows sorted as they are read).
 `TimeOrderedWindowStore` keys its records `segment id + window start + key + sequence number`
 instead (Kafka's time-ordered store, for final results on window close): scans by start, then key.
 
@@ -109,6 +110,9 @@ class SegmentedBytesStore(StateStore):
     """
 
     layout = "segmented-v1"
+    #: a write at or before observed stream time - retention is skipped whatever its segment
+    #: (Kafka's in-memory stores); else only a write into a dropped segment (its RocksDB ones)
+    expires_by_time = False
 
     def __init__(self, name: str, *, retention_ms: int, segment_interval_ms: int, persistent: bool) -> None:
         if not name or not isinstance(name, str):
@@ -229,9 +233,10 @@ class SegmentedBytesStore(StateStore):
             if (segment_time - self.retention_ms) // interval > self._min_live_segment:
                 self._drop_expired_segments()
         seg = segment_time // interval
-        if seg < self._min_live_segment:
+        if seg < self._min_live_segment or (self.expires_by_time
+                                            and segment_time <= self.observed_stream_time - self.retention_ms):
             self.expired_records += 1
-            log.debug("state store %s: skipping record for expired segment %d", self.name, seg)
+            log.debug("state store %s: skipping record for expired time %d (segment %d)", self.name, segment_time, seg)
             return -1
         return seg
 
@@ -567,6 +572,24 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         return self._windows(None, None, 0, MAX_TIMESTAMP, True)
 
 
+def in_segment_order(items: Iterator, segment_of: Callable[[Any], int], order: Callable[[Any], Any],
+                     reverse: bool) -> Iterator:
+    """`items`, which come segment by segment, with each segment's items sorted by `order`
+    (stably: items of one order keep theirs; descending with `reverse`): Kafka's in-memory
+    stores' order for a layout whose segments hold the items of consecutive times."""
+    batch: list = []
+    current = None
+    for item in items:
+        seg = segment_of(item)
+        if seg != current:
+            batch.sort(key=order, reverse=reverse)
+            yield from batch
+            batch, current = [], seg
+        batch.append(item)
+    batch.sort(key=order, reverse=reverse)
+    yield from batch
+
+
 class RocksDBWindowStore(SegmentedWindowStore):
     def __init__(self, name: str, *, retention_ms: int, window_size_ms: int, segment_interval_ms: int,
                  retain_duplicates: bool = False) -> None:
@@ -576,11 +599,27 @@ class RocksDBWindowStore(SegmentedWindowStore):
 
 
 class InMemoryWindowStore(SegmentedWindowStore):
+    """Kafka's InMemoryWindowStore: the segmented key-first layout, read in Kafka's in-memory
+    order (its windows are a map of starts, each a map of keys): a key's windows by start, and
+    a read across keys (a key range, fetch_all, all; backward too) by start, then key (each
+    segment's windows sorted so as they are read). Retention as Kafka's: reads return windows
+    starting after observed stream time - retention, and a put of a window starting at or before
+    it is skipped (counted, logged at debug) whatever segment it falls in."""
+
     def __init__(self, name: str, *, retention_ms: int, window_size_ms: int, segment_interval_ms: int,
                  retain_duplicates: bool = False) -> None:
         super().__init__(name, retention_ms=retention_ms, window_size_ms=window_size_ms,
                          segment_interval_ms=segment_interval_ms, retain_duplicates=retain_duplicates,
                          persistent=False)
+
+    expires_by_time = True
+
+    def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
+                     time_to: int, reverse: bool) -> Iterator:
+        interval = self.segment_interval_ms
+        return in_segment_order(super()._windows_gen(key_from, key_to, time_from, time_to, reverse),
+                                lambda item: item[0].window.start // interval,
+                                lambda item: (item[0].window.start, item[0].key), reverse)
 
 
 # ------------------------------------------------------------------------------ time-ordered window stores
@@ -627,6 +666,7 @@ class TimeOrderedWindowStore(SegmentedWindowStore):
                          segment_interval_ms=segment_interval_ms, retain_duplicates=retain_duplicates,
                          persistent=persistent)
         self.with_index = with_index
+        self.expires_by_time = not persistent  # in memory, Kafka's InMemoryWindowStore
         self._scan_iterator = None  # the C loop reads key-first records at a segment's prefix
         if with_index:
             self.layout = "window-time-ordered-indexed-v1"
@@ -699,7 +739,9 @@ class TimeOrderedWindowStore(SegmentedWindowStore):
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
                      time_to: int, reverse: bool) -> Iterator:
-        if self.with_index and (key_from is not None or key_to is not None):
+        # a key range through the index (by key, then start), as Kafka's indexed RocksDB store
+        # reads; in memory by start, then key, as its in-memory store
+        if self.with_index and self.persistent and (key_from is not None or key_to is not None):
             yield from super()._windows_gen(key_from, key_to, time_from, time_to, reverse)  # by key
             return
         size = self.window_size_ms

@@ -92,6 +92,12 @@ class CachingSessionStore(CachingStore):
         else:
             ranges = (session_key_range(key_from, key_to, latest_start, segmented[1]),)
         visited = visit(self._cache, self._namespace, ranges, reverse, segmented)
+        if persistent or exact:  # by segment, then key, end and start (one key's: by end, then start)
+            def position(key: bytes, start: int, end: int) -> tuple:
+                return end // interval, session_changelog_key(key, start, end)
+        else:  # Kafka's in-memory store: by end, then key, then start
+            def position(key: bytes, start: int, end: int) -> tuple:
+                return end, key, start
 
         def cached():  # (merge position, item or None for a cached delete) of the sessions asked for
             for ck, v in visited:
@@ -103,7 +109,7 @@ class CachingSessionStore(CachingStore):
                 if not exact and ((key_from is not None and key < key_from) or (key_to is not None and key > key_to)):
                     continue
                 item = (Windowed(key, Window(start, end)), v) if v is not None else None
-                yield (end // interval, ck), item
+                yield position(key, start, end), item
 
         # read in Kafka's cache order; merged in the store's (the same for one key, or by
         # the store's own segments; else sorted once read)
@@ -111,7 +117,7 @@ class CachingSessionStore(CachingStore):
 
         def store_sort_key(item):
             w = item[0]
-            return w.window.end // interval, session_changelog_key(w.key, w.window.start, w.window.end)
+            return position(w.key, w.window.start, w.window.end)
 
         return KeyValueIterator(merge_sorted_by(items, store_iter, store_sort_key, reverse), self.name)
 

@@ -293,7 +293,9 @@ class CachingWindowStore(CachingStore):
             return store_iter
         interval = self.wrapped.segment_interval_ms
         size = self.window_size_ms
-        if self._time_ordered:  # the store below iterates by (start, key)
+        # the store below iterates by (start, key): a time-ordered one, an in-memory one (Kafka's)
+        by_start = self._time_ordered or not self.wrapped.persistent
+        if by_start:
             def sort_key(key: bytes, start: int) -> tuple:
                 return start, key
         else:  # by segment, then the changelog key
@@ -308,7 +310,7 @@ class CachingWindowStore(CachingStore):
         # persistent store's segments, a time-ordered store's starts: a time-first cache or an
         # in-memory one's, led by the start), or for one key (by window start); else sorted
         # once all are read
-        lazy = self._time_ordered or self.wrapped.persistent or one_key is not None
+        lazy = by_start or self.wrapped.persistent or one_key is not None
 
         def cached():  # (merge position, item or None for a cached delete) of the windows asked for
             last = None

@@ -166,3 +166,37 @@ def test_fetch_ended_sessions_in_memory_by_end_then_key_then_start_within_the_re
     assert [w.key for w, _ in store.fetch_ended_sessions(0, 100)] == [b"d"]
     assert list(store.fetch_ended_sessions(0, 50)) == []
     store.close()
+
+
+def test_range_reads_go_in_kafkas_order_for_each_store(cls, ctx):
+    """Kafka's RocksDB session store reads segment by segment, each by key, then end, then
+    start; its InMemorySessionStore keeps a map of ends, each a map of keys, each a map of
+    starts: a key range goes by end, then key, then start. One key's sessions go by end, then
+    start, in both."""
+    store = make(cls, ctx)
+    for key, start, end in [(b"b", 0, 10), (b"a", 30, 40), (b"c", 5, 10), (b"a", 0, 5), (b"a", 2, 5)]:
+        store.put(key, start, end, b"%s@%d-%d" % (key, start, end))
+    s = lambda k, start, end: sess(k, start, end, b"%s@%d-%d" % (k, start, end))
+    if cls is RocksDBSessionStore:
+        everything = [s(b"a", 0, 5), s(b"a", 2, 5), s(b"a", 30, 40), s(b"b", 0, 10), s(b"c", 5, 10)]
+    else:
+        everything = [s(b"a", 0, 5), s(b"a", 2, 5), s(b"b", 0, 10), s(b"c", 5, 10), s(b"a", 30, 40)]
+    assert list(store.find_sessions_range(None, None, 0, 1000)) == everything
+    assert list(store.backward_find_sessions_range(None, None, 0, 1000)) == everything[::-1]
+    assert list(store.fetch_range(b"a", b"b")) == [row for row in everything if row[0].key in (b"a", b"b")]
+    assert list(store.fetch(b"a")) == [s(b"a", 0, 5), s(b"a", 2, 5), s(b"a", 30, 40)]
+    store.close()
+
+
+def test_in_memory_store_skips_every_put_at_or_before_its_retention():
+    """Kafka's InMemorySessionStore skips (and counts) a put of a session ending at or before
+    observed stream time - retention, whatever segment it would fall in."""
+    store = InMemorySessionStore("s", retention_ms=10 * MIN, segment_interval_ms=5 * MIN)
+    store.open()
+    store.put(b"k", 690_000, 700_000, b"late-enough")
+    store.put(b"k", 90_000, 100_000, b"at-edge")  # 700 s - 600 s: expired
+    store.put(b"k", 95_000, 100_001, b"after-edge")
+    assert store.expired_records == 1
+    assert list(store.fetch(b"k")) == [sess(b"k", 95_000, 100_001, b"after-edge"),
+                                       sess(b"k", 690_000, 700_000, b"late-enough")]
+    store.close()

@@ -236,3 +236,40 @@ def test_zero_size_windows(tmp_path):
     assert list(store.fetch("a", 5, 5)) == [(5, 1)]
     assert list(store.all()) == [(Windowed("a", Window(5, 5)), 1)]  # [t, t]
     store.close()
+
+
+def test_reads_go_in_kafkas_order_for_each_store(cls, ctx):
+    """Kafka's RocksDB window store reads segment by segment, each by key, then start; its
+    InMemoryWindowStore keeps a map of starts, each a map of keys: every read goes by start,
+    then key, a key range's and a backward one's too."""
+    store = make(cls, ctx)
+    for key, start in [(b"b", 0), (b"a", 1000), (b"a", 0), (b"c", 500), (b"a", 61_000), (b"b", 61_000)]:
+        store.put(key, key + b"@%d" % start, start)
+    w = lambda k, s: (Windowed(k, Window(s, s + 1000)), k + b"@%d" % s)
+    if cls is RocksDBWindowStore:
+        everything = [w(b"a", 0), w(b"a", 1000), w(b"b", 0), w(b"c", 500), w(b"a", 61_000), w(b"b", 61_000)]
+        a_to_b = [w(b"a", 0), w(b"a", 1000), w(b"b", 0), w(b"a", 61_000), w(b"b", 61_000)]
+    else:
+        everything = [w(b"a", 0), w(b"b", 0), w(b"c", 500), w(b"a", 1000), w(b"a", 61_000), w(b"b", 61_000)]
+        a_to_b = [w(b"a", 0), w(b"b", 0), w(b"a", 1000), w(b"a", 61_000), w(b"b", 61_000)]
+    assert list(store.all()) == everything
+    assert list(store.backward_all()) == everything[::-1]
+    assert list(store.fetch_range(b"a", b"b", 0, 100_000)) == a_to_b
+    assert list(store.backward_fetch_range(b"a", b"b", 0, 100_000)) == a_to_b[::-1]
+    assert list(store.fetch_all(0, 1000)) == [row for row in everything if row[0].window.start <= 1000]
+    assert list(store.fetch(b"a", 0, 100_000)) == [(0, b"a@0"), (1000, b"a@1000"), (61_000, b"a@61000")]
+    store.close()
+
+
+def test_in_memory_store_skips_every_put_at_or_before_its_retention():
+    """Kafka's InMemoryWindowStore skips (and counts) a put of a window starting at or before
+    observed stream time - retention, whatever segment it would fall in; the RocksDB store skips
+    the puts into dropped segments only (a window of a live segment is written, never read)."""
+    store = InMemoryWindowStore("w", retention_ms=2 * MIN, window_size_ms=1000, segment_interval_ms=MIN)
+    store.open()
+    store.put(b"k", b"s", 241_000)
+    store.put(b"k", b"at-edge", 121_000)  # 241 s - 120 s: expired
+    store.put(b"k", b"after-edge", 121_001)
+    assert store.expired_records == 1
+    assert [t for t, _ in store.fetch(b"k", 0, 10 * MIN)] == [121_001, 241_000]
+    store.close()
