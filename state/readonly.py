@@ -115,6 +115,11 @@ class ReadOnlyKeyValueView(_View):
     def reverse_all(self) -> KeyValueIterator:
         return self._chain((s.reverse_all() for s in self._open_stores()), self._map())
 
+    def prefix_scan(self, prefix: Any, prefix_serde: Any = None) -> KeyValueIterator:
+        """The entries whose serialized key starts with `prefix` serialized (by `prefix_serde`,
+        else the key serde): Kafka's prefixScan."""
+        return self._chain((s.prefix_scan(prefix, prefix_serde) for s in self._open_stores()), self._map())
+
     def approximate_num_entries(self) -> int:
         return sum(s.approximate_num_entries() for s in self._open_stores())
 
@@ -151,9 +156,18 @@ class ReadOnlyWindowView(_View):
         t0, t1 = time_ms(time_from, "time_from"), time_ms(time_to, "time_to")
         return self._chain((store.fetch_range(key_from, key_to, t0, t1) for store in self._open_stores()), self._map)
 
+    def backward_fetch_range(self, key_from: Any, key_to: Any, time_from: Any, time_to: Any) -> KeyValueIterator:
+        t0, t1 = time_ms(time_from, "time_from"), time_ms(time_to, "time_to")
+        return self._chain((store.backward_fetch_range(key_from, key_to, t0, t1) for store in self._open_stores()),
+                           self._map)
+
     def fetch_all(self, time_from: Any, time_to: Any) -> KeyValueIterator:
         t0, t1 = time_ms(time_from, "time_from"), time_ms(time_to, "time_to")
         return self._chain((store.fetch_all(t0, t1) for store in self._open_stores()), self._map)
+
+    def backward_fetch_all(self, time_from: Any, time_to: Any) -> KeyValueIterator:
+        t0, t1 = time_ms(time_from, "time_from"), time_ms(time_to, "time_to")
+        return self._chain((store.backward_fetch_all(t0, t1) for store in self._open_stores()), self._map)
 
     def all(self) -> KeyValueIterator:
         return self._chain((store.all() for store in self._open_stores()), self._map)
@@ -169,14 +183,44 @@ class ReadOnlySessionView(_View):
             raise InvalidStoreArgumentError(f"state store {self.name!r}: key must not be None")
         return self._chain(store.fetch(key) for store in self._open_stores())
 
+    def backward_fetch(self, key: Any) -> KeyValueIterator:
+        if key is None:
+            raise InvalidStoreArgumentError(f"state store {self.name!r}: key must not be None")
+        return self._chain(store.backward_fetch(key) for store in self._open_stores())
+
     def find_sessions(self, key: Any, earliest_session_end: Any, latest_session_start: Any) -> KeyValueIterator:
         """Sessions of `key` ending at or after `earliest_session_end` and starting at or before
         `latest_session_start`."""
+        return self._find("find_sessions", key, earliest_session_end, latest_session_start)
+
+    def backward_find_sessions(self, key: Any, earliest_session_end: Any, latest_session_start: Any
+                               ) -> KeyValueIterator:
+        return self._find("backward_find_sessions", key, earliest_session_end, latest_session_start)
+
+    def _find(self, method: str, key: Any, earliest_session_end: Any, latest_session_start: Any) -> KeyValueIterator:
         if key is None:
             raise InvalidStoreArgumentError(f"state store {self.name!r}: key must not be None")
         t0 = time_ms(earliest_session_end, "earliest_session_end")
         t1 = time_ms(latest_session_start, "latest_session_start")
-        return self._chain(store.find_sessions(key, t0, t1) for store in self._open_stores())
+        return self._chain(getattr(store, method)(key, t0, t1) for store in self._open_stores())
+
+    def find_sessions_range(self, key_from: Any, key_to: Any, earliest_session_end: Any,
+                            latest_session_start: Any) -> KeyValueIterator:
+        """The sessions of the keys in [key_from, key_to] (None: unbounded) ending at or after
+        `earliest_session_end` and starting at or before `latest_session_start` (Kafka's
+        findSessions over a key range)."""
+        return self._find_range("find_sessions_range", key_from, key_to, earliest_session_end, latest_session_start)
+
+    def backward_find_sessions_range(self, key_from: Any, key_to: Any, earliest_session_end: Any,
+                                     latest_session_start: Any) -> KeyValueIterator:
+        return self._find_range("backward_find_sessions_range", key_from, key_to, earliest_session_end,
+                                latest_session_start)
+
+    def _find_range(self, method: str, key_from: Any, key_to: Any, earliest_session_end: Any,
+                    latest_session_start: Any) -> KeyValueIterator:
+        t0 = time_ms(earliest_session_end, "earliest_session_end")
+        t1 = time_ms(latest_session_start, "latest_session_start")
+        return self._chain(getattr(store, method)(key_from, key_to, t0, t1) for store in self._open_stores())
 
     def fetch_session(self, key: Any, session_start: Any, session_end: Any) -> Any:
         t0, t1 = time_ms(session_start, "session_start"), time_ms(session_end, "session_end")
@@ -188,6 +232,9 @@ class ReadOnlySessionView(_View):
 
     def fetch_range(self, key_from: Any, key_to: Any) -> KeyValueIterator:
         return self._chain(store.fetch_range(key_from, key_to) for store in self._open_stores())
+
+    def backward_fetch_range(self, key_from: Any, key_to: Any) -> KeyValueIterator:
+        return self._chain(store.backward_fetch_range(key_from, key_to) for store in self._open_stores())
 
     def all(self) -> KeyValueIterator:
         return self._chain(store.all() for store in self._open_stores())

@@ -79,6 +79,11 @@ class SessionStore(StateStore):
                             latest_session_start_time: int) -> KeyValueIterator:
         ...
 
+    @abstractmethod
+    def backward_find_sessions_range(self, key_from, key_to, earliest_session_end_time: int,
+                                     latest_session_start_time: int) -> KeyValueIterator:
+        ...
+
     def fetch(self, key) -> KeyValueIterator:
         """All live sessions of `key`."""
         return self.find_sessions(key, 0, MAX_TIMESTAMP)
@@ -88,6 +93,9 @@ class SessionStore(StateStore):
 
     def fetch_range(self, key_from, key_to) -> KeyValueIterator:
         return self.find_sessions_range(key_from, key_to, 0, MAX_TIMESTAMP)
+
+    def backward_fetch_range(self, key_from, key_to) -> KeyValueIterator:
+        return self.backward_find_sessions_range(key_from, key_to, 0, MAX_TIMESTAMP)
 
     def all(self) -> KeyValueIterator:
         return self.find_sessions_range(None, None, 0, MAX_TIMESTAMP)

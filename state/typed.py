@@ -496,6 +496,13 @@ class TypedSessionStore(_TypedBase):
             s.bound_to_bytes(key_from, "key_from"), s.bound_to_bytes(key_to, "key_to"),
             earliest_session_end_time, latest_session_start_time))
 
+    def backward_find_sessions_range(self, key_from, key_to, earliest_session_end_time: int,
+                                     latest_session_start_time: int) -> KeyValueIterator:
+        s = self.serdes
+        return self._windowed(self.wrapped.backward_find_sessions_range(
+            s.bound_to_bytes(key_from, "key_from"), s.bound_to_bytes(key_to, "key_to"),
+            earliest_session_end_time, latest_session_start_time))
+
     def fetch_ended_sessions(self, earliest_session_end_time: int, latest_session_end_time: int) -> KeyValueIterator:
         return self._windowed(self.wrapped.fetch_ended_sessions(earliest_session_end_time, latest_session_end_time))
 
@@ -508,6 +515,11 @@ class TypedSessionStore(_TypedBase):
     def fetch_range(self, key_from, key_to) -> KeyValueIterator:
         s = self.serdes
         return self._windowed(self.wrapped.fetch_range(
+            s.bound_to_bytes(key_from, "key_from"), s.bound_to_bytes(key_to, "key_to")))
+
+    def backward_fetch_range(self, key_from, key_to) -> KeyValueIterator:
+        s = self.serdes
+        return self._windowed(self.wrapped.backward_fetch_range(
             s.bound_to_bytes(key_from, "key_from"), s.bound_to_bytes(key_to, "key_to")))
 
     def all(self) -> KeyValueIterator:

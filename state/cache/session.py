@@ -140,6 +140,15 @@ class CachingSessionStore(CachingStore):
             return it
         return self._sessions(key_from, key_to, False, earliest_session_end_time, latest_session_start_time, False, it)
 
+    def backward_find_sessions_range(self, key_from, key_to, earliest_session_end_time: int,
+                                     latest_session_start_time: int) -> KeyValueIterator:
+        self._check()
+        it = self.wrapped.backward_find_sessions_range(key_from, key_to, earliest_session_end_time,
+                                                       latest_session_start_time)
+        if key_from is not None and key_to is not None and key_from > key_to:
+            return it
+        return self._sessions(key_from, key_to, False, earliest_session_end_time, latest_session_start_time, True, it)
+
     def fetch(self, key: bytes) -> KeyValueIterator:
         return self.find_sessions(key, 0, MAX_TIMESTAMP)
 
@@ -148,6 +157,9 @@ class CachingSessionStore(CachingStore):
 
     def fetch_range(self, key_from, key_to) -> KeyValueIterator:
         return self.find_sessions_range(key_from, key_to, 0, MAX_TIMESTAMP)
+
+    def backward_fetch_range(self, key_from, key_to) -> KeyValueIterator:
+        return self.backward_find_sessions_range(key_from, key_to, 0, MAX_TIMESTAMP)
 
     def all(self) -> KeyValueIterator:
         return self.find_sessions_range(None, None, 0, MAX_TIMESTAMP)

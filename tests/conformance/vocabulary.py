@@ -773,11 +773,76 @@ def generate(seed: int) -> dict:
     rng = random.Random(f"op-names-{seed // 2}")
     if rng.random() < OP_NAMES_SHARE:
         _name_steps(scenario["ops"], rng, iter(range(1000)))
+    _add_reads(scenario, random.Random(f"reads-{seed // 2}"))
     rng = random.Random(f"handler-{seed // 2}")
     if rng.random() < HANDLER_SHARE:
         scenario["processing_handler"] = CONTINUE_HANDLER
         _fail_steps(scenario["ops"], rng)
     return scenario
+
+
+#: the bounds and keys of the store reads: keys the stores hold, keys between them, None (open)
+_READ_KEYS = ["a", "b", "c", "dd", "ab", "A", "B", "z", None]
+
+
+def _add_reads(scenario: dict, rng: random.Random) -> None:
+    """``reads``: interactive queries both drivers run on each compared store after the records
+    (``family:op`` and its arguments; the ones of a store's kind apply, see ``read_applies``),
+    their results compared in the order the store gives them. ``windowed_keys``: a key-value
+    store of the scenario may have windowed keys (a windowed table's), whose reads by String
+    bounds are left out."""
+    times = sorted({0, 100, 500, 1000, 2000, *(r[2] for r in scenario["records"])})
+
+    def key(none: bool = True) -> Any:
+        return rng.choice(_READ_KEYS if none else _READ_KEYS[:-1])
+
+    def keys() -> list:
+        """A key range (from > to left out: Kafka's stores answer it differently, some raise)."""
+        low, high = key(), key()
+        return [high, low] if low is not None and high is not None and low > high else [low, high]
+
+    def span() -> tuple:
+        t0 = rng.choice(times) - rng.choice([0, 0, 1, 250])
+        return max(t0, 0), max(t0, 0) + rng.choice([0, 1, 100, 500, 1_000_000])
+    reads: list = []
+    for _ in range(rng.randint(1, 3)):
+        op = rng.choice(["range", "reverse_range", "prefix_scan"])
+        reads.append(["kv:" + op, key(False)] if op == "prefix_scan" else ["kv:" + op, *keys()])
+    for _ in range(rng.randint(2, 4)):
+        op = rng.choice(["fetch_one", "fetch", "backward_fetch", "fetch_range", "backward_fetch_range", "fetch_all",
+                         "backward_fetch_all"])
+        if op == "fetch_one":
+            reads.append(["window:fetch_one", key(False), rng.choice(times), 0, 0])
+        elif op in ("fetch", "backward_fetch"):
+            reads.append(["window:" + op, key(False), *span()])
+        elif op in ("fetch_range", "backward_fetch_range"):
+            reads.append(["window:" + op, *keys(), *span()])
+        else:
+            reads.append(["window:" + op, *span()])
+    for _ in range(rng.randint(2, 4)):
+        op = rng.choice(["find_sessions", "backward_find_sessions", "find_sessions_range",
+                         "backward_find_sessions_range", "fetch", "backward_fetch", "fetch_range", "backward_fetch_range"])
+        earliest_end, latest_start = rng.choice(times), rng.choice(times) + rng.choice([0, 500, 1_000_000])
+        if op in ("find_sessions", "backward_find_sessions"):
+            reads.append(["session:" + op, key(False), earliest_end, latest_start])
+        elif op.endswith("find_sessions_range"):
+            reads.append(["session:" + op, *keys(), earliest_end, latest_start])
+        elif op in ("fetch", "backward_fetch"):
+            reads.append(["session:" + op, key(False)])
+        else:
+            reads.append(["session:" + op, *keys()])
+    scenario["reads"] = reads
+    if any(step["op"] in (WINDOWED, COGROUP) for step in scenario["ops"]):
+        scenario["windowed_keys"] = True
+
+
+def read_applies(scenario: dict, family: str, kind: str) -> bool:
+    """Whether a read of `family` (kv, window, session) applies to a store of `kind`."""
+    if family == "kv":
+        return kind == "plain_kv" or (kind == "kv" and not scenario.get("windowed_keys"))
+    if family == "window":
+        return kind in ("window", "join_window")
+    return kind == "session"
 
 
 def _function_fields(step: dict) -> list:
@@ -1355,6 +1420,29 @@ def canonical(scenario: dict, stores: dict) -> dict:
     return out
 
 
+def _store_reads(driver: Any, scenario: dict, name: str, kind: str) -> list:
+    """The results of the scenario's reads that apply to the store (ConformanceDriver.storeReads)."""
+    results = []
+    for read in scenario.get("reads", ()):
+        family, op = read[0].split(":")
+        if not read_applies(scenario, family, kind):
+            continue
+        args = read[1:]
+        if family == "kv":
+            it = getattr(driver.get_key_value_store(name), op)(*args)
+        elif family == "window":
+            store = driver.get_window_store(name)
+            if op == "fetch_one":
+                results.append([store.fetch(args[0], args[1])])  # the value, alone in its row list
+                continue
+            it = getattr(store, op)(*args)
+        else:
+            it = getattr(driver.get_session_store(name), op)(*args)
+        with it:
+            results.append([[k if type(k) is int else _key(k), v] for k, v in it])
+    return results
+
+
 def _store_rows(driver: Any, name: str, kind: str) -> list:
     if kind == "plain_kv":
         with driver.get_key_value_store(name).all() as it:
@@ -1419,7 +1507,8 @@ def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | No
                         *([[None if v is None else v.decode() for _, v in r.headers]] if with_headers else []), *tag]
                        for r in sink.read_records_to_list()]
         stores = {name: _store_rows(driver, name, kind) for name, kind in built.compared_stores()}
+        reads = {name: _store_reads(driver, scenario, name, kind) for name, kind in built.compared_stores()}
         if history is not None:
             history += driver.producer_history()
     return {"output": output, "store": canonical(scenario, stores), "topology": str(built.topology.describe()),
-            "unnamed_resources": unnamed_resources}
+            "unnamed_resources": unnamed_resources, "reads": reads}

@@ -779,6 +779,89 @@ public final class ConformanceDriver {
         else row.add((String) value);
     }
 
+    static String text(JsonNode node) { return node.isNull() ? null : node.asText(); }
+
+    /** vocabulary.py's store reads: each of the scenario's "reads" that applies to the store's
+     *  kind (see vocabulary.read_kinds), its results in the order the store gives them. */
+    static ArrayNode storeReads(TopologyTestDriver driver, ObjectMapper json, JsonNode scenario, String name,
+                                String kind) {
+        ArrayNode results = json.createArrayNode();
+        boolean windowedKeys = scenario.path("windowed_keys").asBoolean(false);
+        for (JsonNode read : scenario.path("reads")) {
+            String op = read.get(0).asText();
+            String family = op.substring(0, op.indexOf(':'));
+            op = op.substring(op.indexOf(':') + 1);
+            boolean applies = family.equals("kv") ? (kind.equals("plain_kv") || (kind.equals("kv") && !windowedKeys))
+                : family.equals("window") ? (kind.equals("window") || kind.equals("join_window"))
+                : kind.equals("session");
+            if (!applies) continue;
+            try {
+                results.add(storeRead(driver, json, name, family, op, read));
+            } catch (RuntimeException e) {  // a read Kafka Streams fails: named, not compared
+                results.add("error: " + e);
+            }
+        }
+        return results;
+    }
+
+    static ArrayNode storeRead(TopologyTestDriver driver, ObjectMapper json, String name, String family, String op,
+                               JsonNode read) {
+        {
+            ArrayNode rows = json.createArrayNode();
+            Object single = null;
+            boolean isSingle = false;
+            KeyValueIterator it = null;
+            if (family.equals("kv")) {
+                org.apache.kafka.streams.state.KeyValueStore store = driver.getKeyValueStore(name);
+                if (op.equals("range")) it = store.range(text(read.get(1)), text(read.get(2)));
+                else if (op.equals("reverse_range")) it = store.reverseRange(text(read.get(1)), text(read.get(2)));
+                else it = store.prefixScan(text(read.get(1)), new StringSerializer());
+            } else if (family.equals("window")) {
+                org.apache.kafka.streams.state.WindowStore store = driver.getWindowStore(name);
+                java.util.function.LongFunction<java.time.Instant> at = java.time.Instant::ofEpochMilli;
+                int n = read.size();
+                java.time.Instant t0 = at.apply(read.get(n - 2).asLong()), t1 = at.apply(read.get(n - 1).asLong());
+                switch (op) {
+                    case "fetch_one": isSingle = true; single = store.fetch(text(read.get(1)), read.get(2).asLong()); break;
+                    case "fetch": it = store.fetch(text(read.get(1)), t0, t1); break;
+                    case "backward_fetch": it = store.backwardFetch(text(read.get(1)), t0, t1); break;
+                    case "fetch_range": it = store.fetch(text(read.get(1)), text(read.get(2)), t0, t1); break;
+                    case "backward_fetch_range": it = store.backwardFetch(text(read.get(1)), text(read.get(2)), t0, t1); break;
+                    case "fetch_all": it = store.fetchAll(t0, t1); break;
+                    default: it = store.backwardFetchAll(t0, t1);
+                }
+            } else {
+                org.apache.kafka.streams.state.SessionStore store = driver.getSessionStore(name);
+                switch (op) {
+                    case "find_sessions": it = store.findSessions(text(read.get(1)), read.get(2).asLong(), read.get(3).asLong()); break;
+                    case "backward_find_sessions": it = store.backwardFindSessions(text(read.get(1)), read.get(2).asLong(), read.get(3).asLong()); break;
+                    case "find_sessions_range": it = store.findSessions(text(read.get(1)), text(read.get(2)), read.get(3).asLong(), read.get(4).asLong()); break;
+                    case "backward_find_sessions_range": it = store.backwardFindSessions(text(read.get(1)), text(read.get(2)), read.get(3).asLong(), read.get(4).asLong()); break;
+                    case "fetch": it = store.fetch(text(read.get(1))); break;
+                    case "backward_fetch": it = store.backwardFetch(text(read.get(1))); break;
+                    case "fetch_range": it = store.fetch(text(read.get(1)), text(read.get(2))); break;
+                    default: it = store.backwardFetch(text(read.get(1)), text(read.get(2)));
+                }
+            }
+            if (isSingle) {
+                addValue(rows, single);
+                return rows;
+            }
+            try {
+                while (it.hasNext()) {
+                    KeyValue kv = (KeyValue) it.next();
+                    ArrayNode row = rows.addArray();
+                    if (kv.key instanceof Long) row.add((Long) kv.key);  // a window fetch of one key: its start
+                    else addKey(row, kv.key);
+                    addValue(row, kv.value instanceof ValueAndTimestamp ? ((ValueAndTimestamp) kv.value).value() : kv.value);
+                }
+            } finally {
+                it.close();
+            }
+            return rows;
+        }
+    }
+
     static ArrayNode storeRows(TopologyTestDriver driver, ObjectMapper json, String name, String kind) {
         ArrayNode rows = json.createArrayNode();
         KeyValueIterator it;
@@ -913,8 +996,11 @@ public final class ConformanceDriver {
                     }
                 }
                 ObjectNode stores = result.putObject("store");
+                ObjectNode reads = result.putObject("reads");
                 for (String[] store : built.stores) {
-                    if (!unnamedNames.contains(store[0])) stores.set(store[0], storeRows(driver, json, store[0], store[1]));
+                    if (unnamedNames.contains(store[0])) continue;
+                    stores.set(store[0], storeRows(driver, json, store[0], store[1]));
+                    reads.set(store[0], storeReads(driver, json, scenario, store[0], store[1]));
                 }
             }
             result.putNull("error");
