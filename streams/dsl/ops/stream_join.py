@@ -115,22 +115,33 @@ def _unrouted(key: Any, value: Any, timestamp: int) -> None:
     raise AssertionError("a stream-stream join side emitted before its stage was built")
 
 
-class StreamJoinSideProcessor(StageOperator):
-    """One side of a stream-stream join (see the module doc)."""
+class _JoinPart(StageOperator):
+    """A processor of a stream-stream join, attached to its task's join while it lives, with
+    the stores connected to it (`store_names`)."""
 
-    def __init__(self, join: StreamStreamJoin, is_left: bool) -> None:
+    def __init__(self, join: StreamStreamJoin, is_left: bool = True) -> None:
         self.join = join
         self.is_left = is_left
         self.task: Optional[_TaskJoin] = None
 
+    def store_names(self) -> tuple:
+        return ()
+
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self.task = self.join.attach(context, self.join.side_stores(self.is_left))
+        self.task = self.join.attach(context, self.store_names())
 
     def close(self) -> None:
         if self.task is not None:
             self.join.detach(self.task)
             self.task = None
+
+
+class StreamJoinSideProcessor(_JoinPart):
+    """One side of a stream-stream join (see the module doc)."""
+
+    def store_names(self) -> tuple:
+        return self.join.side_stores(self.is_left)
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
         # the logic's side is the stage: its results go to `down` with the record's headers,
@@ -140,27 +151,13 @@ class StreamJoinSideProcessor(StageOperator):
         return logic.side_process(self.is_left)
 
 
-class JoinWindowProcessor(StageOperator):
+class JoinWindowProcessor(_JoinPart):
     """A side's KSTREAM-WINDOWED- node (Kafka's KStreamJoinWindow): forwards each record to the
     side's join processor (or the self-join processor) first, then, when the record has a key,
     stores it in the side's window store (StreamStreamJoinLogic.window_put). So a record is
     stored whatever became of its join below: a failure there that the processing exception
     handler lets go (CONTINUE) still leaves it stored, as in Kafka; one that fails the task does
     not."""
-
-    def __init__(self, join: StreamStreamJoin, is_left: bool) -> None:
-        self.join = join
-        self.is_left = is_left
-        self.task: Optional[_TaskJoin] = None
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self.task = self.join.attach(context)
-
-    def close(self) -> None:
-        if self.task is not None:
-            self.join.detach(self.task)
-            self.task = None
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
         task, is_left = self.task, self.is_left
@@ -181,23 +178,13 @@ class JoinWindowProcessor(StageOperator):
         return join_window
 
 
-class SelfJoinProcessor(StageOperator):
+class SelfJoinProcessor(_JoinPart):
     """An inner join of a stream with itself over its one window store (topology.optimization
     single.store.self.join, Kafka's KStreamKStreamSelfJoin): StreamStreamJoinLogic.self_join_process
     over the join's `this` store, which its windowed node keeps Kafka's place for."""
 
-    def __init__(self, join: StreamStreamJoin) -> None:
-        self.join = join
-        self.task: Optional[_TaskJoin] = None
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self.task = self.join.attach(context, (self.join.this_store,))
-
-    def close(self) -> None:
-        if self.task is not None:
-            self.join.detach(self.task)
-            self.task = None
+    def store_names(self) -> tuple:
+        return (self.join.this_store,)
 
     def stage(self, down: Stage, failed: Callable[[], None]) -> Stage:
         context, join, task = self.context, self.join, self.task
