@@ -792,7 +792,7 @@ public final class ConformanceDriver {
             String family = op.substring(0, op.indexOf(':'));
             op = op.substring(op.indexOf(':') + 1);
             boolean applies = family.equals("kv") ? (kind.equals("plain_kv") || (kind.equals("kv") && !windowedKeys))
-                : family.equals("window") ? (kind.equals("window") || kind.equals("join_window"))
+                : family.equals("window") ? (kind.equals("window") || (kind.equals("join_window") && !op.equals("fetch_one")))
                 : kind.equals("session");
             if (!applies) continue;
             try {
