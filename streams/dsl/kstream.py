@@ -344,8 +344,8 @@ class KStream:
             raise TopologyError(f"print needs a Printed (Printed.to_sys_out() or Printed.to_file(path)), "
                                 f"got {printed!r}")
         # Kafka labels the lines with the printed stream's name, not the printer's
-        action = printed.action(self._node)
-        self._add(N.PRINTER, lambda: PeekProcessor(action, forward=False), key_serde=None, value_serde=None,
+        stream_name = self._node
+        self._add(N.PRINTER, lambda: printed.processor(stream_name), key_serde=None, value_serde=None,
                   name=printed.processor_name)
 
     def select_key(self, fn: Callable[[Any, Any], Any], *, name: Optional[str] = None) -> "KStream":

@@ -10,6 +10,7 @@ import threading
 from typing import Any, Callable, Optional, TextIO
 
 from streams.dsl import naming as N
+from streams.dsl.ops.stateless import PeekProcessor
 from streams.errors import TopologyError
 
 __all__ = ["Printed"]
@@ -24,18 +25,41 @@ def _default_mapper(key: Any, value: Any) -> str:
 
 
 class _Output:
-    """One destination shared by every task printing to it: whole lines under a lock, flushed
-    at once (standard output is looked up at each line, so a redirection made later holds)."""
+    """One destination shared by every task printing to it: whole lines under a lock. Standard
+    output gets each line at once (looked up at each line, so a redirection made later holds);
+    a file's lines are buffered and flushed when a printing processor closes (Kafka flushes
+    System.out per line and a file's writer at close)."""
 
     def __init__(self, file: Optional[TextIO]) -> None:
         self.file = file
         self.lock = threading.Lock()
 
     def write_line(self, line: str) -> None:
-        out = self.file if self.file is not None else sys.stdout
+        file = self.file
         with self.lock:
-            out.write(line + "\n")
-            out.flush()
+            if file is None:
+                out = sys.stdout
+                out.write(line + "\n")
+                out.flush()
+            else:
+                file.write(line + "\n")
+
+    def flush(self) -> None:
+        if self.file is not None:
+            with self.lock:
+                self.file.flush()
+
+
+class PrintProcessor(PeekProcessor):
+    """KStream.print's processor (Kafka's KStreamPrint): each record as a line, nothing forwarded;
+    a file's buffered lines flushed when it closes."""
+
+    def __init__(self, action: Callable[[Any, Any], None], output: _Output) -> None:
+        super().__init__(action, forward=False)
+        self.output = output
+
+    def close(self) -> None:
+        self.output.flush()
 
 
 class Printed:
@@ -81,11 +105,11 @@ class Printed:
         """Names the printing processor (Kafka's Printed.withName)."""
         return Printed(self._output, self.label, self.mapper, N.processor_name(processor_name, "Printed.with_name"))
 
-    def action(self, stream_name: str) -> Callable[[Any, Any], None]:
-        """What the printing processor calls for each record of the stream `stream_name`."""
+    def processor(self, stream_name: str) -> PrintProcessor:
+        """The printing processor of the stream `stream_name`."""
         label = self.label if self.label is not None else stream_name
         mapper, write_line = self.mapper, self._output.write_line
 
         def print_record(key: Any, value: Any) -> None:
             write_line(f"[{label}]: {_text(mapper(key, value))}")
-        return print_record
+        return PrintProcessor(print_record, self._output)

@@ -660,6 +660,15 @@ def test_print_to_a_file_with_a_label_and_a_mapper(tmp_path):
     assert path.read_text() == "[views]: a=X\n[views]: b=Y\n"
 
 
+def test_print_to_a_file_buffers_its_lines_until_the_printer_closes(tmp_path):
+    """Kafka's KStreamPrint flushes a file's writer when it closes (System.out per line)."""
+    path = tmp_path / "printed.txt"
+    with TopologyTestDriver(_print_topology(Printed.to_file(str(path))), CONFIG) as d:
+        d.create_input_topic("in", S, S).pipe_input("a", "x", timestamp=1)
+        assert path.read_text() == ""
+    assert path.read_text() == "[KSTREAM-MAPVALUES-0000000001]: a, X\n"
+
+
 def test_print_bad_inputs_are_typed_errors(tmp_path):
     for bad in ("", "  ", None):
         with pytest.raises(TopologyError, match="needs a file path"):
