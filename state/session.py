@@ -79,10 +79,11 @@ class SessionStore(StateStore):
                             latest_session_start_time: int) -> KeyValueIterator:
         ...
 
-    @abstractmethod
     def backward_find_sessions_range(self, key_from, key_to, earliest_session_end_time: int,
                                      latest_session_start_time: int) -> KeyValueIterator:
-        ...
+        """find_sessions_range backward (a store of its own may leave it out: Kafka's default
+        throws UnsupportedOperationException)."""
+        raise NotImplementedError(f"state store {self.name!r} does not read key ranges backward")
 
     def fetch(self, key) -> KeyValueIterator:
         """All live sessions of `key`."""
