@@ -82,6 +82,8 @@ def test_eddy_matches_kafka_streams(seed: int, kafka_streams_results: dict[int, 
     assert got["unnamed_resources"] == expected["unnamed_resources"], (
         _mismatch(seed, scenario, got, expected, "unnamed_resources"))
     assert _reads(got, expected) == _reads(expected, expected), _mismatch(seed, scenario, got, expected, "reads")
+    assert got.get("failed_at") == expected.get("failed_at"), (
+        f"seed {seed}: the task failed at record {got.get('failed_at')} in Eddy, {expected.get('failed_at')} in Kafka")
 
 
 def _reads(result: dict, kafka: dict) -> dict:
@@ -233,6 +235,7 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     # the failing twins of every kind of named function, inside joins' and cogroups' other
     # pipelines too (vocabulary.HANDLER_SHARE)
     handled = [s for s in scenarios if s.get("processing_handler")]
+    assert {s["processing_handler"] for s in handled} == {vocabulary.CONTINUE_HANDLER, vocabulary.FAIL_HANDLER}
     assert {s["family"] for s in handled} == {*vocabulary.FAMILIES, vocabulary.JOIN_FAMILY, vocabulary.COGROUP_FAMILY}
     assert {s["cache_max_bytes"] != vocabulary.NO_CACHE for s in handled} == {True, False}
     failing = set()

@@ -36,7 +36,8 @@ A share of all the scenarios (``HANDLER_SHARE``) run with ``processing_handler``
 (``log_and_continue``: Kafka's LogAndContinueProcessingExceptionHandler) and give some of their
 named functions their failing twins (``fails_<name>``, ``FAILING``: the function, raising on a
 value that contains ``FAIL_MARK``): what each node drops, and what it did before it failed,
-must be Kafka's.
+must be Kafka's. A quarter of them run with ``log_and_fail`` instead: the record the task failed
+at (``failed_at``) and what came out before it are compared.
 
 Join scenarios (family ``join``, ``JOINS``): a join step joins the current KStream or KTable with
 the pipeline its ``other`` describes (over its ``topic``, ``right`` or ``right2``, its stores
@@ -702,6 +703,10 @@ NAMEABLE_OPS = ("filter", "filter_not", "select_key", "map_values", "flat_map_va
 HANDLER_SHARE = float(os.environ.get("EDDY_CONFORMANCE_HANDLER_SHARE", "0.2"))
 FAILING_SHARE = 0.4
 CONTINUE_HANDLER = "log_and_continue"
+#: the share of those that run with ``log_and_fail`` instead (Kafka's default,
+#: LogAndFailProcessingExceptionHandler): the first failing function fails the task; the
+#: record it failed at (``failed_at``) and what came out before are compared, not the stores
+FAIL_HANDLER, FAIL_HANDLER_SHARE = "log_and_fail", 0.25
 #: the share of the scenarios whose stores a config chooses (``dsl_store``, see the module doc)
 DSL_STORE_SHARE = 0.25
 DSL_STORES = ("builder", "app")
@@ -778,6 +783,8 @@ def generate(seed: int) -> dict:
     if rng.random() < HANDLER_SHARE:
         scenario["processing_handler"] = CONTINUE_HANDLER
         _fail_steps(scenario["ops"], rng)
+        if random.Random(f"fail-{seed // 2}").random() < FAIL_HANDLER_SHARE:
+            scenario["processing_handler"] = FAIL_HANDLER
     return scenario
 
 
@@ -1491,7 +1498,10 @@ def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | No
         config["dsl.store.suppliers.class"] = KAFKA_IN_MEMORY_SUPPLIERS
     if scenario.get("processing_handler"):
         config["processing.exception.handler"] = scenario["processing_handler"]
-    with TopologyTestDriver(built.topology, config) as driver:
+    failed_at = None
+    failing = scenario.get("processing_handler") == FAIL_HANDLER
+    driver = TopologyTestDriver(built.topology, config)
+    try:
         topics = {}
         with_headers = scenario.get("headers", False)
         for index, record in enumerate(scenario["records"]):
@@ -1500,18 +1510,42 @@ def run_eddy(scenario: dict, state_dir: str | None = None, *, history: list | No
             if topic not in topics:
                 topics[topic] = driver.create_input_topic(topic, serdes.STRING, serdes.STRING)
             headers = ((HEADER_KEY, str(index).encode()),) if with_headers else None
-            topics[topic].pipe_input(key, value, ts, headers=headers)
+            sent_before = {t: len(driver.producer_history(t)) for t in (OUTPUT, OUTPUT2)} if failing else None
+            try:
+                topics[topic].pipe_input(key, value, ts, headers=headers)
+            except Exception:  # the failing function's own error (Eddy lets it through as it is)
+                if not failing:
+                    raise
+                # the task failed here: what came out before is compared. What the failing
+                # record sent before it failed is left out: Kafka's driver captures a record's
+                # output once it is processed, so a failing one's never shows (Eddy's shows what
+                # an at-least-once producer sends)
+                failed_at = index
+                break
         output = []
         for topic in (OUTPUT, OUTPUT2) if scenario.get("output_extractor") else (OUTPUT,):
             sink = driver.create_output_topic(topic, _output_key_serde(built), _serde(built.value_type))
             # output2's rows say so (each topic is read whole: the drivers do not interleave them)
             tag = [] if topic == OUTPUT else [topic]
+            records = sink.read_records_to_list()
+            if failed_at is not None:
+                records = records[:sent_before[topic]]
             output += [[_key(r.key), r.value, r.timestamp,
                         *([[None if v is None else v.decode() for _, v in r.headers]] if with_headers else []), *tag]
-                       for r in sink.read_records_to_list()]
-        stores = {name: _store_rows(driver, name, kind) for name, kind in built.compared_stores()}
-        reads = {name: _store_reads(driver, scenario, name, kind) for name, kind in built.compared_stores()}
+                       for r in records]
+        compared = built.compared_stores() if failed_at is None else ()
+        stores = {name: _store_rows(driver, name, kind) for name, kind in compared}
+        reads = {name: _store_reads(driver, scenario, name, kind) for name, kind in compared}
         if history is not None:
             history += driver.producer_history()
+    finally:
+        try:
+            driver.close()
+        except Exception:  # under log_and_fail a failing function may first run in the close's flush
+            if not failing:
+                raise
+            if failed_at is None:
+                failed_at = "close"
     return {"output": output, "store": canonical(scenario, stores), "topology": str(built.topology.describe()),
-            "unnamed_resources": unnamed_resources, "reads": reads}
+            "unnamed_resources": unnamed_resources, "reads": reads,
+            **({} if failed_at is None else {"failed_at": failed_at})}
