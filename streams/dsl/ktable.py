@@ -49,8 +49,8 @@ class KTable:
         self._send_old = [old_values and not source]
         # how a join reads this table's current value (see _value_getter_supplier)
         self._getter: Optional[ValueGetterSupplier] = None
-        self._compute: Optional[Callable[[], Callable[[Any, Any], Any]]] = None
-        # an unmaterialized transform_values' getter (its transformer needs the task's context)
+        # an unmaterialized table operation's getter for `op` (its own computation over this
+        # table's parent's getter)
         self._getter_factory: Optional[Callable[[str], ValueGetterSupplier]] = None
         self._join_parents: tuple = ()
 
@@ -117,8 +117,6 @@ class KTable:
             return StoreValueGetter(self.store_name)
         if self._getter_factory is not None:
             return self._getter_factory(op)
-        if self._compute is not None and self._parent is not None:
-            return MappedValueGetter(self._parent._value_getter_supplier(op), self._compute)
         raise TopologyError(f"{op}: the table {self._node} cannot be read by a join (a suppressed table keeps no "
                             "value to look up); materialize it first, e.g. .filter(lambda k, v: True, store=...)")
 
@@ -145,8 +143,9 @@ class KTable:
             value_serde = value_serde if mat is None else mat.value_serde or value_serde
             table = KTable(self._builder, name, key_serde, value_serde, None, parent=self, old_values=False,
                            windows=self._windows)
-            if getter is None:
-                table._compute = lambda: make(None, False, lambda: False).compute  # its value getter's computation
+            if getter is None:  # the operator's computation over this table's getter
+                compute = lambda: make(None, False, lambda: False).compute  # noqa: E731
+                table._getter_factory = lambda op: MappedValueGetter(self._value_getter_supplier(op), compute)
             else:
                 table._getter_factory = lambda op: getter(table, op)
         else:

@@ -174,6 +174,7 @@ class StreamStreamJoinLogic:
         if self.outer_store is not None:
             self._recover_min_time()
         self._steps = (self._step(self.left), self._step(self.right))
+        self._window_puts = (self._window_put(self.left), self._window_put(self.right))
 
     def _recover_min_time(self) -> None:
         """After a restart the outer store may hold records; start from the oldest one."""
@@ -187,13 +188,13 @@ class StreamStreamJoinLogic:
         """The left side's join, then its windowed node's put (what the two nodes do)."""
         self._steps[0](key, value, timestamp, (), topic, partition, offset)
         if key is not None:
-            self.window_put(True)(key, value, timestamp, topic, partition, offset)
+            self._window_puts[0](key, value, timestamp, topic, partition, offset)
 
     def process_right(self, key: Any, value: Any, timestamp: int, *, topic: str = "", partition: int = -1,
                       offset: int = -1) -> None:
         self._steps[1](key, value, timestamp, (), topic, partition, offset)
         if key is not None:
-            self.window_put(False)(key, value, timestamp, topic, partition, offset)
+            self._window_puts[1](key, value, timestamp, topic, partition, offset)
 
     def route(self, is_left: bool, forward: Callable[[Any, Any, int, Any], None],
               failed: Callable[[], None]) -> None:
@@ -268,7 +269,9 @@ class StreamStreamJoinLogic:
         side's store, a None value too (the store logs it and keeps nothing; an in-memory one
         observes its time); a put the store skips as expired is counted and logged as Kafka's
         store does (the record named by `record_metadata()` without a topic)."""
-        side = self.left if is_left else self.right
+        return self._window_puts[0 if is_left else 1]
+
+    def _window_put(self, side: _Side) -> Callable[..., None]:
         this_put, inner = side.this_store.put, side.this_inner
 
         def put(key: Any, value: Any, timestamp: int, topic: Optional[str] = None, partition: int = -1,

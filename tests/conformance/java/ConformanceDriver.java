@@ -806,60 +806,52 @@ public final class ConformanceDriver {
 
     static ArrayNode storeRead(TopologyTestDriver driver, ObjectMapper json, String name, String family, String op,
                                JsonNode read) {
-        {
-            ArrayNode rows = json.createArrayNode();
-            Object single = null;
-            boolean isSingle = false;
-            KeyValueIterator it = null;
-            if (family.equals("kv")) {
-                org.apache.kafka.streams.state.KeyValueStore store = driver.getKeyValueStore(name);
-                if (op.equals("range")) it = store.range(text(read.get(1)), text(read.get(2)));
-                else if (op.equals("reverse_range")) it = store.reverseRange(text(read.get(1)), text(read.get(2)));
-                else it = store.prefixScan(text(read.get(1)), new StringSerializer());
-            } else if (family.equals("window")) {
-                org.apache.kafka.streams.state.WindowStore store = driver.getWindowStore(name);
-                java.util.function.LongFunction<java.time.Instant> at = java.time.Instant::ofEpochMilli;
-                int n = read.size();
-                java.time.Instant t0 = at.apply(read.get(n - 2).asLong()), t1 = at.apply(read.get(n - 1).asLong());
-                switch (op) {
-                    case "fetch_one": isSingle = true; single = store.fetch(text(read.get(1)), read.get(2).asLong()); break;
-                    case "fetch": it = store.fetch(text(read.get(1)), t0, t1); break;
-                    case "backward_fetch": it = store.backwardFetch(text(read.get(1)), t0, t1); break;
-                    case "fetch_range": it = store.fetch(text(read.get(1)), text(read.get(2)), t0, t1); break;
-                    case "backward_fetch_range": it = store.backwardFetch(text(read.get(1)), text(read.get(2)), t0, t1); break;
-                    case "fetch_all": it = store.fetchAll(t0, t1); break;
-                    default: it = store.backwardFetchAll(t0, t1);
-                }
-            } else {
-                org.apache.kafka.streams.state.SessionStore store = driver.getSessionStore(name);
-                switch (op) {
-                    case "find_sessions": it = store.findSessions(text(read.get(1)), read.get(2).asLong(), read.get(3).asLong()); break;
-                    case "backward_find_sessions": it = store.backwardFindSessions(text(read.get(1)), read.get(2).asLong(), read.get(3).asLong()); break;
-                    case "find_sessions_range": it = store.findSessions(text(read.get(1)), text(read.get(2)), read.get(3).asLong(), read.get(4).asLong()); break;
-                    case "backward_find_sessions_range": it = store.backwardFindSessions(text(read.get(1)), text(read.get(2)), read.get(3).asLong(), read.get(4).asLong()); break;
-                    case "fetch": it = store.fetch(text(read.get(1))); break;
-                    case "backward_fetch": it = store.backwardFetch(text(read.get(1))); break;
-                    case "fetch_range": it = store.fetch(text(read.get(1)), text(read.get(2))); break;
-                    default: it = store.backwardFetch(text(read.get(1)), text(read.get(2)));
-                }
+        ArrayNode rows = json.createArrayNode();
+        KeyValueIterator it = null;
+        if (family.equals("kv")) {
+            org.apache.kafka.streams.state.KeyValueStore store = driver.getKeyValueStore(name);
+            if (op.equals("range")) it = store.range(text(read.get(1)), text(read.get(2)));
+            else if (op.equals("reverse_range")) it = store.reverseRange(text(read.get(1)), text(read.get(2)));
+            else it = store.prefixScan(text(read.get(1)), new StringSerializer());
+        } else if (family.equals("window")) {
+            org.apache.kafka.streams.state.WindowStore store = driver.getWindowStore(name);
+            java.util.function.LongFunction<java.time.Instant> at = java.time.Instant::ofEpochMilli;
+            int n = read.size();
+            java.time.Instant t0 = at.apply(read.get(n - 2).asLong()), t1 = at.apply(read.get(n - 1).asLong());
+            switch (op) {
+                case "fetch_one": addValue(rows, store.fetch(text(read.get(1)), read.get(2).asLong())); return rows;
+                case "fetch": it = store.fetch(text(read.get(1)), t0, t1); break;
+                case "backward_fetch": it = store.backwardFetch(text(read.get(1)), t0, t1); break;
+                case "fetch_range": it = store.fetch(text(read.get(1)), text(read.get(2)), t0, t1); break;
+                case "backward_fetch_range": it = store.backwardFetch(text(read.get(1)), text(read.get(2)), t0, t1); break;
+                case "fetch_all": it = store.fetchAll(t0, t1); break;
+                default: it = store.backwardFetchAll(t0, t1);
             }
-            if (isSingle) {
-                addValue(rows, single);
-                return rows;
+        } else {
+            org.apache.kafka.streams.state.SessionStore store = driver.getSessionStore(name);
+            switch (op) {
+                case "find_sessions": it = store.findSessions(text(read.get(1)), read.get(2).asLong(), read.get(3).asLong()); break;
+                case "backward_find_sessions": it = store.backwardFindSessions(text(read.get(1)), read.get(2).asLong(), read.get(3).asLong()); break;
+                case "find_sessions_range": it = store.findSessions(text(read.get(1)), text(read.get(2)), read.get(3).asLong(), read.get(4).asLong()); break;
+                case "backward_find_sessions_range": it = store.backwardFindSessions(text(read.get(1)), text(read.get(2)), read.get(3).asLong(), read.get(4).asLong()); break;
+                case "fetch": it = store.fetch(text(read.get(1))); break;
+                case "backward_fetch": it = store.backwardFetch(text(read.get(1))); break;
+                case "fetch_range": it = store.fetch(text(read.get(1)), text(read.get(2))); break;
+                default: it = store.backwardFetch(text(read.get(1)), text(read.get(2)));
             }
-            try {
-                while (it.hasNext()) {
-                    KeyValue kv = (KeyValue) it.next();
-                    ArrayNode row = rows.addArray();
-                    if (kv.key instanceof Long) row.add((Long) kv.key);  // a window fetch of one key: its start
-                    else addKey(row, kv.key);
-                    addValue(row, kv.value instanceof ValueAndTimestamp ? ((ValueAndTimestamp) kv.value).value() : kv.value);
-                }
-            } finally {
-                it.close();
-            }
-            return rows;
         }
+        try {
+            while (it.hasNext()) {
+                KeyValue kv = (KeyValue) it.next();
+                ArrayNode row = rows.addArray();
+                if (kv.key instanceof Long) row.add((Long) kv.key);  // a window fetch of one key: its start
+                else addKey(row, kv.key);
+                addValue(row, kv.value instanceof ValueAndTimestamp ? ((ValueAndTimestamp) kv.value).value() : kv.value);
+            }
+        } finally {
+            it.close();
+        }
+        return rows;
     }
 
     static ArrayNode storeRows(TopologyTestDriver driver, ObjectMapper json, String name, String kind) {

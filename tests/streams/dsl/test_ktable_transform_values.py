@@ -73,15 +73,21 @@ def test_a_materialized_transform_is_queryable():
 def test_a_join_reads_an_unmaterialized_transform_through_its_own_transformer():
     """t2's update reads t's value transformed ("X"); t's later update goes through the
     transform processor and joins t2's value."""
+    assert _joined_with_transform(Upper) == [("k", "y+X", 2), ("k", "y+Z", 3)]
+
+
+def _joined_with_transform(transformer_supplier) -> list:
+    """t2 joined with t.transform_values(transformer_supplier), unmaterialized: t's "x"@1, t2's
+    "y"@2 (a lookup through the getter), t's "z"@3 (through the processor); the join's output."""
     b = StreamsBuilder()
     t = b.table("t", key_serde=S, value_serde=S)
     t2 = b.table("t2", key_serde=S, value_serde=S)
-    t2.join(t.transform_values(Upper), lambda left, right: f"{left}+{right}").to_stream().to("out")
+    t2.join(t.transform_values(transformer_supplier), lambda left, right: f"{left}+{right}").to_stream().to("out")
     with TopologyTestDriver(b.build(), CONFIG) as d:
         d.create_input_topic("t", S, S).pipe_input("k", "x", timestamp=1)
         d.create_input_topic("t2", S, S).pipe_input("k", "y", timestamp=2)
         d.create_input_topic("t", S, S).pipe_input("k", "z", timestamp=3)
-        assert _records(d.create_output_topic("out", S, S)) == [("k", "y+X", 2), ("k", "y+Z", 3)]
+        return _records(d.create_output_topic("out", S, S))
 
 
 def test_old_values_are_transformed_for_a_table_aggregation():
@@ -111,15 +117,7 @@ class _Contexts:
 def test_a_getters_transformer_runs_in_a_record_context_of_its_own():
     """Kafka's KTableTransformValuesGetter: no input record while a join's lookup transforms; the
     table's own updates are transformed in their record's context."""
-    b = StreamsBuilder()
-    t = b.table("t", key_serde=S, value_serde=S)
-    t2 = b.table("t2", key_serde=S, value_serde=S)
-    t2.join(t.transform_values(_Contexts), lambda left, right: f"{left}+{right}").to_stream().to("out")
-    with TopologyTestDriver(b.build(), CONFIG) as d:
-        d.create_input_topic("t", S, S).pipe_input("k", "x", timestamp=1)
-        d.create_input_topic("t2", S, S).pipe_input("k", "y", timestamp=2)
-        d.create_input_topic("t", S, S).pipe_input("k", "z", timestamp=3)
-        assert _records(d.create_output_topic("out", S, S)) == [("k", "y+x<None>", 2), ("k", "y+z<t>", 3)]
+    assert _joined_with_transform(_Contexts) == [("k", "y+x<None>", 2), ("k", "y+z<t>", 3)]
 
 
 class _Forwarding:
