@@ -635,12 +635,23 @@ class ThreadCache:
                 self._total_bytes -= cache.size_bytes
 
     def resize(self, max_bytes: int) -> None:
+        """A new budget (the app's thread count changed). Shrinking evicts until the thread's
+        caches fit it, as Kafka's ThreadCache.resize: one eldest entry of each named cache in
+        turn, round and round, so every store gives up its share (an evicted dirty entry
+        flushes its cache, as any eviction does)."""
         self._check_max(max_bytes)
         with self.lock:
             self.max_bytes = max_bytes
-            for cache in list(self._caches.values()):
-                while cache.entries and self.size_bytes > max_bytes:
-                    cache.evict_eldest()
+            while self._total_bytes > max_bytes:
+                evicted = False
+                for cache in list(self._caches.values()):
+                    if self._total_bytes <= max_bytes:
+                        break
+                    if cache.entries:
+                        cache.evict_eldest()  # (brings the total along itself)
+                        evicted = True
+                if not evicted:
+                    break
 
     def stats(self, namespace: str) -> dict:
         with self.lock:

@@ -4,7 +4,10 @@ States (Kafka's KafkaStreams.State): CREATED -> REBALANCING <-> RUNNING -> PENDI
 NOT_RUNNING, and PENDING_ERROR -> ERROR when a thread dies and the uncaught exception handler
 says to shut the client down (SHUTDOWN_CLIENT, the default) or the whole application
 (SHUTDOWN_APPLICATION: every running instance ends in ERROR, see `shutdown_requests`);
-REPLACE_THREAD starts a new thread in the dead one's place.
+REPLACE_THREAD starts a new thread in the dead one's place. `add_stream_thread()` and
+`remove_stream_thread()` change the thread count while the app runs (Kafka's addStreamThread and
+removeStreamThread): the group rebalances the tasks over the threads, and the threads share the
+record cache and the input buffer equally.
 
 Task placement: the group's assignor (cooperative-sticky, or range when a sub-topology reads
 several topics, since only range keeps co-partitioned topics together) hands out source
@@ -44,7 +47,7 @@ from streams.internal_topics import InternalTopicManager
 from streams.metrics import MetricsRegistry
 from streams.runtime.config import StreamsConfig
 from streams.runtime.global_thread import GlobalStreamThread, GlobalThreadState
-from streams.runtime.errors import RuntimeStateError
+from streams.runtime.errors import InvalidTimeoutError, RuntimeStateError, ThreadRemovalTimeoutError
 from streams.runtime.internal import plan_internal_topics
 from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
 from streams.runtime.snapshots import AppSnapshots
@@ -285,7 +288,9 @@ class App:
             **plan.specs, shutdown_topic_name(self.application_id): shutdown_topic_spec(self.config.replication_factor)})
         return plan
 
-    def _new_thread(self, index: int) -> StreamThread:
+    def _new_thread(self, index: int, live_threads: Optional[int] = None) -> StreamThread:
+        """Stream thread number `index`, taking its share for `live_threads` stream threads
+        (default num.stream.threads)."""
         thread = StreamThread(
             index, topology=self.topology, subtopologies=self.subtopologies, config=self.config,
             backend=self._backend, admin=self._admin, state_directory=self._state_directory,
@@ -293,7 +298,8 @@ class App:
             restore_listener=self._restore_listener, on_state_change=self._on_thread_state,
             on_error=self._on_thread_error, on_tasks_changed=self._on_tasks_changed,
             assignment_strategy=self._assignment_strategy, on_failure=self._on_thread_failure,
-            shutdown_requested=self._shutdown_requested, metrics=self._metrics, global_stores=self._global_stores)
+            shutdown_requested=self._shutdown_requested, metrics=self._metrics, global_stores=self._global_stores,
+            live_threads=live_threads)
         if self._fault_injector is not None:
             injector = self._fault_injector
             thread.fault_injector = lambda point, th=thread: injector(th, point)
@@ -305,6 +311,85 @@ class App:
         self._fault_injector = injector
         for thread in self.threads:
             thread.fault_injector = None if injector is None else (lambda point, th=thread: injector(th, point))
+
+    # ---- the thread count (Kafka's addStreamThread / removeStreamThread) --------------------
+
+    def _live_threads(self) -> list[StreamThread]:
+        """The stream threads neither stopping nor dead (Kafka's numLiveStreamThreads), after
+        trimming the dead ones from `threads` (their numbers are free again). The lock is held."""
+        self.threads[:] = [t for t in self.threads if t.state is not ThreadState.DEAD]
+        return [t for t in self.threads if not t.stopping and t.state is not ThreadState.PENDING_SHUTDOWN]
+
+    def _next_thread_index(self) -> int:
+        """The lowest number no stream thread in `threads` has (Kafka's nextThreadIndex: the
+        names of stopped threads are reused). The lock is held."""
+        taken = {t.index for t in self.threads if t.state is not ThreadState.DEAD}
+        index = 1
+        while index in taken:
+            index += 1
+        return index
+
+    def add_stream_thread(self) -> Optional[str]:
+        """Start one more stream thread (Kafka's addStreamThread). It joins the group, and the
+        rebalance that follows gives it its share of the tasks; the live threads' caches and
+        input buffers become statestore.cache.max.bytes and input.buffer.max.bytes over the new
+        count, each thread resizing its own at its next loop turn. Returns the new thread's name
+        (`<application.id>-StreamThread-<n>`, n the lowest free number), or None when the app is
+        not RUNNING or REBALANCING, or its topology has no stream tasks (global stores only)."""
+        with self._lock:
+            if not self._state.is_running_or_rebalancing():
+                log.warning("cannot add a stream thread while the app is %s", self._state.value)
+                return None
+            if not self.subtopologies:
+                log.warning("cannot add a stream thread: the topology has global stores only")
+                return None
+            live = self._live_threads()
+            count = len(live) + 1
+            for other in live:
+                other.resize(count)
+            thread = self._new_thread(self._next_thread_index(), live_threads=count)
+            self.threads.append(thread)
+            log.info("adding %s: %d live stream threads, %d cache bytes each", thread.name, count,
+                     thread.cache_max_bytes)
+            thread.start()
+        self._update_standbys()
+        return thread.name
+
+    def remove_stream_thread(self, timeout: Optional[float] = None) -> Optional[str]:
+        """Stop one live stream thread (Kafka's removeStreamThread: the first one started that
+        is not the caller, unless it is the only one). It commits, closes its tasks and leaves
+        the group, whose rebalance moves its tasks to the other threads and instances; the
+        remaining live threads' caches and input buffers grow to the totals over their count.
+        Waits up to `timeout` seconds for the thread to end (None: as long as it takes; a thread
+        removing itself is not waited for). Returns the thread's name, or None when the app is
+        not RUNNING or REBALANCING or no thread is live. Raises ThreadRemovalTimeoutError when
+        the thread did not end within `timeout` (it goes on stopping)."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout >= 0):
+            raise InvalidTimeoutError(f"remove_stream_thread: timeout must be None or seconds >= 0, got {timeout!r}")
+        deadline = None if timeout is None or timeout == float("inf") else time.monotonic() + timeout
+        me = threading.current_thread()
+        with self._lock:
+            if not self._state.is_running_or_rebalancing():
+                log.warning("cannot remove a stream thread while the app is %s", self._state.value)
+                return None
+            live = self._live_threads()
+            victim = next((t for t in live if t is not me or len(live) == 1), None)
+            if victim is None:
+                log.warning("no stream thread can be removed: none is live")
+                return None
+            log.info("removing %s", victim.name)
+            victim.shutdown()
+        if victim is not me:
+            victim.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            remaining = self._live_threads()  # (trims the victim once it is dead)
+            for other in remaining:
+                other.resize(len(remaining))
+        self._update_standbys()
+        if victim is not me and victim.is_alive():
+            raise ThreadRemovalTimeoutError(f"{victim.name} did not stop within {timeout} s")
+        return victim.name
 
     # ---- thread events ----------------------------------------------------------------------
 
@@ -465,8 +550,11 @@ class App:
         if response is StreamThreadExceptionResponse.REPLACE_THREAD and self._state.is_running_or_rebalancing():
             log.warning("replacing %s after: %r", thread.name, exc)
             with self._lock:
-                replacement = self._new_thread(thread.index)
-                self.threads[self.threads.index(thread)] = replacement
+                live = self._live_threads()  # (trims the dead thread: add_stream_thread may have)
+                # its number, unless a thread added meanwhile took it
+                index = thread.index if all(t.index != thread.index for t in self.threads) else self._next_thread_index()
+                replacement = self._new_thread(index, live_threads=len(live) + 1)
+                self.threads.append(replacement)
             replacement.start()
             return
         if response is not StreamThreadExceptionResponse.SHUTDOWN_APPLICATION:
@@ -521,7 +609,7 @@ class App:
             if not self.wait_for_state(AppState.ERROR, timeout=timeout if timeout is not None else 1e9):
                 return False
             self._set_state(AppState.PENDING_SHUTDOWN)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None or timeout == float("inf") else time.monotonic() + timeout
         self._standby_wakeup.set()  # the placer sees the state and ends
         for t in self.threads:
             t.shutdown()

@@ -9,6 +9,14 @@ class RuntimeStateError(StreamsError):
     """A state machine (task, thread, App) was asked for a transition its state does not allow."""
 
 
+class InvalidTimeoutError(StreamsError, ValueError):
+    """A timeout argument that is not None or a number of seconds >= 0."""
+
+
+class ThreadRemovalTimeoutError(StreamsError, TimeoutError):
+    """App.remove_stream_thread: the thread did not stop within the timeout (it goes on stopping)."""
+
+
 class TaskMigratedError(StreamsError):
     """The thread lost ownership of its tasks (fenced producer, stale group generation):
     they must be closed dirty and revived."""

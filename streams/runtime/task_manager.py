@@ -123,11 +123,12 @@ class TaskManager:
         # partition (word count fell to 1/5).
         self._max_buffered = config.buffered_records_per_partition
         self._over_limit: list[tuple[str, int]] = []
-        # input.buffer.max.bytes (KIP-770), this thread's share: over it, every partition with
-        # records buffered is paused until the buffers are back under it (`_check_buffer_bytes`).
-        # Counting the bytes means reading every buffered record, so it is done only when the
-        # buffered records times the largest record added could be over the share.
-        self._max_buffer_bytes = config.input_buffer_max_bytes // max(1, config.num_stream_threads)
+        # input.buffer.max.bytes (KIP-770), this thread's share (the thread sets it, and again when
+        # the app's thread count changes): over it, every partition with records buffered is paused
+        # until the buffers are back under it (`_check_buffer_bytes`). Counting the bytes means
+        # reading every buffered record, so it is done only when the buffered records times the
+        # largest record added could be over the share.
+        self.input_buffer_max_bytes = config.input_buffer_max_bytes // max(1, config.num_stream_threads)
         self._largest_record = 0  # key and value bytes of the largest record buffered, or added since
         # the partitions the two bounds hold paused, with the bounds (RECORDS, BYTES) holding each:
         # the consumer pauses a partition when a first bound holds it, resumes it when the last lets go
@@ -573,10 +574,10 @@ class TaskManager:
         buffered (the others may still fetch: their tasks may be waiting for them); once back
         under it, let them go."""
         total, self._largest_record = self.buffered_bytes()
-        if total > self._max_buffer_bytes:
+        if total > self.input_buffer_max_bytes:
             nonempty = [tp for task in self._running for tp, q in task.partition_group.queues.items() if q]
             log.debug("%s: %d bytes buffered, over input.buffer.max.bytes' share of %d: holding %d partitions",
-                      self.thread_id, total, self._max_buffer_bytes, len(nonempty))
+                      self.thread_id, total, self.input_buffer_max_bytes, len(nonempty))
             self._hold(nonempty, BYTES)
         else:
             self._release(self.held_by(BYTES), BYTES)
@@ -596,7 +597,7 @@ class TaskManager:
         if self._over_limit:
             self._pause_full()
         if (any(BYTES in bounds for bounds in self._held.values())
-                or self.buffered() * self._largest_record > self._max_buffer_bytes):
+                or self.buffered() * self._largest_record > self.input_buffer_max_bytes):
             self._check_buffer_bytes()
         return total
 

@@ -86,12 +86,14 @@ class StreamThread(threading.Thread):
                  assignment_strategy: str = "cooperative-sticky",
                  on_failure: Optional[Callable[["StreamThread", BaseException], None]] = None,
                  shutdown_requested: Optional[Callable[[], bool]] = None, metrics: Any = None,
-                 global_stores: Optional[dict] = None) -> None:
+                 global_stores: Optional[dict] = None, live_threads: Optional[int] = None) -> None:
         """`on_failure` runs when the loop fails, before the thread closes its tasks and leaves
         the group (where Kafka Streams calls its uncaught exception handler); `on_error` runs
         once the thread is dead. `shutdown_requested` is asked on every non-empty assignment:
         True means the application is shutting down, and the thread stops without processing
-        what it was given."""
+        what it was given. `live_threads`: how many stream threads the app runs with this one
+        (default num.stream.threads), which share statestore.cache.max.bytes and
+        input.buffer.max.bytes equally (`resize` when the count changes)."""
         self.metrics = metrics  # the App's MetricsRegistry (task sensors register there)
         self.global_stores = global_stores  # the App's global stores, which every task may read
         super().__init__(name=f"{config.application_id}-StreamThread-{index}", daemon=True)
@@ -139,6 +141,10 @@ class StreamThread(threading.Thread):
         self.processed_total = 0
         self.snapshots = ThreadSnapshots()  # store snapshots taken right after a commit
         self.transactional_id = f"{config.application_id}-{process_id}-{index}" if config.eos_enabled else None
+        self.cache_max_bytes, self.input_buffer_max_bytes = self.shares(
+            config, live_threads if live_threads is not None else config.num_stream_threads)
+        # (cache bytes, input buffer bytes) the loop applies at its next turn (`resize`)
+        self._resize_to: Optional[tuple[int, int]] = None
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -151,6 +157,22 @@ class StreamThread(threading.Thread):
             self.state = new
         if old is not new:
             self._on_state_change(self, new, old)
+
+    @staticmethod
+    def shares(config: StreamsConfig, live_threads: int) -> tuple[int, int]:
+        """One thread's share of statestore.cache.max.bytes and of input.buffer.max.bytes when
+        the app runs `live_threads` stream threads (Kafka's cacheSizePerThread: the total over
+        the threads)."""
+        threads = max(1, live_threads)
+        return max(1, config.cache_max_bytes // threads), config.input_buffer_max_bytes // threads
+
+    def resize(self, live_threads: int) -> None:
+        """Take this thread's share for `live_threads` stream threads (the app added or removed
+        one). Applied by the thread itself at its next loop turn, as Kafka's resizeCache: a
+        smaller cache evicts (ThreadCache.resize), and what that flushes is forwarded on this
+        thread, like any eviction."""
+        self.cache_max_bytes, self.input_buffer_max_bytes = self.shares(self.config, live_threads)
+        self._resize_to = (self.cache_max_bytes, self.input_buffer_max_bytes)
 
     def set_desired_standbys(self, task_ids: frozenset) -> None:
         self.desired_standbys = task_ids
@@ -233,11 +255,12 @@ class StreamThread(threading.Thread):
         self.task_manager = TaskManager(
             self.topology, self.subtopologies, config=cfg, state_directory=self.state_directory,
             consumer=self.consumer, collector=self.collector, reader=reader,
-            thread_cache=ThreadCache(max(1, cfg.cache_max_bytes // cfg.num_stream_threads)),
+            thread_cache=ThreadCache(self.cache_max_bytes),
             clock_ms=_wall_clock_ms, reset_producer=self._reset_producer,
             metrics=self.metrics, thread_id=self.name, global_stores=self.global_stores,
             reset_policies=policies, default_reset_policy=default_reset, cooperative=self._cooperative)
         self.task_manager.on_tasks_changed = self._tasks_changed
+        self.task_manager.input_buffer_max_bytes = self.input_buffer_max_bytes
 
     def _tasks_changed(self) -> None:
         self.active_task_ids = frozenset(self.task_manager.tasks)
@@ -363,6 +386,12 @@ class StreamThread(threading.Thread):
 
     def _run_once(self) -> None:
         tm = self.task_manager
+        resize = self._resize_to
+        if resize is not None:
+            self._resize_to = None
+            log.info("%s: cache resized to %d bytes, input buffer to %d bytes", self.name, *resize)
+            tm.input_buffer_max_bytes = resize[1]
+            tm.thread_cache.resize(resize[0])
         self._inject("poll")
         if self._applied_standby_version != self._standby_version:
             self._applied_standby_version = self._standby_version

@@ -163,6 +163,32 @@ def test_budget_shared_between_stores(tmp_path):
     assert cache.size_bytes == 0
 
 
+def test_shrinking_evicts_from_every_store_in_turn(tmp_path):
+    # Kafka's ThreadCache.resize: one eldest entry of each named cache in turn until the caches
+    # fit, so both stores give up entries (not the first store's all, then the second's)
+    size = entry_size(b"k1", b"v1")
+    cache = ThreadCache(6 * size)
+    ctx = RecordingContext(tmp_path / "0_3")
+    stores = [CachingKeyValueStore(InMemoryKeyValueStore(name), cache) for name in ("one", "two")]
+    flushed: dict = {"one": [], "two": []}
+    for store in stores:
+        store.init(ctx)
+        store.set_flush_listener(lambda *a, out=flushed[store.name]: out.append(a[0]))
+        for i in (1, 2, 3):
+            store.put(b"k%d" % i, b"v%d" % i, timestamp=i)
+    assert cache.size_bytes == 6 * size
+    cache.resize(3 * size)  # three evictions: one's k1 (flushing its three), two's k1 (the same), one's k2
+    assert flushed == {"one": [b"k1", b"k2", b"k3"], "two": [b"k1", b"k2", b"k3"]}
+    assert cache.size_bytes == 3 * size
+    assert [store.get(b"k3") for store in stores] == [b"v3", b"v3"]  # read through, or still cached
+    stats = [cache.stats(f"{ctx.task_id}-{name}") for name in ("one", "two")]
+    assert [s["evictions"] for s in stats] == [2, 1]
+    cache.resize(0)  # every entry goes; the stores' caches are empty, nothing left to evict
+    assert cache.size_bytes == 0
+    for store in stores:
+        store.close()
+
+
 def test_range_merges_cache_and_store(inner, ctx):
     store, _, _ = make(inner, ctx)
     for k in (b"a", b"c", b"e", b"g"):

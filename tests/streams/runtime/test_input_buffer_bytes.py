@@ -51,7 +51,7 @@ def test_a_thread_over_its_byte_share_pauses_what_it_buffers_and_resumes_once_un
     app.start()
     try:
         assert app.wait_for_state(AppState.RUNNING, timeout=60)
-        assert [t.task_manager._max_buffer_bytes for t in app.threads] == [share] * threads
+        assert [t.task_manager.input_buffer_max_bytes for t in app.threads] == [share] * threads
         tp = (a, 0)
         seen = {}
 

@@ -1,0 +1,138 @@
+"""Changing an App's thread count while it runs (Kafka's addStreamThread / removeStreamThread):
+the group spreads the tasks over the threads, the threads share the record cache, nothing is lost
+and, under exactly_once_v2, nothing is counted twice."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from streams import App, AppState, Processor
+from streams.runtime.errors import InvalidTimeoutError, ThreadRemovalTimeoutError
+from streams.runtime.thread import ThreadState
+
+from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, pass_through_topology, unique, wait_for,
+                           wordcount_topology)
+
+CACHE = 1_000_000  # statestore.cache.max.bytes of the apps below
+
+
+def _live(app: App) -> list:
+    return [t for t in app.threads if t.state is not ThreadState.DEAD and not t.stopping]
+
+
+def _shared(app: App, threads: int, tasks: int) -> bool:
+    """`threads` live threads, each running with tasks of its own, `tasks` in all, and each
+    thread's cache resized to its share."""
+    live = _live(app)
+    if app.state is not AppState.RUNNING or len(live) != threads:
+        return False
+    owned = [set(t.active_task_ids) for t in live]
+    caches = [t.task_manager.thread_cache.max_bytes if t.task_manager is not None else None for t in live]
+    return (all(owned) and sum(map(len, owned)) == tasks == len(set().union(*owned))
+            and caches == [CACHE // threads] * threads)
+
+
+@pytest.mark.needs_faithful_broker(
+    reason="moved tasks restore their changelogs, which needs right end offsets; aborted data must stay hidden")
+def test_threads_added_and_removed_while_running_share_the_tasks_and_count_exactly_once(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(4, lines, out)
+    records, expected = make_lines(1800, seed=11, vocabulary=50)
+    app_id = unique("threads")
+    app = App(wordcount_topology(lines, out), {
+        **cluster.config, "application.id": app_id, "state.dir": str(tmp_path),
+        "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 100, "statestore.cache.max.bytes": CACHE})
+    tasks = 8  # the word count's two sub-topologies over four partitions
+    try:
+        app.start()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        cluster.produce(lines, records[:600])
+        store = app.store("counts")
+        wait_for(lambda: sum(store.get(w) or 0 for w in expected) > 0, 60, "some counting")
+
+        assert app.add_stream_thread() == f"{app_id}-StreamThread-2"
+        wait_for(lambda: _shared(app, 2, tasks), 60, "two threads sharing the tasks and the cache")
+        cluster.produce(lines, records[600:1200])
+
+        # the first thread started goes (Kafka's choice): its tasks move to the other one
+        assert app.remove_stream_thread(timeout=60) == f"{app_id}-StreamThread-1"
+        assert [t.name for t in app.threads] == [f"{app_id}-StreamThread-2"]
+        wait_for(lambda: _shared(app, 1, tasks), 60, "the one thread left running every task with the whole cache")
+        cluster.produce(lines, records[1200:])
+
+        assert app.add_stream_thread() == f"{app_id}-StreamThread-1"  # the lowest free number again
+        wait_for(lambda: _shared(app, 2, tasks), 60, "two threads sharing the tasks again")
+        wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "exact counts in the store")
+        msgs = cluster.read_all(out, 4, until=lambda got: last_counts(got) == dict(expected))
+        for word, seq in count_sequences(msgs).items():
+            assert seq == sorted(set(seq)), (word, seq)  # every count written once, in order
+    finally:
+        assert app.close(timeout=60)
+        cluster.close()
+    # only a running app changes its thread count
+    assert app.add_stream_thread() is None and app.remove_stream_thread() is None
+
+
+class _Gate(Processor):
+    """Passes records through; the record "hold" waits for the test's `release` (at most 60 s)."""
+
+    entered = threading.Event()
+    release = threading.Event()
+
+    def init(self, context):
+        self.context = context
+
+    def process(self, record):
+        if record.value == "hold":
+            type(self).entered.set()
+            type(self).release.wait(60)
+        self.context.forward(record)
+
+
+def test_a_thread_that_cannot_stop_in_time_raises_and_stops_later(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    src, sink = unique("in"), unique("out")
+    cluster.create_topics(1, src, sink)
+    app = App(pass_through_topology(src, sink, _Gate), {**cluster.config, "application.id": unique("gate"),
+                                                      "state.dir": str(tmp_path)})
+    _Gate.entered.clear()
+    _Gate.release.clear()
+    try:
+        app.start()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        cluster.produce(src, [(b"a", b"hold")])
+        assert _Gate.entered.wait(60)
+        thread = app.threads[0]
+        with pytest.raises(ThreadRemovalTimeoutError, match="StreamThread-1 did not stop within 0.2 s"):
+            app.remove_stream_thread(timeout=0.2)  # it is held in process()
+        assert thread.is_alive() and thread.stopping
+        _Gate.release.set()
+        thread.join(60)
+        assert thread.state is ThreadState.DEAD
+        # no live thread is left to remove; the record it held was processed and written
+        assert app.remove_stream_thread(timeout=10) is None
+        out = cluster.read_all(sink, 1, until=lambda got: len(got) >= 1)
+        assert [m.value() for m in out] == [b"hold"]
+    finally:
+        _Gate.release.set()
+        assert app.close(timeout=60)
+        cluster.close()
+
+
+@pytest.mark.parametrize("timeout", [-1, -0.5, float("nan"), True, "5"])
+def test_remove_stream_thread_rejects_a_bad_timeout(tmp_path, timeout):
+    app = App(wordcount_topology("lines", "counts"), {"application.id": "bad-timeout",
+                                                       "bootstrap.servers": f"local://{tmp_path}/cluster"})
+    with pytest.raises(InvalidTimeoutError, match="timeout must be None or seconds >= 0"):
+        app.remove_stream_thread(timeout=timeout)
+
+
+def test_a_created_app_changes_no_thread_count(tmp_path):
+    app = App(wordcount_topology("lines", "counts"), {"application.id": "not-started",
+                                                       "bootstrap.servers": f"local://{tmp_path}/cluster"})
+    assert app.add_stream_thread() is None
+    assert app.remove_stream_thread(timeout=1) is None
+    assert app.threads == [] and app.state is AppState.CREATED
