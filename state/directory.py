@@ -263,6 +263,31 @@ class StateDirectory:
                 self.unlock(task_id)
         return removed
 
+    def clean(self, other_dirs: Iterable[str] = ()) -> list[Path]:
+        """Delete every task directory and the named `other_dirs` of the application's
+        directory (Kafka's StateDirectory.clean, which App.clean_up runs: its `global` one), all
+        of them even when one fails; the application's own files (its lock, the process id) stay.
+        The caller holds the application lock (`lock_application`), so no running instance uses
+        them. Returns the directories deleted; raises StateDirectoryError naming the first that
+        could not be."""
+        paths = [path for _task_id, path in self.list_task_dirs()]
+        paths += [self.app_dir / name for name in other_dirs if (self.app_dir / name).is_dir()]
+        deleted, failed = [], []
+        for path in paths:
+            logger.info("deleting the state directory %s (clean up)", path)
+            try:
+                shutil.rmtree(path)
+                deleted.append(path)
+            except OSError as e:
+                logger.error("failed to delete the state directory %s: %s", path, e)
+                failed.append((path, e))
+        if deleted:
+            _fsync_dir(self.app_dir)
+        if failed:
+            path, error = failed[0]
+            raise StateDirectoryError(f"cannot delete the state directory {path}: {error}") from error
+        return deleted
+
     def wipe_task(self, task_id: TaskId) -> None:
         """Delete a task's state (everything but the lock file, which the caller may hold)."""
         path = self.task_dir(task_id)

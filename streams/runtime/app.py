@@ -37,6 +37,7 @@ import zlib
 from typing import Any, Callable, Optional
 
 from state.directory import StateDirectory
+from state.global_manager import GLOBAL_DIR_NAME
 from state.errors import InvalidStateStoreError
 from state.listener import StateRestoreListener
 from state.snapshot import Snapshot
@@ -663,6 +664,23 @@ class App:
         self._stop_global_thread(time.monotonic() + 60, clean=False)
         self._release()
         self._set_state(AppState.NOT_RUNNING)
+
+    def clean_up(self) -> None:
+        """Delete this instance's local state (Kafka's cleanUp): every task directory and the
+        global stores' directory under `<state.dir>/<application.id>`, so that the next start
+        restores every store from its changelog (the process id stays). Only before start() or
+        once the app is NOT_RUNNING or in ERROR: raises RuntimeStateError otherwise, and
+        LockError when another running instance uses the state directory."""
+        with self._lock:
+            if self._state not in (AppState.CREATED, AppState.NOT_RUNNING, AppState.ERROR):
+                raise RuntimeStateError(f"cannot clean up the state of app {self.application_id} while it is "
+                                        f"{self._state.value}: close it first")
+            directory = StateDirectory(self.config.state_dir, self.application_id)
+            directory.lock_application()
+            try:
+                directory.clean([GLOBAL_DIR_NAME])
+            finally:
+                directory.close()
 
     def __enter__(self) -> "App":
         return self

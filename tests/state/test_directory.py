@@ -236,3 +236,21 @@ def test_wipe_task_keeps_lock(sd, tmp_path):
     with pytest.raises(LockError):
         other.lock(T0)
     other.close()
+
+
+def test_clean_deletes_every_task_directory_and_the_named_ones_only(sd):
+    # Kafka's StateDirectory.clean: all task state and the global stores' directory go, the
+    # application's own files (its lock, the process id) and anything else stay
+    for name in ("0_0", "1_3"):
+        (sd.app_dir / name / "rocksdb" / "counts").mkdir(parents=True)
+        (sd.app_dir / name / ".checkpoint").write_text("0\n0\n")
+    (sd.app_dir / "global" / "rocksdb").mkdir(parents=True)
+    (sd.app_dir / "notes").mkdir()
+    sd.lock_application()
+    (sd.app_dir / "eddy-process-metadata").write_text("{}")
+    deleted = sd.clean(["global", "absent"])
+    assert sorted(p.name for p in deleted) == ["0_0", "1_3", "global"]
+    assert sorted(p.name for p in sd.app_dir.iterdir()) == [".lock", "eddy-process-metadata", "notes"]
+    assert sd.clean(["global"]) == []  # nothing left to delete
+    sd.close()
+
