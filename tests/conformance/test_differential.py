@@ -179,6 +179,16 @@ def test_vocabulary_is_deterministic_and_covers_every_operation() -> None:
     assert {(j["op"], j["type"]) for j in named_joins if j["op"] in ("stream_join", "stream_table_join")} >= {
         ("stream_join", "inner"), ("stream_join", "left"), ("stream_join", "outer"),
         ("stream_table_join", "inner"), ("stream_table_join", "left")}
+    # named sources (stream, table, the second input, the global table), sinks, table and global
+    # joins (primary and foreign key) and cogroup aggregations (plain, windowed, session)
+    node_named = [s for s in scenarios if s.get("node_names")]
+    assert {s["source"] for s in node_named} == {"stream", "table"}
+    assert {vocabulary.join_step(s)["op"] for s in node_named if s["family"] == vocabulary.JOIN_FAMILY} >= {
+        "table_join", "fk_join", "global_join"}
+    cogroup_windows = {step["windows"] and step["windows"]["type"] == "session"
+                       for s in node_named for step in s["ops"] if step["op"] == vocabulary.COGROUP}
+    assert cogroup_windows == {None, True, False}  # unwindowed, session, time windows
+    assert any(step["op"] == "merge" for s in node_named for step in s["ops"])
     # stores chosen by the builder's or the app's config, in every family (joins' stores too)
     configured = [s for s in scenarios if s.get("dsl_store")]
     assert {(s["family"], s["dsl_store"]) for s in configured} == {

@@ -694,6 +694,11 @@ JOIN_NAMES_SHARE = 0.25
 #: step's "name", ``step-<i>``, on about 60% of the NAMEABLE_OPS steps of the stream and of a
 #: cogroup's other stream)
 OP_NAMES_SHARE = 0.25
+#: the share of the scenarios whose sources, sinks, table joins, global joins and cogroup
+#: aggregations are named (``node_names``: Kafka's Consumed.as and Produced.as, ``read-<topic>``
+#: and ``write-output``; Named and TableJoined.as, ``<store of the step>-tjoin``, ``-gjoin`` and
+#: ``-cogrouped``): the describe() comparison checks the names and internal topics they give
+NODE_NAMES_SHARE = 0.25
 NAMEABLE_OPS = ("filter", "filter_not", "select_key", "map_values", "flat_map_values", "map", "flat_map", "merge",
                 PROCESS, *AGGREGATIONS, WINDOWED, TABLE_AGGREGATE, *TABLE_OPS, "to_stream")
 #: the share of the scenarios run with ``processing_handler`` (``CONTINUE_HANDLER``: Kafka's
@@ -775,6 +780,8 @@ def generate(seed: int) -> dict:
     rng = random.Random(f"dsl-store-{seed // 2}")
     if rng.random() < DSL_STORE_SHARE:
         scenario["dsl_store"] = rng.choice(DSL_STORES)
+    if random.Random(f"node-names-{seed // 2}").random() < NODE_NAMES_SHARE:
+        scenario["node_names"] = True
     rng = random.Random(f"op-names-{seed // 2}")
     if rng.random() < OP_NAMES_SHARE:
         _name_steps(scenario["ops"], rng, iter(range(1000)))
@@ -991,11 +998,12 @@ class _Built:
     """What building a scenario yields: the topology, the output serdes and the stores to read."""
 
     def __init__(self, in_memory: bool = False, unnamed: bool = False, grouped_names: bool = False,
-                 join_names: bool = False) -> None:
+                 join_names: bool = False, node_names: bool = False) -> None:
         self.in_memory = in_memory  # every store the scenario materializes is in memory
         self.unnamed = unnamed  # every Materialized without a name (unnamed_stores)
         self.grouped_names = grouped_names  # every grouping named (Kafka's Grouped.as): see grouped
         self.join_names = join_names  # every stream join named (StreamJoined/Joined.withName): see joined
+        self.node_names = node_names  # sources, sinks, table and global joins, cogroups named: see node
         self.unnamed_names: set[str] = set()  # the names they would have had: not compared
         self.topology: Any = None
         self.value_type = "string"
@@ -1009,6 +1017,11 @@ class _Built:
     def joined(self, name: str) -> Optional[str]:
         """The name of the stream join of the step whose store is `name` (join_names), else None."""
         return name + "-joined" if self.join_names else None
+
+    def node(self, name: str) -> Optional[str]:
+        """`name` for a source, sink, table join, global join or cogroup aggregation
+        (node_names), else None (Kafka generates it)."""
+        return name if self.node_names else None
 
     def materialized(self, name: str) -> Any:
         """Materialized.as_(name), or one without a name (unnamed_stores), in memory when the
@@ -1053,14 +1066,12 @@ def _eddy_cogroup(builder: Any, grouped: Any, step: dict, name: str, built: _Bui
     from streams import serdes
 
     init, first, second, merger, vtype = COGROUP_AGGREGATORS[step["fn"]]
-    if not input2:
-        input2.append(builder.stream(INPUT2, key_serde=serdes.STRING, value_serde=serdes.STRING))
-    other = input2[0]
+    other = _input2(builder, input2, built)
     *steps, grouping = step["other"]["ops"]
     if grouping["op"] not in GROUPINGS:
         raise ValueError(f"a cogroup's other side ends in a grouping, not {grouping['op']!r}")
     for index, other_step in enumerate(steps):
-        other = _eddy_stream_step(builder, other, other_step, 100 + index, input2)
+        other = _eddy_stream_step(builder, other, other_step, 100 + index, input2, built)
     other_name = built.grouped(name + "-other")
     other = (other.group_by(KEY_SELECTORS[grouping["fn"]], key_serde=serdes.STRING, value_serde=serdes.STRING,
                             name=other_name)
@@ -1072,14 +1083,14 @@ def _eddy_cogroup(builder: Any, grouped: Any, step: dict, name: str, built: _Bui
     spec = step["windows"]
     if spec is None:
         built.stores.append((name, "kv"))
-        return cogrouped.aggregate(init, store=store)
+        return cogrouped.aggregate(init, store=store, name=built.node(name + "-cogrouped"))
     built.windows = spec
     windowed = cogrouped.windowed_by(_eddy_windows(spec))
     if spec["type"] == "session":
         built.stores.append((name, "session"))
-        return windowed.aggregate(init, merger, store=store)
+        return windowed.aggregate(init, merger, store=store, name=built.node(name + "-cogrouped"))
     built.stores.append((name, "window"))
-    return windowed.aggregate(init, store=store)
+    return windowed.aggregate(init, store=store, name=built.node(name + "-cogrouped"))
 
 
 def _eddy_table_op(table: Any, step: dict, name: str, built: _Built) -> Any:
@@ -1155,7 +1166,17 @@ def _eddy_table_aggregate(table: Any, step: dict, name: str, built: _Built) -> A
     return result
 
 
-def _eddy_stream_step(builder: Any, stream: Any, step: dict, index: int, input2: list) -> Any:
+def _input2(builder: Any, input2: list, built: _Built) -> Any:
+    """The stream of INPUT2, read once however often a scenario merges or cogroups it."""
+    from streams import serdes
+
+    if not input2:
+        input2.append(builder.stream(INPUT2, key_serde=serdes.STRING, value_serde=serdes.STRING,
+                                     name=built.node("read-" + INPUT2)))
+    return input2[0]
+
+
+def _eddy_stream_step(builder: Any, stream: Any, step: dict, index: int, input2: list, built: _Built) -> Any:
     from streams import Branched, serdes
 
     op, fn, named = step["op"], step.get("fn"), step.get("name")
@@ -1172,9 +1193,7 @@ def _eddy_stream_step(builder: Any, stream: Any, step: dict, index: int, input2:
     if op == "flat_map":
         return stream.flat_map(KV_SPLITTERS[fn], name=named)
     if op == "merge":  # input2 is read once, merged as often as asked
-        if not input2:
-            input2.append(builder.stream(INPUT2, key_serde=serdes.STRING, value_serde=serdes.STRING))
-        return stream.merge(input2[0], name=named)
+        return stream.merge(_input2(builder, input2, built), name=named)
     if op == "split":
         name = f"split{index}-"
         branches = stream.split(name).branch(PREDICATES[fn], Branched.as_("x")).default_branch(Branched.as_("y"))
@@ -1271,10 +1290,11 @@ def _eddy_join(builder: Any, current: Any, step: dict, name: str, prefix: str, b
     method = {"inner": "join", "left": "left_join", "outer": "outer_join"}[step["type"]]
     if kind == "global_join":
         table = builder.global_table(GLOBAL, key_serde=serdes.STRING, value_serde=serdes.STRING,
-                                     store=GLOBAL_STORE if step["store"] else None)
+                                     store=GLOBAL_STORE if step["store"] else None, name=built.node("read-" + GLOBAL))
         if step["store"]:
             built.stores.append((GLOBAL_STORE, "kv"))
-        return getattr(current, method)(table, KEY_SELECTORS[step["key_selector"]], joiner)
+        return getattr(current, method)(table, KEY_SELECTORS[step["key_selector"]], joiner,
+                                        name=built.node(name + "-gjoin"))
     side = step["other"]
     other = _eddy_pipeline(builder, side.get("topic", RIGHT), side, side_prefix(side, prefix), built, input2, current)
     if kind == "stream_join":
@@ -1291,8 +1311,8 @@ def _eddy_join(builder: Any, current: Any, step: dict, name: str, prefix: str, b
         built.stores.append((name, "kv"))
     if kind == "fk_join":
         return getattr(current, method)(other, joiner, foreign_key_extractor=FK_EXTRACTORS[step["extractor"]],
-                                        store=store)
-    return getattr(current, method)(other, joiner, store=store)
+                                        store=store, name=built.node(name + "-tjoin"))
+    return getattr(current, method)(other, joiner, store=store, name=built.node(name + "-tjoin"))
 
 
 def build_eddy(scenario: dict, ensure_names: bool = False) -> _Built:
@@ -1305,7 +1325,8 @@ def build_eddy(scenario: dict, ensure_names: bool = False) -> _Built:
         config["ensure.explicit.internal.resource.naming"] = True
     builder = StreamsBuilder(config or None)
     built = _Built(scenario.get("store_type") == IN_MEMORY, scenario.get("unnamed_stores", False),
-                   scenario.get("grouped_names", False), scenario.get("join_names", False))
+                   scenario.get("grouped_names", False), scenario.get("join_names", False),
+                   scenario.get("node_names", False))
     current = _eddy_pipeline(builder, INPUT, scenario, "", built, [])
     if not hasattr(current, "to"):  # a table: its changelog
         current = current.to_stream()
@@ -1317,7 +1338,8 @@ def build_eddy(scenario: dict, ensure_names: bool = False) -> _Built:
 
         def topic(key: Any, value: Any, record_context: Any) -> str:
             return route(value, record_context)
-    current.to(topic, key_serde=_output_key_serde(built), value_serde=_serde(built.value_type))
+    current.to(topic, key_serde=_output_key_serde(built), value_serde=_serde(built.value_type),
+               name=built.node("write-" + OUTPUT))
     built.topology = builder.build({"topology.optimization": optimization(scenario)})
     return built
 
@@ -1338,17 +1360,19 @@ def _eddy_pipeline(builder: Any, topic: str, spec: dict, prefix: str, built: _Bu
     elif spec["source"] == "table":  # named: materialized (Kafka's sense) and compared
         named = spec.get("source_store", True)
         current = builder.table(topic, key_serde=serdes.STRING, value_serde=serdes.STRING,
-                                store=built.materialized(prefix + SOURCE_STORE) if named else None)
+                                store=built.materialized(prefix + SOURCE_STORE) if named else None,
+                                name=built.node("read-" + topic))
         if named:
             built.stores.append((prefix + SOURCE_STORE, "kv"))
     else:
-        current = builder.stream(topic, key_serde=serdes.STRING, value_serde=serdes.STRING)
+        current = builder.stream(topic, key_serde=serdes.STRING, value_serde=serdes.STRING,
+                                 name=built.node("read-" + topic))
     for index, step in enumerate(spec["ops"]):
         op, fn, name = step["op"], step.get("fn"), store_name(index, prefix)
         if op in JOINS:
             current = _eddy_join(builder, current, step, name, prefix, built, input2)
         elif op in STATELESS_OPS:
-            current = _eddy_stream_step(builder, current, step, index, input2)
+            current = _eddy_stream_step(builder, current, step, index, input2, built)
         elif op == PROCESS:
             current = _eddy_process(builder, current, step, name, built)
         elif op == "group_by":

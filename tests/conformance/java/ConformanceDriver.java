@@ -58,6 +58,7 @@ import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
 import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.TableJoined;
 import org.apache.kafka.streams.kstream.TimeWindowedCogroupedKStream;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
@@ -251,6 +252,21 @@ public final class ConformanceDriver {
     /** join_names: each stream join named "<store of its step>-joined" (StreamJoined/Joined.withName). */
     static boolean joinNames;
 
+    /** node_names: sources "read-<topic>" (Consumed.as), the sink "write-output" (Produced.as),
+     *  table joins, global joins and cogroup aggregations "<store of the step>-tjoin", "-gjoin",
+     *  "-cogrouped" (Named, TableJoined.as). */
+    static boolean nodeNames;
+
+    static Consumed consumed(String topic) {
+        Consumed c = Consumed.with(STRING, STRING);
+        return nodeNames ? c.withName("read-" + topic) : c;
+    }
+
+    /** The step's node name (node_names), else null (Kafka generates it). */
+    static Named node(String name) {
+        return nodeNames ? Named.as(name) : null;
+    }
+
     static Grouped groupedAs(String name) {
         Grouped g = Grouped.with(STRING, STRING);
         return groupedNames ? g.withName(name + "-grouped") : g;
@@ -399,7 +415,7 @@ public final class ConformanceDriver {
                 KeyValueMapper<Object, Object, Iterable<KeyValue<Object, Object>>> m = (k, v) -> (Iterable) f.apply((String) k, (String) v);
                 return n == null ? stream.flatMap(m) : stream.flatMap(m, n); }
             case "merge":  // input2 is read once, merged as often as asked
-                if (input2[0] == null) input2[0] = builder.stream("input2", Consumed.with(STRING, STRING));
+                if (input2[0] == null) input2[0] = builder.stream("input2", consumed("input2"));
                 return n == null ? stream.merge(input2[0]) : stream.merge(input2[0], n);
             case "split": {
                 BiFunction<String, String, Boolean> p = fn(PREDICATES, step, "fn");
@@ -494,7 +510,7 @@ public final class ConformanceDriver {
     static KTable cogroup(StreamsBuilder builder, KGroupedStream grouped, JsonNode step, String name, Built built,
                           KStream[] input2) {
         CoAgg a = fn(COGROUP_AGGREGATORS, step, "fn");
-        if (input2[0] == null) input2[0] = builder.stream("input2", Consumed.with(STRING, STRING));
+        if (input2[0] == null) input2[0] = builder.stream("input2", consumed("input2"));
         KStream other = input2[0];
         JsonNode ops = step.get("other").get("ops");
         for (int i = 0; i < ops.size() - 1; i++) other = streamStep(builder, other, ops.get(i), 100 + i, input2);
@@ -505,19 +521,24 @@ public final class ConformanceDriver {
         JsonNode spec = step.get("windows");
         if (spec == null || spec.isNull()) {
             built.stores.add(new String[] {name, "kv"});
-            return cogrouped.aggregate(a.init()::get, mat(name, a.type()));
+            Named c = node(name + "-cogrouped");
+            return c == null ? cogrouped.aggregate(a.init()::get, mat(name, a.type()))
+                : cogrouped.aggregate(a.init()::get, c, mat(name, a.type()));
         }
         built.windows = spec;
         Object windows = windowsOf(spec);
         if (windows instanceof SessionWindows) {
             built.stores.add(new String[] {name, "session"});
             SessionWindowedCogroupedKStream w = cogrouped.windowedBy((SessionWindows) windows);
-            return w.aggregate(a.init()::get, (k, x, y) -> a.merge().apply(k, x, y), mat(name, a.type()));
+            Named c = node(name + "-cogrouped");
+            return c == null ? w.aggregate(a.init()::get, (k, x, y) -> a.merge().apply(k, x, y), mat(name, a.type()))
+                : w.aggregate(a.init()::get, (k, x, y) -> a.merge().apply(k, x, y), c, mat(name, a.type()));
         }
         built.stores.add(new String[] {name, "window"});
         TimeWindowedCogroupedKStream w = windows instanceof SlidingWindows
             ? cogrouped.windowedBy((SlidingWindows) windows) : cogrouped.windowedBy((TimeWindows) windows);
-        return w.aggregate(a.init()::get, mat(name, a.type()));
+        Named c = node(name + "-cogrouped");
+        return c == null ? w.aggregate(a.init()::get, mat(name, a.type())) : w.aggregate(a.init()::get, c, mat(name, a.type()));
     }
 
     static KTable tableAggregate(KTable table, JsonNode step, String name, Built built) {
@@ -588,12 +609,17 @@ public final class ConformanceDriver {
             // named even under unnamed_stores: Kafka 4.1 fails to build a global table from a
             // Materialized without a name ("suppliers with exactly one store but got 0")
             Materialized global = Materialized.as("global-store").withKeySerde(STRING).withValueSerde(STRING);
-            GlobalKTable table = stored ? builder.globalTable("global", Consumed.with(STRING, STRING),
+            GlobalKTable table = stored ? builder.globalTable("global", consumed("global"),
                                                              inMemory ? global.withStoreType(Materialized.StoreType.IN_MEMORY) : global)
-                : builder.globalTable("global", Consumed.with(STRING, STRING));
+                : builder.globalTable("global", consumed("global"));
             if (stored) built.stores.add(new String[] {"global-store", "kv"});
             BiFunction<String, String, String> f = fn(KEY_SELECTORS, step, "key_selector");
             KeyValueMapper selector = (k, v) -> f.apply((String) k, (String) v);
+            Named g = node(name + "-gjoin");
+            if (g != null) {
+                return type.equals("left") ? ((KStream) current).leftJoin(table, selector, joiner, g)
+                    : ((KStream) current).join(table, selector, joiner, g);
+            }
             return type.equals("left") ? ((KStream) current).leftJoin(table, selector, joiner)
                 : ((KStream) current).join(table, selector, joiner);
         }
@@ -625,11 +651,22 @@ public final class ConformanceDriver {
         KTable right = (KTable) other;
         Materialized m = stored ? mat(name, "string") : null;
         if (stored) built.stores.add(new String[] {name, "kv"});
+        Named t = node(name + "-tjoin");
         if (kind.equals("fk_join")) {
             Function<String, String> f = fn(FK_EXTRACTORS, step, "extractor");
             Function extractor = v -> f.apply((String) v);
+            if (t != null) {
+                TableJoined tj = TableJoined.as(name + "-tjoin");
+                if (type.equals("left")) return m == null ? left.leftJoin(right, extractor, joiner, tj) : left.leftJoin(right, extractor, joiner, tj, m);
+                return m == null ? left.join(right, extractor, joiner, tj) : left.join(right, extractor, joiner, tj, m);
+            }
             if (type.equals("left")) return m == null ? left.leftJoin(right, extractor, joiner) : left.leftJoin(right, extractor, joiner, m);
             return m == null ? left.join(right, extractor, joiner) : left.join(right, extractor, joiner, m);
+        }
+        if (t != null) {
+            if (type.equals("inner")) return m == null ? left.join(right, joiner, t) : left.join(right, joiner, t, m);
+            if (type.equals("left")) return m == null ? left.leftJoin(right, joiner, t) : left.leftJoin(right, joiner, t, m);
+            return m == null ? left.outerJoin(right, joiner, t) : left.outerJoin(right, joiner, t, m);
         }
         if (type.equals("inner")) return m == null ? left.join(right, joiner) : left.join(right, joiner, m);
         if (type.equals("left")) return m == null ? left.leftJoin(right, joiner) : left.leftJoin(right, joiner, m);
@@ -651,13 +688,13 @@ public final class ConformanceDriver {
         } else if (spec.get("source").asText().equals("table")) {
             JsonNode named = spec.get("source_store");
             if (named == null || named.asBoolean()) {
-                current = builder.table(topic, Consumed.with(STRING, STRING), mat(prefix + "source-store", "string"));
+                current = builder.table(topic, consumed(topic), mat(prefix + "source-store", "string"));
                 built.stores.add(new String[] {prefix + "source-store", "kv"});
             } else {
-                current = builder.table(topic, Consumed.with(STRING, STRING));
+                current = builder.table(topic, consumed(topic));
             }
         } else {
-            current = builder.stream(topic, Consumed.with(STRING, STRING));
+            current = builder.stream(topic, consumed(topic));
         }
         int index = -1;
         for (JsonNode step : spec.get("ops")) {
@@ -895,12 +932,14 @@ public final class ConformanceDriver {
         Serde keySerde = outputKeySerde(built);
         Serde valueSerde = serde(built.valueType);
         JsonNode extractor = scenario.get("output_extractor");
+        Produced produced = Produced.with(keySerde, valueSerde);
+        if (nodeNames) produced = produced.withName("write-output");
         if (extractor == null || extractor.isNull()) {
-            out.to("output", Produced.with(keySerde, valueSerde));
+            out.to("output", produced);
         } else {
             BiFunction<Object, RecordContext, String> route = OUTPUT_EXTRACTORS.get(extractor.asText());
             if (route == null) throw new IllegalArgumentException("no output extractor " + extractor.asText());
-            out.to((k, v, context) -> route.apply(v, context), Produced.with(keySerde, valueSerde));
+            out.to((k, v, context) -> route.apply(v, context), produced);
         }
         return builder.build(props);
     }
@@ -932,6 +971,7 @@ public final class ConformanceDriver {
         unnamed = scenario.path("unnamed_stores").asBoolean(false);
         groupedNames = scenario.path("grouped_names").asBoolean(false);
         joinNames = scenario.path("join_names").asBoolean(false);
+        nodeNames = scenario.path("node_names").asBoolean(false);
         unnamedNames.clear();
         try {
             // dsl_store: the builder's default.dsl.store, or the app's dsl.store.suppliers.class
