@@ -154,6 +154,7 @@ class App:
         self._shutdown_requests: Optional[ShutdownRequests] = None
         self._responses: dict[StreamThread, StreamThreadExceptionResponse] = {}  # failed thread -> handler's answer
         self._snapshots = AppSnapshots(self)
+        self._paused = threading.Event()  # pause() / resume(): every stream thread reads it
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -300,7 +301,7 @@ class App:
             on_error=self._on_thread_error, on_tasks_changed=self._on_tasks_changed,
             assignment_strategy=self._assignment_strategy, on_failure=self._on_thread_failure,
             shutdown_requested=self._shutdown_requested, metrics=self._metrics, global_stores=self._global_stores,
-            live_threads=live_threads)
+            live_threads=live_threads, paused=self._paused)
         if self._fault_injector is not None:
             injector = self._fault_injector
             thread.fault_injector = lambda point, th=thread: injector(th, point)
@@ -391,6 +392,24 @@ class App:
         if victim is not me and victim.is_alive():
             raise ThreadRemovalTimeoutError(f"{victim.name} did not stop within {timeout} s")
         return victim.name
+
+    # ---- pause (Kafka's KIP-834) ------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Pause processing (Kafka's pause): the stream threads go on polling, taking part in
+        rebalances and committing, but restore nothing, update no standby, process no record and
+        punctuate nothing until `resume()`; their input waits in the buffers, whose bounds pause
+        the partitions as they fill. The global thread goes on. May be called before start()."""
+        log.info("application %s: processing paused", self.application_id)
+        self._paused.set()
+
+    def resume(self) -> None:
+        """Resume what `pause()` paused."""
+        log.info("application %s: processing resumed", self.application_id)
+        self._paused.clear()
+
+    def is_paused(self) -> bool:
+        return self._paused.is_set()
 
     # ---- thread events ----------------------------------------------------------------------
 

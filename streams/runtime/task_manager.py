@@ -15,6 +15,7 @@ group generation: every active task is closed dirty and revived).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Callable, Iterable, Optional
 
 from confluent_kafka import OFFSET_STORED, KafkaError, KafkaException, Message, TopicPartition
@@ -73,8 +74,13 @@ class TaskManager:
                  thread_cache: Any, clock_ms: Callable[[], int],
                  reset_producer: Optional[Callable[[], None]] = None, metrics: Any = None,
                  thread_id: str = "main", global_stores: Optional[dict] = None,
-                 reset_policies: dict[str, str], default_reset_policy: str, cooperative: bool) -> None:
+                 reset_policies: dict[str, str], default_reset_policy: str, cooperative: bool,
+                 paused: Optional[threading.Event] = None) -> None:
+        """`paused`: set while the app is paused (App.pause, Kafka's KIP-834): the tasks are
+        initialized and their input consumed (up to the buffer bounds) and committed, but nothing
+        is restored, no standby updated, no record processed and nothing punctuated."""
         self.topology = topology
+        self._paused = paused if paused is not None else threading.Event()
         self.global_stores = global_stores
         self.metrics = metrics
         self.thread_id = thread_id
@@ -436,6 +442,8 @@ class TaskManager:
         for standby in self.standbys.values():
             if standby.state is StandbyState.CREATED:
                 self._initialize(standby)
+        if self._paused.is_set():  # restoring and standby updating wait for resume()
+            return len(self._running) == len(self.tasks)
         if restoring:
             if self.reader.state.value != "ACTIVE_RESTORING":
                 self.reader.enforce_restore_active()
@@ -582,10 +590,16 @@ class TaskManager:
         else:
             self._release(self.held_by(BYTES), BYTES)
 
+    @property
+    def paused(self) -> bool:
+        return self._paused.is_set()
+
     def process(self, max_per_task: int) -> int:
         total = 0
         waiting = False
-        for task in self._running:
+        # paused: nothing processed, the buffers' bounds kept all the same (partitions paused as
+        # they fill)
+        for task in (self._running if not self._paused.is_set() else ()):
             if task.partition_group.buffered:
                 n = task.process(max_per_task)
                 total += n
@@ -602,6 +616,8 @@ class TaskManager:
         return total
 
     def punctuate(self) -> int:
+        if self._paused.is_set():
+            return 0
         return sum(1 for task in self._running if task.maybe_punctuate())
 
     def buffered(self) -> int:

@@ -86,14 +86,16 @@ class StreamThread(threading.Thread):
                  assignment_strategy: str = "cooperative-sticky",
                  on_failure: Optional[Callable[["StreamThread", BaseException], None]] = None,
                  shutdown_requested: Optional[Callable[[], bool]] = None, metrics: Any = None,
-                 global_stores: Optional[dict] = None, live_threads: Optional[int] = None) -> None:
+                 global_stores: Optional[dict] = None, live_threads: Optional[int] = None,
+                 paused: Optional[threading.Event] = None) -> None:
         """`on_failure` runs when the loop fails, before the thread closes its tasks and leaves
         the group (where Kafka Streams calls its uncaught exception handler); `on_error` runs
         once the thread is dead. `shutdown_requested` is asked on every non-empty assignment:
         True means the application is shutting down, and the thread stops without processing
         what it was given. `live_threads`: how many stream threads the app runs with this one
         (default num.stream.threads), which share statestore.cache.max.bytes and
-        input.buffer.max.bytes equally (`resize` when the count changes)."""
+        input.buffer.max.bytes equally (`resize` when the count changes). `paused`: the app's
+        pause flag (see TaskManager)."""
         self.metrics = metrics  # the App's MetricsRegistry (task sensors register there)
         self.global_stores = global_stores  # the App's global stores, which every task may read
         super().__init__(name=f"{config.application_id}-StreamThread-{index}", daemon=True)
@@ -145,6 +147,7 @@ class StreamThread(threading.Thread):
             config, live_threads if live_threads is not None else config.num_stream_threads)
         # (cache bytes, input buffer bytes) the loop applies at its next turn (`resize`)
         self._resize_to: Optional[tuple[int, int]] = None
+        self.paused = paused if paused is not None else threading.Event()
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -258,7 +261,8 @@ class StreamThread(threading.Thread):
             thread_cache=ThreadCache(self.cache_max_bytes),
             clock_ms=_wall_clock_ms, reset_producer=self._reset_producer,
             metrics=self.metrics, thread_id=self.name, global_stores=self.global_stores,
-            reset_policies=policies, default_reset_policy=default_reset, cooperative=self._cooperative)
+            reset_policies=policies, default_reset_policy=default_reset, cooperative=self._cooperative,
+            paused=self.paused)
         self.task_manager.on_tasks_changed = self._tasks_changed
         self.task_manager.input_buffer_max_bytes = self.input_buffer_max_bytes
 
@@ -398,8 +402,8 @@ class StreamThread(threading.Thread):
             tm.set_desired_standbys(set(self.desired_standbys))
         restoring = len(tm._running) != len(tm.tasks)
         # records buffered: poll without blocking, unless their tasks idle for max.task.idle.ms
-        # (they wait for data: a blocking poll brings it without spinning)
-        busy = restoring or (tm.buffered() and not tm.only_idle_buffered)
+        # (they wait for data: a blocking poll brings it without spinning), or the app is paused
+        busy = not tm.paused and (restoring or (tm.buffered() and not tm.only_idle_buffered))
         timeout = 0.0 if busy else self.config.poll_ms / 1000.0
         msgs = self.consumer.consume(self.config.max_poll_records, timeout)
         tm.apply_pauses()

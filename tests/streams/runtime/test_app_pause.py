@@ -1,0 +1,113 @@
+"""App.pause / resume (Kafka's KIP-834): a paused app goes on consuming and committing but
+processes, restores and punctuates nothing until it is resumed; then it goes on where it stood."""
+
+from __future__ import annotations
+
+import threading
+
+from state.listener import StateRestoreListener
+from streams import App, AppState
+from streams.runtime.task import TaskState
+
+from _runtime_util import Cluster, make_lines, unique, wait_for, wordcount_topology
+
+
+class _Restored(StateRestoreListener):
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.total = 0
+
+    def on_batch_restored(self, tp, store_name, batch_end_offset, num_restored):
+        with self.lock:
+            self.total += num_restored
+
+
+class _Turns:
+    """Counts the stream threads' loop turns (the "poll" point of the testing hook)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, thread, point: str) -> None:
+        if point == "poll":
+            self.count += 1
+
+
+def _counts(store, words) -> dict:
+    return {w: store.get(w) for w in words}
+
+
+def test_a_paused_app_buffers_its_input_and_processes_it_once_resumed(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(2, lines, out)
+    records, expected = make_lines(600, seed=9, vocabulary=30)
+    _, first = make_lines(300, seed=9, vocabulary=30)  # the counts of the first half alone
+    app = App(wordcount_topology(lines, out), {**cluster.config, "application.id": unique("pause"),
+                                               "state.dir": str(tmp_path), "commit.interval.ms": 100})
+    try:
+        app.start()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        cluster.produce(lines, records[:300])
+        store = app.store("counts")
+        wait_for(lambda: all(store.get(w) == n for w, n in first.items()), 60, "the first half counted")
+        processed = sum(t.processed_total for t in app.threads)
+
+        app.pause()
+        assert app.is_paused()
+        cluster.produce(lines, records[300:])
+        wait_for(lambda: sum(t.task_manager.buffered() for t in app.threads) > 0, 60, "the second half buffered")
+        assert sum(t.processed_total for t in app.threads) == processed
+        assert _counts(store, expected) == {w: first.get(w) for w in expected}
+        assert app.state is AppState.RUNNING  # pausing is no state of its own
+
+        app.resume()
+        assert not app.is_paused()
+        wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "every line counted once resumed")
+    finally:
+        assert app.close(timeout=60)
+        cluster.close()
+
+
+def test_an_app_paused_before_start_restores_nothing_until_resumed(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(1, lines, out)
+    records, expected = make_lines(300, seed=4, vocabulary=25)
+    config = {**cluster.config, "application.id": unique("paused-start"), "state.dir": str(tmp_path),
+              "commit.interval.ms": 100}
+    first = App(wordcount_topology(lines, out), config)
+    try:
+        cluster.produce(lines, records)
+        first.start()
+        assert first.wait_for_state(AppState.RUNNING, timeout=60)
+        store = first.store("counts")
+        wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "exact counts")
+    finally:
+        assert first.close(timeout=60)
+    first.clean_up()  # the next start must restore the counts from the changelog
+
+    app = App(wordcount_topology(lines, out), config)
+    restored, turns = _Restored(), _Turns()
+    app.set_global_state_restore_listener(restored)
+    app.set_fault_injector(turns)
+    app.pause()
+    try:
+        app.start()
+
+        def restoring() -> bool:
+            tm = app.threads[0].task_manager
+            return tm is not None and any(t.state is TaskState.RESTORING for t in list(tm.tasks.values()))
+        wait_for(restoring, 60, "the stateful task initialized")
+        seen = turns.count
+        wait_for(lambda: turns.count >= seen + 5, 60, "five more loop turns")
+        assert restored.total == 0 and restoring() and app.state is AppState.REBALANCING
+
+        app.resume()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        store = app.store("counts")
+        wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "the counts restored")
+        assert restored.total >= len(expected)
+    finally:
+        assert app.close(timeout=60)
+        cluster.close()
