@@ -39,7 +39,7 @@ from typing import Any, Callable, Optional
 from state.directory import StateDirectory
 from state.global_manager import GLOBAL_DIR_NAME
 from state.errors import InvalidStateStoreError
-from state.listener import StateRestoreListener
+from state.listener import StandbyUpdateListener, StateRestoreListener
 from state.snapshot import Snapshot
 from state.task_id import TaskId
 from streams import backends
@@ -136,6 +136,7 @@ class App:
         self._state_listener: Optional[Callable[[AppState, AppState], None]] = None
         self._exception_handler: Optional[Callable[[BaseException], StreamThreadExceptionResponse]] = None
         self._restore_listener: Optional[StateRestoreListener] = None
+        self._standby_listener: Optional[StandbyUpdateListener] = None
         self.threads: list[StreamThread] = []
         # the global thread and the global stores it keeps (filled before the stream threads start)
         self._global_thread: Optional[GlobalStreamThread] = None
@@ -210,6 +211,15 @@ class App:
             if not callable(getattr(listener, name, None)):
                 raise ConfigError(f"restore listener {listener!r} has no {name}()")
         self._restore_listener = listener
+
+    def set_standby_update_listener(self, listener: StandbyUpdateListener) -> None:
+        """The listener told as standby tasks keep their stores up to date (Kafka's
+        setStandbyUpdateListener): on_update_start, on_batch_loaded, on_update_suspended."""
+        self._require_created("set_standby_update_listener")
+        for name in ("on_update_start", "on_batch_loaded", "on_update_suspended"):
+            if not callable(getattr(listener, name, None)):
+                raise ConfigError(f"standby update listener {listener!r} has no {name}()")
+        self._standby_listener = listener
 
     def _require_created(self, what: str) -> None:
         if self._state is not AppState.CREATED:
@@ -297,7 +307,8 @@ class App:
             index, topology=self.topology, subtopologies=self.subtopologies, config=self.config,
             backend=self._backend, admin=self._admin, state_directory=self._state_directory,
             process_id=self.process_id, source_topics=self._plan.source_topics,
-            restore_listener=self._restore_listener, on_state_change=self._on_thread_state,
+            restore_listener=self._restore_listener, standby_listener=self._standby_listener,
+            on_state_change=self._on_thread_state,
             on_error=self._on_thread_error, on_tasks_changed=self._on_tasks_changed,
             assignment_strategy=self._assignment_strategy, on_failure=self._on_thread_failure,
             shutdown_requested=self._shutdown_requested, metrics=self._metrics, global_stores=self._global_stores,

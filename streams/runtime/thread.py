@@ -80,7 +80,8 @@ def _wall_clock_ms() -> int:
 class StreamThread(threading.Thread):
     def __init__(self, index: int, *, topology: Any, subtopologies: list, config: StreamsConfig,
                  backend: Any, admin: Any, state_directory: Any, process_id: str, source_topics: list[str],
-                 restore_listener: Any = None, on_state_change: Callable[["StreamThread", ThreadState, ThreadState], None],
+                 restore_listener: Any = None, standby_listener: Any = None,
+                 on_state_change: Callable[["StreamThread", ThreadState, ThreadState], None],
                  on_error: Callable[["StreamThread", BaseException], None],
                  on_tasks_changed: Callable[["StreamThread"], None],
                  assignment_strategy: str = "cooperative-sticky",
@@ -119,6 +120,7 @@ class StreamThread(threading.Thread):
         self._max_process_per_task = max(MAX_PROCESS_PER_TASK, config.max_poll_records)
         self._purged: dict[tuple[str, int], int] = {}
         self.restore_listener = restore_listener
+        self.standby_listener = standby_listener
         self.assignment_strategy = assignment_strategy
         self._cooperative = "cooperative" in assignment_strategy
         self._on_state_change = on_state_change
@@ -254,7 +256,8 @@ class StreamThread(threading.Thread):
                                          metadata_refresh_ms=cfg.metadata_refresh_ms)
         reader = StoreChangelogReader(self.restore_consumer, self.restore_listener, eos_enabled=cfg.eos_enabled,
                                       admin=self.admin, poll_ms=cfg.poll_ms, task_timeout_ms=cfg.task_timeout_ms,
-                                      max_poll_records=cfg.restore_max_poll_records)
+                                      max_poll_records=cfg.restore_max_poll_records,
+                                      standby_listener=self.standby_listener)
         self.task_manager = TaskManager(
             self.topology, self.subtopologies, config=cfg, state_directory=self.state_directory,
             consumer=self.consumer, collector=self.collector, reader=reader,

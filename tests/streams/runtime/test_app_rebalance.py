@@ -7,9 +7,10 @@ import threading
 
 import pytest
 
-from state.listener import StateRestoreListener
+from state.listener import StandbyUpdateListener, StateRestoreListener, SuspendReason
 from streams import App, AppState
 from state.task_id import TaskId
+from streams.runtime.errors import RuntimeStateError
 from streams.runtime.standby import StandbyState
 
 from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, running_with_tasks, start_sharing, unique,
@@ -211,6 +212,87 @@ def test_standbys_placed_exactly_num_standby_replicas_times_on_other_instances(b
         assert apps[0].close(timeout=60)  # an instance leaves: placement follows the new membership
         apps = apps[1:]
         wait_for(placed, 60, "one standby of each stateful task among the remaining instances")
+    finally:
+        for app in apps:
+            app.close(timeout=60)
+        cluster.close()
+
+
+class _StandbyUpdates(StandbyUpdateListener):
+    """What App.set_standby_update_listener reports, per (changelog partition, store)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started: dict = {}
+        self.loaded: dict = {}
+        self.suspended: dict = {}
+
+    def on_update_start(self, tp, store_name, start_offset):
+        with self.lock:
+            self.started[(tp.topic, tp.partition, store_name)] = start_offset
+
+    def on_batch_loaded(self, tp, store_name, batch_end_offset, num_loaded):
+        with self.lock:
+            key = (tp.topic, tp.partition, store_name)
+            self.loaded[key] = self.loaded.get(key, 0) + num_loaded
+
+    def on_update_suspended(self, tp, store_name, store_offset, reason):
+        with self.lock:
+            self.suspended[(tp.topic, tp.partition, store_name)] = reason
+
+
+def test_the_standby_update_listener_follows_standbys_until_promoted(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(2, lines, out)
+    records, expected = make_lines(600, seed=13, vocabulary=80)
+    app_id = unique("sbl")
+    topo = wordcount_topology(lines, out)
+    apps, updates = [], {}
+    for name in "ab":
+        app = App(topo, {**cluster.config, "application.id": app_id, "state.dir": str(tmp_path / name),
+                         "num.standby.replicas": 1, "commit.interval.ms": 100})
+        updates[app] = _StandbyUpdates()
+        app.set_standby_update_listener(updates[app])
+        apps.append(app)
+    a, b = apps
+    try:
+        a.start()
+        with pytest.raises(RuntimeStateError, match="only allowed before start"):
+            a.set_standby_update_listener(updates[a])
+        wait_for(lambda: running_with_tasks(a), 60, "a running")
+        b.start()
+        cluster.produce(lines, records)
+        wait_for(lambda: running_with_tasks(a, b), 60, "a and b sharing the tasks")
+        cluster.read_all(out, 2, until=lambda got: last_counts(got) == dict(expected))
+
+        def followed(app: App) -> list:
+            """The changelog partitions of `app`'s standbys of the two stateful tasks, once each
+            was started and loaded (else [])."""
+            standbys = {task_id: standby for task_id, standby in list(app.threads[0].task_manager.standbys.items())
+                        if task_id.subtopology == 1 and standby.manager is not None}
+            changelogs = [tp for standby in standbys.values() for tp in standby.manager.changelog_offsets()]
+            seen = updates[app]
+            with seen.lock:
+                done = [tp for tp in changelogs if seen.loaded.get((tp.topic, tp.partition, "counts"), 0) > 0
+                        and (tp.topic, tp.partition, "counts") in seen.started]
+            return changelogs if len(standbys) == 2 and len(done) == len(changelogs) == 2 else []
+
+        def roles():
+            """(owner of the stateful tasks, the other, its followed changelogs), once they are so."""
+            for x, y in ((a, b), (b, a)):
+                changelogs = followed(y)
+                if changelogs:
+                    return x, y, changelogs
+            return None
+        x, y, changelogs = wait_for(roles, 60, "one instance's standbys of both stateful tasks started and loaded")
+        assert x.close(timeout=60)
+        wait_for(lambda: y.state is AppState.RUNNING and len(y.local_tasks()["active"]) == 4, 60,
+                 "the other instance running every task")
+        seen = updates[y]
+        with seen.lock:
+            assert {seen.suspended.get((tp.topic, tp.partition, "counts")) for tp in changelogs} == {
+                SuspendReason.PROMOTED}
     finally:
         for app in apps:
             app.close(timeout=60)
