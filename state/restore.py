@@ -461,26 +461,11 @@ class StoreChangelogReader:
         return result
 
     def _fetch_offsets_admin(self, tps: list[TopicPartition]) -> dict:
-        from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import OffsetSpec
 
-        def query(spec):
-            futures = self.admin.list_offsets(
-                {tp: spec for tp in tps},
-                isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                request_timeout=self.request_timeout_s,
-            )
-            out = {}
-            for tp, fut in futures.items():
-                try:
-                    out[(tp.topic, tp.partition)] = fut.result().offset
-                except KafkaException as e:
-                    logger.debug("offset of %s not available yet: %s", _tp_str(tp), e)
-            return out
-
         try:
-            latest = query(OffsetSpec.latest())
-            earliest = query(OffsetSpec.earliest())
+            latest = list_offsets(self.admin, tps, OffsetSpec.latest(), self.request_timeout_s)
+            earliest = list_offsets(self.admin, tps, OffsetSpec.earliest(), self.request_timeout_s)
         except KafkaException as e:
             logger.debug("list_offsets failed: %s", e)
             return {}
@@ -817,6 +802,23 @@ class _Progress:
             )
             sys.stderr.flush()
             self.bar_shown = True
+
+
+def list_offsets(admin: Any, tps: Iterable[TopicPartition], spec: Any, timeout_s: float) -> dict[tuple[str, int], int]:
+    """`admin.list_offsets` of `tps` at `spec` (an OffsetSpec) read uncommitted, as KAFKA-10167
+    requires of changelog end offsets: {(topic, partition): offset}, without a partition whose
+    offset is not available yet. A failed request raises KafkaException."""
+    from confluent_kafka import IsolationLevel
+
+    futures = admin.list_offsets({tp: spec for tp in tps}, isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                                 request_timeout=timeout_s)
+    out = {}
+    for tp, fut in futures.items():
+        try:
+            out[(tp.topic, tp.partition)] = fut.result().offset
+        except KafkaException as e:
+            logger.debug("offset of %s not available yet: %s", _tp_str(tp), e)
+    return out
 
 
 def _tp_str(tp: TopicPartition) -> str:

@@ -50,6 +50,7 @@ from streams.runtime.config import StreamsConfig
 from streams.runtime.global_thread import GlobalStreamThread, GlobalThreadState
 from streams.runtime.errors import InvalidTimeoutError, RuntimeStateError, ThreadRemovalTimeoutError
 from streams.runtime.internal import plan_internal_topics
+from streams.runtime.lags import LagInfo, local_store_partition_lags
 from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
 from streams.runtime.snapshots import AppSnapshots
 from streams.runtime.shutdown_requests import ShutdownRequests, shutdown_topic_name, shutdown_topic_spec
@@ -770,6 +771,18 @@ class App:
                     if store is not None:
                         result[task_id] = store
         return result
+
+    def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
+        """{store name: {partition: LagInfo}} of every store partition this instance holds,
+        active or standby: its position in its changelog, the changelog's end offset and the lag
+        between them (Kafka's allLocalStorePartitionLags; one list_offsets request to the
+        brokers, so call it every few seconds at most). A running active task is at the end."""
+        with self._lock:
+            if not self._state.is_running_or_rebalancing() or self._admin is None:
+                raise RuntimeStateError(f"cannot read the store lags of app {self.application_id}: it is "
+                                        f"{self._state.value}, not RUNNING or REBALANCING")
+            threads, admin = list(self.threads), self._admin
+        return local_store_partition_lags(threads, admin)
 
     # ---- snapshots --------------------------------------------------------------------------
 

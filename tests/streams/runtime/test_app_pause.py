@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from state.listener import StateRestoreListener
 from streams import App, AppState
+from streams.runtime import LagInfo, RuntimeStateError
 from streams.runtime.task import TaskState
 
 from _runtime_util import Cluster, make_lines, unique, wait_for, wordcount_topology
@@ -111,3 +114,59 @@ def test_an_app_paused_before_start_restores_nothing_until_resumed(backend_confi
     finally:
         assert app.close(timeout=60)
         cluster.close()
+
+
+def test_store_lags_show_a_paused_restore_and_none_once_caught_up(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(2, lines, out)
+    records, expected = make_lines(300, seed=5, vocabulary=25)
+    config = {**cluster.config, "application.id": unique("lags"), "state.dir": str(tmp_path),
+              "commit.interval.ms": 100}
+    first = App(wordcount_topology(lines, out), config)
+    try:
+        with pytest.raises(RuntimeStateError, match="not RUNNING or REBALANCING"):
+            first.all_local_store_partition_lags()
+        cluster.produce(lines, records)
+        first.start()
+        assert first.wait_for_state(AppState.RUNNING, timeout=60)
+        store = first.store("counts")
+        wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "exact counts")
+
+        def logged() -> dict:
+            """The lags once the changelogs hold every word (a commit wrote the caches down)."""
+            lags = first.all_local_store_partition_lags()
+            ends = [lag.end_offset_position for lag in lags.get("counts", {}).values()]
+            return lags if sum(ends) >= len(expected) else {}
+        lags = wait_for(logged, 60, "the counts in the changelogs")
+        # running active tasks are at the end of their changelogs
+        assert set(lags) == {"counts"} and set(lags["counts"]) == {0, 1}
+        assert all(lag.offset_lag == 0 and lag.current_offset_position == lag.end_offset_position
+                   for lag in lags["counts"].values())
+    finally:
+        assert first.close(timeout=60)
+    first.clean_up()
+
+    app = App(wordcount_topology(lines, out), config)
+    app.pause()  # so the restore waits at its start
+    try:
+        app.start()
+        wait_for(lambda: app.threads[0].task_manager is not None
+                 and len([t for t in app.threads[0].task_manager.tasks.values() if t.manager is not None]) == 4,
+                 60, "the tasks initialized")
+        lags = app.all_local_store_partition_lags()
+        # nothing restored yet: each partition is behind by its whole changelog
+        ends = {p: lag.end_offset_position for p, lag in lags["counts"].items()}
+        assert set(lags) == {"counts"} and set(ends) == {0, 1} and sum(ends.values()) >= len(expected)
+        assert lags["counts"] == {p: LagInfo(0, end) for p, end in ends.items()}
+        assert {p: lag.offset_lag for p, lag in lags["counts"].items()} == ends
+        app.resume()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        lags = app.all_local_store_partition_lags()
+        assert {p: (lag.current_offset_position, lag.offset_lag) for p, lag in lags["counts"].items()} == {
+            p: (end, 0) for p, end in ends.items()}
+    finally:
+        assert app.close(timeout=60)
+        cluster.close()
+    with pytest.raises(RuntimeStateError, match="it is NOT_RUNNING"):
+        app.all_local_store_partition_lags()
