@@ -7,6 +7,7 @@ from streams.runtime.errors import (CommitTimeoutError, CoPartitioningError, Inv
                                     MissingSourceTopicError, MissingValidOffsetError, ProductionError,
                                     RuntimeStateError, TaskMigratedError, ThreadRemovalTimeoutError)
 from streams.runtime.lags import LagInfo
+from streams.runtime.metadata import TaskMetadata, ThreadMetadata
 from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
 from streams.runtime.standby import StandbyTask
 from streams.runtime.task import StreamTask, TaskState
@@ -16,6 +17,7 @@ from streams.runtime.thread import SimulatedCrash, StreamThread, ThreadState
 __all__ = ["App", "AppState", "StreamThreadExceptionResponse", "RecordCollector", "StreamsConfig",
            "AT_LEAST_ONCE", "EXACTLY_ONCE_V2", "CommitTimeoutError", "CoPartitioningError", "MissingSourceTopicError",
            "MissingValidOffsetError", "InvalidTimeoutError", "ThreadRemovalTimeoutError", "LagInfo",
+           "TaskMetadata", "ThreadMetadata",
            "ProductionError", "RuntimeStateError", "TaskMigratedError", "ReadOnlyKeyValueView", "ReadOnlyWindowView", "ReadOnlySessionView",
            "StandbyTask", "StreamTask", "TaskState", "TaskManager", "SimulatedCrash", "StreamThread",
            "ThreadState"]

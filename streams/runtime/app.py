@@ -51,10 +51,11 @@ from streams.runtime.global_thread import GlobalStreamThread, GlobalThreadState
 from streams.runtime.errors import InvalidTimeoutError, RuntimeStateError, ThreadRemovalTimeoutError
 from streams.runtime.internal import plan_internal_topics
 from streams.runtime.lags import LagInfo, local_store_partition_lags
+from streams.runtime.metadata import ThreadMetadata
 from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
 from streams.runtime.snapshots import AppSnapshots
 from streams.runtime.shutdown_requests import ShutdownRequests, shutdown_topic_name, shutdown_topic_spec
-from streams.runtime.standby_placement import owners_from_members, place_standbys
+from streams.runtime.standby_placement import admin_client_id, owners_from_members, place_standbys
 from streams.runtime.task import TaskState
 from streams.runtime.thread import StreamThread, ThreadState
 from streams.topology import Topology
@@ -233,7 +234,7 @@ class App:
         cfg = self.config
         self._backend = backends.for_config(cfg.backend_config())
         try:
-            self._admin = self._backend.admin({"client.id": f"{self.application_id}-admin"})
+            self._admin = self._backend.admin({"client.id": admin_client_id(self.application_id)})
             self._plan = self._prepare_topics()
             os.makedirs(cfg.state_dir, exist_ok=True)
             self._state_directory = StateDirectory(cfg.state_dir, self.application_id)
@@ -771,6 +772,14 @@ class App:
                     if store is not None:
                         result[task_id] = store
         return result
+
+    def metadata_for_local_threads(self) -> list[ThreadMetadata]:
+        """What each live stream thread of this instance runs (Kafka's metadataForLocalThreads):
+        its name, state, clients' ids, and its active and standby tasks with their partitions,
+        committed and end offsets as of their last commit, and idling."""
+        with self._lock:
+            threads = [t for t in self.threads if t.state is not ThreadState.DEAD]
+        return [t.metadata() for t in threads]
 
     def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
         """{store name: {partition: LagInfo}} of every store partition this instance holds,

@@ -25,6 +25,11 @@ def consumer_client_id(application_id: str, process_id: str, thread_index: int) 
     return f"{application_id}-{process_id}{_THREAD_MARK}{thread_index}-consumer"
 
 
+def admin_client_id(application_id: str) -> str:
+    """The instance's admin client's id (Kafka Streams': `<client id>-admin`)."""
+    return f"{application_id}-admin"
+
+
 def process_of_client(application_id: str, client_id: str) -> Optional[str]:
     """The process id in a stream thread's consumer client id; None for any other client."""
     prefix = f"{application_id}-"

@@ -97,6 +97,9 @@ class StreamTask:
         self.fetched_lag = fetched_lag
         self.consumed: dict[tuple[str, int], int] = {}       # last processed offset per partition
         self.committed: dict[tuple[str, int], int] = {}      # last committed next-offset
+        # the input partitions' end offsets the consumer's fetches saw at the last commit
+        # (TaskMetadata.end_offsets; the task manager sets them)
+        self.end_offsets: dict[tuple[str, int], int] = {}
         self.commit_needed = False
         self.position_check = False  # commit again if the consumer position moves (see committable_offsets)
         self.manager: Optional[ProcessorStateManager] = state_manager  # a promoted standby's

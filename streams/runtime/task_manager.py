@@ -664,12 +664,26 @@ class TaskManager:
                     raise TaskMigratedError(f"offset commit failed: {exc}") from exc
         for task in tasks:
             task.post_commit(per_task[task.id])
+            task.end_offsets = self._end_offsets(task)
         for standby in self.standbys.values():
             standby.commit()
         if use_positions:  # not inside a rebalance callback: no lookup to hold the rebalance up
             self._raise_standby_limits()
         self.collector.refresh_partition_counts()
         return len(tasks)
+
+    def _end_offsets(self, task: StreamTask) -> dict[tuple[str, int], int]:
+        """The end offsets of the task's input partitions the consumer's fetches saw (no request)."""
+        ends = {}
+        for topic, partition in task.input_partitions:
+            _low, high = self.consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            if high is not None and high >= 0:
+                ends[(topic, partition)] = high
+        return ends
+
+    def standby_input_partitions(self, task_id: TaskId) -> list[tuple[str, int]]:
+        """The input partitions of a task (what a standby of it would read were it active)."""
+        return [(t, task_id.partition) for t in self.inputs_of_sub.get(task_id.subtopology, ())]
 
     def _positions(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The main consumer's position (next offset the application receives) of `tps`."""

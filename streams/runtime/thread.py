@@ -24,10 +24,11 @@ from streams.errors import ProcessingError
 from streams.runtime.collector import RecordCollector, production_handler_from_config, uses_murmur2
 from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
 from streams.runtime.errors import CommitTimeoutError, RetriableCommitError, TaskMigratedError
+from streams.runtime.metadata import ThreadMetadata, active_task_metadata, standby_task_metadata
 from streams.runtime.offsets import DEFAULT_RESET_POLICY, consumer_reset_policy, reset_policies
 from streams.runtime.snapshots import ThreadSnapshots
 from streams.runtime.task import check_transition
-from streams.runtime.standby_placement import consumer_client_id
+from streams.runtime.standby_placement import admin_client_id, consumer_client_id
 from streams.runtime.task_manager import TaskManager
 from streams.topology import REPARTITION
 
@@ -179,6 +180,27 @@ class StreamThread(threading.Thread):
         self.cache_max_bytes, self.input_buffer_max_bytes = self.shares(self.config, live_threads)
         self._resize_to = (self.cache_max_bytes, self.input_buffer_max_bytes)
 
+    @property
+    def producer_client_id(self) -> str:
+        return f"{self.name}-producer"
+
+    @property
+    def restore_consumer_client_id(self) -> str:
+        return f"{self.name}-restore-consumer"
+
+    def metadata(self) -> ThreadMetadata:
+        """What this thread runs (Kafka's StreamThread.threadMetadata), read from another thread:
+        the task maps are copied first (a rebalance may change them meanwhile)."""
+        tm = self.task_manager
+        active, standbys = (list(tm.tasks.values()), list(tm.standbys)) if tm is not None else ([], [])
+        app = self.config.application_id
+        return ThreadMetadata(
+            self.name, self.state.value, consumer_client_id(app, self.process_id, self.index),
+            self.restore_consumer_client_id, frozenset({self.producer_client_id}), admin_client_id(app),
+            tuple(sorted((active_task_metadata(t) for t in active), key=lambda m: m.task_id)),
+            tuple(standby_task_metadata(task_id, tm.standby_input_partitions(task_id))
+                  for task_id in sorted(standbys)))
+
     def set_desired_standbys(self, task_ids: frozenset) -> None:
         self.desired_standbys = task_ids
         self._standby_version += 1
@@ -199,7 +221,7 @@ class StreamThread(threading.Thread):
     # ---- clients ----------------------------------------------------------------------------
 
     def _producer_conf(self) -> dict:
-        conf = {"client.id": f"{self.name}-producer"}
+        conf = {"client.id": self.producer_client_id}
         if self.transactional_id is not None:
             conf["transactional.id"] = self.transactional_id
             conf["enable.idempotence"] = True
@@ -245,7 +267,7 @@ class StreamThread(threading.Thread):
         self.consumer = self.backend.consumer(main_conf)
         restore_conf = {
             **restore_consumer_config(cfg.eos_enabled, group_id=f"{cfg.application_id}-restore"),
-            "client.id": f"{self.name}-restore-consumer",
+            "client.id": self.restore_consumer_client_id,
             **cfg.consumer_overrides(RESTORE_CONSUMER_PREFIX),
         }
         self.restore_consumer = self.backend.consumer(restore_conf)

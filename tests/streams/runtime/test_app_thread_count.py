@@ -136,3 +136,47 @@ def test_a_created_app_changes_no_thread_count(tmp_path):
     assert app.add_stream_thread() is None
     assert app.remove_stream_thread(timeout=1) is None
     assert app.threads == [] and app.state is AppState.CREATED
+
+
+def test_metadata_for_local_threads_names_each_threads_clients_and_tasks(backend_config, tmp_path):
+    cluster = Cluster(backend_config)
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(2, lines, out)
+    records, expected = make_lines(400, seed=17, vocabulary=30)
+    app_id = unique("meta")
+    app = App(wordcount_topology(lines, out), {
+        **cluster.config, "application.id": app_id, "state.dir": str(tmp_path), "num.stream.threads": 2,
+        "commit.interval.ms": 100})
+    try:
+        assert app.metadata_for_local_threads() == []
+        app.start()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        cluster.produce(lines, records)
+
+        def committed_everything() -> list:
+            """The metadata once the source tasks committed every line they read (else [])."""
+            threads = app.metadata_for_local_threads()
+            sources = [t for m in threads for t in m.active_tasks if t.task_id.subtopology == 0]
+            ends = [t.end_offsets.get((lines, t.task_id.partition)) for t in sources]
+            done = (len(sources) == 2 and None not in ends and all(t.committed_offsets.get((lines, t.task_id.partition)) == end
+                                              for t, end in zip(sources, ends)) and sum(ends) == len(records))
+            return threads if done and app.state is AppState.RUNNING else []
+        threads = wait_for(committed_everything, 60, "every line committed by the source tasks")
+        assert sorted(m.thread_name for m in threads) == [f"{app_id}-StreamThread-1", f"{app_id}-StreamThread-2"]
+        for m in threads:
+            n = m.thread_name.rsplit("-", 1)[1]
+            assert m.thread_state == "RUNNING"
+            assert m.consumer_client_id == f"{app_id}-{app.process_id}-StreamThread-{n}-consumer"
+            assert m.restore_consumer_client_id == f"{m.thread_name}-restore-consumer"
+            assert m.producer_client_ids == {f"{m.thread_name}-producer"} and m.admin_client_id == f"{app_id}-admin"
+            assert m.standby_tasks == ()  # one instance: nowhere else to keep them
+        tasks = [t for m in threads for t in m.active_tasks]
+        assert sorted(str(t.task_id) for t in tasks) == ["0_0", "0_1", "1_0", "1_1"]
+        for t in tasks:
+            (topic, partition), = t.topic_partitions
+            assert partition == t.task_id.partition
+            assert topic == lines if t.task_id.subtopology == 0 else topic.endswith("-repartition")
+    finally:
+        assert app.close(timeout=60)
+        cluster.close()
+    assert app.metadata_for_local_threads() == []  # (dead threads are not live)
