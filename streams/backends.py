@@ -35,6 +35,7 @@ STREAMS_CONFIG_KEYS = frozenset({
     "windowstore.changelog.additional.retention.ms", "task.timeout.ms", "rocksdb.config.setter",
     "repartition.purge.interval.ms", "processing.exception.handler",
     "default.dsl.store", "dsl.store.suppliers.class", "ensure.explicit.internal.resource.naming",
+    "application.server",
     # the stream threads' poll size (streams.runtime.config.max_poll_records), not a client's
     "max.poll.records", "consumer.max.poll.records",
 }) | _unsupported.KEYS  # and the settings Eddy does not implement (streams/unsupported_configs.py)

@@ -20,10 +20,9 @@ CHANGING = {
     "task.assignor.class": set(),
 }
 #: Settings that only tune what Eddy does not have (Kafka's task assignor, rack awareness, metrics
-#: recording, rolling upgrades, interactive-query metadata): accepted, with a warning that they
-#: have no effect.
+#: recording, rolling upgrades): accepted, with a warning that they have no effect.
 NO_EFFECT = (
-    "acceptable.recovery.lag", "max.warmup.replicas", "probing.rebalance.interval.ms", "application.server",
+    "acceptable.recovery.lag", "max.warmup.replicas", "probing.rebalance.interval.ms",
     "rack.aware.assignment.strategy", "rack.aware.assignment.tags", "rack.aware.assignment.traffic_cost",
     "rack.aware.assignment.non_overlap_cost", "upgrade.from", "built.in.metrics.version", "metrics.recording.level",
     "metrics.num.samples", "metrics.sample.window.ms", "log.summary.interval.ms", "window.size.ms",

@@ -36,6 +36,7 @@ import uuid
 import zlib
 from typing import Any, Callable, Optional
 
+from eddy.murmur2 import murmur2_partition
 from state.directory import StateDirectory
 from state.global_manager import GLOBAL_DIR_NAME
 from state.errors import InvalidStateStoreError
@@ -48,10 +49,13 @@ from streams.internal_topics import InternalTopicManager
 from streams.metrics import MetricsRegistry
 from streams.runtime.config import StreamsConfig
 from streams.runtime.global_thread import GlobalStreamThread, GlobalThreadState
-from streams.runtime.errors import InvalidTimeoutError, RuntimeStateError, ThreadRemovalTimeoutError
+from streams.runtime.errors import (InvalidQueryArgumentError, InvalidTimeoutError, RuntimeStateError,
+                                    ThreadRemovalTimeoutError)
 from streams.runtime.internal import plan_internal_topics
 from streams.runtime.lags import LagInfo, local_store_partition_lags
 from streams.runtime.metadata import ThreadMetadata
+from streams.runtime.streams_metadata import (NOT_AVAILABLE, UNKNOWN_PARTITION, KeyQueryMetadata, Placement,
+                                              StreamsMetadata, all_metadata, key_query_metadata, metadata_for_store)
 from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
 from streams.runtime.snapshots import AppSnapshots
 from streams.runtime.shutdown_requests import ShutdownRequests, shutdown_topic_name, shutdown_topic_spec
@@ -738,11 +742,8 @@ class App:
                 store = self._global_stores.get(name)
                 return {} if store is None else {TaskId(0, 0): store}
         else:
-            sub = self._store_sub.get(name)
-            if sub is None:
-                raise InvalidStateStoreError(
-                    f"unknown state store {name!r}; the topology has "
-                    f"{sorted({*self._store_sub, *self.topology.global_store_names})}")
+            self._check_store_name(name)
+            sub = self._store_sub[name]
             partitions = self._plan.partitions_of_sub[sub] if self._plan is not None else 1
 
             def local() -> dict[TaskId, Any]:
@@ -781,17 +782,89 @@ class App:
             threads = [t for t in self.threads if t.state is not ThreadState.DEAD]
         return [t.metadata() for t in threads]
 
+    # ---- interactive-query metadata (Kafka's StreamsMetadata, see streams_metadata) ---------
+
+    def _require_running(self, what: str) -> Any:
+        """The admin client, if the app is RUNNING or REBALANCING; else RuntimeStateError."""
+        with self._lock:
+            if not self._state.is_running_or_rebalancing() or self._admin is None:
+                raise RuntimeStateError(f"cannot {what} of app {self.application_id}: it is {self._state.value}, "
+                                        "not RUNNING or REBALANCING")
+            return self._admin
+
+    def _placement(self) -> Placement:
+        return Placement(
+            stores_of_sub={sub.id: tuple(sub.store_names) for sub in self.subtopologies},
+            topics_of_sub={sub.id: tuple(self.topology.decorate_topic(t, self.application_id) for t in sub.source_topics)
+                           for sub in self.subtopologies},
+            partitions_of_sub=dict(self._plan.partitions_of_sub),
+            global_stores=frozenset(self.topology.global_store_names), standby_replicas=self.config.num_standby_replicas)
+
+    def _all_metadata(self, what: str) -> Optional[list[StreamsMetadata]]:
+        """Every instance's metadata from the group's membership (one DescribeConsumerGroups
+        request); None when it cannot be read now."""
+        admin = self._require_running(what)
+        try:
+            group = admin.describe_consumer_groups([self.application_id])[self.application_id].result(10)
+        except Exception as exc:  # noqa: BLE001 - unknown for now, as Kafka's before its first assignment
+            log.info("cannot describe group %s for the streams metadata: %s", self.application_id, exc)
+            return None
+        return all_metadata(self.application_id, group.members, self._placement())
+
+    def metadata_for_all_streams_clients(self) -> list[StreamsMetadata]:
+        """Every instance of this application that has an `application.server`: its endpoint and
+        the stores and partitions of its active and standby tasks (Kafka's
+        metadataForAllStreamsClients; one DescribeConsumerGroups request)."""
+        return self._all_metadata("read the streams metadata") or []
+
+    def streams_metadata_for_store(self, store: str) -> list[StreamsMetadata]:
+        """The instances (with an `application.server`) holding `store`, actively or in a standby
+        (Kafka's streamsMetadataForStore); every one for a global store."""
+        self._check_store_name(store)
+        return metadata_for_store(store, self._all_metadata("read the streams metadata") or [], self._placement())
+
+    def query_metadata_for_key(self, store: str, key: Any, key_serde: Any = None, *,
+                               partitioner: Optional[Callable[[str, Any, Any, int], Optional[int]]] = None
+                               ) -> KeyQueryMetadata:
+        """Which instance's active task holds `key` of `store`, which keep standbys of it, and its
+        partition (Kafka's queryMetadataForKey): the partition is what Kafka's default partitioner
+        gives the key serialized by `key_serde` (the store's source topics are partitioned so), or
+        `partitioner(topic, key, None, num_partitions)` for a store whose input a custom partitioner
+        wrote. NOT_AVAILABLE while the group's membership cannot be read."""
+        self._check_store_name(store)
+        admin_metadata = self._all_metadata("query the metadata of a key")
+        if admin_metadata is None:
+            return NOT_AVAILABLE
+        placement = self._placement()
+        if store in placement.global_stores:
+            return key_query_metadata(store, -1, UNKNOWN_PARTITION, admin_metadata, placement, self.config.application_server)
+        sub = self._store_sub[store]
+        topic, count = placement.topics_of_sub[sub][0], placement.partitions_of_sub[sub]
+        partition = partitioner(topic, key, None, count) if partitioner is not None else None
+        if partition is None:
+            serialize = getattr(key_serde, "serialize", None)
+            if not callable(serialize):
+                raise InvalidQueryArgumentError(f"query_metadata_for_key({store!r}): give the key's serde (or a "
+                                                f"partitioner) to place the key, got key_serde={key_serde!r}")
+            partition = murmur2_partition(serialize(key), count)
+        elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
+            raise InvalidQueryArgumentError(f"query_metadata_for_key({store!r}): the partitioner gave {partition!r}, "
+                                            f"not a partition of 0-{count - 1}")
+        return key_query_metadata(store, sub, partition, admin_metadata, placement, self.config.application_server)
+
+    def _check_store_name(self, name: str) -> None:
+        if name not in self._store_sub and not self.topology.is_global_store(name):
+            raise InvalidStateStoreError(
+                f"unknown state store {name!r}; the topology has "
+                f"{sorted({*self._store_sub, *self.topology.global_store_names})}")
+
     def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
         """{store name: {partition: LagInfo}} of every store partition this instance holds,
         active or standby: its position in its changelog, the changelog's end offset and the lag
         between them (Kafka's allLocalStorePartitionLags; one list_offsets request to the
         brokers, so call it every few seconds at most). A running active task is at the end."""
-        with self._lock:
-            if not self._state.is_running_or_rebalancing() or self._admin is None:
-                raise RuntimeStateError(f"cannot read the store lags of app {self.application_id}: it is "
-                                        f"{self._state.value}, not RUNNING or REBALANCING")
-            threads, admin = list(self.threads), self._admin
-        return local_store_partition_lags(threads, admin)
+        admin = self._require_running("read the store lags")
+        return local_store_partition_lags(list(self.threads), admin)
 
     # ---- snapshots --------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from state.restore import MAX_POLL_RECORDS as RESTORE_MAX_POLL_RECORDS
 from state.rocksdb_config import config_setter_class
 from state.stores import WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
 from streams.backends import STREAMS_CONFIG_KEYS, TOPIC_PREFIX
+from streams.runtime.streams_metadata import parse_application_server
 from streams.dsl.naming import ensure_explicit_naming
 from streams.dsl.store_suppliers import check_app_configs as check_dsl_store_configs
 from streams.errors import ConfigError
@@ -145,6 +146,8 @@ class StreamsConfig:
     global_max_poll_records: int = DEFAULT_MAX_POLL_RECORDS
     #: librdkafka's topic.metadata.refresh.interval.ms, which the record collector follows too.
     metadata_refresh_ms: int = 300_000
+    #: application.server: where this instance answers interactive queries (streams_metadata)
+    application_server: Any = None
 
     @property
     def eos_enabled(self) -> bool:
@@ -217,6 +220,7 @@ class StreamsConfig:
             restore_max_poll_records=max_poll_records(raw, RESTORE_CONSUMER_PREFIX, DEFAULT_MAX_POLL_RECORDS),
             global_max_poll_records=max_poll_records(raw, GLOBAL_CONSUMER_PREFIX, DEFAULT_MAX_POLL_RECORDS),
             metadata_refresh_ms=_int(raw, "topic.metadata.refresh.interval.ms", 300_000, 0),
+            application_server=parse_application_server(raw),
         )
 
     def backend_config(self) -> dict:

@@ -13,6 +13,10 @@ class InvalidTimeoutError(StreamsError, ValueError):
     """A timeout argument that is not None or a number of seconds >= 0."""
 
 
+class InvalidQueryArgumentError(StreamsError, ValueError):
+    """An interactive-query metadata call got an argument it cannot use (no way to place the key)."""
+
+
 class ThreadRemovalTimeoutError(StreamsError, TimeoutError):
     """App.remove_stream_thread: the thread did not stop within the timeout (it goes on stopping)."""
 

@@ -25,6 +25,7 @@ from streams.runtime.collector import RecordCollector, production_handler_from_c
 from streams.runtime.config import MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, StreamsConfig
 from streams.runtime.errors import CommitTimeoutError, RetriableCommitError, TaskMigratedError
 from streams.runtime.metadata import ThreadMetadata, active_task_metadata, standby_task_metadata
+from streams.runtime.streams_metadata import endpoint_client_suffix
 from streams.runtime.offsets import DEFAULT_RESET_POLICY, consumer_reset_policy, reset_policies
 from streams.runtime.snapshots import ThreadSnapshots
 from streams.runtime.task import check_transition
@@ -181,6 +182,13 @@ class StreamThread(threading.Thread):
         self._resize_to = (self.cache_max_bytes, self.input_buffer_max_bytes)
 
     @property
+    def consumer_client_id(self) -> str:
+        """The main consumer's client id, which carries the instance's application.server
+        (streams_metadata.endpoint_client_suffix)."""
+        return (consumer_client_id(self.config.application_id, self.process_id, self.index)
+                + endpoint_client_suffix(self.config.application_server))
+
+    @property
     def producer_client_id(self) -> str:
         return f"{self.name}-producer"
 
@@ -195,7 +203,7 @@ class StreamThread(threading.Thread):
         active, standbys = (list(tm.tasks.values()), list(tm.standbys)) if tm is not None else ([], [])
         app = self.config.application_id
         return ThreadMetadata(
-            self.name, self.state.value, consumer_client_id(app, self.process_id, self.index),
+            self.name, self.state.value, self.consumer_client_id,
             self.restore_consumer_client_id, frozenset({self.producer_client_id}), admin_client_id(app),
             tuple(sorted((active_task_metadata(t) for t in active), key=lambda m: m.task_id)),
             tuple(standby_task_metadata(task_id, tm.standby_input_partitions(task_id))
@@ -253,7 +261,7 @@ class StreamThread(threading.Thread):
         cfg = self.config
         main_conf = {
             "group.id": cfg.application_id,
-            "client.id": consumer_client_id(cfg.application_id, self.process_id, self.index),
+            "client.id": self.consumer_client_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": DEFAULT_RESET_POLICY,

@@ -44,16 +44,16 @@ def test_kafkas_default_is_accepted(key, value):
 
 
 def test_a_tuning_setting_is_accepted_with_a_warning(caplog):
-    config = {"application.id": "u", "bootstrap.servers": "local:///x", "application.server": "host:8080",
+    config = {"application.id": "u", "bootstrap.servers": "local:///x",
               "acceptable.recovery.lag": 10_000, "rack.aware.assignment.strategy": "min_traffic"}
     with caplog.at_level(logging.WARNING, logger="streams.runtime.config"):
         StreamsConfig.parse(config)
-    for key in ("application.server", "acceptable.recovery.lag", "rack.aware.assignment.strategy"):
+    for key in ("acceptable.recovery.lag", "rack.aware.assignment.strategy"):
         assert f"config {key!r} is a Kafka Streams setting Eddy does not implement" in caplog.text
 
 
 def test_none_reaches_the_clients():
     config = {"bootstrap.servers": "localhost:9092", "processing.exception.handler": "x", "default.dsl.store": "x",
               "group.protocol": "classic", "rack.aware.assignment.tags": "zone", "window.size.ms": 5,
-              "log.summary.interval.ms": 1, "client.id": "mine"}
+              "log.summary.interval.ms": 1, "application.server": "host:8080", "client.id": "mine"}
     assert client_config(config) == {"client.id": "mine"}
