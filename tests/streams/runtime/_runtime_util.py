@@ -12,6 +12,7 @@ from typing import Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import NewTopic
 
+from state.listener import StateRestoreListener
 from streams import AppState, Processor, StreamsBuilder, StreamThreadExceptionResponse, Topology, serdes
 from streams.backends import for_config
 
@@ -62,6 +63,24 @@ def embedded_config(tmp_path: Any) -> dict:
     """Client settings of an embedded cluster under `tmp_path` (for tests of the embedded runtime only)."""
     return {"bootstrap.servers": f"local://{tmp_path}/cluster",
             "consumer.session.timeout.ms": 6000, "consumer.heartbeat.interval.ms": 500}
+
+
+class RestoredCounts(StateRestoreListener):
+    """Counts what the restores of an app restored: `batched` as batches are applied (restores
+    in progress too), `ended` as restores end."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batched = 0
+        self.ended = 0
+
+    def on_batch_restored(self, tp, store_name, batch_end_offset, num_restored):
+        with self.lock:
+            self.batched += num_restored
+
+    def on_restore_end(self, tp, store_name, total_restored):
+        with self.lock:
+            self.ended += total_restored
 
 
 class Cluster:

@@ -4,26 +4,13 @@ touched."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from state.errors import LockError
-from state.listener import StateRestoreListener
 from streams import App, AppState
 from streams.runtime.errors import RuntimeStateError
 
-from _runtime_util import Cluster, make_lines, unique, wait_for, wordcount_topology
-
-
-class _Restored(StateRestoreListener):
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.total = 0
-
-    def on_restore_end(self, tp, store_name, total_restored):
-        with self.lock:
-            self.total += total_restored
+from _runtime_util import Cluster, RestoredCounts, make_lines, unique, wait_for, wordcount_topology
 
 
 def _task_dirs(app_dir) -> list[str]:
@@ -60,14 +47,14 @@ def test_clean_up_deletes_a_stopped_instances_state_and_the_next_start_restores_
     assert (app_dir / "eddy-process-metadata").read_text() == process_id  # the instance stays itself
 
     again = App(wordcount_topology(lines, out), config)
-    restored = _Restored()
+    restored = RestoredCounts()
     again.set_global_state_restore_listener(restored)
     try:
         again.start()
         assert again.wait_for_state(AppState.RUNNING, timeout=60)
         store = again.store("counts")
         wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "the counts restored")
-        assert restored.total >= len(expected)  # every word's count came back from the changelog
+        assert restored.ended >= len(expected)  # every word's count came back from the changelog
     finally:
         assert again.close(timeout=60)
         cluster.close()

@@ -3,26 +3,15 @@ processes, restores and punctuates nothing until it is resumed; then it goes on 
 
 from __future__ import annotations
 
-import threading
+from typing import Callable
 
 import pytest
 
-from state.listener import StateRestoreListener
 from streams import App, AppState
 from streams.runtime import LagInfo, RuntimeStateError
 from streams.runtime.task import TaskState
 
-from _runtime_util import Cluster, make_lines, unique, wait_for, wordcount_topology
-
-
-class _Restored(StateRestoreListener):
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.total = 0
-
-    def on_batch_restored(self, tp, store_name, batch_end_offset, num_restored):
-        with self.lock:
-            self.total += num_restored
+from _runtime_util import Cluster, RestoredCounts, make_lines, unique, wait_for, wordcount_topology
 
 
 class _Turns:
@@ -38,6 +27,23 @@ class _Turns:
 
 def _counts(store, words) -> dict:
     return {w: store.get(w) for w in words}
+
+
+def _count_then_clean_up(cluster: Cluster, config: dict, lines: str, out: str, records: list, expected: dict,
+                         check: Callable[[App], None] = lambda app: None) -> None:
+    """Count `records` with an app of `config` (then `check(app)` while it runs), close it and
+    delete its local state: the next start must restore the counts from the changelog."""
+    first = App(wordcount_topology(lines, out), config)
+    try:
+        cluster.produce(lines, records)
+        first.start()
+        assert first.wait_for_state(AppState.RUNNING, timeout=60)
+        store = first.store("counts")
+        wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "exact counts")
+        check(first)
+    finally:
+        assert first.close(timeout=60)
+    first.clean_up()
 
 
 def test_a_paused_app_buffers_its_input_and_processes_it_once_resumed(backend_config, tmp_path):
@@ -79,19 +85,10 @@ def test_an_app_paused_before_start_restores_nothing_until_resumed(backend_confi
     records, expected = make_lines(300, seed=4, vocabulary=25)
     config = {**cluster.config, "application.id": unique("paused-start"), "state.dir": str(tmp_path),
               "commit.interval.ms": 100}
-    first = App(wordcount_topology(lines, out), config)
-    try:
-        cluster.produce(lines, records)
-        first.start()
-        assert first.wait_for_state(AppState.RUNNING, timeout=60)
-        store = first.store("counts")
-        wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "exact counts")
-    finally:
-        assert first.close(timeout=60)
-    first.clean_up()  # the next start must restore the counts from the changelog
+    _count_then_clean_up(cluster, config, lines, out, records, expected)
 
     app = App(wordcount_topology(lines, out), config)
-    restored, turns = _Restored(), _Turns()
+    restored, turns = RestoredCounts(), _Turns()
     app.set_global_state_restore_listener(restored)
     app.set_fault_injector(turns)
     app.pause()
@@ -104,13 +101,13 @@ def test_an_app_paused_before_start_restores_nothing_until_resumed(backend_confi
         wait_for(restoring, 60, "the stateful task initialized")
         seen = turns.count
         wait_for(lambda: turns.count >= seen + 5, 60, "five more loop turns")
-        assert restored.total == 0 and restoring() and app.state is AppState.REBALANCING
+        assert restored.batched == 0 and restoring() and app.state is AppState.REBALANCING
 
         app.resume()
         assert app.wait_for_state(AppState.RUNNING, timeout=60)
         store = app.store("counts")
         wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "the counts restored")
-        assert restored.total >= len(expected)
+        assert restored.batched >= len(expected)
     finally:
         assert app.close(timeout=60)
         cluster.close()
@@ -123,15 +120,10 @@ def test_store_lags_show_a_paused_restore_and_none_once_caught_up(backend_config
     records, expected = make_lines(300, seed=5, vocabulary=25)
     config = {**cluster.config, "application.id": unique("lags"), "state.dir": str(tmp_path),
               "commit.interval.ms": 100}
-    first = App(wordcount_topology(lines, out), config)
-    try:
+
+    def running_lags(first: App) -> None:
         with pytest.raises(RuntimeStateError, match="not RUNNING or REBALANCING"):
-            first.all_local_store_partition_lags()
-        cluster.produce(lines, records)
-        first.start()
-        assert first.wait_for_state(AppState.RUNNING, timeout=60)
-        store = first.store("counts")
-        wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "exact counts")
+            App(wordcount_topology(lines, out), config).all_local_store_partition_lags()
 
         def logged() -> dict:
             """The lags once the changelogs hold every word (a commit wrote the caches down)."""
@@ -143,9 +135,7 @@ def test_store_lags_show_a_paused_restore_and_none_once_caught_up(backend_config
         assert set(lags) == {"counts"} and set(lags["counts"]) == {0, 1}
         assert all(lag.offset_lag == 0 and lag.current_offset_position == lag.end_offset_position
                    for lag in lags["counts"].values())
-    finally:
-        assert first.close(timeout=60)
-    first.clean_up()
+    _count_then_clean_up(cluster, config, lines, out, records, expected, running_lags)
 
     app = App(wordcount_topology(lines, out), config)
     app.pause()  # so the restore waits at its start

@@ -7,14 +7,14 @@ import threading
 
 import pytest
 
-from state.listener import StandbyUpdateListener, StateRestoreListener, SuspendReason
+from state.listener import StandbyUpdateListener, SuspendReason
 from streams import App, AppState
 from state.task_id import TaskId
 from streams.runtime.errors import RuntimeStateError
 from streams.runtime.standby import StandbyState
 
-from _runtime_util import (Cluster, count_sequences, last_counts, make_lines, running_with_tasks, start_sharing, unique,
-                           wait_for, wordcount_topology)
+from _runtime_util import (Cluster, RestoredCounts, count_sequences, last_counts, make_lines, running_with_tasks,
+                           start_sharing, unique, wait_for, wordcount_topology)
 
 _pause = threading.Event()
 
@@ -119,16 +119,6 @@ def _standbys_caught_up(cluster: Cluster, app: App, task_ids: list) -> bool:
         probe.close()
 
 
-class _Restored(StateRestoreListener):
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.total = 0
-
-    def on_restore_end(self, tp, store_name, total_restored):
-        with self.lock:
-            self.total += total_restored
-
-
 def test_standby_takes_over_without_full_restore(backend_config, tmp_path):
     cluster = Cluster(backend_config)
     lines, out = unique("lines"), unique("counts")
@@ -144,7 +134,7 @@ def test_standby_takes_over_without_full_restore(backend_config, tmp_path):
             app.set_global_state_restore_listener(listener)
         return app
 
-    restored_a, restored_b = _Restored(), _Restored()
+    restored_a, restored_b = RestoredCounts(), RestoredCounts()
     a, b = new_app("a", restored_a), new_app("b", restored_b)
     try:
         start_sharing(a, b)
@@ -169,14 +159,14 @@ def test_standby_takes_over_without_full_restore(backend_config, tmp_path):
 
         x, y, restored_y = wait_for(roles, 30, "standbys of the stateful tasks caught up on the other instance")
         changelog_total = len(expected)  # at least one changelog record per word
-        before = restored_y.total
+        before = restored_y.ended
         assert x.close(timeout=60)
         wait_for(lambda: y.state is AppState.RUNNING and len(y.local_tasks()["active"]) == 4, 60,
                  "the remaining instance running every task")
         store = y.store("counts")
         wait_for(lambda: all(store.get(w) == n for w, n in expected.items()), 60, "every count served")
         # the promoted standbys were up to date: far less was replayed than the changelogs hold
-        assert restored_y.total - before < changelog_total
+        assert restored_y.ended - before < changelog_total
     finally:
         a.close(timeout=60)
         b.close(timeout=60)
