@@ -832,12 +832,12 @@ class App:
         `partitioner(topic, key, None, num_partitions)` for a store whose input a custom partitioner
         wrote. NOT_AVAILABLE while the group's membership cannot be read."""
         self._check_store_name(store)
-        admin_metadata = self._all_metadata("query the metadata of a key")
-        if admin_metadata is None:
+        everyone = self._all_metadata("query the metadata of a key")
+        if everyone is None:
             return NOT_AVAILABLE
         placement = self._placement()
         if store in placement.global_stores:
-            return key_query_metadata(store, -1, UNKNOWN_PARTITION, admin_metadata, placement, self.config.application_server)
+            return key_query_metadata(store, -1, UNKNOWN_PARTITION, everyone, placement, self.config.application_server)
         sub = self._store_sub[store]
         topic, count = placement.topics_of_sub[sub][0], placement.partitions_of_sub[sub]
         partition = partitioner(topic, key, None, count) if partitioner is not None else None
@@ -850,7 +850,7 @@ class App:
         elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
             raise InvalidQueryArgumentError(f"query_metadata_for_key({store!r}): the partitioner gave {partition!r}, "
                                             f"not a partition of 0-{count - 1}")
-        return key_query_metadata(store, sub, partition, admin_metadata, placement, self.config.application_server)
+        return key_query_metadata(store, sub, partition, everyone, placement, self.config.application_server)
 
     def _check_store_name(self, name: str) -> None:
         if name not in self._store_sub and not self.topology.is_global_store(name):
