@@ -36,8 +36,8 @@ class ThreadMetadata(NamedTuple):
 
 def active_task_metadata(task: Any) -> TaskMetadata:
     """A StreamTask's metadata (read from another thread: every field is copied)."""
-    idle = task.partition_group.idling_since(task.max_task_idle_ms)
-    return TaskMetadata(task.id, frozenset(task.input_partitions), dict(task.committed), dict(task.end_offsets), idle)
+    return TaskMetadata(task.id, frozenset(task.input_partitions), dict(task.committed), dict(task.end_offsets),
+                        task.idling_since)
 
 
 def standby_task_metadata(task_id: TaskId, input_partitions: list) -> TaskMetadata:

@@ -42,12 +42,6 @@ class PartitionGroup:
         if self._idle_deadlines:
             self._idle_deadlines.clear()
 
-    def idling_since(self, max_task_idle_ms: int) -> Optional[int]:
-        """When (wall-clock ms) the task began waiting for an empty partition's records
-        (max.task.idle.ms), None when it is not waiting."""
-        deadlines = list(self._idle_deadlines.values())
-        return min(deadlines) - max_task_idle_ms if deadlines and max_task_idle_ms >= 0 else None
-
     def ready_to_process(self, now_ms: int, max_task_idle_ms: int,
                          fetched_lag: Callable[[tuple[str, int]], Optional[int]]) -> bool:
         """Kafka's PartitionGroup.readyToProcess (KIP-695), for a group with records buffered:

@@ -100,6 +100,9 @@ class StreamTask:
         # the input partitions' end offsets the consumer's fetches saw at the last commit
         # (TaskMetadata.end_offsets; the task manager sets them)
         self.end_offsets: dict[tuple[str, int], int] = {}
+        # since when (wall-clock ms) the task has buffered records it may not process yet
+        # (max.task.idle.ms: an empty partition may bring earlier ones), None when it may
+        self.idling_since: Optional[int] = None
         self.commit_needed = False
         self.position_check = False  # commit again if the consumer position moves (see committable_offsets)
         self.manager: Optional[ProcessorStateManager] = state_manager  # a promoted standby's
@@ -297,10 +300,15 @@ class StreamTask:
         if self.max_task_idle_ms >= 0:
             if group.all_buffered():
                 group.forget_idle_deadlines()
-            elif not group.ready_to_process(self.clock_ms(), self.max_task_idle_ms, self.fetched_lag):
-                return 0  # max.task.idle.ms: an empty partition may still bring earlier records
+                self.idling_since = None
             else:
+                now = self.clock_ms()
+                if not group.ready_to_process(now, self.max_task_idle_ms, self.fetched_lag):
+                    if self.idling_since is None:
+                        self.idling_since = now
+                    return 0  # max.task.idle.ms: an empty partition may still bring earlier records
                 enforced = True
+                self.idling_since = None
         engine = self.engine
         consumed = self.consumed
         stop_when_empty = self.max_task_idle_ms >= 0

@@ -21,6 +21,8 @@ from streams.runtime.partition_group import PartitionGroup
 from streams.runtime.task import StreamTask
 from streams.runtime.task_manager import fetched_lag
 
+from streams.runtime.metadata import active_task_metadata
+
 from _runtime_util import Cluster, unique, wait_for
 
 S = serdes.STRING
@@ -104,16 +106,19 @@ def test_processing_on_past_the_idle_deadline_is_counted_as_enforced(tmp_path):
 
     task.add_records(X, [_msg("x", 0, 10), _msg("x", 1, 30)])
     assert task.process(100) == 0 and enforced() == 0  # y is idle: wait 100 ms
+    assert active_task_metadata(task).time_current_idling_started == 0  # (Kafka's TaskMetadata)
     clock[0] = 100
     assert task.process(1) == 1 and seen == [10] and enforced() == 1  # the deadline passed
+    assert active_task_metadata(task).time_current_idling_started is None
     task.add_records(Y, [_msg("y", 0, 20)])
     assert task.process(1) == 1 and seen == [10, 20] and enforced() == 1  # both buffered: not enforced
     # y had a record: empty again, it idles 100 ms again from now (Kafka drops a partition's
     # deadline whenever it has records), then the task goes on
+    clock[0] = 150
     assert task.process(100) == 0 and enforced() == 1
-    clock[0] = 199
-    assert task.process(100) == 0
-    clock[0] = 200
+    clock[0] = 249
+    assert task.process(100) == 0 and active_task_metadata(task).time_current_idling_started == 150
+    clock[0] = 250
     assert task.process(100) == 1 and seen == [10, 20, 30] and enforced() == 2
 
 
