@@ -9,6 +9,11 @@ across topics). Everything produced (outputs, repartition and changelog records)
 `producer_history()`. Records piped (or produced) to the topic of a global store update that
 store at once through the App's own GlobalStateUpdateTask; every task can read it.
 
+Output topics show what Kafka's driver captures: the records of each processed record once it is
+processed (and its commit done), so a record whose processing fails shows none of what it
+produced until the next record is piped (Kafka captures them then); `producer_history()` has
+them at once.
+
 The config is validated as the App validates it (`StreamsConfig.parse`: same keys, defaults and
 ConfigErrors), except that `bootstrap.servers` is not needed; without `state.dir` each driver
 gets its own temporary directory, removed on close.
@@ -135,6 +140,7 @@ class TopologyTestDriver:
         self._closed = False
         self._collector = _Collector(self)
         self._outputs: dict[str, collections.deque[ProducerRecord]] = collections.defaultdict(collections.deque)
+        self._uncaptured: list[ProducerRecord] = []  # produced by the record in progress (see the module doc)
         # what the topology produced to topics it reads: global ones applied after the record
         # that produced them, the others queued as in Kafka's driver (record_order.py)
         self._pending = TaskQueues()
@@ -209,7 +215,7 @@ class TopologyTestDriver:
             raise ProcessingError("the TopologyTestDriver is closed")
 
     def _on_produced(self, record: ProducerRecord) -> None:
-        self._outputs[record.topic].append(record)
+        self._uncaptured.append(record)
         if record.topic in self._global_topics:
             self._pending_global.append(record)
         if record.topic in self._engine_for_topic:
@@ -221,11 +227,21 @@ class TopologyTestDriver:
             task = self._global_task
             task.update(topic, 0, [raw_message(topic, 0, offset, key, value, timestamp, headers)])
             task.maybe_checkpoint()
+            self._capture()
             return
         engine = self._engine_for_topic[topic]
         engine.process(topic, 0, offset, key, value, timestamp, headers)
         engine.maybe_punctuate_stream_time()
         self._commit_all()
+        self._capture()
+
+    def _capture(self) -> None:
+        """What was produced since the last capture becomes visible on the output topics (Kafka's
+        captureOutputsAndGenerateInterceptorEvents, after each processed record)."""
+        produced, self._uncaptured = self._uncaptured, []
+        outputs = self._outputs
+        for record in produced:
+            outputs[record.topic].append(record)
 
     def _commit_all(self) -> None:
         # Kafka's driver commits after every record: flush caches (forwarding their entries), then
@@ -267,6 +283,7 @@ class TopologyTestDriver:
         """Feed one serialized record to `topic` (partition 0) and process everything it causes."""
         self._check_open()
         self._check_input_topic(topic)
+        self._capture()  # what a failed record produced (Kafka's driver captures it at the next pipe)
         offset = self._collector.next_offset(topic)
         try:
             self._process_one(topic, offset, key, value, timestamp, _normalize_headers(headers))
@@ -287,9 +304,11 @@ class TopologyTestDriver:
         if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
             raise ProcessingError(f"advance_wall_clock_time needs a non-negative int of ms, got {ms!r}")
         self._wall_clock_ms += ms
+        self._capture()
         for engine in self._engines:
             engine.maybe_punctuate_system_time()
         self._commit_all()
+        self._capture()
         self._drain()
 
     @property
@@ -386,6 +405,7 @@ class TopologyTestDriver:
         if len(self._registered) == len(self._engines):
             try:  # like Kafka's driver: a last commit before closing (caches are normally empty)
                 self._commit_all()
+                self._capture()
             except BaseException as exc:
                 first_error = exc
         for engine in self._engines:

@@ -64,10 +64,12 @@ def test_errors_name_the_failing_node_of_a_fused_chain(where, node):
         with pytest.raises(ProcessingError) as err:
             inp.pipe_input("k", "one two three", timestamp=1)
         assert f"processor={node}," in str(err.value)
-        out = driver.create_output_topic("out", S, S)
+        # Kafka's driver shows nothing of a record that failed (it captures a record's output
+        # once it is processed) ...
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == []
         if where == "flat_map_mid":
-            # the first word went all the way down before the iterator failed
-            assert out.read_key_values_to_list() == [("one", "one")]
+            # ... though the first word went all the way down before the iterator failed
+            assert [(r.key, r.value) for r in driver.producer_history("out")] == [(b"one", b"one")]
 
 
 class MetadataProbe(Processor):
