@@ -196,6 +196,18 @@ _CASES = {
                                           [["b", "abc", 100], ["b", "ba", 140], ["b", "q", 60], ["b", "r", 210],
                                            ["a", "s", 215], ["b", "t", 150]],
                                           CACHE, {"topology_optimization": OPTIMIZATIONS}),
+    # ... after a key change under a join name (StreamJoined.withName): the two sides get two
+    # repartitions (Kafka reuses one only for an unnamed join), which merge.repartition.topics
+    # makes one before single.store.self.join is decided; seed 346,852
+    "named-self-join-after-merged-repartitions": ("join", "stream",
+                                                  [{"op": "map", "fn": "swap"},
+                                                   _join("stream_join", "inner", "pair",
+                                                         windows={"diff": 50, "grace": None, "before": None,
+                                                                  "after": 200},
+                                                         store=False, other={"source": "self", "ops": []})],
+                                                  [["a", "b", 100], ["c", "b", 120], ["b", "d", 90], ["a", "b", 400]],
+                                                  NO_CACHE, {"topology_optimization": OPTIMIZATIONS,
+                                                             "join_names": True}),
     # in memory, Kafka's DSL window and session stores are its InMemoryWindowStore and
     # InMemorySessionStore whatever the emit strategy: final results are scanned from the plain
     # store's retention. c@1423's put (start 1400) leaves [1300,1400) behind it (retention 100):
@@ -409,6 +421,17 @@ _CASES = {
                                                       ["A", "abc bb b", 312, "right"]], 0,
                                                      {"topology_optimization": OPTIMIZATIONS,
                                                       "processing_handler": "log_and_continue"}),
+    # Kafka's driver shows each processed record's output once it is processed: "a cab" is
+    # repartitioned into a and cab, a is counted and written out, then the reducer fails on cab
+    # (log_and_fail); a's output shows, cab's does not (Eddy's harness used to cut all that the
+    # input record caused); seed 337,760
+    "fail-after-a-repartitioned-record-went-through": ("windowed", "stream",
+                                                        [{"op": "flat_map_values", "fn": "words"},
+                                                         {"op": "select_key", "fn": "value"}, _GROUP_BY_KEY,
+                                                         _windowed("tumbling", "reduce", "fails_max", size=1000,
+                                                                   advance=1000, grace=0)],
+                                                        [["dd", "cab", 0], [None, "a cab", 0]], 0,
+                                                        {"processing_handler": "log_and_fail"}),
 }
 
 
