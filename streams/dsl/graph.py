@@ -508,16 +508,23 @@ class Graph:
         self.nodes.append(node)
         return node
 
-    def to_topology(self, topology: Optional[Topology] = None, *, merge_repartitions: bool = False) -> Topology:
+    def to_topology(self, topology: Optional[Topology] = None, *, merge_repartitions: bool = False,
+                    self_join: bool = False) -> Topology:
         """The recorded steps written into `topology` (a new one by default); with
         `merge_repartitions`, as merge.repartition.topics rewrites them (the recorded steps stay
-        as they are, so that another build may differ)."""
+        as they are, so that another build may differ); with `self_join`, each inner join whose
+        two sides then read one node joins over one store (single.store.self.join, which Kafka
+        applies after merging the repartitions: a key-changed stream joined with itself under
+        two join names has two repartitions until they are merged)."""
         topology = topology if topology is not None else Topology()
         nodes = self.nodes
         if merge_repartitions:
             from streams.dsl.repartition_merge import merge_repartition_topics
 
             nodes = merge_repartition_topics(nodes)
+        for node in nodes:
+            if type(node) is StreamStreamJoinNode:
+                node.self_join = self_join and node.can_self_join()
         relaxed = _upstream_of_relaxed_joins(nodes)
         for node in nodes:
             if isinstance(node, RepartitionNode):

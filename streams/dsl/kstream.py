@@ -245,9 +245,8 @@ class StreamsBuilder:
         for node in self._graph.nodes:
             if type(node) is TableSourceNode:
                 node.reuse_source_topic = reuse
-            elif type(node) is StreamStreamJoinNode:
-                node.self_join = self_join and node.can_self_join()
-        topology = self._graph.to_topology(merge_repartitions=MERGE_REPARTITION_TOPICS in requested)
+        topology = self._graph.to_topology(merge_repartitions=MERGE_REPARTITION_TOPICS in requested,
+                                           self_join=self_join)
         topology.applied_optimizations = requested
         topology.build()
         # Kafka's checkUnprovidedNames, once the topology is written
