@@ -59,7 +59,7 @@ from streams.runtime.streams_metadata import (NOT_AVAILABLE, UNKNOWN_PARTITION, 
 from streams.runtime.queries import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyWindowView
 from streams.runtime.snapshots import AppSnapshots
 from streams.runtime.shutdown_requests import ShutdownRequests, shutdown_topic_name, shutdown_topic_spec
-from streams.runtime.standby_placement import admin_client_id, owners_from_members, place_standbys
+from streams.runtime.standby_placement import admin_client_id, standbys_from_members
 from streams.runtime.task import TaskState
 from streams.runtime.thread import StreamThread, ThreadState
 from streams.topology import Topology
@@ -123,6 +123,11 @@ def _load_process_id(app_dir: str) -> str:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return pid
+
+
+def _deadline(timeout: Optional[float]) -> Optional[float]:
+    """When (time.monotonic) `timeout` seconds from now end; None to wait as long as it takes."""
+    return None if timeout is None or timeout == float("inf") else time.monotonic() + timeout
 
 
 class App:
@@ -386,7 +391,7 @@ class App:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not timeout >= 0):
             raise InvalidTimeoutError(f"remove_stream_thread: timeout must be None or seconds >= 0, got {timeout!r}")
-        deadline = None if timeout is None or timeout == float("inf") else time.monotonic() + timeout
+        deadline = _deadline(timeout)
         me = threading.current_thread()
         with self._lock:
             if not self._state.is_running_or_rebalancing():
@@ -524,14 +529,12 @@ class App:
         except Exception as exc:  # noqa: BLE001 - any failure: fall back to every non-active task
             log.debug("cannot describe group %s for standby placement: %s", self.application_id, exc)
             return None
-        task_of_partition = {(self.topology.decorate_topic(t, self.application_id), p): TaskId(sub.id, p)
-                             for sub in self.subtopologies if sub.store_names for t in sub.source_topics
-                             for p in range(self._plan.partitions_of_sub[sub.id])}
-        processes, owners = owners_from_members(self.application_id, group.members, task_of_partition)
+        processes, placed = standbys_from_members(self.application_id, group.members,
+                                                  self._placement().stateful_task_of_partition(),
+                                                  self.config.num_standby_replicas)
         if self.process_id not in processes:
             return None  # not (yet) a member: nothing trustworthy to place from
-        stateful = sorted(set(task_of_partition.values()), key=str)
-        return place_standbys(stateful, processes, owners, self.config.num_standby_replicas)[self.process_id]
+        return placed[self.process_id]
 
     def _update_standbys(self) -> None:
         if self.config.num_standby_replicas < 1 or self._plan is None:
@@ -646,7 +649,7 @@ class App:
             if not self.wait_for_state(AppState.ERROR, timeout=timeout if timeout is not None else 1e9):
                 return False
             self._set_state(AppState.PENDING_SHUTDOWN)
-        deadline = None if timeout is None or timeout == float("inf") else time.monotonic() + timeout
+        deadline = _deadline(timeout)
         self._standby_wakeup.set()  # the placer sees the state and ends
         for t in self.threads:
             t.shutdown()

@@ -153,6 +153,13 @@ class StreamsConfig:
     def eos_enabled(self) -> bool:
         return self.processing_guarantee == EXACTLY_ONCE_V2
 
+    def thread_shares(self, live_threads: int) -> tuple[int, int]:
+        """One stream thread's share of statestore.cache.max.bytes and of input.buffer.max.bytes
+        when the app runs `live_threads` of them (Kafka's cacheSizePerThread: the total over the
+        threads)."""
+        threads = max(1, live_threads)
+        return max(1, self.cache_max_bytes // threads), self.input_buffer_max_bytes // threads
+
     @classmethod
     def parse(cls, config: Mapping[str, Any], *, require_bootstrap_servers: bool = True) -> "StreamsConfig":
         """Validate `config`; `require_bootstrap_servers=False` is for the TopologyTestDriver, which

@@ -57,6 +57,16 @@ def owners_from_members(application_id: str, members: Iterable, task_of_partitio
     return processes, owners
 
 
+def standbys_from_members(application_id: str, members: Iterable, task_of_partition: Mapping[tuple[str, int], TaskId],
+                          replicas: int) -> tuple[set[str], dict[str, set[TaskId]]]:
+    """(every instance's process id, the standby tasks of each) from a consumer group
+    description's members: who runs each stateful task (`task_of_partition`: their input
+    partitions), then `place_standbys` of every one of them."""
+    processes, owners = owners_from_members(application_id, members, task_of_partition)
+    stateful = sorted(set(task_of_partition.values()), key=str)
+    return processes, place_standbys(stateful, processes, owners, replicas)
+
+
 def _rank(task: TaskId, process: str) -> int:
     return zlib.crc32(f"{task}|{process}".encode())
 

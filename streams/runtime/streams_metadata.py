@@ -17,7 +17,7 @@ from typing import Any, Iterable, NamedTuple, Optional
 
 from state.task_id import TaskId
 from streams.errors import ConfigError
-from streams.runtime.standby_placement import owners_from_members, place_standbys, process_of_client
+from streams.runtime.standby_placement import process_of_client, standbys_from_members
 
 APPLICATION_SERVER_CONFIG = "application.server"
 _ENDPOINT_MARK = "-at-"
@@ -100,6 +100,11 @@ class Placement(NamedTuple):
     global_stores: frozenset
     standby_replicas: int
 
+    def stateful_task_of_partition(self) -> dict[tuple[str, int], TaskId]:
+        """The stateful task each input partition belongs to."""
+        return {(t, p): TaskId(sub, p) for sub, topics in self.topics_of_sub.items() if self.stores_of_sub.get(sub)
+                for t in topics for p in range(self.partitions_of_sub[sub])}
+
 
 def all_metadata(application_id: str, members: Iterable[Any], placement: Placement) -> list[StreamsMetadata]:
     """Every instance with an endpoint, from a consumer group description's members (objects with
@@ -119,12 +124,9 @@ def all_metadata(application_id: str, members: Iterable[Any], placement: Placeme
                 partitions.add((tp.topic, tp.partition))
     standby: dict[HostInfo, set] = {endpoint: set() for endpoint in active}
     if placement.standby_replicas > 0:
-        task_of_partition = {(t, p): TaskId(sub, p) for sub, topics in placement.topics_of_sub.items()
-                             if placement.stores_of_sub.get(sub) for t in topics
-                             for p in range(placement.partitions_of_sub[sub])}
-        processes, owners = owners_from_members(application_id, members, task_of_partition)
-        stateful = sorted(set(task_of_partition.values()), key=str)
-        for process, tasks in place_standbys(stateful, processes, owners, placement.standby_replicas).items():
+        _processes, placed = standbys_from_members(application_id, members, placement.stateful_task_of_partition(),
+                                                   placement.standby_replicas)
+        for process, tasks in placed.items():
             if process in endpoints:
                 standby[endpoints[process]] |= {(t, task.partition) for task in tasks
                                                  for t in placement.topics_of_sub[task.subtopology]}

@@ -134,7 +134,7 @@ class TaskManager:
         # until the buffers are back under it (`_check_buffer_bytes`). Counting the bytes means
         # reading every buffered record, so it is done only when the buffered records times the
         # largest record added could be over the share.
-        self.input_buffer_max_bytes = config.input_buffer_max_bytes // max(1, config.num_stream_threads)
+        self.input_buffer_max_bytes = config.thread_shares(config.num_stream_threads)[1]
         self._largest_record = 0  # key and value bytes of the largest record buffered, or added since
         # the partitions the two bounds hold paused, with the bounds (RECORDS, BYTES) holding each:
         # the consumer pauses a partition when a first bound holds it, resumes it when the last lets go
@@ -160,7 +160,7 @@ class TaskManager:
             task_id = TaskId(sub.id, tp.partition)
             if task_id in self.tasks:
                 continue
-            inputs = [(t, tp.partition) for t in self.inputs_of_sub[sub.id]]
+            inputs = self.input_partitions_of(task_id)
             manager = None
             standby = self.standbys.pop(task_id, None)
             if standby is not None:
@@ -681,8 +681,8 @@ class TaskManager:
                 ends[(topic, partition)] = high
         return ends
 
-    def standby_input_partitions(self, task_id: TaskId) -> list[tuple[str, int]]:
-        """The input partitions of a task (what a standby of it would read were it active)."""
+    def input_partitions_of(self, task_id: TaskId) -> list[tuple[str, int]]:
+        """The input partitions of a task (of a standby: what it would read were it active)."""
         return [(t, task_id.partition) for t in self.inputs_of_sub.get(task_id.subtopology, ())]
 
     def _positions(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:

@@ -147,8 +147,8 @@ class StreamThread(threading.Thread):
         self.processed_total = 0
         self.snapshots = ThreadSnapshots()  # store snapshots taken right after a commit
         self.transactional_id = f"{config.application_id}-{process_id}-{index}" if config.eos_enabled else None
-        self.cache_max_bytes, self.input_buffer_max_bytes = self.shares(
-            config, live_threads if live_threads is not None else config.num_stream_threads)
+        self.cache_max_bytes, self.input_buffer_max_bytes = config.thread_shares(
+            live_threads if live_threads is not None else config.num_stream_threads)
         # (cache bytes, input buffer bytes) the loop applies at its next turn (`resize`)
         self._resize_to: Optional[tuple[int, int]] = None
         self.paused = paused if paused is not None else threading.Event()
@@ -165,20 +165,12 @@ class StreamThread(threading.Thread):
         if old is not new:
             self._on_state_change(self, new, old)
 
-    @staticmethod
-    def shares(config: StreamsConfig, live_threads: int) -> tuple[int, int]:
-        """One thread's share of statestore.cache.max.bytes and of input.buffer.max.bytes when
-        the app runs `live_threads` stream threads (Kafka's cacheSizePerThread: the total over
-        the threads)."""
-        threads = max(1, live_threads)
-        return max(1, config.cache_max_bytes // threads), config.input_buffer_max_bytes // threads
-
     def resize(self, live_threads: int) -> None:
         """Take this thread's share for `live_threads` stream threads (the app added or removed
         one). Applied by the thread itself at its next loop turn, as Kafka's resizeCache: a
         smaller cache evicts (ThreadCache.resize), and what that flushes is forwarded on this
         thread, like any eviction."""
-        self.cache_max_bytes, self.input_buffer_max_bytes = self.shares(self.config, live_threads)
+        self.cache_max_bytes, self.input_buffer_max_bytes = self.config.thread_shares(live_threads)
         self._resize_to = (self.cache_max_bytes, self.input_buffer_max_bytes)
 
     @property
@@ -206,7 +198,7 @@ class StreamThread(threading.Thread):
             self.name, self.state.value, self.consumer_client_id,
             self.restore_consumer_client_id, frozenset({self.producer_client_id}), admin_client_id(app),
             tuple(sorted((active_task_metadata(t) for t in active), key=lambda m: m.task_id)),
-            tuple(standby_task_metadata(task_id, tm.standby_input_partitions(task_id))
+            tuple(standby_task_metadata(task_id, tm.input_partitions_of(task_id))
                   for task_id in sorted(standbys)))
 
     def set_desired_standbys(self, task_ids: frozenset) -> None:

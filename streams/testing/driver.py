@@ -304,7 +304,6 @@ class TopologyTestDriver:
         if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
             raise ProcessingError(f"advance_wall_clock_time needs a non-negative int of ms, got {ms!r}")
         self._wall_clock_ms += ms
-        self._capture()
         for engine in self._engines:
             engine.maybe_punctuate_system_time()
         self._commit_all()
