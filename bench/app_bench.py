@@ -138,29 +138,41 @@ def processed_at_least(target: int) -> Callable[[App], bool]:
     return done
 
 
-def record_thread_cpu() -> None:
+def record_thread_cpu(gc_seconds: bool = os.environ.get("BENCH_GC_SECONDS") == "1") -> None:
     """From now on, a stream thread records its CPU seconds in THREAD_CPU["stream"] when it ends,
-    and of those, the seconds its cyclic garbage collections took in THREAD_CPU["stream_gc"]."""
+    and the process's cyclic collections during its run in THREAD_CPU["gc_collections"] (a
+    count per generation, read from gc.get_stats: nothing runs per collection). With
+    `gc_seconds` (BENCH_GC_SECONDS=1) it also times the thread's own collections into
+    THREAD_CPU["stream_gc"] through gc.callbacks: a Python call at each start and stop of every
+    collection, which costs a run that allocates much (the table's: ~2% of its thread) time of
+    its own, so it is off unless asked for."""
     import streams.runtime.thread as thread_mod
     original = getattr(thread_mod.StreamThread.run, "__wrapped_run__", thread_mod.StreamThread.run)
 
     def timed_run(self):
         me = threading.get_ident()
-        gc_seconds = [0.0, 0.0]  # total, start of the current collection
+        gc_time = [0.0, 0.0]  # total, start of the current collection
+        collections_before = [g["collections"] for g in gc.get_stats()]
 
         def on_gc(phase: str, _info: dict) -> None:
             if threading.get_ident() == me:
                 if phase == "start":
-                    gc_seconds[1] = time.thread_time()
+                    gc_time[1] = time.thread_time()
                 else:
-                    gc_seconds[0] += time.thread_time() - gc_seconds[1]
-        gc.callbacks.append(on_gc)
+                    gc_time[0] += time.thread_time() - gc_time[1]
+        if gc_seconds:
+            gc.callbacks.append(on_gc)
         try:
             original(self)
         finally:
-            gc.callbacks.remove(on_gc)
+            if gc_seconds:
+                gc.callbacks.remove(on_gc)
+                THREAD_CPU["stream_gc"] = gc_time[0]
+            else:
+                THREAD_CPU.pop("stream_gc", None)
             THREAD_CPU["stream"] = time.thread_time()
-            THREAD_CPU["stream_gc"] = gc_seconds[0]
+            THREAD_CPU["gc_collections"] = tuple(g["collections"] - before for g, before
+                                                 in zip(gc.get_stats(), collections_before))
     timed_run.__wrapped_run__ = original  # type: ignore[attr-defined]
     thread_mod.StreamThread.run = timed_run
 
@@ -198,5 +210,9 @@ def cpu_line() -> str:
     if "stream" not in THREAD_CPU:
         return ""
     steal = THREAD_CPU.get("steal")
-    return (f"  cpu: stream thread {THREAD_CPU['stream']:.2f}s (cyclic GC {THREAD_CPU.get('stream_gc', 0.0):.2f}s), "
-            f"process {THREAD_CPU['process']:.2f}s" + ("" if steal is None else f"; host steal {steal:.1%}"))
+    collections = THREAD_CPU.get("gc_collections")
+    gc_part = ("" if collections is None else "; cyclic GC collections (process) " + "/".join(f"{c:,}" for c in collections))
+    if "stream_gc" in THREAD_CPU:
+        gc_part += f", the thread's {THREAD_CPU['stream_gc']:.2f}s"
+    return (f"  cpu: stream thread {THREAD_CPU['stream']:.2f}s, process {THREAD_CPU['process']:.2f}s{gc_part}"
+            + ("" if steal is None else f"; host steal {steal:.1%}"))
