@@ -3,13 +3,14 @@ count, in Eddy and in Kafka Streams, on one real Kafka broker: what each framewo
 
     python bench/dsl_kafka.py [--records 1000000] [--only table,stream_stream] [--partitions 2]
                               [--commit-interval-ms 1000] [--bootstrap-servers HOST:PORT]
-                              [--skip-kafka-streams]
+                              [--skip-kafka-streams] [--table-design default|uncached-hot]
 
 Issues 16 and 17 ask the table aggregation for at least 0.5 of word count's records/s and the
 stream-stream join for 0.4. This script puts those targets next to Kafka Streams: the same
-workloads as bench/windowed.py (its word count lines; its default table design: 250,000 users
-each updated once per round, in 4 random rounds, `builder.table(...).group_by(group,
-user).count()`, caching on, the 10 MiB default cache; its orders and payments joined within
+workloads as bench/windowed.py (its word count lines; its table design, `--table-design`:
+`default`, 250,000 users each updated once per round, in 4 random rounds,
+`builder.table(...).group_by(group, user).count()`, caching on, the 10 MiB default cache, or
+`uncached-hot`, 10,000 users updated at random, the source table's store uncached; its orders and payments joined within
 10 s, max.task.idle.ms 200), the same broker, and each framework's own ratio to its own word
 count. The broker is
 `--bootstrap-servers`, else `KAFKA_BOOTSTRAP_SERVERS`, else a local Apache Kafka broker started
@@ -88,7 +89,7 @@ def stream_stream_topology(orders: str, payments: str, out: str, counts: list) -
 
 
 def run_eddy(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: int, n: int,
-             target: int, expected: dict[str, int]) -> tuple[float, int, str]:
+             target: int, expected: dict[str, int], design: str = "default") -> tuple[float, int, str]:
     """(seconds from RUNNING until the work is done (see the module doc), the join's results,
     the output topic); `target`: word count's words, the join's input records."""
     suffix = uuid.uuid4().hex[:8]
@@ -98,7 +99,8 @@ def run_eddy(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: 
     if mode == "stream_stream":
         topology = stream_stream_topology(*input_topic.split(","), output, counts)
     else:
-        topology = (wordcount_topology if mode == "wordcount" else table_topology)(input_topic, output)
+        topology = (wordcount_topology(input_topic, output) if mode == "wordcount"
+                    else table_topology(input_topic, output, design))
     config = {"application.id": f"eddy-{mode}-{suffix}", "bootstrap.servers": bootstrap,
               "state.dir": os.path.join(work, f"eddy-{mode}"), "processing.guarantee": "at_least_once",
               "commit.interval.ms": commit_ms, "replication.factor": 1} | (JOIN_CONFIG if mode == "stream_stream" else {})
@@ -115,7 +117,7 @@ def run_eddy(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: 
 
 
 def run_kafka_streams(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: int, target: int,
-                      expected: dict[str, int]) -> tuple[float, int, str]:
+                      expected: dict[str, int], design: str = "default") -> tuple[float, int, str]:
     from streams.testing.maven_jars import STREAMS_ARTIFACTS, class_path, compile_java, fetch_jars
 
     jars = fetch_jars("streams", STREAMS_ARTIFACTS)
@@ -131,7 +133,7 @@ def run_kafka_streams(bootstrap: str, mode: str, input_topic: str, work: str, co
             f.writelines(f"{group} {count}\n" for group, count in sorted(expected.items()))
     cmd = ["java", "-Xmx2g", "-cp", f"{classes}:{class_path(jars)}", "DslWorkloads", mode, bootstrap,
            input_topic, output, f"kstreams-{mode}-{suffix}", os.path.join(work, f"kstreams-{mode}"),
-           str(commit_ms), expectation]
+           str(commit_ms), expectation, design]
     finished = subprocess.run(cmd, capture_output=True, text=True, timeout=DEADLINE_S + 120)
     result_lines = [line for line in finished.stdout.splitlines() if line.startswith("{")]
     if finished.returncode != 0 or not result_lines:
@@ -158,12 +160,14 @@ def main() -> None:
     parser.add_argument("--commit-interval-ms", type=int, default=1000)
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None)
     parser.add_argument("--skip-kafka-streams", action="store_true")
+    parser.add_argument("--table-design", choices=("default", "uncached-hot"), default="default",
+                        help="the table run's input and source store (bench/windowed.py's designs)")
     args = parser.parse_args()
     modes = ["wordcount"] + [mode for mode in args.only.split(",") if mode in ("table", "stream_stream")]
     n = args.records
     lines = make_lines(n)
     words = sum(len(line.split()) for line in lines)
-    updates, _ = make_updates(n, "default")
+    updates, _ = make_updates(n, args.table_design)
     expected = final_counts(updates)
     orders, payments = make_orders(n)
     # what each run waits for (see the module doc), and its input: (topic, records) in writing order
@@ -182,14 +186,16 @@ def main() -> None:
                     app_bench.produce(bootstrap, topic, records)
             # the join reads "orders,payments"
             topics = {mode: ",".join(topic for topic, _ in reversed(inputs[mode])) for mode in modes}
-            print(f"{n:,} records per run (word count: {words:,} words; table: {len(expected)} groups at the end; "
+            print(f"{n:,} records per run (word count: {words:,} words; table ({args.table_design}): "
+                  f"{len(expected)} groups at the end; "
                   f"stream_stream: {len(orders):,} orders, {len(payments):,} payments), {args.partitions} partitions, "
                   f"commit.interval.ms {args.commit_interval_ms}")
             frameworks = [("Eddy", lambda mode: run_eddy(bootstrap, mode, topics[mode], work, args.commit_interval_ms,
-                                                         n, targets[mode], expected))]
+                                                         n, targets[mode], expected, args.table_design))]
             if not args.skip_kafka_streams:
                 frameworks.append(("Kafka Streams", lambda mode: run_kafka_streams(
-                    bootstrap, mode, topics[mode], work, args.commit_interval_ms, targets[mode], expected)))
+                    bootstrap, mode, topics[mode], work, args.commit_interval_ms, targets[mode], expected,
+                    args.table_design)))
             for name, run in frameworks:
                 rates = {}
                 for mode in modes:

@@ -8,6 +8,7 @@ import java.util.Properties;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StoreQueryParameters;
@@ -22,12 +23,13 @@ import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.Repartitioned;
 import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.state.KeyValueIterator;
+import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.QueryableStoreTypes;
 import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
 
 /**
  * Kafka Streams' side of bench/dsl_kafka.py: one of bench/windowed.py's workloads (its word
- * count, its table aggregation in the default design, its stream-stream join), one stream
+ * count, its table aggregation in either design, its stream-stream join), one stream
  * thread, at-least-once, Kafka's defaults except the commit interval (and max.task.idle.ms 200
  * for the join, as windowed.py runs it). Timed from RUNNING until the work is done: word count,
  * when the last word reaches the count (a peek right before the count); the table, when its
@@ -37,9 +39,11 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  * seconds; the join's results, counted by a peek after it).
  *
  * args: wordcount|table|stream_stream bootstrap input output application.id state.dir
- *       commit.interval.ms expected
+ *       commit.interval.ms expected [table design]
  * (input: the join's two topics as "orders,payments"; expected: wordcount the number of words,
- * table a file of "group count" lines with the final counts, stream_stream the number of input records)
+ * table a file of "group count" lines with the final counts, stream_stream the number of input records;
+ * table design: "default" (the source table as builder.table leaves it) or "uncached-hot" (its
+ * store "users" with caching disabled), as windowed.py's --table-design)
  */
 public final class DslWorkloads {
     public static void main(String[] args) throws Exception {
@@ -92,7 +96,11 @@ public final class DslWorkloads {
                 .to(output, Produced.with(Serdes.String(), Serdes.String()));
         } else {
             store = "users-per-group";
-            builder.table(input, Consumed.with(Serdes.String(), Serdes.String()))
+            boolean uncached = args.length > 8 && args[8].equals("uncached-hot");
+            Materialized<String, String, KeyValueStore<Bytes, byte[]>> source = uncached
+                ? Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("users").withCachingDisabled()
+                : Materialized.with(Serdes.String(), Serdes.String());
+            builder.table(input, Consumed.with(Serdes.String(), Serdes.String()), source)
                 .groupBy((user, group) -> KeyValue.pair(group, user), Grouped.with(Serdes.String(), Serdes.String()))
                 .count(Materialized.as(store))
                 .toStream()
