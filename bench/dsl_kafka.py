@@ -4,6 +4,7 @@ count, in Eddy and in Kafka Streams, on one real Kafka broker: what each framewo
     python bench/dsl_kafka.py [--records 1000000] [--only table,stream_stream] [--partitions 2]
                               [--commit-interval-ms 1000] [--bootstrap-servers HOST:PORT]
                               [--skip-kafka-streams] [--table-design default|uncached-hot]
+                              [--cache-max-bytes N]
 
 Issues 16 and 17 ask the table aggregation for at least 0.5 of word count's records/s and the
 stream-stream join for 0.4. This script puts those targets next to Kafka Streams: the same
@@ -17,7 +18,8 @@ count. The broker is
 as the integration tests start it. Kafka Streams (the broker's version) runs
 bench/kafka_streams/DslWorkloads.java, compiled against jars fetched from Maven Central.
 
-Every run: one stream thread, at-least-once, `--commit-interval-ms` (the same for all: the
+Every run: one stream thread, at-least-once, `--cache-max-bytes` (statestore.cache.max.bytes,
+Kafka's 10 MiB default unless given), `--commit-interval-ms` (the same for all: the
 table's last updates wait in the source table's cache for a commit, so Kafka's 30 s default
 would time the wait), timed from RUNNING until the work is done. Word count is done when every
 line and every repartitioned word is processed (Eddy: its thread's processed records; Kafka
@@ -89,7 +91,8 @@ def stream_stream_topology(orders: str, payments: str, out: str, counts: list) -
 
 
 def run_eddy(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: int, n: int,
-             target: int, expected: dict[str, int], design: str = "default") -> tuple[float, int, str]:
+             target: int, expected: dict[str, int], design: str = "default",
+             cache_max_bytes: int | None = None) -> tuple[float, int, str]:
     """(seconds from RUNNING until the work is done (see the module doc), the join's results,
     the output topic); `target`: word count's words, the join's input records."""
     suffix = uuid.uuid4().hex[:8]
@@ -104,6 +107,8 @@ def run_eddy(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: 
     config = {"application.id": f"eddy-{mode}-{suffix}", "bootstrap.servers": bootstrap,
               "state.dir": os.path.join(work, f"eddy-{mode}"), "processing.guarantee": "at_least_once",
               "commit.interval.ms": commit_ms, "replication.factor": 1} | (JOIN_CONFIG if mode == "stream_stream" else {})
+    if cache_max_bytes is not None:
+        config["statestore.cache.max.bytes"] = cache_max_bytes
 
     def done(app: App) -> bool:
         if mode == "wordcount":
@@ -117,7 +122,8 @@ def run_eddy(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: 
 
 
 def run_kafka_streams(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: int, target: int,
-                      expected: dict[str, int], design: str = "default") -> tuple[float, int, str]:
+                      expected: dict[str, int], design: str = "default",
+                      cache_max_bytes: int | None = None) -> tuple[float, int, str]:
     from streams.testing.maven_jars import STREAMS_ARTIFACTS, class_path, compile_java, fetch_jars
 
     jars = fetch_jars("streams", STREAMS_ARTIFACTS)
@@ -133,7 +139,7 @@ def run_kafka_streams(bootstrap: str, mode: str, input_topic: str, work: str, co
             f.writelines(f"{group} {count}\n" for group, count in sorted(expected.items()))
     cmd = ["java", "-Xmx2g", "-cp", f"{classes}:{class_path(jars)}", "DslWorkloads", mode, bootstrap,
            input_topic, output, f"kstreams-{mode}-{suffix}", os.path.join(work, f"kstreams-{mode}"),
-           str(commit_ms), expectation, design]
+           str(commit_ms), expectation, design] + ([] if cache_max_bytes is None else [str(cache_max_bytes)])
     finished = subprocess.run(cmd, capture_output=True, text=True, timeout=DEADLINE_S + 120)
     result_lines = [line for line in finished.stdout.splitlines() if line.startswith("{")]
     if finished.returncode != 0 or not result_lines:
@@ -162,6 +168,8 @@ def main() -> None:
     parser.add_argument("--skip-kafka-streams", action="store_true")
     parser.add_argument("--table-design", choices=("default", "uncached-hot"), default="default",
                         help="the table run's input and source store (bench/windowed.py's designs)")
+    parser.add_argument("--cache-max-bytes", type=int, default=None,
+                        help="statestore.cache.max.bytes of every run (Kafka's default when not given)")
     args = parser.parse_args()
     modes = ["wordcount"] + [mode for mode in args.only.split(",") if mode in ("table", "stream_stream")]
     n = args.records
@@ -189,13 +197,15 @@ def main() -> None:
             print(f"{n:,} records per run (word count: {words:,} words; table ({args.table_design}): "
                   f"{len(expected)} groups at the end; "
                   f"stream_stream: {len(orders):,} orders, {len(payments):,} payments), {args.partitions} partitions, "
-                  f"commit.interval.ms {args.commit_interval_ms}")
+                  f"commit.interval.ms {args.commit_interval_ms}, statestore.cache.max.bytes "
+                  f"{'default' if args.cache_max_bytes is None else args.cache_max_bytes}")
             frameworks = [("Eddy", lambda mode: run_eddy(bootstrap, mode, topics[mode], work, args.commit_interval_ms,
-                                                         n, targets[mode], expected, args.table_design))]
+                                                         n, targets[mode], expected, args.table_design,
+                                                         args.cache_max_bytes))]
             if not args.skip_kafka_streams:
                 frameworks.append(("Kafka Streams", lambda mode: run_kafka_streams(
                     bootstrap, mode, topics[mode], work, args.commit_interval_ms, targets[mode], expected,
-                    args.table_design)))
+                    args.table_design, args.cache_max_bytes)))
             for name, run in frameworks:
                 rates = {}
                 for mode in modes:

@@ -39,11 +39,12 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  * seconds; the join's results, counted by a peek after it).
  *
  * args: wordcount|table|stream_stream bootstrap input output application.id state.dir
- *       commit.interval.ms expected [table design]
+ *       commit.interval.ms expected [table design [statestore.cache.max.bytes]]
  * (input: the join's two topics as "orders,payments"; expected: wordcount the number of words,
  * table a file of "group count" lines with the final counts, stream_stream the number of input records;
  * table design: "default" (the source table as builder.table leaves it) or "uncached-hot" (its
- * store "users" with caching disabled), as windowed.py's --table-design)
+ * store "users" with caching disabled), as windowed.py's --table-design; the cache size: Kafka's
+ * default when not given)
  */
 public final class DslWorkloads {
     public static void main(String[] args) throws Exception {
@@ -112,6 +113,7 @@ public final class DslWorkloads {
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, commitMs);
+        if (args.length > 9) props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, args[9]);
         props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, "1");
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, "1");
         props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.AT_LEAST_ONCE);
