@@ -153,12 +153,16 @@ class StreamsConfig:
     def eos_enabled(self) -> bool:
         return self.processing_guarantee == EXACTLY_ONCE_V2
 
-    def thread_shares(self, live_threads: int) -> tuple[int, int]:
+    def thread_shares(self, live_threads: int, global_thread: bool = False) -> tuple[int, int]:
         """One stream thread's share of statestore.cache.max.bytes and of input.buffer.max.bytes
-        when the app runs `live_threads` of them (Kafka's cacheSizePerThread: the total over the
-        threads)."""
+        when the app runs `live_threads` of them: the cache's total over the threads, and over
+        the global thread too when the topology has global stores (`global_thread`), which
+        Kafka's cacheSizePerThread counts as one more thread whether or not its stores cache
+        (Eddy's global stores do not, so its share is left unused); the input buffer's over
+        the stream threads."""
         threads = max(1, live_threads)
-        return max(1, self.cache_max_bytes // threads), self.input_buffer_max_bytes // threads
+        return (max(1, self.cache_max_bytes // (threads + (1 if global_thread else 0))),
+                self.input_buffer_max_bytes // threads)
 
     @classmethod
     def parse(cls, config: Mapping[str, Any], *, require_bootstrap_servers: bool = True) -> "StreamsConfig":

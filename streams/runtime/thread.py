@@ -97,7 +97,8 @@ class StreamThread(threading.Thread):
         True means the application is shutting down, and the thread stops without processing
         what it was given. `live_threads`: how many stream threads the app runs with this one
         (default num.stream.threads), which share statestore.cache.max.bytes and
-        input.buffer.max.bytes equally (`resize` when the count changes). `paused`: the app's
+        input.buffer.max.bytes equally (`resize` when the count changes; the cache with the
+        global thread too when the topology has global stores, as Kafka's). `paused`: the app's
         pause flag (see TaskManager)."""
         self.metrics = metrics  # the App's MetricsRegistry (task sensors register there)
         self.global_stores = global_stores  # the App's global stores, which every task may read
@@ -147,8 +148,10 @@ class StreamThread(threading.Thread):
         self.processed_total = 0
         self.snapshots = ThreadSnapshots()  # store snapshots taken right after a commit
         self.transactional_id = f"{config.application_id}-{process_id}-{index}" if config.eos_enabled else None
+        # Kafka's cache split counts the global thread when there are global stores
+        self._global_thread = topology.global_subtopology() is not None
         self.cache_max_bytes, self.input_buffer_max_bytes = config.thread_shares(
-            live_threads if live_threads is not None else config.num_stream_threads)
+            live_threads if live_threads is not None else config.num_stream_threads, self._global_thread)
         # (cache bytes, input buffer bytes) the loop applies at its next turn (`resize`)
         self._resize_to: Optional[tuple[int, int]] = None
         self.paused = paused if paused is not None else threading.Event()
@@ -170,7 +173,8 @@ class StreamThread(threading.Thread):
         one). Applied by the thread itself at its next loop turn, as Kafka's resizeCache: a
         smaller cache evicts (ThreadCache.resize), and what that flushes is forwarded on this
         thread, like any eviction."""
-        self.cache_max_bytes, self.input_buffer_max_bytes = self.config.thread_shares(live_threads)
+        self.cache_max_bytes, self.input_buffer_max_bytes = self.config.thread_shares(live_threads,
+                                                                                      self._global_thread)
         self._resize_to = (self.cache_max_bytes, self.input_buffer_max_bytes)
 
     @property

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from streams import App, AppState, Processor
+from streams import App, AppState, Processor, StreamsBuilder, serdes
 from streams.runtime.errors import InvalidTimeoutError, ThreadRemovalTimeoutError
 from streams.runtime.thread import ThreadState
 
@@ -74,6 +74,40 @@ def test_threads_added_and_removed_while_running_share_the_tasks_and_count_exact
         cluster.close()
     # only a running app changes its thread count
     assert app.add_stream_thread() is None and app.remove_stream_thread() is None
+
+
+def _caches(app: App) -> list:
+    return [t.task_manager.thread_cache.max_bytes if t.task_manager is not None else None for t in _live(app)]
+
+
+def test_with_global_stores_the_cache_is_shared_with_the_global_thread_too(backend_config, tmp_path):
+    """Kafka's cacheSizePerThread: statestore.cache.max.bytes over the stream threads plus one
+    when the topology has global stores, at start and when a thread is added."""
+    cluster = Cluster(backend_config)
+    lines, regions, out = unique("lines"), unique("regions"), unique("counts")
+    cluster.create_topics(2, lines, out)
+    cluster.create_topics(1, regions)
+    b = StreamsBuilder()
+    b.global_table(regions, key_serde=serdes.STRING, value_serde=serdes.STRING, store="regions")
+    (b.stream(lines, key_serde=serdes.STRING, value_serde=serdes.STRING)
+        .group_by(lambda key, word: word, key_serde=serdes.STRING, value_serde=serdes.STRING)
+        .count(store="counts").to_stream().to(out, key_serde=serdes.STRING, value_serde=serdes.INT64))
+    app = App(b.build(), {**cluster.config, "application.id": unique("global-share"), "state.dir": str(tmp_path),
+                          "num.stream.threads": 2, "statestore.cache.max.bytes": CACHE})
+    try:
+        app.start()
+        wait_for(lambda: app.state is AppState.RUNNING and _caches(app) == [CACHE // 3] * 2, 60,
+                 "two stream threads, each with a third of the cache")
+        assert app.add_stream_thread() is not None
+        wait_for(lambda: _caches(app) == [CACHE // 4] * 3, 60, "three stream threads, each with a quarter")
+    finally:
+        assert app.close(timeout=60)
+        cluster.close()
+    # without global stores the stream threads share it alone (the test above), and a share
+    # is never below one byte
+    config = app.config
+    assert config.thread_shares(2) == (CACHE // 2, config.input_buffer_max_bytes // 2)
+    assert config.thread_shares(2, global_thread=True) == (CACHE // 3, config.input_buffer_max_bytes // 2)
 
 
 class _Gate(Processor):
