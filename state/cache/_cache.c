@@ -1211,7 +1211,7 @@ static PyObject *take_dirty(PyObject *self, PyObject *const *args, Py_ssize_t na
  * an int timestamp); anything else is handed to the Python definition, registered with
  * set_store_definitions, which does the checks and raises the typed errors. */
 static PyObject *str_named, *str_probe, *str_is_open, *str_cache, *str_lock, *str_acquire, *str_release,
-    *str_reader, *str_get, *str_read_key, *str_read_value, *str_put_clean, *str_put_dirty;
+    *str_reader, *str_get, *str_read_key, *str_read_value, *str_put_clean, *str_put_dirty, *str_owner_thread;
 static PyObject *store_get_py = NULL, *store_put_py = NULL, *store_replace_py = NULL;
 
 static PyObject *set_store_definitions(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1315,6 +1315,21 @@ static PyObject *get_held(PyObject *store, PyObject *named, PyObject *key)
     Py_DECREF(reader);
     if (value == NULL)
         return NULL;
+    /* another thread's read (an interactive query's) caches nothing, as the definition */
+    PyObject *owner = PyObject_GetAttr(store, str_owner_thread);
+    if (owner == NULL) {
+        Py_DECREF(value);
+        return NULL;
+    }
+    unsigned long owner_ident = owner == Py_None ? 0 : PyLong_AsUnsignedLong(owner);
+    int unowned = owner == Py_None;  /* not opened yet: nobody's reads are cached */
+    Py_DECREF(owner);
+    if (owner_ident == (unsigned long)-1 && PyErr_Occurred()) {
+        Py_DECREF(value);
+        return NULL;
+    }
+    if (unowned || owner_ident != PyThread_get_thread_ident())
+        return value;
     if (value != Py_None) {
         PyObject *put_args[4] = {named, key, value, NULL};
         PyObject *minus_one = PyLong_FromLong(-1);
@@ -1588,11 +1603,13 @@ PyMODINIT_FUNC PyInit__cache(void)
         str_get = PyUnicode_InternFromString("get");
         str_read_key = PyUnicode_InternFromString("_read_key");
         str_read_value = PyUnicode_InternFromString("_read_value");
+        str_owner_thread = PyUnicode_InternFromString("_owner_thread");
         str_put_clean = PyUnicode_InternFromString("put_clean");
         str_put_dirty = PyUnicode_InternFromString("put_dirty");
         if (str_named == NULL || str_probe == NULL || str_is_open == NULL || str_cache == NULL || str_lock == NULL
             || str_acquire == NULL || str_release == NULL || str_reader == NULL || str_get == NULL
-            || str_read_key == NULL || str_read_value == NULL || str_put_clean == NULL || str_put_dirty == NULL)
+            || str_read_key == NULL || str_read_value == NULL || str_put_clean == NULL || str_put_dirty == NULL
+            || str_owner_thread == NULL)
             return NULL;
         if (str_move_to_end == NULL || str_entries == NULL || str_dirty == NULL || str_owner == NULL
             || str_size_bytes == NULL || str_total_bytes == NULL || str_max_bytes == NULL || str_evictions == NULL

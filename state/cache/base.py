@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Optional, Sequence
 
 from state.cache.thread_cache import (CACHE_MAX_BYTES_CONFIG, DEFAULT_CACHE_MAX_BYTES, ENTRY_OVERHEAD, NamedCache,
@@ -26,6 +27,8 @@ class CachingStore(WrappedStateStore):
     # the bytes Kafka's cache keys of this kind of store hold before the store key (the segment
     # id of a window or session store's), counted in each entry's size
     cache_key_prefix = 0
+    # the thread that opened the store (set by init; see CachingKeyValueStore.get)
+    _owner_thread: Optional[int] = None
 
     def __init__(self, wrapped, cache: Optional[ThreadCache] = None) -> None:
         super().__init__(wrapped)
@@ -80,6 +83,9 @@ class CachingStore(WrappedStateStore):
         self._cache.add_dirty_entry_flush_listener(self._namespace, self._write_down)
         self._named = self._cache.named_cache(self._namespace)
         self._named.context = self._record_context
+        # the thread that opened the store (its stream thread, Kafka's streamThread): only its
+        # reads put read-through entries into the cache (see CachingKeyValueStore.get)
+        self._owner_thread = threading.get_ident()
         self._named.entry_overhead = ENTRY_OVERHEAD + self.cache_key_prefix
 
     def set_record_context(self, context: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 from types import MethodType
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -46,6 +47,10 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
     a put is written down at once and a read is not kept, exactly what inserting the entry and
     evicting it again would do (same listener calls, changelog and stats; NamedCache.put_dirty
     and put_clean), as Kafka bypasses a zero cache.
+
+    A read that misses on a thread other than the one that opened the store (an interactive
+    query's) returns the store's value and caches nothing (Kafka's CachingKeyValueStore caches
+    read-throughs on its stream thread only): it neither evicts nor flushes the owner's entries.
 
     A flush listener with a `flush_many` attribute is handed the changes of a flush at once
     where they are written down at once (over a change-logging layer): `flush_many(changes)`,
@@ -154,6 +159,10 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             if entry is not None:
                 return entry.value
             value = self._reader.get(key)
+            if threading.get_ident() != self._owner_thread:
+                # another thread's read (an interactive query's) caches nothing: as Kafka's
+                # getInternal, it must not evict and flush (write down, forward) the owner's entries
+                return value
             if value is not None:
                 named.put_clean(key, value)
             # after put_clean: a flush it caused wrote other keys (this one was not cached)

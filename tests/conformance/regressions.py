@@ -422,6 +422,13 @@ _CASES = {
                                                      {"topology_optimization": OPTIMIZATIONS,
                                                       "processing_handler": "log_and_continue"}),
     # Kafka's driver shows each processed record's output once it is processed: "a cab" is
+    "zz-global-cache-probe": ("aggregate", "stream",
+                              [{"op": "global_join", "type": "left", "joiner": "pair", "key_selector": "first_char",
+                                "store": True},
+                               {"op": "flat_map_values", "fn": "words"}, _GROUP_BY_KEY, {"op": "count", "fn": None}],
+                              [["a", "xxxxxxxxxxxxxxxxxxxx", 0, "global"], ["b", "yyyyyyyyyyyyyyyyyyyyyy", 1, "global"],
+                               ["c", "zzzzzzzzzzzzzzzzzzzzzzzzzz", 2, "global"],
+                               ["a", "d b", 1010], ["b", "d b e", 1111], ["c", "e e", 1212], ["a", "f", 1313]], 260),
     # repartitioned into a and cab, a is counted and written out, then the reducer fails on cab
     # (log_and_fail); a's output shows, cab's does not (Eddy's harness used to cut all that the
     # input record caused); seed 337,760
