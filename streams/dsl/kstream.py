@@ -189,9 +189,10 @@ class StreamsBuilder:
         """A table of the latest value per key of ALL partitions of `topic`, kept on every
         instance by the global thread in a timestamped key-value store (Kafka's globalTable:
         a global store whose changelog is the topic itself, so logging is always off). Caching is
-        off too: nothing downstream would be spared updates, and stream tasks and queries read
-        the store from other threads. `name` as table's."""
-        mat = as_materialized(store, "global_table").with_logging_disabled().with_caching_disabled()
+        as the Materialized says (on by default, as Kafka's): the global thread's cache (Kafka's
+        share of statestore.cache.max.bytes), the test driver's one cache in the driver; other
+        threads' reads cache nothing. `name` as table's."""
+        mat = as_materialized(store, "global_table").with_logging_disabled()
         src = self._table_source("global_table", topic, key_serde, value_serde, mat, name)
         name_of_store = src.store_name
         self._graph.add(GlobalTableSourceNode(src.name, (), topic, src.source, src.key_serde, src.value_serde,

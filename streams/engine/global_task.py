@@ -147,14 +147,15 @@ class GlobalStateUpdateTask:
 
 
 def global_update_task(topology: Topology, state_directory: StateDirectory, *, config: Mapping[str, Any],
-                       clock_ms: Callable[[], int], metrics: Any = None,
-                       thread_id: str = "global") -> Optional[GlobalStateUpdateTask]:
+                       clock_ms: Callable[[], int], metrics: Any = None, thread_id: str = "global",
+                       thread_cache: Any = None) -> Optional[GlobalStateUpdateTask]:
     """The update task of `topology`'s global stores, with their state manager (not initialised
-    yet); None when the topology has no global store."""
+    yet); None when the topology has no global store. `thread_cache`: the cache of its caching
+    stores (the global thread's own; the test driver's one cache, as Kafka's driver shares it)."""
     subtopology = topology.global_subtopology()
     if subtopology is None:
         return None
     store_topics = {store: topic for topic, store in topology.global_topics.items()}
-    manager = GlobalStateManager(state_directory, store_topics, dict(config))
+    manager = GlobalStateManager(state_directory, store_topics, dict(config), thread_cache=thread_cache)
     return GlobalStateUpdateTask(topology, subtopology, manager, application_id=state_directory.application_id,
                                  config=config, clock_ms=clock_ms, metrics=metrics, thread_id=thread_id)

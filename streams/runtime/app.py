@@ -285,7 +285,8 @@ class App:
         ends the app in ERROR and is raised; False if the app was closed meanwhile."""
         thread = GlobalStreamThread(self.topology, config=self.config, backend=self._backend,
                                     state_directory=self._state_directory, restore_listener=self._restore_listener,
-                                    metrics=self._metrics, on_error=self._on_global_thread_error)
+                                    metrics=self._metrics, on_error=self._on_global_thread_error,
+                                    live_threads=self.config.num_stream_threads if self.subtopologies else 0)
         self._global_thread = thread
         try:
             thread.start()
@@ -371,6 +372,8 @@ class App:
             count = len(live) + 1
             for other in live:
                 other.resize(count)
+            if self._global_thread is not None:
+                self._global_thread.resize(count)
             thread = self._new_thread(self._next_thread_index(), live_threads=count)
             self.threads.append(thread)
             log.info("adding %s: %d live stream threads, %d cache bytes each", thread.name, count,
@@ -410,6 +413,8 @@ class App:
             remaining = self._live_threads()  # (trims the victim once it is dead)
             for other in remaining:
                 other.resize(len(remaining))
+            if self._global_thread is not None:
+                self._global_thread.resize(len(remaining))
         self._update_standbys()
         if victim is not me and victim.is_alive():
             raise ThreadRemovalTimeoutError(f"{victim.name} did not stop within {timeout} s")

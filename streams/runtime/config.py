@@ -154,15 +154,16 @@ class StreamsConfig:
         return self.processing_guarantee == EXACTLY_ONCE_V2
 
     def thread_shares(self, live_threads: int, global_thread: bool = False) -> tuple[int, int]:
-        """One stream thread's share of statestore.cache.max.bytes and of input.buffer.max.bytes
-        when the app runs `live_threads` of them: the cache's total over the threads, and over
-        the global thread too when the topology has global stores (`global_thread`), which
-        Kafka's cacheSizePerThread counts as one more thread whether or not its stores cache
-        (Eddy's global stores do not, so its share is left unused); the input buffer's over
-        the stream threads."""
+        """One thread's share of statestore.cache.max.bytes and of input.buffer.max.bytes when
+        the app runs `live_threads` stream threads: the cache's total over them, plus one when
+        the topology has global stores (`global_thread`; Kafka's cacheSizePerThread: the global
+        thread's cache takes a share too), the whole of it with no stream thread (the global
+        thread alone); the input buffer's total over the stream threads."""
         threads = max(1, live_threads)
-        return (max(1, self.cache_max_bytes // (threads + (1 if global_thread else 0))),
-                self.input_buffer_max_bytes // threads)
+        # no stream thread (a topology of global stores only): the global thread has it all
+        cache = self.cache_max_bytes if live_threads <= 0 else self.cache_max_bytes // (
+            threads + (1 if global_thread else 0))
+        return max(1, cache), self.input_buffer_max_bytes // threads
 
     @classmethod
     def parse(cls, config: Mapping[str, Any], *, require_bootstrap_servers: bool = True) -> "StreamsConfig":

@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from eddy.messages import partition_runs
+from state.cache import ThreadCache
 from state.restore import restore_consumer_config
 from streams.engine.global_task import GlobalStateUpdateTask, global_update_task
 from streams.errors import StreamsError
@@ -66,7 +67,7 @@ class GlobalStreamThread(threading.Thread):
     `start()` has returned."""
 
     def __init__(self, topology: Any, *, config: StreamsConfig, backend: Any, state_directory: Any,
-                 restore_listener: Any = None, metrics: Any = None,
+                 restore_listener: Any = None, metrics: Any = None, live_threads: int = 0,
                  on_error: Callable[["GlobalStreamThread", BaseException], None]) -> None:
         super().__init__(name=f"{config.application_id}-GlobalStreamThread", daemon=True)
         self.topology = topology
@@ -84,6 +85,10 @@ class GlobalStreamThread(threading.Thread):
         self._startup_error: Optional[BaseException] = None
         self.consumer: Any = None
         self.task: Optional[GlobalStateUpdateTask] = None
+        # the caching global stores' cache: Kafka's share of statestore.cache.max.bytes beside
+        # `live_threads` stream threads (`resize` when their count changes)
+        self.thread_cache = ThreadCache(config.thread_shares(live_threads, global_thread=True)[0])
+        self._resize_to: Optional[int] = None
 
     # ---- control ---------------------------------------------------------------------------
 
@@ -104,6 +109,12 @@ class GlobalStreamThread(threading.Thread):
     @property
     def stopping(self) -> bool:
         return self._stop_event.is_set()
+
+    def resize(self, live_threads: int) -> None:
+        """Take the cache's share beside `live_threads` stream threads (the app added or removed
+        one), applied by this thread at its next poll, as a stream thread's (a smaller cache
+        evicts, on the thread that owns it)."""
+        self._resize_to = self.config.thread_shares(live_threads, global_thread=True)[0]
 
     def _set_state(self, new: GlobalThreadState) -> None:
         log.info("%s: %s -> %s", self.name, self.state.value, new.value)
@@ -144,7 +155,8 @@ class GlobalStreamThread(threading.Thread):
     def _initialize(self) -> Optional[GlobalStateUpdateTask]:
         cfg = self.config
         task = global_update_task(self.topology, self.state_directory, config=cfg.task_config(),
-                                  clock_ms=_wall_clock_ms, metrics=self.metrics, thread_id=self.name)
+                                  clock_ms=_wall_clock_ms, metrics=self.metrics, thread_id=self.name,
+                                  thread_cache=self.thread_cache)
         if task is None:
             raise GlobalStateError("the topology has no global store: no global thread is needed")
         self.consumer = self.backend.consumer({
@@ -270,6 +282,9 @@ class GlobalStreamThread(threading.Thread):
     # ---- steady state ----------------------------------------------------------------------
 
     def _poll_and_update(self, task: GlobalStateUpdateTask) -> None:
+        if self._resize_to is not None:
+            size, self._resize_to = self._resize_to, None
+            self.thread_cache.resize(size)
         msgs = self._records(self.consumer.consume(self.config.global_max_poll_records, self.config.poll_ms / 1000.0))
         if msgs:
             for (topic, partition), run in partition_runs(msgs):

@@ -180,9 +180,11 @@ class TopologyTestDriver:
 
     def _init_global_stores(self) -> None:
         """The global stores, opened before the tasks (which may read them), updated by the
-        App's own GlobalStateUpdateTask: records piped to a global topic go straight to it."""
+        App's own GlobalStateUpdateTask: records piped to a global topic go straight to it. Its
+        caching stores share the driver's one cache with the task's, as Kafka's driver does."""
         self._global_task = global_update_task(self.topology, self._state_directory, config=self.config,
-                                               clock_ms=self._clock, metrics=self._metrics)
+                                               clock_ms=self._clock, metrics=self._metrics,
+                                               thread_cache=self._thread_cache)
         if self._global_task is not None:
             self._global_task.initialize()
             self._global_stores.update(self._global_task.stores)
@@ -226,7 +228,7 @@ class TopologyTestDriver:
         if topic in self._global_topics:
             task = self._global_task
             task.update(topic, 0, [raw_message(topic, 0, offset, key, value, timestamp, headers)])
-            task.maybe_checkpoint()
+            task.flush_state()  # Kafka's driver flushes the global state after each of its records
             self._capture()
             return
         engine = self._engine_for_topic[topic]

@@ -82,7 +82,8 @@ def _caches(app: App) -> list:
 
 def test_with_global_stores_the_cache_is_shared_with_the_global_thread_too(backend_config, tmp_path):
     """Kafka's cacheSizePerThread: statestore.cache.max.bytes over the stream threads plus one
-    when the topology has global stores, at start and when a thread is added."""
+    when the topology has global stores, each stream thread's and the global thread's, at start
+    and when a thread is added."""
     cluster = Cluster(backend_config)
     lines, regions, out = unique("lines"), unique("regions"), unique("counts")
     cluster.create_topics(2, lines, out)
@@ -96,10 +97,15 @@ def test_with_global_stores_the_cache_is_shared_with_the_global_thread_too(backe
                           "num.stream.threads": 2, "statestore.cache.max.bytes": CACHE})
     try:
         app.start()
+        global_cache = app._global_thread.thread_cache  # the global table's, caching as Kafka's
         wait_for(lambda: app.state is AppState.RUNNING and _caches(app) == [CACHE // 3] * 2, 60,
                  "two stream threads, each with a third of the cache")
+        assert global_cache.max_bytes == CACHE // 3
+        cluster.produce(regions, [("u1", "eu")])  # the global thread polls, and so resizes, meanwhile
         assert app.add_stream_thread() is not None
         wait_for(lambda: _caches(app) == [CACHE // 4] * 3, 60, "three stream threads, each with a quarter")
+        wait_for(lambda: global_cache.max_bytes == CACHE // 4, 60, "the global thread's cache a quarter too")
+        wait_for(lambda: app.store("regions").get("u1") == "eu", 60, "the global table's update")
     finally:
         assert app.close(timeout=60)
         cluster.close()
@@ -108,6 +114,7 @@ def test_with_global_stores_the_cache_is_shared_with_the_global_thread_too(backe
     config = app.config
     assert config.thread_shares(2) == (CACHE // 2, config.input_buffer_max_bytes // 2)
     assert config.thread_shares(2, global_thread=True) == (CACHE // 3, config.input_buffer_max_bytes // 2)
+    assert config.thread_shares(0, global_thread=True)[0] == CACHE  # global stores only: all of it
 
 
 class _Gate(Processor):
