@@ -91,23 +91,14 @@ class CachingKeyValueStore(CachingStore, KeyValueStore):
             # batch to its store, then the changelog records). Through this store nobody can
             # tell: every flushed key is still cached (a read returns its new value either way)
             # except an evicted one, which is written and forwarded first in both orders.
-            if len(entries) == 1 and entries[0][3] is not UNKNOWN:
-                # one change whose old value the cache knows (a write-through's, mostly): what
-                # _changes keeps of it, without a new list; the layer's put, no batch
-                key, value, timestamp, old = entries[0][:4]
-                if value is None and old is None:
-                    return
+            changed = self._changes(entries)
+            if len(changed) == 1:  # one change (an eviction's, mostly): the layer's put, no batch
+                key, value, timestamp = changed[0][:3]
                 wrapped.put(key, value, timestamp)
-                changed = entries
+            elif changed:
+                write_changes(changed)
             else:
-                changed = self._changes(entries)
-                if len(changed) == 1:  # one change (an eviction's, mostly): the layer's put, no batch
-                    key, value, timestamp = changed[0][:3]
-                    wrapped.put(key, value, timestamp)
-                elif changed:
-                    write_changes(changed)
-                else:
-                    return
+                return
             flush_many = getattr(listener, "flush_many", None)
             if flush_many is not None:
                 flush_many(changed)  # sets each change's record context itself

@@ -489,22 +489,13 @@ class NamedCache:
         self.evictions += 1
         if self.listener is None:
             raise StateError(f"cache {self.name!r} has dirty entries but no flush listener")
-        # record_context_from(*record_context_of(self)) and settle(before, size), inlined: a
-        # starved cache (another one holds the budget) writes every update through
-        context = self.context
-        if context is None:
-            metadata, headers = None, ()
-        else:
-            metadata, headers = context.metadata, context.headers
-            if metadata is not None and type(metadata) is not tuple:
-                metadata, headers = record_context_from(metadata, headers)
         before = self.size_bytes
-        owner = self.owner
-        owner._total_bytes += size
+        self.owner._total_bytes += size
         try:
-            self.listener([_new_tuple(DirtyEntry, (key, value, timestamp, old, metadata, headers))])
+            self.listener([_new_tuple(DirtyEntry, (key, value, timestamp, old)
+                                      + record_context_from(*record_context_of(self)))])
         finally:
-            owner._total_bytes += self.size_bytes - before - size
+            self.settle(before, size)
 
     def evict_eldest(self) -> int:
         """Evicts the LRU entry, flushing every dirty entry if it was dirty. The owner's total
