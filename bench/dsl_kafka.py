@@ -11,8 +11,8 @@ stream-stream join for 0.4. This script puts those targets next to Kafka Streams
 workloads as bench/windowed.py (its word count lines; its table design, `--table-design`:
 `default`, 250,000 users each updated once per round, in 4 random rounds,
 `builder.table(...).group_by(group, user).count()`, caching on, the 10 MiB default cache, or
-`uncached-hot`, 10,000 users updated at random, the source table's store uncached; its orders and payments joined within
-10 s, max.task.idle.ms 200), the same broker, and each framework's own ratio to its own word
+`uncached-hot`, 10,000 users updated at random, the source table's store uncached; its orders
+and payments joined within 10 s, max.task.idle.ms 200), the same broker, and each framework's own ratio to its own word
 count. The broker is
 `--bootstrap-servers`, else `KAFKA_BOOTSTRAP_SERVERS`, else a local Apache Kafka broker started
 as the integration tests start it. Kafka Streams (the broker's version) runs

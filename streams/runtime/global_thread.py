@@ -87,7 +87,7 @@ class GlobalStreamThread(threading.Thread):
         self.task: Optional[GlobalStateUpdateTask] = None
         # the caching global stores' cache: Kafka's share of statestore.cache.max.bytes beside
         # `live_threads` stream threads (`resize` when their count changes)
-        self.thread_cache = ThreadCache(config.thread_shares(live_threads, global_thread=True)[0])
+        self.thread_cache = ThreadCache(self._cache_share(live_threads))
         self._resize_to: Optional[int] = None
 
     # ---- control ---------------------------------------------------------------------------
@@ -114,7 +114,10 @@ class GlobalStreamThread(threading.Thread):
         """Take the cache's share beside `live_threads` stream threads (the app added or removed
         one), applied by this thread at its next poll, as a stream thread's (a smaller cache
         evicts, on the thread that owns it)."""
-        self._resize_to = self.config.thread_shares(live_threads, global_thread=True)[0]
+        self._resize_to = self._cache_share(live_threads)
+
+    def _cache_share(self, live_threads: int) -> int:
+        return self.config.thread_shares(live_threads, global_thread=True)[0]
 
     def _set_state(self, new: GlobalThreadState) -> None:
         log.info("%s: %s -> %s", self.name, self.state.value, new.value)

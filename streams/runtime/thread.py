@@ -149,9 +149,9 @@ class StreamThread(threading.Thread):
         self.snapshots = ThreadSnapshots()  # store snapshots taken right after a commit
         self.transactional_id = f"{config.application_id}-{process_id}-{index}" if config.eos_enabled else None
         # Kafka's cache split counts the global thread when there are global stores
-        self._global_thread = topology.global_subtopology() is not None
+        self._with_global_thread = topology.global_subtopology() is not None
         self.cache_max_bytes, self.input_buffer_max_bytes = config.thread_shares(
-            live_threads if live_threads is not None else config.num_stream_threads, self._global_thread)
+            live_threads if live_threads is not None else config.num_stream_threads, self._with_global_thread)
         # (cache bytes, input buffer bytes) the loop applies at its next turn (`resize`)
         self._resize_to: Optional[tuple[int, int]] = None
         self.paused = paused if paused is not None else threading.Event()
@@ -173,8 +173,8 @@ class StreamThread(threading.Thread):
         one). Applied by the thread itself at its next loop turn, as Kafka's resizeCache: a
         smaller cache evicts (ThreadCache.resize), and what that flushes is forwarded on this
         thread, like any eviction."""
-        self.cache_max_bytes, self.input_buffer_max_bytes = self.config.thread_shares(live_threads,
-                                                                                      self._global_thread)
+        self.cache_max_bytes, self.input_buffer_max_bytes = self.config.thread_shares(
+            live_threads, self._with_global_thread)
         self._resize_to = (self.cache_max_bytes, self.input_buffer_max_bytes)
 
     @property

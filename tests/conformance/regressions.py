@@ -421,7 +421,6 @@ _CASES = {
                                                       ["A", "abc bb b", 312, "right"]], 0,
                                                      {"topology_optimization": OPTIMIZATIONS,
                                                       "processing_handler": "log_and_continue"}),
-    # Kafka's driver shows each processed record's output once it is processed: "a cab" is
     # Kafka's driver shares its one cache between the global task and the stream task: the
     # global table's entries (cached, as Kafka's globalTable is) take room from the count's
     # cache, which then evicts between a record's two updates of a key (Eddy's global stores
@@ -433,6 +432,7 @@ _CASES = {
                               [["a", "xxxxxxxxxxxxxxxxxxxx", 0, "global"], ["b", "yyyyyyyyyyyyyyyyyyyyyy", 1, "global"],
                                ["c", "zzzzzzzzzzzzzzzzzzzzzzzzzz", 2, "global"],
                                ["a", "d b", 1010], ["b", "d b e", 1111], ["c", "e e", 1212], ["a", "f", 1313]], 260),
+    # Kafka's driver shows each processed record's output once it is processed: "a cab" is
     # repartitioned into a and cab, a is counted and written out, then the reducer fails on cab
     # (log_and_fail); a's output shows, cab's does not (Eddy's harness used to cut all that the
     # input record caused); seed 337,760

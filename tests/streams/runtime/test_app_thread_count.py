@@ -22,6 +22,11 @@ def _live(app: App) -> list:
     return [t for t in app.threads if t.state is not ThreadState.DEAD and not t.stopping]
 
 
+def _caches(app: App) -> list:
+    """Each live thread's cache budget (None before it has tasks)."""
+    return [t.task_manager.thread_cache.max_bytes if t.task_manager is not None else None for t in _live(app)]
+
+
 def _shared(app: App, threads: int, tasks: int) -> bool:
     """`threads` live threads, each running with tasks of its own, `tasks` in all, and each
     thread's cache resized to its share."""
@@ -29,9 +34,8 @@ def _shared(app: App, threads: int, tasks: int) -> bool:
     if app.state is not AppState.RUNNING or len(live) != threads:
         return False
     owned = [set(t.active_task_ids) for t in live]
-    caches = [t.task_manager.thread_cache.max_bytes if t.task_manager is not None else None for t in live]
     return (all(owned) and sum(map(len, owned)) == tasks == len(set().union(*owned))
-            and caches == [CACHE // threads] * threads)
+            and _caches(app) == [CACHE // threads] * threads)
 
 
 @pytest.mark.needs_faithful_broker(
@@ -76,10 +80,6 @@ def test_threads_added_and_removed_while_running_share_the_tasks_and_count_exact
     assert app.add_stream_thread() is None and app.remove_stream_thread() is None
 
 
-def _caches(app: App) -> list:
-    return [t.task_manager.thread_cache.max_bytes if t.task_manager is not None else None for t in _live(app)]
-
-
 def test_with_global_stores_the_cache_is_shared_with_the_global_thread_too(backend_config, tmp_path):
     """Kafka's cacheSizePerThread: statestore.cache.max.bytes over the stream threads plus one
     when the topology has global stores, each stream thread's and the global thread's, at start
@@ -106,6 +106,7 @@ def test_with_global_stores_the_cache_is_shared_with_the_global_thread_too(backe
         wait_for(lambda: _caches(app) == [CACHE // 4] * 3, 60, "three stream threads, each with a quarter")
         wait_for(lambda: global_cache.max_bytes == CACHE // 4, 60, "the global thread's cache a quarter too")
         wait_for(lambda: app.store("regions").get("u1") == "eu", 60, "the global table's update")
+        assert len(global_cache) == 1  # held in the global thread's cache (flushed at a checkpoint)
     finally:
         assert app.close(timeout=60)
         cluster.close()
