@@ -23,6 +23,7 @@ from state.store import (
     StoreContext,
     check_key,
     check_value,
+    checked_range_bounds,
 )
 
 log = logging.getLogger(__name__)
@@ -199,28 +200,16 @@ class InMemoryKeyValueStore(KeyValueStore):
     def track(self, source: Iterator) -> KeyValueIterator:
         return self._iterators.track(source, self.name)
 
-    def _checked_bounds(self, key_from, key_to) -> bool:
-        if key_from is not None:
-            check_key(self.name, key_from, "key_from")
-        if key_to is not None:
-            check_key(self.name, key_to, "key_to")
-        if key_from is not None and key_to is not None and key_from > key_to:
-            log.warning(
-                "state store %s: range with key_from > key_to returns no entries (like Kafka)", self.name
-            )
-            return False
-        return True
-
     def range(self, key_from: Optional[bytes], key_to: Optional[bytes]) -> KeyValueIterator:
         self._check()
-        if not self._checked_bounds(key_from, key_to):
+        if not checked_range_bounds(self.name, key_from, key_to, log):
             return KeyValueIterator(iter(()), self.name)
         upper = key_after(key_to) if key_to is not None else None
         return self.track(self.raw_range(key_from, upper))
 
     def reverse_range(self, key_from: Optional[bytes], key_to: Optional[bytes]) -> KeyValueIterator:
         self._check()
-        if not self._checked_bounds(key_from, key_to):
+        if not checked_range_bounds(self.name, key_from, key_to, log):
             return KeyValueIterator(iter(()), self.name)
         upper = key_after(key_to) if key_to is not None else None
         return self.track(self.raw_range(key_from, upper, reverse=True))

@@ -41,6 +41,7 @@ from state.store import (
     StoreContext,
     check_key,
     check_value,
+    checked_range_bounds,
 )
 
 log = logging.getLogger(__name__)
@@ -746,28 +747,16 @@ class RocksDBKeyValueStore(KeyValueStore):
         finally:
             del items
 
-    def _checked_bounds(self, key_from, key_to) -> bool:
-        if key_from is not None:
-            check_key(self.name, key_from, "key_from")
-        if key_to is not None:
-            check_key(self.name, key_to, "key_to")
-        if key_from is not None and key_to is not None and key_from > key_to:
-            log.warning(
-                "state store %s: range with key_from > key_to returns no entries (like Kafka)", self.name
-            )
-            return False
-        return True
-
     def range(self, key_from: Optional[bytes], key_to: Optional[bytes]) -> KeyValueIterator:
         db = self._open_db()
-        if not self._checked_bounds(key_from, key_to):
+        if not checked_range_bounds(self.name, key_from, key_to, log):
             return KeyValueIterator(iter(()), self.name)
         upper = key_after(key_to) if key_to is not None else None
         return self._iterators.track(self._forward(db, key_from, upper), self.name)
 
     def reverse_range(self, key_from: Optional[bytes], key_to: Optional[bytes]) -> KeyValueIterator:
         db = self._open_db()
-        if not self._checked_bounds(key_from, key_to):
+        if not checked_range_bounds(self.name, key_from, key_to, log):
             return KeyValueIterator(iter(()), self.name)
         return self._iterators.track(self._backward(db, key_from, key_to), self.name)
 

@@ -5,6 +5,7 @@ Everything below the typed layer is bytes-in, bytes-out. See notes/STATE_API.md.
 
 from __future__ import annotations
 
+import logging
 import pathlib
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, runtime_checkable
@@ -207,6 +208,19 @@ def check_key(store_name: str, key, what: str = "key") -> None:
         raise InvalidStoreArgumentError(
             f"state store {store_name!r}: {what} must be bytes, got {type(key).__name__}"
         )
+
+
+def checked_range_bounds(store_name: str, key_from, key_to, logger: logging.Logger) -> bool:
+    """A key range's bounds checked (None: unbounded); False for key_from > key_to, which
+    reads no entries and is logged at WARN on `logger` (Kafka's range with from > to)."""
+    if key_from is not None:
+        check_key(store_name, key_from, "key_from")
+    if key_to is not None:
+        check_key(store_name, key_to, "key_to")
+    if key_from is not None and key_to is not None and key_from > key_to:
+        logger.warning("state store %s: range with key_from > key_to returns no entries (like Kafka)", store_name)
+        return False
+    return True
 
 
 def check_value(store_name: str, value) -> None:

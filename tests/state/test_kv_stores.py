@@ -92,6 +92,21 @@ def test_byte_ordered_range_reverse_and_all(store):
     assert list(store.reverse_range(b"b", b"a")) == []
 
 
+def test_range_bounds_from_above_to_warn_and_bad_bounds_are_named(store, caplog):
+    fill(store)
+    with caplog.at_level("WARNING"):
+        assert list(store.range(b"b", b"a")) == []
+        assert list(store.reverse_range(b"b", b"a")) == []
+    warned = [r for r in caplog.records if "key_from > key_to" in r.getMessage()]
+    assert len(warned) == 2 and all("kv" in r.getMessage() and r.levelname == "WARNING" for r in warned)
+    assert list(store.range(b"a", b"a")) == [(b"a", b"va")]  # equal bounds: the one key, no WARN
+    assert len([r for r in caplog.records if "key_from > key_to" in r.getMessage()]) == 2
+    with pytest.raises(InvalidStoreArgumentError, match="'kv'.*key_from must be bytes, got str"):
+        store.range("a", b"b")
+    with pytest.raises(InvalidStoreArgumentError, match="'kv'.*key_to must be bytes, got int"):
+        store.reverse_range(b"a", 3)
+
+
 def test_prefix_scan(store):
     fill(store)
     assert [k for k, _ in store.prefix_scan(b"ab")] == [b"ab", b"abc"]
