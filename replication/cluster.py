@@ -21,7 +21,8 @@ from typing import Callable
 
 from replication.broker import Broker
 from replication.controller import NO_LEADER, Controller
-from replication.errors import ClusterError
+from eddy.config_values import parse_bool
+from replication.errors import ClusterError, InvalidConfigurationError
 from replication.protocol import (
     FetchPartition,
     FetchRequest,
@@ -104,7 +105,11 @@ class LocalCluster:
     def _start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         broker_ids = list(range(self.num_brokers))
-        unclean = str(self.config.get("unclean.leader.election.enable", False)).lower() == "true"
+        unclean = parse_bool(self.config.get("unclean.leader.election.enable", False))
+        if unclean is None:
+            raise InvalidConfigurationError(
+                "unclean.leader.election.enable must be true or false, got "
+                f"{self.config['unclean.leader.election.enable']!r}", key="unclean.leader.election.enable")
         self.controller = Controller(self.data_dir, broker_ids, unclean_leader_election=unclean)
         self.brokers = {b: Broker(b, self.data_dir, self.config, self.controller, self.transport)
                         for b in broker_ids}

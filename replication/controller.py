@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from eddy.config_values import parse_bool
 from replication.errors import ClusterError, InvalidTopicError
 from replication.names import validate_topic_name
 from replication.protocol import TopicPartition
@@ -179,9 +180,10 @@ class Controller:
         self._deliver()
 
     def _unclean_allowed(self, topic: TopicMetadata) -> bool:
-        """The topic's unclean.leader.election.enable, else the cluster's."""
+        """The topic's unclean.leader.election.enable, else the cluster's. A value that is not a
+        boolean (the topic's log refuses it) allows no unclean election: that loses no data."""
         value = topic.config.get("unclean.leader.election.enable")
-        return self.unclean_leader_election if value is None else str(value).lower() == "true"
+        return self.unclean_leader_election if value is None else parse_bool(value) is True
 
     def _elect(self, state: PartitionState, exclude: int | None = None, *, unclean: bool = False) -> None:
         candidates = [b for b in state.replicas

@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, runtime_checkable
 
+from eddy.config_values import parse_bool
+
 from replication.errors import (
     CorruptRecordError,
     IllegalStateError,
@@ -185,10 +187,9 @@ class FetcherConfig:
 
 def _bool_key(config: Mapping[str, object], key: str, default: bool) -> bool:
     value = config.get(key, default)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
+    parsed = parse_bool(value)
+    if parsed is not None:
+        return parsed
     raise InvalidConfigurationError(f"{key} must be true or false, got {value!r}", key=key)
 
 

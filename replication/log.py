@@ -74,6 +74,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
+from eddy.config_values import parse_bool
+
 from replication.epoch import (
     CHECKPOINT_FILE_NAME, EpochEntry, LeaderEpochFileCache, write_checkpoint_atomically,
 )
@@ -148,10 +150,9 @@ def _parse_float(key: str, value: object) -> float:
 
 
 def _parse_bool(key: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
+    parsed = parse_bool(value)
+    if parsed is not None:
+        return parsed
     raise InvalidConfigurationError(f"{key} must be true or false, got {value!r}", key=key)
 
 

@@ -26,6 +26,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
+from eddy.config_values import parse_bool
 from replication.partition import Partition
 from replication.protocol import Errors, FetchPartition, FetchPartitionResponse, TopicPartition
 from replication.push.manager import PushManager
@@ -35,10 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
-
-
-def _truthy(value: object) -> bool:
-    return value is True or (isinstance(value, str) and value.lower() == "true")
 
 
 # Fetch requests remembered per (partition, follower) to recognise a parked one read again.
@@ -79,7 +76,7 @@ class PushLeader:
         if not self.leader_enabled or not self.manager.is_active():
             return False
         topic_setting = partition.config.get("push.replication.enable")
-        if topic_setting is not None and not _truthy(topic_setting):
+        if topic_setting is not None and parse_bool(topic_setting) is not True:  # a bad value: off
             return False
         return self.manager.is_push_replication_supported(partition.tp.topic.startswith("__"), False)
 

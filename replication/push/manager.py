@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Protocol
 
+from eddy.config_values import parse_bool
+
 from replication.errors import IllegalStateError, TransportError
 from replication.fetcher import fetcher_id_for
 from replication.protocol import AppendRecordsBatchResponse, Errors, TopicPartition
@@ -62,10 +64,9 @@ def _int(config: Mapping[str, object], key: str, default: int, minimum: int) -> 
 
 def _bool(config: Mapping[str, object], key: str, default: bool) -> bool:
     value = config.get(key, default)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
+    parsed = parse_bool(value)
+    if parsed is not None:
+        return parsed
     raise PushConfigError(f"{key} must be true or false, got {value!r}", key=key)
 
 

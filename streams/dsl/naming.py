@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from eddy.config_values import parse_bool
+
 from streams import serdes as _serdes
 from streams.errors import TopologyError
 
@@ -119,10 +121,9 @@ def ensure_explicit_naming(config: Any) -> bool:
     from streams.errors import ConfigError
 
     value = config.get(ENSURE_EXPLICIT_NAMING, False)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
+    parsed = parse_bool(value)
+    if parsed is not None:
+        return parsed
     raise ConfigError(f"config {ENSURE_EXPLICIT_NAMING!r} must be true or false, got {value!r}")
 
 
