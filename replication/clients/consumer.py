@@ -749,9 +749,10 @@ class Consumer:
                 if not self._wait_served(_RebalanceEvent("revoke", revoked, True)):
                     return
                 self._need_join = True  # KIP-429: rejoin so the revoked partitions move on
-            if added:
-                self._owned = sorted(set(self._owned) | set(added))
-                self._wait_served(_RebalanceEvent("assign", added, True))
+            # the assignment callback ends every rebalance, even with nothing added (KIP-429,
+            # librdkafka's rebalance_cb): how a member learns the group moved on without it
+            self._owned = sorted(set(self._owned) | set(added))
+            self._wait_served(_RebalanceEvent("assign", added, True))
         else:
             self._owned = new
             self._wait_served(_RebalanceEvent("assign", new, False))

@@ -20,9 +20,11 @@ class Member:
         self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_revoke)
         self.errors: list = []
+        self.callbacks: list[tuple[str, list[int]]] = []  # (assign | revoke, partitions), in order
 
     def _on_assign(self, consumer, partitions) -> None:
         got = {tp.partition for tp in partitions}
+        self.callbacks.append(("assign", sorted(got)))
         if self.cooperative:
             assert not (got & self.owned), f"assigned partitions it already owns: {got & self.owned}"
             self.owned |= got
@@ -30,6 +32,7 @@ class Member:
             self.owned = got
 
     def _on_revoke(self, consumer, partitions) -> None:
+        self.callbacks.append(("revoke", sorted(tp.partition for tp in partitions)))
         self.owned -= {tp.partition for tp in partitions}
 
     def poll(self) -> None:
@@ -88,6 +91,33 @@ def test_rebalance_two_then_three_members_then_one_leaves(backend, admin, strate
     if strategy == "cooperative-sticky":
         assert all(m.owned >= prior for m, prior in zip(members, kept))
     assert not any(m.errors for m in members), [m.errors for m in members]
+
+
+def test_cooperative_rebalance_always_ends_with_an_assignment_callback(backend, admin) -> None:
+    """librdkafka's rebalance_cb contract (KIP-429): every cooperative rebalance ends with one
+    assignment callback, even when it adds nothing, a revocation's too; a revocation callback
+    comes only with partitions to revoke. A member that only gives partitions up learns that
+    the rebalance is over from an empty assignment."""
+    topic = create_topic(admin, partitions=4)
+    group = unique("g")
+    first = Member(backend, topic, group, "cooperative-sticky")
+    _settle([first], partitions=4)
+    assert first.callbacks == [("assign", [0, 1, 2, 3])]
+    second = Member(backend, topic, group, "cooperative-sticky")
+    _settle([first, second], partitions=4)
+    wait_for(lambda: (first.poll(), len(first.callbacks) >= 3)[1], 30, "the first member's revocation to end", step=0)
+    given_up = sorted({0, 1, 2, 3} - first.owned)
+    assert first.callbacks[:3] == [("assign", [0, 1, 2, 3]), ("revoke", given_up), ("assign", [])], first.callbacks
+    for member in (first, second):
+        kinds = [kind for kind, _ in member.callbacks]
+        assert kinds[0] == "assign" and all(parts for kind, parts in member.callbacks if kind == "revoke")
+        assert all(kinds[i + 1] == "assign" for i, kind in enumerate(kinds) if kind == "revoke"), member.callbacks
+    # the second member got what the first gave up (through one or two rebalances: one of
+    # them may end for it before it syncs, when the first rejoins)
+    assert [p for kind, parts in second.callbacks if kind == "assign" for p in parts] == given_up
+    assert not first.errors and not second.errors
+    first.close()
+    second.close()
 
 
 def test_member_that_stops_polling_is_evicted(backend, admin) -> None:
