@@ -120,6 +120,33 @@ def test_cooperative_rebalance_always_ends_with_an_assignment_callback(backend, 
     second.close()
 
 
+def test_eager_rebalance_revokes_each_nonempty_assignment_once(backend, admin) -> None:
+    """librdkafka's rebalance callbacks under an eager assignor: when the next rebalance starts,
+    a member revokes all it was assigned, in one callback, before its next assignment. A member
+    assigned nothing may or may not be called to revoke nothing (librdkafka does either,
+    depending on timing; the embedded consumer does not)."""
+    topic = create_topic(admin, partitions=1)
+    group = unique("g")
+    members = [Member(backend, topic, group, "range") for _ in range(2)]
+
+    def polled(predicate) -> bool:
+        for m in members:
+            m.poll()
+        return predicate()
+    wait_for(lambda: polled(lambda: sorted(len(m.owned) for m in members) == [0, 1] and all(m.callbacks for m in members)),
+             40, "one member owning the partition, the other none", step=0)
+    owner, idle = sorted(members[:2], key=lambda m: len(m.owned), reverse=True)
+    members.append(Member(backend, topic, group, "range"))  # a rebalance of all three
+    wait_for(lambda: polled(lambda: all([k for k, _ in m.callbacks].count("assign") >= 2 for m in members[:2])),
+             40, "the first two members' second assignments", step=0)
+    assert owner.callbacks[:2] == [("assign", [0]), ("revoke", [0])] and owner.callbacks[2][0] == "assign"
+    assert idle.callbacks[0] == ("assign", []) and ("assign" in [k for k, _ in idle.callbacks[1:]])
+    assert all(parts == [] for kind, parts in idle.callbacks if kind == "revoke"), idle.callbacks
+    assert not any(m.errors for m in members)
+    for m in members:
+        m.close()
+
+
 def test_member_that_stops_polling_is_evicted(backend, admin) -> None:
     topic = create_topic(admin, partitions=2)
     group = unique("g")
