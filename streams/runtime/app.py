@@ -98,8 +98,9 @@ class StreamThreadExceptionResponse(enum.Enum):
 
 
 _PROCESS_FILE = "eddy-process-metadata"
-#: How often the standby placement is recomputed from the group's membership (besides on every
-#: local task change): other instances joining or leaving do not always rebalance this one.
+#: How often the standby placement is recomputed from the group's membership besides after every
+#: rebalance of this instance's threads (every rebalance of the group reaches each member): a
+#: safety net for a membership read that failed or raced a rebalance.
 STANDBY_REFRESH_S = 3.0
 #: How often the maintenance thread looks for another instance's SHUTDOWN_APPLICATION request.
 SHUTDOWN_POLL_S = 1.0
@@ -163,6 +164,12 @@ class App:
         self._standby_wakeup = threading.Event()
         self._maintenance: Optional[threading.Thread] = None
         self._placed_standbys: Optional[set[TaskId]] = None  # None: membership unknown
+        # rebalances this instance's threads have finished, and the group's members as read
+        # after the latest of them, (rebalances, members): what query metadata and standby
+        # placement read between rebalances (Kafka's StreamsMetadataState, kept from the last
+        # assignment), so a query costs no round trip to the coordinator
+        self._rebalances = 0
+        self._membership: Optional[tuple[int, Any]] = None
         self._shutdown_requests: Optional[ShutdownRequests] = None
         self._responses: dict[StreamThread, StreamThreadExceptionResponse] = {}  # failed thread -> handler's answer
         self._snapshots = AppSnapshots(self)
@@ -444,6 +451,9 @@ class App:
         with self._lock:
             if self._state not in (AppState.RUNNING, AppState.REBALANCING):
                 return
+            if new is ThreadState.PARTITIONS_ASSIGNED:  # a rebalance ended: the membership may differ
+                self._rebalances += 1
+                self._standby_wakeup.set()
             live = [t for t in self.threads if t.state is not ThreadState.DEAD]
             global_running = self._global_thread is None or self._global_thread.state is GlobalThreadState.RUNNING
             if live and all(t.state is ThreadState.RUNNING for t in live) and global_running:
@@ -460,9 +470,9 @@ class App:
     def _maintenance_loop(self) -> None:
         """Off the stream threads (all need broker round trips or disk scans): look for another
         instance's shutdown request every SHUTDOWN_POLL_S; recompute this instance's standbys from
-        the group's membership (see the module doc) on every local task change and every
-        STANDBY_REFRESH_S; and every state.cleanup.delay.ms delete the directories of tasks this
-        instance no longer has."""
+        the group's membership (see the module doc) after every rebalance, on every local task
+        change and every STANDBY_REFRESH_S; and every state.cleanup.delay.ms delete the
+        directories of tasks this instance no longer has."""
         standbys = self.config.num_standby_replicas >= 1
         cleanup_delay_s = max(0.0, float(self.config.raw.get("state.cleanup.delay.ms", 600000)) / 1000.0)
         now = time.monotonic()
@@ -525,16 +535,30 @@ class App:
         if removed:
             log.info("deleted the state of tasks no longer here: %s", sorted(str(t) for t in removed))
 
+    def _group_members(self, admin: Any, what: str, fresh: bool = False,
+                       level: int = logging.INFO) -> Optional[list]:
+        """The group's members (one DescribeConsumerGroups request), as read after this
+        instance's latest rebalance unless `fresh`; None when they cannot be read now (logged
+        at `level`)."""
+        rebalances, membership = self._rebalances, self._membership
+        if not fresh and membership is not None and membership[0] == rebalances:
+            return membership[1]
+        try:
+            group = admin.describe_consumer_groups([self.application_id])[self.application_id].result(10)
+        except Exception as exc:  # noqa: BLE001 - unknown for now, as Kafka's before its first assignment
+            log.log(level, "cannot describe group %s to %s: %s", self.application_id, what, exc)
+            return None
+        self._membership = (rebalances, group.members)  # a rebalance meanwhile outdates it at once
+        return group.members
+
     def _standbys_from_membership(self) -> Optional[set[TaskId]]:
         admin = self._admin
         if admin is None or self._plan is None or self.process_id is None:
             return None
-        try:
-            group = admin.describe_consumer_groups([self.application_id])[self.application_id].result(10)
-        except Exception as exc:  # noqa: BLE001 - any failure: fall back to every non-active task
-            log.debug("cannot describe group %s for standby placement: %s", self.application_id, exc)
+        members = self._group_members(admin, "place the standbys", fresh=True, level=logging.DEBUG)
+        if members is None:  # fall back to every non-active task
             return None
-        processes, placed = standbys_from_members(self.application_id, group.members,
+        processes, placed = standbys_from_members(self.application_id, members,
                                                   self._placement().stateful_task_of_partition(),
                                                   self.config.num_standby_replicas)
         if self.process_id not in processes:
@@ -809,20 +833,15 @@ class App:
             global_stores=frozenset(self.topology.global_store_names), standby_replicas=self.config.num_standby_replicas)
 
     def _all_metadata(self, what: str) -> Optional[list[StreamsMetadata]]:
-        """Every instance's metadata from the group's membership (one DescribeConsumerGroups
-        request); None when it cannot be read now."""
-        admin = self._require_running(what)
-        try:
-            group = admin.describe_consumer_groups([self.application_id])[self.application_id].result(10)
-        except Exception as exc:  # noqa: BLE001 - unknown for now, as Kafka's before its first assignment
-            log.info("cannot describe group %s for the streams metadata: %s", self.application_id, exc)
-            return None
-        return all_metadata(self.application_id, group.members, self._placement())
+        """Every instance's metadata from the group's membership as of this instance's latest
+        rebalance (read once after it); None when it cannot be read now."""
+        members = self._group_members(self._require_running(what), what)
+        return None if members is None else all_metadata(self.application_id, members, self._placement())
 
     def metadata_for_all_streams_clients(self) -> list[StreamsMetadata]:
         """Every instance of this application that has an `application.server`: its endpoint and
         the stores and partitions of its active and standby tasks (Kafka's
-        metadataForAllStreamsClients; one DescribeConsumerGroups request)."""
+        metadataForAllStreamsClients; as of this instance's latest rebalance)."""
         return self._all_metadata("read the streams metadata") or []
 
     def streams_metadata_for_store(self, store: str) -> list[StreamsMetadata]:

@@ -165,7 +165,7 @@ class StreamThread(threading.Thread):
                 return
             check_transition(f"stream thread {self.name}", old, new, _ALLOWED)
             self.state = new
-        if old is not new:
+        if old is not new or new is ThreadState.PARTITIONS_ASSIGNED:  # each assignment is news (Kafka)
             self._on_state_change(self, new, old)
 
     def resize(self, live_threads: int) -> None:

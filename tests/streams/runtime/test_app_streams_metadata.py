@@ -96,3 +96,56 @@ def test_the_endpoint_travels_in_the_consumer_client_id():
         assert all(c.isalnum() or c in "-" for c in suffix)
         assert endpoint_of_client(f"app-pid-StreamThread-1-consumer{suffix}") == host
     assert endpoint_client_suffix(None) == "" and endpoint_of_client("app-pid-StreamThread-1-consumer") is None
+
+
+class _CountingAdmin:
+    """The app's own admin client, counting the group descriptions asked of the broker."""
+
+    def __init__(self, admin) -> None:
+        self.admin, self.describes = admin, 0
+
+    def describe_consumer_groups(self, *args, **kwargs):
+        self.describes += 1
+        return self.admin.describe_consumer_groups(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.admin, name)
+
+
+def test_the_metadata_is_read_once_per_rebalance_not_once_per_query(backend_config, tmp_path):
+    """Kafka's queryMetadataForKey answers from what the last assignment said: a query costs no
+    round trip to the group coordinator, and a rebalance (here, a second instance joining)
+    brings the new view."""
+    cluster = Cluster(backend_config)
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(2, lines, out)
+    app_id, topo = unique("iq"), wordcount_topology(lines, out)
+    apps = {host: App(topo, {**cluster.config, "application.id": app_id, "state.dir": str(tmp_path / host.host),
+                             "application.server": f"{host.host}:{host.port}"})
+            for host in (A, B)}
+    a, b = apps[A], apps[B]
+    try:
+        a.start()
+        assert a.wait_for_state(AppState.RUNNING, timeout=60)
+        admin = a._admin = _CountingAdmin(a._admin)
+        alone = a.query_metadata_for_key("counts", "w", serdes.STRING)
+        assert alone.active_host == A and admin.describes == 1
+        assert all(a.query_metadata_for_key("counts", w, serdes.STRING).active_host == A for w in "abcdefghij")
+        assert [m.host_info for m in a.metadata_for_all_streams_clients()] == [A]
+        assert admin.describes == 1
+
+        b.start()
+        wait_for(lambda: running_with_tasks(a, b), 60, "a and b sharing the tasks")
+        wait_for(lambda: [m.host_info for m in a.metadata_for_all_streams_clients()] == [A, B], 60,
+                 "a seeing b's tasks")
+        described = admin.describes
+        assert described >= 2  # the rebalances b's joining caused were read again
+        views = [a.query_metadata_for_key("counts", w, serdes.STRING) for w in "abcdefghij"]
+        assert admin.describes == described
+        assert views == [b.query_metadata_for_key("counts", w, serdes.STRING) for w in "abcdefghij"]
+        holders = {m.host_info for m in a.streams_metadata_for_store("counts")}
+        assert {v.active_host for v in views} <= holders and admin.describes == described
+    finally:
+        for app in apps.values():
+            app.close(timeout=60)
+        cluster.close()
