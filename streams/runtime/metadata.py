@@ -10,9 +10,11 @@ from state.task_id import TaskId
 
 class TaskMetadata(NamedTuple):
     """One task of a thread: its input partitions as (topic, partition); the offsets its last
-    commit committed (the next to read) and its partitions' end offsets as the thread's fetches
-    last saw them, both as of that commit (none for a standby); the wall-clock ms since when it
-    has been idling, waiting for input on another partition (max.task.idle.ms), else None."""
+    commit committed (the next to read); the offset of the last record fetched from each
+    partition, updated at every poll (Kafka's endOffsets: that record's offset, so a task that
+    committed all it fetched shows committed = end + 1); none of either for a standby; the
+    wall-clock ms since when it has been idling, waiting for input on another partition
+    (max.task.idle.ms), else None."""
 
     task_id: TaskId
     topic_partitions: frozenset

@@ -97,8 +97,8 @@ class StreamTask:
         self.fetched_lag = fetched_lag
         self.consumed: dict[tuple[str, int], int] = {}       # last processed offset per partition
         self.committed: dict[tuple[str, int], int] = {}      # last committed next-offset
-        # the input partitions' end offsets the consumer's fetches saw at the last commit
-        # (TaskMetadata.end_offsets; the task manager sets them)
+        # the offset of the last record fetched from each input partition (TaskMetadata.end_offsets,
+        # Kafka's: set by the task manager at every poll)
         self.end_offsets: dict[tuple[str, int], int] = {}
         # since when (wall-clock ms) the task has buffered records it may not process yet
         # (max.task.idle.ms: an empty partition may bring earlier ones), None when it may

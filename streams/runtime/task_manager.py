@@ -509,8 +509,10 @@ class TaskManager:
         over = self._over_limit
         for tp, run in partition_runs(msgs):  # one C pass over the messages' fields where it can
             task = task_of.get(tp)
-            if task is not None and task.add_records(tp, run) > limit:
-                over.append(tp)
+            if task is not None:
+                task.end_offsets[tp] = run[-1].offset()  # a partition's runs come in offset order
+                if task.add_records(tp, run) > limit:
+                    over.append(tp)
         if msgs:
             largest = payload_bytes(msgs)[1]
             if largest > self._largest_record:
@@ -664,22 +666,12 @@ class TaskManager:
                     raise TaskMigratedError(f"offset commit failed: {exc}") from exc
         for task in tasks:
             task.post_commit(per_task[task.id])
-            task.end_offsets = self._end_offsets(task)
         for standby in self.standbys.values():
             standby.commit()
         if use_positions:  # not inside a rebalance callback: no lookup to hold the rebalance up
             self._raise_standby_limits()
         self.collector.refresh_partition_counts()
         return len(tasks)
-
-    def _end_offsets(self, task: StreamTask) -> dict[tuple[str, int], int]:
-        """The end offsets of the task's input partitions the consumer's fetches saw (no request)."""
-        ends = {}
-        for topic, partition in task.input_partitions:
-            _low, high = self.consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            if high is not None and high >= 0:
-                ends[(topic, partition)] = high
-        return ends
 
     def input_partitions_of(self, task_id: TaskId) -> list[tuple[str, int]]:
         """The input partitions of a task (of a standby: what it would read were it active)."""

@@ -200,8 +200,10 @@ def test_metadata_for_local_threads_names_each_threads_clients_and_tasks(backend
             threads = app.metadata_for_local_threads()
             sources = [t for m in threads for t in m.active_tasks if t.task_id.subtopology == 0]
             ends = [t.end_offsets.get((lines, t.task_id.partition)) for t in sources]
-            done = (len(sources) == 2 and None not in ends and all(t.committed_offsets.get((lines, t.task_id.partition)) == end
-                                              for t, end in zip(sources, ends)) and sum(ends) == len(records))
+            # Kafka's end offset is the last fetched record's: all committed is end + 1
+            done = (len(sources) == 2 and None not in ends
+                    and all(t.committed_offsets.get((lines, t.task_id.partition)) == end + 1
+                            for t, end in zip(sources, ends)) and sum(ends) + 2 == len(records))
             return threads if done and app.state is AppState.RUNNING else []
         threads = wait_for(committed_everything, 60, "every line committed by the source tasks")
         assert sorted(m.thread_name for m in threads) == [f"{app_id}-StreamThread-1", f"{app_id}-StreamThread-2"]
