@@ -100,7 +100,7 @@ class StreamThreadExceptionResponse(enum.Enum):
 _PROCESS_FILE = "eddy-process-metadata"
 #: How often the standby placement is recomputed from the group's membership besides after every
 #: rebalance of this instance's threads (every rebalance of the group reaches each member): a
-#: safety net for a membership read that failed or raced a rebalance.
+#: safety net that reads the membership again when the read after the last rebalance failed.
 STANDBY_REFRESH_S = 3.0
 #: How often the maintenance thread looks for another instance's SHUTDOWN_APPLICATION request.
 SHUTDOWN_POLL_S = 1.0
@@ -535,13 +535,12 @@ class App:
         if removed:
             log.info("deleted the state of tasks no longer here: %s", sorted(str(t) for t in removed))
 
-    def _group_members(self, admin: Any, what: str, fresh: bool = False,
-                       level: int = logging.INFO) -> Optional[list]:
-        """The group's members (one DescribeConsumerGroups request), as read after this
-        instance's latest rebalance unless `fresh`; None when they cannot be read now (logged
-        at `level`)."""
+    def _group_members(self, admin: Any, what: str, level: int = logging.INFO) -> Optional[list]:
+        """The group's members as read once after this instance's latest rebalance (one
+        DescribeConsumerGroups request); None when they cannot be read now (logged at `level`;
+        the next call asks again)."""
         rebalances, membership = self._rebalances, self._membership
-        if not fresh and membership is not None and membership[0] == rebalances:
+        if membership is not None and membership[0] == rebalances:
             return membership[1]
         try:
             group = admin.describe_consumer_groups([self.application_id])[self.application_id].result(10)
@@ -555,7 +554,7 @@ class App:
         admin = self._admin
         if admin is None or self._plan is None or self.process_id is None:
             return None
-        members = self._group_members(admin, "place the standbys", fresh=True, level=logging.DEBUG)
+        members = self._group_members(admin, "place the standbys", level=logging.DEBUG)
         if members is None:  # fall back to every non-active task
             return None
         processes, placed = standbys_from_members(self.application_id, members,
