@@ -59,6 +59,7 @@ REBALANCE_IN_PROGRESS = 27
 COORDINATOR_NOT_AVAILABLE = 15
 INVALID_GROUP_ID = 24
 NON_EMPTY_GROUP = 68
+FENCED_INSTANCE_ID = 82
 GROUP_ID_NOT_FOUND = 69
 
 SUPPORTED_ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
@@ -111,6 +112,7 @@ class MemberInfo:
     client_id: str
     host: str
     assignment: list[TopicPartition]
+    group_instance_id: str | None = None
 
 
 @dataclass
@@ -123,14 +125,16 @@ class GroupDescription:
 
 
 class _Member:
-    __slots__ = ("member_id", "client_id", "host", "session_timeout_ms", "rebalance_timeout_ms",
+    __slots__ = ("member_id", "client_id", "host", "group_instance_id", "session_timeout_ms", "rebalance_timeout_ms",
                  "protocols", "subscription", "owned", "last_heartbeat", "awaiting_join",
-                 "join_result", "assignment", "wake")
+                 "join_result", "assignment", "wake", "fenced")
 
-    def __init__(self, member_id: str, client_id: str, host: str) -> None:
+    def __init__(self, member_id: str, client_id: str, host: str, group_instance_id: str | None = None) -> None:
         self.member_id = member_id
         self.client_id = client_id
         self.host = host
+        self.group_instance_id = group_instance_id
+        self.fenced = False  # replaced by a newer member with its group.instance.id
         self.session_timeout_ms = 10000
         self.rebalance_timeout_ms = 300000
         self.protocols: list[str] = []
@@ -152,9 +156,20 @@ class _Group:
         self.protocol: str | None = None
         self.leader_id = ""
         self.members: dict[str, _Member] = {}
+        # static members (KIP-345): group.instance.id -> the member id that holds it now
+        self.static_members: dict[str, str] = {}
         self.offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         self.rebalance_deadline = 0.0
         self.delay_deadline = 0.0
+
+
+def _fenced(group: _Group, group_instance_id: str | None, member_id: str) -> bool:
+    """Kafka's isStaticMemberFenced: the request names a group.instance.id that the group holds
+    under another member id (a newer incarnation of the same static member joined since)."""
+    if group_instance_id is None:
+        return False
+    holder = group.static_members.get(group_instance_id)
+    return holder is not None and holder != member_id
 
 
 def _java_string_hash(s: str) -> int:
@@ -481,31 +496,56 @@ class GroupCoordinator:
                    session_timeout_ms: int = 45000, rebalance_timeout_ms: int = 300000,
                    protocol_type: str = "consumer", protocols: Iterable[str] = ("range",),
                    subscription: Iterable[str] = (), owned: Iterable[TopicPartition] = (),
-                   wake: threading.Event | None = None, abort: threading.Event | None = None) -> JoinResult:
-        """JoinGroup: blocks until the rebalance completes (or the member is removed / aborts)."""
+                   wake: threading.Event | None = None, abort: threading.Event | None = None,
+                   group_instance_id: str | None = None) -> JoinResult:
+        """JoinGroup: blocks until the rebalance completes (or the member is removed / aborts).
+
+        With `group_instance_id` the member is static (KIP-345): a join without a member id
+        under an instance id the group holds replaces that member, whose requests are answered
+        FENCED_INSTANCE_ID from then on; in a stable group, with the same protocols and
+        subscription, the new member takes over the old one's assignment in the current
+        generation without a rebalance (a restart within the session timeout moves nothing)."""
         if not isinstance(group_id, str) or not group_id:
             return JoinResult(INVALID_GROUP_ID)
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             return JoinResult(INVALID_SESSION_TIMEOUT)
         protocols = list(protocols)
+        subscription = sorted(set(subscription))
         self._ensure_loaded()
         with self._cond:
             group = self._group(group_id, create=True)
             if member_id:
+                if _fenced(group, group_instance_id, member_id):
+                    return JoinResult(FENCED_INSTANCE_ID, member_id=member_id)
                 member = group.members.get(member_id)
                 if member is None:
                     return JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id)
             else:
                 member_id = f"{client_id or 'consumer'}-{uuid.uuid4()}"
-                member = _Member(member_id, client_id, host)
+                holder = group.static_members.get(group_instance_id) if group_instance_id is not None else None
+                if holder is not None:
+                    member = self._replace_static_member(group, group.members[holder], member_id, client_id, host)
+                    if group.state == STABLE and member.protocols == protocols and member.subscription == subscription:
+                        member.session_timeout_ms = session_timeout_ms
+                        member.rebalance_timeout_ms = rebalance_timeout_ms
+                        member.last_heartbeat = time.monotonic()
+                        if wake is not None:
+                            member.wake = wake
+                        leader = member_id == group.leader_id
+                        return JoinResult(Errors.NONE, group.generation, member_id, group.leader_id, group.protocol,
+                                          sorted(group.members) if leader else [])
+                else:
+                    member = _Member(member_id, client_id, host, group_instance_id)
             if group.members and not self._common_protocol(list(group.members.values()) + [member], protocols):
                 return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
             group.members[member_id] = member
+            if group_instance_id is not None:
+                group.static_members[group_instance_id] = member_id
             group.protocol_type = protocol_type
             member.session_timeout_ms = session_timeout_ms
             member.rebalance_timeout_ms = rebalance_timeout_ms
             member.protocols = protocols
-            member.subscription = sorted(set(subscription))
+            member.subscription = subscription
             member.owned = list(owned)
             member.last_heartbeat = time.monotonic()
             member.awaiting_join = True
@@ -519,7 +559,7 @@ class GroupCoordinator:
                 if self._stop.is_set():
                     return JoinResult(COORDINATOR_NOT_AVAILABLE, member_id=member_id)
                 if group.members.get(member_id) is not member:
-                    return JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id)
+                    return JoinResult(FENCED_INSTANCE_ID if member.fenced else UNKNOWN_MEMBER_ID, member_id=member_id)
                 if abort is not None and abort.is_set():
                     self._remove_member(group, member_id, "join aborted")
                     return JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id)
@@ -528,6 +568,26 @@ class GroupCoordinator:
                 self._cond.wait(min(wait, 0.05))
                 self._maybe_complete_join(group)
             return member.join_result
+
+    def _replace_static_member(self, group: _Group, old: _Member, member_id: str, client_id: str,
+                               host: str) -> _Member:
+        """A static member's new incarnation under `member_id`, holding what `old` held (its
+        place in the group, its assignment, its leadership); `old` is fenced, and a join it
+        still waits in answers FENCED_INSTANCE_ID (Kafka's replaceStaticMember)."""
+        new = _Member(member_id, client_id, host, old.group_instance_id)
+        for attr in ("session_timeout_ms", "rebalance_timeout_ms", "protocols", "subscription", "owned",
+                     "assignment", "awaiting_join", "last_heartbeat", "wake"):
+            setattr(new, attr, getattr(old, attr))
+        old.fenced = True
+        del group.members[old.member_id]
+        group.members[member_id] = new
+        group.static_members[old.group_instance_id] = member_id
+        if group.leader_id == old.member_id:
+            group.leader_id = member_id
+        log.info("group %s: static member %s (%s) replaced by %s", group.group_id, old.member_id,
+                 old.group_instance_id, member_id)
+        self._cond.notify_all()
+        return new
 
     def _common_protocol(self, members: list[_Member], first: list[str]) -> str | None:
         for name in first:
@@ -601,10 +661,13 @@ class GroupCoordinator:
             return assign_roundrobin(subscriptions, partitions_of)
         return assign_range(subscriptions, partitions_of)
 
-    def sync_group(self, group_id: str, generation: int, member_id: str) -> tuple[int, list[TopicPartition]]:
+    def sync_group(self, group_id: str, generation: int, member_id: str,
+                   group_instance_id: str | None = None) -> tuple[int, list[TopicPartition]]:
         """SyncGroup: the member's assignment of `generation`."""
         with self._cond:
             group = self._groups.get(group_id)
+            if group is not None and _fenced(group, group_instance_id, member_id):
+                return FENCED_INSTANCE_ID, []
             member = group.members.get(member_id) if group is not None else None
             if member is None:
                 return UNKNOWN_MEMBER_ID, []
@@ -615,9 +678,11 @@ class GroupCoordinator:
             member.last_heartbeat = time.monotonic()
             return Errors.NONE, list(member.assignment)
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> int:
+    def heartbeat(self, group_id: str, member_id: str, generation: int, group_instance_id: str | None = None) -> int:
         with self._cond:
             group = self._groups.get(group_id)
+            if group is not None and _fenced(group, group_instance_id, member_id):
+                return FENCED_INSTANCE_ID
             member = group.members.get(member_id) if group is not None else None
             if member is None:
                 return UNKNOWN_MEMBER_ID
@@ -628,9 +693,11 @@ class GroupCoordinator:
                 return ILLEGAL_GENERATION
             return Errors.NONE
 
-    def leave_group(self, group_id: str, member_id: str) -> int:
+    def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> int:
         with self._cond:
             group = self._groups.get(group_id)
+            if group is not None and _fenced(group, group_instance_id, member_id):
+                return FENCED_INSTANCE_ID
             if group is None or member_id not in group.members:
                 return UNKNOWN_MEMBER_ID
             self._remove_member(group, member_id, "member left")
@@ -640,6 +707,8 @@ class GroupCoordinator:
         member = group.members.pop(member_id, None)
         if member is None:
             return
+        if member.group_instance_id is not None and group.static_members.get(member.group_instance_id) == member_id:
+            del group.static_members[member.group_instance_id]
         log.info("group %s: removing member %s (%s)", group.group_id, member_id, reason)
         if group.members:
             if group.state != PREPARING_REBALANCE:
@@ -666,13 +735,16 @@ class GroupCoordinator:
     # -- offsets ------------------------------------------------------------------------------
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata],
-                       member_id: str = "", generation: int = -1) -> dict[TopicPartition, int]:
+                       member_id: str = "", generation: int = -1,
+                       group_instance_id: str | None = None) -> dict[TopicPartition, int]:
         """OffsetCommit: per-partition error codes (all the same here)."""
         if not isinstance(group_id, str) or not group_id:
             return {tp: INVALID_GROUP_ID for tp in offsets}
         self._ensure_loaded()
         with self._cond:
             group = self._groups.get(group_id)
+            if group is not None and _fenced(group, group_instance_id, member_id):
+                return {tp: FENCED_INSTANCE_ID for tp in offsets}
             if generation >= 0 or member_id:
                 member = group.members.get(member_id) if group is not None else None
                 if member is None:
@@ -801,7 +873,7 @@ class GroupCoordinator:
             group = self._groups.get(group_id)
             if group is None:
                 return None
-            members = [MemberInfo(m.member_id, m.client_id, m.host, list(m.assignment))
+            members = [MemberInfo(m.member_id, m.client_id, m.host, list(m.assignment), m.group_instance_id)
                        for m in group.members.values()]
             return GroupDescription(group_id, group.state, group.protocol_type if group.members or group.protocol else "consumer",
                                     group.protocol or "", members)

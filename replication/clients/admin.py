@@ -452,7 +452,8 @@ class AdminClient:
             return ConsumerGroupDescription(group_id, False, [], "", ConsumerGroupState.DEAD, node,
                                             type=ConsumerGroupType.CLASSIC)
         members = [MemberDescription(m.member_id, m.client_id, m.host, MemberAssignment(
-            [TopicPartition(tp.topic, tp.partition) for tp in m.assignment])) for m in desc.members]
+            [TopicPartition(tp.topic, tp.partition) for tp in m.assignment]), group_instance_id=m.group_instance_id)
+            for m in desc.members]
         return ConsumerGroupDescription(group_id, False, members, desc.protocol,
                                         _STATES.get(desc.state, ConsumerGroupState.UNKNOWN), node,
                                         type=ConsumerGroupType.CLASSIC)

@@ -53,6 +53,7 @@ from replication.clients.common import (
 from replication.errors import CorruptRecordError, ReplicationError
 from replication.group_coordinator import (
     COOPERATIVE_ASSIGNORS,
+    FENCED_INSTANCE_ID,
     ILLEGAL_GENERATION,
     REBALANCE_IN_PROGRESS,
     SUPPORTED_ASSIGNORS,
@@ -275,6 +276,9 @@ class Consumer:
         self._group_abort = threading.Event()
         self._need_join = False
         self._poll_exceeded = False
+        # a static member fenced by a newer one with its group.instance.id: librdkafka's fatal
+        # consumer error, after which this consumer takes no part in the group
+        self._fenced = False
         self._reported_missing: set[str] = set()
         self._rebalance_handled = False
         self._protocol: str | None = None
@@ -328,7 +332,7 @@ class Consumer:
             self._subscription, self._patterns = [], []
             self._need_join = False
         if was_member:
-            self._leave_group(revoke=True)
+            self._leave_group(revoke=True, leave=True)
 
     def _subscribed_topics(self) -> list[str]:
         topics = set(self._subscription)
@@ -633,7 +637,7 @@ class Consumer:
                     self._group_wake.clear()
                     continue
                 self._report_missing_topics()
-                if self._poll_exceeded:
+                if self._poll_exceeded or self._fenced:
                     self._group_wake.wait(0.05)
                     self._group_wake.clear()
                     continue
@@ -650,8 +654,11 @@ class Consumer:
                 if now >= next_heartbeat or self._group_wake.is_set():
                     self._group_wake.clear()
                     error = self._cluster.group_coordinator.heartbeat(self.group_id, self._member_id,
-                                                                     self._generation)
+                                                                     self._generation, self.group_instance_id)
                     next_heartbeat = time.monotonic() + self._heartbeat_interval
+                    if error == FENCED_INSTANCE_ID:
+                        self._fence("heartbeat")
+                        continue
                     if error == REBALANCE_IN_PROGRESS:
                         self._need_join = True
                         continue
@@ -696,7 +703,8 @@ class Consumer:
                 return False
             if self._member_id and now >= next_heartbeat:
                 # Keep the session alive while the application has not served the event yet.
-                self._cluster.group_coordinator.heartbeat(self.group_id, self._member_id, self._generation)
+                self._cluster.group_coordinator.heartbeat(self.group_id, self._member_id, self._generation,
+                                                          self.group_instance_id)
                 next_heartbeat = now + self._heartbeat_interval
         return True
 
@@ -715,8 +723,11 @@ class Consumer:
             self.group_id, self._member_id, client_id=self.client_id,
             session_timeout_ms=self._session_timeout_ms, rebalance_timeout_ms=self._max_poll_interval_ms,
             protocols=self._strategies, subscription=topics, owned=list(self._owned) if self._cooperative else [],
-            wake=self._group_wake, abort=self._closing)
+            wake=self._group_wake, abort=self._closing, group_instance_id=self.group_instance_id)
         if self._closing.is_set():
+            return
+        if result.error == FENCED_INSTANCE_ID:
+            self._fence("join")
             return
         if result.error == UNKNOWN_MEMBER_ID:
             self._member_id = ""
@@ -732,7 +743,11 @@ class Consumer:
         self._member_id = result.member_id
         self._generation = result.generation
         self._protocol = result.protocol
-        error, assignment = coordinator.sync_group(self.group_id, result.generation, result.member_id)
+        error, assignment = coordinator.sync_group(self.group_id, result.generation, result.member_id,
+                                                   self.group_instance_id)
+        if error == FENCED_INSTANCE_ID:
+            self._fence("sync")
+            return
         if error != Errors.NONE:
             self._need_join = True
             if error == UNKNOWN_MEMBER_ID:
@@ -766,10 +781,24 @@ class Consumer:
         if lost:
             self._post_event(_RebalanceEvent("lost", lost, self._cooperative))
 
+    def _fence(self, where: str) -> None:
+        """FENCED_INSTANCE_ID: another consumer joined with this one's group.instance.id. As
+        librdkafka: a fatal error (an error event KafkaError._FATAL) returned by the next poll,
+        the partitions lost, and no further part in the group."""
+        log.error("consumer %s: static member %s fenced by a newer one with the same group.instance.id (%s)",
+                  self.group_id, self.group_instance_id, where)
+        self._fenced = True
+        self._lose_partitions(f"fenced at {where}")
+        reason = "Broker: Static consumer fenced by other consumer with same group.instance.id"
+        # librdkafka's error event: _FATAL, its fatal() flag unset (the instance's error is)
+        self._push_error(kafka_error(KafkaError._FATAL, f"Fatal error: {reason}: Fatal consumer error: {reason}"),
+                         front=True)
+
     def _max_poll_exceeded(self) -> None:
         log.warning("consumer %s: max.poll.interval.ms (%d) exceeded; leaving the group", self.group_id,
                     self._max_poll_interval_ms)
-        self._cluster.group_coordinator.leave_group(self.group_id, self._member_id)
+        if self.group_instance_id is None:  # KIP-345: a static member keeps its place (librdkafka)
+            self._cluster.group_coordinator.leave_group(self.group_id, self._member_id)
         self._poll_exceeded = True
         self._lose_partitions("max.poll.interval.ms exceeded")
         self._push_error(kafka_error(
@@ -777,7 +806,9 @@ class Consumer:
             f"Application maximum poll interval ({self._max_poll_interval_ms}ms) exceeded by "
             f"{int((time.monotonic() - self._last_poll) * 1000) - self._max_poll_interval_ms}ms"), front=True)
 
-    def _leave_group(self, revoke: bool) -> None:
+    def _leave_group(self, revoke: bool, leave: bool) -> None:
+        """Give the partitions up (served the revocation when `revoke`) and, when `leave`, send
+        LeaveGroup."""
         owned, self._owned = self._owned, []
         if revoke and owned:
             # Served right here on the application thread (unsubscribe/close).
@@ -786,8 +817,8 @@ class Consumer:
                 self._serve_rebalance(event)
             finally:
                 event.done.set()
-        if self._member_id:
-            self._cluster.group_coordinator.leave_group(self.group_id, self._member_id)
+        if self._member_id and leave and not self._fenced:
+            self._cluster.group_coordinator.leave_group(self.group_id, self._member_id, self.group_instance_id)
         self._member_id = ""
         self._generation = -1
         self._group_abort.set()
@@ -1178,7 +1209,7 @@ class Consumer:
         try:
             errors = self._cluster.group_coordinator.commit_offsets(
                 self.group_id, known, self._member_id if self._member_id else "",
-                self._generation if self._member_id else -1) if known else {}
+                self._generation if self._member_id else -1, self.group_instance_id) if known else {}
         except (ReplicationError, GroupCoordinatorError) as e:
             errors = {k: Errors.REQUEST_TIMED_OUT for k in known}
             log.warning("consumer %s: commit failed: %s", self.group_id, e)
@@ -1315,7 +1346,9 @@ class Consumer:
                 self._closing.set()
                 self._group_thread.join(timeout=10)
                 self._serve_events_on_close()
-                self._leave_group(revoke=True)
+                # KIP-345: a static member does not leave on close (librdkafka), so that its
+                # restart within the session timeout takes its partitions back without a rebalance
+                self._leave_group(revoke=True, leave=self.group_instance_id is None)
             elif self._enable_auto_commit:
                 self._commit_stored(sync=True)
         finally:

@@ -392,8 +392,9 @@ class App:
     def remove_stream_thread(self, timeout: Optional[float] = None) -> Optional[str]:
         """Stop one live stream thread (Kafka's removeStreamThread: the first one started that
         is not the caller, unless it is the only one). It commits, closes its tasks and leaves
-        the group, whose rebalance moves its tasks to the other threads and instances; the
-        remaining live threads' caches and input buffers grow to the totals over their count.
+        the group (a static member too, as Kafka's removes it from the group), whose rebalance
+        moves its tasks to the other threads and instances; the remaining live threads' caches
+        and input buffers grow to the totals over their count.
         Waits up to `timeout` seconds for the thread to end (None: as long as it takes; a thread
         removing itself is not waited for). Returns the thread's name, or None when the app is
         not RUNNING or REBALANCING or no thread is live. Raises ThreadRemovalTimeoutError when
@@ -413,7 +414,7 @@ class App:
                 log.warning("no stream thread can be removed: none is live")
                 return None
             log.info("removing %s", victim.name)
-            victim.shutdown()
+            victim.shutdown(leave_group=True)  # a static member too: its tasks move now
         if victim is not me:
             victim.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         with self._lock:

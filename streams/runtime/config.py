@@ -6,7 +6,7 @@ import logging
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from state.restore import MAX_POLL_RECORDS as RESTORE_MAX_POLL_RECORDS
 from state.rocksdb_config import config_setter_class
@@ -112,6 +112,34 @@ def max_poll_records(raw: Mapping[str, Any], prefix: str, default: int) -> int:
     return default
 
 
+def _legal_name(value: Any) -> bool:
+    """Kafka's rule for a topic-like name (an application.id, a group.instance.id): a string of
+    1-249 characters of [a-zA-Z0-9._-]."""
+    return isinstance(value, str) and 1 <= len(value) <= 249 and all(
+        (c.isalnum() and c.isascii()) or c in "._-" for c in value)
+
+
+GROUP_INSTANCE_ID_CONFIG = "group.instance.id"
+#: where an app config may set it, lowest precedence first (Kafka Streams': the plain key, the
+#: consumers' prefix, the main consumer's prefix)
+_INSTANCE_ID_KEYS = (GROUP_INSTANCE_ID_CONFIG, CONSUMER_PREFIX + GROUP_INSTANCE_ID_CONFIG,
+                     MAIN_CONSUMER_PREFIX + GROUP_INSTANCE_ID_CONFIG)
+
+
+def group_instance_id(raw: Mapping[str, Any]) -> Optional[str]:
+    """The app's group.instance.id (static membership, KIP-345) by Kafka Streams' precedence
+    (_INSTANCE_ID_KEYS), None when unset; ConfigError unless 1-249 characters of [a-zA-Z0-9._-]
+    (Kafka's JoinGroupRequest.validateGroupInstanceId, which its consumer applies at start)."""
+    for key in reversed(_INSTANCE_ID_KEYS):
+        if key in raw:
+            value = raw[key]
+            if not _legal_name(value):
+                raise ConfigError(f"config {key!r} (this instance's static membership id) must be 1-249 "
+                                  f"characters of [a-zA-Z0-9._-], got {value!r}")
+            return value
+    return None
+
+
 @dataclass(frozen=True)
 class StreamsConfig:
     """The parsed streams-level settings; `raw` keeps everything (serdes, client settings...)."""
@@ -148,6 +176,9 @@ class StreamsConfig:
     metadata_refresh_ms: int = 300_000
     #: application.server: where this instance answers interactive queries (streams_metadata)
     application_server: Any = None
+    #: group.instance.id (static membership, KIP-345) as the main consumers take it (see
+    #: main_consumer_instance_id); None when unset
+    group_instance_id: Optional[str] = None
 
     @property
     def eos_enabled(self) -> bool:
@@ -176,8 +207,7 @@ class StreamsConfig:
         if app_id is None:
             raise ConfigError("config 'application.id' is required: it names the consumer group, "
                               "the internal topics and the state directory")
-        if not isinstance(app_id, str) or not 1 <= len(app_id) <= 249 or any(
-                not (c.isalnum() and c.isascii()) and c not in "._-" for c in app_id):
+        if not _legal_name(app_id):
             raise ConfigError(f"config 'application.id' must be 1-249 characters of [a-zA-Z0-9._-], got {app_id!r}")
         servers = raw.get("bootstrap.servers")
         if servers is None and not require_bootstrap_servers:
@@ -233,13 +263,23 @@ class StreamsConfig:
             global_max_poll_records=max_poll_records(raw, GLOBAL_CONSUMER_PREFIX, DEFAULT_MAX_POLL_RECORDS),
             metadata_refresh_ms=_int(raw, "topic.metadata.refresh.interval.ms", 300_000, 0),
             application_server=parse_application_server(raw),
+            group_instance_id=group_instance_id(raw),
         )
 
     def backend_config(self) -> dict:
-        """The config handed to `streams.backends.for_config` (runtime-only prefixes removed)."""
+        """The config handed to `streams.backends.for_config` (runtime-only prefixes removed, and
+        group.instance.id, which only the main consumers get: main_consumer_instance_id)."""
         return {k: v for k, v in self.raw.items()
                 if not k.startswith((MAIN_CONSUMER_PREFIX, RESTORE_CONSUMER_PREFIX, GLOBAL_CONSUMER_PREFIX,
-                                     SNAPSHOT_PREFIX))}
+                                     SNAPSHOT_PREFIX)) and k not in _INSTANCE_ID_KEYS}
+
+    def main_consumer_instance_id(self, thread_index: int) -> Optional[str]:
+        """The group.instance.id of stream thread `thread_index`'s main consumer: the app's with
+        the thread's index appended, so that each of its consumers is a distinct static member
+        (Kafka's StreamsConfig.getMainConsumerConfigs); None without static membership."""
+        if self.group_instance_id is None:
+            return None
+        return f"{self.group_instance_id}-{thread_index}"
 
     def prefixed(self, prefix: str) -> dict:
         return {k[len(prefix):]: v for k, v in self.raw.items() if k.startswith(prefix)}
@@ -247,8 +287,11 @@ class StreamsConfig:
     def consumer_overrides(self, prefix: str) -> dict:
         """The settings `prefix` (main.consumer., restore.consumer., global.consumer.) gives one
         consumer, without Kafka Streams' own keys (STREAMS_CONFIG_KEYS, max.poll.records among
-        them: the thread's poll size, not the client's)."""
-        return {k: v for k, v in self.prefixed(prefix).items() if k not in STREAMS_CONFIG_KEYS}
+        them: the thread's poll size, not the client's) and without group.instance.id (the
+        restore and global consumers join no group; a main consumer's is
+        main_consumer_instance_id)."""
+        return {k: v for k, v in self.prefixed(prefix).items()
+                if k not in STREAMS_CONFIG_KEYS and k != GROUP_INSTANCE_ID_CONFIG}
 
     def task_config(self) -> dict:
         """The config tasks and stores see (with the resolved state.dir)."""

@@ -497,7 +497,10 @@ class TaskManager:
                 if code == KafkaError._AUTO_OFFSET_RESET and m.topic() in self.reset_policies:
                     self._reset_out_of_range(m.topic(), m.partition(), err)
                 elif code != KafkaError._PARTITION_EOF:
-                    if err.fatal():
+                    # librdkafka's fatal consumer error event (a static member fenced) is _FATAL
+                    # with fatal() unset: the consumer is done either way, so is this thread (Kafka's
+                    # poll throws FencedInstanceIdException)
+                    if err.fatal() or code == KafkaError._FATAL:
                         raise KafkaException(err)
                     log.warning("consumer error: %s", err)
             msgs = [m for m in msgs if m.error() is None]

@@ -43,6 +43,8 @@ MAX_PROCESS_PER_TASK = 20000
 #: instance lost mid-transaction holds its partitions' read_committed readers, the tasks moved
 #: elsewhere among them, only this long. A producer setting still wins.
 EOS_TRANSACTION_TIMEOUT_MS = 10_000
+#: how long a removed static member's thread waits for its LeaveGroup to go out
+STATIC_LEAVE_TIMEOUT_S = 5.0
 
 
 class ThreadState(enum.Enum):
@@ -77,6 +79,17 @@ class SimulatedCrash(BaseException):
 
 def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _leave_static_membership(consumer: Any) -> None:
+    """Take a static member out of its group before its consumer closes (which leaves the group
+    only for a dynamic member): unsubscribe, then poll until the LeaveGroup went out (librdkafka
+    sends it once the revocation is served; the member id is cleared then), at most
+    STATIC_LEAVE_TIMEOUT_S."""
+    consumer.unsubscribe()
+    deadline = time.monotonic() + STATIC_LEAVE_TIMEOUT_S
+    while consumer.memberid() and time.monotonic() < deadline:
+        consumer.poll(0.05)
 
 
 class StreamThread(threading.Thread):
@@ -134,6 +147,8 @@ class StreamThread(threading.Thread):
         self.state = ThreadState.CREATED
         self._state_lock = threading.Lock()
         self._stop_event = threading.Event()
+        self._leave_group_on_close = False  # see shutdown
+        self._static_member = False  # the main consumer has a group.instance.id
         self._abandoned = False
         self.fault_injector: Optional[Callable[[str], None]] = None
         self.task_manager: Optional[TaskManager] = None
@@ -214,8 +229,13 @@ class StreamThread(threading.Thread):
         """True once asked to stop (it commits no more loop turns)."""
         return self._stop_event.is_set()
 
-    def shutdown(self) -> None:
-        """Ask the thread to stop after its current loop iteration (it commits and closes)."""
+    def shutdown(self, leave_group: bool = False) -> None:
+        """Ask the thread to stop after its current loop iteration (it commits and closes).
+        `leave_group`: its main consumer leaves the group even as a static member, which
+        otherwise keeps its place until its session times out (Kafka's removeStreamThread
+        removes it from the group with the admin client; confluent-kafka's has no such call, so
+        the consumer unsubscribes, which sends LeaveGroup, before it closes)."""
+        self._leave_group_on_close = leave_group
         self._stop_event.set()
 
     def _inject(self, point: str) -> None:
@@ -265,6 +285,10 @@ class StreamThread(threading.Thread):
             "isolation.level": "read_committed" if cfg.eos_enabled else "read_uncommitted",
             **cfg.consumer_overrides(MAIN_CONSUMER_PREFIX),
         }
+        instance_id = cfg.main_consumer_instance_id(self.index)
+        if instance_id is not None:
+            main_conf["group.instance.id"] = instance_id
+            self._static_member = True
         default_reset = main_conf["auto.offset.reset"]
         policies = reset_policies(self.topology, self.subtopologies, cfg.application_id, default_reset)
         main_conf["auto.offset.reset"] = consumer_reset_policy(policies, default_reset)
@@ -499,6 +523,8 @@ class StreamThread(threading.Thread):
             client = getattr(self, name)
             if client is not None:
                 try:
+                    if name == "consumer" and self._leave_group_on_close and self._static_member:
+                        _leave_static_membership(client)
                     client.close()
                 except Exception:  # noqa: BLE001
                     log.debug("%s: error closing %s", self.name, name, exc_info=True)

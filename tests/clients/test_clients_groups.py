@@ -167,3 +167,43 @@ def test_member_that_stops_polling_is_evicted(backend, admin) -> None:
     assert [e.code() for e in stalled.errors] == [KafkaError._MAX_POLL_EXCEEDED]
     wait_for(lambda: (stalled.poll(), not stalled.owned)[1], 10, "the evicted member to lose its partition")
     assert active.errors == []
+
+
+def test_static_member_restarted_within_its_session_timeout_takes_its_partitions_back_without_a_rebalance(
+        backend, admin) -> None:
+    """KIP-345: a consumer with a group.instance.id does not leave the group on close; a new one
+    with the same id, joining within the session timeout, takes over its assignment at once and
+    the other members see no rebalance. A second live consumer with that id fences the first
+    (FENCED_INSTANCE_ID: librdkafka's fatal consumer error, the one error its poll returns)."""
+    topic = create_topic(admin, partitions=4)
+    group = unique("g")
+    ids = {"a": unique("inst"), "b": unique("inst")}
+
+    def static(name: str) -> Member:
+        return Member(backend, topic, group, "range", {"group.instance.id": ids[name], "session.timeout.ms": 30000})
+    first, second = static("a"), static("b")
+    _settle([first, second], partitions=4)
+    kept, given = set(first.owned), set(second.owned)
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert sorted(m.group_instance_id for m in described.members) == sorted(ids.values())
+
+    second.close()  # no LeaveGroup: the member keeps its place until its session times out
+    assert len(admin.describe_consumer_groups([group])[group].result(10).members) == 2
+    restarted = static("b")
+    wait_for(lambda: (first.poll(), restarted.poll(), restarted.owned)[-1], 30, "the restarted member's partitions",
+             step=0)
+    # under an eager assignor a rebalance would have revoked the first member's partitions
+    # before any assignment of its generation: its callbacks show there was none
+    assert restarted.owned == given and first.callbacks == [("assign", sorted(kept))]
+    assert restarted.callbacks == [("assign", sorted(given))]
+
+    twin = static("b")  # the same id while the restarted member is alive: it is fenced
+
+    def fenced() -> bool:
+        for m in (first, restarted, twin):
+            m.poll()
+        return any(e.code() == KafkaError._FATAL for e in restarted.errors)
+    wait_for(fenced, 30, "the older member with the id fenced", step=0)
+    assert [e.code() for e in restarted.errors] == [KafkaError._FATAL], restarted.errors
+    assert "Static consumer fenced by other consumer with same group.instance.id" in restarted.errors[0].str()
+    assert not first.errors

@@ -10,6 +10,7 @@ import pytest
 
 from replication.cluster import LocalCluster
 from replication.group_coordinator import (
+    FENCED_INSTANCE_ID,
     GROUP_ID_NOT_FOUND,
     ILLEGAL_GENERATION,
     NON_EMPTY_GROUP,
@@ -225,6 +226,52 @@ def test_member_that_stops_heartbeating_is_evicted(cluster):
     assert coordinator.sync_group(group, again.generation, keeper.member_id) == (
         Errors.NONE, [TP(topic, 0), TP(topic, 1)])
     coordinator.leave_group(group, keeper.member_id)
+
+
+def test_static_member_replaced_fenced_and_expired(cluster):
+    """KIP-345 on the coordinator: a join under a held group.instance.id replaces the member (its
+    old id fenced everywhere); with the subscription kept, in the same generation with the same
+    assignment; with another, through a rebalance; a static member whose session expires frees
+    its id."""
+    topic, other = unique("t"), unique("t")
+    cluster.create_topic(topic, partitions=2)
+    cluster.create_topic(other, partitions=1)
+    coordinator = cluster.group_coordinator
+    group = unique("g")
+
+    def join(member_id: str, topics: list, session_ms: int = 10000):
+        return coordinator.join_group(group, member_id, session_timeout_ms=session_ms, rebalance_timeout_ms=5000,
+                                      protocols=["range"], subscription=topics, group_instance_id="node-1")
+    first = join("", [topic])
+    assert first.error == Errors.NONE
+    assert coordinator.sync_group(group, first.generation, first.member_id, "node-1") == (
+        Errors.NONE, [TP(topic, 0), TP(topic, 1)])
+    second = join("", [topic])  # a restart: same generation, same assignment, no rebalance
+    assert (second.error, second.generation, second.leader_id) == (Errors.NONE, first.generation, second.member_id)
+    assert coordinator.sync_group(group, second.generation, second.member_id, "node-1") == (
+        Errors.NONE, [TP(topic, 0), TP(topic, 1)])
+    old = first.member_id
+    assert coordinator.heartbeat(group, old, first.generation, "node-1") == FENCED_INSTANCE_ID
+    assert coordinator.sync_group(group, first.generation, old, "node-1") == (FENCED_INSTANCE_ID, [])
+    assert set(coordinator.commit_offsets(group, {TP(topic, 0): OffsetAndMetadata(1)}, old, first.generation,
+                                          "node-1").values()) == {FENCED_INSTANCE_ID}
+    assert coordinator.leave_group(group, old, "node-1") == FENCED_INSTANCE_ID
+    assert join(old, [topic]).error == FENCED_INSTANCE_ID
+    [member] = coordinator.describe_group(group).members
+    assert (member.member_id, member.group_instance_id) == (second.member_id, "node-1")
+
+    third = join("", [topic, other])  # another subscription: a rebalance, a new generation
+    assert third.error == Errors.NONE and third.generation == first.generation + 1
+    error, assigned = coordinator.sync_group(group, third.generation, third.member_id, "node-1")
+    assert error == Errors.NONE and sorted(assigned) == sorted([TP(other, 0), TP(topic, 0), TP(topic, 1)])
+
+    short = join(third.member_id, [topic], session_ms=300)  # rejoin with a short session, then silence
+    assert short.error == Errors.NONE
+    wait_until(lambda: coordinator.describe_group(group).members == [], 10, "the static member's session to expire")
+    fresh = join("", [topic])
+    assert fresh.error == Errors.NONE and fresh.generation > short.generation
+    assert coordinator.leave_group(group, fresh.member_id, "node-1") == Errors.NONE
+    assert coordinator.describe_group(group).members == []
 
 
 def test_bad_join_arguments(cluster):
