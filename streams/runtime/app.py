@@ -663,9 +663,13 @@ class App:
 
     # ---- close ------------------------------------------------------------------------------
 
-    def close(self, timeout: Optional[float] = None) -> bool:
+    def close(self, timeout: Optional[float] = None, *, leave_group: bool = False) -> bool:
         """Stop every thread (each commits and closes its tasks); True if all stopped within
-        `timeout` seconds (None: wait as long as it takes)."""
+        `timeout` seconds (None: wait as long as it takes). With static membership
+        (group.instance.id) the threads keep their places in the group until their sessions
+        time out, so that a restart gets its tasks back without a rebalance; `leave_group`
+        (Kafka's CloseOptions.leaveGroup) takes them out at once, for an instance that is not
+        coming back. A dynamic member always leaves."""
         with self._lock:
             state = self._state
             if state is AppState.NOT_RUNNING:
@@ -681,7 +685,7 @@ class App:
         deadline = _deadline(timeout)
         self._standby_wakeup.set()  # the placer sees the state and ends
         for t in self.threads:
-            t.shutdown()
+            t.shutdown(leave_group=leave_group)
         for t in self.threads:
             if t.is_alive():
                 t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))

@@ -94,3 +94,55 @@ def test_an_instance_fenced_by_another_with_its_group_instance_id_fails(backend_
         assert first.close(timeout=60)
         assert second.close(timeout=60)
         cluster.close()
+
+
+def test_a_restarted_instance_takes_its_tasks_back_and_one_closed_with_leave_group_hands_them_over(
+        backend_config, tmp_path):
+    """An instance closed as a static member keeps its place in the group (its session is
+    30 s here): restarted, it gets its own tasks back and the other instance's never move.
+    close(leave_group=True) (Kafka's CloseOptions.leaveGroup) takes it out at once: the other
+    instance runs every task well within the session timeout."""
+    cluster = Cluster(backend_config)
+    lines, out = unique("lines"), unique("counts")
+    cluster.create_topics(4, lines, out)
+    records, expected = make_lines(300, seed=9, vocabulary=30)
+    app_id = unique("static")
+
+    def make(name: str) -> App:
+        return App(wordcount_topology(lines, out), {
+            **cluster.config, "application.id": app_id, "state.dir": str(tmp_path / name),
+            "group.instance.id": f"{app_id}-{name}", "commit.interval.ms": 100,
+            "consumer.session.timeout.ms": 30000})
+    a, b = make("a"), make("b")
+    restarted = None
+    try:
+        a.start()
+        assert a.wait_for_state(AppState.RUNNING, timeout=60)
+        b.start()
+        wait_for(lambda: all(x.state is AppState.RUNNING and x.threads[0].active_task_ids for x in (a, b))
+                 and len(a.threads[0].active_task_ids) + len(b.threads[0].active_task_ids) == 8, 60,
+                 "a and b sharing the tasks")
+        cluster.produce(lines, records[:150])
+        kept, given = set(a.threads[0].active_task_ids), set(b.threads[0].active_task_ids)
+        assert b.close(timeout=60)
+        assert len(cluster.admin.describe_consumer_groups([app_id])[app_id].result(10).members) == 2
+        restarted = make("b")
+        restarted.start()
+        seen: list = []
+
+        def back() -> bool:
+            seen.append(set(a.threads[0].active_task_ids))
+            return restarted.state is AppState.RUNNING and set(restarted.threads[0].active_task_ids) == given
+        wait_for(back, 60, "the restarted instance running its own tasks again")
+        assert all(tasks == kept for tasks in seen), seen  # nothing of b's moved to a meanwhile
+        cluster.produce(lines, records[150:])
+        cluster.read_all(out, 4, until=lambda got: last_counts(got) == dict(expected))
+
+        assert a.close(timeout=60, leave_group=True)
+        wait_for(lambda: restarted.state is AppState.RUNNING and len(restarted.threads[0].active_task_ids) == 8,
+                 20, "the restarted instance running every task, long before a's session would end")
+    finally:
+        for app in (a, b, restarted):
+            if app is not None:
+                assert app.close(timeout=60)
+        cluster.close()
