@@ -148,7 +148,6 @@ class StreamThread(threading.Thread):
         self._state_lock = threading.Lock()
         self._stop_event = threading.Event()
         self._leave_group_on_close = False  # see shutdown
-        self._static_member = False  # the main consumer has a group.instance.id
         self._abandoned = False
         self.fault_injector: Optional[Callable[[str], None]] = None
         self.task_manager: Optional[TaskManager] = None
@@ -288,7 +287,6 @@ class StreamThread(threading.Thread):
         instance_id = cfg.main_consumer_instance_id(self.index)
         if instance_id is not None:
             main_conf["group.instance.id"] = instance_id
-            self._static_member = True
         default_reset = main_conf["auto.offset.reset"]
         policies = reset_policies(self.topology, self.subtopologies, cfg.application_id, default_reset)
         main_conf["auto.offset.reset"] = consumer_reset_policy(policies, default_reset)
@@ -523,7 +521,8 @@ class StreamThread(threading.Thread):
             client = getattr(self, name)
             if client is not None:
                 try:
-                    if name == "consumer" and self._leave_group_on_close and self._static_member:
+                    # (a dynamic member leaves as its consumer closes)
+                    if name == "consumer" and self._leave_group_on_close and self.config.group_instance_id is not None:
                         _leave_static_membership(client)
                     client.close()
                 except Exception:  # noqa: BLE001
