@@ -15,6 +15,7 @@ import threading
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 from streams import unsupported_configs as _unsupported
+from streams.client_scopes import scope_client_settings
 from streams.errors import BackendError
 
 logger = logging.getLogger(__name__)
@@ -71,8 +72,10 @@ TOPIC_PREFIX = "topic."
 
 
 def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The client settings in an app config (streams-only keys and `topic.` ones dropped)."""
-    return {k: v for k, v in config.items() if k not in STREAMS_ONLY_KEYS and not k.startswith(TOPIC_PREFIX)}
+    """The client settings in an app config (streams-only keys and `topic.` ones dropped), each
+    consumer-only or producer-only one under its client's prefix (streams.client_scopes)."""
+    return scope_client_settings({k: v for k, v in config.items()
+                                  if k not in STREAMS_ONLY_KEYS and not k.startswith(TOPIC_PREFIX)})
 
 
 def for_config(config: Mapping[str, Any]) -> Backend:
