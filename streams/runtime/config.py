@@ -12,6 +12,7 @@ from state.restore import MAX_POLL_RECORDS as RESTORE_MAX_POLL_RECORDS
 from state.rocksdb_config import config_setter_class
 from state.stores import WINDOW_CHANGELOG_ADDITIONAL_RETENTION_MS
 from streams.backends import STREAMS_CONFIG_KEYS, TOPIC_PREFIX
+from streams.client_scopes import CONSUMER_PREFIX
 from streams.runtime.streams_metadata import parse_application_server
 from streams.dsl.naming import ensure_explicit_naming
 from streams.dsl.store_suppliers import check_app_configs as check_dsl_store_configs
@@ -35,8 +36,6 @@ _GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE_V2)
 MAIN_CONSUMER_PREFIX = "main.consumer."
 RESTORE_CONSUMER_PREFIX = "restore.consumer."
 GLOBAL_CONSUMER_PREFIX = "global.consumer."
-#: Kafka Streams' prefix for every consumer's settings (below the three above)
-CONSUMER_PREFIX = "consumer."
 #: The App's snapshot settings (streams.runtime.snapshots), never a client's.
 SNAPSHOT_PREFIX = "snapshot."
 
