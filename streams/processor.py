@@ -163,6 +163,10 @@ class PunctuationType(enum.Enum):
 
 Punctuator = Callable[[int], None]
 
+#: Kafka's StreamPartitioner: `partitioner(topic, key, value, num_partitions)` gives the partition
+#: of a record written to `topic`, or None for the default partitioner (murmur2 of the key's bytes).
+StreamPartitioner = Callable[[str, Any, Any, int], Optional[int]]
+
 
 class Cancellable(ABC):
     @abstractmethod

@@ -49,15 +49,31 @@ from streams.dsl.materialized import Materialized, as_materialized
 from streams.dsl.ops.fk_join import (ForeignTableJoinProcessor, ResponseJoinProcessor, SubscriptionJoinProcessor,
                                      SubscriptionReceiveProcessor, SubscriptionSendProcessor, response_partitioner)
 from streams.errors import TopologyError
+from streams.processor import StreamPartitioner
 
 __all__ = ["fk_join"]
 
 
+def _key_only(partitioner: Optional[StreamPartitioner]) -> Optional[StreamPartitioner]:
+    """A table's partitioner as the join's sink calls it: by key alone (Kafka passes a null
+    value: the wrapper the sink writes is not the table's value)."""
+    if partitioner is None:
+        return None
+
+    def by_key(topic: str, key: Any, _wrapper: Any, num_partitions: int) -> Optional[int]:
+        return partitioner(topic, key, None, num_partitions)
+    return by_key
+
+
 def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
             foreign_key_extractor: Callable[[Any], Any], *, left_join: bool,
-            store: str | Materialized | None = None, name: Optional[str] = None) -> KTable:
+            store: str | Materialized | None = None, name: Optional[str] = None,
+            partitioner: Optional[StreamPartitioner] = None,
+            other_partitioner: Optional[StreamPartitioner] = None) -> KTable:
     """See the module doc. `name` (Kafka's TableJoined.as) names the join's processors, topics
-    and subscription store `<name>-<part>`, as Kafka's suffixes (every generated name still used up)."""
+    and subscription store `<name>-<part>`, as Kafka's suffixes (every generated name still used up).
+    `partitioner` and `other_partitioner` (Kafka's TableJoined.with) partition the response and
+    the subscription topics as this table's and the other table's topics are (see KTable.join)."""
     op = "KTable.left_join" if left_join else "KTable.join"
     name = N.processor_name(name, op)
     if not isinstance(other, KTable) or other._builder is not this._builder:
@@ -65,6 +81,9 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
                             f"got {other!r}")
     N.check_fn(joiner, f"{op} joiner")
     N.check_fn(foreign_key_extractor, f"{op} foreign_key_extractor")
+    for what, fn in (("partitioner", partitioner), ("other_partitioner", other_partitioner)):
+        if fn is not None:
+            N.check_fn(fn, f"{op} {what}")
     mat = as_materialized(store, op)
     # both sides send old values: the left's tell the send processor which subscription to delete,
     # the right's are Kafka's (identical values need no fan-out)
@@ -108,7 +127,7 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
         foreign_key_extractor, foreign_key_serde, left_value_serde, left_join=left_join)))
     graph.add(InternalTopicNode(
         subscription_source, (send_name,), subscription_topic, subscription_sink, foreign_key_serde,
-        subscription_serde, copartition_with=other.name,
+        subscription_serde, _key_only(other_partitioner), copartition_with=other.name,
         deferred_serdes=N.deferred(primary_key_serde, left_value_serde)))
     # the app's store type only, as Kafka's SubscriptionStoreFactory (neither the join's
     # Materialized nor the builder's config)
@@ -124,7 +143,8 @@ def fk_join(this: KTable, other: KTable, joiner: Callable[[Any, Any], Any],
                                       (subscription_store,)))
     graph.add(InternalTopicNode(
         response_source, (subscription_join_name, foreign_join_name), response_topic, response_sink,
-        primary_key_serde, response_serde, response_partitioner, copartition_with=this.name,
+        primary_key_serde, response_serde,
+        response_partitioner if partitioner is None else _key_only(partitioner), copartition_with=this.name,
         deferred_serdes=N.deferred(foreign_value_serde)))
     graph.add(ProcessorWithStoresNode(resolver_name, (response_source,), lambda: ResponseJoinProcessor(
         left_getter, left_value_serde, joiner, left_join=left_join), left_getter.store_names))

@@ -30,7 +30,7 @@ from streams.fixed_key import fixed_key_supplier
 from streams.internal_topics import validate_topic_name
 from streams.optimizations import (MERGE_REPARTITION_TOPICS, REUSE_KTABLE_SOURCE_TOPICS, SINGLE_STORE_SELF_JOIN,
                                   topology_optimizations)
-from streams.processor import TimestampExtractor
+from streams.processor import StreamPartitioner, TimestampExtractor
 from streams.topology import Topology
 
 if TYPE_CHECKING:  # imported lazily at run time: ktable and grouped import this module
@@ -356,7 +356,7 @@ class KStream:
                          name=N.processor_name(name, "select_key"))
 
     def to(self, topic: str, *, key_serde: Any = None, value_serde: Any = None,
-           partitioner: Optional[Callable[[str, Any, Any, int], Optional[int]]] = None,
+           partitioner: Optional[StreamPartitioner] = None,
            name: Optional[str] = None) -> None:
         """Terminal: write to `topic`, or to the topic `topic(key, value, record_context)` names
         for each record (Kafka's TopicNameExtractor); serdes default to the stream's, then to the

@@ -22,6 +22,7 @@ from streams.dsl.ops.table import (TableFilterProcessor, TableMapValuesProcessor
 from streams.dsl.suppressed import Suppressed
 from streams.dsl.windows import SessionWindows, window_close_delay_ms
 from streams.errors import TopologyError
+from streams.processor import StreamPartitioner
 
 __all__ = ["KTable"]
 
@@ -279,25 +280,47 @@ class KTable:
 
     def join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
              store: str | Materialized | None = None, *,
-             foreign_key_extractor: Optional[Callable[[Any], Any]] = None, name: Optional[str] = None) -> "KTable":
+             foreign_key_extractor: Optional[Callable[[Any], Any]] = None, name: Optional[str] = None,
+             partitioner: Optional[StreamPartitioner] = None,
+             other_partitioner: Optional[StreamPartitioner] = None) -> "KTable":
         """Inner primary-key join: joiner(value, other_value) for keys both tables hold (Kafka's
         KTableKTableInnerJoin); with `foreign_key_extractor` the foreign-key join. `name` (Kafka's
         Named) names a primary-key join's processors: `<name>` (the merge), `<name>-join-this`
         and `<name>-join-other`; a foreign-key join's (Kafka's TableJoined.as) its processors,
-        topics and subscription store, `<name>-subscription-registration-topic` and so on."""
+        topics and subscription store, `<name>-subscription-registration-topic` and so on.
+
+        A foreign-key join's `partitioner` and `other_partitioner` (Kafka's TableJoined.with)
+        say how this table's and the other table's topics are partitioned, when not by the
+        default partitioner: `partitioner(topic, key, None, num_partitions) -> partition or None`
+        (None: the default), as `to()`'s. The other's routes each subscription to the partition
+        holding its foreign key; this one's routes each response back (by default to the
+        partition the left record came from)."""
         if foreign_key_extractor is not None:
-            return self._fk_join(other, joiner, foreign_key_extractor, False, store, name)
+            return self._fk_join(other, joiner, foreign_key_extractor, False, store, name, partitioner,
+                                 other_partitioner)
+        self._check_no_partitioners("KTable.join", partitioner, other_partitioner)
         return self._table_join("KTable.join", INNER, other, joiner, store, name)
 
     def left_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
                   store: str | Materialized | None = None, *,
                   foreign_key_extractor: Optional[Callable[[Any], Any]] = None,
-                  name: Optional[str] = None) -> "KTable":
+                  name: Optional[str] = None, partitioner: Optional[StreamPartitioner] = None,
+                  other_partitioner: Optional[StreamPartitioner] = None) -> "KTable":
         """Every key of this table, joined with the other's value or None (Kafka's
-        KTableKTableLeftJoin); `name` as join's."""
+        KTableKTableLeftJoin); `name`, `partitioner` and `other_partitioner` as join's."""
         if foreign_key_extractor is not None:
-            return self._fk_join(other, joiner, foreign_key_extractor, True, store, name)
+            return self._fk_join(other, joiner, foreign_key_extractor, True, store, name, partitioner,
+                                 other_partitioner)
+        self._check_no_partitioners("KTable.left_join", partitioner, other_partitioner)
         return self._table_join("KTable.left_join", LEFT, other, joiner, store, name)
+
+    @staticmethod
+    def _check_no_partitioners(op: str, partitioner: Any, other_partitioner: Any) -> None:
+        """Partitioners are a foreign-key join's (Kafka's TableJoined): a primary-key join of two
+        co-partitioned tables sends nothing anywhere."""
+        if partitioner is not None or other_partitioner is not None:
+            raise TopologyError(f"{op}: partitioner and other_partitioner apply to a foreign-key join only "
+                                "(give foreign_key_extractor)")
 
     def outer_join(self, other: "KTable", joiner: Optional[Callable[[Any, Any], Any]] = None,
                    store: str | Materialized | None = None, *, name: Optional[str] = None) -> "KTable":
@@ -315,11 +338,12 @@ class KTable:
         N.check_fn(joiner, op)
 
     def _fk_join(self, other: Any, joiner: Any, extractor: Any, left: bool, store: Any,
-                 name: Optional[str]) -> "KTable":
+                 name: Optional[str], partitioner: Any, other_partitioner: Any) -> "KTable":
         """The foreign-key join's own module builds and checks it (branch fkjoin)."""
         from streams.dsl.fk_join import fk_join
 
-        return fk_join(self, other, joiner, extractor, left_join=left, store=store, name=name)
+        return fk_join(self, other, joiner, extractor, left_join=left, store=store, name=name,
+                       partitioner=partitioner, other_partitioner=other_partitioner)
 
     def _table_join(self, op: str, join_type: str, other: Any, joiner: Any, store: Any,
                     given: Optional[str] = None) -> "KTable":

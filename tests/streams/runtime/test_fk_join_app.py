@@ -11,8 +11,10 @@ import random
 import pytest
 from confluent_kafka import TopicPartition
 
+from eddy.murmur2 import murmur2_partition as partition_for_key
 from streams import App, AppState, StreamsBuilder, serdes
 from streams.dsl import Materialized
+from streams.errors import TopologyError
 from streams.testing import TopologyTestDriver
 
 from _runtime_util import Cluster, unique, wait_for
@@ -157,3 +159,66 @@ def test_two_instances_with_a_rebalance_give_the_drivers_table(cluster, tmp_path
     finally:
         for x in apps:
             assert x.close(timeout=60)
+
+
+def customer_partition(topic: str, key: str, value, num_partitions: int) -> int:
+    """How the test's customers topic is partitioned: by the customer's number (not murmur2)."""
+    return int(key[1:]) % num_partitions
+
+
+@pytest.mark.parametrize("with_partitioners", [True, False], ids=["table-joined", "default-partitioner"])
+def test_custom_partitioned_tables_join_with_their_partitioners(cluster, tmp_path, with_partitioners):
+    """Kafka's TableJoined.with(partitioner, otherPartitioner): the customers' topic is partitioned
+    by customer number, so a subscription must go where its customer is. Given the partitioners,
+    every order joins its customer (and the responses go back by the orders' partitioner); with
+    the default partitioner the subscriptions of the customers murmur2 puts elsewhere find no
+    customer there, so those orders join None, as they would on Kafka."""
+    orders, customers, out = unique("orders"), unique("customers"), unique("joined")
+    cluster.create_topics(3, orders, customers, out)
+    names = {f"c{i}": f"name{i}" for i in range(12)}
+    misplaced = {c for c in names if partition_for_key(c.encode(), 3) != customer_partition(customers, c, None, 3)}
+    assert misplaced and len(misplaced) < len(names)  # both kinds present: the test can tell them apart
+    order_list = {f"o{i}": f"c{i % 12}|item{i}" for i in range(24)}
+    expected = {o: joiner(v, names[customer_of(v)]) for o, v in order_list.items()}
+    if not with_partitioners:
+        expected = {o: joiner(v, None) if customer_of(v) in misplaced else expected[o]
+                    for o, v in order_list.items()}
+
+    responses: list = []
+
+    def order_partition(topic: str, key: str, value, num_partitions: int) -> int:
+        responses.append((topic, key, value, num_partitions))
+        return int(key[1:]) % num_partitions
+
+    b = StreamsBuilder()
+    kwargs = {"partitioner": order_partition, "other_partitioner": customer_partition} if with_partitioners else {}
+    joined = b.table(orders, key_serde=S, value_serde=S).left_join(
+        b.table(customers, key_serde=S, value_serde=S), joiner, foreign_key_extractor=customer_of, **kwargs)
+    joined.to_stream().to(out, key_serde=S, value_serde=S)
+    app = App(b.build(), {**cluster.config, "application.id": unique("fkparts"), "state.dir": str(tmp_path),
+                          "commit.interval.ms": 100})
+    try:
+        app.start()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        for c, name in names.items():
+            cluster.produce(customers, [(c.encode(), name.encode())], partition=customer_partition(customers, c, None, 3))
+        # every order after the customers, in the partition its own partitioner gives
+        for o, v in order_list.items():
+            cluster.produce(orders, [(o.encode(), v.encode())], partition=int(o[1:]) % 3)
+        got = fold(cluster.read_all(out, 3, until=lambda msgs: fold(msgs) == expected, timeout=90))
+        assert got == expected
+    finally:
+        assert app.close(timeout=60)
+    if with_partitioners:  # the responses were routed by the orders' partitioner, by key alone
+        assert responses and all("-KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-" in r[0] and r[2] is None
+                                 and r[3] == 3 for r in responses)
+        assert {r[1] for r in responses} == set(order_list)
+
+
+def test_partitioners_are_a_foreign_key_joins_only():
+    b = StreamsBuilder()
+    left, right = b.table("l", key_serde=S, value_serde=S), b.table("r", key_serde=S, value_serde=S)
+    with pytest.raises(TopologyError, match="foreign-key join only"):
+        left.join(right, joiner, other_partitioner=customer_partition)
+    with pytest.raises(TopologyError, match="KTable.left_join other_partitioner needs a callable, got 3"):
+        left.left_join(right, joiner, foreign_key_extractor=customer_of, other_partitioner=3)
