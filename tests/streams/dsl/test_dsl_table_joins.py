@@ -173,10 +173,15 @@ def test_a_foreign_key_join_is_handed_to_fk_join(monkeypatch):
     def extract(value):
         return value
 
+    def by_key(topic, key, value, n):
+        return 0
+
     assert orders.join(customers, joiner, foreign_key_extractor=extract) == "fk"
-    assert orders.left_join(customers, joiner, "s", foreign_key_extractor=extract) == "fk"
-    assert calls == [((orders, customers, joiner, extract), {"left_join": False, "store": None, "name": None}),
-                     ((orders, customers, joiner, extract), {"left_join": True, "store": "s", "name": None})]
+    assert orders.left_join(customers, joiner, "s", foreign_key_extractor=extract, other_partitioner=by_key) == "fk"
+    none = {"partitioner": None, "other_partitioner": None}
+    assert calls == [((orders, customers, joiner, extract), {"left_join": False, "store": None, "name": None, **none}),
+                     ((orders, customers, joiner, extract), {"left_join": True, "store": "s", "name": None,
+                                                             **none, "other_partitioner": by_key})]
 
 
 def test_a_foreign_key_join_result_is_materialized_when_a_table_join_reads_it():
