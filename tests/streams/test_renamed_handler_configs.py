@@ -36,7 +36,7 @@ def test_the_new_production_name_wins(caplog):
 def test_neither_name_reaches_the_clients():
     given = {"bootstrap.servers": "localhost:9092", NEW_DESER: "log_and_continue", NEW_PROD: "continue",
              OLD_DESER: "log_and_fail", OLD_PROD: "fail", "linger.ms": 5}
-    assert client_config(given) == {"linger.ms": 5}
+    assert client_config(given) == {"producer.linger.ms": 5}
 
 
 def test_the_driver_skips_a_bad_record_under_the_new_name():

@@ -50,7 +50,7 @@ def test_parsed_and_kept_from_the_clients():
               "topic.unclean.leader.election.enable": False, "linger.ms": 5}
     assert StreamsConfig.parse(config).internal_topic_configs == {
         "min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
-    assert client_config(config) == {"linger.ms": 5}
+    assert client_config(config) == {"producer.linger.ms": 5}  # a producer setting, for the producers only
 
 
 @pytest.mark.parametrize("bad", [{"topic.": "1"}, {"topic.retention.ms": [1]}, {"topic.segment.bytes": None}])
