@@ -73,7 +73,8 @@ TOPIC_PREFIX = "topic."
 
 def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The client settings in an app config (streams-only keys and `topic.` ones dropped), each
-    consumer-only or producer-only one under its client's prefix (streams.client_scopes)."""
+    consumer-only or producer-only one under its client's prefix, a name no client knows dropped
+    with a warning (streams.client_scopes)."""
     return scope_client_settings({k: v for k, v in config.items()
                                   if k not in STREAMS_ONLY_KEYS and not k.startswith(TOPIC_PREFIX)})
 
@@ -81,9 +82,10 @@ def client_config(config: Mapping[str, Any]) -> dict[str, Any]:
 def for_config(config: Mapping[str, Any]) -> Backend:
     """The backend named by ``config["bootstrap.servers"]``.
 
-    Client settings in ``config`` (everything but Kafka Streams' own keys; ``producer.``,
-    ``consumer.`` and ``admin.`` prefixes target one client) become the clients' base
-    configuration; a ``conf`` given to a factory wins over them.
+    Client settings in ``config`` (Kafka Streams' own keys left out; ``producer.``,
+    ``consumer.`` and ``admin.`` prefixes target one client; an unprefixed setting reaches the
+    clients it is for, a name no client knows none: streams.client_scopes) become the clients'
+    base configuration; a ``conf`` given to a factory wins over them.
     """
     if not isinstance(config, Mapping):
         raise BackendError(f"backend configuration must be a dict, got {type(config).__name__}")
