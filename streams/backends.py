@@ -15,7 +15,7 @@ import threading
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 from streams import unsupported_configs as _unsupported
-from streams.client_scopes import scope_client_settings
+from streams.client_scopes import CLIENT_PREFIXES, scope_client_settings
 from streams.errors import BackendError
 
 logger = logging.getLogger(__name__)
@@ -148,11 +148,9 @@ class LocalBackend:
     def __init__(self, servers: str, shared: _SharedCluster, base_config: Mapping[str, Any]) -> None:
         self._servers = servers
         self._shared = shared
-        self._base = {k: v for k, v in base_config.items()
-                      if not k.startswith(("producer.", "consumer.", "admin."))}
-        self._per_client = {kind: {k[len(kind) + 1:]: v for k, v in base_config.items()
-                                   if k.startswith(kind + ".")}
-                            for kind in ("producer", "consumer", "admin")}
+        self._base = {k: v for k, v in base_config.items() if not k.startswith(CLIENT_PREFIXES)}
+        self._per_client = {prefix[:-1]: {k[len(prefix):]: v for k, v in base_config.items() if k.startswith(prefix)}
+                            for prefix in CLIENT_PREFIXES}
         self._closed = False
 
     @property
