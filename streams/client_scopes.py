@@ -11,10 +11,10 @@ Streams they run unchanged, and so here, on either backend; librdkafka would ref
 client given one). A setting under a client's prefix (`consumer.`, `producer.`, `admin.`)
 reaches that kind of client as it is, known here or not, as Kafka's prefixed settings do.
 
-The lists are librdkafka's properties (the C, P and * rows of its CONFIGURATION.md, global and
-topic properties, aliases included; unchanged from librdkafka 2.15 to 2.16) and
-confluent-kafka's own ones. tests/clients/test_client_scopes.py checks them against the
-installed librdkafka."""
+The lists are librdkafka's properties (the C, P and * rows of librdkafka 2.15's
+CONFIGURATION.md, global and topic properties, aliases included) and confluent-kafka's own
+ones. tests/clients/test_client_scopes.py checks each against the installed librdkafka; a
+property a later librdkafka adds reaches a client under that client's prefix."""
 
 from __future__ import annotations
 
