@@ -15,22 +15,10 @@ from _runtime_util import Cluster, unique
 S = serdes.STRING
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 def test_plain_client_settings_and_the_apps_own_run_without_client_warnings(backend_config, tmp_path, caplog):
     source, sink = unique("settings-in"), unique("settings-out")
     cluster = Cluster(backend_config)
-    librdkafka = _Lines()  # what librdkafka logs, through confluent-kafka's `logger` (every client's)
-    client_logger = logging.getLogger(unique("librdkafka"))
-    client_logger.addHandler(librdkafka)
-    client_logger.propagate = False
+    client_logger = logging.getLogger(unique("librdkafka"))  # confluent-kafka's `logger`: every client's
     config = {**cluster.config, "application.id": unique("settings"), "state.dir": str(tmp_path),
               "commit.interval.ms": 100, "logger": client_logger,
               "max.poll.interval.ms": 60000, "fetch.wait.max.ms": 100,  # the consumers' settings
@@ -51,7 +39,8 @@ def test_plain_client_settings_and_the_apps_own_run_without_client_warnings(back
             assert got[0].value() == b"V"
         finally:
             assert app.close(timeout=60)
-        assert not [line for line in librdkafka.lines if "CONFWARN" in line], librdkafka.lines
+        librdkafka = [r.getMessage() for r in caplog.records if r.name == client_logger.name]
+        assert not [line for line in librdkafka if "CONFWARN" in line], librdkafka
         assert "'my.app.output.topic': not a Kafka Streams or client setting, handed to no client" in caplog.text
     finally:
         cluster.close()
