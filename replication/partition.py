@@ -469,7 +469,15 @@ class Partition:
 
     def list_offset(self, timestamp: int, current_leader_epoch: int, replica_id: int,
                     isolation: IsolationLevel) -> tuple[Errors, int, int, int]:
-        """ListOffsets: (error, timestamp, offset, leader_epoch)."""
+        """ListOffsets: (error, timestamp, offset, leader_epoch).
+
+        A client's request (replica_id < 0) to a new leader whose high watermark has not yet
+        reached the start of its epoch gets OFFSET_NOT_AVAILABLE (retriable) for the latest
+        offset, or for a lookup that finds nothing below the last fetchable offset, as Kafka's
+        Partition.fetchOffsetForTimestamp: that high watermark can lag what the previous
+        leader had acknowledged (a follower learns it a fetch late, and a restarted broker
+        reads it from a checkpoint), and an end offset read from it would, say, end a
+        changelog's restore before records already committed."""
         from replication.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
         with self.lock:
@@ -479,18 +487,20 @@ class Partition:
             lg = self.log
             if timestamp == EARLIEST_TIMESTAMP:
                 return Errors.NONE, -1, lg.log_start_offset, self.leader_epoch
+            if replica_id >= 0:
+                last_fetchable = lg.log_end_offset
+            elif isolation == IsolationLevel.TXN_COMMITTED:
+                last_fetchable = lg.last_stable_offset
+            else:
+                last_fetchable = lg.high_watermark
+            lagging = replica_id < 0 and self.leader_epoch_start_offset > lg.high_watermark
             if timestamp == LATEST_TIMESTAMP:
-                if replica_id >= 0:
-                    offset = lg.log_end_offset
-                elif isolation == IsolationLevel.TXN_COMMITTED:
-                    offset = lg.last_stable_offset
-                else:
-                    offset = lg.high_watermark
-                return Errors.NONE, -1, offset, self.leader_epoch
+                if lagging:
+                    return Errors.OFFSET_NOT_AVAILABLE, -1, -1, self.leader_epoch
+                return Errors.NONE, -1, last_fetchable, self.leader_epoch
             found = lg.fetch_offset_by_timestamp(timestamp)
-            upper = lg.high_watermark if replica_id < 0 else lg.log_end_offset
-            if found is None or found[1] >= upper:
-                return Errors.NONE, -1, -1, self.leader_epoch
+            if found is None or found[1] >= last_fetchable:
+                return Errors.OFFSET_NOT_AVAILABLE if lagging else Errors.NONE, -1, -1, self.leader_epoch
             ts, offset = found
             return Errors.NONE, ts, offset, self.leader_epoch
 

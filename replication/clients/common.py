@@ -24,12 +24,13 @@ from replication.protocol import Errors, TopicPartition
 
 log = logging.getLogger(__name__)
 
-#: Errors after which asking the (new) leader again can succeed.
+#: Errors after which asking the (new) leader again can succeed (OFFSET_NOT_AVAILABLE: a new
+#: leader's ListOffsets until its high watermark reaches the start of its epoch).
 RETRIABLE_LEADER_ERRORS = frozenset({
     Errors.NOT_LEADER_OR_FOLLOWER, Errors.LEADER_NOT_AVAILABLE, Errors.FENCED_LEADER_EPOCH,
     Errors.UNKNOWN_LEADER_EPOCH, Errors.REQUEST_TIMED_OUT, Errors.NOT_ENOUGH_REPLICAS,
     Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.KAFKA_STORAGE_ERROR, Errors.REPLICA_NOT_AVAILABLE,
-    Errors.BROKER_NOT_AVAILABLE,
+    Errors.BROKER_NOT_AVAILABLE, Errors.OFFSET_NOT_AVAILABLE,
 })
 
 _TRUE = {"true", "1", "yes", "on"}

@@ -11,6 +11,8 @@ from replication.controller import Controller
 from replication.log import Log
 from replication.partition import Partition
 from replication.protocol import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
     Errors,
     FetchPartition,
     IsolationLevel,
@@ -174,6 +176,34 @@ def test_isr_expansion_needs_the_follower_past_the_leader_epoch_start(tmp_path, 
     # At the epoch start: it joins.
     assert s.fetch(outside, 3).error is Errors.NONE
     assert outside in p.isr and outside in s.controller_isr()
+
+
+def test_a_new_leader_answers_no_end_offset_until_its_high_watermark_reaches_its_epoch_start(tmp_path, setups):
+    # Kafka's Partition.fetchOffsetForTimestamp: the new leader (epoch 1, from offset 3) holds a
+    # high watermark of 2, behind what the previous leader may have acknowledged; an end offset
+    # read from it would be too small (a changelog's restore would stop short of it).
+    s = make(setups, tmp_path, prepare_log=_three_records_at_epoch_0_hw_2, leader_change=True)
+    p = s.partition
+    [in_isr] = [b for b in s.followers if b in p.isr]
+    assert p.leader_epoch == 1 and p.leader_epoch_start_offset == 3 and s.log.high_watermark == 2
+
+    def answer(timestamp, replica_id=-1, isolation=IsolationLevel.HIGH_WATERMARK):
+        error, _ts, offset, _epoch = p.list_offset(timestamp, p.leader_epoch, replica_id, isolation)
+        return error, offset
+
+    for isolation in (IsolationLevel.HIGH_WATERMARK, IsolationLevel.TXN_COMMITTED):
+        assert answer(LATEST_TIMESTAMP, isolation=isolation) == (Errors.OFFSET_NOT_AVAILABLE, -1)
+    # A lookup past the high watermark is not answered either; one below it is.
+    assert answer(1001) == (Errors.OFFSET_NOT_AVAILABLE, -1)
+    assert answer(1000) == (Errors.NONE, 0)
+    # The log start, and a replica's own view (its log end), are answered as always.
+    assert answer(EARLIEST_TIMESTAMP) == (Errors.NONE, 0)
+    assert answer(LATEST_TIMESTAMP, replica_id=in_isr) == (Errors.NONE, 3)
+    # The ISR follower reaches the epoch start: the high watermark follows, the end is known.
+    assert s.fetch(in_isr, 3).error is Errors.NONE
+    assert s.log.high_watermark == 3
+    assert answer(LATEST_TIMESTAMP) == (Errors.NONE, 3)
+    assert answer(1001) == (Errors.NONE, -1)
 
 
 # -- rule 19 ----------------------------------------------------------------------------------------
