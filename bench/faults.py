@@ -1,12 +1,15 @@
 """The fault campaign of issue 20 for as long as asked, with a table of runs and anomalies.
 
 Runs, in turn and with a new seed each time: a nemesis run under pull replication, one under
-push, an exactly_once_v2 word count SIGKILLed at random points, and one case of the corruption
-matrix (see tests/faults/campaign.py for what each checks). Stops starting runs when the time
-is up; prints every run (seed, what it did, anomalies) and a summary per kind.
+push, an exactly_once_v2 word count SIGKILLed at random points, the same for issue 16's stateful
+DSL operators (window counts suppressed until close, session counts, a grouped table count), and
+one case of the corruption matrix (see tests/faults/campaign.py for what each checks). Stops
+starting runs when the time is up; prints every run (seed, what it did, anomalies) and a
+summary per kind.
 
     python bench/faults.py --minutes 30
     python bench/faults.py --seed 101 --only writes-pull      # replay one run
+    python bench/faults.py --seed 7 --only eos-dsl --runs 1
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from campaign import CORRUPTION_CASES, RunReport, run_corruption, run_eos, run_writes  # noqa: E402
+from campaign import CORRUPTION_CASES, RunReport, run_corruption, run_eos, run_eos_dsl, run_writes  # noqa: E402
 
-KINDS = ("writes-pull", "writes-push", "eos", "corruption")
+KINDS = ("writes-pull", "writes-push", "eos", "eos-dsl", "corruption")
 
 
 def one_run(kind: str, seed: int, workdir: Path) -> RunReport:
@@ -41,6 +44,8 @@ def one_run(kind: str, seed: int, workdir: Path) -> RunReport:
         return run_writes(seed, "push", workdir, steps=24)
     if kind == "eos":
         return run_eos(seed, workdir, kills=4)
+    if kind == "eos-dsl":
+        return run_eos_dsl(seed, workdir, kills=4)
     cases = sorted(CORRUPTION_CASES)
     return run_corruption(cases[seed % len(cases)], seed, workdir)
 
@@ -51,7 +56,8 @@ def run_safely(kind: str, seed: int) -> RunReport:
     try:
         return one_run(kind, seed, workdir)
     except Exception as e:  # a run that blows up is an anomaly of its own, with its seed
-        return RunReport(kind.split("-")[0], seed, kind, [f"run-failed: {type(e).__name__}: {e}"],
+        family = "writes" if kind.startswith("writes") else kind
+        return RunReport(family, seed, kind, [f"run-failed: {type(e).__name__}: {e}"],
                          seconds=time.monotonic() - started)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

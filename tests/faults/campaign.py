@@ -1,6 +1,6 @@
 """The fault campaign of issue 20, run by tests/faults and by bench/faults.py.
 
-Three kinds of run, each seeded and each returning a `RunReport` whose ``anomalies`` name
+Four kinds of run, each seeded and each returning a `RunReport` whose ``anomalies`` name
 what broke (``"kind: detail"``; [] when the guarantees held):
 
 - ``writes``: `fault_workload.run_fault_workload` (acks=all writers recording every
@@ -14,6 +14,10 @@ what broke (``"kind: detail"``; [] when the guarantees held):
   subprocess (tests/integration/apps/wordcount_instance.py) that is SIGKILLed at random
   points, several times; a last run finishes the input, and the committed output must hold
   exactly the expected counts (each word's counts strictly increasing, ending at its total).
+- ``eos-dsl``: the same kills for issue 16's stateful operators
+  (tests/integration/apps/dsl_app.py): each window's final count, suppressed until the window
+  closes, committed exactly once; the sessions' and the group counts' final values those of a
+  run without a crash (the TopologyTestDriver's, one per input partition).
 - ``corruption``: the corruption matrix (`CORRUPTION_CASES`) for items 3, 4 and 5: a bit
   flipped in a closed segment of the leader, wrong leader-epoch checkpoints, damaged tails.
 
@@ -22,6 +26,7 @@ A failure message names the seed and the anomalies, so ``bench/faults.py --seed`
 
 from __future__ import annotations
 
+import collections
 import json
 import random
 import signal
@@ -53,7 +58,7 @@ CONFIG = {
 
 @dataclass
 class RunReport:
-    kind: str  # "writes" | "eos" | "corruption"
+    kind: str  # "writes" | "eos" | "eos-dsl" | "corruption"
     seed: int
     detail: str  # replication mode, kill count or corruption case
     anomalies: list[str] = field(default_factory=list)
@@ -137,6 +142,40 @@ def _make_lines(n: int, rng: random.Random) -> tuple[list[tuple[bytes, bytes]], 
     return records, expected
 
 
+def _kill_at_random_points(root: Path, rng: random.Random, kills: int, instance_args: list[str], servers: str,
+                           app_config: dict) -> tuple[list[str], list[str]]:
+    """Runs the instance script (`instance_args` pick its app) ``kills`` times on the cluster at
+    `servers`, each run SIGKILLed at a random point after it reached RUNNING; (anomalies,
+    actions). The runs share one state directory, as one machine's restarts do."""
+    anomalies: list[str] = []
+    actions: list[str] = []
+    idle = threading.Event()
+    for kill in range(kills):
+        status_file = root / f"status-{kill}.json"
+        process = subprocess.Popen(
+            [sys.executable, str(INSTANCE_SCRIPT), *instance_args, "--bootstrap-servers", servers,
+             "--state-dir", str(root / "state"), "--status-file", str(status_file), "--config", json.dumps(app_config)],
+            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            running = _wait_file(status_file, lambda st: st["state"] == "RUNNING", 60, process)
+            if running is None:
+                anomalies.append(f"app-did-not-start: run {kill} ({_stderr_tail(process)})")
+                break
+            delay = rng.uniform(0.0, 1.0)
+            idle.wait(delay)  # a random point of the run is the thing under test
+            try:
+                processed = json.loads(status_file.read_text()).get("processed")
+            except (OSError, ValueError):
+                processed = "?"
+            actions.append(f"SIGKILL {delay:.2f}s after RUNNING ({processed} processed in this run)")
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+            if process.stderr is not None:
+                process.stderr.close()
+    return anomalies, actions
+
+
 def run_eos(seed: int, workdir: Path, *, kills: int = 3, lines: int = 20000) -> RunReport:
     """Word count with exactly_once_v2 in a subprocess SIGKILLed ``kills`` times at random
     points; the committed output must count every word exactly."""
@@ -167,34 +206,9 @@ def run_eos(seed: int, workdir: Path, *, kills: int = 3, lines: int = 20000) -> 
     finally:
         backend.close()
 
-    anomalies: list[str] = []
-    actions: list[str] = []
-    idle = threading.Event()
-    for kill in range(kills):
-        status_file = root / f"status-{kill}.json"
-        process = subprocess.Popen(
-            [sys.executable, str(INSTANCE_SCRIPT), "--bootstrap-servers", servers, "--application-id", "eos-wc",
-             "--input", "lines", "--output", "counts", "--state-dir", str(root / "state"),
-             "--status-file", str(status_file), "--config", json.dumps(app_config)],
-            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            running = _wait_file(status_file, lambda st: st["state"] == "RUNNING", 60, process)
-            if running is None:
-                anomalies.append(f"app-did-not-start: run {kill} ({_stderr_tail(process)})")
-                break
-            delay = rng.uniform(0.0, 1.0)
-            idle.wait(delay)  # a random point of the run is the thing under test
-            try:
-                processed = json.loads(status_file.read_text()).get("processed")
-            except (OSError, ValueError):
-                processed = "?"
-            actions.append(f"SIGKILL {delay:.2f}s after RUNNING ({processed} processed in this run)")
-        finally:
-            process.send_signal(signal.SIGKILL)
-            process.wait(30)
-            if process.stderr is not None:
-                process.stderr.close()
-
+    anomalies, actions = _kill_at_random_points(
+        root, rng, kills, ["--application-id", "eos-wc", "--input", "lines", "--output", "counts"], servers,
+        app_config)
     if not anomalies:
         app = App(build_topology("lines", "counts"),
                   {**app_config, "application.id": "eos-wc", "bootstrap.servers": servers,
@@ -221,30 +235,157 @@ def _stderr_tail(process: subprocess.Popen) -> str:
 def _check_eos_output(servers: str, expected: dict[str, int]) -> list[str]:
     """Committed counts per word strictly increase and end at the expected total."""
     from streams import serdes
+
+    def counts(out: dict[str, list]) -> dict[str, list[int]]:
+        seqs: dict[str, list[int]] = {}
+        for _partition, key, value in out["counts"]:
+            seqs.setdefault(key.decode(), []).append(serdes.INT64.deserialize(value))
+        return seqs
+
+    def done(out: dict[str, list]) -> bool:
+        seqs = counts(out)
+        return all(seqs.get(w, [0])[-1] == n for w, n in expected.items())
+
+    seqs = counts(_read_committed(servers, ("counts",), 2, done, 60))
+    found: list[str] = []
+    for word, n in sorted(expected.items()):
+        seq = seqs.get(word, [])
+        if seq != sorted(set(seq)):
+            repeated = [c for i, c in enumerate(seq) if i and c <= seq[i - 1]]
+            found.append(f"duplicate-output: {word} counts not increasing (e.g. {repeated[:3]})")
+        if not seq or seq[-1] != n:
+            found.append(f"wrong-final-count: {word} ends at {seq[-1] if seq else None}, expected {n}")
+    return found
+
+
+def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
+    """Issue 16's stateful operators (tests/integration/apps/dsl_app.py: window counts suppressed
+    until their windows close, session counts, a table grouped and counted through a repartition
+    topic) with exactly_once_v2 in a subprocess SIGKILLed ``kills`` times at random points; a
+    last run finishes the input. The committed output must be what the operators make of the
+    input without a crash: each window's final count exactly once (none lost, none repeated),
+    the sessions' final values and tombstones, each group's final count (in its store too)."""
+    from state.errors import InvalidStateStoreError
+    from streams import App, serdes
+    from streams.backends import for_config
+
+    sys.path.insert(0, str(INSTANCE_SCRIPT.parent))
+    import dsl_app
+
+    started = time.monotonic()
+    rng = random.Random(seed)
+    root = workdir / f"eos-dsl-{seed}"
+    servers = f"local://{root / 'cluster'}"
+    inputs = dsl_app.make_inputs(rng)
+    app_config = {"processing.guarantee": "exactly_once_v2", "commit.interval.ms": 50, "replication.factor": 3,
+                  "num.stream.threads": 1}
+    backend = for_config({"bootstrap.servers": servers})
+    try:
+        from confluent_kafka.admin import NewTopic
+
+        admin = backend.admin()
+        topics = [NewTopic(t, dsl_app.PARTITIONS, 3) for t in dsl_app.INPUTS + dsl_app.OUTPUTS]
+        for f in admin.create_topics(topics).values():
+            f.result(30)
+        producer = backend.producer({"enable.idempotence": True})
+        for topic, rows in inputs.items():
+            for partition, key, value, timestamp in rows:
+                producer.produce(topic, key=key, value=value, partition=partition, timestamp=timestamp)
+        assert producer.flush(30) == 0
+    finally:
+        backend.close()
+
+    anomalies, actions = _kill_at_random_points(root, rng, kills, ["--topology", "dsl", "--application-id", "eos-dsl"],
+                                                servers, app_config)
+    records = sum(len(rows) for rows in inputs.values())
+    if anomalies:
+        return RunReport("eos-dsl", seed, f"{kills} kills", anomalies, records, actions, time.monotonic() - started)
+    expected = dsl_app.expected_events_output(inputs[dsl_app.EVENTS])
+    finals = collections.Counter((key, value) for _p, key, value in expected[dsl_app.FINALS])
+    sessions = dsl_app.final_table(expected[dsl_app.SESSIONS])
+    groups = {key.encode(): serdes.INT64.serialize(n)
+              for key, n in dsl_app.expected_group_counts(inputs[dsl_app.UPDATES]).items()}
+
+    def complete(out: dict[str, list]) -> bool:
+        return (collections.Counter((k, v) for _p, k, v in out[dsl_app.FINALS]) == finals
+                and dsl_app.final_table(out[dsl_app.SESSIONS]) == sessions
+                and dsl_app.final_table(out[dsl_app.GROUP_COUNTS]) == groups)
+
+    app = App(dsl_app.build_topology(), {**app_config, "application.id": "eos-dsl", "bootstrap.servers": servers,
+                                         "state.dir": str(root / "state")})
+    counts = {group.decode(): serdes.INT64.deserialize(n) for group, n in groups.items()}
+
+    def stored() -> dict | None:  # the group counts the app's store answers (None: not queryable)
+        try:
+            store = app.store(dsl_app.GROUP_COUNTS)
+            return {group: store.get(group) for group in counts}
+        except InvalidStateStoreError:
+            return None
+
+    app.start()
+    try:
+        out = _read_committed(servers, dsl_app.OUTPUTS, dsl_app.PARTITIONS, complete, 120)
+        # the output may have been complete before this run: its tasks may still be restoring
+        if not _wait(lambda: stored() == counts, 90):
+            answered = stored()
+            if answered is None:
+                anomalies.append("store-not-queryable: group-counts after 90 s")
+            else:
+                wrong = sorted((g, n, counts[g]) for g, n in answered.items() if n != counts[g])
+                anomalies.append(f"wrong-store: {len(wrong)} group counts differ, e.g. "
+                                 + "; ".join(f"{g}: {n} instead of {want}" for g, n, want in wrong[:3]))
+    finally:
+        app.close(timeout=60)
+    anomalies += _compare_dsl_output(out, finals, sessions, groups)
+    return RunReport("eos-dsl", seed, f"{kills} kills", anomalies, records, actions, time.monotonic() - started)
+
+
+def _read_committed(servers: str, topics: tuple[str, ...], partitions: int, done, timeout_s: float) -> dict[str, list]:
+    """The committed records of `topics` from their start, (partition, key, value) each in its
+    partition's order, read until `done(records)` or `timeout_s`."""
     from streams.backends import for_config
 
     backend = for_config({"bootstrap.servers": servers})
-    found: list[str] = []
+    out: dict[str, list] = {t: [] for t in topics}
     try:
         consumer = backend.consumer({"group.id": "eos-check", "isolation.level": "read_committed",
                                      "enable.auto.commit": False})
-        consumer.assign([TopicPartition("counts", p, 0) for p in range(2)])
-        seqs: dict[str, list[int]] = {}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and any(seqs.get(w, [0])[-1] != n for w, n in expected.items()):
+        consumer.assign([TopicPartition(t, p, 0) for t in topics for p in range(partitions)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not done(out):
             for m in consumer.consume(2000, 0.2):
                 if m.error() is None:
-                    seqs.setdefault(m.key().decode(), []).append(serdes.INT64.deserialize(m.value()))
+                    out[m.topic()].append((m.partition(), m.key(), m.value()))
         consumer.close()
-        for word, n in sorted(expected.items()):
-            seq = seqs.get(word, [])
-            if seq != sorted(set(seq)):
-                repeated = [c for i, c in enumerate(seq) if i and c <= seq[i - 1]]
-                found.append(f"duplicate-output: {word} counts not increasing (e.g. {repeated[:3]})")
-            if not seq or seq[-1] != n:
-                found.append(f"wrong-final-count: {word} ends at {seq[-1] if seq else None}, expected {n}")
     finally:
         backend.close()
+    return out
+
+
+def _compare_dsl_output(out: dict[str, list], finals: collections.Counter, sessions: dict, groups: dict) -> list[str]:
+    import dsl_app
+
+    def results(pairs) -> str:
+        return "; ".join(f"{dsl_app.describe_key(dsl_app.FINALS, k)}={dsl_app.describe_value(v)}" for k, v in pairs)
+
+    found: list[str] = []
+    windows = collections.Counter(k for _p, k, _v in out[dsl_app.FINALS])
+    repeated = sorted(k for k, n in windows.items() if n > 1)
+    if repeated:
+        shown = ", ".join(dsl_app.describe_key(dsl_app.FINALS, k) for k in repeated[:3])
+        found.append(f"duplicate-final: {len(repeated)} windows have more than one final result, e.g. {shown}")
+    got = collections.Counter((k, v) for _p, k, v in out[dsl_app.FINALS])
+    missing, extra = finals - got, got - finals
+    if missing or extra:
+        found.append(f"wrong-finals: {sum(missing.values())} expected results missing (e.g. {results(sorted(missing)[:2])}), "
+                     f"{sum(extra.values())} unexpected (e.g. {results(sorted(extra)[:2])})")
+    for topic, want in ((dsl_app.SESSIONS, sessions), (dsl_app.GROUP_COUNTS, groups)):
+        got_table = dsl_app.final_table(out[topic])
+        differ = sorted(k for k in set(got_table) | set(want) if got_table.get(k) != want.get(k))
+        if differ:
+            shown = [f"{dsl_app.describe_key(topic, k)}: {dsl_app.describe_value(got_table.get(k))} instead of "
+                     f"{dsl_app.describe_value(want.get(k))}" for k in differ[:3]]
+            found.append(f"wrong-{topic}: {len(differ)} keys end differently, e.g. {'; '.join(shown)}")
     return found
 
 

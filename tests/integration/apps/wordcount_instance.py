@@ -1,8 +1,13 @@
-"""One word count app instance in its own process, driven by tests/integration/test_apps_on_kafka.py.
+"""One word count app instance in its own process, driven by tests/integration/test_apps_on_kafka.py
+and the fault campaign (tests/faults/campaign.py).
 
     python wordcount_instance.py --bootstrap-servers HOST:PORT --application-id ID \
         --input TOPIC --output TOPIC --state-dir DIR --status-file FILE [--dump-file FILE] \
         [--config JSON]
+    python wordcount_instance.py --topology dsl --bootstrap-servers HOST:PORT --application-id ID \
+        --state-dir DIR --status-file FILE [--config JSON]
+
+`--topology dsl` runs dsl_app.py's topology (its own topics) instead of word count.
 
 The instance runs until SIGTERM or SIGINT, then closes cleanly (commit, checkpoint, leave the
 group). While it runs it rewrites `--status-file` (atomically, JSON) with its app state, its
@@ -66,13 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="one word count instance")
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--application-id", required=True)
-    parser.add_argument("--input", required=True)
-    parser.add_argument("--output", required=True)
+    parser.add_argument("--topology", choices=("wordcount", "dsl"), default="wordcount")
+    parser.add_argument("--input", help="word count's input topic")
+    parser.add_argument("--output", help="word count's output topic")
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--status-file", required=True)
     parser.add_argument("--dump-file", default=None)
     parser.add_argument("--config", default="{}", help="extra App config, as a JSON object")
     args = parser.parse_args(argv)
+    if args.topology == "wordcount" and not (args.input and args.output):
+        parser.error("word count needs --input and --output")
+    if args.topology == "dsl" and args.dump_file:
+        parser.error("--dump-file dumps word count's store only")
     logging.basicConfig(level=os.environ.get("WORDCOUNT_INSTANCE_LOG_LEVEL", "WARNING"), stream=sys.stderr,
                         format=f"%(asctime)s [{os.getpid()}] %(levelname)s %(name)s: %(message)s")
 
@@ -86,7 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
-    app = App(build_topology(args.input, args.output), config)
+    if args.topology == "dsl":
+        from dsl_app import build_topology as build_dsl_topology
+
+        topology = build_dsl_topology()
+    else:
+        topology = build_topology(args.input, args.output)
+    app = App(topology, config)
     app.start()
     while not stop.wait(_STATUS_INTERVAL_S):
         _write_json(args.status_file, _status(app, closed=False))

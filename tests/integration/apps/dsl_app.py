@@ -1,0 +1,155 @@
+"""The DSL app the fault campaign kills (tests/faults/campaign.py `run_eos_dsl`): issue 16's
+stateful operators in one topology over two input topics, with what they must make of seeded
+input.
+
+- ``events`` (user -> page): per user, counts in tumbling windows with grace suppressed until
+  the window closes (one final result per window: a window store and a suppress buffer, each
+  with its changelog) written to ``finals``, and counts in session windows with grace (a session
+  store; merged-away sessions get their tombstones) written to ``sessions``. No repartition:
+  each events partition's task holds its own stream time.
+- ``updates`` (user -> group, with tombstones) read as a table (store ``users``), grouped by
+  group and counted with adder and subtractor through a repartition topic (store
+  ``group-counts``), written to ``group-counts``.
+
+`make_inputs` draws the records (each with its partition: a user's records all go to one) and
+`expected_events_output` asks the TopologyTestDriver, one driver per events partition (a task's
+stream time is its partition's), what Kafka's rules make of them: the same code path, whose
+agreement with Kafka Streams the conformance suite checks; what a crash can break (restore,
+stream time after a restart, exactly-once output) the driver does not have. `expected_group_counts`
+counts the users of each group in the table's final state (a group once used and now empty
+stays at 0: a count's subtractor does not delete).
+"""
+
+from __future__ import annotations
+
+import random
+
+from streams import BufferConfig, Materialized, SessionWindows, StreamsBuilder, Suppressed, TimeWindows, serdes
+from streams.testing import TopologyTestDriver
+from streams.topology import Topology
+
+EVENTS, UPDATES = "events", "updates"
+FINALS, SESSIONS, GROUP_COUNTS = "finals", "sessions", "group-counts"
+INPUTS, OUTPUTS = (EVENTS, UPDATES), (FINALS, SESSIONS, GROUP_COUNTS)
+PARTITIONS = 2
+WINDOW_MS, GRACE_MS = 1_000, 200
+GAP_MS, SESSION_GRACE_MS = 150, 100
+# Far longer than any record is out of order: a merge never meets a session the store below the
+# cache has already dropped. With Kafka's default (gap + grace), a record up to grace late can
+# merge a session past that retention while the cache still holds it; the flush then finds no
+# old value for the merged-away session and forwards no tombstone for it, so which sessions the
+# output keeps would hang on when the cache was last flushed (Kafka's CachingSessionStore, and
+# Eddy's, as the conformance suite checks).
+SESSION_RETENTION_MS = 60_000
+START_MS = 1_700_000_000_000
+S, I64 = serdes.STRING, serdes.INT64
+
+#: (partition, key, value, timestamp) of one input record
+Row = tuple[int, bytes, "bytes | None", int]
+
+
+def build_topology() -> Topology:
+    b = StreamsBuilder()
+    events = b.stream(EVENTS, key_serde=S, value_serde=S)
+    (events.group_by_key()
+        .windowed_by(TimeWindows.of_size_and_grace(WINDOW_MS, GRACE_MS))
+        .count(store="window-counts")
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to_stream()
+        .to(FINALS, key_serde=serdes.time_windowed(S, WINDOW_MS), value_serde=I64))
+    (events.group_by_key()
+        .windowed_by(SessionWindows.of_inactivity_gap_and_grace(GAP_MS, SESSION_GRACE_MS))
+        .count(store=Materialized.as_("session-counts").with_retention(SESSION_RETENTION_MS))
+        .to_stream()
+        .to(SESSIONS, key_serde=serdes.session_windowed(S), value_serde=I64))
+    (b.table(UPDATES, key_serde=S, value_serde=S, store="users")
+        .group_by(lambda user, group: (group, user), key_serde=S, value_serde=S)
+        .count(store=GROUP_COUNTS)
+        .to_stream()
+        .to(GROUP_COUNTS, key_serde=S, value_serde=I64))
+    return b.build()
+
+
+def make_inputs(rng: random.Random, events: int = 6_000, updates: int = 3_000) -> dict[str, list[Row]]:
+    """Seeded records of both inputs. Events advance ~10 ms each per partition, 10% up to 300 ms
+    out of order, 2% later than the window grace (dropped, as some session records are), and
+    each partition ends with a record far ahead that closes every earlier window. Updates move
+    200 users among 10 groups, 5% of them tombstones."""
+    users = [f"u{i:03d}" for i in range(20)]
+    clock = [START_MS] * PARTITIONS
+    rows: list[Row] = []
+    for _ in range(events):
+        user = rng.randrange(len(users))
+        p = user % PARTITIONS
+        clock[p] += rng.randint(0, 20)
+        t = clock[p]
+        r = rng.random()
+        if r < 0.02:
+            t -= WINDOW_MS + GRACE_MS + rng.randint(0, 2_000)
+        elif r < 0.12:
+            t -= rng.randint(0, 300)
+        rows.append((p, users[user].encode(), f"page{rng.randrange(5)}".encode(), t))
+    rows += [(p, b"flush", b"end", clock[p] + 100 * WINDOW_MS) for p in range(PARTITIONS)]
+    table_users = [f"t{i:03d}" for i in range(200)]
+    changes: list[Row] = []
+    for i in range(updates):
+        user = rng.randrange(len(table_users))
+        group = None if rng.random() < 0.05 else f"g{rng.randrange(10)}".encode()
+        changes.append((user % PARTITIONS, table_users[user].encode(), group, START_MS + i))
+    return {EVENTS: rows, UPDATES: changes}
+
+
+def expected_events_output(rows: list[Row]) -> dict[str, list[tuple[int, bytes, bytes | None]]]:
+    """What the topology writes to ``finals`` and ``sessions`` for the events `rows`: (partition,
+    key, value) in each partition's order, by one driver per partition."""
+    out: dict[str, list] = {FINALS: [], SESSIONS: []}
+    for p in range(PARTITIONS):
+        with TopologyTestDriver(build_topology(), {"application.id": "dsl-oracle"}) as driver:
+            for partition, key, value, timestamp in rows:
+                if partition == p:
+                    driver.pipe_raw(EVENTS, key, value, timestamp)
+            for topic in out:
+                out[topic] += [(p, r.key, r.value) for r in driver.producer_history(topic)]
+    return out
+
+
+def expected_group_counts(changes: list[Row]) -> dict[str, int]:
+    """Each group's final count: its users in the table's final state (0 for a group emptied)."""
+    table: dict[bytes, bytes] = {}
+    used: set[bytes] = set()
+    for _partition, user, group, _timestamp in changes:
+        if group is None:
+            table.pop(user, None)
+        else:
+            table[user] = group
+            used.add(group)
+    counts = {group.decode(): 0 for group in used}
+    for group in table.values():
+        counts[group.decode()] += 1
+    return counts
+
+
+def final_table(records: list[tuple[int, bytes, bytes | None]]) -> dict[bytes, bytes]:
+    """An output read as a table: each key's last value, a tombstone deleting it."""
+    table: dict[bytes, bytes] = {}
+    for _partition, key, value in records:
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+    return table
+
+
+def describe_key(topic: str, key: bytes) -> str:
+    """An output key as text, for a report."""
+    if topic == SESSIONS:
+        windowed = serdes.session_windowed(S).deserialize(key)
+        return f"{windowed.key}@{windowed.window.start}..{windowed.window.end}"
+    if topic == FINALS:
+        windowed = serdes.time_windowed(S, WINDOW_MS).deserialize(key)
+        return f"{windowed.key}@{windowed.window.start}"
+    return S.deserialize(key)
+
+
+def describe_value(value: bytes | None) -> str:
+    return "absent" if value is None else str(I64.deserialize(value))
