@@ -392,12 +392,7 @@ class Partition:
                                                   diverging_epoch=(epoch, end))
             if fetch_offset < log_start or fetch_offset > leo:
                 return self._out_of_range(hw, lso, log_start, leo)
-            if replica_id >= 0:
-                upper = leo
-            elif isolation == IsolationLevel.TXN_COMMITTED:
-                upper = lso
-            else:
-                upper = hw
+            upper = self._last_fetchable_offset(replica_id, isolation)
             try:
                 records = lg.read(fetch_offset, max_bytes, upper) if fetch_offset < upper else EMPTY
             except OffsetOutOfRangeError:
@@ -447,16 +442,19 @@ class Partition:
                                       last_stable_offset=lso, log_start_offset=log_start,
                                       log_end_offset=leo)
 
-    def available_bytes(self, fetch_offset: int, replica_id: int, isolation: IsolationLevel) -> int:
-        """A cheap lower bound of the bytes a parked fetch could now return (0 if none)."""
+    def _last_fetchable_offset(self, replica_id: int, isolation: IsolationLevel) -> int:
+        """Where a fetch or an offset lookup stops: a replica's at the log end, a consumer's at
+        the last stable offset (read_committed) or the high watermark."""
         lg = self.log
         if replica_id >= 0:
-            upper = lg.log_end_offset
-        elif isolation == IsolationLevel.TXN_COMMITTED:
-            upper = lg.last_stable_offset
-        else:
-            upper = lg.high_watermark
-        return max(0, upper - fetch_offset)
+            return lg.log_end_offset
+        if isolation == IsolationLevel.TXN_COMMITTED:
+            return lg.last_stable_offset
+        return lg.high_watermark
+
+    def available_bytes(self, fetch_offset: int, replica_id: int, isolation: IsolationLevel) -> int:
+        """A cheap lower bound of the bytes a parked fetch could now return (0 if none)."""
+        return max(0, self._last_fetchable_offset(replica_id, isolation) - fetch_offset)
 
     def last_offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int) -> EpochEndOffset:
         """OffsetsForLeaderEpoch (rule 12) after the epoch checks of rule 14."""
@@ -487,12 +485,7 @@ class Partition:
             lg = self.log
             if timestamp == EARLIEST_TIMESTAMP:
                 return Errors.NONE, -1, lg.log_start_offset, self.leader_epoch
-            if replica_id >= 0:
-                last_fetchable = lg.log_end_offset
-            elif isolation == IsolationLevel.TXN_COMMITTED:
-                last_fetchable = lg.last_stable_offset
-            else:
-                last_fetchable = lg.high_watermark
+            last_fetchable = self._last_fetchable_offset(replica_id, isolation)
             lagging = replica_id < 0 and self.leader_epoch_start_offset > lg.high_watermark
             if timestamp == LATEST_TIMESTAMP:
                 if lagging:
