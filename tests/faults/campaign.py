@@ -303,8 +303,8 @@ def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
     expected = dsl_app.expected_events_output(inputs[dsl_app.EVENTS])
     finals = collections.Counter((key, value) for _p, key, value in expected[dsl_app.FINALS])
     sessions = dsl_app.final_table(expected[dsl_app.SESSIONS])
-    groups = {key.encode(): serdes.INT64.serialize(n)
-              for key, n in dsl_app.expected_group_counts(inputs[dsl_app.UPDATES]).items()}
+    counts = dsl_app.expected_group_counts(inputs[dsl_app.UPDATES])
+    groups = {group.encode(): serdes.INT64.serialize(n) for group, n in counts.items()}  # as the output holds them
 
     def complete(out: dict[str, list]) -> bool:
         return (collections.Counter((k, v) for _p, k, v in out[dsl_app.FINALS]) == finals
@@ -313,7 +313,6 @@ def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
 
     app = App(dsl_app.build_topology(), {**app_config, "application.id": "eos-dsl", "bootstrap.servers": servers,
                                          "state.dir": str(root / "state")})
-    counts = {group.decode(): serdes.INT64.deserialize(n) for group, n in groups.items()}
 
     def stored() -> dict | None:  # the group counts the app's store answers (None: not queryable)
         try:
