@@ -1,10 +1,12 @@
 """Interactive queries: a read-only, typed view of one store over the instance's active tasks
 (key-value, window or session, as the store is).
 
-`get(key)` routes the key to the partition the default partitioner (murmur2) put it in and
-reads that task's store; if that task is not local (another instance owns it, or a custom
-partitioner was used) the other local tasks are searched, as Kafka's composite store does.
-Range queries and `all()` merge every local task's store in key order.
+A key lookup asks every local task's store in turn and answers the first that has the key (a
+value, or for an iterating fetch a non-empty iterator), as Kafka's composite stores do; the
+task of the partition the default partitioner (murmur2) puts the key in is asked first, which
+is where the key mostly is, but a key partitioned otherwise (explicit partitions, a custom
+partitioner) is found in its own task all the same. Range queries and `all()` merge every local
+task's store in key order.
 """
 
 from __future__ import annotations
@@ -42,26 +44,35 @@ class _LocalStoresView:
                 raise InvalidStateStoreError(f"store {self.name!r} is being migrated; retry later")
         return stores
 
-
-class ReadOnlyKeyValueView(_LocalStoresView):
-    """Kafka's ReadOnlyKeyValueStore over the local tasks."""
-
-    def get(self, key: Any) -> Any:
+    def _key_stores(self, key: Any) -> list:
+        """The local stores in the order a key lookup asks them: the one of the partition the
+        default partitioner puts `key` in first (when local), then the others."""
         stores = self._stores()
         if not stores:
-            return None
+            return []
         first = next(iter(stores.values()))
         serdes = getattr(first, "serdes", None)
         if serdes is not None and key is not None:
             routed = TaskId(self._sub, partition_for_key(serdes.key_to_bytes(key), self._num_partitions))
             store = stores.get(routed)
             if store is not None:
-                return _plain(store.get(key))
-        for store in stores.values():
-            value = store.get(key)
+                return [store] + [s for task, s in stores.items() if task != routed]
+        return list(stores.values())
+
+    def _first_value(self, method: str, key: Any, *args: Any) -> Any:
+        """The first non-None answer of `method(key, *args)` in `_key_stores` order."""
+        for store in self._key_stores(key):
+            value = getattr(store, method)(key, *args)
             if value is not None:
-                return _plain(value)
+                return value
         return None
+
+
+class ReadOnlyKeyValueView(_LocalStoresView):
+    """Kafka's ReadOnlyKeyValueStore over the local tasks."""
+
+    def get(self, key: Any) -> Any:
+        return _plain(self._first_value("get", key))
 
     def _merged(self, iterators: list) -> Iterator[tuple[Any, Any]]:
         items = []
@@ -117,24 +128,36 @@ class _ConcatenatedIterator:
                 close()
 
 
+class _FirstFoundIterator(_ConcatenatedIterator):
+    """A key fetch over the local stores (Kafka's composite window and session stores): the
+    results of the first store, in the order given, whose fetch finds anything; each store's
+    fetch is opened only when the ones before it found nothing."""
+
+    def __init__(self, fetches: list[Callable[[], Any]]) -> None:
+        super().__init__([])
+        self._fetches = fetches
+
+    def __iter__(self) -> Iterator:
+        try:
+            for fetch in self._fetches:
+                it = fetch()
+                self._iterators.append(it)  # closed by close() if iteration stops early
+                found = False
+                for pair in it:
+                    found = True
+                    yield (pair[0], _plain(pair[1]))
+                if found:
+                    return
+        finally:
+            self.close()
+
+
 class _WindowedView(_LocalStoresView):
-    """Shared by the window and session views: key lookups go to the task the key routes to
-    (all local tasks when it is not local); range and scan queries ask every local task."""
+    """Shared by the window and session views: key lookups ask the local tasks in
+    `_key_stores` order; range and scan queries ask every local task."""
 
-    def _key_stores(self, key: Any) -> list:
-        stores = self._stores()
-        if not stores:
-            return []
-        first = next(iter(stores.values()))
-        serdes = getattr(first, "serdes", None)
-        if serdes is not None and key is not None:
-            routed = stores.get(TaskId(self._sub, partition_for_key(serdes.key_to_bytes(key), self._num_partitions)))
-            if routed is not None:
-                return [routed]
-        return list(stores.values())
-
-    def _by_key(self, method: str, key: Any, *args: Any) -> _ConcatenatedIterator:
-        return _ConcatenatedIterator([getattr(s, method)(key, *args) for s in self._key_stores(key)])
+    def _by_key(self, method: str, key: Any, *args: Any) -> _FirstFoundIterator:
+        return _FirstFoundIterator([lambda s=s: getattr(s, method)(key, *args) for s in self._key_stores(key)])
 
     def _everywhere(self, method: str, *args: Any) -> _ConcatenatedIterator:
         return _ConcatenatedIterator([getattr(s, method)(*args) for s in self._stores().values()])
@@ -145,11 +168,7 @@ class ReadOnlyWindowView(_WindowedView):
 
     def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
         if time_to is None:  # fetch(key, window_start): the value of that one window
-            for store in self._key_stores(key):
-                value = store.fetch(key, time_from)
-                if value is not None:
-                    return _plain(value)
-            return None
+            return _plain(self._first_value("fetch", key, time_from))
         return self._by_key("fetch", key, time_from, time_to)
 
     def backward_fetch(self, key: Any, time_from: int, time_to: int) -> _ConcatenatedIterator:
@@ -178,11 +197,7 @@ class ReadOnlySessionView(_WindowedView):
         return self._by_key("backward_fetch", key)
 
     def fetch_session(self, key: Any, session_start: int, session_end: int) -> Any:
-        for store in self._key_stores(key):
-            value = store.fetch_session(key, session_start, session_end)
-            if value is not None:
-                return value
-        return None
+        return self._first_value("fetch_session", key, session_start, session_end)
 
     def find_sessions(self, key: Any, earliest_session_end_time: int, latest_session_start_time: int
                       ) -> _ConcatenatedIterator:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from eddy.murmur2 import murmur2_partition
 from state import Stores
 from state.errors import InvalidStateStoreError
 from streams import App, AppState, Processor, Topology, serdes
@@ -23,6 +24,57 @@ class Recorder(Processor):
         start = record.timestamp - record.timestamp % 1000
         self.windows.put(record.key, record.value, start)
         self.sessions.put(record.key, record.timestamp, record.timestamp, record.value)
+
+
+class LatestRecorder(Recorder):
+    """Recorder, and each key's latest value in a key-value store."""
+
+    def init(self, context):
+        super().init(context)
+        self.latest = context.get_state_store("latest")
+
+    def process(self, record):
+        super().process(record)
+        self.latest.put(record.key, record.value)
+
+
+def test_a_key_written_to_another_partition_than_the_default_partitioners_is_found(backend_config, tmp_path):
+    """Kafka's composite stores ask every local store for a key: one written to a partition of
+    its producer's choosing is found in that partition's task, not only in the task murmur2
+    names (which, asked first, does not have it)."""
+    cluster = Cluster(backend_config)
+    src = unique("placed")
+    cluster.create_topics(2, src)
+    topo = Topology()
+    topo.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.STRING)
+    topo.add_processor("p", LatestRecorder, "s")
+    topo.add_state_store(Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("latest"), serdes.STRING, serdes.STRING), "p")
+    topo.add_state_store(Stores.window_store_builder(
+        Stores.persistent_window_store("windows", 3_600_000, 1000), serdes.STRING, serdes.STRING), "p")
+    topo.add_state_store(Stores.session_store_builder(
+        Stores.persistent_session_store("sessions", 3_600_000), serdes.STRING, serdes.STRING), "p")
+    app = App(topo, {**cluster.config, "application.id": unique("iq"), "state.dir": str(tmp_path)})
+    keys = ["a", "b", "c", "d"]
+    try:
+        app.start()
+        assert app.wait_for_state(AppState.RUNNING, timeout=60)
+        for i, key in enumerate(keys):  # each in the partition murmur2 does not name
+            cluster.produce(src, [(key.encode(), f"{key}1".encode())], timestamps=[1_000 + i],
+                            partition=1 - murmur2_partition(key.encode(), 2))
+        latest, windows, sessions = app.store("latest"), app.store("windows"), app.store("sessions")
+        wait_for(lambda: len(list(latest.all())) == len(keys), 30, "every key stored")
+        for i, key in enumerate(keys):
+            assert latest.get(key) == f"{key}1"
+            assert windows.fetch(key, 1_000) == f"{key}1"
+            assert list(windows.fetch(key, 0, 10_000)) == [(1_000, f"{key}1")]
+            assert [v for _, v in windows.backward_fetch(key, 0, 10_000)] == [f"{key}1"]
+            assert [v for _, v in sessions.fetch(key)] == [f"{key}1"]
+            assert sessions.fetch_session(key, 1_000 + i, 1_000 + i) == f"{key}1"
+        assert latest.get("absent") is None and list(sessions.fetch("absent")) == []
+    finally:
+        assert app.close(timeout=60)
+        cluster.close()
 
 
 def test_window_and_session_stores_are_queryable(backend_config, tmp_path):
