@@ -8,11 +8,19 @@ Files follow Kafka's layout under ``<data_dir>/broker-<id>/<topic>-<partition>/`
 metadata lives in ``<data_dir>/cluster-metadata.json`` so a restarted cluster comes back with
 the same topics, leader epochs and ISR. Broker configuration uses Kafka's names, given as a
 ``config`` dict or as keyword arguments with underscores (``replica_lag_time_max_ms=2000``).
+
+A running cluster holds an exclusive lock on ``<data_dir>/.lock``, as a Kafka broker locks its
+log directories: a second cluster on the same directory, in this process or another (a second
+app instance pointed at the same ``local://`` directory), fails to start with
+`DataDirInUseError` instead of writing the same log files. The operating system drops the lock
+with the process, so a crashed cluster's directory can be started again at once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import tempfile
 import threading
 import time
@@ -22,7 +30,7 @@ from typing import Callable
 from replication.broker import Broker
 from replication.controller import NO_LEADER, Controller
 from eddy.config_values import parse_bool
-from replication.errors import ClusterError, InvalidConfigurationError
+from replication.errors import ClusterError, DataDirInUseError, InvalidConfigurationError
 from replication.protocol import (
     FetchPartition,
     FetchRequest,
@@ -48,6 +56,25 @@ DEFAULT_BROKER_CONFIG = {
     "num.partitions": 1,
     "request.timeout.ms": 30000,
 }
+
+
+LOCK_FILE = ".lock"
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """Takes the exclusive lock of a cluster's data directory: the open descriptor of its lock
+    file, whose closing releases it. `DataDirInUseError` when another holder has it (an flock:
+    it conflicts with every other open of the file, in this process too)."""
+    path = data_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataDirInUseError(
+            f"cannot lock {path}: another embedded cluster, in this process or another, is using {data_dir} "
+            "(two clusters on one directory would overwrite each other's logs)") from None
+    return fd
 
 
 def _config_from_kwargs(kwargs: dict) -> dict:
@@ -81,6 +108,7 @@ class LocalCluster:
         self.txn_coordinator = None  # replication.txn_coordinator.TransactionCoordinator, made in start()
         self._started = False
         self._lock = threading.RLock()
+        self._data_dir_lock: int | None = None  # the lock file's descriptor while started
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -104,6 +132,8 @@ class LocalCluster:
 
     def _start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # before anything reads or writes the directory's files
+        self._data_dir_lock = lock_data_dir(self.data_dir)
         broker_ids = list(range(self.num_brokers))
         unclean = parse_bool(self.config.get("unclean.leader.election.enable", False))
         if unclean is None:
@@ -130,18 +160,24 @@ class LocalCluster:
         self.txn_coordinator.start()
 
     def _stop_all(self) -> None:
-        """Stop the coordinators and every running broker (fetchers first)."""
-        if self.txn_coordinator is not None:
-            self.txn_coordinator.close()
-        if self.group_coordinator is not None:
-            self.group_coordinator.close()
-        # Fetchers first, so no broker sees its peers vanish while it is still replicating.
-        for broker in self.brokers.values():
-            if broker.fetcher_manager is not None and broker.is_running:
-                broker.fetcher_manager.close_all_fetchers()
-        for broker in self.brokers.values():
-            broker.stop()
-        self._started = False
+        """Stop the coordinators and every running broker (fetchers first), then release the
+        data directory."""
+        try:
+            if self.txn_coordinator is not None:
+                self.txn_coordinator.close()
+            if self.group_coordinator is not None:
+                self.group_coordinator.close()
+            # Fetchers first, so no broker sees its peers vanish while it is still replicating.
+            for broker in self.brokers.values():
+                if broker.fetcher_manager is not None and broker.is_running:
+                    broker.fetcher_manager.close_all_fetchers()
+            for broker in self.brokers.values():
+                broker.stop()
+            self._started = False
+        finally:
+            if self._data_dir_lock is not None:  # last: every file of the directory is closed
+                os.close(self._data_dir_lock)
+                self._data_dir_lock = None
 
     def close(self) -> None:
         """Stop every broker (also after a failed start) and release the transport."""

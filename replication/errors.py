@@ -138,6 +138,11 @@ class ClusterError(ReplicationError):
     """A cluster-level operation failed (unknown broker, topic exists, no leader...)."""
 
 
+class DataDirInUseError(ClusterError):
+    """Another embedded cluster, in this process or another, holds the lock of the data
+    directory a cluster was started on (Kafka's log directory lock)."""
+
+
 class NotLeaderError(ReplicationError):
     """This broker is not the leader of the partition."""
 
