@@ -1,6 +1,6 @@
 """The fault campaign of issue 20, run by tests/faults and by bench/faults.py.
 
-Four kinds of run, each seeded and each returning a `RunReport` whose ``anomalies`` name
+Five kinds of run, each seeded and each returning a `RunReport` whose ``anomalies`` name
 what broke (``"kind: detail"``; [] when the guarantees held):
 
 - ``writes``: `fault_workload.run_fault_workload` (acks=all writers recording every
@@ -18,6 +18,10 @@ what broke (``"kind: detail"``; [] when the guarantees held):
   (tests/integration/apps/dsl_app.py): each window's final count, suppressed until the window
   closes, committed exactly once; the sessions' and the group counts' final values those of a
   run without a crash (the TopologyTestDriver's, one per input partition).
+- ``alos-dsl``: the same app and kills under at_least_once, where a crash repeats work but must
+  lose none: the source table's store exact, every window's final count and each user's
+  session counts at least those of a run without a crash, the group counts' store agreeing
+  with their output.
 - ``corruption``: the corruption matrix (`CORRUPTION_CASES`) for items 3, 4 and 5: a bit
   flipped in a closed segment of the leader, wrong leader-epoch checkpoints, damaged tails.
 
@@ -58,7 +62,7 @@ CONFIG = {
 
 @dataclass
 class RunReport:
-    kind: str  # "writes" | "eos" | "eos-dsl" | "corruption"
+    kind: str  # "writes" | "eos" | "eos-dsl" | "alos-dsl" | "corruption"
     seed: int
     detail: str  # replication mode, kill count or corruption case
     anomalies: list[str] = field(default_factory=list)
@@ -258,27 +262,27 @@ def _check_eos_output(servers: str, expected: dict[str, int]) -> list[str]:
     return found
 
 
-def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
-    """Issue 16's stateful operators (tests/integration/apps/dsl_app.py: window counts suppressed
-    until their windows close, session counts, a table grouped and counted through a repartition
-    topic) with exactly_once_v2 in a subprocess SIGKILLed ``kills`` times at random points; a
-    last run finishes the input. The committed output must be what the operators make of the
-    input without a crash: each window's final count exactly once (none lost, none repeated),
-    the sessions' final values and tombstones, each group's final count (in its store too)."""
-    from state.errors import InvalidStateStoreError
-    from streams import App, serdes
+def _dsl_app():
+    """tests/integration/apps/dsl_app.py, the app the DSL runs kill."""
+    if str(INSTANCE_SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(INSTANCE_SCRIPT.parent))
+    import dsl_app
+    return dsl_app
+
+
+def _kill_dsl_app(name: str, seed: int, workdir: Path, app_config: dict, kills: int, **sizes: int
+                  ) -> tuple[Path, str, dict, list[str], list[str]]:
+    """Writes tests/integration/apps/dsl_app.py's seeded input (`sizes`: make_inputs' record
+    counts) to a new embedded cluster and runs the app with `app_config` in a subprocess
+    SIGKILLed ``kills`` times at random points (application id `name`): (root, servers, inputs,
+    anomalies, actions)."""
     from streams.backends import for_config
 
-    sys.path.insert(0, str(INSTANCE_SCRIPT.parent))
-    import dsl_app
-
-    started = time.monotonic()
+    dsl_app = _dsl_app()
     rng = random.Random(seed)
-    root = workdir / f"eos-dsl-{seed}"
+    root = workdir / f"{name}-{seed}"
     servers = f"local://{root / 'cluster'}"
-    inputs = dsl_app.make_inputs(rng)
-    app_config = {"processing.guarantee": "exactly_once_v2", "commit.interval.ms": 50, "replication.factor": 3,
-                  "num.stream.threads": 1}
+    inputs = dsl_app.make_inputs(rng, **sizes)
     backend = for_config({"bootstrap.servers": servers})
     try:
         from confluent_kafka.admin import NewTopic
@@ -294,9 +298,48 @@ def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
         assert producer.flush(30) == 0
     finally:
         backend.close()
-
-    anomalies, actions = _kill_at_random_points(root, rng, kills, ["--topology", "dsl", "--application-id", "eos-dsl"],
+    anomalies, actions = _kill_at_random_points(root, rng, kills, ["--topology", "dsl", "--application-id", name],
                                                 servers, app_config)
+    return root, servers, inputs, anomalies, actions
+
+
+def _wait_for_store(app, store_name: str, expected: dict, timeout_s: float) -> list[str]:
+    """Waits until the app's store `store_name` answers `expected` (key -> value, None: absent)
+    for every key of it; the anomaly when it does not within `timeout_s` ([] when it does). The
+    output may be complete before the store is: the last run's tasks may still be restoring."""
+    from state.errors import InvalidStateStoreError
+
+    def answers() -> dict | None:  # None: not queryable (yet)
+        try:
+            store = app.store(store_name)
+            return {key: store.get(key) for key in expected}
+        except InvalidStateStoreError:
+            return None
+
+    if _wait(lambda: answers() == expected, timeout_s):
+        return []
+    answered = answers()
+    if answered is None:
+        return [f"store-not-queryable: {store_name} after {timeout_s:.0f} s"]
+    wrong = sorted((k, v, expected[k]) for k, v in answered.items() if v != expected[k])
+    return [f"wrong-store: {len(wrong)} keys of {store_name} differ, e.g. "
+            + "; ".join(f"{k}: {v} instead of {want}" for k, v, want in wrong[:3])]
+
+
+def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
+    """Issue 16's stateful operators (tests/integration/apps/dsl_app.py: window counts suppressed
+    until their windows close, session counts, a table grouped and counted through a repartition
+    topic) with exactly_once_v2 in a subprocess SIGKILLed ``kills`` times at random points; a
+    last run finishes the input. The committed output must be what the operators make of the
+    input without a crash: each window's final count exactly once (none lost, none repeated),
+    the sessions' final values and tombstones, each group's final count (in its store too)."""
+    from streams import App, serdes
+
+    dsl_app = _dsl_app()
+    started = time.monotonic()
+    app_config = {"processing.guarantee": "exactly_once_v2", "commit.interval.ms": 50, "replication.factor": 3,
+                  "num.stream.threads": 1}
+    root, servers, inputs, anomalies, actions = _kill_dsl_app("eos-dsl", seed, workdir, app_config, kills)
     records = sum(len(rows) for rows in inputs.values())
     if anomalies:
         return RunReport("eos-dsl", seed, f"{kills} kills", anomalies, records, actions, time.monotonic() - started)
@@ -313,35 +356,99 @@ def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
 
     app = App(dsl_app.build_topology(), {**app_config, "application.id": "eos-dsl", "bootstrap.servers": servers,
                                          "state.dir": str(root / "state")})
-
-    def stored() -> dict | None:  # the group counts the app's store answers (None: not queryable)
-        try:
-            store = app.store(dsl_app.GROUP_COUNTS)
-            return {group: store.get(group) for group in counts}
-        except InvalidStateStoreError:
-            return None
-
     app.start()
     try:
         out = _read_committed(servers, dsl_app.OUTPUTS, dsl_app.PARTITIONS, complete, 120)
-        # the output may have been complete before this run: its tasks may still be restoring
-        if not _wait(lambda: stored() == counts, 90):
-            answered = stored()
-            if answered is None:
-                anomalies.append("store-not-queryable: group-counts after 90 s")
-            else:
-                wrong = sorted((g, n, counts[g]) for g, n in answered.items() if n != counts[g])
-                anomalies.append(f"wrong-store: {len(wrong)} group counts differ, e.g. "
-                                 + "; ".join(f"{g}: {n} instead of {want}" for g, n, want in wrong[:3]))
+        anomalies += _wait_for_store(app, dsl_app.GROUP_COUNTS, counts, 90)
     finally:
         app.close(timeout=60)
     anomalies += _compare_dsl_output(out, finals, sessions, groups)
     return RunReport("eos-dsl", seed, f"{kills} kills", anomalies, records, actions, time.monotonic() - started)
 
 
+def run_alos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
+    """`run_eos_dsl`'s app and kills under at_least_once (commits every 100 ms, so checkpoints
+    and the restore from them are what a restart meets). A record processed after the last
+    commit is processed again after a crash, so exact results are not the guarantee; what is
+    checked is that nothing is lost:
+
+    - the source table's store (``users``) holds each user's last update exactly (an update
+      applied twice leaves the same table);
+    - every window has a final result at least its count without a crash (a record counted
+      twice raises it; a record dropped as late in a run without a crash may be taken after a
+      restart, whose operators observe stream time afresh as Kafka's do, and then a window can
+      also get a further, smaller result: the window store has dropped it);
+    - each user's sessions count at least the records they count without a crash;
+    - once the app has closed cleanly, the group counts' store (its changelog) holds what their
+      output last said (their values themselves are not checked: a repartition record processed
+      twice adds or subtracts once more)."""
+    from streams import App, serdes
+
+    dsl_app = _dsl_app()
+    started = time.monotonic()
+    app_config = {"processing.guarantee": "at_least_once", "commit.interval.ms": 100, "replication.factor": 3,
+                  "num.stream.threads": 1}
+    # ten times eos-dsl's input: at least once runs it in about as long as exactly once does
+    # the smaller one (~3 s), so that the kills land while it is being processed
+    root, servers, inputs, anomalies, actions = _kill_dsl_app("alos-dsl", seed, workdir, app_config, kills,
+                                                              events=60_000, updates=30_000)
+    records = sum(len(rows) for rows in inputs.values())
+    if anomalies:
+        return RunReport("alos-dsl", seed, f"{kills} kills", anomalies, records, actions, time.monotonic() - started)
+    expected = dsl_app.expected_events_output(inputs[dsl_app.EVENTS])
+    finals = {key: serdes.INT64.deserialize(value) for _p, key, value in expected[dsl_app.FINALS]}
+    session_sums = dsl_app.counts_per_user(dsl_app.final_table(expected[dsl_app.SESSIONS]))
+    table = dsl_app.final_users(inputs[dsl_app.UPDATES])
+    users = {user.decode(): table[user].decode() if user in table else None  # None: deleted
+             for _p, user, _g, _t in inputs[dsl_app.UPDATES]}
+
+    def best_finals(out: dict[str, list]) -> dict[bytes, int]:
+        best: dict[bytes, int] = {}
+        for _p, key, value in out[dsl_app.FINALS]:
+            best[key] = max(best.get(key, 0), serdes.INT64.deserialize(value))
+        return best
+
+    def complete(out: dict[str, list]) -> bool:
+        best = best_finals(out)
+        sums = dsl_app.counts_per_user(dsl_app.final_table(out[dsl_app.SESSIONS]))
+        return (all(best.get(k, 0) >= n for k, n in finals.items())
+                and all(sums.get(u, 0) >= n for u, n in session_sums.items()))
+
+    app = App(dsl_app.build_topology(), {**app_config, "application.id": "alos-dsl", "bootstrap.servers": servers,
+                                         "state.dir": str(root / "state")})
+    app.start()
+    try:
+        out = _read_committed(servers, dsl_app.OUTPUTS, dsl_app.PARTITIONS, complete, 120)
+        anomalies += _wait_for_store(app, "users", users, 90)
+    finally:
+        app.close(timeout=60)  # a clean close flushes the caches: every count written down is sent
+    # the group counts' store as its changelog holds it, and their output, each read to its end
+    changelog = f"alos-dsl-{dsl_app.GROUP_COUNTS}-changelog"
+    ends = _read_committed(servers, (changelog, dsl_app.GROUP_COUNTS), dsl_app.PARTITIONS, None, 60)
+    stored, sent = dsl_app.final_table(ends[changelog]), dsl_app.final_table(ends[dsl_app.GROUP_COUNTS])
+    differ = sorted(g for g in set(stored) | set(sent) if stored.get(g) != sent.get(g))
+    if differ:
+        anomalies.append(f"group-counts-disagree: {len(differ)} groups' last output is not their stored count, e.g. "
+                         + "; ".join(f"{g.decode()}: {dsl_app.describe_value(stored.get(g))} stored, "
+                                     f"{dsl_app.describe_value(sent.get(g))} sent" for g in differ[:3]))
+    best = best_finals(out)
+    low = sorted((k, best.get(k), n) for k, n in finals.items() if best.get(k, 0) < n)
+    if low:
+        anomalies.append(f"lost-final: {len(low)} windows have no final result as high as their count, e.g. "
+                         + "; ".join(f"{dsl_app.describe_key(dsl_app.FINALS, k)}: {got} below {n}"
+                                     for k, got, n in low[:3]))
+    sums = dsl_app.counts_per_user(dsl_app.final_table(out[dsl_app.SESSIONS]))
+    short = sorted((u, sums.get(u, 0), n) for u, n in session_sums.items() if sums.get(u, 0) < n)
+    if short:
+        anomalies.append(f"lost-session-records: {len(short)} users' sessions count fewer records, e.g. "
+                         + "; ".join(f"{u}: {got} below {n}" for u, got, n in short[:3]))
+    return RunReport("alos-dsl", seed, f"{kills} kills", anomalies, records, actions, time.monotonic() - started)
+
+
 def _read_committed(servers: str, topics: tuple[str, ...], partitions: int, done, timeout_s: float) -> dict[str, list]:
     """The committed records of `topics` from their start, (partition, key, value) each in its
-    partition's order, read until `done(records)` or `timeout_s`."""
+    partition's order, read until `done(records)` or `timeout_s`; `done` None: until every
+    partition's end (its last stable offset when the read starts)."""
     from streams.backends import for_config
 
     backend = for_config({"bootstrap.servers": servers})
@@ -349,12 +456,22 @@ def _read_committed(servers: str, topics: tuple[str, ...], partitions: int, done
     try:
         consumer = backend.consumer({"group.id": "eos-check", "isolation.level": "read_committed",
                                      "enable.auto.commit": False})
-        consumer.assign([TopicPartition(t, p, 0) for t in topics for p in range(partitions)])
+        assigned = [TopicPartition(t, p, 0) for t in topics for p in range(partitions)]
+        consumer.assign(assigned)
+        if done is None:
+            ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in assigned}
+            read = {tp: 0 for tp in ends}
+
+            def done(_out: dict[str, list]) -> bool:
+                return all(read[tp] >= end for tp, end in ends.items())
+        else:
+            read = {}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not done(out):
             for m in consumer.consume(2000, 0.2):
                 if m.error() is None:
                     out[m.topic()].append((m.partition(), m.key(), m.value()))
+                    read[(m.topic(), m.partition())] = m.offset() + 1
         consumer.close()
     finally:
         backend.close()

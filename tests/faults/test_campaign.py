@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from campaign import CORRUPTION_CASES, run_corruption, run_eos, run_eos_dsl, run_writes
+from campaign import CORRUPTION_CASES, run_alos_dsl, run_corruption, run_eos, run_eos_dsl, run_writes
 
 
 def _check(report) -> None:
@@ -28,6 +28,10 @@ def test_exactly_once_app_killed_at_random_points_counts_exactly(tmp_path):
 
 def test_exactly_once_dsl_app_killed_at_random_points_emits_each_final_result_once(tmp_path):
     _check(run_eos_dsl(505, tmp_path, kills=3))
+
+
+def test_at_least_once_dsl_app_killed_at_random_points_loses_nothing(tmp_path):
+    _check(run_alos_dsl(606, tmp_path, kills=3))
 
 
 @pytest.mark.parametrize("case", sorted(CORRUPTION_CASES))

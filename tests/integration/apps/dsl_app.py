@@ -113,18 +113,15 @@ def expected_events_output(rows: list[Row]) -> dict[str, list[tuple[int, bytes, 
     return out
 
 
+def final_users(changes: list[Row]) -> dict[bytes, bytes]:
+    """The table of users' groups after the updates `changes` (a tombstone deletes the user)."""
+    return final_table([(partition, user, group) for partition, user, group, _timestamp in changes])
+
+
 def expected_group_counts(changes: list[Row]) -> dict[str, int]:
     """Each group's final count: its users in the table's final state (0 for a group emptied)."""
-    table: dict[bytes, bytes] = {}
-    used: set[bytes] = set()
-    for _partition, user, group, _timestamp in changes:
-        if group is None:
-            table.pop(user, None)
-        else:
-            table[user] = group
-            used.add(group)
-    counts = {group.decode(): 0 for group in used}
-    for group in table.values():
+    counts = {group.decode(): 0 for _p, _user, group, _t in changes if group is not None}
+    for group in final_users(changes).values():
         counts[group.decode()] += 1
     return counts
 
@@ -138,6 +135,15 @@ def final_table(records: list[tuple[int, bytes, bytes | None]]) -> dict[bytes, b
         else:
             table[key] = value
     return table
+
+
+def counts_per_user(sessions: dict[bytes, bytes]) -> dict[str, int]:
+    """The sum of each user's session counts in a ``sessions`` table (`final_table`'s)."""
+    sums: dict[str, int] = {}
+    for key, value in sessions.items():
+        user = serdes.session_windowed(S).deserialize(key).key
+        sums[user] = sums.get(user, 0) + I64.deserialize(value)
+    return sums
 
 
 def describe_key(topic: str, key: bytes) -> str:
