@@ -3,7 +3,9 @@
 Runs, in turn and with a new seed each time: a nemesis run under pull replication, one under
 push, an exactly_once_v2 word count SIGKILLed at random points, the same for issue 16's stateful
 DSL operators (window counts suppressed until close, session counts, a grouped table count)
-under exactly_once_v2 and under at_least_once, and one case of the corruption matrix (see tests/faults/campaign.py for what each checks). Stops
+under exactly_once_v2 and under at_least_once, and under exactly_once_v2 with two instances on
+a real Apache Kafka broker started for the run (one killed at a time), and one case of the
+corruption matrix (see tests/faults/campaign.py for what each checks). Stops
 starting runs when the time is up; prints every run (seed, what it did, anomalies) and a
 summary per kind.
 
@@ -35,7 +37,7 @@ from rich.table import Table  # noqa: E402
 from campaign import (CORRUPTION_CASES, RunReport, run_alos_dsl, run_corruption, run_eos, run_eos_dsl,  # noqa: E402
                       run_writes)
 
-KINDS = ("writes-pull", "writes-push", "eos", "eos-dsl", "alos-dsl", "corruption")
+KINDS = ("writes-pull", "writes-push", "eos", "eos-dsl", "eos-dsl-pair", "alos-dsl", "corruption")
 
 
 def one_run(kind: str, seed: int, workdir: Path) -> RunReport:
@@ -47,6 +49,11 @@ def one_run(kind: str, seed: int, workdir: Path) -> RunReport:
         return run_eos(seed, workdir, kills=4)
     if kind == "eos-dsl":
         return run_eos_dsl(seed, workdir, kills=4)
+    if kind == "eos-dsl-pair":  # two instances need a real broker: one, started for the run
+        from streams.testing.kafka_fixture import local_apache_kafka
+
+        with local_apache_kafka(workdir / "kafka") as broker:
+            return run_eos_dsl(seed, workdir, kills=4, kafka=broker.bootstrap_servers)
     if kind == "alos-dsl":
         return run_alos_dsl(seed, workdir, kills=4)
     cases = sorted(CORRUPTION_CASES)

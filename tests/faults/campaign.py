@@ -146,6 +146,29 @@ def _make_lines(n: int, rng: random.Random) -> tuple[list[tuple[bytes, bytes]], 
     return records, expected
 
 
+def _start_instance(root: Path, instance_args: list[str], servers: str, state_dir: Path, run: str,
+                    app_config: dict) -> tuple[subprocess.Popen, Path]:
+    """Starts the instance script (`instance_args` pick its app) with its state in `state_dir`,
+    its status in root/status-<run>.json (returned) and its log (stderr) in
+    root/stderr-<run>.log: a file, not a pipe, which a chatty run (a WARN per late record) would
+    fill and then block on."""
+    status_file = root / f"status-{run}.json"
+    with open(root / f"stderr-{run}.log", "wb") as log_file:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, str(INSTANCE_SCRIPT), *instance_args, "--bootstrap-servers", servers,
+             "--state-dir", str(state_dir), "--status-file", str(status_file), "--config", json.dumps(app_config)],
+            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file)
+    return process, status_file
+
+
+def _stderr_tail(root: Path, run: str) -> str:
+    """The end of run `run`'s log (`_start_instance`)."""
+    try:
+        return (root / f"stderr-{run}.log").read_bytes()[-300:].decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _kill_at_random_points(root: Path, rng: random.Random, kills: int, instance_args: list[str], servers: str,
                            app_config: dict) -> tuple[list[str], list[str]]:
     """Runs the instance script (`instance_args` pick its app) ``kills`` times on the cluster at
@@ -155,15 +178,11 @@ def _kill_at_random_points(root: Path, rng: random.Random, kills: int, instance_
     actions: list[str] = []
     idle = threading.Event()
     for kill in range(kills):
-        status_file = root / f"status-{kill}.json"
-        process = subprocess.Popen(
-            [sys.executable, str(INSTANCE_SCRIPT), *instance_args, "--bootstrap-servers", servers,
-             "--state-dir", str(root / "state"), "--status-file", str(status_file), "--config", json.dumps(app_config)],
-            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        process, status_file = _start_instance(root, instance_args, servers, root / "state", str(kill), app_config)
         try:
             running = _wait_file(status_file, lambda st: st["state"] == "RUNNING", 60, process)
             if running is None:
-                anomalies.append(f"app-did-not-start: run {kill} ({_stderr_tail(process)})")
+                anomalies.append(f"app-did-not-start: run {kill} ({_stderr_tail(root, str(kill))})")
                 break
             delay = rng.uniform(0.0, 1.0)
             idle.wait(delay)  # a random point of the run is the thing under test
@@ -175,8 +194,61 @@ def _kill_at_random_points(root: Path, rng: random.Random, kills: int, instance_
         finally:
             process.send_signal(signal.SIGKILL)
             process.wait(30)
-            if process.stderr is not None:
-                process.stderr.close()
+    return anomalies, actions
+
+
+def _kill_pair_at_random_points(root: Path, rng: random.Random, kills: int, instance_args: list[str], servers: str,
+                                app_config: dict) -> tuple[list[str], list[str]]:
+    """Two instances of the instance script's app (`instance_args`), each with its own state
+    directory, run together on the broker at `servers` (a real one: an embedded cluster is one
+    process's); ``kills`` times one of them, picked at random, is SIGKILLed at a random point and
+    started again (its tasks move to the other and back, restoring where they land), the last
+    kill ending both: (anomalies, actions)."""
+    anomalies: list[str] = []
+    actions: list[str] = []
+    idle = threading.Event()
+    processes: dict[str, subprocess.Popen] = {}
+    runs: dict[str, str] = {}  # each instance's current run (`_start_instance`)
+    starts: collections.Counter = collections.Counter()
+
+    def start(name: str) -> Path:
+        starts[name] += 1
+        runs[name] = f"{name}-{starts[name]}"
+        processes[name], status_file = _start_instance(root, instance_args, servers, root / f"state-{name}",
+                                                       runs[name], app_config)
+        return status_file
+
+    def kill(name: str) -> None:
+        process = processes.pop(name)
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+
+    try:
+        status_files = {name: start(name) for name in ("a", "b")}
+        for name, status_file in status_files.items():
+            if _wait_file(status_file, lambda st: st["state"] == "RUNNING", 90, processes[name]) is None:
+                anomalies.append(f"app-did-not-start: instance {name} ({_stderr_tail(root, runs[name])})")
+                return anomalies, actions
+        for k in range(kills):
+            delay = rng.uniform(0.0, 3.0)
+            idle.wait(delay)  # a random point, maybe mid-rebalance or mid-restore: the thing under test
+            victim = rng.choice(sorted(processes))
+            exited = processes[victim].poll()
+            if exited is not None:
+                anomalies.append(f"instance-exited: {victim} with {exited} ({_stderr_tail(root, runs[victim])})")
+                return anomalies, actions
+            try:
+                status = json.loads((root / f"status-{runs[victim]}.json").read_text())
+                processed = f"{status['state']}, {status.get('processed')} processed"
+            except (OSError, ValueError, KeyError):
+                processed = "no status yet"
+            kill(victim)
+            actions.append(f"SIGKILL {victim} {delay:.2f}s later ({processed} in this run)")
+            if k < kills - 1:
+                start(victim)
+    finally:
+        for name in list(processes):
+            kill(name)
     return anomalies, actions
 
 
@@ -229,13 +301,6 @@ def run_eos(seed: int, workdir: Path, *, kills: int = 3, lines: int = 20000) -> 
     return RunReport("eos", seed, f"{kills} kills", anomalies, lines, actions, time.monotonic() - started)
 
 
-def _stderr_tail(process: subprocess.Popen) -> str:
-    try:
-        return process.stderr.read().decode(errors="replace")[-300:] if process.stderr else ""
-    except (OSError, ValueError):
-        return ""
-
-
 def _check_eos_output(servers: str, expected: dict[str, int]) -> list[str]:
     """Committed counts per word strictly increase and end at the expected total."""
     from streams import serdes
@@ -270,25 +335,30 @@ def _dsl_app():
     return dsl_app
 
 
-def _kill_dsl_app(name: str, seed: int, workdir: Path, app_config: dict, kills: int, **sizes: int
-                  ) -> tuple[Path, str, dict, list[str], list[str]]:
+def _kill_dsl_app(name: str, seed: int, workdir: Path, app_config: dict, kills: int, servers: str | None = None,
+                  **sizes: int) -> tuple[Path, str, dict, list[str], list[str]]:
     """Writes tests/integration/apps/dsl_app.py's seeded input (`sizes`: make_inputs' record
     counts) to a new embedded cluster and runs the app with `app_config` in a subprocess
-    SIGKILLed ``kills`` times at random points (application id `name`): (root, servers, inputs,
-    anomalies, actions)."""
+    SIGKILLed ``kills`` times at random points (application id `name`); or, given the `servers`
+    of a real broker, to it, with two instances (`_kill_pair_at_random_points`): (root, servers,
+    inputs, anomalies, actions)."""
     from streams.backends import for_config
 
     dsl_app = _dsl_app()
     rng = random.Random(seed)
     root = workdir / f"{name}-{seed}"
-    servers = f"local://{root / 'cluster'}"
+    pair = servers is not None
+    if servers is None:
+        servers = f"local://{root / 'cluster'}"
+    root.mkdir(parents=True, exist_ok=True)
     inputs = dsl_app.make_inputs(rng, **sizes)
     backend = for_config({"bootstrap.servers": servers})
     try:
         from confluent_kafka.admin import NewTopic
 
         admin = backend.admin()
-        topics = [NewTopic(t, dsl_app.PARTITIONS, 3) for t in dsl_app.INPUTS + dsl_app.OUTPUTS]
+        topics = [NewTopic(t, dsl_app.PARTITIONS, app_config["replication.factor"])
+                  for t in dsl_app.INPUTS + dsl_app.OUTPUTS]
         for f in admin.create_topics(topics).values():
             f.result(30)
         producer = backend.producer({"enable.idempotence": True})
@@ -298,8 +368,8 @@ def _kill_dsl_app(name: str, seed: int, workdir: Path, app_config: dict, kills: 
         assert producer.flush(30) == 0
     finally:
         backend.close()
-    anomalies, actions = _kill_at_random_points(root, rng, kills, ["--topology", "dsl", "--application-id", name],
-                                                servers, app_config)
+    killer = _kill_pair_at_random_points if pair else _kill_at_random_points
+    anomalies, actions = killer(root, rng, kills, ["--topology", "dsl", "--application-id", name], servers, app_config)
     return root, servers, inputs, anomalies, actions
 
 
@@ -326,23 +396,33 @@ def _wait_for_store(app, store_name: str, expected: dict, timeout_s: float) -> l
             + "; ".join(f"{k}: {v} instead of {want}" for k, v, want in wrong[:3])]
 
 
-def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
+def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3, kafka: str | None = None) -> RunReport:
     """Issue 16's stateful operators (tests/integration/apps/dsl_app.py: window counts suppressed
     until their windows close, session counts, a table grouped and counted through a repartition
-    topic) with exactly_once_v2 in a subprocess SIGKILLed ``kills`` times at random points; a
-    last run finishes the input. The committed output must be what the operators make of the
-    input without a crash: each window's final count exactly once (none lost, none repeated),
-    the sessions' final values and tombstones, each group's final count (in its store too)."""
+    topic) with exactly_once_v2 in a subprocess SIGKILLed ``kills`` times at random points; or,
+    on the real Kafka broker at `kafka`, in two subprocesses with a standby replica each, one of
+    them SIGKILLed and started again each time (tasks migrate, standbys take over, zombies are
+    fenced). A last run finishes the input. The committed output must be what the operators make
+    of the input without a crash: each window's final count exactly once (none lost, none
+    repeated), the sessions' final values and tombstones, each group's final count (in its store
+    too)."""
     from streams import App, serdes
 
     dsl_app = _dsl_app()
     started = time.monotonic()
+    kind = "eos-dsl" if kafka is None else "eos-dsl-pair"
     app_config = {"processing.guarantee": "exactly_once_v2", "commit.interval.ms": 50, "replication.factor": 3,
                   "num.stream.threads": 1}
-    root, servers, inputs, anomalies, actions = _kill_dsl_app("eos-dsl", seed, workdir, app_config, kills)
+    if kafka is not None:  # one broker; a killed member leaves the group in seconds, not Kafka's default 45
+        app_config.update({"replication.factor": 1, "num.standby.replicas": 1, "consumer.session.timeout.ms": 6000,
+                           "consumer.heartbeat.interval.ms": 500})
+    # the pair processes eos-dsl's input in about a second once both have joined: five times
+    # that keeps it busy across the first kills
+    sizes = {} if kafka is None else {"events": 30_000, "updates": 15_000}
+    root, servers, inputs, anomalies, actions = _kill_dsl_app(kind, seed, workdir, app_config, kills, kafka, **sizes)
     records = sum(len(rows) for rows in inputs.values())
     if anomalies:
-        return RunReport("eos-dsl", seed, f"{kills} kills", anomalies, records, actions, time.monotonic() - started)
+        return RunReport(kind, seed, f"{kills} kills", anomalies, records, actions, time.monotonic() - started)
     expected = dsl_app.expected_events_output(inputs[dsl_app.EVENTS])
     finals = collections.Counter((key, value) for _p, key, value in expected[dsl_app.FINALS])
     sessions = dsl_app.final_table(expected[dsl_app.SESSIONS])
@@ -354,8 +434,8 @@ def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
                 and dsl_app.final_table(out[dsl_app.SESSIONS]) == sessions
                 and dsl_app.final_table(out[dsl_app.GROUP_COUNTS]) == groups)
 
-    app = App(dsl_app.build_topology(), {**app_config, "application.id": "eos-dsl", "bootstrap.servers": servers,
-                                         "state.dir": str(root / "state")})
+    app = App(dsl_app.build_topology(), {**app_config, "application.id": kind, "bootstrap.servers": servers,
+                                         "state.dir": str(root / ("state" if kafka is None else "state-a"))})
     app.start()
     try:
         out = _read_committed(servers, dsl_app.OUTPUTS, dsl_app.PARTITIONS, complete, 120)
@@ -363,7 +443,7 @@ def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
     finally:
         app.close(timeout=60)
     anomalies += _compare_dsl_output(out, finals, sessions, groups)
-    return RunReport("eos-dsl", seed, f"{kills} kills", anomalies, records, actions, time.monotonic() - started)
+    return RunReport(kind, seed, f"{kills} kills", anomalies, records, actions, time.monotonic() - started)
 
 
 def run_alos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:

@@ -30,6 +30,12 @@ def test_exactly_once_dsl_app_killed_at_random_points_emits_each_final_result_on
     _check(run_eos_dsl(505, tmp_path, kills=3))
 
 
+def test_exactly_once_dsl_app_pair_on_kafka_killed_at_random_points_emits_each_final_result_once(kafka_broker,
+                                                                                                 tmp_path):
+    """Two instances on a real broker (the embedded cluster is one process's), one killed at a time."""
+    _check(run_eos_dsl(707, tmp_path, kills=3, kafka=kafka_broker.bootstrap_servers))
+
+
 def test_at_least_once_dsl_app_killed_at_random_points_loses_nothing(tmp_path):
     _check(run_alos_dsl(606, tmp_path, kills=3))
 
