@@ -130,24 +130,27 @@ class _ConcatenatedIterator:
 
 class _FirstFoundIterator(_ConcatenatedIterator):
     """A key fetch over the local stores (Kafka's composite window and session stores): the
-    results of the first store, in the order given, whose fetch finds anything; each store's
-    fetch is opened only when the ones before it found nothing."""
+    results of the first store, in the order given, whose fetch finds anything. The first
+    store's fetch is made at once (a bad argument fails the call, as Kafka's), each other only
+    when the ones before it found nothing; `close()` closes those made."""
 
     def __init__(self, fetches: list[Callable[[], Any]]) -> None:
-        super().__init__([])
-        self._fetches = fetches
+        super().__init__([fetches[0]()] if fetches else [])
+        self._fetches = list(fetches[1:])
 
     def __iter__(self) -> Iterator:
         try:
-            for fetch in self._fetches:
-                it = fetch()
-                self._iterators.append(it)  # closed by close() if iteration stops early
+            asked = 0
+            while asked < len(self._iterators) or self._fetches:
+                if asked == len(self._iterators):
+                    self._iterators.append(self._fetches.pop(0)())
                 found = False
-                for pair in it:
+                for pair in self._iterators[asked]:
                     found = True
                     yield (pair[0], _plain(pair[1]))
                 if found:
                     return
+                asked += 1
         finally:
             self.close()
 

@@ -1,6 +1,6 @@
 """The fault campaign of issue 20, run by tests/faults and by bench/faults.py.
 
-Five kinds of run, each seeded and each returning a `RunReport` whose ``anomalies`` name
+Six kinds of run, each seeded and each returning a `RunReport` whose ``anomalies`` name
 what broke (``"kind: detail"``; [] when the guarantees held):
 
 - ``writes``: `fault_workload.run_fault_workload` (acks=all writers recording every
@@ -18,6 +18,9 @@ what broke (``"kind: detail"``; [] when the guarantees held):
   (tests/integration/apps/dsl_app.py): each window's final count, suppressed until the window
   closes, committed exactly once; the sessions' and the group counts' final values those of a
   run without a crash (the TopologyTestDriver's, one per input partition).
+- ``eos-dsl-pair``: the same app and checks with two instances on a real Kafka broker (an
+  embedded cluster is one process's), one of them killed and started again at a time: tasks
+  migrate and restore where they land, standbys take over.
 - ``alos-dsl``: the same app and kills under at_least_once, where a crash repeats work but must
   lose none: the source table's store exact, every window's final count and each user's
   session counts at least those of a run without a crash, the group counts' store agreeing
@@ -62,7 +65,7 @@ CONFIG = {
 
 @dataclass
 class RunReport:
-    kind: str  # "writes" | "eos" | "eos-dsl" | "alos-dsl" | "corruption"
+    kind: str  # "writes" | "eos" | "eos-dsl" | "eos-dsl-pair" | "alos-dsl" | "corruption"
     seed: int
     detail: str  # replication mode, kill count or corruption case
     anomalies: list[str] = field(default_factory=list)
@@ -401,8 +404,9 @@ def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3, kafka: str | None =
     until their windows close, session counts, a table grouped and counted through a repartition
     topic) with exactly_once_v2 in a subprocess SIGKILLed ``kills`` times at random points; or,
     on the real Kafka broker at `kafka`, in two subprocesses with a standby replica each, one of
-    them SIGKILLed and started again each time (tasks migrate, standbys take over, zombies are
-    fenced). A last run finishes the input. The committed output must be what the operators make
+    them SIGKILLed and started again each time (tasks migrate and restore, standbys take over, a
+    dead instance's open transaction holds the restores back until the broker aborts it). A last
+    run finishes the input. The committed output must be what the operators make
     of the input without a crash: each window's final count exactly once (none lost, none
     repeated), the sessions' final values and tombstones, each group's final count (in its store
     too)."""

@@ -7,7 +7,7 @@ import pytest
 
 from eddy.murmur2 import murmur2_partition
 from state import Stores
-from state.errors import InvalidStateStoreError
+from state.errors import InvalidStateStoreError, InvalidStoreArgumentError
 from streams import App, AppState, Processor, Topology, serdes
 
 from _runtime_util import Cluster, unique, wait_for
@@ -24,6 +24,18 @@ class Recorder(Processor):
         start = record.timestamp - record.timestamp % 1000
         self.windows.put(record.key, record.value, start)
         self.sessions.put(record.key, record.timestamp, record.timestamp, record.value)
+
+
+def _recording(src: str, recorder: type) -> Topology:
+    """`src` through `recorder` (processor "p") with its window and session stores."""
+    topo = Topology()
+    topo.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.STRING)
+    topo.add_processor("p", recorder, "s")
+    topo.add_state_store(Stores.window_store_builder(
+        Stores.persistent_window_store("windows", 3_600_000, 1000), serdes.STRING, serdes.STRING), "p")
+    topo.add_state_store(Stores.session_store_builder(
+        Stores.persistent_session_store("sessions", 3_600_000), serdes.STRING, serdes.STRING), "p")
+    return topo
 
 
 class LatestRecorder(Recorder):
@@ -45,15 +57,9 @@ def test_a_key_written_to_another_partition_than_the_default_partitioners_is_fou
     cluster = Cluster(backend_config)
     src = unique("placed")
     cluster.create_topics(2, src)
-    topo = Topology()
-    topo.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.STRING)
-    topo.add_processor("p", LatestRecorder, "s")
+    topo = _recording(src, LatestRecorder)
     topo.add_state_store(Stores.key_value_store_builder(
         Stores.persistent_key_value_store("latest"), serdes.STRING, serdes.STRING), "p")
-    topo.add_state_store(Stores.window_store_builder(
-        Stores.persistent_window_store("windows", 3_600_000, 1000), serdes.STRING, serdes.STRING), "p")
-    topo.add_state_store(Stores.session_store_builder(
-        Stores.persistent_session_store("sessions", 3_600_000), serdes.STRING, serdes.STRING), "p")
     app = App(topo, {**cluster.config, "application.id": unique("iq"), "state.dir": str(tmp_path)})
     keys = ["a", "b", "c", "d"]
     try:
@@ -72,6 +78,8 @@ def test_a_key_written_to_another_partition_than_the_default_partitioners_is_fou
             assert [v for _, v in sessions.fetch(key)] == [f"{key}1"]
             assert sessions.fetch_session(key, 1_000 + i, 1_000 + i) == f"{key}1"
         assert latest.get("absent") is None and list(sessions.fetch("absent")) == []
+        with pytest.raises(InvalidStoreArgumentError, match="must not be None"):  # at the call, as Kafka's
+            windows.fetch(None, 0, 10_000)
     finally:
         assert app.close(timeout=60)
         cluster.close()
@@ -81,13 +89,7 @@ def test_window_and_session_stores_are_queryable(backend_config, tmp_path):
     cluster = Cluster(backend_config)
     src = unique("events")
     cluster.create_topics(2, src)
-    topo = Topology()
-    topo.add_source("s", src, key_serde=serdes.STRING, value_serde=serdes.STRING)
-    topo.add_processor("p", Recorder, "s")
-    topo.add_state_store(Stores.window_store_builder(
-        Stores.persistent_window_store("windows", 3_600_000, 1000), serdes.STRING, serdes.STRING), "p")
-    topo.add_state_store(Stores.session_store_builder(
-        Stores.persistent_session_store("sessions", 3_600_000), serdes.STRING, serdes.STRING), "p")
+    topo = _recording(src, Recorder)
     app = App(topo, {**cluster.config, "application.id": unique("iq"), "state.dir": str(tmp_path)})
     records = [(b"a", b"a1"), (b"b", b"b1"), (b"a", b"a2")]
     try:
