@@ -35,13 +35,19 @@ INPUTS, OUTPUTS = (EVENTS, UPDATES), (FINALS, SESSIONS, GROUP_COUNTS)
 PARTITIONS = 2
 WINDOW_MS, GRACE_MS = 1_000, 200
 GAP_MS, SESSION_GRACE_MS = 150, 100
-# Far longer than any record is out of order: a merge never meets a session the store below the
-# cache has already dropped. With Kafka's default (gap + grace), a record up to grace late can
+# Far longer than any record is out of order, and than the event time a crash makes an at least
+# once run process again: a merge never meets a session the store below the cache has already
+# dropped. With Kafka's default (gap + grace), a record up to grace late can
 # merge a session past that retention while the cache still holds it; the flush then finds no
 # old value for the merged-away session and forwards no tombstone for it, so which sessions the
 # output keeps would hang on when the cache was last flushed (Kafka's CachingSessionStore, and
 # Eddy's, as the conformance suite checks).
-SESSION_RETENTION_MS = 60_000
+SESSION_RETENTION_MS = 600_000
+# The window store keeps as long (Kafka's default is size + grace): under at least once a crash
+# makes the app process again the records since its last commit (seconds of event time), and a
+# window the store had already dropped would start again from zero and emit a smaller final
+# result, the right one having been lost with the crash's unsent output (Kafka's behaviour too).
+WINDOW_RETENTION_MS = SESSION_RETENTION_MS
 # Event times start at the last full hour: a real broker deletes a changelog's old segments by
 # their records' timestamps (a window or session store's changelog keeps the store's retention
 # plus a day), so a restore of input stamped years ago would miss what the broker deleted (as
@@ -58,7 +64,7 @@ def build_topology() -> Topology:
     events = b.stream(EVENTS, key_serde=S, value_serde=S)
     (events.group_by_key()
         .windowed_by(TimeWindows.of_size_and_grace(WINDOW_MS, GRACE_MS))
-        .count(store="window-counts")
+        .count(store=Materialized.as_("window-counts").with_retention(WINDOW_RETENTION_MS))
         .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
         .to_stream()
         .to(FINALS, key_serde=serdes.time_windowed(S, WINDOW_MS), value_serde=I64))
