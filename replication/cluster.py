@@ -18,9 +18,7 @@ with the process, so a crashed cluster's directory can be started again at once.
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import tempfile
 import threading
 import time
@@ -29,6 +27,7 @@ from typing import Callable
 
 from replication.broker import Broker
 from replication.controller import NO_LEADER, Controller
+from eddy import file_lock
 from eddy.config_values import parse_bool
 from replication.errors import ClusterError, DataDirInUseError, InvalidConfigurationError
 from replication.protocol import (
@@ -62,19 +61,17 @@ LOCK_FILE = ".lock"
 
 
 def lock_data_dir(data_dir: Path) -> int:
-    """Takes the exclusive lock of a cluster's data directory: the open descriptor of its lock
-    file, whose closing releases it. `DataDirInUseError` when another holder has it (an flock:
-    it conflicts with every other open of the file, in this process too)."""
+    """Takes the exclusive lock of a cluster's data directory (Kafka's log directory lock): the
+    descriptor for `file_lock.release`. `DataDirInUseError` when another holder, in this process
+    or another, has it."""
     path = data_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+        return file_lock.acquire(path)
+    except file_lock.FileLockHeldError as e:
         raise DataDirInUseError(
-            f"cannot lock {path}: another embedded cluster, in this process or another, is using {data_dir} "
-            "(two clusters on one directory would overwrite each other's logs)") from None
-    return fd
+            f"cannot lock {path}: another embedded cluster"
+            + (f" ({e.holder})" if e.holder else ", in this process or another,")
+            + f" is using {data_dir} (two clusters on one directory would overwrite each other's logs)") from None
 
 
 def _config_from_kwargs(kwargs: dict) -> dict:
@@ -176,7 +173,7 @@ class LocalCluster:
             self._started = False
         finally:
             if self._data_dir_lock is not None:  # last: every file of the directory is closed
-                os.close(self._data_dir_lock)
+                file_lock.release(self._data_dir_lock)
                 self._data_dir_lock = None
 
     def close(self) -> None:

@@ -9,8 +9,6 @@ that another process can name it in its error.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
 import os
 import re
@@ -21,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from eddy import file_lock
 from state.errors import LockError, StateDirectoryError
 from state.task_id import InvalidTaskIdError, TaskId
 
@@ -117,18 +116,16 @@ class StateDirectory:
             if self._app_lock_fd is not None:
                 return
             self.app_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.app_dir / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                holder = _read_holder(fd)
-                os.close(fd)
+                fd = file_lock.acquire(self.app_dir / LOCK_FILE_NAME)
+            except file_lock.FileLockHeldError as e:
                 raise LockError(
                     f"state directory {self.app_dir} is used by another running instance of application "
-                    f"{self.application_id!r}" + (f" ({holder})" if holder else "")
+                    f"{self.application_id!r}" + (f" ({e.holder})" if e.holder else "")
                     + "; give each instance its own state.dir"
-                ) from e
-            _write_holder(fd)
+                ) from None
+            except OSError as e:
+                raise LockError(f"cannot lock state directory {self.app_dir}: {e}") from e
             self._app_lock_fd = fd
 
     def lock(self, task_id: TaskId) -> None:
@@ -157,29 +154,23 @@ class StateDirectory:
             directory = self.directory_for_task(task_id)
             lock_path = directory / LOCK_FILE_NAME
             try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = file_lock.acquire(lock_path)
             except FileNotFoundError:
                 continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except file_lock.FileLockHeldError as e:
+                raise LockError(
+                    f"task directory {directory} is locked by another process"
+                    + (f" ({e.holder})" if e.holder else "")
+                ) from None
             except OSError as e:
-                holder = _read_holder(fd)
-                os.close(fd)
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise LockError(
-                        f"task directory {directory} is locked by another process"
-                        + (f" ({holder})" if holder else "")
-                    ) from None
                 raise LockError(f"cannot lock task directory {directory}: {e}") from e
             try:
                 same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
                 same = False
             if same:
-                _write_holder(fd)
                 return fd
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            file_lock.release(fd)
         raise LockError(f"task directory {self.task_dir(task_id)} keeps being removed while locking it")
 
     def unlock(self, task_id: TaskId) -> None:
@@ -196,7 +187,7 @@ class StateDirectory:
                     f"{owner.thread.name!r}, not by the calling thread {current.name!r}"
                 )
             del self._owners[task_id]
-            _release(owner.fd)
+            file_lock.release(owner.fd)
 
     def lock_owner(self, task_id: TaskId) -> threading.Thread | None:
         """The thread of this process that holds the task directory, if any."""
@@ -214,9 +205,9 @@ class StateDirectory:
             owners, self._owners = self._owners, {}
             app_fd, self._app_lock_fd = self._app_lock_fd, None
         for owner in owners.values():
-            _release(owner.fd)
+            file_lock.release(owner.fd)
         if app_fd is not None:
-            _release(app_fd)
+            file_lock.release(app_fd)
 
     # ----------------------------------------------------------------- cleanup
 
@@ -303,29 +294,6 @@ class StateDirectory:
             else:
                 os.unlink(entry.path)
         _fsync_dir(path)
-
-
-def _release(fd: int) -> None:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-def _write_holder(fd: int) -> None:
-    text = f"pid {os.getpid()} thread {threading.current_thread().name!r}\n".encode()
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, text, 0)
-    except OSError:  # the holder note is a courtesy for error messages only
-        pass
-
-
-def _read_holder(fd: int) -> str:
-    try:
-        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
 
 
 def _fsync_dir(path: Path) -> None:

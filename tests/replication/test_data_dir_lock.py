@@ -68,8 +68,9 @@ def test_a_cluster_in_another_process_holds_the_directory_until_it_dies(tmp_path
         line = holder.stdout.readline()  # the holder's acknowledgement (EOF if it failed)
         assert line, holder.stderr.read().decode(errors="replace")[-2000:]
         assert json.loads(line) == {"error": "NONE"}
-        with pytest.raises(DataDirInUseError, match=str(data_dir)):
+        with pytest.raises(DataDirInUseError, match=str(data_dir)) as refused:
             LocalCluster(data_dir, num_brokers=3, config=FAST).start()
+        assert f"pid {holder.pid} " in str(refused.value)  # the error names the holder
     finally:
         holder.send_signal(signal.SIGKILL)  # a crash: the operating system releases the lock
         holder.wait(30)
