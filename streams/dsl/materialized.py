@@ -77,7 +77,14 @@ class Materialized:
 
     def with_retention(self, retention: Any) -> "Materialized":
         """How long a window or session store keeps windows (int ms or timedelta); the default is
-        window size + grace (sliding: 2 x time difference + grace; session: gap + grace)."""
+        window size + grace (sliding: 2 x time difference + grace; session: gap + grace).
+
+        Under at_least_once, a restart after a crash processes again the records since the last
+        commit; a window the store dropped meanwhile (stream time had passed its retention)
+        starts again from nothing, and its final result can then come out smaller than the one
+        the crash lost, as in Kafka Streams. Retention beyond the default by more than the event
+        time the records of one commit interval span keeps those windows (exactly_once_v2 has no
+        such replay)."""
         from streams.dsl.windows import duration_ms
 
         ms = duration_ms(retention, "retention")
