@@ -39,6 +39,15 @@ def _rekeyed_self_join(other_step: dict) -> list:
 #: the other side of a join: builder.table("right") with its store named right-source-store
 _TABLE = {"source": "table", "source_store": True, "ops": []}
 
+#: a record of input2 reaches the first cogrouped stream twice (through a merge of both inputs, and
+#: of that merge with input2), then the second: three updates of its sliding windows, one by one
+_SLIDING_COGROUP = [{"op": "merge", "fn": None}, {"op": "merge", "fn": None, "name": "step-0"}, _GROUP_BY_KEY,
+                    {"op": "cogroup", "fn": "tagged_concat", "other": {"ops": [_GROUP_BY_KEY]},
+                     "windows": {"type": "sliding", "size": 500, "grace": 0}}]
+_SLIDING_COGROUP_RECORDS = [["b", "abc ba ab", 0, INPUT2], ["c", "a a", 0], [None, None, 0, INPUT2], ["dd", "abc", 0],
+                            ["b", "abc", 1264], [None, "ba ab", 1264], ["c", "bb", 951, INPUT2], ["c", "d cab", 1222],
+                            ["c", "d a a", 951, INPUT2], ["b", "d", 500], ["c", "abc", 1294, INPUT2]]
+
 #: name -> (family, source, ops, records, cache, extra scenario fields)
 _CASES = {
     # --- fixed here ------------------------------------------------------------------------------
@@ -384,6 +393,18 @@ _CASES = {
                                                 _windowed("sliding", "aggregate", "sum_of_lengths", size=500)],
                                                [["dd", "cab a b", 1307], ["a", "abc", 1500], ["a", "ba ab ba", 1456]],
                                                212, {"store_type": IN_MEMORY}),
+    # ... and reads each window of the key as it reaches it: on an in-memory store (Kafka's
+    # iterator opens a window start's map when it gets there) the update of c's window
+    # [952, 1452] evicts [794, 1294], whose write-down the fetch then reads, as the third update
+    # of the record (input2's, the merge passing it twice) shows; seed 515,623
+    "sliding-window-reads-a-window-written-down-during-its-fetch": ("cogroup", "stream", _SLIDING_COGROUP,
+                                                                     _SLIDING_COGROUP_RECORDS, 200,
+                                                                     {"store_type": IN_MEMORY, "headers": True,
+                                                                      "windowed_keys": True}),
+    # ... which a RocksDB store's iterator does not see (it reads the store as it was when opened,
+    # Kafka's too): the third update starts from the window's value before the second
+    "sliding-window-misses-a-window-written-down-during-its-fetch-rocksdb": (
+        "cogroup", "stream", _SLIDING_COGROUP, _SLIDING_COGROUP_RECORDS, 200, {"headers": True, "windowed_keys": True}),
     # an emit-on-close window store's cache keys start with the time-first schema's byte (Kafka's
     # PrefixedWindowKeySchemas), one more than a window store's: a's two windows (90 bytes each)
     # overflow 179 bytes, the flush writes dd's windows to the time-ordered RocksDB store and a's

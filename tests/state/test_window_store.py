@@ -261,6 +261,27 @@ def test_reads_go_in_kafkas_order_for_each_store(cls, ctx):
     store.close()
 
 
+def test_a_one_key_range_sees_a_write_made_while_it_is_open_only_in_memory(cls, ctx):
+    """A sliding window aggregation writes a key's windows while its fetch of them is open.
+    Kafka's InMemoryWindowStore opens a window start's map when the iteration reaches it, so a
+    window written meanwhile is read as written; its RocksDB store reads the store as it was when
+    the iterator opened (each segment's)."""
+    store = make(cls, ctx)
+    for start in (0, 500, 1000):
+        store.put(b"a", b"old@%d" % start, start)
+    store.put(b"b", b"b@500", 500)
+    with store.backward_fetch_range(b"a", b"a", 0, 1000) as it:
+        assert next(it) == (Windowed(b"a", Window(1000, 2000)), b"old@1000")
+        store.put(b"a", b"new@500", 500)
+        store.put(b"a", None, 0)
+        rest = list(it)
+    if cls is InMemoryWindowStore:
+        assert rest == [(Windowed(b"a", Window(500, 1500)), b"new@500")]
+    else:
+        assert rest == [(Windowed(b"a", Window(500, 1500)), b"old@500"), (Windowed(b"a", Window(0, 1000)), b"old@0")]
+    store.close()
+
+
 def test_in_memory_store_skips_every_put_at_or_before_its_retention():
     """Kafka's InMemoryWindowStore skips (and counts) a put of a window starting at or before
     observed stream time - retention, whatever segment it would fall in; the RocksDB store skips
