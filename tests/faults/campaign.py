@@ -361,7 +361,7 @@ def _kill_dsl_app(name: str, seed: int, workdir: Path, app_config: dict, kills: 
 
         admin = backend.admin()
         topics = [NewTopic(t, dsl_app.PARTITIONS, app_config["replication.factor"])
-                  for t in dsl_app.INPUTS + dsl_app.OUTPUTS]
+                  for t in dsl_app.INPUTS + dsl_app.OUTPUTS + dsl_app.FEEDS]
         for f in admin.create_topics(topics).values():
             f.result(30)
         producer = backend.producer({"enable.idempotence": True})
@@ -409,7 +409,7 @@ def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3, kafka: str | None =
     run finishes the input. The committed output must be what the operators make
     of the input without a crash: each window's final count exactly once (none lost, none
     repeated), the sessions' final values and tombstones, each group's final count (in its store
-    too)."""
+    too), and the global table the app feeds holding each user's last page."""
     from streams import App, serdes
 
     dsl_app = _dsl_app()
@@ -444,6 +444,7 @@ def run_eos_dsl(seed: int, workdir: Path, *, kills: int = 3, kafka: str | None =
     try:
         out = _read_committed(servers, dsl_app.OUTPUTS, dsl_app.PARTITIONS, complete, 120)
         anomalies += _wait_for_store(app, dsl_app.GROUP_COUNTS, counts, 90)
+        anomalies += _wait_for_store(app, dsl_app.LAST_PAGES, dsl_app.expected_last_pages(inputs[dsl_app.EVENTS]), 90)
     finally:
         app.close(timeout=60)
     anomalies += _compare_dsl_output(out, finals, sessions, groups)
@@ -457,7 +458,8 @@ def run_alos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
     checked is that nothing is lost:
 
     - the source table's store (``users``) holds each user's last update exactly (an update
-      applied twice leaves the same table);
+      applied twice leaves the same table), and so does the global table the app feeds
+      (``last-pages``: each user's last page);
     - every window has a final result at least its count without a crash (a record counted
       twice raises it; a record dropped as late in a run without a crash may be taken after a
       restart, whose operators observe stream time afresh as Kafka's do, and then a window can
@@ -504,6 +506,7 @@ def run_alos_dsl(seed: int, workdir: Path, *, kills: int = 3) -> RunReport:
     try:
         out = _read_committed(servers, dsl_app.OUTPUTS, dsl_app.PARTITIONS, complete, 120)
         anomalies += _wait_for_store(app, "users", users, 90)
+        anomalies += _wait_for_store(app, dsl_app.LAST_PAGES, dsl_app.expected_last_pages(inputs[dsl_app.EVENTS]), 90)
     finally:
         app.close(timeout=60)  # a clean close flushes the caches: every count written down is sent
     # the group counts' store as its changelog holds it, and their output, each read to its end

@@ -10,6 +10,9 @@ input.
 - ``updates`` (user -> group, with tombstones) read as a table (store ``users``), grouped by
   group and counted with adder and subtractor through a repartition topic (store
   ``group-counts``), written to ``group-counts``.
+- every event is also written to ``last-pages``, which the app reads back as a global table
+  (store ``last-pages``: each user's last page): its global thread applies records while the
+  stream thread writes them (exactly once: only committed ones), checkpointing every 10,000.
 
 `make_inputs` draws the records (each with its partition: a user's records all go to one) and
 `expected_events_output` asks the TopologyTestDriver, one driver per events partition (a task's
@@ -31,7 +34,9 @@ from streams.topology import Topology
 
 EVENTS, UPDATES = "events", "updates"
 FINALS, SESSIONS, GROUP_COUNTS = "finals", "sessions", "group-counts"
+LAST_PAGES = "last-pages"
 INPUTS, OUTPUTS = (EVENTS, UPDATES), (FINALS, SESSIONS, GROUP_COUNTS)
+FEEDS = (LAST_PAGES,)  # what the app writes and reads back
 PARTITIONS = 2
 WINDOW_MS, GRACE_MS = 1_000, 200
 GAP_MS, SESSION_GRACE_MS = 150, 100
@@ -59,7 +64,10 @@ S, I64 = serdes.STRING, serdes.INT64
 Row = tuple[int, bytes, "bytes | None", int]
 
 
-def build_topology() -> Topology:
+def build_topology(feed: bool = True) -> Topology:
+    """The app's topology; `feed` False leaves ``last-pages`` and its global table out (the
+    oracle's: Kafka's driver, as Eddy's, flushes and checkpoints a global store after each
+    record, milliseconds apiece, and the global table changes no other output)."""
     b = StreamsBuilder()
     events = b.stream(EVENTS, key_serde=S, value_serde=S)
     (events.group_by_key()
@@ -73,6 +81,9 @@ def build_topology() -> Topology:
         .count(store=Materialized.as_("session-counts").with_retention(SESSION_RETENTION_MS))
         .to_stream()
         .to(SESSIONS, key_serde=serdes.session_windowed(S), value_serde=I64))
+    if feed:
+        events.to(LAST_PAGES, key_serde=S, value_serde=S)
+        b.global_table(LAST_PAGES, key_serde=S, value_serde=S, store=LAST_PAGES)
     (b.table(UPDATES, key_serde=S, value_serde=S, store="users")
         .group_by(lambda user, group: (group, user), key_serde=S, value_serde=S)
         .count(store=GROUP_COUNTS)
@@ -115,7 +126,7 @@ def expected_events_output(rows: list[Row]) -> dict[str, list[tuple[int, bytes, 
     key, value) in each partition's order, by one driver per partition."""
     out: dict[str, list] = {FINALS: [], SESSIONS: []}
     for p in range(PARTITIONS):
-        with TopologyTestDriver(build_topology(), {"application.id": "dsl-oracle"}) as driver:
+        with TopologyTestDriver(build_topology(feed=False), {"application.id": "dsl-oracle"}) as driver:
             for partition, key, value, timestamp in rows:
                 if partition == p:
                     driver.pipe_raw(EVENTS, key, value, timestamp)
@@ -127,6 +138,12 @@ def expected_events_output(rows: list[Row]) -> dict[str, list[tuple[int, bytes, 
 def final_users(changes: list[Row]) -> dict[bytes, bytes]:
     """The table of users' groups after the updates `changes` (a tombstone deletes the user)."""
     return final_table([(partition, user, group) for partition, user, group, _timestamp in changes])
+
+
+def expected_last_pages(rows: list[Row]) -> dict[str, str]:
+    """The ``last-pages`` global store's final content for the events `rows`: each user's last
+    page (a user's events are all in one partition, in order)."""
+    return {key.decode(): value.decode() for _partition, key, value, _timestamp in rows}
 
 
 def expected_group_counts(changes: list[Row]) -> dict[str, int]:
