@@ -197,6 +197,29 @@ class InMemoryKeyValueStore(KeyValueStore):
             keys.reverse()
         return self._generate(keys)
 
+    def live_range(self, lower: bytes, upper_exclusive: bytes, reverse: bool = False) -> Iterator:
+        """Untracked generator over [lower, upper_exclusive) that finds each next key when asked
+        (raw_range takes the keys when it starts): a key written meanwhile ahead of it is met,
+        one deleted is not, as a ConcurrentSkipListMap's iterator in Kafka's in-memory stores."""
+        self._check()
+        data = self._data
+        while True:
+            keys = self._sorted_keys()
+            if reverse:
+                i = bisect.bisect_left(keys, upper_exclusive) - 1
+                if i < 0 or keys[i] < lower:
+                    return
+                key = upper_exclusive = keys[i]
+            else:
+                i = bisect.bisect_left(keys, lower)
+                if i == len(keys) or keys[i] >= upper_exclusive:
+                    return
+                key = keys[i]
+                lower = key_after(key)
+            value = data.get(key)
+            if value is not None:
+                yield key, value
+
     def track(self, source: Iterator) -> KeyValueIterator:
         return self._iterators.track(source, self.name)
 

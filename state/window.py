@@ -616,16 +616,33 @@ class InMemoryWindowStore(SegmentedWindowStore):
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
                      time_to: int, reverse: bool) -> Iterator:
-        windows = super()._windows_gen(key_from, key_to, time_from, time_to, reverse)
         if key_from is not None and key_from == key_to:
-            # one key's windows come in start order already; each is read when the iteration
-            # reaches it, as Kafka's iterator reads a start's windows when it gets to that start:
-            # a write made meanwhile is seen (a sliding window aggregation updates a key's windows
-            # while it walks them, and a cache's eviction can write the next one down)
-            return windows
+            return self._one_key_windows(key_from, time_from, time_to, reverse)
         interval = self.segment_interval_ms
-        return in_segment_order(windows, lambda item: item[0].window.start // interval,
+        return in_segment_order(super()._windows_gen(key_from, key_to, time_from, time_to, reverse),
+                                lambda item: item[0].window.start // interval,
                                 lambda item: (item[0].window.start, item[0].key), reverse)
+
+    def _one_key_windows(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> Iterator:
+        """One key's windows in start order, each found and read when the iteration asks for it,
+        as Kafka's iterator opens a start's map of keys when it gets to that start: a window
+        written meanwhile ahead of it is met as written (a sliding window aggregation updates a
+        key's windows while it walks them, and a cache's eviction can write the next one down)."""
+        if time_from > time_to:
+            return
+        size = self.window_size_ms
+        unpack = _I64.unpack_from
+        live_range = self._engine.live_range
+        for seg in self._segments(time_from, time_to, reverse):
+            prefix = self._key_first_bounds(seg)[0]
+            at = len(prefix) + len(key)
+            total = at + _WINDOW_SUFFIX
+            low = prefix + key + _pack_window_suffix(time_from, 0)
+            high = key_after(prefix + key + _pack_window_suffix(time_to, 0x7FFFFFFF))
+            for k, v in live_range(low, high, reverse):
+                if len(k) == total:  # same length and within the bounds: the key itself
+                    start = unpack(k, at)[0]
+                    yield Windowed(key, Window(start, start + size)), v
 
 
 # ------------------------------------------------------------------------------ time-ordered window stores

@@ -270,15 +270,24 @@ def test_a_one_key_range_sees_a_write_made_while_it_is_open_only_in_memory(cls, 
     for start in (0, 500, 1000):
         store.put(b"a", b"old@%d" % start, start)
     store.put(b"b", b"b@500", 500)
+    w = lambda start, value: (Windowed(b"a", Window(start, start + 1000)), value)  # noqa: E731
     with store.backward_fetch_range(b"a", b"a", 0, 1000) as it:
-        assert next(it) == (Windowed(b"a", Window(1000, 2000)), b"old@1000")
+        assert next(it) == w(1000, b"old@1000")
         store.put(b"a", b"new@500", 500)
+        store.put(b"a", b"new@700", 700)  # a window the store did not have, ahead of the iteration
         store.put(b"a", None, 0)
         rest = list(it)
+    with store.fetch_range(b"a", b"a", 0, 1000) as it:
+        assert next(it) == w(500, b"new@500")
+        store.put(b"a", b"new@900", 900)
+        store.put(b"a", None, 1000)
+        forward = list(it)
     if cls is InMemoryWindowStore:
-        assert rest == [(Windowed(b"a", Window(500, 1500)), b"new@500")]
+        assert rest == [w(700, b"new@700"), w(500, b"new@500")]
+        assert forward == [w(700, b"new@700"), w(900, b"new@900")]
     else:
-        assert rest == [(Windowed(b"a", Window(500, 1500)), b"old@500"), (Windowed(b"a", Window(0, 1000)), b"old@0")]
+        assert rest == [w(500, b"old@500"), w(0, b"old@0")]
+        assert forward == [w(700, b"new@700"), w(1000, b"old@1000")]
     store.close()
 
 
