@@ -37,9 +37,10 @@ def acquire(path: str | os.PathLike) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
-        holder = _read_holder(fd) if e.errno in _HELD_ERRNOS else ""
+        held = e.errno in _HELD_ERRNOS
+        holder = _read_holder(fd) if held else ""
         os.close(fd)
-        if e.errno in _HELD_ERRNOS:
+        if held:
             raise FileLockHeldError(path, holder) from None
         raise
     except BaseException:
