@@ -7,7 +7,7 @@ under exactly_once_v2 and under at_least_once, and under exactly_once_v2 with tw
 a real Apache Kafka broker started for the run (one killed at a time), and one case of the
 corruption matrix (see tests/faults/campaign.py for what each checks). Stops
 starting runs when the time is up; prints every run (seed, what it did, anomalies) and a
-summary per kind.
+summary per kind. A run with anomalies keeps its work directory (its path printed with them).
 
     python bench/faults.py --minutes 30
     python bench/faults.py --seed 101 --only writes-pull      # replay one run
@@ -60,17 +60,22 @@ def one_run(kind: str, seed: int, workdir: Path) -> RunReport:
     return run_corruption(cases[seed % len(cases)], seed, workdir)
 
 
-def run_safely(kind: str, seed: int) -> RunReport:
+def run_safely(kind: str, seed: int) -> tuple[RunReport, Path | None]:
+    """The run's report, and its work directory when it found anomalies (kept, with the
+    instances' stderr files and the brokers' data, for a look; else deleted)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"eddy-faults-{kind}-{seed}-"))
     started = time.monotonic()
+    report = None
     try:
-        return one_run(kind, seed, workdir)
+        report = one_run(kind, seed, workdir)
     except Exception as e:  # a run that blows up is an anomaly of its own, with its seed
         family = "writes" if kind.startswith("writes") else kind
-        return RunReport(family, seed, kind, [f"run-failed: {type(e).__name__}: {e}"],
-                         seconds=time.monotonic() - started)
+        report = RunReport(family, seed, kind, [f"run-failed: {type(e).__name__}: {e}"],
+                           seconds=time.monotonic() - started)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if report is None or not report.anomalies:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return report, workdir if report.anomalies else None
 
 
 def main() -> int:
@@ -98,11 +103,11 @@ def main() -> int:
                 break
             seed = next(seeds)
             progress.update(task, description=f"{kind} seed {seed} ({len(reports)} runs done)")
-            report = run_safely(kind, seed)
+            report, kept = run_safely(kind, seed)
             reports.append(report)
             progress.update(task, completed=min(args.minutes * 60, args.minutes * 60 - (deadline - time.monotonic())))
             if report.anomalies:
-                progress.console.print(f"[red]seed {seed} {kind}[/red]: {report.anomalies[:3]}")
+                progress.console.print(f"[red]seed {seed} {kind}[/red]: {report.anomalies[:3]} (kept {kept})")
 
     runs = Table(title=f"fault campaign: {len(reports)} runs in {args.minutes:g} min")
     for column in ("kind", "detail", "seed", "acked", "seconds", "anomalies"):
