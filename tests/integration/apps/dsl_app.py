@@ -25,6 +25,7 @@ stays at 0: a count's subtractor does not delete).
 
 from __future__ import annotations
 
+import collections
 import random
 import time
 
@@ -133,6 +134,22 @@ def expected_events_output(rows: list[Row]) -> dict[str, list[tuple[int, bytes, 
             for topic in out:
                 out[topic] += [(p, r.key, r.value) for r in driver.producer_history(topic)]
     return out
+
+
+def records_per_window(rows: list[Row]) -> collections.Counter:
+    """How many of the events `rows` fall in each (user, window start) tumbling window, the
+    ones too late for it included: what the window may count when a crash's replay accepts
+    records the run without one dropped (see `records_per_user`)."""
+    return collections.Counter((key, timestamp - timestamp % WINDOW_MS) for _p, key, _v, timestamp in rows)
+
+
+def records_per_user(rows: list[Row]) -> collections.Counter:
+    """How many of the events `rows` each user has, the ones too late for their window or
+    session included. A restarted task's window and session processors begin with no observed
+    stream time (Kafka's observedStreamTime, a field of the processor), so records processed
+    again after a crash may be accepted that the first processing dropped as late: a further,
+    larger final result, or sessions holding more records, is Kafka's outcome then."""
+    return collections.Counter(key.decode() for _p, key, _v, _t in rows)
 
 
 def final_users(changes: list[Row]) -> dict[bytes, bytes]:
