@@ -138,19 +138,22 @@ class _FirstFoundIterator(_ConcatenatedIterator):
         super().__init__([fetches[0]()] if fetches else [])
         self._fetches = list(fetches[1:])
 
+    def _in_turn(self) -> Iterator:
+        """The fetch made at once, then each other one, made when the ones before are done."""
+        yield from list(self._iterators)
+        while self._fetches:
+            self._iterators.append(self._fetches.pop(0)())
+            yield self._iterators[-1]
+
     def __iter__(self) -> Iterator:
         try:
-            asked = 0
-            while asked < len(self._iterators) or self._fetches:
-                if asked == len(self._iterators):
-                    self._iterators.append(self._fetches.pop(0)())
+            for results in self._in_turn():
                 found = False
-                for pair in self._iterators[asked]:
+                for pair in results:
                     found = True
                     yield (pair[0], _plain(pair[1]))
                 if found:
                     return
-                asked += 1
         finally:
             self.close()
 
