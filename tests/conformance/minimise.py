@@ -15,8 +15,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -57,7 +57,7 @@ def _mismatch(scenario: dict, expected: dict, work: Path) -> str | None:
     if expected.get("error"):
         return None
     try:
-        got = vocabulary.run_eddy(scenario, tempfile.mkdtemp(dir=work))  # never a used state dir
+        got = runner.run_eddy(scenario, work)
     except Exception:
         return None
     if got["output"] != expected["output"]:
@@ -67,9 +67,8 @@ def _mismatch(scenario: dict, expected: dict, work: Path) -> str | None:
     return None
 
 
-def minimise(seed: int) -> dict:
+def minimise(seed: int, work: Path) -> dict:
     scenario = vocabulary.generate(seed)
-    work = runner.scratch_dir("eddy-minimise-")
     expected = runner.run_kafka_streams([scenario])[seed]
     part = _mismatch(scenario, expected, work)
     if part is None:
@@ -88,10 +87,14 @@ def minimise(seed: int) -> dict:
 
 if __name__ == "__main__":
     logging.disable(logging.WARNING)
-    for arg in sys.argv[1:]:
-        small = minimise(int(arg))
-        expected = runner.run_kafka_streams([small])[small["seed"]]
-        got = vocabulary.run_eddy(small, str(runner.scratch_dir("eddy-minimise-")))
-        print(json.dumps(small))
-        print(" eddy ", json.dumps(got))
-        print(" kafka", json.dumps({k: expected[k] for k in ("output", "store")}))
+    scratch = runner.scratch_dir("eddy-minimise-")
+    try:
+        for arg in sys.argv[1:]:
+            small = minimise(int(arg), scratch)
+            expected = runner.run_kafka_streams([small])[small["seed"]]
+            got = runner.run_eddy(small, scratch)
+            print(json.dumps(small))
+            print(" eddy ", json.dumps(got))
+            print(" kafka", json.dumps({k: expected[k] for k in ("output", "store")}))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

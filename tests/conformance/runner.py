@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+import vocabulary
 from vocabulary import canonical
 
 from streams.testing.maven_jars import STREAMS_ARTIFACTS, class_path, compile_java, fetch_jars
@@ -36,6 +37,17 @@ def scratch_dir(prefix: str) -> Path:
     shm = "/dev/shm"
     base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
     return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
+def run_eddy(scenario: dict, work: Path, **kwargs) -> dict:
+    """`vocabulary.run_eddy` in a fresh state directory under `work`, removed once the run is
+    over: a campaign runs thousands of scenarios, and their RocksDB files in `scratch_dir`
+    would fill /dev/shm (RAM)."""
+    state_dir = tempfile.mkdtemp(dir=work)
+    try:
+        return vocabulary.run_eddy(scenario, state_dir, **kwargs)
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 class KafkaStreamsRun:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -61,11 +61,24 @@ def main() -> int:
         return 0
     expected = runner.run_kafka_streams(swept)
     work = runner.scratch_dir("eddy-sweep-")
+    try:
+        mismatches, failed = _compare(swept, expected, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{len(swept)} variants of {len({s['base_seed'] for s in swept})} scenarios "
+          f"(seeds {args.first} to {args.first + args.count - 1}): {mismatches} mismatching, "
+          f"{failed} failing on both sides")
+    return 1 if mismatches else 0
+
+
+def _compare(swept: list[dict], expected: dict[int, dict], work: Path) -> tuple[int, int]:
+    """Each variant through Eddy against Kafka Streams' result: (mismatching, failing on both
+    sides), each mismatch printed."""
     mismatches = failed = 0
     for scenario in swept:
         kafka = expected[scenario["seed"]]
         try:
-            got = vocabulary.run_eddy(scenario, tempfile.mkdtemp(dir=work))
+            got = runner.run_eddy(scenario, work)
         except Exception as exc:  # noqa: BLE001 - counted and shown, the sweep goes on
             got = {"error": repr(exc)}
         if kafka.get("error") or got.get("error"):
@@ -81,10 +94,7 @@ def main() -> int:
                 mismatches += 1
                 print(f"seed {scenario['base_seed']} cache {scenario['cache_max_bytes']}: {part} differs")
                 break
-    print(f"{len(swept)} variants of {len({s['base_seed'] for s in swept})} scenarios "
-          f"(seeds {args.first} to {args.first + args.count - 1}): {mismatches} mismatching, "
-          f"{failed} failing on both sides")
-    return 1 if mismatches else 0
+    return mismatches, failed
 
 
 if __name__ == "__main__":

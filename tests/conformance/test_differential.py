@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import known_gaps  # noqa: E402
 import regressions  # noqa: E402
+import runner  # noqa: E402
 import vocabulary  # noqa: E402
 
 from streams.testing.maven_jars import JarFetchError  # noqa: E402
@@ -43,8 +44,6 @@ COVERAGE_SEEDS = range(2000)
 def kafka_streams_results(request: pytest.FixtureRequest) -> Iterator[Any]:
     """{seed: Kafka Streams' result} for the seeds this session runs, computed by one JVM in the
     background while the tests compare (a lookup waits for its seed)."""
-    from runner import KafkaStreamsRun
-
     scenarios = []
     for item in request.session.items:
         params = getattr(getattr(item, "callspec", None), "params", {}) if item.module is request.module else {}
@@ -53,7 +52,7 @@ def kafka_streams_results(request: pytest.FixtureRequest) -> Iterator[Any]:
         elif "regression" in params:
             scenarios.append(regressions.SCENARIOS[params["regression"]])
     try:
-        run = KafkaStreamsRun(scenarios)
+        run = runner.KafkaStreamsRun(scenarios)
     except JarFetchError as exc:
         pytest.skip(f"no Kafka Streams reference: {exc}")
     yield run
@@ -62,9 +61,7 @@ def kafka_streams_results(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def state_root() -> Iterator[Path]:
-    from runner import scratch_dir
-
-    root = scratch_dir("eddy-conformance-state-")
+    root = runner.scratch_dir("eddy-conformance-state-")
     yield root
     shutil.rmtree(root, ignore_errors=True)
 
@@ -74,7 +71,7 @@ def test_eddy_matches_kafka_streams(seed: int, kafka_streams_results: dict[int, 
     scenario = vocabulary.generate(seed)
     expected = kafka_streams_results[seed]
     assert expected["error"] is None, f"seed {seed}: Kafka Streams failed: {expected['error']}"
-    got = vocabulary.run_eddy(scenario, str(state_root / str(seed)))
+    got = runner.run_eddy(scenario, state_root)
     assert got["output"] == expected["output"], (
         _mismatch(seed, scenario, got, expected, "output"))
     assert got["store"] == expected["store"], _mismatch(seed, scenario, got, expected, "store")
@@ -100,7 +97,7 @@ def test_regression_scenario(regression: str, kafka_streams_results: Any, state_
     seed = scenario["seed"]
     expected = kafka_streams_results[seed]
     assert expected["error"] is None, f"{regression}: Kafka Streams failed: {expected['error']}"
-    got = vocabulary.run_eddy(scenario, str(state_root / str(seed)))
+    got = runner.run_eddy(scenario, state_root)
     assert got["output"] == expected["output"], _mismatch(seed, scenario, got, expected, "output")
     assert got["store"] == expected["store"], _mismatch(seed, scenario, got, expected, "store")
     assert _described(got) == _described(expected), _mismatch(seed, scenario, got, expected, "topology")
