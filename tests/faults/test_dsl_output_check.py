@@ -7,8 +7,7 @@ from __future__ import annotations
 import collections
 
 from campaign import _compare_dsl_output, _dsl_app
-from streams import serdes
-from streams import Window, Windowed
+from streams import Window, Windowed, serdes
 
 dsl_app = _dsl_app()
 START = dsl_app.START_MS
