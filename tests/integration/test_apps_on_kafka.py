@@ -377,15 +377,23 @@ def read_status(status_file: Path) -> dict | None:
         return None
 
 
-def stop_instance(process: subprocess.Popen, sig: int = signal.SIGTERM) -> int:
+def stop_instance(process: subprocess.Popen, sig: int = signal.SIGTERM, log_file: Path | None = None) -> int:
+    """Signal the instance and wait for it to exit. Its own close may take up to `WAIT_S`, so
+    the wait allows more. One that hangs is asked for its threads' stacks (SIGUSR1, into
+    `log_file`) before it is killed, and the failure shows the log's tail."""
     if process.poll() is None:
         process.send_signal(sig)
     try:
-        return process.wait(timeout=WAIT_S)
+        return process.wait(timeout=WAIT_S + 30)
     except subprocess.TimeoutExpired:
+        size = log_file.stat().st_size if log_file is not None and log_file.exists() else 0
+        process.send_signal(signal.SIGUSR1)
+        if log_file is not None:
+            wait_for(lambda: log_file.stat().st_size > size, "the hung instance's stacks", timeout_s=10)
         process.kill()
         process.wait()
-        raise AssertionError(f"instance {process.pid} did not stop within {WAIT_S:.0f}s") from None
+        detail = f"\n{log_tail(log_file, 200)}" if log_file is not None else ""
+        raise AssertionError(f"instance {process.pid} did not stop within {WAIT_S + 30:.0f}s{detail}") from None
 
 
 def test_restart_with_state_dir_kept_restores_only_the_tail(cluster: Cluster, tmp_path: Path) -> None:
@@ -523,7 +531,7 @@ def test_two_instances_share_partitions_and_rebalance_when_one_stops(cluster: Cl
         # Input keeps flowing while b leaves: half before the stop, half after.
         second = generate_lines(1000, seed=7)
         cluster.produce_lines(lines_topic, second[:500], first_key=len(first))
-        assert stop_instance(b) == 0
+        assert stop_instance(b, log_file=logs["b"]) == 0
         assert read_status(status["b"])["closed"]
         cluster.produce_lines(lines_topic, second[500:], first_key=len(first) + 500)
 
@@ -534,10 +542,10 @@ def test_two_instances_share_partitions_and_rebalance_when_one_stops(cluster: Cl
         wait_for(a_took_over, "instance a to take over every task")
         wait_for(lambda: cluster.all_committed(app_id, lines_topic), "all input to be committed")
     finally:
-        for process in (a, b):
+        for process, log in ((a, logs["a"]), (b, logs["b"])):
             if process.poll() is None:
-                stop_instance(process)
-    assert a.returncode == 0
+                stop_instance(process, log_file=log)
+    assert a.returncode == 0, f"instance a's close failed (exit {a.returncode})\n{log_tail(logs['a'])}"
     expected = word_counts(first + second)
     store = json.loads(dump.read_text())  # a's store after the takeover
     # on a mismatch: b's last checkpoints (what it had written when it left) and both logs (what a

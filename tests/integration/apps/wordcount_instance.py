@@ -19,12 +19,14 @@ there just before it closes. SIGKILL is the crash: nothing is committed or check
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 if __name__ == "__main__":  # run as a script: make the repository importable
@@ -34,6 +36,7 @@ from streams import App, AppState, StreamsBuilder, serdes  # noqa: E402
 from streams.topology import Topology  # noqa: E402
 
 STORE = "counts"
+log = logging.getLogger("wordcount_instance")
 _STATUS_INTERVAL_S = 0.05
 
 
@@ -92,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         "state.dir": args.state_dir,
         **json.loads(args.config),
     }
+    # A test that sees the instance hang on close sends SIGUSR1 first: every thread's stack
+    # goes to stderr (the instance log) before the kill.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -110,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             break
     if args.dump_file and app.state.is_running_or_rebalancing():
         _write_json(args.dump_file, dict(app.store(STORE).all()))
+    log.info("closing")
+    started = time.monotonic()
     closed = app.close(timeout=60)
+    log.info("closed=%s in %.1fs, state %s", closed, time.monotonic() - started, app.state.value)
     _write_json(args.status_file, _status(app, closed=True))
     return 0 if closed and app.state is AppState.NOT_RUNNING else 1
 
