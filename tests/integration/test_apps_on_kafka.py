@@ -545,7 +545,7 @@ def test_two_instances_share_partitions_and_rebalance_when_one_stops(cluster: Cl
         for process, log in ((a, logs["a"]), (b, logs["b"])):
             if process.poll() is None:
                 stop_instance(process, log_file=log)
-    assert a.returncode == 0, f"instance a's close failed (exit {a.returncode})\n{log_tail(logs['a'])}"
+    assert a.returncode == 0, f"instance a's close failed (exit {a.returncode})\n{log_tail(logs['a'], 200)}"
     expected = word_counts(first + second)
     store = json.loads(dump.read_text())  # a's store after the takeover
     # on a mismatch: b's last checkpoints (what it had written when it left) and both logs (what a

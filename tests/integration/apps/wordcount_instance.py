@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     closed = app.close(timeout=60)
     log.info("closed=%s in %.1fs, state %s", closed, time.monotonic() - started, app.state.value)
+    if not closed:  # what the threads still running are stuck in, for the test's failure message
+        faulthandler.dump_traceback(all_threads=True)
     _write_json(args.status_file, _status(app, closed=True))
     return 0 if closed and app.state is AppState.NOT_RUNNING else 1
 
