@@ -196,6 +196,18 @@ _CASES = {
                                 ["k", "e", 120], [None, "n", 130], ["k", None, 140], ["k", "f", 400],
                                 ["k", "late", 150], ["k", "g", 330]],
                                NO_CACHE, {"topology_optimization": OPTIMIZATIONS}),
+    # ... whose joiner fails on a record's own pair (log_and_continue): Kafka's self-join joins the
+    # record with itself before its stream time moves, so the failed record at 404 leaves it
+    # unmoved and "b" at 225 is not past the retention (Eddy moved it first and dropped the
+    # pair); seed 593,500
+    "self-join-own-pair-fails-before-stream-time-moves": ("join", "stream",
+                                                          [_join("stream_join", "inner", "fails_both_or_none",
+                                                                 windows={"diff": 50, "grace": 50, "before": None,
+                                                                          "after": None},
+                                                                 store=False, other={"source": "self", "ops": []})],
+                                                          [["c", "cab d", 404], ["a", "b", 225]], 0,
+                                                          {"topology_optimization": "all",
+                                                           "processing_handler": "log_and_continue"}),
     # ... with asymmetric windows (before 30, after 80) and a self-join after a key change
     "single-store-self-join-asymmetric": ("join", "stream",
                                           [{"op": "select_key", "fn": "key_upper"},

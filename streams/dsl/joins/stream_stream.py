@@ -296,7 +296,8 @@ class StreamStreamJoinLogic:
         what the two-store join emits, in its order: the record joined with the stored records in
         its left side's range, then its own pair, then the stored records' joins with it in the
         right side's range (its own pair goes before the first of those with a later timestamp).
-        Unlike the two sides of a join, it skips a null key or value before stream time moves.
+        Unlike the two sides of a join, it skips a null key or value before stream time moves,
+        and joins the record with itself before too (a joiner failing there leaves it unmoved).
         Its windowed node stores the record after it (`window_put(True)`). Its results and
         failures are routed as the left side's (`route(True, ...)`)."""
         side = self.left
@@ -312,9 +313,10 @@ class StreamStreamJoinLogic:
                 if key is None or value is None:
                     self._skip(topic, partition, offset)
                     return
+                own = joiner(value, value)  # before stream time moves, as Kafka's: a record whose
+                # own pair fails leaves stream time where it was
                 if timestamp > self.stream_time:
                     self.stream_time = timestamp
-                own = joiner(value, value)
                 emit_own = timestamp > self.stream_time - retention + 1  # not already expired
                 for other_ts, other_value in fetch_values(key, max(0, timestamp - before), max(0, timestamp + after)):
                     forward(key, joiner(value, other_value), timestamp if timestamp > other_ts else other_ts, headers)
