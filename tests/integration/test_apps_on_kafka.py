@@ -535,7 +535,7 @@ def test_two_instances_share_partitions_and_rebalance_when_one_stops(cluster: Cl
         # Input keeps flowing while b leaves: half before the stop, half after.
         second = generate_lines(1000, seed=7)
         cluster.produce_lines(lines_topic, second[:500], first_key=len(first))
-        assert stop_instance(b, log_file=logs["b"]) == 0
+        assert stop_instance(b, log_file=logs["b"]) == 0, f"instance b's close failed\n{log_tail(logs['b'], 200)}"
         assert read_status(status["b"])["closed"]
         cluster.produce_lines(lines_topic, second[500:], first_key=len(first) + 500)
 
