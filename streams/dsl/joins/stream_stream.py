@@ -313,8 +313,8 @@ class StreamStreamJoinLogic:
                 if key is None or value is None:
                     self._skip(topic, partition, offset)
                     return
-                own = joiner(value, value)  # before stream time moves, as Kafka's: a record whose
-                # own pair fails leaves stream time where it was
+                # the own pair before stream time moves, as Kafka's: a failing joiner leaves it unmoved
+                own = joiner(value, value)
                 if timestamp > self.stream_time:
                     self.stream_time = timestamp
                 emit_own = timestamp > self.stream_time - retention + 1  # not already expired
