@@ -3,15 +3,16 @@ count, in Eddy and in Kafka Streams, on one real Kafka broker: what each framewo
 
     python bench/dsl_kafka.py [--records 1000000] [--only table,stream_stream] [--partitions 2]
                               [--commit-interval-ms 1000] [--bootstrap-servers HOST:PORT]
-                              [--skip-kafka-streams] [--table-design default|uncached-hot]
+                              [--skip-kafka-streams] [--table-design uncached-hot|spread|cached-hot]
                               [--cache-max-bytes N]
 
 Issues 16 and 17 ask the table aggregation for at least 0.5 of word count's records/s and the
 stream-stream join for 0.4. This script puts those targets next to Kafka Streams: the same
-workloads as bench/windowed.py (its word count lines; its table design, `--table-design`:
-`default`, 250,000 users each updated once per round, in 4 random rounds,
-`builder.table(...).group_by(group, user).count()`, caching on, the 10 MiB default cache, or
-`uncached-hot`, 10,000 users updated at random, the source table's store uncached; its orders
+workloads as bench/windowed.py (its word count lines; its table design, `--table-design`, over
+`builder.table(...).group_by(group, user).count()`: `spread`, 250,000 users each updated once
+per round, in 4 random rounds, caching on, the 10 MiB default cache, or `uncached-hot`, 10,000
+users updated at random, the source table's store uncached, or `cached-hot`, that input with
+caching on; its orders
 and payments joined within 10 s, max.task.idle.ms 200), the same broker, and each framework's own ratio to its own word
 count. The broker is
 `--bootstrap-servers`, else `KAFKA_BOOTSTRAP_SERVERS`, else a local Apache Kafka broker started
@@ -52,7 +53,7 @@ from confluent_kafka import Consumer  # noqa: E402
 
 from bench import app_bench  # noqa: E402
 from bench.wordcount import make_lines  # noqa: E402
-from bench.windowed import (JOIN_CONFIG, JOIN_WINDOW_MS, make_orders, make_updates, pay, table_topology,  # noqa: E402
+from bench.windowed import (JOIN_CONFIG, JOIN_WINDOW_MS, TABLE_DESIGNS, make_orders, make_updates, pay, table_topology,  # noqa: E402
                             wordcount_topology)
 from bench.wordcount_kafka import broker, create_topic  # noqa: E402
 from streams import App, JoinWindows, StreamsBuilder, serdes  # noqa: E402
@@ -91,7 +92,7 @@ def stream_stream_topology(orders: str, payments: str, out: str, counts: list) -
 
 
 def run_eddy(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: int, n: int,
-             target: int, expected: dict[str, int], design: str = "default",
+             target: int, expected: dict[str, int], design: str = "spread",
              cache_max_bytes: int | None = None) -> tuple[float, int, str]:
     """(seconds from RUNNING until the work is done (see the module doc), the join's results,
     the output topic); `target`: word count's words, the join's input records."""
@@ -122,7 +123,7 @@ def run_eddy(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: 
 
 
 def run_kafka_streams(bootstrap: str, mode: str, input_topic: str, work: str, commit_ms: int, target: int,
-                      expected: dict[str, int], design: str = "default",
+                      expected: dict[str, int], design: str = "spread",
                       cache_max_bytes: int | None = None) -> tuple[float, int, str]:
     from streams.testing.maven_jars import STREAMS_ARTIFACTS, class_path, compile_java, fetch_jars
 
@@ -166,7 +167,7 @@ def main() -> None:
     parser.add_argument("--commit-interval-ms", type=int, default=1000)
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None)
     parser.add_argument("--skip-kafka-streams", action="store_true")
-    parser.add_argument("--table-design", choices=("default", "uncached-hot"), default="default",
+    parser.add_argument("--table-design", choices=TABLE_DESIGNS, default="spread",
                         help="the table run's input and source store (bench/windowed.py's designs)")
     parser.add_argument("--cache-max-bytes", type=int, default=None,
                         help="statestore.cache.max.bytes of every run (Kafka's default when not given)")

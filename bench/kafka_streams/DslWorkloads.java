@@ -42,9 +42,9 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  *       commit.interval.ms expected [table design [statestore.cache.max.bytes]]
  * (input: the join's two topics as "orders,payments"; expected: wordcount the number of words,
  * table a file of "group count" lines with the final counts, stream_stream the number of input records;
- * table design: "default" (the source table as builder.table leaves it) or "uncached-hot" (its
- * store "users" with caching disabled), as windowed.py's --table-design; the cache size: Kafka's
- * default when not given)
+ * table design: "uncached-hot" (the source table's store "users" with caching disabled) or any
+ * other of windowed.py's --table-design ("spread", "cached-hot": the source table as
+ * builder.table leaves it); the cache size: Kafka's default when not given)
  */
 public final class DslWorkloads {
     public static void main(String[] args) throws Exception {
