@@ -187,16 +187,19 @@ class Metadata:
 
 def call_leader(cluster: Any, tp: TopicPartition, make_request: Callable[[int, int], object],
                 extract: Callable[[object], tuple[Errors, Any]], timeout_s: float,
-                retry_backoff_s: float = 0.02) -> tuple[Errors, Any]:
+                retry_backoff_s: float = 0.02, attempts: int | None = None) -> tuple[Errors, Any]:
     """Send ``make_request(leader, leader_epoch)`` to ``tp``'s leader until it answers with a
-    non-retriable result or ``timeout_s`` passes. ``extract(response)`` gives (error, value).
+    non-retriable result or ``timeout_s`` passes (or, with ``attempts``, after that many tries,
+    a try without a leader counting as one). ``extract(response)`` gives (error, value).
 
     Returns the last (error, value); `Errors.REQUEST_TIMED_OUT` if no leader ever answered.
     """
     metadata = Metadata(cluster)
     deadline = time.monotonic() + timeout_s
     last: tuple[Errors, Any] = (Errors.REQUEST_TIMED_OUT, None)
+    tries = 0
     while True:
+        tries += 1
         leader, epoch = metadata.leader(tp)
         if leader < 0:
             if metadata.partition_count(tp.topic) is None or tp.partition >= (metadata.partition_count(tp.topic) or 0):
@@ -213,7 +216,7 @@ def call_leader(cluster: Any, tp: TopicPartition, make_request: Callable[[int, i
                 last = (Errors.NOT_LEADER_OR_FOLLOWER, str(e))
             if last[0] not in RETRIABLE_LEADER_ERRORS:
                 return last
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or (attempts is not None and tries >= attempts):
             return last
         backoff(retry_backoff_s)
 

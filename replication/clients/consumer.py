@@ -907,15 +907,19 @@ class Consumer:
         ts = EARLIEST_TIMESTAMP if self._auto_offset_reset == "earliest" else LATEST_TIMESTAMP
         return self._list_offset(state.key, ts), None
 
-    def _list_offsets_call(self, key: TP, timestamp: int, timeout_s: float):
+    def _list_offsets_call(self, key: TP, timestamp: int, timeout_s: float, attempts: int | None = None):
         """(error, ListOffsetsPartitionResponse) of a ListOffsets for ``key`` at its leader."""
         return call_leader(
             self._cluster, key,
             lambda leader, epoch: ListOffsetsRequest(-1, self._isolation, [ListOffsetsPartition(key, timestamp, epoch)]),
-            lambda r: (r[key].error, r[key]), timeout_s)
+            lambda r: (r[key].error, r[key]), timeout_s, attempts=attempts)
 
     def _list_offset(self, key: TP, timestamp: int, timeout_s: float = 5.0) -> int | None:
-        error, value = self._list_offsets_call(key, timestamp, timeout_s)
+        """The fetcher's position lookup: one ListOffsets, None when it fails. Its caller tries
+        again after the fetch error backoff, so a partition whose leader cannot answer for a while
+        holds up none of the others (Kafka's consumer resets positions asynchronously); retrying
+        here would keep the fetcher from every partition meanwhile."""
+        error, value = self._list_offsets_call(key, timestamp, timeout_s, attempts=1)
         if error != Errors.NONE:
             return None
         return value.offset

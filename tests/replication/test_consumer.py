@@ -195,6 +195,37 @@ def test_consumption_continues_on_the_new_leader(tmp_path):
         consumer.close()
 
 
+def test_a_partition_without_a_leader_does_not_hold_up_the_others(tmp_path):
+    """A position that needs a ListOffsets its leader cannot answer (here: no leader at all) is
+    retried after a backoff, as Kafka's consumer resets positions asynchronously; meanwhile the
+    consumer's other partitions are fetched as usual. The fetcher used to retry the lookup for
+    5 s on end, so each fetch of the other partition waited that long."""
+    with LocalCluster(tmp_path / "c", num_brokers=3, config=FAST) as cluster:
+        topic = unique("t")
+        cluster.create_topic(topic, partitions=2, replication_factor=1)
+        lost = cluster.leader(topic, 1)
+        assert cluster.leader(topic, 0) != lost
+        cluster.stop_broker(lost)
+        cluster.wait_until(lambda: cluster.leader(topic, 1) == -1, 20, "partition 1 without a leader")
+        # no backoff: the lookup is retried on every turn of the fetcher (as on any turn once a
+        # backoff has passed; with one, the turns inside it would be quick)
+        consumer = cluster.consumer({"group.id": unique("g"), "fetch.error.backoff.ms": 0})
+        consumer.assign([TopicPartition(topic, 1, OFFSET_BEGINNING), TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        # ten records, each written once the one before it is read, so each needs a fetch of its
+        # own: 50 s at least with a 5 s stall before each fetch
+        deadline = time.monotonic() + 20
+        for i in range(10):
+            fill(cluster, topic, 0, [b"%d" % i])
+            [message] = read(consumer, 1, timeout=max(0.0, deadline - time.monotonic()))
+            assert (message.partition(), message.offset(), message.value()) == (0, i, b"%d" % i)
+        cluster.start_broker(lost)
+        cluster.wait_until(lambda: cluster.leader(topic, 1) == lost, 20, "partition 1's leader back")
+        fill(cluster, topic, 1, [b"back"])
+        [message] = read(consumer, 1)
+        assert (message.partition(), message.offset(), message.value()) == (1, 0, b"back")
+        consumer.close()
+
+
 def test_read_committed_skips_aborted_and_control_records(cluster):
     topic = new_topic(cluster)
     producer = cluster.producer({"transactional.id": unique("tx")})
