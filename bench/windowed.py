@@ -6,7 +6,7 @@ embedded cluster (issues 16 and 17).
                              [--replication-factor 1]
                              [--only wordcount,windowed,table,stream_table,stream_stream]
                              [--profile wordcount|windowed|table|stream_table|stream_stream]
-                             [--table-design default|uncached-hot] [--config NAME=VALUE ...]
+                             [--table-design uncached-hot,spread,cached-hot] [--config NAME=VALUE ...]
                              [--broker embedded|kafka] [--bootstrap-servers HOST:PORT]
 
 Apps one after the other, each on one stream thread over `--records` input records
@@ -343,12 +343,8 @@ class ThroughRepartition:
         return processed >= self.target
 
 
-def kind_of(run: str) -> str:
-    """The workload of a run: "table/spread" is a table run of the spread design."""
-    return run.partition("/")[0]
-
-
 def output_of(run: str) -> str:
+    """A run's output topic ("table/spread" is the table run of the spread design)."""
     return run.replace("/", "-") + "-out"
 
 
@@ -369,8 +365,8 @@ def write_inputs(bootstrap: str, runs: list[str], n: int, args: argparse.Namespa
     targets = {"wordcount": n + n_words, "windowed": n, "stream_table": USERS + n, "stream_stream": n}
     repartitioned = {}
     for run in runs:
-        if kind_of(run) == "table":
-            design = run.partition("/")[2]
+        kind, _, design = run.partition("/")
+        if kind == "table":
             updates, repartitioned[design] = make_updates(n, design)
             inputs[run] = (f"bench-updates-{design}", updates)
             targets[run] = n + repartitioned[design]
