@@ -207,8 +207,8 @@ def test_a_partition_without_a_leader_does_not_hold_up_the_others(tmp_path):
         assert cluster.leader(topic, 0) != lost
         cluster.stop_broker(lost)
         cluster.wait_until(lambda: cluster.leader(topic, 1) == -1, 20, "partition 1 without a leader")
-        # no backoff: the lookup is retried on every turn of the fetcher (as on any turn once a
-        # backoff has passed; with one, the turns inside it would be quick)
+        # fetch.error.backoff.ms 0: the lookup is tried again on every turn of the fetcher (with a
+        # backoff, on the first turn after it), so no wait for a backoff is needed to meet it
         consumer = cluster.consumer({"group.id": unique("g"), "fetch.error.backoff.ms": 0})
         consumer.assign([TopicPartition(topic, 1, OFFSET_BEGINNING), TopicPartition(topic, 0, OFFSET_BEGINNING)])
         # ten records, each written once the one before it is read, so each needs a fetch of its
