@@ -36,7 +36,6 @@ is asserted, but a run that does not reach the expected results fails.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import shutil
@@ -53,23 +52,12 @@ from confluent_kafka import Consumer  # noqa: E402
 
 from bench import app_bench  # noqa: E402
 from bench.wordcount import make_lines  # noqa: E402
-from bench.windowed import (JOIN_CONFIG, JOIN_WINDOW_MS, TABLE_DESIGNS, make_orders, make_updates, pay, table_topology,  # noqa: E402
-                            wordcount_topology)
+from bench.windowed import (JOIN_CONFIG, JOIN_WINDOW_MS, TABLE_DESIGNS, final_counts, make_orders,  # noqa: E402
+                            make_updates, pay, table_topology, wordcount_topology)
 from bench.wordcount_kafka import broker, create_topic  # noqa: E402
 from streams import App, JoinWindows, StreamsBuilder, serdes  # noqa: E402
 
 DEADLINE_S = 1800
-
-
-def final_counts(updates: list[tuple[bytes, bytes | None]]) -> dict[str, int]:
-    """The table aggregation's final state: users per group after the last update of each."""
-    table: dict[bytes, bytes] = {}
-    for user, group in updates:
-        if group is None:
-            table.pop(user, None)
-        else:
-            table[user] = group
-    return {group.decode(): n for group, n in collections.Counter(table.values()).items()}
 
 
 def stream_stream_topology(orders: str, payments: str, out: str, counts: list) -> object:

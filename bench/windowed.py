@@ -64,7 +64,9 @@ topics must not exist yet):
 The two joins run with max.task.idle.ms 200 (Kafka's setting for joins, KIP-353): a task
 waits for its other input at start rather than running one input ahead (which would leave
 records unjoined: a cheaper workload). After each join run its output topic is read back (not
-timed) and the joined results counted against the expected count.
+timed) and the joined results counted against the expected count; after each table run, each
+group's last count written out is checked against the updates' final state (a mismatch fails
+the run).
 
 Every run uses one config: the processing guarantee of `--guarantee` and the default
 commit.interval.ms (30 s at least once, 100 ms exactly once: Kafka's defaults), the default
@@ -92,6 +94,7 @@ taking its CPUs: it stretches the wall clock alone). Not a test: nothing is asse
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import logging
 import os
@@ -176,6 +179,17 @@ def make_updates(n: int, design: str, seed: int = 3) -> tuple[list[tuple[bytes, 
             repartitioned += 1 if old is None or old == group else 2
         out.append((user, group))
     return out, repartitioned
+
+
+def final_counts(updates: list[tuple[bytes, bytes | None]]) -> dict[str, int]:
+    """The table aggregation's final state: users per group after the last update of each."""
+    table: dict[bytes, bytes] = {}
+    for user, group in updates:
+        if group is None:
+            table.pop(user, None)
+        else:
+            table[user] = group
+    return {group.decode(): n for group, n in collections.Counter(table.values()).items()}
 
 
 def make_profiles() -> list[tuple[bytes, bytes, int]]:
@@ -266,6 +280,26 @@ def stream_stream_topology(orders: str, out: str, config: dict | None = None, pa
     return b.build(config)
 
 
+def last_counts(bootstrap: str, topic: str, partitions: int, records: int, timeout: float = 120) -> dict[str, int]:
+    """The last count of each group in a table run's output topic (`records` in all: read until
+    every one is seen or `timeout` passes), groups at zero left out."""
+    backend = for_config({"bootstrap.servers": bootstrap})
+    consumer = backend.consumer({"group.id": "bench-final-counts", "enable.auto.commit": False})
+    last: dict[str, int] = {}
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        seen, deadline = 0, time.monotonic() + timeout
+        while seen < records and time.monotonic() < deadline:
+            for m in consumer.consume(10_000, 0.2):
+                if m.error() is None:
+                    seen += 1
+                    last[m.key().decode()] = int.from_bytes(m.value(), "big", signed=True)
+        return {group: count for group, count in last.items() if count}
+    finally:
+        consumer.close()
+        backend.close()
+
+
 def count_records(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60) -> int:
     """The records of `topic` (all partitions), read until `expected` are seen or nothing new
     comes for 3 s (or `timeout` passes)."""
@@ -349,10 +383,11 @@ def output_of(run: str) -> str:
 
 
 def write_inputs(bootstrap: str, runs: list[str], n: int, args: argparse.Namespace, console: Console,
-                 columns: tuple) -> tuple[dict, dict, dict]:
+                 columns: tuple) -> tuple[dict, dict, dict, dict]:
     """Creates the runs' topics and writes their input (not timed). Returns each run's input
-    topic, how many records each run processes (its input and its repartitioned records) and,
-    for the joins, how many results each should give. The records themselves are not kept: a
+    topic, how many records each run processes (its input and its repartitioned records),
+    for the joins how many results each should give, and for the table runs each group's final
+    count. The records themselves are not kept: a
     full collection of the cyclic collector during a run would walk these lists (millions of
     slots), a cost of this script's, not of the apps it measures."""
     rf = args.replication_factor
@@ -363,12 +398,13 @@ def write_inputs(bootstrap: str, runs: list[str], n: int, args: argparse.Namespa
               "windowed": ("bench-events", make_events(n)),
               "stream_table": ("bench-clicks", make_clicks(n)), "stream_stream": ("bench-orders", orders)}
     targets = {"wordcount": n + n_words, "windowed": n, "stream_table": USERS + n, "stream_stream": n}
-    repartitioned = {}
+    repartitioned, finals = {}, {}
     for run in runs:
         kind, _, design = run.partition("/")
         if kind == "table":
             updates, repartitioned[design] = make_updates(n, design)
             inputs[run] = (f"bench-updates-{design}", updates)
+            finals[run] = final_counts(updates)
             targets[run] = n + repartitioned[design]
     # the joins' other input, written first
     second = {"stream_table": ("bench-profiles", make_profiles()), "stream_stream": ("bench-payments", payments)}
@@ -389,7 +425,7 @@ def write_inputs(bootstrap: str, runs: list[str], n: int, args: argparse.Namespa
                   + f"stream_table: {USERS:,} profiles first; stream_stream: {len(orders):,} orders, "
                   f"{len(payments):,} payments); "
                   f"{args.guarantee}, {args.partitions} partitions")
-    return {run: topic for run, (topic, _records) in inputs.items()}, targets, joined
+    return {run: topic for run, (topic, _records) in inputs.items()}, targets, joined, finals
 
 
 def main() -> None:
@@ -445,7 +481,7 @@ def run_all(bootstrap: str, runs: list[str], n: int, args: argparse.Namespace, o
             console: Console, columns: tuple) -> None:
     """Writes the inputs, then runs and reports each run in turn."""
     rf = args.replication_factor
-    topics, targets, joined = write_inputs(bootstrap, runs, n, args, console, columns)
+    topics, targets, joined, finals = write_inputs(bootstrap, runs, n, args, console, columns)
     # each built with the run's config (Kafka's build(props): topology.optimization applies)
     topologies = {"wordcount": wordcount_topology, "windowed": windowed_topology,
                   "stream_table": stream_table_topology, "stream_stream": stream_stream_topology}
@@ -492,6 +528,12 @@ def run_all(bootstrap: str, runs: list[str], n: int, args: argparse.Namespace, o
         if kind == "table":
             console.print(f"  {done.sent:,} records repartitioned ({targets[run] - n - done.sent:,} "
                           f"merged away by the source table's cache); {written:,} counts written out")
+            got = last_counts(bootstrap, output_of(run), args.partitions, written)
+            if got != finals[run]:
+                wrong = sorted(g for g in got.keys() | finals[run].keys() if got.get(g) != finals[run].get(g))
+                raise SystemExit(f"{label}: the last counts written out differ from the updates' final state "
+                                 f"in {len(wrong)} groups, e.g. {wrong[:5]}")
+            console.print(f"  last counts written out: every group's final count ({len(got)} groups)")
 
 
 if __name__ == "__main__":
