@@ -294,6 +294,8 @@ def last_counts(bootstrap: str, topic: str, partitions: int, records: int, timeo
                 if m.error() is None:
                     seen += 1
                     last[m.key().decode()] = int.from_bytes(m.value(), "big", signed=True)
+        if seen < records:
+            raise SystemExit(f"{topic}: read {seen:,} of its {records:,} records in {timeout:.0f}s")
         return {group: count for group, count in last.items() if count}
     finally:
         consumer.close()
