@@ -103,6 +103,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -280,45 +282,45 @@ def stream_stream_topology(orders: str, out: str, config: dict | None = None, pa
     return b.build(config)
 
 
-def last_counts(bootstrap: str, topic: str, partitions: int, records: int, timeout: float = 120) -> dict[str, int]:
-    """The last count of each group in a table run's output topic (`records` in all: read until
-    every one is seen or `timeout` passes), groups at zero left out."""
+def read_back(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float,
+              quiet_s: float | None = None) -> Iterator[Any]:
+    """The records of `topic` (all partitions, from the beginning, not timed), until `expected`
+    are seen, `timeout` passes or, with `quiet_s`, nothing new comes for that long."""
     backend = for_config({"bootstrap.servers": bootstrap})
-    consumer = backend.consumer({"group.id": "bench-final-counts", "enable.auto.commit": False})
-    last: dict[str, int] = {}
+    consumer = backend.consumer({"group.id": f"bench-read-{topic}", "enable.auto.commit": False})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         seen, deadline = 0, time.monotonic() + timeout
-        while seen < records and time.monotonic() < deadline:
+        quiet = deadline if quiet_s is None else time.monotonic() + quiet_s
+        while seen < expected and time.monotonic() < min(deadline, quiet):
             for m in consumer.consume(10_000, 0.2):
                 if m.error() is None:
                     seen += 1
-                    last[m.key().decode()] = int.from_bytes(m.value(), "big", signed=True)
-        if seen < records:
-            raise SystemExit(f"{topic}: read {seen:,} of its {records:,} records in {timeout:.0f}s")
-        return {group: count for group, count in last.items() if count}
+                    yield m
+                    if quiet_s is not None:
+                        quiet = time.monotonic() + quiet_s
     finally:
         consumer.close()
         backend.close()
+
+
+def last_counts(bootstrap: str, topic: str, partitions: int, records: int, timeout: float = 120) -> dict[str, int]:
+    """The last count of each group in a table run's output topic (`records` in all), groups at
+    zero left out; a run whose output cannot be read in full fails."""
+    last: dict[str, int] = {}
+    seen = 0
+    for m in read_back(bootstrap, topic, partitions, records, timeout):
+        seen += 1
+        last[m.key().decode()] = int.from_bytes(m.value(), "big", signed=True)
+    if seen < records:
+        raise SystemExit(f"{topic}: read {seen:,} of its {records:,} records in {timeout:.0f}s")
+    return {group: count for group, count in last.items() if count}
 
 
 def count_records(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60) -> int:
-    """The records of `topic` (all partitions), read until `expected` are seen or nothing new
-    comes for 3 s (or `timeout` passes)."""
-    backend = for_config({"bootstrap.servers": bootstrap})
-    consumer = backend.consumer({"group.id": f"bench-count-{topic}", "enable.auto.commit": False})
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        seen, deadline, quiet = 0, time.monotonic() + timeout, time.monotonic() + 3
-        while seen < expected and time.monotonic() < min(deadline, quiet):
-            got = sum(1 for m in consumer.consume(5000, 0.2) if m.error() is None)
-            if got:
-                seen += got
-                quiet = time.monotonic() + 3
-        return seen
-    finally:
-        consumer.close()
-        backend.close()
+    """The records of `topic`, read until `expected` are seen or nothing new comes for 3 s (or
+    `timeout` passes)."""
+    return sum(1 for _ in read_back(bootstrap, topic, partitions, expected, timeout, quiet_s=3))
 
 
 class ThroughRepartition:
