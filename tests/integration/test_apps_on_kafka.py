@@ -61,17 +61,24 @@ WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu 
 # -- helpers --------------------------------------------------------------------------------
 
 
-def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    """Poll `predicate` until it returns something truthy (returned) or fail after `timeout_s`."""
+def poll(predicate: Callable[[], Any], timeout_s: float) -> Any:
+    """Poll `predicate` until it returns something truthy (returned) or `timeout_s` passes
+    (its last falsy value returned)."""
     deadline = time.monotonic() + timeout_s
     pause = threading.Event()
     while True:
         value = predicate()
-        if value:
+        if value or time.monotonic() > deadline:
             return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
         pause.wait(0.05)
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
+    """Poll `predicate` until it returns something truthy (returned) or fail after `timeout_s`."""
+    value = poll(predicate, timeout_s)
+    if not value:
+        raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+    return value
 
 
 def broker_workarounds(broker: KafkaBroker) -> dict:
@@ -389,10 +396,8 @@ def stop_instance(process: subprocess.Popen, sig: int = signal.SIGTERM, log_file
         size = log_file.stat().st_size if log_file is not None and log_file.exists() else 0
         process.send_signal(signal.SIGUSR1)
         try:
-            if log_file is not None:
-                wait_for(lambda: log_file.stat().st_size > size, "the hung instance's stacks", timeout_s=10)
-        except AssertionError:
-            pass  # no stacks came: the failure below shows the log as it is
+            if log_file is not None:  # if no stacks come, the failure below shows the log as it is
+                poll(lambda: log_file.stat().st_size > size, timeout_s=10)
         finally:
             process.kill()
             process.wait()
