@@ -520,7 +520,7 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         return iter(found)
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
-                     time_to: int, reverse: bool) -> Iterator:
+                     time_to: int, reverse: bool, key_range: bool = False) -> Iterator:
         if time_from > time_to:
             return
         size = self.window_size_ms
@@ -541,7 +541,9 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
                     continue
                 yield Windowed(user_key, Window(start, start + size)), v
 
-    def _windows(self, key_from, key_to, time_from, time_to, reverse) -> KeyValueIterator:
+    def _windows(self, key_from, key_to, time_from, time_to, reverse, key_range: bool = False) -> KeyValueIterator:
+        """The windows of keys from `key_from` to `key_to` (None: open) starting within the time
+        bounds; `key_range`: asked as a key range (fetch_range), not as all keys (fetch_all, all)."""
         self._check()
         if key_from is not None:
             check_key(self.name, key_from, "key_from")
@@ -551,13 +553,14 @@ class SegmentedWindowStore(SegmentedBytesStore, WindowStore):
         if key_from is not None and key_to is not None and key_from > key_to:
             log.warning("state store %s: fetch_range with key_from > key_to returns no entries", self.name)
             return KeyValueIterator(iter(()), self.name)
-        return self._engine.track(self._windows_gen(key_from, key_to, self.actual_from(time_from), time_to, reverse))
+        return self._engine.track(self._windows_gen(key_from, key_to, self.actual_from(time_from), time_to, reverse,
+                                                    key_range))
 
     def fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
-        return self._windows(key_from, key_to, time_from, time_to, False)
+        return self._windows(key_from, key_to, time_from, time_to, False, True)
 
     def backward_fetch_range(self, key_from, key_to, time_from: int, time_to: int) -> KeyValueIterator:
-        return self._windows(key_from, key_to, time_from, time_to, True)
+        return self._windows(key_from, key_to, time_from, time_to, True, True)
 
     def fetch_all(self, time_from: int, time_to: int) -> KeyValueIterator:
         return self._windows(None, None, time_from, time_to, False)
@@ -615,11 +618,11 @@ class InMemoryWindowStore(SegmentedWindowStore):
     expires_by_time = True
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
-                     time_to: int, reverse: bool) -> Iterator:
+                     time_to: int, reverse: bool, key_range: bool = False) -> Iterator:
         if key_from is not None and key_from == key_to:
             return self._one_key_windows(key_from, time_from, time_to, reverse)
         interval = self.segment_interval_ms
-        return in_segment_order(super()._windows_gen(key_from, key_to, time_from, time_to, reverse),
+        return in_segment_order(super()._windows_gen(key_from, key_to, time_from, time_to, reverse, key_range),
                                 lambda item: item[0].window.start // interval,
                                 lambda item: (item[0].window.start, item[0].key), reverse)
 
@@ -761,10 +764,12 @@ class TimeOrderedWindowStore(SegmentedWindowStore):
                 yield start, v
 
     def _windows_gen(self, key_from: Optional[bytes], key_to: Optional[bytes], time_from: int,
-                     time_to: int, reverse: bool) -> Iterator:
-        # a key range through the index (by key, then start), as Kafka's indexed RocksDB store
-        # reads; in memory by start, then key, as its in-memory store
-        if self.with_index and self.persistent and (key_from is not None or key_to is not None):
+                     time_to: int, reverse: bool, key_range: bool = False) -> Iterator:
+        # a key range, open bounds too, through the index (by key, then start), as Kafka's
+        # indexed RocksDB store reads (AbstractRocksDBTimeOrderedSegmentedBytesStore.fetch); all
+        # keys (fetch_all, all) by start, then key, as it reads them; in memory by start, then
+        # key, as its in-memory store
+        if self.with_index and self.persistent and key_range:
             yield from super()._windows_gen(key_from, key_to, time_from, time_to, reverse)  # by key
             return
         size = self.window_size_ms
