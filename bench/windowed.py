@@ -85,10 +85,11 @@ of each rate to word count's of the same run (issue 16's targets: windowed and t
 0.5, the table's judged on `uncached-hot`: word count's key space, every update through the
 key change; `spread` is the cache's worst case on 25 times the keys, a stress figure that
 Kafka Streams' own ratio on it misses too, see bench/dsl_kafka.py; issue 17's: stream_table >=
-0.7, stream_stream >= 0.4; a last line says of each target met or missed), also by the process's CPU seconds
-(steadier than wall time on a shared machine), with the stream thread's and the process's CPU
-seconds and, on Linux, the host's CPU steal during the run (a virtual machine's hypervisor
-taking its CPUs: it stretches the wall clock alone). Not a test: nothing is asserted.
+0.7, stream_stream >= 0.4; a last line says of each target met or missed), also by the
+process's CPU seconds (steadier than wall time on a shared machine), with the stream thread's
+and the process's CPU seconds and, on Linux, the host's CPU steal during the run (a virtual
+machine's hypervisor taking its CPUs: it stretches the wall clock alone). Not a test: nothing
+is asserted.
 """
 
 from __future__ import annotations
