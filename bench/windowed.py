@@ -88,8 +88,9 @@ Kafka Streams' own ratio on it misses too, see bench/dsl_kafka.py; issue 17's: s
 0.7, stream_stream >= 0.4; a last line says of each target met or missed), also by the
 process's CPU seconds (steadier than wall time on a shared machine), with the stream thread's
 and the process's CPU seconds and, on Linux, the host's CPU steal during the run (a virtual
-machine's hypervisor taking its CPUs: it stretches the wall clock alone). Not a test: nothing
-is asserted.
+machine's hypervisor taking its CPUs: it stretches the wall clock alone). Not a test: no
+speed is asserted, but a run whose results are wrong (a join short of its results, a table's
+last counts off) fails.
 """
 
 from __future__ import annotations
@@ -401,9 +402,9 @@ def write_inputs(bootstrap: str, runs: list[str], n: int, args: argparse.Namespa
     """Creates the runs' topics and writes their input (not timed). Returns each run's input
     topic, how many records each run processes (its input and its repartitioned records),
     for the joins how many results each should give, and for the table runs each group's final
-    count. The records themselves are not kept: a
-    full collection of the cyclic collector during a run would walk these lists (millions of
-    slots), a cost of this script's, not of the apps it measures."""
+    count. The records themselves are not kept: a full collection of the cyclic collector during
+    a run would walk these lists (millions of slots), a cost of this script's, not of the apps it
+    measures."""
     rf = args.replication_factor
     lines = make_lines(n)
     n_words = sum(len(line.split()) for line in lines)

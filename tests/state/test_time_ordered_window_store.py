@@ -63,14 +63,13 @@ def test_scans_are_by_start_then_key(ctx, persistent, indexed):
     # open bounds are still a key range: through the index (Kafka's fetch(null, null, ...)), while
     # fetch_all and all read every key by start
     open_range = list(store.fetch_range(None, None, 0, 100_000))
-    from_b = list(store.backward_fetch_range(b"b", None, 0, 100_000))
     if indexed and persistent:
         assert open_range == [w(b"a", 0), w(b"a", 1000), w(b"ab", 1000), w(b"b", 0), w(b"c", 0), w(b"a", 62_000),
                               w(b"b", 61_000)]
-        assert from_b == [w(b"b", 61_000), w(b"c", 0), w(b"b", 0)]
     else:
         assert open_range == everything
-        assert from_b == [w(b"b", 61_000), w(b"c", 0), w(b"b", 0)]
+    # one open bound, backward (the two orders agree on these windows)
+    assert list(store.backward_fetch_range(b"b", None, 0, 100_000)) == [w(b"b", 61_000), w(b"c", 0), w(b"b", 0)]
     # one key: a key that extends it ("ab") does not leak in
     assert list(store.fetch(b"a", 0, 100_000)) == [(0, b"a@0"), (1000, b"a@1000"), (62_000, b"a@62000")]
     assert list(store.backward_fetch(b"a", 0, 1000)) == [(1000, b"a@1000"), (0, b"a@0")]
